@@ -1,0 +1,110 @@
+/**
+ * Apps: the tenants. Every facility reads the authenticated app's record
+ * (status, feature flags, limits) from here; only the admin API writes it.
+ */
+import { PlatformError } from "./errors.ts";
+import type { Db } from "./database.ts";
+
+/** Per-app limits (DESIGN.md section 4); each is a default the admin API can change per app. */
+export interface AppLimits {
+  eventsPerDay: number;
+  mailPerDay: number;
+  fastTokensPerDay: number;
+  embedTokensPerDay: number;
+  maxQueueDepth: number;
+  maxPayloadBytes: number;
+  messageTtlSeconds: number;
+  leaseSeconds: number;
+  maxOutstandingLinks: number;
+  linkTtlSeconds: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
+  eventsPerDay: 100_000,
+  mailPerDay: 100,
+  fastTokensPerDay: 200_000,
+  embedTokensPerDay: 1_000_000,
+  maxQueueDepth: 10_000,
+  maxPayloadBytes: 262_144,
+  messageTtlSeconds: 4 * 24 * 3600,
+  leaseSeconds: 30,
+  maxOutstandingLinks: 10,
+  linkTtlSeconds: 24 * 3600,
+});
+
+export const LIMIT_NAMES = Object.keys(DEFAULT_LIMITS) as (keyof AppLimits)[];
+
+export interface AppRecord {
+  id: string;
+  name: string;
+  status: "running" | "stopped";
+  mailFrom: string;
+  analyticsEnabled: boolean;
+  secretsEnabled: boolean;
+  limits: AppLimits;
+  createdAt: Date;
+}
+
+/** The name pattern of SPEC.md section 2, shared by app names, event types and queue names. */
+export const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,62}$/;
+
+const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function isUuid(value: string): boolean {
+  return UUID_PATTERN.test(value);
+}
+
+type AppRow = {
+  id: string;
+  name: string;
+  status: "running" | "stopped";
+  mail_from: string;
+  analytics_enabled: boolean;
+  secrets_enabled: boolean;
+  limits: Record<string, number>;
+  created_at: Date;
+};
+
+export function appFromRow(row: AppRow): AppRecord {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status,
+    mailFrom: row.mail_from,
+    analyticsEnabled: row.analytics_enabled,
+    secretsEnabled: row.secrets_enabled,
+    limits: effectiveLimits(row.limits),
+    createdAt: row.created_at,
+  };
+}
+
+export function effectiveLimits(overrides: Record<string, number> | null | undefined): AppLimits {
+  const limits: AppLimits = { ...DEFAULT_LIMITS };
+  for (const name of LIMIT_NAMES) {
+    const value = overrides?.[name];
+    if (typeof value === "number") limits[name] = value;
+  }
+  return limits;
+}
+
+export const APP_COLUMNS = [
+  "apps.id",
+  "apps.name",
+  "apps.status",
+  "apps.mail_from",
+  "apps.analytics_enabled",
+  "apps.secrets_enabled",
+  "apps.limits",
+  "apps.created_at",
+] as const;
+
+/** Reads one app by id or name; a missing app is `not_found`. */
+export async function getApp(db: Db, idOrName: string): Promise<AppRecord> {
+  const row = await db
+    .selectFrom("apps")
+    .select(APP_COLUMNS)
+    .where(isUuid(idOrName) ? "apps.id" : "apps.name", "=", idOrName)
+    .executeTakeFirst();
+  if (!row) throw new PlatformError("not_found", `no app ${JSON.stringify(idOrName)}`);
+  return appFromRow(row);
+}

@@ -1,0 +1,105 @@
+/**
+ * Who is calling, decided once per request by one function used by both the
+ * REST routes and the Connect interceptor, so the rules are written once:
+ *
+ * - MetaService (and gRPC reflection) is public.
+ * - AdminService takes only the admin token.
+ * - Every facility takes only a service token; a stopped app gets 403
+ *   `app_stopped` on every operation except those whose SPEC.md error list
+ *   has no 403 (see `OPEN_WHEN_STOPPED`).
+ *
+ * Service tokens are `pbt_` + 256 random bits (base64url) and are stored only
+ * as their SHA-256; the admin token is compared in constant time.
+ */
+import crypto from "node:crypto";
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { PlatformError } from "./errors.ts";
+import { APP_COLUMNS, appFromRow, type AppRecord } from "./apps.ts";
+import type { Db } from "./database.ts";
+
+export type Principal =
+  | { kind: "public" }
+  | { kind: "admin" }
+  | { kind: "app"; app: AppRecord; tokenId: string };
+
+/** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
+export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
+
+const PUBLIC_SERVICES = new Set(["platform.meta.v1.MetaService", "grpc.reflection.v1.ServerReflection"]);
+const ADMIN_SERVICE = "platform.admin.v1.AdminService";
+
+/**
+ * Operations a stopped app may still call: those whose error list in SPEC.md
+ * has no 403. (Embed lists only 400 and leaves the rest "not shown"; we answer
+ * 403 there too, as a stopped app should not spend its allowance.)
+ */
+export const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
+  "platform.analytics.v1.AnalyticsService/ListEventTypes",
+  "platform.analytics.v1.AnalyticsService/QueryEvents",
+  "platform.inference.v1.InferenceService/ListModels",
+]);
+
+export const SERVICE_TOKEN_PREFIX = "pbt_";
+
+export function generateServiceToken(): string {
+  return SERVICE_TOKEN_PREFIX + crypto.randomBytes(32).toString("base64url");
+}
+
+export function hashToken(token: string): string {
+  return crypto.createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+export interface Authenticator {
+  authenticate(authorization: string | null | undefined, method: DescMethod): Promise<Principal>;
+}
+
+function bearer(authorization: string | null | undefined): string | undefined {
+  if (!authorization) return undefined;
+  const match = /^Bearer[ ]+([^\s]+)\s*$/i.exec(authorization);
+  return match?.[1];
+}
+
+const unauthenticated = () =>
+  new PlatformError("unauthenticated", "missing or invalid token", {
+    details: ["send Authorization: Bearer <token>"],
+  });
+
+export function createAuthenticator(options: { db: Db; adminToken: string }): Authenticator {
+  const adminHash = crypto.createHash("sha256").update(options.adminToken).digest();
+  const isAdminToken = (token: string) =>
+    crypto.timingSafeEqual(crypto.createHash("sha256").update(token).digest(), adminHash);
+
+  return {
+    async authenticate(authorization, method) {
+      const serviceName = method.parent.typeName;
+      if (PUBLIC_SERVICES.has(serviceName)) return { kind: "public" };
+      const token = bearer(authorization);
+      if (token === undefined) throw unauthenticated();
+      if (serviceName === ADMIN_SERVICE) {
+        if (!isAdminToken(token)) throw unauthenticated();
+        return { kind: "admin" };
+      }
+      if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
+      const row = await options.db
+        .selectFrom("app_tokens")
+        .innerJoin("apps", "apps.id", "app_tokens.app_id")
+        .select([...APP_COLUMNS, "app_tokens.id as token_id"])
+        .where("app_tokens.token_hash", "=", hashToken(token))
+        .executeTakeFirst();
+      if (!row) throw unauthenticated();
+      const app = appFromRow(row);
+      if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {
+        throw new PlatformError("app_stopped", "the app is stopped");
+      }
+      return { kind: "app", app, tokenId: row.token_id };
+    },
+  };
+}
+
+/** The authenticated app of a facility call; the interceptor guarantees one is there. */
+export function appOf(context: HandlerContext): AppRecord {
+  const principal = context.values.get(principalKey);
+  if (principal.kind !== "app") throw unauthenticated();
+  return principal.app;
+}

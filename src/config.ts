@@ -1,0 +1,143 @@
+/**
+ * Configuration, parsed from the environment once at start (DESIGN.md section 3).
+ * A bad value throws `ConfigError` naming the variable, so the process stops
+ * with one clear line instead of failing later at first use.
+ */
+import path from "node:path";
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+  readonly variable: string;
+  constructor(variable: string, rule: string) {
+    super(`${variable}: ${rule}`);
+    this.variable = variable;
+  }
+}
+
+export type MailProviderName = "ses" | "outbox";
+export type InferenceProviderName = "bedrock" | "local";
+
+export interface Config {
+  port: number;
+  host: string;
+  /** PostgreSQL connection string; undefined means PGlite in `dataDir/pg`. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  mongodbUrl: string | undefined;
+  mongodbDb: string;
+  /** Undefined means: read or generate `dataDir/admin-token`. */
+  adminToken: string | undefined;
+  /** Undefined means: read or generate `dataDir/secrets-key`. */
+  secretsKey: Buffer | undefined;
+  publicUrl: string;
+  mailProvider: MailProviderName;
+  mailDomain: string | undefined;
+  inferenceProvider: InferenceProviderName;
+  bedrockFastModel: string;
+  bedrockEmbedModel: string;
+  awsRegion: string | undefined;
+  tls: { keyFile: string; certFile: string } | undefined;
+  logLevel: string;
+}
+
+type Env = Record<string, string | undefined>;
+
+function optional(env: Env, name: string): string | undefined {
+  const value = env[name];
+  return value === undefined || value.trim() === "" ? undefined : value.trim();
+}
+
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
+  const value = optional(env, name) ?? fallback;
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw new ConfigError(name, `must be one of ${allowed.join(", ")} (got "${value}")`);
+  }
+  return value as T;
+}
+
+function url(env: Env, name: string, protocols: string[]): string | undefined {
+  const value = optional(env, name);
+  if (value === undefined) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(value);
+  } catch {
+    throw new ConfigError(name, "must be a URL");
+  }
+  if (!protocols.includes(parsed.protocol)) {
+    throw new ConfigError(name, `must be a URL with scheme ${protocols.map((p) => p.replace(":", "")).join(" or ")}`);
+  }
+  return value;
+}
+
+const namePattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/i;
+
+export function loadConfig(env: Env = process.env): Config {
+  const portText = optional(env, "PORT") ?? "8080";
+  const port = Number(portText);
+  if (!/^\d+$/.test(portText) || port > 65535) throw new ConfigError("PORT", "must be an integer from 0 to 65535");
+  const host = optional(env, "HOST") ?? "127.0.0.1";
+
+  const databaseUrl = url(env, "DATABASE_URL", ["postgres:", "postgresql:"]);
+  const dataDir = path.resolve(optional(env, "DATA_DIR") ?? "./data");
+  const mongodbUrl = url(env, "MONGODB_URL", ["mongodb:", "mongodb+srv:"]);
+  const mongodbDb = optional(env, "MONGODB_DB") ?? "platform_batteries";
+  if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDb)) throw new ConfigError("MONGODB_DB", "must be 1 to 63 letters, digits, _ or -");
+
+  const adminToken = optional(env, "ADMIN_TOKEN");
+  if (adminToken !== undefined && adminToken.length < 32) {
+    throw new ConfigError("ADMIN_TOKEN", "must be at least 32 characters");
+  }
+
+  const secretsKeyText = optional(env, "SECRETS_KEY");
+  let secretsKey: Buffer | undefined;
+  if (secretsKeyText !== undefined) {
+    secretsKey = Buffer.from(secretsKeyText, "base64");
+    if (secretsKey.length !== 32 || !/^[A-Za-z0-9+/]+={0,2}$/.test(secretsKeyText)) {
+      throw new ConfigError("SECRETS_KEY", "must be the base64 of exactly 32 bytes (openssl rand -base64 32)");
+    }
+  }
+
+  const publicUrl = (url(env, "PUBLIC_URL", ["http:", "https:"]) ?? `http://${host.includes(":") ? `[${host}]` : host}:${port}`).replace(/\/+$/, "");
+
+  const mailProvider = oneOf(env, "MAIL_PROVIDER", ["ses", "outbox"] as const, "outbox");
+  const mailDomain = optional(env, "MAIL_DOMAIN");
+  if (mailDomain !== undefined && !namePattern.test(mailDomain)) throw new ConfigError("MAIL_DOMAIN", "must be a domain name such as mail.example.com");
+
+  const inferenceProvider = oneOf(env, "INFERENCE_PROVIDER", ["bedrock", "local"] as const, "local");
+  const bedrockFastModel = optional(env, "BEDROCK_FAST_MODEL") ?? "amazon.nova-micro-v1:0";
+  const bedrockEmbedModel = optional(env, "BEDROCK_EMBED_MODEL") ?? "amazon.titan-embed-text-v2:0";
+  const awsRegion = optional(env, "AWS_REGION") ?? optional(env, "AWS_DEFAULT_REGION");
+  if (awsRegion === undefined && (mailProvider === "ses" || inferenceProvider === "bedrock")) {
+    throw new ConfigError("AWS_REGION", `must be set when ${mailProvider === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`);
+  }
+  url(env, "AWS_ENDPOINT_URL_SES", ["http:", "https:"]);
+  url(env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", ["http:", "https:"]);
+
+  const keyFile = optional(env, "TLS_KEY_FILE");
+  const certFile = optional(env, "TLS_CERT_FILE");
+  if ((keyFile === undefined) !== (certFile === undefined)) {
+    throw new ConfigError(keyFile === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE", "TLS_KEY_FILE and TLS_CERT_FILE must be set together");
+  }
+  const logLevel = oneOf(env, "LOG_LEVEL", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const, "info");
+
+  return {
+    port,
+    host,
+    databaseUrl,
+    dataDir,
+    mongodbUrl,
+    mongodbDb,
+    adminToken,
+    secretsKey,
+    publicUrl,
+    mailProvider,
+    mailDomain,
+    inferenceProvider,
+    bedrockFastModel,
+    bedrockEmbedModel,
+    awsRegion,
+    tls: keyFile && certFile ? { keyFile, certFile } : undefined,
+    logLevel,
+  };
+}

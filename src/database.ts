@@ -1,0 +1,238 @@
+/**
+ * The platform database: Kysely over `pg` when DATABASE_URL is set, over
+ * PGlite (in-process Postgres) in DATA_DIR/pg otherwise. Both speak the same
+ * SQL, so every store is written once. Table types of every facility live
+ * here, next to each other, so the schema can be read in one place; the DDL
+ * lives in `src/migrations/`.
+ *
+ * Terminology:
+ * - **app**: a hosted app; every row of every facility table belongs to one.
+ * - **service token**: an app's bearer token; stored only as its SHA-256.
+ * - **day**: a UTC calendar day, the period of every daily cap.
+ */
+import fs from "node:fs/promises";
+import path from "node:path";
+import { Kysely, PostgresDialect, sql, type Generated, type ColumnType } from "kysely";
+import { Migrator, type Migration } from "kysely/migration";
+import pg from "pg";
+import { PGlite } from "@electric-sql/pglite";
+import { PGliteDialect } from "kysely-pglite-dialect";
+import { migrations } from "./migrations/index.ts";
+
+type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+
+export interface AppsTable {
+  id: Generated<string>;
+  name: string;
+  status: "running" | "stopped";
+  mail_from: string;
+  analytics_enabled: Generated<boolean>;
+  secrets_enabled: Generated<boolean>;
+  /** Only the limits the admin changed; the rest come from the defaults in code. */
+  limits: ColumnType<Record<string, number>, string | undefined, string>;
+  created_at: ColumnType<Date, Date | string | undefined, Date | string>;
+}
+
+export interface AppTokensTable {
+  id: Generated<string>;
+  app_id: string;
+  /** Hex SHA-256 of the plaintext token; the plaintext is never stored. */
+  token_hash: string;
+  label: string;
+  created_at: Generated<Timestamp>;
+}
+
+export interface QuotaUsageTable {
+  app_id: string;
+  /** The UTC day, `YYYY-MM-DD`. */
+  day: string;
+  counter: string;
+  used: number;
+}
+
+export interface SecretsTable {
+  app_id: string;
+  name: string;
+  /** AES-256-GCM: iv (12 bytes) | tag (16 bytes) | ciphertext; null while unset. */
+  value_encrypted: Buffer | null;
+  key_id: string | null;
+  version: number | null;
+  set_at: Timestamp | null;
+}
+
+export interface Tables {
+  apps: AppsTable;
+  app_tokens: AppTokensTable;
+  quota_usage: QuotaUsageTable;
+  secrets: SecretsTable;
+}
+
+export type Db = Kysely<Tables>;
+
+/** A notification listener: `unlisten` stops it. */
+export type Unlisten = () => Promise<void>;
+
+export interface Database {
+  readonly db: Db;
+  readonly kind: "postgres" | "pglite";
+  /**
+   * Subscribes to a Postgres NOTIFY channel. `onNotify` gets each payload.
+   * `onReconnect` runs after the listening connection was lost and made anew,
+   * when notifications may have been missed, so the caller re-checks.
+   */
+  listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten>;
+  close(): Promise<void>;
+}
+
+export interface DatabaseOptions {
+  databaseUrl?: string | undefined;
+  dataDir: string;
+  /** Largest pool for `pg`; PGlite has exactly one connection. */
+  poolSize?: number;
+  onError?: (err: Error) => void;
+}
+
+const INT8_OID = 20;
+const DATE_OID = 1082;
+
+export async function openDatabase(options: DatabaseOptions): Promise<Database> {
+  return options.databaseUrl ? openPostgres(options.databaseUrl, options) : openPglite(options);
+}
+
+async function openPostgres(connectionString: string, options: DatabaseOptions): Promise<Database> {
+  const types = {
+    getTypeParser: ((oid: number, format?: "text" | "binary") =>
+      oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+  };
+  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types });
+  pool.on("error", (err) => options.onError?.(err));
+  const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  const listeners = new Set<PgListener>();
+  return {
+    db,
+    kind: "postgres",
+    async listen(channel, onNotify, onReconnect) {
+      const listener = new PgListener(connectionString, channel, onNotify, onReconnect, options.onError);
+      listeners.add(listener);
+      await listener.start();
+      return async () => {
+        listeners.delete(listener);
+        await listener.stop();
+      };
+    },
+    async close() {
+      await Promise.all([...listeners].map((l) => l.stop()));
+      await db.destroy();
+    },
+  };
+}
+
+/**
+ * One dedicated connection that LISTENs on a channel and, when the connection
+ * dies (database restarted, network cut), reconnects with backoff and
+ * re-LISTENs without restarting the service.
+ */
+class PgListener {
+  private client: pg.Client | undefined;
+  private stopped = false;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private readonly connectionString: string;
+  private readonly channel: string;
+  private readonly onNotify: (payload: string) => void;
+  private readonly onReconnect: (() => void) | undefined;
+  private readonly onError: ((err: Error) => void) | undefined;
+
+  constructor(
+    connectionString: string,
+    channel: string,
+    onNotify: (payload: string) => void,
+    onReconnect: (() => void) | undefined,
+    onError: ((err: Error) => void) | undefined,
+  ) {
+    this.connectionString = connectionString;
+    this.channel = channel;
+    this.onNotify = onNotify;
+    this.onReconnect = onReconnect;
+    this.onError = onError;
+  }
+
+  async start(): Promise<void> {
+    await this.connect(false);
+  }
+
+  private async connect(isReconnect: boolean): Promise<void> {
+    const client = new pg.Client({ connectionString: this.connectionString });
+    client.on("notification", (msg) => {
+      if (msg.channel === this.channel) this.onNotify(msg.payload ?? "");
+    });
+    client.on("error", (err) => {
+      this.onError?.(err);
+      this.scheduleReconnect(client);
+    });
+    client.on("end", () => this.scheduleReconnect(client));
+    await client.connect();
+    await client.query(`LISTEN ${pg.escapeIdentifier(this.channel)}`);
+    if (this.stopped) {
+      await client.end().catch(() => {});
+      return;
+    }
+    this.client = client;
+    if (isReconnect) this.onReconnect?.();
+  }
+
+  private scheduleReconnect(dead: pg.Client, delayMs = 100): void {
+    if (this.stopped || this.client !== dead || this.retryTimer) return;
+    this.client = undefined;
+    dead.end().catch(() => {});
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.connect(true).catch((err: Error) => {
+        this.onError?.(err);
+        this.client = dead; // so the next schedule is not ignored
+        this.scheduleReconnect(dead, Math.min(delayMs * 2, 5000));
+      });
+    }, delayMs);
+    this.retryTimer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const client = this.client;
+    this.client = undefined;
+    await client?.end().catch(() => {});
+  }
+}
+
+async function openPglite(options: DatabaseOptions): Promise<Database> {
+  const dir = path.join(options.dataDir, "pg");
+  await fs.mkdir(dir, { recursive: true });
+  const pglite = await PGlite.create(dir, { parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v } });
+  const db = new Kysely<Tables>({ dialect: new PGliteDialect(pglite) });
+  return {
+    db,
+    kind: "pglite",
+    async listen(channel, onNotify) {
+      return pglite.listen(channel, onNotify);
+    },
+    async close() {
+      await db.destroy();
+    },
+  };
+}
+
+/** Runs every pending migration; safe to call from several instances at once (Kysely takes a lock). */
+export async function migrate(db: Db): Promise<void> {
+  const migrator = new Migrator({
+    db,
+    provider: { getMigrations: async (): Promise<Record<string, Migration>> => migrations },
+  });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((r) => r.status === "Error")?.migrationName;
+    throw new Error(`migration ${failed ?? "(unknown)"} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+  }
+}
+
+/** `sql` re-exported so stores import their SQL helpers from one place. */
+export { sql };

@@ -1,0 +1,21 @@
+/**
+ * The blueprint's list of secret names: declaring keeps the secrets whose
+ * names stay (values untouched), adds the new ones unset, and deletes the
+ * rest with their values.
+ */
+import type { Db } from "../database.ts";
+
+export async function declareSecrets(db: Db, appId: string, names: string[]): Promise<void> {
+  await db.transaction().execute(async (trx) => {
+    let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
+    if (names.length > 0) removal = removal.where("name", "not in", names);
+    await removal.execute();
+    if (names.length > 0) {
+      await trx
+        .insertInto("secrets")
+        .values(names.map((name) => ({ app_id: appId, name, value_encrypted: null, key_id: null, version: null, set_at: null })))
+        .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
+        .execute();
+    }
+  });
+}

@@ -1,0 +1,183 @@
+/**
+ * One shared setup for every test that needs a running service: a fresh
+ * database (a new database on the PostgreSQL of DATABASE_URL, or a new PGlite
+ * directory when it is unset), a server on a random port, and real clients.
+ */
+import crypto from "node:crypto";
+import fs from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import type { DescService } from "@bufbuild/protobuf";
+import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { loadConfig } from "../../src/config.ts";
+import { createLogger } from "../../src/logger.ts";
+import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
+
+/** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
+export const backend: "postgres" | "pglite" = process.env.DATABASE_URL ? "postgres" : "pglite";
+
+export interface TestDatabase {
+  /** A connection string for a fresh database, or undefined for PGlite. */
+  url: string | undefined;
+  dataDir: string;
+  drop(): Promise<void>;
+}
+
+/** A fresh, empty database for one test file (a new PostgreSQL database, or a new PGlite directory). */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-test-"));
+  const base = process.env.DATABASE_URL;
+  if (!base) {
+    return { url: undefined, dataDir, drop: () => fs.rm(dataDir, { recursive: true, force: true }) };
+  }
+  const name = `pb_test_${crypto.randomBytes(6).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: base });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(base);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    dataDir,
+    async drop() {
+      const c = new pg.Client({ connectionString: base });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+      await fs.rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export type Protocol = "connect" | "grpc" | "grpc-web";
+
+export interface TestServer {
+  readonly url: string;
+  readonly adminToken: string;
+  readonly server: PlatformServer;
+  readonly database: TestDatabase;
+  /** AdminService over Connect, authenticated with the admin token. */
+  readonly admin: Client<typeof AdminService>;
+  /** A generated client of `service` over `protocol`, sending `token` as bearer. */
+  client<S extends DescService>(service: S, token?: string, protocol?: Protocol): Client<S>;
+  /** Creates an app and issues it a token. */
+  createApp(name?: string): Promise<TestApp>;
+  /** `fetch` relative to the server, with JSON in and the bearer token given. */
+  request(method: string, pathname: string, options?: { token?: string; body?: unknown; headers?: Record<string, string> }): Promise<JsonResponse>;
+  close(): Promise<void>;
+}
+
+export interface TestApp {
+  id: string;
+  name: string;
+  token: string;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+}
+
+export interface JsonResponse {
+  status: number;
+  headers: Headers;
+  body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+export function transportFor(url: string, protocol: Protocol, token?: string): Transport {
+  const interceptors = token
+    ? [
+        (next: any) => async (req: any) => { // eslint-disable-line @typescript-eslint/no-explicit-any
+          req.header.set("authorization", `Bearer ${token}`);
+          return next(req);
+        },
+      ]
+    : [];
+  switch (protocol) {
+    case "connect":
+      return createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
+    case "grpc":
+      return createGrpcTransport({ baseUrl: url, interceptors });
+    case "grpc-web":
+      return createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
+  }
+}
+
+let appCounter = 0;
+
+export interface StartOptions {
+  /** Extra environment for `loadConfig` (e.g. MAIL_PROVIDER). */
+  env?: Record<string, string>;
+  database?: TestDatabase;
+}
+
+export async function startServer(options: StartOptions = {}): Promise<TestServer> {
+  const database = options.database ?? (await createTestDatabase());
+  const adminToken = "pba_test_" + crypto.randomBytes(24).toString("base64url");
+  const config = loadConfig({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    DATA_DIR: database.dataDir,
+    ...(database.url ? { DATABASE_URL: database.url } : {}),
+    ADMIN_TOKEN: adminToken,
+    SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+    ...options.env,
+  });
+  const server = await createPlatformServer({
+    config: { ...config, adminToken, secretsKey: config.secretsKey! } as typeof config,
+    logger: createLogger(config.logLevel),
+    adminToken,
+  });
+  const listened = await server.listen();
+  const url = listened;
+  const clients: Client<DescService>[] = [];
+  const self: TestServer = {
+    url,
+    adminToken,
+    server,
+    database,
+    admin: createClient(AdminService, transportFor(url, "connect", adminToken)),
+    client(service, token, protocol = "connect") {
+      const c = createClient(service, transportFor(url, protocol, token));
+      clients.push(c as never);
+      return c;
+    },
+    async createApp(name) {
+      const appName = name ?? `app-${process.pid}-${++appCounter}`;
+      const { app } = await self.admin.createApp({ name: appName });
+      const { token } = await self.admin.issueToken({ appId: app!.id });
+      return {
+        id: app!.id,
+        name: appName,
+        token,
+        stop: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.STOPPED })),
+        start: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.RUNNING })),
+      };
+    },
+    async request(method, pathname, opts = {}) {
+      const headers: Record<string, string> = { ...opts.headers };
+      if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+      let body: string | undefined;
+      if (opts.body !== undefined) {
+        body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+        headers["content-type"] ??= "application/json";
+      }
+      const res = await fetch(url + pathname, { method, headers, body });
+      const text = await res.text();
+      let parsed: unknown = text;
+      try {
+        parsed = text ? JSON.parse(text) : undefined;
+      } catch {
+        // not JSON: keep the text
+      }
+      return { status: res.status, headers: res.headers, body: parsed };
+    },
+    async close() {
+      await server.close();
+      if (!options.database) await database.drop();
+    },
+  };
+  return self;
+}
