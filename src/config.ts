@@ -29,6 +29,8 @@ export interface Config {
   adminToken: string | undefined;
   /** Undefined means: read or generate `dataDir/secrets-key`. */
   secretsKey: Buffer | undefined;
+  /** `SECRETS_OLD_KEYS`: earlier keys that still decrypt (not encrypt) values, until `secrets rotate-key` re-encrypted them. */
+  secretsOldKeys: Buffer[];
   publicUrl: string;
   mailProvider: MailProviderName;
   mailDomain: string | undefined;
@@ -36,6 +38,10 @@ export interface Config {
   bedrockFastModel: string;
   bedrockEmbedModel: string;
   awsRegion: string | undefined;
+  /** `AWS_ENDPOINT_URL_SES`, handed to the SES client explicitly so it follows this config, not only `process.env`. */
+  sesEndpoint: string | undefined;
+  /** `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, handed to the Bedrock client explicitly for the same reason. */
+  bedrockEndpoint: string | undefined;
   tls: { keyFile: string; certFile: string } | undefined;
   logLevel: string;
 }
@@ -98,6 +104,18 @@ export function loadConfig(env: Env = process.env): Config {
     }
   }
 
+  const secretsOldKeys = (optional(env, "SECRETS_OLD_KEYS") ?? "")
+    .split(",")
+    .map((text) => text.trim())
+    .filter((text) => text !== "")
+    .map((text) => {
+      const key = Buffer.from(text, "base64");
+      if (key.length !== 32 || !/^[A-Za-z0-9+/]+={0,2}$/.test(text)) {
+        throw new ConfigError("SECRETS_OLD_KEYS", "must be a comma-separated list of base64 keys of exactly 32 bytes each");
+      }
+      return key;
+    });
+
   const publicUrl = (url(env, "PUBLIC_URL", ["http:", "https:"]) ?? `http://${host.includes(":") ? `[${host}]` : host}:${port}`).replace(/\/+$/, "");
 
   const mailProvider = oneOf(env, "MAIL_PROVIDER", ["ses", "outbox"] as const, "outbox");
@@ -111,8 +129,8 @@ export function loadConfig(env: Env = process.env): Config {
   if (awsRegion === undefined && (mailProvider === "ses" || inferenceProvider === "bedrock")) {
     throw new ConfigError("AWS_REGION", `must be set when ${mailProvider === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`);
   }
-  url(env, "AWS_ENDPOINT_URL_SES", ["http:", "https:"]);
-  url(env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", ["http:", "https:"]);
+  const sesEndpoint = url(env, "AWS_ENDPOINT_URL_SES", ["http:", "https:"]);
+  const bedrockEndpoint = url(env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", ["http:", "https:"]);
 
   const keyFile = optional(env, "TLS_KEY_FILE");
   const certFile = optional(env, "TLS_CERT_FILE");
@@ -130,6 +148,7 @@ export function loadConfig(env: Env = process.env): Config {
     mongodbDb,
     adminToken,
     secretsKey,
+    secretsOldKeys,
     publicUrl,
     mailProvider,
     mailDomain,
@@ -137,6 +156,8 @@ export function loadConfig(env: Env = process.env): Config {
     bedrockFastModel,
     bedrockEmbedModel,
     awsRegion,
+    sesEndpoint,
+    bedrockEndpoint,
     tls: keyFile && certFile ? { keyFile, certFile } : undefined,
     logLevel,
   };

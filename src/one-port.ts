@@ -53,11 +53,27 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
     }) as unknown as OnePortServer;
   }
 
-  const h1 = http.createServer(handler as http.RequestListener);
-  h1.keepAliveTimeout = 65_000;
+  // HTTP/1.1 connections are tracked here (the inner server never listens, so
+  // its own connection tracking is not set up): on close, idle ones end at
+  // once and busy ones right after their response.
+  const busy = new Map<net.Socket, number>();
+  let closing = false;
+  const h1 = http.createServer((req, res) => {
+    const socket = req.socket;
+    busy.set(socket, (busy.get(socket) ?? 0) + 1);
+    if (closing) res.shouldKeepAlive = false;
+    res.once("close", () => {
+      const left = (busy.get(socket) ?? 1) - 1;
+      if (left > 0) busy.set(socket, left);
+      else busy.delete(socket);
+      if (closing && left <= 0) socket.end();
+    });
+    handler(req, res);
+  });
   const h2 = http2.createServer(handler as never);
   trackSessions(h2);
   const sockets = new Set<net.Socket>();
+  const isHttp2 = new WeakSet<net.Socket>();
 
   const server = net.createServer((socket) => {
     sockets.add(socket);
@@ -72,6 +88,7 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
       socket.pause();
       socket.unshift(seen);
       if (isPrefixOfPreface) {
+        isHttp2.add(socket);
         h2.emit("connection", socket);
       } else {
         h1.emit("connection", socket);
@@ -83,11 +100,14 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
   }) as OnePortServer;
 
   server.closeIdleConnections = () => {
-    h1.closeIdleConnections();
+    closing = true;
     for (const s of sessions) s.close();
+    for (const socket of sockets) {
+      if (!busy.has(socket) && !isHttp2.has(socket)) socket.end();
+    }
   };
   server.closeAllConnections = () => {
-    h1.closeAllConnections();
+    closing = true;
     for (const s of sessions) s.destroy();
     for (const s of sockets) s.destroy();
   };

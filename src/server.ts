@@ -82,6 +82,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   const fastify = Fastify({
     serverFactory: ((handler: never) => createOnePortServer(handler, tls)) as never,
     bodyLimit: BODY_LIMIT_BYTES,
+    // Path parameters up to 128-character secret names (find-my-way's default of 100 would answer 414).
+    maxParamLength: 512,
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
     requestIdHeader: false,

@@ -1,0 +1,216 @@
+/**
+ * `npm run cli -- <command>`: the admin API from a shell. Every command but
+ * `migrate` and `secrets rotate-key` is an AdminService call to the running
+ * server (the same code path as any other admin client; with the embedded
+ * database only the server may open DATA_DIR). The server's address comes
+ * from PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT; the admin token
+ * from ADMIN_TOKEN, else DATA_DIR/admin-token.
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { createClient, ConnectError } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import {
+  AdminService,
+  AppStatus,
+  AppSchema,
+  type App,
+  ListAppsResponseSchema,
+  GetUsageResponseSchema,
+  ListMailResponseSchema,
+  type AppLimits,
+} from "../gen/platform/admin/v1/admin_pb.js";
+import { ConfigError, loadConfig } from "./config.ts";
+import { openDatabase, migrate } from "./database.ts";
+import { LIMIT_NAMES } from "./apps.ts";
+import { toPlatformError } from "./errors.ts";
+
+const USAGE = `usage: npm run cli -- <command>
+
+  apps create NAME                 create an app
+  apps list                        list apps
+  apps get NAME                    show one app
+  apps stop NAME | apps start NAME stop or start an app
+  apps delete NAME                 delete an app and everything it owns
+  apps set NAME [--mail-from ADDR] [--analytics on|off] [--secrets on|off] [--limit NAME=VALUE ...]
+  tokens issue NAME [--label TEXT] issue a service token (printed once)
+  tokens revoke TOKEN_ID           revoke a token
+  secrets declare NAME [SECRET ...] set the blueprint's secret names
+  secrets set NAME SECRET          set a secret's value, read from standard input
+  secrets rotate-key               re-encrypt every secret under SECRETS_KEY (direct database access)
+  events publish NAME KIND [JSON]  put a platform event on the app's _events queue
+  usage NAME                       today's use and caps
+  mail list NAME [--limit N]       the app's recent mail
+  migrate                          run database migrations (direct database access)
+
+Limits: ${LIMIT_NAMES.join(", ")}`;
+
+class UsageError extends Error {}
+
+function print(value: unknown): void {
+  process.stdout.write((typeof value === "string" ? value : JSON.stringify(value, null, 2)) + "\n");
+}
+
+function onOff(value: string | undefined, flag: string): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (value === "on" || value === "true") return true;
+  if (value === "off" || value === "false") return false;
+  throw new UsageError(`${flag}: must be on or off`);
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+}
+
+export async function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      "mail-from": { type: "string" },
+      analytics: { type: "string" },
+      secrets: { type: "string" },
+      limit: { type: "string", multiple: true },
+      label: { type: "string" },
+      url: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+  });
+  const [group, command, ...rest] = positionals;
+  if (values.help || !group) {
+    print(USAGE);
+    return;
+  }
+  const config = loadConfig(env);
+
+  if (group === "migrate") {
+    const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
+    try {
+      await migrate(database.db);
+      print("migrations applied");
+    } finally {
+      await database.close();
+    }
+    return;
+  }
+  if (group === "secrets" && command === "rotate-key") {
+    const { rotateSecretsKeyFromConfig } = (await import(["./secrets", "rotate-key.ts"].join("/"))) as {
+      rotateSecretsKeyFromConfig: (c: typeof config) => Promise<{ reencrypted: number }>;
+    };
+    const { reencrypted } = await rotateSecretsKeyFromConfig(config);
+    print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
+    return;
+  }
+
+  const baseUrl = values.url ?? env.PLATFORM_ADMIN_URL ?? config.publicUrl;
+  const tokenFile = path.join(config.dataDir, "admin-token");
+  const adminToken = config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
+  if (!adminToken) throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
+  const admin = createClient(
+    AdminService,
+    createConnectTransport({
+      baseUrl,
+      httpVersion: "1.1",
+      interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
+    }),
+  );
+  const need = (value: string | undefined, what: string): string => {
+    if (!value) throw new UsageError(`missing ${what}`);
+    return value;
+  };
+  const showApp = (res: { app?: App }) => print(res.app ? toJson(AppSchema, res.app, { alwaysEmitImplicit: true }) : {});
+
+  if (group === "usage") {
+    return print(toJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") }), { alwaysEmitImplicit: true }));
+  }
+  switch (`${group} ${command ?? ""}`) {
+    case "apps create":
+      return showApp(await admin.createApp({ name: need(rest[0], "NAME") }));
+    case "apps list":
+      return print(toJson(ListAppsResponseSchema, await admin.listApps({}), { alwaysEmitImplicit: true }));
+    case "apps get":
+      return showApp(await admin.getApp({ appId: need(rest[0], "NAME") }));
+    case "apps stop":
+      return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.STOPPED }));
+    case "apps start":
+      return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.RUNNING }));
+    case "apps delete":
+      await admin.deleteApp({ appId: need(rest[0], "NAME") });
+      return print(`deleted ${rest[0]}`);
+    case "apps set": {
+      const limits: Partial<Record<keyof AppLimits, number>> = {};
+      for (const item of values.limit ?? []) {
+        const [name, value] = item.split("=");
+        if (!(LIMIT_NAMES as string[]).includes(name ?? "") || !/^\d+$/.test(value ?? "")) {
+          throw new UsageError(`--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}`);
+        }
+        limits[name as keyof AppLimits] = Number(value);
+      }
+      return showApp(
+        await admin.updateApp({
+          appId: need(rest[0], "NAME"),
+          mailFrom: values["mail-from"],
+          analyticsEnabled: onOff(values.analytics, "--analytics"),
+          secretsEnabled: onOff(values.secrets, "--secrets"),
+          limits: limits as never,
+        }),
+      );
+    }
+    case "tokens issue": {
+      const res = await admin.issueToken({ appId: need(rest[0], "NAME"), label: values.label });
+      process.stderr.write(`token id ${res.tokenId}; the token is shown once, now:\n`);
+      return print(res.token);
+    }
+    case "tokens revoke":
+      await admin.revokeToken({ tokenId: need(rest[0], "TOKEN_ID") });
+      return print("revoked");
+    case "secrets declare":
+      return showApp(await admin.declareSecrets({ appId: need(rest[0], "NAME"), names: rest.slice(1) }));
+    case "secrets set": {
+      const value = await readStdin();
+      const res = await admin.setSecret({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET"), value });
+      return print({ name: res.name, version: Number(res.version) });
+    }
+    case "events publish": {
+      let data: JsonValue = null;
+      if (rest[2] !== undefined) {
+        try {
+          data = JSON.parse(rest[2]) as JsonValue;
+        } catch {
+          throw new UsageError("JSON: not valid JSON");
+        }
+      }
+      return print(await admin.publishEvent({ appId: need(rest[0], "NAME"), kind: need(rest[1], "KIND"), data: fromJson(ValueSchema, data) }));
+    }
+    case "mail list": {
+      const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
+      return print(toJson(ListMailResponseSchema, await admin.listMail({ appId: need(rest[0], "NAME"), limit }), { alwaysEmitImplicit: true }));
+    }
+    default:
+      throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);
+  }
+}
+
+const isMain = import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli.ts");
+if (isMain) {
+  runCli(process.argv.slice(2)).catch((err: unknown) => {
+    if (err instanceof UsageError || err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    if (err instanceof ConnectError) {
+      const e = toPlatformError(err);
+      const more = (e.details ?? []).filter((d) => d !== e.message);
+      process.stderr.write(`error: ${e.code}: ${e.message}${more.length ? `\n  ${more.join("\n  ")}` : ""}\n`);
+      process.exit(1);
+    }
+    const code = (err as NodeJS.ErrnoException).code;
+    process.stderr.write(code === "ECONNREFUSED" ? "error: the server is not reachable; start it with npm start\n" : `error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

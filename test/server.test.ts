@@ -1,0 +1,147 @@
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { AdminService } from "../gen/platform/admin/v1/admin_pb.js";
+import { MetaService } from "../gen/platform/meta/v1/meta_pb.js";
+import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
+import { startServer, type Protocol, type TestApp, type TestServer } from "./support/harness.ts";
+import { jsonDepth } from "../src/server.ts";
+import { PlatformError, toPlatformError, toEnvelope } from "../src/errors.ts";
+import pkg from "../package.json" with { type: "json" };
+
+const run = promisify(execFile);
+let t: TestServer;
+let app: TestApp;
+
+beforeAll(async () => {
+  t = await startServer();
+  app = await t.createApp();
+});
+afterAll(() => t?.close());
+
+describe("meta", () => {
+  it("GET /health is exactly { status: 'ok' } without a token", async () => {
+    const res = await t.request("GET", "/health");
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: "ok" });
+  });
+
+  it("GET /version reports the package name and version", async () => {
+    const res = await t.request("GET", "/version");
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ name: pkg.name, version: pkg.version });
+  });
+});
+
+describe("one port, every protocol", () => {
+  for (const protocol of ["connect", "grpc", "grpc-web"] as Protocol[]) {
+    it(`MetaService and AdminService over ${protocol}`, async () => {
+      const meta = t.client(MetaService, undefined, protocol);
+      expect(await meta.getVersion({})).toMatchObject({ name: pkg.name, version: pkg.version });
+      expect((await meta.getHealth({})).status).toBe("ok");
+      const admin = t.client(AdminService, t.adminToken, protocol);
+      const { apps } = await admin.listApps({});
+      expect(apps.map((a) => a.name)).toContain(app.name);
+    });
+
+    it(`errors over ${protocol} carry the gRPC code and our string code`, async () => {
+      const admin = t.client(AdminService, t.adminToken, protocol);
+      let err: ConnectError | undefined;
+      try {
+        await admin.createApp({ name: "Not Valid" });
+      } catch (e) {
+        err = ConnectError.from(e);
+      }
+      expect(err?.code).toBe(Code.InvalidArgument);
+      expect(err?.findDetails(ErrorDetailSchema)[0]).toMatchObject({ code: "invalid_argument", details: [expect.stringMatching(/^name: /)] });
+    });
+  }
+
+  it("plain HTTP/1.1 and h2c on the same port (gRPC reflection lets buf curl call without a schema)", async () => {
+    const { stdout } = await run("node_modules/.bin/buf", [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      `${t.url}/platform.meta.v1.MetaService/GetVersion`,
+    ]);
+    expect(JSON.parse(stdout)).toEqual({ name: pkg.name, version: pkg.version });
+    const { stdout: list } = await run("node_modules/.bin/buf", ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", t.url]);
+    expect(list).toContain("platform.admin.v1.AdminService/CreateApp");
+    expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
+  });
+});
+
+describe("the error envelope at the edge", () => {
+  const route = "/v1/analytics/types";
+
+  it("malformed JSON is 400 invalid_argument", async () => {
+    const res = await t.request("POST", route, { token: app.token, body: '{"name": "x",' });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({ code: "invalid_argument", message: expect.stringContaining("JSON") });
+  });
+
+  it("a body that is not an object is 400", async () => {
+    for (const body of ["[1,2]", '"text"', "42", "null"]) {
+      const res = await t.request("POST", route, { token: app.token, body });
+      expect(res.status, body).toBe(400);
+      expect(res.body.error.code).toBe("invalid_argument");
+    }
+  });
+
+  it("a wrong content type is 400", async () => {
+    const res = await t.request("POST", route, { token: app.token, body: "name=x", headers: { "content-type": "text/csv" } });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({ code: "invalid_argument", message: expect.stringContaining("content-type") });
+  });
+
+  it("JSON nested deeper than 64 levels is 400, not a crash", async () => {
+    const deep = "[".repeat(100_000) + "]".repeat(100_000);
+    const res = await t.request("POST", "/v1/queues/deep", { token: app.token, body: `{"payload":${deep}}` });
+    expect(res.status).toBe(400);
+    expect(res.body.error.message).toContain("nested");
+    expect(jsonDepth(JSON.parse("[[[1]]]"))).toBe(3);
+  });
+
+  it("a body over 32 MiB is 413 payload_too_large", async () => {
+    const big = JSON.stringify({ payload: "x".repeat(33 * 1024 * 1024) });
+    const res = await t.request("POST", "/v1/queues/big", { token: app.token, body: big });
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe("payload_too_large");
+  });
+
+  it("an unknown path is 404 not_found", async () => {
+    const res = await t.request("GET", "/v1/nothing-here");
+    expect(res.status).toBe(404);
+    expect(res.body.error).toMatchObject({ code: "not_found", message: expect.any(String) });
+  });
+
+  it("every response carries x-request-id; a sane given one is echoed", async () => {
+    const a = await t.request("GET", "/health");
+    expect(a.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
+    const b = await t.request("GET", "/nope", { headers: { "x-request-id": "trace-123" } });
+    expect(b.headers.get("x-request-id")).toBe("trace-123");
+    const c = await t.request("GET", "/health", { headers: { "x-request-id": "bad id with spaces" } });
+    expect(c.headers.get("x-request-id")).not.toContain("bad");
+  });
+
+  it("anything unexpected becomes 500 internal with no internals in the message", () => {
+    const err = toPlatformError(new Error("relation secrets_x does not exist at 10.0.0.3"));
+    expect(err.status).toBe(500);
+    expect(toEnvelope(err)).toEqual({ error: { code: "internal", message: "internal error" } });
+    const ours = new PlatformError("queue_full", "queue jobs is full", { retryAfterSeconds: 5 });
+    expect(toPlatformError(ours)).toBe(ours);
+  });
+});
+
+describe("operations", () => {
+  it("/metrics exposes request counts and latencies by route template and status", async () => {
+    await t.request("GET", "/health");
+    const res = await fetch(`${t.url}/metrics`);
+    const text = await res.text();
+    expect(res.status).toBe(200);
+    expect(text).toMatch(/http_requests_total\{method="GET",route="\/health",status="200"\} \d+/);
+    expect(text).toContain("http_request_duration_seconds_bucket");
+  });
+});
