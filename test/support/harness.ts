@@ -110,6 +110,8 @@ export interface StartOptions {
   /** Extra environment for `loadConfig` (e.g. MAIL_PROVIDER). */
   env?: Record<string, string>;
   database?: TestDatabase;
+  /** Where the server's log lines go (default: nowhere, unless TEST_LOG_LEVEL is set). */
+  logLines?: string[];
 }
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
@@ -122,12 +124,12 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     ...(database.url ? { DATABASE_URL: database.url } : {}),
     ADMIN_TOKEN: adminToken,
     SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+    LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
     ...options.env,
   });
   const server = await createPlatformServer({
     config: { ...config, adminToken, secretsKey: config.secretsKey! } as typeof config,
-    logger: createLogger(config.logLevel),
+    logger: createLogger(config.logLevel, options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined),
     adminToken,
   });
   const listened = await server.listen();
