@@ -60,11 +60,85 @@ export interface SecretsTable {
   set_at: Timestamp | null;
 }
 
+export interface SecretLinksTable {
+  /** Hex SHA-256 of the link token; the token itself is never stored. */
+  token_hash: string;
+  app_id: string;
+  name: string;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  /** Set once, atomically, when the link sets the value; a used link is dead. */
+  used_at: Timestamp | null;
+}
+
+/** One send attempt of the mail facility, by either provider. */
+export interface MailLogTable {
+  id: Generated<number>;
+  app_id: string;
+  to_address: string;
+  from_address: string;
+  subject: string;
+  /** Kept only for the outbox, where the row is the message; null for SES. */
+  body_text: string | null;
+  status: "sent" | "stored" | "failed";
+  provider: string;
+  provider_message_id: string;
+  created_at: Timestamp;
+}
+
+/** One message of a queue (src/queues/queue-store.ts). */
+export interface QueueMessagesTable {
+  id: Generated<string>;
+  app_id: string;
+  queue: string;
+  /** The JSON-serialised payload, stored as text: kept byte for byte, never read into. */
+  payload: string;
+  enqueued_at: Generated<Timestamp>;
+  /** When the message may next be claimed: the put (plus any delay), or the end of its current lease. */
+  visible_at: Timestamp;
+  expires_at: Timestamp;
+  /** Deliveries so far; also the lease's nonce inside the receipt. */
+  deliveries: Generated<number>;
+}
+
+export interface AnalyticsEventTypesTable {
+  app_id: string;
+  name: string;
+  /** Property name -> declared kind (`string`, `number`, `boolean`). */
+  properties: ColumnType<Record<string, string>, string, string>;
+  created_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+}
+
+/** Raw events of the SQL analytics store (property values are strings). */
+export interface AnalyticsEventsTable {
+  app_id: string;
+  type: string;
+  at: Timestamp;
+  properties: ColumnType<Record<string, string>, string, string>;
+}
+
+/** Hourly counts per (type, property, value); `prop = ''` is the hour's total. */
+export interface AnalyticsHourlyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  hour: Timestamp;
+  value: string;
+  n: number;
+}
+
 export interface Tables {
   apps: AppsTable;
   app_tokens: AppTokensTable;
   quota_usage: QuotaUsageTable;
+  analytics_event_types: AnalyticsEventTypesTable;
+  analytics_events: AnalyticsEventsTable;
+  analytics_hourly: AnalyticsHourlyTable;
   secrets: SecretsTable;
+  queue_messages: QueueMessagesTable;
+  secret_links: SecretLinksTable;
+  mail_log: MailLogTable;
 }
 
 export type Db = Kysely<Tables>;

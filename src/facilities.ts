@@ -3,14 +3,13 @@
  * wired to each other only through their public APIs (`PlatformEvents`,
  * `AdminHooks`). One block per facility.
  */
-import { AnalyticsService } from "../gen/platform/analytics/v1/analytics_pb.js";
-import { MailService } from "../gen/platform/mail/v1/mail_pb.js";
-import { InferenceService } from "../gen/platform/inference/v1/inference_pb.js";
-import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { SecretsService } from "../gen/platform/secrets/v1/secrets_pb.js";
 import type { AdminHooks } from "./admin/admin-facility.ts";
 import type { Deps, Facility } from "./facility.ts";
-import { declareSecrets } from "./secrets/blueprint.ts";
+import { createAnalyticsFacility } from "./analytics/analytics-facility.ts";
+import { createQueuesFacility } from "./queues/queues-facility.ts";
+import { createSecretsFacility } from "./secrets/secrets-facility.ts";
+import { createMailFacility } from "./mail/mail-facility.ts";
+import { createInferenceFacility } from "./inference/inference-facility.ts";
 
 export interface Facilities {
   list: Facility[];
@@ -18,25 +17,29 @@ export interface Facilities {
 }
 
 export async function createFacilities(deps: Deps): Promise<Facilities> {
-  // queues (issue: queues) — provides PlatformEvents to secrets and the admin API.
-  const queues: Facility = { service: QueueService, impl: {} as never };
+  // queues — provides PlatformEvents (`events`) to secrets and the admin API.
+  const queues = createQueuesFacility(deps);
+  const events = queues.events;
 
   // analytics
-  const analytics: Facility = { service: AnalyticsService, impl: {} as never };
+  const analytics = createAnalyticsFacility(deps);
 
-  // secrets
-  const secrets: Facility = { service: SecretsService, impl: {} as never };
+  // secrets — sets publish `secret.set` through the queues facility's `events`.
+  const secrets = createSecretsFacility(deps, { events });
 
   // mail
-  const mail: Facility = { service: MailService, impl: {} as never };
+  const mail = createMailFacility(deps);
 
   // inference
-  const inference: Facility = { service: InferenceService, impl: {} as never };
+  const inference: Facility = createInferenceFacility(deps);
 
   return {
     list: [analytics, mail, inference, queues, secrets],
     adminHooks: {
-      declareSecrets: (appId, names) => declareSecrets(deps.db, appId, names),
+      publishEvent: (appId, kind, data) => events.publish(appId, kind, data),
+      declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
+      setSecret: (app, name, value) => secrets.setSecret(app, name, value),
+      listMail: (appId, limit) => mail.listMail(appId, limit),
     },
   };
 }

@@ -83,7 +83,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     serverFactory: ((handler: never) => createOnePortServer(handler, tls)) as never,
     bodyLimit: BODY_LIMIT_BYTES,
     // Path parameters up to 128-character secret names (find-my-way's default of 100 would answer 414).
-    maxParamLength: 512,
+    routerOptions: { maxParamLength: 512 },
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
     requestIdHeader: false,

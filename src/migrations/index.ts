@@ -4,7 +4,15 @@
  */
 import type { Migration } from "kysely/migration";
 import * as foundation from "./0001-foundation.ts";
+import * as queues from "./0002-queues.ts";
+import * as analytics from "./0003-analytics.ts";
+import * as secrets from "./0004-secrets.ts";
+import * as mail from "./0005-mail.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
+  "0002-queues": queues,
+  "0003-analytics": analytics,
+  "0004-secrets": secrets,
+  "0005-mail": mail,
 };

@@ -1,7 +1,8 @@
 /**
  * The blueprint's list of secret names: declaring keeps the secrets whose
  * names stay (values untouched), adds the new ones unset, and deletes the
- * rest with their values.
+ * rest with their values. A secret's links go with it (the `secret_links`
+ * foreign key cascades), so a dropped name leaves no usable link behind.
  */
 import type { Db } from "../database.ts";
 
