@@ -1,0 +1,69 @@
+/**
+ * The mail log's SQL, in one place: one row per send attempt, always scoped
+ * by the app id. Newest first is by the identity column, which follows insert
+ * order (timestamps can tie).
+ */
+import type { Db } from "../database.ts";
+
+export type MailLogStatus = "sent" | "stored" | "failed";
+
+export interface MailLogEntry {
+  to: string;
+  from: string;
+  subject: string;
+  /** Kept only where the log row is the message (the outbox). */
+  text: string | null;
+  status: MailLogStatus;
+  provider: string;
+  providerMessageId: string;
+}
+
+export interface MailLogRecord extends MailLogEntry {
+  at: Date;
+}
+
+export interface MailStore {
+  record(appId: string, entry: MailLogEntry): Promise<void>;
+  /** The app's most recent `limit` entries, newest first. */
+  list(appId: string, limit: number): Promise<MailLogRecord[]>;
+}
+
+export function createMailStore(db: Db): MailStore {
+  return {
+    async record(appId, entry) {
+      await db
+        .insertInto("mail_log")
+        .values({
+          app_id: appId,
+          to_address: entry.to,
+          from_address: entry.from,
+          subject: entry.subject,
+          body_text: entry.text,
+          status: entry.status,
+          provider: entry.provider,
+          provider_message_id: entry.providerMessageId,
+        })
+        .execute();
+    },
+
+    async list(appId, limit) {
+      const rows = await db
+        .selectFrom("mail_log")
+        .select(["to_address", "from_address", "subject", "body_text", "status", "provider", "provider_message_id", "created_at"])
+        .where("app_id", "=", appId)
+        .orderBy("id", "desc")
+        .limit(limit)
+        .execute();
+      return rows.map((r) => ({
+        to: r.to_address,
+        from: r.from_address,
+        subject: r.subject,
+        text: r.body_text,
+        status: r.status,
+        provider: r.provider,
+        providerMessageId: r.provider_message_id,
+        at: new Date(r.created_at),
+      }));
+    },
+  };
+}

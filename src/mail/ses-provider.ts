@@ -1,0 +1,106 @@
+/**
+ * Amazon SES v2 `SendEmail` with simple content (a UTF-8 subject and a
+ * plain-text body), the sending app's id as the email tag `app_id` (so
+ * bounces, complaints and CloudWatch metrics can be traced to an app).
+ * Credentials come from the standard AWS chain; the region and the endpoint
+ * override come from the service's configuration, so a deployment (or a test)
+ * points the client at a stand-in through `AWS_ENDPOINT_URL_SES`.
+ */
+import { SESv2Client, SendEmailCommand, SESv2ServiceException } from "@aws-sdk/client-sesv2";
+import type { Logger } from "pino";
+import { PlatformError } from "../errors.ts";
+import type { MailProvider } from "./mail-provider.ts";
+
+export interface SesProviderOptions {
+  region: string | undefined;
+  /** An endpoint override (`AWS_ENDPOINT_URL_SES`); undefined means the SDK's default. */
+  endpoint: string | undefined;
+  logger: Logger;
+  /** Attempts per message, including the first (the SDK retries throttling and 5xx). */
+  maxAttempts?: number;
+}
+
+/** The email tag that carries the sending app's id. */
+export const APP_ID_TAG = "app_id";
+
+export function createSesProvider(options: SesProviderOptions): MailProvider {
+  const client = new SESv2Client({
+    region: options.region,
+    ...(options.endpoint ? { endpoint: options.endpoint } : {}),
+    maxAttempts: options.maxAttempts ?? 3,
+    requestHandler: { connectionTimeout: 5_000, requestTimeout: 20_000 },
+  });
+  return {
+    name: "ses",
+    delivers: true,
+    description: `ses: mail is sent through Amazon SES v2 in ${options.region ?? "the default region"}${options.endpoint ? ` at ${options.endpoint}` : ""}`,
+    async send(mail) {
+      const command = new SendEmailCommand({
+        FromEmailAddress: mail.from,
+        Destination: { ToAddresses: [mail.to] },
+        Content: {
+          Simple: {
+            Subject: { Data: mail.subject, Charset: "UTF-8" },
+            Body: { Text: { Data: mail.text, Charset: "UTF-8" } },
+          },
+        },
+        EmailTags: [{ Name: APP_ID_TAG, Value: mail.appId }],
+      });
+      try {
+        const out = await client.send(command);
+        return { messageId: out.MessageId ?? "" };
+      } catch (err) {
+        const error = describeSesError(err);
+        // The provider's own message may name the account, region or identities: log only its kind.
+        options.logger.warn({ appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus }, "SES did not accept a message");
+        throw new PlatformError("upstream_error", error.message, { cause: err });
+      }
+    },
+    close() {
+      client.destroy();
+    },
+  };
+}
+
+interface SesErrorDescription {
+  /** The SES error name, or a network error kind; for the log only. */
+  kind: string;
+  httpStatus: number | undefined;
+  /** What the app is told: actionable, with no provider internals. */
+  message: string;
+}
+
+/** Maps an SES (or network) error onto a message that helps the app decide what to do. */
+export function describeSesError(err: unknown): SesErrorDescription {
+  // The SDK attaches `$metadata` to network errors too; only an HTTP answer makes it SES's word.
+  const httpStatus = (err as Partial<SESv2ServiceException> | undefined)?.$metadata?.httpStatusCode;
+  if (err instanceof SESv2ServiceException || (err instanceof Error && httpStatus !== undefined)) {
+    const e = err as SESv2ServiceException;
+    const message = (() => {
+      switch (e.name) {
+        case "MessageRejected":
+          return "the mail provider rejected this message; check the recipient address and the content";
+        case "MailFromDomainNotVerifiedException":
+        case "NotFoundException":
+          return "the mail provider does not accept this app's sender address yet; ask the platform operator";
+        case "AccountSuspendedException":
+        case "SendingPausedException":
+          return "sending mail is paused for this platform; ask the platform operator";
+        case "TooManyRequestsException":
+        case "LimitExceededException":
+        case "ThrottlingException":
+          return "the mail provider is throttling sends; retry later";
+        case "BadRequestException":
+          return "the mail provider refused this message as invalid";
+        default:
+          return e.$fault === "server" || (httpStatus ?? 0) >= 500
+            ? "the mail provider failed; retry later"
+            : "the mail provider refused this message";
+      }
+    })();
+    return { kind: e.name, httpStatus, message };
+  }
+  // No HTTP answer: refused or reset connection, DNS, timeout (the SDK names several of these TimeoutError).
+  const kind = err instanceof Error ? ((err as NodeJS.ErrnoException).code ?? err.name) : "unknown";
+  return { kind, httpStatus: undefined, message: "the mail provider could not be reached or did not answer; retry later" };
+}
