@@ -27,6 +27,7 @@ import { ConfigError, loadConfig } from "./config.ts";
 import { openDatabase, migrate } from "./database.ts";
 import { LIMIT_NAMES } from "./apps.ts";
 import { toPlatformError } from "./errors.ts";
+import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 
 const USAGE = `usage: npm run cli -- <command>
 
@@ -99,9 +100,6 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     return;
   }
   if (group === "secrets" && command === "rotate-key") {
-    const { rotateSecretsKeyFromConfig } = (await import(["./secrets", "rotate-key.ts"].join("/"))) as {
-      rotateSecretsKeyFromConfig: (c: typeof config) => Promise<{ reencrypted: number }>;
-    };
     const { reencrypted } = await rotateSecretsKeyFromConfig(config);
     print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
     return;

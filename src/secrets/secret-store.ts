@@ -1,0 +1,201 @@
+/**
+ * Every SQL statement of the secrets facility, one function per operation.
+ * Every query is scoped by app id, except the link lookups, which are scoped
+ * by the link token's hash (the link is the credential there). Values enter
+ * and leave this module only sealed; the caller seals and opens them, so
+ * nothing here ever holds a plaintext value.
+ */
+import crypto from "node:crypto";
+import { sql, type Db } from "../database.ts";
+import type { SealedValue } from "./keyring.ts";
+
+type Tx = Parameters<Parameters<ReturnType<Db["transaction"]>["execute"]>[0]>[0];
+
+export interface SecretRow {
+  name: string;
+  version: number | null;
+  setAt: Date | null;
+}
+
+export interface StoredSecret extends SecretRow {
+  value: SealedValue | null;
+}
+
+export interface SetResult {
+  appId: string;
+  name: string;
+  version: number;
+  setAt: Date;
+}
+
+/** Seals a value for the version it is about to become (the version is part of the seal). */
+export type Sealer = (version: number) => SealedValue;
+
+export interface LinkInfo {
+  appName: string;
+  name: string;
+  expiresAt: Date;
+}
+
+/** Link tokens are stored only as this hash. */
+export function hashLinkToken(token: string): string {
+  return crypto.createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+export function createSecretStore(db: Db) {
+  /** Within `trx`: locks the secret row, bumps its version and stores the sealed value. Undefined when undeclared. */
+  async function setInTransaction(trx: Tx, appId: string, name: string, seal: Sealer): Promise<SetResult | undefined> {
+    const current = await trx
+      .selectFrom("secrets")
+      .select("version")
+      .where("app_id", "=", appId)
+      .where("name", "=", name)
+      .forUpdate()
+      .executeTakeFirst();
+    if (!current) return undefined;
+    const version = (current.version ?? 0) + 1;
+    const { sealed, keyId } = seal(version);
+    const row = await trx
+      .updateTable("secrets")
+      .set({ value_encrypted: sealed, key_id: keyId, version, set_at: sql<Date>`now()` })
+      .where("app_id", "=", appId)
+      .where("name", "=", name)
+      .returning(["version", "set_at"])
+      .executeTakeFirstOrThrow();
+    return { appId, name, version: row.version!, setAt: new Date(row.set_at!) };
+  }
+
+  return {
+    async list(appId: string): Promise<SecretRow[]> {
+      const rows = await db
+        .selectFrom("secrets")
+        .select(["name", "version", "set_at"])
+        .where("app_id", "=", appId)
+        .orderBy("name")
+        .execute();
+      return rows.map((r) => ({ name: r.name, version: r.version, setAt: r.set_at ? new Date(r.set_at) : null }));
+    },
+
+    async read(appId: string, name: string): Promise<StoredSecret | undefined> {
+      const row = await db
+        .selectFrom("secrets")
+        .select(["name", "version", "set_at", "value_encrypted", "key_id"])
+        .where("app_id", "=", appId)
+        .where("name", "=", name)
+        .executeTakeFirst();
+      if (!row) return undefined;
+      return {
+        name: row.name,
+        version: row.version,
+        setAt: row.set_at ? new Date(row.set_at) : null,
+        value: row.value_encrypted && row.key_id ? { sealed: Buffer.from(row.value_encrypted), keyId: row.key_id } : null,
+      };
+    },
+
+    /** The owner's set: a new version of a declared secret. Undefined when undeclared. */
+    async set(appId: string, name: string, seal: Sealer): Promise<SetResult | undefined> {
+      return db.transaction().execute((trx) => setInTransaction(trx, appId, name, seal));
+    },
+
+    /**
+     * Creates a link when the app has fewer than `maxOutstanding` unused,
+     * unexpired links. The app's row is locked for the count and the insert,
+     * so concurrent creations for one app take turns and never overshoot.
+     * Dead links (used or expired) of the app are deleted on the way.
+     */
+    async createLink(
+      appId: string,
+      name: string,
+      tokenHash: string,
+      ttlSeconds: number,
+      maxOutstanding: number,
+    ): Promise<{ kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }> {
+      return db.transaction().execute(async (trx) => {
+        await trx.selectFrom("apps").select("id").where("id", "=", appId).forNoKeyUpdate().executeTakeFirst();
+        const declared = await trx
+          .selectFrom("secrets")
+          .select("name")
+          .where("app_id", "=", appId)
+          .where("name", "=", name)
+          .executeTakeFirst();
+        if (!declared) return { kind: "undeclared" as const };
+        await trx
+          .deleteFrom("secret_links")
+          .where("app_id", "=", appId)
+          .where((eb) => eb.or([eb("used_at", "is not", null), eb("expires_at", "<=", sql<Date>`now()`)]))
+          .execute();
+        const outstanding = await trx
+          .selectFrom("secret_links")
+          .select([
+            (eb) => eb.fn.countAll<number>().as("n"),
+            sql<number | null>`ceil(extract(epoch from min(expires_at) - now()))`.as("next_expiry_seconds"),
+          ])
+          .where("app_id", "=", appId)
+          .where("used_at", "is", null)
+          .where("expires_at", ">", sql<Date>`now()`)
+          .executeTakeFirstOrThrow();
+        if (Number(outstanding.n) >= maxOutstanding) {
+          const untilExpiry = Number(outstanding.next_expiry_seconds ?? 60);
+          return { kind: "too_many" as const, retryAfterSeconds: Math.max(1, Math.min(60, untilExpiry)) };
+        }
+        const row = await trx
+          .insertInto("secret_links")
+          .values({
+            token_hash: tokenHash,
+            app_id: appId,
+            name,
+            expires_at: sql<Date>`now() + make_interval(secs => ${ttlSeconds})`,
+          })
+          .returning("expires_at")
+          .executeTakeFirstOrThrow();
+        return { kind: "created" as const, expiresAt: new Date(row.expires_at) };
+      });
+    },
+
+    /** What the link page shows; undefined when the link is unknown, used, expired or its app has secrets disabled. */
+    async findLink(tokenHash: string): Promise<LinkInfo | undefined> {
+      const row = await db
+        .selectFrom("secret_links")
+        .innerJoin("apps", "apps.id", "secret_links.app_id")
+        .select(["apps.name as app_name", "secret_links.name", "secret_links.expires_at"])
+        .where("secret_links.token_hash", "=", tokenHash)
+        .where("secret_links.used_at", "is", null)
+        .where("secret_links.expires_at", ">", sql<Date>`now()`)
+        .where("apps.secrets_enabled", "=", true)
+        .executeTakeFirst();
+      return row ? { appName: row.app_name, name: row.name, expiresAt: new Date(row.expires_at) } : undefined;
+    },
+
+    /**
+     * Uses a link up and sets its secret, in one transaction. The conditional
+     * UPDATE is the single point of truth: of any number of concurrent uses,
+     * exactly one sees the row still unused and unexpired; the rest get
+     * undefined, as do unknown and expired links.
+     */
+    async useLink(tokenHash: string, seal: (appId: string, name: string, version: number) => SealedValue): Promise<SetResult | undefined> {
+      return db.transaction().execute(async (trx) => {
+        const link = await trx
+          .updateTable("secret_links")
+          .set({ used_at: sql<Date>`now()` })
+          .where("token_hash", "=", tokenHash)
+          .where("used_at", "is", null)
+          .where("expires_at", ">", sql<Date>`now()`)
+          .where((eb) =>
+            eb.exists(eb.selectFrom("apps").select("apps.id").whereRef("apps.id", "=", "secret_links.app_id").where("apps.secrets_enabled", "=", true)),
+          )
+          .returning(["app_id", "name"])
+          .executeTakeFirst();
+        if (!link) return undefined;
+        return setInTransaction(trx, link.app_id, link.name, (version) => seal(link.app_id, link.name, version));
+      });
+    },
+
+    /** Key ids of stored values, to warn at start about values no configured key opens. */
+    async keyIds(): Promise<string[]> {
+      const rows = await db.selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
+      return rows.map((r) => r.key_id!);
+    },
+  };
+}
+
+export type SecretStore = ReturnType<typeof createSecretStore>;
