@@ -128,6 +128,16 @@ export interface AnalyticsHourlyTable {
   n: number;
 }
 
+/** The same per UTC day. */
+export interface AnalyticsDailyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  day: Timestamp;
+  value: string;
+  n: number;
+}
+
 export interface Tables {
   apps: AppsTable;
   app_tokens: AppTokensTable;
@@ -135,6 +145,7 @@ export interface Tables {
   analytics_event_types: AnalyticsEventTypesTable;
   analytics_events: AnalyticsEventsTable;
   analytics_hourly: AnalyticsHourlyTable;
+  analytics_daily: AnalyticsDailyTable;
   secrets: SecretsTable;
   queue_messages: QueueMessagesTable;
   secret_links: SecretLinksTable;
@@ -180,6 +191,9 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   };
   const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types });
   pool.on("error", (err) => options.onError?.(err));
+  // A checked-out client has no pool listener: without its own, a connection
+  // ended by the server (a restart) between two queries would crash the process.
+  pool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
   const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
   const listeners = new Set<PgListener>();
   return {

@@ -1,0 +1,342 @@
+/**
+ * `npm run bench:queues`: the queue facility on PostgreSQL, end to end, and
+ * pg-boss doing the same work on the same PostgreSQL in the same run.
+ *
+ * A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test),
+ * the service started on it as a child process (its own process, as in production), then:
+ * 1. Throughput: 16 producers `POST /v1/queues/bench` (1 KiB payloads) and 16 consumers
+ *    `consume` -> `_ack`, over REST with keep-alive, for BENCH_SECONDS (15); counts acks.
+ * 2. pg-boss 12 (`send` / `fetch` / `complete` as library calls, 16 + 16, same duration, own schema).
+ * 3. Wake-up: one consume already waiting, then a put; the time from sending the put to
+ *    receiving the delivery, p50/p99 over BENCH_WAKE_SAMPLES (1000).
+ * 4. Idle: 2000 consumes waiting on 500 queues for 10 s: transactions per second of the
+ *    benchmark database (`pg_stat_database`), and the server's RSS.
+ *
+ * The last line of output is one JSON object:
+ * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb"}.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs/promises";
+import http from "node:http";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { PgBoss } from "pg-boss";
+
+const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
+const WAKE_SAMPLES = Number(process.env.BENCH_WAKE_SAMPLES ?? 1000);
+const IDLE_POLLS = 2000;
+const IDLE_QUEUES = 500;
+const IDLE_SECONDS = 10;
+const PRODUCERS = 16;
+const CONSUMERS = 16;
+/** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
+const MAX_OUTSTANDING = 512;
+/** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,4").split(",").map(Number));
+const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+const log = (msg: string) => process.stderr.write(`${msg}\n`);
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+    s.on("error", reject);
+  });
+}
+
+function percentile(samples: number[], p: number): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+/** A small JSON-over-HTTP/1.1 client on a keep-alive agent: cheaper per call than fetch. */
+function jsonClient(base: string, token: string, maxSockets: number) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets });
+  const url = new URL(base);
+  return {
+    agent,
+    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
+      const data = body === undefined ? undefined : JSON.stringify(body);
+      return new Promise((resolve, reject) => {
+        const req = http.request(
+          {
+            agent,
+            host: url.hostname,
+            port: url.port,
+            method,
+            path: pathname,
+            headers: {
+              authorization: `Bearer ${token}`,
+              ...(data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
+            },
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on("data", (c: Buffer) => chunks.push(c));
+            res.on("end", () => {
+              const text = Buffer.concat(chunks).toString("utf8");
+              try {
+                resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
+              } catch (err) {
+                reject(err as Error);
+              }
+            });
+            res.on("error", reject);
+          },
+        );
+        req.on("error", reject);
+        req.end(data);
+      });
+    },
+  };
+}
+
+async function connectAdmin(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const res = await fetch(`${url}/platform.admin.v1.AdminService/${rpc}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`${rpc}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+async function startService(databaseUrl: string, dataDir: string, adminToken: string): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(path.join(root, "node_modules/.bin/node"), ["src/main.ts"], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: databaseUrl, DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error("the service exited at start");
+    try {
+      if ((await fetch(`${url}/health`)).ok) return { url, child };
+    } catch {
+      // not yet
+    }
+    if (i > 600) throw new Error("the service did not start");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function rssMb(pid: number): Promise<number> {
+  const status = await fs.readFile(`/proc/${pid}/status`, "utf8");
+  const kb = Number(/^VmRSS:\s+(\d+)/m.exec(status)?.[1] ?? 0);
+  return kb / 1024;
+}
+
+/**
+ * Committed + rolled-back transactions of the database so far. A backend
+ * reports its counts to `pg_stat_database` only every so often while idle (up
+ * to 10 s late), but always when it exits; so the service's idle pool
+ * connections are ended first (the pool opens new ones on demand; the LISTEN
+ * connection is left alone), which makes the count exact at this moment.
+ */
+async function xacts(admin: pg.Client, dbName: string): Promise<number> {
+  await admin.query(
+    `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+     WHERE datname = $1 AND state = 'idle' AND query NOT ILIKE 'LISTEN%' AND pid <> pg_backend_pid()`,
+    [dbName],
+  );
+  await new Promise((r) => setTimeout(r, 300));
+  const { rows } = await admin.query(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`, [dbName]);
+  return Number(rows[0].n);
+}
+
+async function main(): Promise<void> {
+  const dbName = `pb_bench_queues_${crypto.randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: BASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  const dbUrl = new URL(BASE_URL);
+  dbUrl.pathname = `/${dbName}`;
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-queues-"));
+  const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
+  let child: ChildProcess | undefined;
+  try {
+    const service = await startService(dbUrl.toString(), dataDir, adminToken);
+    child = service.child;
+    const { app } = await connectAdmin(service.url, adminToken, "CreateApp", { name: "bench" });
+    const { token } = await connectAdmin(service.url, adminToken, "IssueToken", { appId: app.id });
+    log(`service on ${service.url}, database ${dbName}`);
+
+    let msgsPerS = NaN;
+    let bossPerS = NaN;
+    let wakeP50 = NaN;
+    let wakeP99 = NaN;
+    let idleXacts = NaN;
+    let rss = NaN;
+    log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
+    // 1. Throughput over REST.
+    if (PARTS.has(1)) {
+    const client = jsonClient(service.url, token, PRODUCERS + CONSUMERS + 4);
+    for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload: PAYLOAD });
+    let acked = 0;
+    let putDone = 0;
+    let stop = false;
+    let errors = 0;
+    const producers = Array.from({ length: PRODUCERS }, async () => {
+      while (!stop) {
+        if (putDone - acked > MAX_OUTSTANDING) {
+          await new Promise((r) => setTimeout(r, 1));
+          continue;
+        }
+        const res = await client.request("POST", "/v1/queues/bench", { payload: PAYLOAD });
+        if (res.status !== 200) errors++;
+        else putDone++;
+      }
+    });
+    const consumers = Array.from({ length: CONSUMERS }, async () => {
+      while (!stop) {
+        const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
+        const m = res.body?.message;
+        if (!m) continue;
+        const a = await client.request("POST", "/v1/queues/_ack", { receipt: m.receipt });
+        if (a.body?.acked) acked++;
+        else errors++;
+      }
+    });
+    const started = performance.now();
+    await new Promise((r) => setTimeout(r, SECONDS * 1000));
+    stop = true;
+    const ackedInWindow = acked;
+    const elapsed = (performance.now() - started) / 1000;
+    await Promise.all([...producers, ...consumers]);
+    msgsPerS = ackedInWindow / elapsed;
+    log(`1. REST put->consume->ack: ${round(msgsPerS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors)`);
+    client.agent.destroy();
+    }
+
+    // 2. pg-boss, same work, same PostgreSQL.
+    if (PARTS.has(2)) {
+    const boss = new PgBoss({ connectionString: dbUrl.toString(), max: 20, schedule: false, supervise: false });
+    boss.on("error", (err: Error) => log(`pg-boss error: ${err.message}`));
+    await boss.start();
+    await boss.createQueue("bench");
+    let bossDone = 0;
+    let bossSent = 0;
+    let bossStop = false;
+    const bossProducers = Array.from({ length: PRODUCERS }, async () => {
+      while (!bossStop) {
+        if (bossSent - bossDone > MAX_OUTSTANDING) {
+          await new Promise((r) => setTimeout(r, 1));
+          continue;
+        }
+        await boss.send("bench", PAYLOAD);
+        bossSent++;
+      }
+    });
+    const bossConsumers = Array.from({ length: CONSUMERS }, async () => {
+      while (!bossStop) {
+        const jobs = await boss.fetch("bench");
+        const job = jobs[0];
+        if (!job) {
+          await new Promise((r) => setTimeout(r, 5));
+          continue;
+        }
+        await boss.complete("bench", job.id);
+        bossDone++;
+      }
+    });
+    const bossStarted = performance.now();
+    await new Promise((r) => setTimeout(r, SECONDS * 1000));
+    bossStop = true;
+    const bossInWindow = bossDone;
+    const bossElapsed = (performance.now() - bossStarted) / 1000;
+    await Promise.all([...bossProducers, ...bossConsumers]);
+    await boss.stop({ graceful: false });
+    bossPerS = bossInWindow / bossElapsed;
+    log(`2. pg-boss send->fetch->complete: ${round(bossPerS, 0)} jobs/s (${bossInWindow} in ${round(bossElapsed, 1)} s)`);
+
+    }
+
+    // 3. Put -> delivery to an already waiting consume.
+    if (PARTS.has(3)) {
+    const waker = jsonClient(service.url, token, 4);
+    const samples: number[] = [];
+    for (let i = 0; i < 50 + WAKE_SAMPLES; i++) {
+      const delivered = waker.request("POST", "/v1/queues/wake/consume", { waitSeconds: 25 });
+      // Let the consume arrive and start waiting (its first claim finds nothing).
+      await new Promise((r) => setTimeout(r, 8));
+      const t0 = performance.now();
+      const put = waker.request("POST", "/v1/queues/wake", { payload: i });
+      const res = await delivered;
+      const t1 = performance.now();
+      await put;
+      if (res.body?.message?.payload !== i) throw new Error(`wake: got ${JSON.stringify(res.body)} for ${i}`);
+      await waker.request("POST", "/v1/queues/_ack", { receipt: res.body.message.receipt });
+      if (i >= 50) samples.push(t1 - t0);
+    }
+    waker.agent.destroy();
+    wakeP50 = percentile(samples, 50);
+    wakeP99 = percentile(samples, 99);
+    log(`3. wake-up put->delivery: p50 ${round(wakeP50)} ms, p99 ${round(wakeP99)} ms (${samples.length} samples)`);
+
+    }
+
+    // 4. Idle long-polls.
+    if (PARTS.has(4)) {
+    const idle = jsonClient(service.url, token, IDLE_POLLS + 10);
+    let idleAnswers = 0;
+    const polls = Array.from({ length: IDLE_POLLS }, (_, i) =>
+      idle.request("POST", `/v1/queues/idle-${i % IDLE_QUEUES}/consume`, { waitSeconds: 25 }).then(() => idleAnswers++, () => idleAnswers++),
+    );
+    for (;;) {
+      const text = await (await fetch(`${service.url}/metrics`)).text();
+      if (Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0) >= IDLE_POLLS) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const x0 = await xacts(admin, dbName);
+    const t0 = performance.now();
+    await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
+    rss = await rssMb(service.child.pid!);
+    const x1 = await xacts(admin, dbName);
+    const idleSeconds = (performance.now() - t0) / 1000;
+    idleXacts = (x1 - x0) / idleSeconds;
+    if (idleAnswers > 0) log(`   (${idleAnswers} idle polls answered early)`);
+    log(`4. ${IDLE_POLLS} idle long-polls on ${IDLE_QUEUES} queues: ${round(idleXacts)} xacts/s, server RSS ${round(rss, 0)} MB`);
+    child.kill("SIGTERM");
+    await Promise.allSettled(polls);
+    idle.agent.destroy();
+    }
+
+    process.stdout.write(
+      JSON.stringify({
+        msgs_per_s: round(msgsPerS, 0),
+        pgboss_msgs_per_s: round(bossPerS, 0),
+        ratio_vs_pgboss: round(msgsPerS / bossPerS),
+        wake_p50_ms: round(wakeP50),
+        wake_p99_ms: round(wakeP99),
+        idle_xacts_per_s: round(idleXacts),
+        idle_rss_mb: round(rss, 0),
+      }) + "\n",
+    );
+  } finally {
+    if (child && child.exitCode === null) {
+      child.kill("SIGTERM");
+      await new Promise((r) => child!.once("exit", r));
+    }
+    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await admin.end();
+    await fs.rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,374 @@
+/**
+ * The queue facility (SPEC.md "Queues", DESIGN.md sections 4 and 5): durable
+ * queues with leased consumption, served over REST and as `QueueService`, and
+ * the platform's own events on the reserved `_events` queue.
+ *
+ * Terminology:
+ * - **line**: the messages of one app's queue in the order they are handed
+ *   out (by `visible_at`, the put time for a fresh message).
+ * - **waiting**: a message not leased (never delivered, or its lease lapsed);
+ *   `depth` counts these, and the depth cap (`maxDepth`) applies to them.
+ * - **leased / in flight**: handed to a consumer until `leaseExpiresAt`; no
+ *   other consumer gets it meanwhile. A lapsed lease puts it back in line.
+ * - **delivery**: one lease of a message; `deliveries` counts them.
+ * - **receipt**: names one delivery; only the receipt of the current,
+ *   unexpired lease acks (deletes) the message.
+ * - **expiry**: a waiting message is dropped at `expiresAt`.
+ * - **wake-up**: how a put ends a waiting consume, on any instance (see
+ *   `wake-hub.ts`).
+ * - **platform event**: `{ kind, at, data }` put on `_events` by the platform,
+ *   never by the app; never refused for depth: the oldest waiting is dropped.
+ */
+import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { ValueSchema, timestampFromMs, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext } from "@connectrpc/connect";
+import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
+import { NAME_PATTERN, getApp, type AppRecord } from "../apps.ts";
+import { appOf } from "../auth.ts";
+import { sql } from "../database.ts";
+import { PlatformError, invalidArgument } from "../errors.ts";
+import type { Deps, Facility, PlatformEvents } from "../facility.ts";
+import { bodyObject } from "../rest.ts";
+import { decodeReceipt, encodeReceipt } from "./receipt.ts";
+import { createQueueStore, type PutResult, type StoredMessage } from "./queue-store.ts";
+import { createWakeHub } from "./wake-hub.ts";
+
+/** The reserved queue of platform events: apps consume and ack it, never put. */
+export const EVENTS_QUEUE = "_events";
+/** Longest consume wait, and the default (DESIGN.md section 4). */
+export const MAX_WAIT_SECONDS = 25;
+export const MAX_LEASE_SECONDS = 43_200;
+/** Longest `delaySeconds` of a put. */
+export const MAX_DELAY_SECONDS = 86_400;
+/** `Retry-After` hint of `queue_full`: consumers usually drain a little within a few seconds. */
+export const QUEUE_FULL_RETRY_AFTER_SECONDS = 5;
+/**
+ * Puts below `maxDepth - DEPTH_SLACK` waiting messages take the one-statement
+ * path; nearer the cap, puts on one queue are serialised by an advisory lock
+ * so concurrent puts cannot overshoot it (a fast-path put could only do so
+ * with more than this many puts on one queue in flight at once).
+ */
+export const DEPTH_SLACK = 64;
+/** Expiry runs this often on every instance, deleting in batches of `EXPIRE_BATCH`. */
+export const EXPIRE_INTERVAL_MS = 15_000;
+export const EXPIRE_BATCH = 1_000;
+const ORPHAN_INTERVAL_MS = 3_600_000;
+
+export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents };
+
+function checkQueueName(name: string, allowEvents: boolean): string {
+  if (name === EVENTS_QUEUE && allowEvents) return name;
+  if (!NAME_PATTERN.test(name)) {
+    throw invalidArgument("queue", `must match ^[a-z][a-z0-9_.-]{0,62}$${allowEvents ? ` or be ${EVENTS_QUEUE}` : ""}`);
+  }
+  return name;
+}
+
+function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < min || value > max) throw invalidArgument(field, `must be an integer from ${min} to ${max}`);
+  return value;
+}
+
+function payloadText(payload: Value | undefined, app: AppRecord): string {
+  if (payload === undefined) throw invalidArgument("payload", "is required");
+  let text: string;
+  try {
+    text = JSON.stringify(toJson(ValueSchema, payload));
+  } catch {
+    throw invalidArgument("payload", "must be a JSON value");
+  }
+  const bytes = Buffer.byteLength(text, "utf8");
+  if (bytes > app.limits.maxPayloadBytes) {
+    throw invalidArgument("payload", `must be at most ${app.limits.maxPayloadBytes} bytes as JSON (was ${bytes})`);
+  }
+  return text;
+}
+
+function toMessage(m: StoredMessage) {
+  return {
+    id: m.id,
+    queue: m.queue,
+    payload: fromJson(ValueSchema, JSON.parse(m.payload) as JsonValue),
+    receipt: encodeReceipt(m.id, m.deliveries),
+    enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
+    expiresAt: timestampFromMs(m.expiresAt.getTime()),
+    leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
+    deliveries: m.deliveries,
+  };
+}
+
+const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
+
+function messageJson(m: Message) {
+  return {
+    id: m.id,
+    queue: m.queue,
+    payload: m.payload ? toJson(ValueSchema, m.payload) : null,
+    receipt: m.receipt,
+    enqueuedAt: ms(m.enqueuedAt),
+    expiresAt: ms(m.expiresAt),
+    leaseExpiresAt: ms(m.leaseExpiresAt),
+    deliveries: m.deliveries,
+  };
+}
+
+/** A REST body field that must be an integer when present (ranges are the impl's). */
+function optionalInt(body: Record<string, unknown>, field: string): number | undefined {
+  const v = body[field];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isInteger(v)) throw invalidArgument(field, "must be an integer");
+  // Keep it inside int32 so the message stays encodable; the impl checks the range.
+  return Math.max(-0x80000000, Math.min(0x7fffffff, v));
+}
+
+export function createQueuesFacility(deps: Deps): QueuesFacility {
+  const { db, logger, metrics } = deps;
+  const store = createQueueStore(db);
+  const hub = createWakeHub(deps.database, store, logger);
+  const dropped = metrics.counter("queue_events_dropped_total", "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.", []);
+  const expired = metrics.counter("queue_messages_expired_total", "Waiting messages dropped at their expiresAt.", []);
+  const waitingGauge = metrics.gauge("queue_waiting_consumers", "Consumes waiting (long-polling) on this instance.", []);
+  const timers: NodeJS.Timeout[] = [];
+  let closed = false;
+
+  /** After a put committed: local waiters now, other instances through the NOTIFY sent by the statement. */
+  const announced = (appId: string, queue: string, delaySeconds: number) => hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
+
+  async function put(app: AppRecord, queue: string, payload: string, delaySeconds: number, ttlSeconds: number) {
+    const max = app.limits.maxQueueDepth;
+    const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
+    if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
+    let result: PutResult | undefined;
+    if (max - DEPTH_SLACK > 0) {
+      result = await store.put({ ...input, depthBelow: max - DEPTH_SLACK });
+    }
+    if (!result?.inserted) {
+      result = await db.transaction().execute(async (trx) => {
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${app.id}:${queue}`}, 0))`.execute(trx);
+        return store.put({ ...input, depthBelow: max }, trx);
+      });
+    }
+    if (!result.inserted) {
+      throw new PlatformError("queue_full", `queue ${queue} has ${max} messages waiting, its maxDepth`, {
+        details: [`depth: ${result.depth} of maxDepth ${max}`],
+        retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
+      });
+    }
+    announced(app.id, queue, delaySeconds);
+    return result;
+  }
+
+  async function consume(app: AppRecord, queue: string, waitSeconds: number, leaseSeconds: number, context: HandlerContext) {
+    if (waitSeconds === 0) return (await store.claim(app.id, queue, leaseSeconds)).message;
+    const deadline = Date.now() + waitSeconds * 1000;
+    // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
+    // whose dependants a long-lived signal keeps until collected).
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    const { signal } = stop;
+    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
+    context.signal.addEventListener("abort", onAbort, { once: true });
+    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    // Registered before the first claim, so a put landing between the claim and the wait still wakes it.
+    const waiter = hub.register(app.id, queue);
+    // Counted once its first claim found nothing: from then on it only waits.
+    let counted = false;
+    let served = false;
+    let used: ReturnType<typeof waiter.beforeClaim>;
+    try {
+      for (;;) {
+        used = waiter.beforeClaim();
+        const claimed = await store.claim(app.id, queue, leaseSeconds);
+        if (claimed.message) {
+          served = true;
+          return claimed.message;
+        }
+        if (signal.aborted || Date.now() >= deadline) return undefined;
+        if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
+        if (!counted) {
+          counted = true;
+          waitingGauge.inc();
+        }
+        await waiter.wait(deadline, signal);
+        if (signal.aborted) return undefined;
+      }
+    } finally {
+      waiter.leave(served, used);
+      if (counted) waitingGauge.dec();
+      context.signal.removeEventListener("abort", onAbort);
+      deps.shutdownSignal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  const events: PlatformEvents = {
+    async publish(appId, kind, data) {
+      const app = await getApp(db, appId);
+      const payload = JSON.stringify({ kind, at: Date.now(), data });
+      const result = await store.putDroppingOldest({
+        appId: app.id,
+        queue: EVENTS_QUEUE,
+        payload,
+        delaySeconds: 0,
+        ttlSeconds: app.limits.messageTtlSeconds,
+        keep: app.limits.maxQueueDepth,
+        notify: hub.payload(app.id, EVENTS_QUEUE, 0),
+      });
+      if (result.dropped > 0) {
+        dropped.inc(result.dropped);
+        logger.info({ appId: app.id, dropped: result.dropped }, "platform events dropped at the depth cap");
+      }
+      announced(app.id, EVENTS_QUEUE, 0);
+      return { id: result.id };
+    },
+  };
+
+  async function sweep(): Promise<void> {
+    try {
+      for (let n = EXPIRE_BATCH; n === EXPIRE_BATCH && !closed; ) {
+        n = await store.expire(EXPIRE_BATCH);
+        if (n > 0) expired.inc(n);
+      }
+    } catch (err) {
+      logger.warn({ err: (err as Error).message }, "queue expiry sweep failed");
+    }
+  }
+
+  async function sweepOrphans(): Promise<void> {
+    try {
+      for (let n = EXPIRE_BATCH; n === EXPIRE_BATCH && !closed; ) n = await store.deleteOrphans(EXPIRE_BATCH);
+    } catch (err) {
+      logger.warn({ err: (err as Error).message }, "queue sweep of deleted apps failed");
+    }
+  }
+
+  return {
+    service: QueueService,
+    events,
+    impl: {
+      async listQueues(_req, context) {
+        const app = appOf(context);
+        const queues = await store.list(app.id);
+        return {
+          queues: queues.map((q) => ({
+            name: q.name,
+            depth: BigInt(q.depth),
+            inFlight: BigInt(q.inFlight),
+            maxDepth: BigInt(app.limits.maxQueueDepth),
+            oldestAt: q.oldestAt ? timestampFromMs(q.oldestAt.getTime()) : undefined,
+          })),
+        };
+      },
+
+      async putMessage(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        if (queue === EVENTS_QUEUE) {
+          throw new PlatformError("permission_denied", `${EVENTS_QUEUE} is the platform's events queue; apps cannot put on it`);
+        }
+        const payload = payloadText(req.payload, app);
+        const ttlSeconds = checkRange("ttlSeconds", req.ttlSeconds, 1, app.limits.messageTtlSeconds, app.limits.messageTtlSeconds);
+        const delaySeconds = checkRange("delaySeconds", req.delaySeconds, 0, MAX_DELAY_SECONDS, 0);
+        if (delaySeconds >= ttlSeconds) throw invalidArgument("delaySeconds", "must be less than the message's lifetime (ttlSeconds)");
+        const result = await put(app, queue, payload, delaySeconds, ttlSeconds);
+        if (!result.inserted) throw new Error("unreachable");
+        return { id: result.id, queue, expiresAt: timestampFromMs(result.expiresAt.getTime()) };
+      },
+
+      async consumeMessage(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        const waitSeconds = checkRange("waitSeconds", req.waitSeconds, 0, MAX_WAIT_SECONDS, MAX_WAIT_SECONDS);
+        const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS));
+        const message = await consume(app, queue, waitSeconds, leaseSeconds, context);
+        return message ? { message: toMessage(message) } : {};
+      },
+
+      async ackMessage(req, context) {
+        const app = appOf(context);
+        const receipt = decodeReceipt(req.receipt);
+        return { acked: await store.ack(app.id, receipt.id, receipt.deliveries) };
+      },
+    },
+
+    restRoutes(rest) {
+      rest.route({
+        method: "GET",
+        url: "/v1/queues",
+        rpc: QueueService.method.listQueues,
+        response: (out) => ({
+          queues: out.queues.map((q) => ({
+            name: q.name,
+            depth: Number(q.depth),
+            inFlight: Number(q.inFlight),
+            maxDepth: Number(q.maxDepth),
+            oldestAt: ms(q.oldestAt),
+          })),
+        }),
+      });
+      // Registered before `/:queue`; the router prefers the static segment anyway.
+      rest.route({
+        method: "POST",
+        url: "/v1/queues/_ack",
+        rpc: QueueService.method.ackMessage,
+        request: ({ body }) => {
+          const receipt = bodyObject(body).receipt;
+          if (typeof receipt !== "string") throw invalidArgument("receipt", "must be a string");
+          return { receipt };
+        },
+        response: (out) => ({ acked: out.acked }),
+      });
+      rest.route({
+        method: "POST",
+        url: "/v1/queues/:queue",
+        rpc: QueueService.method.putMessage,
+        request: ({ body, params }) => {
+          const obj = bodyObject(body);
+          if (!("payload" in obj)) throw invalidArgument("payload", "is required");
+          let payload: Value;
+          try {
+            payload = fromJson(ValueSchema, obj.payload as JsonValue);
+          } catch {
+            throw invalidArgument("payload", "must be a JSON value");
+          }
+          return {
+            queue: params.queue ?? "",
+            payload,
+            delaySeconds: optionalInt(obj, "delaySeconds"),
+            ttlSeconds: optionalInt(obj, "ttlSeconds"),
+          };
+        },
+        response: (out) => ({ id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt) }),
+      });
+      rest.route({
+        method: "POST",
+        url: "/v1/queues/:queue/consume",
+        rpc: QueueService.method.consumeMessage,
+        request: ({ body, params }) => {
+          const obj = bodyObject(body, true);
+          return {
+            queue: params.queue ?? "",
+            waitSeconds: optionalInt(obj, "waitSeconds"),
+            leaseSeconds: optionalInt(obj, "leaseSeconds"),
+          };
+        },
+        response: (out) => ({ message: out.message ? messageJson(out.message) : null }),
+      });
+    },
+
+    async start() {
+      await hub.start();
+      const expiry = setInterval(() => void sweep(), EXPIRE_INTERVAL_MS);
+      const orphans = setInterval(() => void sweepOrphans(), ORPHAN_INTERVAL_MS);
+      expiry.unref();
+      orphans.unref();
+      timers.push(expiry, orphans);
+    },
+
+    async close() {
+      closed = true;
+      for (const t of timers) clearInterval(t);
+      await hub.close();
+    },
+  };
+}

@@ -1,0 +1,32 @@
+/**
+ * Receipts: what a consumer needs to ack one delivery of one message. A
+ * receipt names the message and the delivery (the `deliveries` count the
+ * claim set), so nothing beyond the message row is stored: a redelivery
+ * counts up, and every earlier receipt of that message stops matching.
+ * Opaque to callers: base64url of the 16 id bytes and a 4-byte count.
+ */
+import { invalidArgument } from "../errors.ts";
+
+export interface Receipt {
+  id: string;
+  deliveries: number;
+}
+
+export function encodeReceipt(id: string, deliveries: number): string {
+  const bytes = Buffer.alloc(20);
+  Buffer.from(id.replace(/-/g, ""), "hex").copy(bytes, 0);
+  bytes.writeUInt32BE(deliveries, 16);
+  return bytes.toString("base64url");
+}
+
+export function decodeReceipt(receipt: string): Receipt {
+  if (receipt.length === 0) throw invalidArgument("receipt", "is required");
+  if (!/^[A-Za-z0-9_-]{27}$/.test(receipt)) throw invalidArgument("receipt", "is not a receipt");
+  const bytes = Buffer.from(receipt, "base64url");
+  if (bytes.length !== 20) throw invalidArgument("receipt", "is not a receipt");
+  const hex = bytes.subarray(0, 16).toString("hex");
+  const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  const deliveries = bytes.readUInt32BE(16);
+  if (deliveries < 1 || deliveries > 0x7fffffff) throw invalidArgument("receipt", "is not a receipt");
+  return { id, deliveries };
+}

@@ -1,0 +1,83 @@
+/**
+ * Wake-ups across instances: two servers on one PostgreSQL database, a
+ * consumer waiting on B, a put on A. And the LISTEN connection cut under a
+ * waiting consumer (`pg_terminate_backend`, as a database restart looks to
+ * the client): it reconnects, re-LISTENs and re-checks, without a restart.
+ * Both need a shared PostgreSQL server, so they run only when DATABASE_URL
+ * is set (PGlite is one process: there is no second instance to wake).
+ */
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import pg from "pg";
+import { backend, createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { RECHECK_MS } from "../../src/queues/wake-hub.ts";
+
+const reason = "needs a shared PostgreSQL server (DATABASE_URL) for two instances";
+
+describe.skipIf(backend !== "postgres")(`wake-up across instances (${backend === "postgres" ? "PostgreSQL" : `skipped: ${reason}`})`, () => {
+  let database: TestDatabase;
+  let a: TestServer;
+  let b: TestServer;
+  let app: TestApp;
+  let sql: pg.Client;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    a = await startServer({ database });
+    b = await startServer({ database });
+    app = await a.createApp();
+    sql = new pg.Client({ connectionString: database.url });
+    await sql.connect();
+  });
+  afterAll(async () => {
+    await sql?.end();
+    await a?.close();
+    await b?.close();
+    await database?.drop();
+  });
+
+  const waiting = async (s: TestServer) => {
+    const text = await (await fetch(`${s.url}/metrics`)).text();
+    return Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0);
+  };
+  const listeners = async () =>
+    (await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)).rows.map((r) => r.pid as number);
+
+  it("a put on instance A wakes a consumer waiting on instance B at once (well before any re-check)", async () => {
+    for (let round = 0; round < 5; round++) {
+      const consume = b.request("POST", "/v1/queues/cross/consume", { token: app.token, body: { waitSeconds: 20 } });
+      await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+      const putAt = Date.now();
+      const put = await a.request("POST", "/v1/queues/cross", { token: app.token, body: { payload: round } });
+      expect(put.status).toBe(200);
+      const res = await consume;
+      expect(res.body.message.payload).toBe(round);
+      expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
+      await b.request("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: res.body.message.receipt } });
+    }
+  });
+
+  it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
+    const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+    const before = await listeners();
+    expect(before.length).toBe(2); // one per instance
+    await sql.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [before]);
+    // A put while the connections are down: its notification is lost, the re-check on reconnect finds it.
+    const put = await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "while down" } });
+    expect(put.status).toBe(200);
+    const res = await consume;
+    expect(res.body.message.payload).toBe("while down");
+    await vi.waitFor(async () => {
+      const now = await listeners();
+      expect(now.length).toBe(2);
+      expect(now.filter((pid) => before.includes(pid))).toEqual([]);
+    });
+    // And notifications flow again over the new connections.
+    const again = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+    const putAt = Date.now();
+    await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "after" } });
+    expect((await again).body.message.payload).toBe("after");
+    expect(Date.now() - putAt).toBeLessThan(1000);
+  });
+});
