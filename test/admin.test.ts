@@ -139,6 +139,20 @@ describe("AdminService tokens, secrets, usage", () => {
     expect(usage.embedTokens?.cap).toBe(BigInt(DEFAULT_LIMITS.embedTokensPerDay));
   });
 
+  it("PublishEvent: empty data means null; a Value with an unset nested kind is InvalidArgument", async () => {
+    const app = await t.createApp();
+    const { id } = await t.admin.publishEvent({ appId: app.id, kind: "deploy.done", data: {} as never });
+    expect(id).toBeTruthy();
+    const consumed = await t.request("POST", "/v1/queues/_events/consume", { token: app.token, body: { waitSeconds: 0 } });
+    expect(consumed.body.message.payload).toMatchObject({ kind: "deploy.done", data: null });
+    const err = await connectError(
+      t.admin.publishEvent({ appId: app.id, kind: "x", data: { kind: { case: "listValue", value: { values: [{} as never] } } } as never }),
+    );
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage).toMatch(/^data: /);
+    expect((await connectError(t.admin.publishEvent({ appId: app.id, kind: "Bad Kind" }))).code).toBe(Code.InvalidArgument);
+  });
+
   it("every RPC refuses a missing token, a service token and a wrong admin token", async () => {
     const app = await t.createApp();
     for (const token of [undefined, app.token, t.adminToken + "x"]) {

@@ -208,7 +208,16 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks): Facility<typ
         if (!hooks.publishEvent) unimplemented("PublishEvent");
         const app = await getApp(db, requireAppId(req.appId));
         if (!/^[a-z][a-z0-9_.-]{0,62}$/.test(req.kind)) throw invalidArgument("kind", "must match ^[a-z][a-z0-9_.-]{0,62}$");
-        const data = req.data ? toJson(ValueSchema, req.data) : null;
+        // A Value with no kind set (an empty message on the wire) means null; one
+        // with an unset Value nested inside it is not JSON at all.
+        let data: JsonValue = null;
+        if (req.data && req.data.kind.case !== undefined) {
+          try {
+            data = toJson(ValueSchema, req.data);
+          } catch {
+            throw invalidArgument("data", "must be a JSON value (a google.protobuf.Value with every nested kind set)");
+          }
+        }
         return hooks.publishEvent(app.id, req.kind, data);
       },
 
