@@ -1,0 +1,233 @@
+/**
+ * `npm run bench:analytics`: the SQL analytics store on PostgreSQL, end to end.
+ *
+ * 1. A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
+ *    and the service started on it as a child process (its own CPU, as in production).
+ * 2. Ingest: 1,000,000 events through `POST /v1/analytics/events`, batches of 1000,
+ *    8 concurrent clients; the events cover the last 30 days in time order, as
+ *    logged live, each with `plan` (20 values) and `paid` (boolean).
+ * 3. Query: day buckets over 30 days grouped by `plan`, through `POST /v1/analytics/query`,
+ *    p50 of 50 runs; against the same count by a plain
+ *    `SELECT date_trunc('day', at), properties->>'plan', count(*) ... GROUP BY` over the raw
+ *    events in the same database, p50 of 50 runs.
+ *
+ * The last line of output is one JSON object:
+ * {"ingest_events_per_s","query_p50_ms","naive_sql_p50_ms","query_speedup"}.
+ * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
+ * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import crypto from "node:crypto";
+import fs from "node:fs/promises";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+
+const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const TOTAL = Number(process.env.BENCH_EVENTS ?? 1_000_000);
+const BATCH = 1000;
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
+const RUNS = Number(process.env.BENCH_RUNS ?? 50);
+const DAY = 86_400_000;
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+const log = (msg: string) => process.stderr.write(`${msg}\n`);
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+    s.on("error", reject);
+  });
+}
+
+/** CPU seconds used so far by a process (utime + stime from /proc), or NaN where /proc is missing. */
+async function cpuSeconds(pid: number): Promise<number> {
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return Number.NaN;
+  }
+}
+
+/** CPU seconds of every postgres process on this machine (other users of the server included). */
+async function postgresCpuSeconds(): Promise<number> {
+  let total = 0;
+  for (const entry of await fs.readdir("/proc").catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue;
+    const comm = await fs.readFile(`/proc/${entry}/comm`, "utf8").catch(() => "");
+    if (comm.trim() === "postgres") total += (await cpuSeconds(Number(entry))) || 0;
+  }
+  return total;
+}
+
+function p50(samples: number[]): number {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)]!;
+}
+
+async function main(): Promise<void> {
+  const dbName = `pb_bench_${crypto.randomBytes(4).toString("hex")}`;
+  const admin = new pg.Client({ connectionString: BASE_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  await admin.end();
+  const url = new URL(BASE_URL);
+  url.pathname = `/${dbName}`;
+  const databaseUrl = url.toString();
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-"));
+  const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+
+  let server: ChildProcess | undefined;
+  const cleanup = async () => {
+    server?.kill("SIGTERM");
+    if (server && server.exitCode === null) await new Promise((r) => server!.once("exit", r));
+    const c = new pg.Client({ connectionString: BASE_URL });
+    await c.connect();
+    await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+    await c.end();
+    await fs.rm(dataDir, { recursive: true, force: true });
+  };
+
+  try {
+    server = spawn(process.execPath, [path.join(root, "src/main.ts")], {
+      cwd: root,
+      env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseUrl, DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, LOG_LEVEL: "warn", MONGODB_URL: "" },
+      stdio: ["ignore", "ignore", "inherit"],
+    });
+    for (let i = 0; ; i++) {
+      try {
+        if ((await fetch(`${base}/health`)).ok) break;
+      } catch {
+        // not up yet
+      }
+      if (i > 300 || server.exitCode !== null) throw new Error("the server did not start");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+
+    const adminCall = async (rpc: string, body: unknown) => {
+      const res = await fetch(`${base}/platform.admin.v1.AdminService/${rpc}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}` },
+        body: JSON.stringify(body),
+      });
+      if (!res.ok) throw new Error(`${rpc}: ${res.status} ${await res.text()}`);
+      return (await res.json()) as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+    };
+    const { app } = await adminCall("CreateApp", { name: "bench" });
+    await adminCall("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
+    const { token } = await adminCall("IssueToken", { appId: app.id });
+    const call = async (method: string, p: string, body?: string) => {
+      const res = await fetch(base + p, { method, headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body });
+      const text = await res.text();
+      if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
+      return JSON.parse(text);
+    };
+    await call("POST", "/v1/analytics/types", JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }));
+
+    // Every batch generated before the clock starts. As logged live, batches
+    // arrive in time order: batch i holds the events of the i-th slice of the
+    // 30 days (about 43 minutes each at 1,000,000 events). BENCH_SPREAD=random
+    // instead spreads every batch over all 30 days (the rollups' worst case).
+    const now = Date.now();
+    const oldest = now - 30 * DAY;
+    const batches = Math.ceil(TOTAL / BATCH);
+    const slice = (now - oldest) / batches;
+    const random = process.env.BENCH_SPREAD === "random";
+    const plans = Array.from({ length: 20 }, (_, i) => `plan-${String(i).padStart(2, "0")}`);
+    const bodies = Array.from({ length: batches }, (_, b) =>
+      JSON.stringify({
+        events: Array.from({ length: BATCH }, () => ({
+          type: "pageview",
+          at: random ? oldest + Math.floor(Math.random() * (now - oldest)) : Math.floor(oldest + (b + Math.random()) * slice),
+          properties: { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
+        })),
+      }),
+    );
+
+    let next = 0;
+    let recorded = 0;
+    log(`ingesting ${batches * BATCH} events in batches of ${BATCH} over ${CLIENTS} clients...`);
+    const cpuBefore = { server: await cpuSeconds(server.pid!), postgres: await postgresCpuSeconds(), client: process.cpuUsage() };
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: CLIENTS }, async () => {
+        while (next < batches) {
+          const i = next++;
+          const res = await call("POST", "/v1/analytics/events", bodies[i]);
+          recorded += res.recorded;
+        }
+      }),
+    );
+    const ingestSeconds = (performance.now() - started) / 1000;
+    const ingestRate = recorded / ingestSeconds;
+    log(`ingested ${recorded} events in ${ingestSeconds.toFixed(1)} s: ${Math.round(ingestRate)} events/s`);
+    const clientCpu = process.cpuUsage(cpuBefore.client);
+    log(
+      `CPU during ingest: service ${((await cpuSeconds(server.pid!)) - cpuBefore.server).toFixed(1)} s, ` +
+        `postgres ${((await postgresCpuSeconds()) - cpuBefore.postgres).toFixed(1)} s, ` +
+        `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0]!.toFixed(1)})`,
+    );
+
+    const direct = new pg.Client({ connectionString: databaseUrl });
+    await direct.connect();
+    await direct.query("VACUUM ANALYZE analytics_events");
+    await direct.query("VACUUM ANALYZE analytics_hourly");
+
+    const since = Math.floor(oldest / DAY) * DAY;
+    const queryBody = JSON.stringify({ type: "pageview", since, until: now, interval: "day", groupBy: "plan" });
+    const apiTimes: number[] = [];
+    let apiTotal = 0;
+    for (let i = 0; i < RUNS + 3; i++) {
+      const t0 = performance.now();
+      const res = await call("POST", "/v1/analytics/query", queryBody);
+      const ms = performance.now() - t0;
+      if (i >= 3) apiTimes.push(ms); // the first runs warm caches
+      apiTotal = res.total;
+    }
+    log(`API query: p50 ${p50(apiTimes).toFixed(1)} ms, total ${apiTotal}, ${RUNS} runs`);
+
+    const naive = `
+      SELECT date_trunc('day', at) AS day, properties->>'plan' AS plan, count(*) AS n
+      FROM analytics_events
+      WHERE app_id = $1 AND type = $2 AND at >= $3 AND at < $4
+      GROUP BY 1, 2 ORDER BY 1, 2`;
+    const naiveTimes: number[] = [];
+    let naiveTotal = 0;
+    for (let i = 0; i < RUNS + 1; i++) {
+      const t0 = performance.now();
+      const res = await direct.query<{ n: string }>(naive, [app.id, "pageview", new Date(since), new Date(now)]);
+      const ms = performance.now() - t0;
+      if (i >= 1) naiveTimes.push(ms);
+      naiveTotal = res.rows.reduce((n, r) => n + Number(r.n), 0);
+    }
+    await direct.end();
+    log(`naive SQL: p50 ${p50(naiveTimes).toFixed(1)} ms, total ${naiveTotal}, ${RUNS} runs`);
+    if (naiveTotal !== apiTotal) throw new Error(`the API counted ${apiTotal} events, plain SQL ${naiveTotal}`);
+
+    const queryP50 = p50(apiTimes);
+    const naiveP50 = p50(naiveTimes);
+    const result = {
+      ingest_events_per_s: Math.round(ingestRate),
+      query_p50_ms: Math.round(queryP50 * 100) / 100,
+      naive_sql_p50_ms: Math.round(naiveP50 * 100) / 100,
+      query_speedup: Math.round((naiveP50 / queryP50) * 10) / 10,
+    };
+    await cleanup();
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+  } catch (err) {
+    await cleanup().catch(() => {});
+    throw err;
+  }
+}
+
+await main();

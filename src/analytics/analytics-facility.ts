@@ -1,0 +1,198 @@
+/**
+ * The analytics facility (SPEC.md section 4 "Analytics", DESIGN.md section 4):
+ * an app registers event types, logs events of those types within a daily
+ * cap, and counts them back in calendar buckets. `AnalyticsService` is
+ * implemented once; the REST routes (`analytics-rest.ts`) and Connect/gRPC
+ * both call it.
+ *
+ * Terminology:
+ * - **event type**: a name and the properties its events may carry, each with
+ *   a declared kind (`string`, `number`, `boolean`). Platform data: always in
+ *   the platform database, so registering and listing never answer 501/502.
+ * - **event store**: where events live, behind one interface
+ *   (`event-store.ts`): the SQL store (default) or MongoDB (`MONGODB_URL`).
+ * - **batch**: the events of one log call, stored whole or refused whole.
+ * - **bucket**: a calendar hour, day, week (from Monday) or month, in UTC or
+ *   in the `timezone` extension's zone; only non-empty buckets are answered.
+ * - **group**: the value of the `groupBy` property, as stored (a string), or
+ *   null for events that do not carry it.
+ * - **allowance**: the `events` counter of the shared quota module, capped by
+ *   the app's `eventsPerDay`; a batch that does not fit is refused whole.
+ */
+import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  AnalyticsService,
+  Interval,
+  PropertyKind,
+  type EventTypeSchema,
+} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { NAME_PATTERN, type AppRecord } from "../apps.ts";
+import { appOf } from "../auth.ts";
+import { PlatformError, invalidArgument } from "../errors.ts";
+import type { Deps, Facility } from "../facility.ts";
+import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc, type Unit } from "./buckets.ts";
+import { registerAnalyticsRoutes } from "./analytics-rest.ts";
+import type { EventStore } from "./event-store.ts";
+import { createEventTypeStore, type EventTypeRecord, type PropertyKindName } from "./event-type-store.ts";
+import { createMongoEventStore } from "./mongo-event-store.ts";
+import { createSqlEventStore } from "./sql-event-store.ts";
+import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, MAX_TIME_MS, NAME_RULE, quoted, timestampToMs, validateEvents } from "./validate-events.ts";
+
+export interface AnalyticsFacilityOptions {
+  /** Overrides the store chosen from the configuration (tests). */
+  store?: EventStore;
+}
+
+const KIND_NAME: Record<number, PropertyKindName> = {
+  [PropertyKind.STRING]: "string",
+  [PropertyKind.NUMBER]: "number",
+  [PropertyKind.BOOLEAN]: "boolean",
+};
+export const KIND_OF: Record<PropertyKindName, PropertyKind> = {
+  string: PropertyKind.STRING,
+  number: PropertyKind.NUMBER,
+  boolean: PropertyKind.BOOLEAN,
+};
+const UNIT_OF: Record<number, Unit> = {
+  [Interval.UNSPECIFIED]: "day",
+  [Interval.HOUR]: "hour",
+  [Interval.DAY]: "day",
+  [Interval.WEEK]: "week",
+  [Interval.MONTH]: "month",
+};
+export const INTERVAL_OF: Record<Unit, Interval> = {
+  hour: Interval.HOUR,
+  day: Interval.DAY,
+  week: Interval.WEEK,
+  month: Interval.MONTH,
+};
+
+/** The store of the configuration: MongoDB when MONGODB_URL is set, else the platform database. */
+export function createEventStore(deps: Deps): EventStore {
+  const { config } = deps;
+  return config.mongodbUrl
+    ? createMongoEventStore({ url: config.mongodbUrl, dbName: config.mongodbDb })
+    : createSqlEventStore(deps.db);
+}
+
+function eventTypeMessage(t: EventTypeRecord): MessageInitShape<typeof EventTypeSchema> {
+  const properties: Record<string, PropertyKind> = {};
+  for (const [name, kind] of Object.entries(t.properties)) properties[name] = KIND_OF[kind];
+  return { name: t.name, properties, createdAt: timestampFromDate(t.createdAt), updatedAt: timestampFromDate(t.updatedAt) };
+}
+
+function requireAnalytics(app: AppRecord): void {
+  if (!app.analyticsEnabled) {
+    throw new PlatformError("not_configured", "analytics is not enabled for this app; the platform operator enables it");
+  }
+}
+
+function instant(ts: Parameters<typeof timestampToMs>[0], field: string): number {
+  const ms = timestampToMs(ts);
+  if (ms === undefined) throw invalidArgument(field, "must be between years 0001 and 9999");
+  return ms;
+}
+
+export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): Facility<typeof AnalyticsService> {
+  const { db, quotas } = deps;
+  const logger = deps.logger.child({ facility: "analytics" });
+  const types = createEventTypeStore(db);
+  const store = options.store ?? createEventStore(deps);
+  const recorded = deps.metrics.counter("analytics_events_recorded_total", "Events stored, by event store.", ["store"] as const);
+  logger.info({ store: store.kind }, "analytics events store");
+
+  const facility: Facility<typeof AnalyticsService> = {
+    service: AnalyticsService,
+    impl: {
+      async registerEventType(req, context) {
+        const app = appOf(context);
+        if (!req.name) throw invalidArgument("name", "is required");
+        if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
+        const names = Object.keys(req.properties);
+        if (names.length > MAX_PROPERTIES) throw invalidArgument("properties", `must declare at most ${MAX_PROPERTIES} properties`);
+        const properties: Record<string, PropertyKindName> = {};
+        for (const name of names.sort()) {
+          if (!NAME_PATTERN.test(name)) throw invalidArgument(`properties.${quoted(name).slice(1, -1)}`, `the name ${NAME_RULE}`);
+          const kind = KIND_NAME[req.properties[name]!];
+          if (!kind) throw invalidArgument(`properties.${name}`, "must be string, number or boolean");
+          properties[name] = kind;
+        }
+        const saved = await types.register(app.id, req.name, properties);
+        return { eventType: eventTypeMessage(saved) };
+      },
+
+      async listEventTypes(_req, context) {
+        const app = appOf(context);
+        return { types: (await types.list(app.id)).map(eventTypeMessage) };
+      },
+
+      async logEvents(req, context) {
+        const app = appOf(context);
+        requireAnalytics(app);
+        const now = Date.now();
+        const names = new Set<string>();
+        for (const e of req.events) if (NAME_PATTERN.test(e.type)) names.add(e.type);
+        // An oversized batch is refused by validateEvents without reading types.
+        const known = req.events.length <= MAX_EVENTS_PER_CALL ? await types.get(app.id, [...names]) : new Map<string, EventTypeRecord>();
+        const events = validateEvents(req.events, known, now);
+        const reservation = await quotas.reserve(app.id, "events", events.length, app.limits.eventsPerDay);
+        try {
+          await store.insert(app.id, events);
+        } catch (err) {
+          await quotas.release(reservation).catch((e: unknown) => logger.error({ err: e }, "could not release an events reservation"));
+          if (err instanceof PlatformError && err.code === "upstream_error") logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
+          throw err;
+        }
+        recorded.inc({ store: store.kind }, events.length);
+        return { recorded: BigInt(events.length), remainingToday: BigInt(reservation.remaining) };
+      },
+
+      async queryEvents(req, context) {
+        const app = appOf(context);
+        requireAnalytics(app);
+        if (!req.type) throw invalidArgument("type", "is required");
+        if (!NAME_PATTERN.test(req.type)) throw invalidArgument("type", NAME_RULE);
+        if (req.groupBy !== undefined && !NAME_PATTERN.test(req.groupBy)) throw invalidArgument("groupBy", NAME_RULE);
+        const unit = UNIT_OF[req.interval];
+        if (!unit) throw invalidArgument("interval", "must be hour, day, week or month");
+        if (!req.since) throw invalidArgument("since", "is required");
+        const since = instant(req.since, "since");
+        const until = req.until ? instant(req.until, "until") : Math.min(Date.now(), MAX_TIME_MS);
+        if (since >= until) throw invalidArgument("since", "must be before until");
+        let timezone: string | undefined;
+        if (req.timezone !== undefined && req.timezone !== "") {
+          timezone = checkTimezone(req.timezone);
+          if (isUtc(timezone)) timezone = undefined;
+          else if (unit === "hour") throw invalidArgument("timezone", "applies to day, week and month buckets only");
+        }
+        const buckets = bucketCount(since, until, unit, timezone);
+        if (buckets > MAX_BUCKETS) {
+          throw invalidArgument("since", `the range spans ${buckets} ${unit} buckets; at most ${MAX_BUCKETS}`);
+        }
+        const type = (await types.get(app.id, [req.type])).get(req.type);
+        if (!type) throw invalidArgument("type", `no event type named ${quoted(req.type)} is registered`);
+        if (req.groupBy !== undefined && !Object.hasOwn(type.properties, req.groupBy)) {
+          throw invalidArgument("groupBy", `${quoted(req.groupBy)} is not a property of type ${quoted(type.name)}`);
+        }
+        const rows = await store.count({ appId: app.id, type: type.name, since, until, unit, groupBy: req.groupBy, timezone });
+        let total = 0;
+        for (const r of rows) total += r.count;
+        return {
+          type: type.name,
+          interval: INTERVAL_OF[unit],
+          since: timestampFromMs(since),
+          until: timestampFromMs(until),
+          groupBy: req.groupBy,
+          buckets: rows.map((r) => ({ at: timestampFromMs(r.at), group: r.group ?? undefined, count: BigInt(r.count) })),
+          total: BigInt(total),
+        };
+      },
+    },
+    restRoutes: (rest) => registerAnalyticsRoutes(rest),
+    async close() {
+      await store.close();
+    },
+  };
+  return facility;
+}

@@ -1,0 +1,59 @@
+/**
+ * The one interface in front of the two places events can live: the SQL
+ * store (the platform's Postgres/PGlite, the default) and the MongoDB store
+ * (a time-series collection, when MONGODB_URL is set). The facility validates
+ * everything before a store sees it, so a store only stores and counts; a
+ * store that cannot be reached throws `upstream_error` (502).
+ */
+import { PlatformError } from "../errors.ts";
+import type { Unit } from "./buckets.ts";
+
+/** A validated event as stored: values already turned into strings. */
+export interface StoredEvent {
+  type: string;
+  /** Epoch milliseconds. */
+  at: number;
+  properties: Record<string, string>;
+}
+
+export interface CountQuery {
+  appId: string;
+  type: string;
+  /** Inclusive, epoch ms. */
+  since: number;
+  /** Exclusive, epoch ms. */
+  until: number;
+  unit: Unit;
+  groupBy?: string | undefined;
+  /** IANA zone for day/week/month buckets; undefined means UTC. */
+  timezone?: string | undefined;
+}
+
+export interface CountBucket {
+  /** Epoch ms at the start of the bucket. */
+  at: number;
+  group: string | null;
+  count: number;
+}
+
+export interface EventStore {
+  readonly kind: "sql" | "mongodb";
+  /** Stores the whole batch or nothing. */
+  insert(appId: string, events: readonly StoredEvent[]): Promise<void>;
+  /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
+  count(query: CountQuery): Promise<CountBucket[]>;
+  close(): Promise<void>;
+}
+
+export function upstreamError(cause: unknown): PlatformError {
+  return new PlatformError("upstream_error", "analytics store unreachable", { cause });
+}
+
+/** Sorts buckets the way SPEC.md/DESIGN.md order them: by `at`, then group, null first. */
+export function compareBuckets(a: CountBucket, b: CountBucket): number {
+  if (a.at !== b.at) return a.at - b.at;
+  if (a.group === b.group) return 0;
+  if (a.group === null) return -1;
+  if (b.group === null) return 1;
+  return a.group < b.group ? -1 : 1;
+}

@@ -1,0 +1,66 @@
+/**
+ * Event types, always in the platform database (whichever store holds the
+ * events), so registering and listing types never depend on the analytics
+ * store. Every SQL statement on `analytics_event_types` lives here.
+ */
+import { sql, type Db } from "../database.ts";
+
+export type PropertyKindName = "string" | "number" | "boolean";
+
+export interface EventTypeRecord {
+  name: string;
+  properties: Record<string, PropertyKindName>;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+interface Row {
+  name: string;
+  properties: Record<string, PropertyKindName> | string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+function fromRow(row: Row): EventTypeRecord {
+  return {
+    name: row.name,
+    properties: typeof row.properties === "string" ? JSON.parse(row.properties) : row.properties,
+    createdAt: new Date(row.created_at),
+    updatedAt: new Date(row.updated_at),
+  };
+}
+
+export interface EventTypeStore {
+  /** Creates the type or replaces its properties (`createdAt` stays). */
+  register(appId: string, name: string, properties: Record<string, PropertyKindName>): Promise<EventTypeRecord>;
+  list(appId: string): Promise<EventTypeRecord[]>;
+  /** The named types of the app that exist. */
+  get(appId: string, names: readonly string[]): Promise<Map<string, EventTypeRecord>>;
+}
+
+export function createEventTypeStore(db: Db): EventTypeStore {
+  return {
+    async register(appId, name, properties) {
+      const result = await sql<Row>`
+        INSERT INTO analytics_event_types AS t (app_id, name, properties)
+        VALUES (${appId}::uuid, ${name}, ${JSON.stringify(properties)}::jsonb)
+        ON CONFLICT (app_id, name) DO UPDATE SET properties = excluded.properties, updated_at = clock_timestamp()
+        RETURNING name, properties, created_at, updated_at`.execute(db);
+      return fromRow(result.rows[0]!);
+    },
+
+    async list(appId) {
+      const result = await sql<Row>`
+        SELECT name, properties, created_at, updated_at FROM analytics_event_types
+        WHERE app_id = ${appId}::uuid ORDER BY name`.execute(db);
+      return result.rows.map(fromRow);
+    },
+
+    async get(appId, names) {
+      const result = await sql<Row>`
+        SELECT name, properties, created_at, updated_at FROM analytics_event_types
+        WHERE app_id = ${appId}::uuid AND name = ANY(${[...names]}::text[])`.execute(db);
+      return new Map(result.rows.map((row) => [row.name, fromRow(row)]));
+    },
+  };
+}

@@ -1,0 +1,146 @@
+/**
+ * Events on MongoDB: one time-series collection for every app.
+ *
+ * - `timeField` `at`, `metaField` `meta` = `{ app, type }`: MongoDB groups the
+ *   events of one app and type into buckets of one hour
+ *   (`bucketMaxSpanSeconds` = `bucketRoundingSeconds` = 3600). Fixed, aligned
+ *   buckets keep counting on the bucket-summary fast path.
+ * - Properties are measurements under `p`. A property name may contain `.`,
+ *   which MongoDB reads as a path; it is stored with `:` instead (a character
+ *   the name pattern never allows), see `fieldName`.
+ * - Counting is one `$match` on meta and time, one `$group` on `$dateTrunc`
+ *   (`startOfWeek: "monday"`, `timezone`), built by the pure
+ *   `buildCountPipeline` so tests can run it without a server.
+ *
+ * Whole-batch semantics: time-series collections take no multi-document
+ * transactions, so every event of a batch carries the batch id `b`; when an
+ * insert fails midway, the events of that batch already written are deleted
+ * before the error is answered (502).
+ */
+import crypto from "node:crypto";
+import { MongoClient, MongoError, type Collection, type Document } from "mongodb";
+import type { Unit } from "./buckets.ts";
+import { isUtc } from "./buckets.ts";
+import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+
+export const COLLECTION = "analytics_events";
+
+/** A stored event document. */
+export interface EventDocument {
+  at: Date;
+  meta: { app: string; type: string };
+  p: Record<string, string>;
+  /** Batch id, for undoing a half-written batch. */
+  b: string;
+}
+
+/** The stored field name of a property (`.` would be read as a path). */
+export function fieldName(property: string): string {
+  return property.replaceAll(".", ":");
+}
+
+/** The documents of a batch. Pure. */
+export function toDocuments(appId: string, events: readonly StoredEvent[], batchId: string): EventDocument[] {
+  return events.map((e) => {
+    const p: Record<string, string> = {};
+    for (const key in e.properties) p[fieldName(key)] = e.properties[key]!;
+    return { at: new Date(e.at), meta: { app: appId, type: e.type }, p, b: batchId };
+  });
+}
+
+/**
+ * The aggregation pipeline that counts one query. Pure: the same input gives
+ * the same pipeline, which tests run against fixture events.
+ * Output documents: `{ at: Date, group: string | null, count: number }`,
+ * sorted by `at`, then `group` (null first).
+ */
+export function buildCountPipeline(q: CountQuery): Document[] {
+  const trunc: Record<string, unknown> = { date: "$at", unit: q.unit satisfies Unit, binSize: 1 };
+  if (q.unit === "week") trunc.startOfWeek = "monday";
+  if (!isUtc(q.timezone)) trunc.timezone = q.timezone;
+  return [
+    { $match: { "meta.app": q.appId, "meta.type": q.type, at: { $gte: new Date(q.since), $lt: new Date(q.until) } } },
+    {
+      $group: {
+        _id: {
+          at: { $dateTrunc: trunc },
+          group: q.groupBy === undefined ? null : { $ifNull: [`$p.${fieldName(q.groupBy)}`, null] },
+        },
+        count: { $sum: 1 },
+      },
+    },
+    { $sort: { "_id.at": 1, "_id.group": 1 } },
+    { $project: { _id: 0, at: "$_id.at", group: "$_id.group", count: 1 } },
+  ];
+}
+
+export interface MongoStoreOptions {
+  url: string;
+  dbName: string;
+  collection?: string;
+}
+
+export function createMongoEventStore(options: MongoStoreOptions): EventStore {
+  const hasTimeout = /[?&]serverSelectionTimeoutMS=/i.test(options.url);
+  const client = new MongoClient(options.url, {
+    ...(hasTimeout ? {} : { serverSelectionTimeoutMS: 5000 }),
+    appName: "platform-batteries",
+  });
+  const name = options.collection ?? COLLECTION;
+  let ready: Promise<Collection<EventDocument>> | undefined;
+
+  /** Creates the collection on first use; the server may be down at start. */
+  const collection = (): Promise<Collection<EventDocument>> => {
+    ready ??= (async () => {
+      const db = client.db(options.dbName);
+      try {
+        await db.createCollection(name, {
+          timeseries: { timeField: "at", metaField: "meta", bucketMaxSpanSeconds: 3600, bucketRoundingSeconds: 3600 },
+        });
+      } catch (err) {
+        if (!(err instanceof MongoError && (err.code === 48 || (err as { codeName?: string }).codeName === "NamespaceExists"))) throw err;
+      }
+      return db.collection<EventDocument>(name);
+    })().catch((err: unknown) => {
+      ready = undefined;
+      throw err;
+    });
+    return ready;
+  };
+
+  return {
+    kind: "mongodb",
+
+    async insert(appId, events) {
+      if (events.length === 0) return;
+      const batchId = crypto.randomUUID();
+      let coll: Collection<EventDocument>;
+      try {
+        coll = await collection();
+      } catch (err) {
+        throw upstreamError(err);
+      }
+      try {
+        await coll.insertMany(toDocuments(appId, events, batchId), { ordered: true });
+      } catch (err) {
+        // Never half a batch: take back what was written (best effort; the store may be gone).
+        await coll.deleteMany({ "meta.app": appId, b: batchId }).catch(() => {});
+        throw upstreamError(err);
+      }
+    },
+
+    async count(q) {
+      try {
+        const coll = await collection();
+        const rows = await coll.aggregate<{ at: Date; group: string | null; count: number }>(buildCountPipeline(q)).toArray();
+        return rows.map((r): CountBucket => ({ at: r.at.getTime(), group: r.group ?? null, count: Number(r.count) })).sort(compareBuckets);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async close() {
+      await client.close();
+    },
+  };
+}

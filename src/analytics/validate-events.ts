@@ -1,0 +1,139 @@
+/**
+ * The rules an event must pass before any store sees it (SPEC.md section 4
+ * "Analytics", DESIGN.md section 4), written once for REST and gRPC. A batch
+ * is refused whole, and the message names the first bad event by its index,
+ * e.g. `events[3].properties.plan: must be a string (declared string)`.
+ */
+import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Value } from "@bufbuild/protobuf/wkt";
+import { NAME_PATTERN } from "../apps.ts";
+import { PlatformError, invalidArgument } from "../errors.ts";
+import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
+import type { StoredEvent } from "./event-store.ts";
+
+/** Events per log call (DESIGN.md section 4). */
+export const MAX_EVENTS_PER_CALL = 1000;
+/** How far ahead of now an event may be dated. */
+export const MAX_FUTURE_MS = 24 * 3_600_000;
+/** Properties a type may declare: each one is a rollup row per event. */
+export const MAX_PROPERTIES = 64;
+/** Longest string value, in UTF-8 bytes (values are index keys of the rollups). */
+export const MAX_VALUE_BYTES = 1024;
+/** The instants a timestamp may take: years 0001 to 9999, as google.protobuf.Timestamp allows. */
+export const MIN_TIME_MS = -62_135_596_800_000;
+export const MAX_TIME_MS = 253_402_300_799_999;
+
+export const NAME_RULE = "must match ^[a-z][a-z0-9_.-]{0,62}$";
+
+/** The shape of an event as both protocols deliver it. */
+export interface EventInput {
+  type: string;
+  at?: Timestamp | undefined;
+  properties: Record<string, Value>;
+}
+
+export function checkBatchSize(count: number): void {
+  if (count < 1 || count > MAX_EVENTS_PER_CALL) {
+    throw invalidArgument("events", `must have 1 to ${MAX_EVENTS_PER_CALL} items (got ${count})`);
+  }
+}
+
+/** A name for use in a message: user input, so cut short and quoted. */
+export function quoted(name: string): string {
+  return JSON.stringify(name.length > 64 ? `${name.slice(0, 64)}…` : name);
+}
+
+/** No lone surrogates: Postgres (and JSON in general) cannot store them. */
+function isWellFormed(s: string): boolean {
+  return (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+}
+
+/** A property value as stored, or the rule it breaks. */
+function storedValue(value: Value | undefined, kind: PropertyKindName): string | { rule: string } {
+  const v = value?.kind;
+  switch (kind) {
+    case "string":
+      if (v?.case !== "stringValue") return { rule: "must be a string (declared string)" };
+      if (!isWellFormed(v.value) || v.value.includes("\u0000")) return { rule: "must be valid Unicode without NUL characters" };
+      if (v.value.length > MAX_VALUE_BYTES / 3 && Buffer.byteLength(v.value, "utf8") > MAX_VALUE_BYTES) {
+        return { rule: `must be at most ${MAX_VALUE_BYTES} bytes of UTF-8` };
+      }
+      return v.value;
+    case "number":
+      if (v?.case !== "numberValue") return { rule: "must be a number (declared number)" };
+      if (!Number.isFinite(v.value)) return { rule: "must be a finite number" };
+      return String(v.value);
+    case "boolean":
+      if (v?.case !== "boolValue") return { rule: "must be a boolean (declared boolean)" };
+      return v.value ? "true" : "false";
+  }
+}
+
+/** Epoch ms of a timestamp, or undefined when it is out of range. */
+export function timestampToMs(ts: Timestamp): number | undefined {
+  const ms = timestampMs(ts);
+  return Number.isFinite(ms) && ms >= MIN_TIME_MS && ms <= MAX_TIME_MS ? Math.floor(ms) : undefined;
+}
+
+/**
+ * Validates a batch against the app's types; returns the events as stored or
+ * throws one 400 naming the first bad event (and up to 20 issues in details).
+ */
+export function validateEvents(events: readonly EventInput[], types: ReadonlyMap<string, EventTypeRecord>, now: number): StoredEvent[] {
+  checkBatchSize(events.length);
+  const issues: string[] = [];
+  const out: StoredEvent[] = new Array(events.length);
+  const latest = now + MAX_FUTURE_MS;
+  for (let i = 0; i < events.length && issues.length < 20; i++) {
+    const e = events[i]!;
+    const where = `events[${i}]`;
+    const type = NAME_PATTERN.test(e.type) ? types.get(e.type) : undefined;
+    if (!e.type) {
+      issues.push(`${where}.type: is required`);
+      continue;
+    }
+    if (!NAME_PATTERN.test(e.type)) {
+      issues.push(`${where}.type: ${NAME_RULE}`);
+      continue;
+    }
+    if (!type) {
+      issues.push(`${where}.type: no event type named ${quoted(e.type)} is registered`);
+      continue;
+    }
+    let at = now;
+    if (e.at !== undefined) {
+      const ms = timestampToMs(e.at);
+      if (ms === undefined) {
+        issues.push(`${where}.at: must be between years 0001 and 9999`);
+        continue;
+      }
+      if (ms > latest) {
+        issues.push(`${where}.at: is more than 24 h in the future`);
+        continue;
+      }
+      at = ms;
+    }
+    const properties: Record<string, string> = {};
+    let bad = false;
+    for (const key in e.properties) {
+      const kind = Object.hasOwn(type.properties, key) ? type.properties[key] : undefined;
+      if (kind === undefined) {
+        issues.push(`${where}.properties.${quoted(key).slice(1, -1)}: is not declared by type ${quoted(type.name)}`);
+        bad = true;
+        break;
+      }
+      const value = storedValue(e.properties[key], kind);
+      if (typeof value !== "string") {
+        issues.push(`${where}.properties.${key}: ${value.rule}`);
+        bad = true;
+        break;
+      }
+      properties[key] = value;
+    }
+    if (!bad) out[i] = { type: e.type, at, properties };
+  }
+  if (issues.length > 0) {
+    throw new PlatformError("invalid_argument", issues[0]!, { details: issues });
+  }
+  return out;
+}

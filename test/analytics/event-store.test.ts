@@ -1,0 +1,112 @@
+/**
+ * One suite, every real event store: the SQL store on this run's database
+ * (PostgreSQL when DATABASE_URL is set, else PGlite), and the MongoDB store
+ * against a real server only when MONGODB_URL is set. Without MONGODB_URL the
+ * MongoDB block is reported as skipped, never as passed.
+ */
+import crypto from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase, migrate, type Database } from "../../src/database.ts";
+import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
+import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
+import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";
+import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { STORE_CASES, T, referenceCount, spreadEvents, type StoreCase } from "./store-cases.ts";
+
+interface StoreUnderTest {
+  store: EventStore;
+  close(): Promise<void>;
+}
+
+const iso = (rows: { at: number; group: string | null; count: number }[]) =>
+  rows.map((r) => [new Date(r.at).toISOString(), r.group, r.count]);
+
+function storeSuite(open: () => Promise<StoreUnderTest>): void {
+  let subject: StoreUnderTest;
+  let store: EventStore;
+  beforeAll(async () => {
+    subject = await open();
+    store = subject.store;
+  });
+  afterAll(async () => {
+    await subject?.close();
+  });
+
+  /** Each case in its own app; the same events under another app and another type are noise that must not count. */
+  const run = async (c: StoreCase) => {
+    const appId = crypto.randomUUID();
+    const otherApp = crypto.randomUUID();
+    await store.insert(appId, c.events);
+    await store.insert(otherApp, c.events);
+    await store.insert(appId, c.events.map((e): StoredEvent => ({ ...e, type: "other" })));
+    const rows = await store.count({ appId, type: "signup", ...c.query });
+    expect(iso(rows)).toEqual(c.expected);
+  };
+
+  for (const c of STORE_CASES) it(c.name, () => run(c));
+
+  it("agrees with the reference count on a spread of events, for every unit, grouped or not", async () => {
+    const appId = crypto.randomUUID();
+    const events = spreadEvents(600);
+    // Two batches, so rollup rows are both inserted and added to.
+    await store.insert(appId, events.slice(0, 300));
+    await store.insert(appId, events.slice(300));
+    const since = T("2024-02-27T07:20:00Z");
+    const until = T("2024-03-03T15:40:00Z");
+    for (const unit of ["hour", "day", "week", "month"] as const) {
+      for (const groupBy of [undefined, "plan", "paid"]) {
+        const query = { unit, since, until, groupBy };
+        const rows = await store.count({ appId, type: "signup", ...query });
+        expect(iso(rows), `${unit} ${groupBy}`).toEqual(referenceCount(events, query));
+      }
+    }
+  });
+
+  it("counts nothing for an app without events", async () => {
+    expect(await store.count({ appId: crypto.randomUUID(), type: "signup", unit: "day", since: 0, until: T("2030-01-01T00:00:00Z") })).toEqual([]);
+  });
+
+  it("keeps concurrent batches whole and counts every event once", async () => {
+    const appId = crypto.randomUUID();
+    const batches = Array.from({ length: 8 }, (_, i) => spreadEvents(250, i + 1));
+    await Promise.all(batches.map((b) => store.insert(appId, b)));
+    const rows = await store.count({ appId, type: "signup", unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" });
+    expect(rows.reduce((n, r) => n + r.count, 0)).toBe(2000);
+    expect(iso(rows)).toEqual(referenceCount(batches.flat(), { unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" }));
+  });
+}
+
+describe(`SQL event store (${backend})`, () => {
+  let database: TestDatabase;
+  let db: Database;
+  storeSuite(async () => {
+    database = await createTestDatabase();
+    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    await migrate(db.db);
+    return {
+      store: createSqlEventStore(db.db),
+      async close() {
+        await db.close();
+        await database.drop();
+      },
+    };
+  });
+});
+
+describe.skipIf(!process.env.MONGODB_URL)("MongoDB event store (real server; SKIPPED unless MONGODB_URL is set)", () => {
+  storeSuite(async () => {
+    const collection = `analytics_events_test_${crypto.randomBytes(4).toString("hex")}`;
+    const dbName = process.env.MONGODB_DB ?? "platform_batteries_test";
+    const store = createMongoEventStore({ url: process.env.MONGODB_URL!, dbName, collection });
+    return {
+      store,
+      async close() {
+        const { MongoClient } = await import("mongodb");
+        const client = new MongoClient(process.env.MONGODB_URL!);
+        await client.db(dbName).collection(collection).drop().catch(() => {});
+        await client.close();
+        await store.close();
+      },
+    };
+  });
+});
