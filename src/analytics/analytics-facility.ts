@@ -33,6 +33,7 @@ import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility } from "../facility.ts";
 import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc, type Unit } from "./buckets.ts";
 import { registerAnalyticsRoutes } from "./analytics-rest.ts";
+import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore, type EventTypeRecord, type PropertyKindName } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
@@ -43,30 +44,6 @@ export interface AnalyticsFacilityOptions {
   /** Overrides the store chosen from the configuration (tests). */
   store?: EventStore;
 }
-
-const KIND_NAME: Record<number, PropertyKindName> = {
-  [PropertyKind.STRING]: "string",
-  [PropertyKind.NUMBER]: "number",
-  [PropertyKind.BOOLEAN]: "boolean",
-};
-export const KIND_OF: Record<PropertyKindName, PropertyKind> = {
-  string: PropertyKind.STRING,
-  number: PropertyKind.NUMBER,
-  boolean: PropertyKind.BOOLEAN,
-};
-const UNIT_OF: Record<number, Unit> = {
-  [Interval.UNSPECIFIED]: "day",
-  [Interval.HOUR]: "hour",
-  [Interval.DAY]: "day",
-  [Interval.WEEK]: "week",
-  [Interval.MONTH]: "month",
-};
-export const INTERVAL_OF: Record<Unit, Interval> = {
-  hour: Interval.HOUR,
-  day: Interval.DAY,
-  week: Interval.WEEK,
-  month: Interval.MONTH,
-};
 
 /** The store of the configuration: MongoDB when MONGODB_URL is set, else the platform database. */
 export function createEventStore(deps: Deps): EventStore {

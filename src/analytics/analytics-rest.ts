@@ -11,6 +11,7 @@ import { AnalyticsService, Interval, PropertyKind, type Event, type EventType } 
 import { invalidArgument } from "../errors.ts";
 import { bodyObject, type RestRouter } from "../rest.ts";
 import { checkBatchSize } from "./validate-events.ts";
+import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 
 const TIME_RULE = "must be epoch milliseconds (an integer) or an ISO 8601 date-time ending in Z";
 const ISO = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?Z$/;
@@ -75,29 +76,6 @@ function jsonValue(v: unknown): Value {
   }
 }
 
-const KIND_JSON: Record<string, PropertyKind> = {
-  string: PropertyKind.STRING,
-  number: PropertyKind.NUMBER,
-  boolean: PropertyKind.BOOLEAN,
-};
-const KIND_NAME: Record<number, string> = {
-  [PropertyKind.STRING]: "string",
-  [PropertyKind.NUMBER]: "number",
-  [PropertyKind.BOOLEAN]: "boolean",
-};
-const INTERVAL_JSON: Record<string, Interval> = {
-  hour: Interval.HOUR,
-  day: Interval.DAY,
-  week: Interval.WEEK,
-  month: Interval.MONTH,
-};
-const INTERVAL_NAME: Record<number, string> = {
-  [Interval.HOUR]: "hour",
-  [Interval.DAY]: "day",
-  [Interval.WEEK]: "week",
-  [Interval.MONTH]: "month",
-};
-
 const ms = (t: Timestamp | undefined) => (t ? timestampMs(t) : null);
 
 function eventTypeJson(t: EventType | undefined) {
@@ -116,7 +94,7 @@ export function registerAnalyticsRoutes(rest: RestRouter): void {
       // No prototype: a key such as "__proto__" stays a key, and is refused by the name rule.
       const properties: Record<string, PropertyKind> = Object.create(null);
       for (const [name, kind] of Object.entries(object(b.properties, "properties"))) {
-        const k = typeof kind === "string" && Object.hasOwn(KIND_JSON, kind) ? KIND_JSON[kind] : undefined;
+        const k = typeof kind === "string" && Object.hasOwn(KIND_OF, kind) ? KIND_OF[kind as keyof typeof KIND_OF] : undefined;
         if (k === undefined) throw invalidArgument(`properties.${name.slice(0, 64)}`, 'must be "string", "number" or "boolean"');
         properties[name] = k;
       }
@@ -164,21 +142,21 @@ export function registerAnalyticsRoutes(rest: RestRouter): void {
     request: ({ body }) => {
       const b = bodyObject(body);
       const interval = optionalString(b.interval, "interval");
-      if (interval !== undefined && !Object.hasOwn(INTERVAL_JSON, interval)) {
+      if (interval !== undefined && !Object.hasOwn(INTERVAL_OF, interval)) {
         throw invalidArgument("interval", "must be hour, day, week or month");
       }
       return {
         type: optionalString(b.type, "type") ?? "",
         since: time(b.since, "since"),
         until: time(b.until, "until"),
-        interval: interval === undefined ? Interval.UNSPECIFIED : INTERVAL_JSON[interval],
+        interval: interval === undefined ? Interval.UNSPECIFIED : INTERVAL_OF[interval as keyof typeof INTERVAL_OF],
         groupBy: optionalString(b.groupBy, "groupBy"),
         timezone: optionalString(b.timezone, "timezone"),
       };
     },
     response: (res) => ({
       type: res.type,
-      interval: INTERVAL_NAME[res.interval] ?? "day",
+      interval: UNIT_OF[res.interval] ?? "day",
       since: ms(res.since),
       until: ms(res.until),
       groupBy: res.groupBy ?? null,
