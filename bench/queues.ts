@@ -3,7 +3,8 @@
  * pg-boss doing the same work on the same PostgreSQL in the same run.
  *
  * A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test),
- * the service started on it as a child process (its own process, as in production), then:
+ * the service started on it as a child process (its own process, with the node flags of
+ * `npm start`, as in production), then:
  * 1. Throughput: 16 producers `POST /v1/queues/bench` (1 KiB payloads) and 16 consumers
  *    `consume` -> `_ack`, over REST with keep-alive, for BENCH_SECONDS (15); counts acks.
  * 2. pg-boss 12 (`send` / `fetch` / `complete` as library calls, 16 + 16, same duration, own schema).
@@ -115,7 +116,12 @@ async function connectAdmin(url: string, adminToken: string, rpc: string, body: 
 
 async function startService(databaseUrl: string, dataDir: string, adminToken: string): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
-  const child = spawn(path.join(root, "node_modules/.bin/node"), ["src/main.ts"], {
+  // The service runs as `npm start` runs it (same node flags, e.g. the young
+  // generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
+  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const [, ...startArgs] = startScript.split(" ").filter(Boolean);
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
     cwd: root,
     env: { ...process.env, DATABASE_URL: databaseUrl, DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" },
     stdio: ["ignore", "ignore", "inherit"],

@@ -16,7 +16,7 @@ import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { PlatformError } from "./errors.ts";
 import { APP_COLUMNS, appFromRow, type AppRecord } from "./apps.ts";
-import type { Db } from "./database.ts";
+import { PREPARED, sql, type Db } from "./database.ts";
 
 export type Principal =
   | { kind: "public" }
@@ -65,7 +65,75 @@ const unauthenticated = () =>
     details: ["send Authorization: Bearer <token>"],
   });
 
+type TokenRow = Awaited<ReturnType<typeof lookupTokens>>[number];
+
+function lookupTokens(db: Db, hashes: string[]) {
+  return db
+    .selectFrom("app_tokens")
+    .innerJoin("apps", "apps.id", "app_tokens.app_id")
+    .select([...APP_COLUMNS, "app_tokens.id as token_id", "app_tokens.token_hash"])
+    .where("app_tokens.token_hash", "=", sql<string>`any(${hashes}::text[])`)
+    .modifyFront(PREPARED) // one text for any number of tokens: planned once per connection
+    .execute();
+}
+
+/**
+ * Token lookups of concurrent requests share one query: a lookup goes at
+ * once when none is running; those that arrive while one runs go together
+ * in the next, as `token_hash = ANY(...)`. Nothing is cached: every
+ * lookup reads the database after its request arrived, so a revoked token or
+ * a stopped app is refused by the very next request, as without coalescing;
+ * under load it saves a round trip per request.
+ */
+function createTokenLookup(db: Db): (hash: string) => Promise<TokenRow | undefined> {
+  // One query at a time: fewer, larger queries cost the database and this
+  // process less than more, smaller ones (measured), and a lookup waits at
+  // most for the one running.
+  const MAX_IN_FLIGHT = 1;
+  const MAX_BATCH = 256;
+  let queued = new Map<string, { resolve: (row: TokenRow | undefined) => void; reject: (err: unknown) => void }[]>();
+  let inFlight = 0;
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    while (queued.size > 0 && inFlight < MAX_IN_FLIGHT) {
+      const batch = queued;
+      queued = new Map();
+      if (batch.size > MAX_BATCH) {
+        for (const [hash, waiting] of [...batch].slice(MAX_BATCH)) {
+          queued.set(hash, waiting);
+          batch.delete(hash);
+        }
+      }
+      inFlight++;
+      lookupTokens(db, [...batch.keys()]).then(
+        (rows) => {
+          const byHash = new Map(rows.map((r) => [r.token_hash, r]));
+          for (const [hash, waiting] of batch) for (const w of waiting) w.resolve(byHash.get(hash));
+        },
+        (err: unknown) => {
+          for (const waiting of batch.values()) for (const w of waiting) w.reject(err);
+        },
+      ).finally(() => {
+        inFlight--;
+        flush();
+      });
+    }
+  };
+  return (hash) =>
+    new Promise((resolve, reject) => {
+      const waiting = queued.get(hash);
+      if (waiting) waiting.push({ resolve, reject });
+      else queued.set(hash, [{ resolve, reject }]);
+      if (!scheduled && inFlight < MAX_IN_FLIGHT) {
+        scheduled = true;
+        queueMicrotask(flush);
+      }
+    });
+}
+
 export function createAuthenticator(options: { db: Db; adminToken: string }): Authenticator {
+  const lookup = createTokenLookup(options.db);
   const adminHash = crypto.createHash("sha256").update(options.adminToken).digest();
   const isAdminToken = (token: string) =>
     crypto.timingSafeEqual(crypto.createHash("sha256").update(token).digest(), adminHash);
@@ -81,12 +149,7 @@ export function createAuthenticator(options: { db: Db; adminToken: string }): Au
         return { kind: "admin" };
       }
       if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
-      const row = await options.db
-        .selectFrom("app_tokens")
-        .innerJoin("apps", "apps.id", "app_tokens.app_id")
-        .select([...APP_COLUMNS, "app_tokens.id as token_id"])
-        .where("app_tokens.token_hash", "=", hashToken(token))
-        .executeTakeFirst();
+      const row = await lookup(hashToken(token));
       if (!row) throw unauthenticated();
       const app = appFromRow(row);
       if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {

@@ -159,6 +159,16 @@ export type Unlisten = () => Promise<void>;
 
 export interface Database {
   readonly db: Db;
+  /**
+   * The same database through connections that commit with
+   * `synchronous_commit = off`: the commit returns before its WAL reaches
+   * disk, so a database crash (not an app crash) can lose the last fraction of
+   * a second of such commits, never corrupt anything. Only for writes whose
+   * loss the caller tolerates, e.g. a queue's acks (a lost one means a
+   * redelivery, which at-least-once consumers already handle); never
+   * for writes whose success was promised durable. On PGlite it is `db`.
+   */
+  readonly relaxedDb: Db;
   readonly kind: "postgres" | "pglite";
   /**
    * Subscribes to a Postgres NOTIFY channel. `onNotify` gets each payload.
@@ -178,6 +188,31 @@ export interface DatabaseOptions {
 }
 
 const INT8_OID = 20;
+
+/**
+ * Put `${PREPARED}` in a hot statement whose text never changes (only its
+ * parameters do; first in a `sql` template, or by a query builder's
+ * `modifyFront`): on PostgreSQL it is then sent as a named prepared
+ * statement, parsed and planned once per connection instead of on every
+ * call (for a statement of a few CTEs, planning costs more than running it).
+ * Only marked statements are prepared, so the prepared statements of a
+ * connection stay few. On PGlite it is a comment.
+ */
+export const PREPARED = sql.raw("/* prepared */ ");
+const PREPARED_TEXT = "/* prepared */ ";
+const preparedNames = new Map<string, string>();
+
+/** A `pg` client that sends statements marked with `PREPARED` as named prepared statements. */
+class PreparingClient extends pg.Client {}
+const plainQuery = pg.Client.prototype.query;
+PreparingClient.prototype.query = function (this: pg.Client, config: unknown, values?: unknown, callback?: unknown) {
+  if (typeof config === "string" && config.includes(PREPARED_TEXT)) {
+    let name = preparedNames.get(config);
+    if (!name) preparedNames.set(config, (name = `pb_${preparedNames.size + 1}`));
+    return (plainQuery as (...args: unknown[]) => unknown).call(this, { name, text: config, values }, callback);
+  }
+  return (plainQuery as (...args: unknown[]) => unknown).call(this, config, values, callback);
+} as typeof pg.Client.prototype.query;
 const DATE_OID = 1082;
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
@@ -189,15 +224,26 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     getTypeParser: ((oid: number, format?: "text" | "binary") =>
       oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
   };
-  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types });
+  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types, Client: PreparingClient });
   pool.on("error", (err) => options.onError?.(err));
   // A checked-out client has no pool listener: without its own, a connection
   // ended by the server (a restart) between two queries would crash the process.
   pool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
   const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  const relaxedPool = new pg.Pool({
+    connectionString,
+    max: Math.ceil((options.poolSize ?? 20) / 2),
+    types,
+    options: "-c synchronous_commit=off",
+    Client: PreparingClient,
+  });
+  relaxedPool.on("error", (err) => options.onError?.(err));
+  relaxedPool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
+  const relaxedDb = new Kysely<Tables>({ dialect: new PostgresDialect({ pool: relaxedPool }) });
   const listeners = new Set<PgListener>();
   return {
     db,
+    relaxedDb,
     kind: "postgres",
     async listen(channel, onNotify, onReconnect) {
       const listener = new PgListener(connectionString, channel, onNotify, onReconnect, options.onError);
@@ -210,7 +256,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     },
     async close() {
       await Promise.all([...listeners].map((l) => l.stop()));
-      await db.destroy();
+      await Promise.all([db.destroy(), relaxedDb.destroy()]);
     },
   };
 }
@@ -299,6 +345,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
   const db = new Kysely<Tables>({ dialect: new PGliteDialect(pglite) });
   return {
     db,
+    relaxedDb: db,
     kind: "pglite",
     async listen(channel, onNotify) {
       return pglite.listen(channel, onNotify);

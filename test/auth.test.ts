@@ -76,6 +76,16 @@ describe("tokens", () => {
     expect((await t.request("GET", "/v1/analytics/types", { token: app.token })).status).not.toBe(401);
   });
 
+  it("concurrent requests whose lookups share one query each get their own token's answer", async () => {
+    const other = await t.createApp();
+    const calls = [running.token, other.token, stopped.token, "pbt_" + "B".repeat(43), running.token, other.token].flatMap((token) =>
+      Array.from({ length: 5 }, () => t.request("POST", "/v1/queues/_ack", { token, body: { receipt: "nope" } })),
+    );
+    const statuses = (await Promise.all(calls)).map((r) => r.status);
+    // 400: authenticated, then the malformed receipt; 403: the stopped app; 401: the unknown token.
+    expect(statuses).toEqual([400, 400, 403, 401, 400, 400].flatMap((s) => Array(5).fill(s)));
+  });
+
   it("a service token cannot call AdminService", async () => {
     const res = await t.request("POST", "/platform.admin.v1.AdminService/ListApps", { token: running.token, body: {} });
     expect(res.status).toBe(401);

@@ -9,10 +9,14 @@
  *   line, and the `UPDATE ... RETURNING` leases it and counts the delivery;
  * - ack: one conditional `DELETE` that only matches the current, unexpired lease.
  *
+ * Put, claim and ack also come in batch forms (`putMany`, `claimMany`,
+ * `ackMany`): one statement for many concurrent calls (see `batcher.ts`).
+ *
  * Times come from the database's clock (`now()`), never from an instance's, so
  * leases mean the same on every instance.
  */
-import { sql, type Db } from "../database.ts";
+import crypto from "node:crypto";
+import { PREPARED, sql, type Db } from "../database.ts";
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";
@@ -55,13 +59,37 @@ type Row = Record<string, unknown>;
 
 const toDate = (v: unknown): Date => (v instanceof Date ? v : new Date(v as string));
 
+/** One put of a batch (`putMany`): all of one app's queue. */
+export interface PutItem {
+  payload: string;
+  delaySeconds: number;
+  ttlSeconds: number;
+  /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
+  notify: string | undefined;
+}
+
 export interface QueueStore {
   put(input: PutInput, db?: Db): Promise<PutResult>;
+  /**
+   * Puts several messages on one queue in one statement (one commit): they are
+   * inserted in order while fewer than `depthBelow` messages wait, the rest get
+   * `inserted: false` with the depth seen. One notification per distinct
+   * `notify`, its count appended (`...|n`), since NOTIFY folds equal payloads.
+   */
+  putMany(appId: string, queue: string, depthBelow: number, items: PutItem[]): Promise<PutResult[]>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(input: Omit<PutInput, "depthBelow"> & { keep: number }): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /** Leases the first visible message; when there is none, says when the next one becomes visible (null: none waits). */
-  claim(appId: string, queue: string, leaseSeconds: number): Promise<{ message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null }>;
+  claim(appId: string, queue: string, leaseSeconds: number): Promise<ClaimResult>;
+  /**
+   * Leases up to `n` visible messages in one statement, oldest first. When it
+   * got fewer than `n`, also says when the next message not taken becomes
+   * visible (null: none waits).
+   */
+  claimMany(appId: string, queue: string, leaseSeconds: number, n: number): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null }>;
   ack(appId: string, id: string, deliveries: number): Promise<boolean>;
+  /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
+  ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
   list(appId: string): Promise<QueueStats[]>;
   /** For the wake-up safety net: of the given queues, the earliest time each has a message visible (past or future). */
   nextVisible(keys: { appId: string; queue: string }[]): Promise<{ appId: string; queue: string; at: Date }[]>;
@@ -71,10 +99,24 @@ export interface QueueStore {
   deleteOrphans(limit: number): Promise<number>;
 }
 
-export function createQueueStore(db: Db): QueueStore {
+export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
+
+/**
+ * `db` commits synchronously: puts, whose 200 promises the message is kept,
+ * and claims. `relaxedDb` may commit asynchronously (`synchronous_commit =
+ * off`, see `Database.relaxedDb`): acks, expiry and the removal of deleted
+ * apps' messages, whose loss in a database crash only means a message comes
+ * back (a redelivery, which consumers must already tolerate) or is removed a
+ * little later. Claims stay synchronous although a lost claim would also only
+ * mean a redelivery: the redelivery would then count the same delivery number
+ * again, so the lost lease's receipt would ack the new lease; a synchronous
+ * claim keeps "an earlier receipt never acks" true even across a database
+ * crash, and cost no measurable throughput once claims are batched.
+ */
+export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
   const store: QueueStore = {
     async put(input, on = db) {
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<Row>`${PREPARED}
         WITH depth AS (
           SELECT count(*)::int AS n FROM (
             SELECT 1 FROM queue_messages
@@ -96,6 +138,47 @@ export function createQueueStore(db: Db): QueueStore {
       const row = rows[0]!;
       if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
       return { inserted: false, depth: Number(row.n) };
+    },
+
+    async putMany(appId, queue, depthBelow, items) {
+      // Ids are made here so each caller finds its own row in RETURNING
+      // (an INSERT cannot return the source row's position).
+      const ids = items.map(() => crypto.randomUUID());
+      const { rows } = await sql<Row>`${PREPARED}
+        WITH depth AS (
+          SELECT count(*)::int AS n FROM (
+            SELECT 1 FROM queue_messages
+            WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+            LIMIT ${depthBelow}
+          ) w
+        ), src AS (
+          SELECT k.* FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
+                                 ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
+                                 ${items.map((i) => i.notify ?? null)}::text[])
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ord), depth
+          WHERE k.ord <= ${depthBelow} - depth.n
+        ), ins AS (
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
+          SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
+          FROM src
+          RETURNING id, expires_at
+        ), notified AS (
+          SELECT pg_notify(${QUEUE_CHANNEL}, src.notify || '|' || count(*)) FROM src
+          WHERE src.notify IS NOT NULL
+          GROUP BY src.notify
+        )
+        SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
+        FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(db);
+      const inserted = new Map<string, Date>();
+      let depth = 0;
+      for (const row of rows) {
+        depth = Number(row.n);
+        if (row.id) inserted.set(row.id as string, toDate(row.expires_at));
+      }
+      return ids.map((id): PutResult => {
+        const expiresAt = inserted.get(id);
+        return expiresAt ? { inserted: true, id, expiresAt } : { inserted: false, depth: depth + inserted.size };
+      });
     },
 
     async putDroppingOldest(input) {
@@ -127,34 +210,46 @@ export function createQueueStore(db: Db): QueueStore {
     },
 
     async claim(appId, queue, leaseSeconds) {
+      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, 1);
+      return messages[0] ? { message: messages[0] } : { nextVisibleAt };
+    },
+
+    async claimMany(appId, queue, leaseSeconds, n) {
       // MATERIALIZED: the locking subquery runs exactly once, so the LIMIT
       // holds (an inlined or semi-joined subquery may be re-run by the planner).
-      // When nothing is claimed, the same round trip tells when the line's
-      // next message becomes visible (a lease lapses, a delay ends), so a
-      // waiting consume can set a timer instead of polling.
-      const { rows } = await sql<Row>`
+      // When fewer than n are claimed, the same round trip tells when the
+      // line's next message (other than those just taken) becomes visible (a
+      // lease lapses, a delay ends), so a waiting consume can set a timer
+      // instead of polling.
+      const { rows } = await sql<Row>`${PREPARED}
         WITH next AS MATERIALIZED (
-          SELECT id FROM queue_messages
+          SELECT id, visible_at FROM queue_messages
           WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
           ORDER BY visible_at
-          LIMIT 1
+          LIMIT ${n}
           FOR UPDATE SKIP LOCKED
         ), claimed AS (
           UPDATE queue_messages m
           SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
           FROM next WHERE m.id = next.id
-          RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries
+          RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
         )
-        SELECT claimed.*,
-               CASE WHEN claimed.id IS NULL THEN (
-                 SELECT min(visible_at) FROM queue_messages
-                 WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
-               ) END AS next_visible_at
-        FROM (SELECT 1) one LEFT JOIN claimed ON true`.execute(db);
-      const row = rows[0]!;
-      if (!row.id) return { nextVisibleAt: row.next_visible_at == null ? null : toDate(row.next_visible_at) };
-      return {
-        message: {
+        SELECT id, payload, enqueued_at, expires_at, visible_at, deliveries, was_visible_at, NULL::timestamptz AS next_visible_at
+        FROM claimed
+        UNION ALL
+        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+          SELECT min(visible_at) FROM queue_messages
+          WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now() AND id NOT IN (SELECT id FROM next)
+        )
+        WHERE (SELECT count(*) FROM claimed) < ${n}`.execute(db);
+      const messages: (StoredMessage & { was: number })[] = [];
+      let nextVisibleAt: Date | null = null;
+      for (const row of rows) {
+        if (!row.id) {
+          nextVisibleAt = row.next_visible_at == null ? null : toDate(row.next_visible_at);
+          continue;
+        }
+        messages.push({
           id: row.id as string,
           queue,
           payload: row.payload as string,
@@ -162,15 +257,28 @@ export function createQueueStore(db: Db): QueueStore {
           expiresAt: toDate(row.expires_at),
           leaseExpiresAt: toDate(row.visible_at),
           deliveries: Number(row.deliveries),
-        },
-      };
+          was: toDate(row.was_visible_at).getTime(),
+        });
+      }
+      // RETURNING has no order: hand out the line's order (oldest first).
+      messages.sort((x, y) => x.was - y.was);
+      return { messages: messages.map(({ was: _was, ...m }) => m), nextVisibleAt };
     },
 
     async ack(appId, id, deliveries) {
-      const result = await sql`
-        DELETE FROM queue_messages
-        WHERE id = ${id} AND app_id = ${appId} AND deliveries = ${deliveries} AND visible_at > now()`.execute(db);
-      return Number(result.numAffectedRows ?? 0n) > 0;
+      return (await store.ackMany([{ appId, id, deliveries }]))[0]!;
+    },
+
+    async ackMany(receipts) {
+      const { rows } = await sql<Row>`${PREPARED}
+        DELETE FROM queue_messages m
+        USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${receipts.map((r) => r.id)}::uuid[],
+                     ${receipts.map((r) => r.deliveries)}::int[]) AS k (app_id, id, deliveries)
+        WHERE m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries AND m.visible_at > now()
+        RETURNING m.id, m.app_id, m.deliveries`.execute(relaxedDb);
+      // A receipt acked twice in one batch: only the first is told true.
+      const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
+      return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
     },
 
     async list(appId) {
@@ -214,7 +322,7 @@ export function createQueueStore(db: Db): QueueStore {
           ORDER BY expires_at
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED
-        )`.execute(db);
+        )`.execute(relaxedDb);
       return Number(result.numAffectedRows ?? 0n);
     },
 
@@ -225,7 +333,7 @@ export function createQueueStore(db: Db): QueueStore {
           WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = q.app_id)
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED
-        )`.execute(db);
+        )`.execute(relaxedDb);
       return Number(result.numAffectedRows ?? 0n);
     },
   };

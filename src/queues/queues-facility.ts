@@ -30,7 +30,8 @@ import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility, PlatformEvents } from "../facility.ts";
 import { bodyObject } from "../rest.ts";
 import { decodeReceipt, encodeReceipt } from "./receipt.ts";
-import { createQueueStore, type PutResult, type StoredMessage } from "./queue-store.ts";
+import { createBatcher } from "./batcher.ts";
+import { createQueueStore, type ClaimResult, type PutItem, type PutResult, type StoredMessage } from "./queue-store.ts";
 import { createWakeHub } from "./wake-hub.ts";
 
 /** The reserved queue of platform events: apps consume and ack it, never put. */
@@ -49,6 +50,19 @@ export const QUEUE_FULL_RETRY_AFTER_SECONDS = 5;
  * with more than this many puts on one queue in flight at once).
  */
 export const DEPTH_SLACK = 64;
+/**
+ * Concurrent puts on one queue share one statement and one commit (group
+ * commit), at most this many rows each and one such statement per queue at a
+ * time on an instance: so one statement stays within half of `DEPTH_SLACK`,
+ * and an overshoot of the cap would still take more than `DEPTH_SLACK` puts on
+ * one queue in flight at once (several instances sending full batches at the
+ * same moment).
+ */
+export const PUT_BATCH = DEPTH_SLACK / 2;
+/** Concurrent consumes of one queue claim in one statement, at most this many messages. */
+export const CLAIM_BATCH = 64;
+/** Concurrent acks (of any app) go in one statement, at most this many. */
+export const ACK_BATCH = 128;
 /** Expiry runs this often on every instance, deleting in batches of `EXPIRE_BATCH`. */
 export const EXPIRE_INTERVAL_MS = 15_000;
 export const EXPIRE_BATCH = 1_000;
@@ -124,7 +138,28 @@ function optionalInt(body: Record<string, unknown>, field: string): number | und
 
 export function createQueuesFacility(deps: Deps): QueuesFacility {
   const { db, logger, metrics } = deps;
-  const store = createQueueStore(db);
+  const store = createQueueStore(db, deps.database.relaxedDb);
+  const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
+    maxBatch: PUT_BATCH,
+    maxInFlight: 1,
+    run: (_key, items) => store.putMany(items[0]!.appId, items[0]!.queue, items[0]!.depthBelow, items),
+  });
+  const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number }, ClaimResult>({
+    maxBatch: CLAIM_BATCH,
+    maxInFlight: 1,
+    async run(_key, items) {
+      const { appId, queue, leaseSeconds } = items[0]!;
+      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, items.length);
+      return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
+    },
+  });
+  const claim = (appId: string, queue: string, leaseSeconds: number) =>
+    claimBatcher.call(`${appId}|${queue}|${leaseSeconds}`, { appId, queue, leaseSeconds });
+  const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
+    maxBatch: ACK_BATCH,
+    maxInFlight: 1,
+    run: (_key, items) => store.ackMany(items),
+  });
   const hub = createWakeHub(deps.database, store, logger);
   const dropped = metrics.counter("queue_events_dropped_total", "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.", []);
   const expired = metrics.counter("queue_messages_expired_total", "Waiting messages dropped at their expiresAt.", []);
@@ -141,7 +176,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     let result: PutResult | undefined;
     if (max - DEPTH_SLACK > 0) {
-      result = await store.put({ ...input, depthBelow: max - DEPTH_SLACK });
+      const depthBelow = max - DEPTH_SLACK;
+      result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
     }
     if (!result?.inserted) {
       result = await db.transaction().execute(async (trx) => {
@@ -160,7 +196,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   }
 
   async function consume(app: AppRecord, queue: string, waitSeconds: number, leaseSeconds: number, context: HandlerContext) {
-    if (waitSeconds === 0) return (await store.claim(app.id, queue, leaseSeconds)).message;
+    if (waitSeconds === 0) return (await claim(app.id, queue, leaseSeconds)).message;
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
     // whose dependants a long-lived signal keeps until collected).
@@ -179,7 +215,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     try {
       for (;;) {
         used = waiter.beforeClaim();
-        const claimed = await store.claim(app.id, queue, leaseSeconds);
+        const claimed = await claim(app.id, queue, leaseSeconds);
         if (claimed.message) {
           served = true;
           return claimed.message;
@@ -287,7 +323,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       async ackMessage(req, context) {
         const app = appOf(context);
         const receipt = decodeReceipt(req.receipt);
-        return { acked: await store.ack(app.id, receipt.id, receipt.deliveries) };
+        return { acked: await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries }) };
       },
     },
 

@@ -219,10 +219,15 @@ class WakeHubImpl implements WakeHub {
     this.timers.set(key, { at: atMs, timer });
   }
 
+  /** `instance|app|queue|visibleAtMs[|count]`: a batch of puts announces `count` messages at once. */
   private onNotify(payload: string): void {
-    const [instance, appId, queue, at] = payload.split("|");
+    const [instance, appId, queue, at, count] = payload.split("|");
     if (instance === this.instanceId || !appId || !queue) return;
-    this.hintAt(keyOf(appId, queue), Number(at) || 0);
+    const key = keyOf(appId, queue);
+    const visibleAtMs = Number(at) || 0;
+    if (visibleAtMs > Date.now() + 1) return this.hintAt(key, visibleAtMs);
+    // No more wakes than waiters: each wakes a different one.
+    for (let n = Math.min(Number(count) || 1, this.waiters.get(key)?.size ?? 0); n > 0; n--) this.wakeOne(key, "hint");
   }
 
   /** The safety net: one query for every queue someone waits on here. */

@@ -126,6 +126,26 @@ describe("state table: (none) -> waiting (put)", () => {
     expect(results.filter((r) => r.status === 429)).toHaveLength(20);
     expect((await entry(q, capped.token))?.depth).toBe(20);
   });
+
+  it("keeps the depth cap exact when concurrent puts share statements (cap above the one-statement path's slack)", async () => {
+    const capped = await t.createApp();
+    await t.admin.updateApp({ appId: capped.id, limits: { maxQueueDepth: 100 } });
+    const q = freshQueue();
+    const results = await Promise.all(Array.from({ length: 160 }, (_, i) => put(q, { payload: i }, capped.token)));
+    expect(results.filter((r) => r.status === 200)).toHaveLength(100);
+    expect(results.filter((r) => r.status === 429)).toHaveLength(60);
+    // Each caller got its own message: distinct ids, and each id holds that caller's payload.
+    const ok = results.map((r, i) => ({ r, i })).filter(({ r }) => r.status === 200);
+    expect(new Set(ok.map(({ r }) => r.body.id)).size).toBe(100);
+    expect((await entry(q, capped.token))?.depth).toBe(100);
+    const byId = new Map<string, unknown>();
+    for (;;) {
+      const m = (await consume(q, { waitSeconds: 0 }, capped.token)).body.message;
+      if (!m) break;
+      byId.set(m.id, m.payload);
+    }
+    for (const { r, i } of ok) expect(byId.get(r.body.id)).toBe(i);
+  });
 });
 
 describe("state table: waiting -> leased (consume)", () => {
@@ -190,6 +210,15 @@ describe("state table: waiting -> leased (consume)", () => {
     expect(got.sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });
 
+  it("concurrent consumes that share a claim get different messages, and the rest get null", async () => {
+    const q = freshQueue();
+    for (let i = 0; i < 5; i++) expect((await put(q, { payload: i })).status).toBe(200);
+    const got = await Promise.all(Array.from({ length: 12 }, () => consume(q, { waitSeconds: 0 })));
+    const payloads = got.map((r) => r.body.message?.payload ?? null);
+    expect(payloads.filter((p) => p !== null).sort()).toEqual([0, 1, 2, 3, 4]);
+    expect(payloads.filter((p) => p === null)).toHaveLength(7);
+  });
+
   it("refuses waitSeconds and leaseSeconds out of range with 400", async () => {
     const q = freshQueue();
     for (const body of [{ waitSeconds: 26 }, { waitSeconds: -1 }, { waitSeconds: 1.5 }, { waitSeconds: "1" }, { leaseSeconds: 0 }, { leaseSeconds: 43201 }]) {
@@ -209,6 +238,18 @@ describe("state table: leased -> deleted (ack with its receipt)", () => {
     expect(await entry(q)).toBeUndefined();
     // A second ack of the same receipt: nothing left to ack.
     expect((await ack(m.receipt)).body).toEqual({ acked: false });
+  });
+
+  it("concurrent acks (sharing a statement): the same receipt acks true once; each receipt acks its own message", async () => {
+    const q = freshQueue();
+    for (let i = 0; i < 4; i++) await put(q, { payload: i });
+    const receipts: string[] = [];
+    for (let i = 0; i < 4; i++) receipts.push((await consume(q)).body.message.receipt as string);
+    const same = await Promise.all(Array.from({ length: 6 }, () => ack(receipts[0])));
+    expect(same.filter((r) => r.body.acked === true)).toHaveLength(1);
+    const rest = await Promise.all(receipts.slice(1).map((r) => ack(r)));
+    expect(rest.map((r) => r.body.acked)).toEqual([true, true, true]);
+    expect(await entry(q)).toBeUndefined();
   });
 
   it("an unknown but well-formed receipt acks false; a malformed one is 400", async () => {

@@ -56,6 +56,17 @@ describe.skipIf(backend !== "postgres")(`wake-up across instances (${backend ===
     }
   });
 
+  it("concurrent puts on A that share one statement (one notification with a count) wake as many consumers on B", async () => {
+    const consumers = Array.from({ length: 6 }, () => b.request("POST", "/v1/queues/many/consume", { token: app.token, body: { waitSeconds: 20 } }));
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(6));
+    const putAt = Date.now();
+    const puts = await Promise.all(Array.from({ length: 6 }, (_, i) => a.request("POST", "/v1/queues/many", { token: app.token, body: { payload: i } })));
+    expect(puts.map((p) => p.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const got = await Promise.all(consumers);
+    expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
+    expect(got.map((r) => r.body.message.payload as number).sort()).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
   it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
     const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
     await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
