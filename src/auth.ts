@@ -52,7 +52,12 @@ export function hashToken(token: string): string {
 
 export interface Authenticator {
   authenticate(authorization: string | null | undefined, method: DescMethod): Promise<Principal>;
+  /** Forgets every remembered token; called whenever apps or tokens change. */
+  invalidate(): void;
 }
+
+/** Where the database announces that an app or a token changed (a trigger, see migration 0006). */
+export const AUTH_CHANGED_CHANNEL = "pb_auth_changed";
 
 function bearer(authorization: string | null | undefined): string | undefined {
   if (!authorization) return undefined;
@@ -132,8 +137,42 @@ function createTokenLookup(db: Db): (hash: string) => Promise<TokenRow | undefin
     });
 }
 
-export function createAuthenticator(options: { db: Db; adminToken: string }): Authenticator {
+export interface AuthenticatorOptions {
+  db: Db;
+  adminToken: string;
+  /**
+   * How long a found token (with its app's status, flags and limits) is
+   * remembered. Every change to apps or tokens clears the memory at once: on
+   * this instance synchronously (`invalidate()` from the admin API) and on
+   * every other through `AUTH_CHANGED_CHANNEL`. The lifetime only bounds how
+   * stale an entry can get if a notification is lost. 0 turns it off.
+   */
+  cacheMs?: number;
+  clock?: () => number;
+}
+
+export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
   const lookup = createTokenLookup(options.db);
+  const cacheMs = options.cacheMs ?? 2000;
+  const clock = options.clock ?? Date.now;
+  const cache = new Map<string, { row: TokenRow; until: number }>();
+  // Bumped by every invalidation, so a lookup that started before one cannot
+  // put what it read into the emptied cache.
+  let generation = 0;
+
+  const find = async (hash: string): Promise<TokenRow | undefined> => {
+    const hit = cache.get(hash);
+    if (hit && hit.until > clock()) return hit.row;
+    const started = generation;
+    const row = await lookup(hash);
+    if (row && cacheMs > 0 && started === generation) {
+      if (cache.size >= 10_000) cache.clear();
+      cache.set(hash, { row, until: clock() + cacheMs });
+    } else if (!row) {
+      cache.delete(hash);
+    }
+    return row;
+  };
   const adminHash = crypto.createHash("sha256").update(options.adminToken).digest();
   const isAdminToken = (token: string) =>
     crypto.timingSafeEqual(crypto.createHash("sha256").update(token).digest(), adminHash);
@@ -149,13 +188,17 @@ export function createAuthenticator(options: { db: Db; adminToken: string }): Au
         return { kind: "admin" };
       }
       if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
-      const row = await lookup(hashToken(token));
+      const row = await find(hashToken(token));
       if (!row) throw unauthenticated();
       const app = appFromRow(row);
       if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {
         throw new PlatformError("app_stopped", "the app is stopped");
       }
       return { kind: "app", app, tokenId: row.token_id };
+    },
+    invalidate() {
+      generation++;
+      cache.clear();
     },
   };
 }

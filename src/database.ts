@@ -240,64 +240,63 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   relaxedPool.on("error", (err) => options.onError?.(err));
   relaxedPool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
   const relaxedDb = new Kysely<Tables>({ dialect: new PostgresDialect({ pool: relaxedPool }) });
-  const listeners = new Set<PgListener>();
+  const notifications = new PgNotifications(connectionString, options.onError);
   return {
     db,
     relaxedDb,
     kind: "postgres",
-    async listen(channel, onNotify, onReconnect) {
-      const listener = new PgListener(connectionString, channel, onNotify, onReconnect, options.onError);
-      listeners.add(listener);
-      await listener.start();
-      return async () => {
-        listeners.delete(listener);
-        await listener.stop();
-      };
-    },
+    listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
     async close() {
-      await Promise.all([...listeners].map((l) => l.stop()));
+      await notifications.stop();
       await Promise.all([db.destroy(), relaxedDb.destroy()]);
     },
   };
 }
 
 /**
- * One dedicated connection that LISTENs on a channel and, when the connection
- * dies (database restarted, network cut), reconnects with backoff and
- * re-LISTENs without restarting the service.
+ * The process's one LISTEN connection, shared by every channel. When it dies
+ * (database restarted, network cut) it reconnects with backoff, LISTENs on
+ * every channel again and tells each subscriber, which then re-checks what it
+ * may have missed, all without restarting the service.
  */
-class PgListener {
+class PgNotifications {
   private client: pg.Client | undefined;
+  private connecting: Promise<void> | undefined;
+  private listening = new Set<string>();
+  private readonly subscribers = new Map<string, Set<{ onNotify: (payload: string) => void; onReconnect?: () => void }>>();
   private stopped = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private readonly connectionString: string;
-  private readonly channel: string;
-  private readonly onNotify: (payload: string) => void;
-  private readonly onReconnect: (() => void) | undefined;
   private readonly onError: ((err: Error) => void) | undefined;
 
-  constructor(
-    connectionString: string,
-    channel: string,
-    onNotify: (payload: string) => void,
-    onReconnect: (() => void) | undefined,
-    onError: ((err: Error) => void) | undefined,
-  ) {
+  constructor(connectionString: string, onError: ((err: Error) => void) | undefined) {
     this.connectionString = connectionString;
-    this.channel = channel;
-    this.onNotify = onNotify;
-    this.onReconnect = onReconnect;
     this.onError = onError;
   }
 
-  async start(): Promise<void> {
-    await this.connect(false);
+  async subscribe(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten> {
+    const subscriber = { onNotify, onReconnect };
+    let set = this.subscribers.get(channel);
+    if (!set) this.subscribers.set(channel, (set = new Set()));
+    set.add(subscriber);
+    if (!this.client) await (this.connecting ??= this.connect(false).finally(() => (this.connecting = undefined)));
+    if (this.client && !this.listening.has(channel)) {
+      this.listening.add(channel);
+      await this.client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    }
+    return async () => {
+      set.delete(subscriber);
+      if (set.size === 0 && this.subscribers.get(channel) === set) {
+        this.subscribers.delete(channel);
+        if (this.listening.delete(channel)) await this.client?.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => {});
+      }
+    };
   }
 
   private async connect(isReconnect: boolean): Promise<void> {
     const client = new pg.Client({ connectionString: this.connectionString });
     client.on("notification", (msg) => {
-      if (msg.channel === this.channel) this.onNotify(msg.payload ?? "");
+      for (const s of this.subscribers.get(msg.channel) ?? []) s.onNotify(msg.payload ?? "");
     });
     client.on("error", (err) => {
       this.onError?.(err);
@@ -305,18 +304,21 @@ class PgListener {
     });
     client.on("end", () => this.scheduleReconnect(client));
     await client.connect();
-    await client.query(`LISTEN ${pg.escapeIdentifier(this.channel)}`);
+    const channels = [...this.subscribers.keys()];
+    for (const channel of channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     if (this.stopped) {
       await client.end().catch(() => {});
       return;
     }
     this.client = client;
-    if (isReconnect) this.onReconnect?.();
+    this.listening = new Set(channels);
+    if (isReconnect) for (const set of this.subscribers.values()) for (const s of set) s.onReconnect?.();
   }
 
   private scheduleReconnect(dead: pg.Client, delayMs = 100): void {
     if (this.stopped || this.client !== dead || this.retryTimer) return;
     this.client = undefined;
+    this.listening = new Set();
     dead.end().catch(() => {});
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;

@@ -8,7 +8,7 @@ import Fastify, { LogController, type FastifyError, type FastifyInstance } from 
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { createAuthenticator, principalKey, type Authenticator } from "./auth.ts";
+import { AUTH_CHANGED_CHANNEL, createAuthenticator, principalKey, type Authenticator } from "./auth.ts";
 import type { Config } from "./config.ts";
 import { openDatabase, migrate, type Database } from "./database.ts";
 import { PlatformError, toConnectError, toEnvelope, toPlatformError } from "./errors.ts";
@@ -69,10 +69,17 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     shutdownSignal: shutdown.signal,
   };
   const authenticator = createAuthenticator({ db: database.db, adminToken: options.adminToken });
+  // Another instance (or the CLI's direct database work) changed an app or a
+  // token: forget what this one remembers; after a lost connection, too.
+  const unlistenAuth = await database.listen(
+    AUTH_CHANGED_CHANNEL,
+    () => authenticator.invalidate(),
+    () => authenticator.invalidate(),
+  );
 
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
-  const admin = createAdminFacility(deps, facilities.adminHooks);
+  const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate());
   const all: Facility[] = [meta, admin, ...facilities.list];
 
   const tls = config.tls
@@ -197,6 +204,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       shutdown.abort(new PlatformError("internal", "server shutting down"));
       await fastify.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
+      await unlistenAuth();
       if (ownsDatabase) await database.close();
     },
   };

@@ -94,7 +94,12 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
   return out;
 }
 
-export function createAdminFacility(deps: Deps, hooks: AdminHooks): Facility<typeof AdminService> {
+/**
+ * `onAuthChanged` runs after every change to an app or a token, before the
+ * answer, so this instance's authenticator never serves what it remembered
+ * from before (other instances hear of it through the database).
+ */
+export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged: () => void = () => {}): Facility<typeof AdminService> {
   const { db, config, quotas } = deps;
   const load = async (appId: string) => {
     const app = await getApp(db, requireAppId(appId));
@@ -157,6 +162,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks): Facility<typ
         }
         if (Object.keys(changes).length > 0) {
           await db.updateTable("apps").set(changes as never).where("id", "=", app.id).execute();
+          onAuthChanged();
         }
         return { app: await load(app.id) };
       },
@@ -164,6 +170,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks): Facility<typ
       async deleteApp(req) {
         const app = await getApp(db, requireAppId(req.appId));
         await db.deleteFrom("apps").where("id", "=", app.id).execute();
+        onAuthChanged();
         return {};
       },
 
@@ -183,6 +190,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks): Facility<typ
       async revokeToken(req) {
         if (!isUuid(req.tokenId)) throw invalidArgument("token_id", "must be a token id (a UUID)");
         const result = await db.deleteFrom("app_tokens").where("id", "=", req.tokenId).executeTakeFirst();
+        onAuthChanged();
         if (Number(result.numDeletedRows) === 0) throw new PlatformError("not_found", "no such token");
         return {};
       },

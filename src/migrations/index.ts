@@ -8,6 +8,7 @@ import * as queues from "./0002-queues.ts";
 import * as analytics from "./0003-analytics.ts";
 import * as secrets from "./0004-secrets.ts";
 import * as mail from "./0005-mail.ts";
+import * as authChanges from "./0006-auth-changes.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -15,4 +16,5 @@ export const migrations: Record<string, Migration> = {
   "0003-analytics": analytics,
   "0004-secrets": secrets,
   "0005-mail": mail,
+  "0006-auth-changes": authChanges,
 };
