@@ -8,29 +8,30 @@ import { afterAll, beforeAll, expect, it } from "vitest";
 import { createClient } from "@connectrpc/connect";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { createTestDatabase, transportFor, type TestDatabase } from "../support/harness.ts";
-import { freePort, startChildServer, type ChildServer } from "./support/child-server.ts";
+import { cleanEnv, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
 
 let database: TestDatabase;
-let server: ChildServer | undefined;
+let server: ServiceProcess | undefined;
 const adminToken = "pba_test_" + crypto.randomBytes(24).toString("base64url");
 
 beforeAll(async () => {
   database = await createTestDatabase();
 });
 afterAll(async () => {
-  await server?.stop();
+  server?.child.kill("SIGTERM");
+  await server?.exited;
   await database?.drop();
 });
 
 it("puts answered 200 survive kill -9 of the server, and are consumed after a restart", async () => {
-  const port = await freePort();
-  const env = {
+  const env = cleanEnv({
+    PORT: "0",
     DATA_DIR: database.dataDir,
     ADMIN_TOKEN: adminToken,
     SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
     ...(database.url ? { DATABASE_URL: database.url } : {}),
-  };
-  server = await startChildServer(env, port);
+  });
+  server = await startServiceProcess(env);
   const admin = createClient(AdminService, transportFor(server.url, "connect", adminToken));
   const { app } = await admin.createApp({ name: "durable" });
   const { token } = await admin.issueToken({ appId: app!.id });
@@ -38,23 +39,27 @@ it("puts answered 200 survive kill -9 of the server, and are consumed after a re
 
   // Concurrent puts; the process is killed while later ones may still be in flight.
   const answered = new Set<string>();
+  let reached200!: () => void;
+  const twoHundredAnswered = new Promise<void>((resolve) => (reached200 = resolve));
   const puts = Array.from({ length: 8 }, async (_, w) => {
     for (let i = 0; ; i++) {
       try {
         const res = await fetch(`${server!.url}/v1/queues/jobs`, { method: "POST", headers, body: JSON.stringify({ payload: { w, i } }) });
         if (res.status !== 200) return;
         answered.add(((await res.json()) as { id: string }).id);
+        if (answered.size === 200) reached200();
       } catch {
         return; // the server is gone
       }
     }
   });
-  while (answered.size < 200) await new Promise((r) => setTimeout(r, 5));
-  await server.kill9();
+  await twoHundredAnswered;
+  server.child.kill("SIGKILL");
+  expect(await server.exited).toBe("SIGKILL");
   await Promise.all(puts);
   expect(answered.size).toBeGreaterThanOrEqual(200);
 
-  server = await startChildServer(env, port);
+  server = await startServiceProcess(env);
   const got = new Set<string>();
   for (;;) {
     const res = await fetch(`${server.url}/v1/queues/jobs/consume`, { method: "POST", headers, body: JSON.stringify({ waitSeconds: 0 }) });
