@@ -4,7 +4,7 @@
  */
 import crypto from "node:crypto";
 import fs from "node:fs";
-import Fastify, { LogController, type FastifyError, type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply } from "fastify";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { createContextValues, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -99,6 +99,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : crypto.randomUUID();
     },
     return503OnClosing: false,
+    // A path that is not valid percent-encoding never reaches a route: answer it with the envelope too.
+    frameworkErrors: (err, req, reply) => {
+      const body = toEnvelope(new PlatformError("invalid_argument", "path: not a valid URL (bad percent-encoding)", { details: [`path: ${err.code}`] }));
+      void (reply as unknown as FastifyReply).code(400).header("x-request-id", req.id).send(body);
+    },
     forceCloseConnections: "idle",
   }) as unknown as FastifyInstance;
 

@@ -1,0 +1,167 @@
+/**
+ * No input makes the service answer 500 (DESIGN.md section 7): every SPEC.md
+ * endpoint, and the RPCs behind them over Connect, fed wrong types, wrong
+ * shapes, unicode edge cases, huge values and odd paths, answers a 4xx with
+ * the error envelope (or a 200 where the input happens to be acceptable).
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { endpoints } from "./support/endpoints.ts";
+import { startServer, type TestApp, type TestServer } from "./support/harness.ts";
+
+let t: TestServer;
+let app: TestApp;
+
+beforeAll(async () => {
+  t = await startServer();
+  app = await t.createApp();
+  await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+  await t.admin.updateApp({ appId: app.id, mailFrom: "odd@apps.example.com" });
+});
+afterAll(() => t?.close());
+
+const odd: unknown[] = [
+  null,
+  true,
+  -1,
+  1.5,
+  1e308,
+  Number.MAX_SAFE_INTEGER + 2,
+  "",
+  " ",
+  "\u0000",
+  "\ud800",
+  "😀".repeat(10),
+  "x".repeat(200_001),
+  "2024-02-30T00:00:00Z",
+  "__proto__",
+  [],
+  [null],
+  {},
+  { __proto__: { polluted: true } },
+  { constructor: { prototype: { polluted: true } } },
+];
+
+/** Every field name any endpoint reads, so each gets every odd value. */
+const fields = [
+  "name", "properties", "events", "type", "at", "since", "until", "interval", "groupBy", "timezone",
+  "to", "subject", "text", "model", "prompt", "messages", "maxTokens", "temperature", "input",
+  "payload", "delaySeconds", "ttlSeconds", "waitSeconds", "leaseSeconds", "receipt", "value",
+];
+
+function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) { // eslint-disable-line @typescript-eslint/no-explicit-any
+  expect(res.status, what).not.toBe(500);
+  expect(res.status, what).toBeLessThan(502);
+  if (res.status >= 400) {
+    expect(typeof res.body?.error?.code, what).toBe("string");
+    expect(typeof res.body?.error?.message, what).toBe("string");
+  }
+}
+
+describe("bad input never answers 500", () => {
+  for (const e of endpoints.filter((x) => x.method === "POST")) {
+    it(`${e.method} ${e.path}: whole bodies of the wrong shape`, async () => {
+      for (const body of ["[]", '"s"', "1", "true", "null", "{}", '{"a":', "\u0000", JSON.stringify(odd)]) {
+        const res = await t.request(e.method, e.path, { token: app.token, body, headers: { "content-type": "application/json" } });
+        expectEnvelopeOrOk(res, `${e.path} ${body.slice(0, 40)}`);
+      }
+    });
+
+    it(`${e.method} ${e.path}: every field set to every odd value`, async () => {
+      for (const field of fields) {
+        for (const value of odd) {
+          const body = { ...(e.body as object), [field]: value };
+          const res = await t.request(e.method, e.path, { token: app.token, body: { ...body, waitSeconds: 0 } });
+          expectEnvelopeOrOk(res, `${e.path} ${field}=${JSON.stringify(value)?.slice(0, 40)}`);
+        }
+      }
+    });
+  }
+
+  it("odd path segments", async () => {
+    const segments = ["%00", "%F0%9F%98%80", "%ED%A0%80", "a".repeat(300), "..", "%2F", "_events", "_ack", "A", "a%20b", "%"];
+    for (const s of segments) {
+      for (const [method, path] of [
+        ["POST", `/v1/queues/${s}`],
+        ["POST", `/v1/queues/${s}/consume`],
+        ["GET", `/v1/secrets/${s}`],
+        ["POST", `/v1/secrets/${s}/link`],
+        ["GET", `/secret-links/${s}`],
+      ] as const) {
+        const res = await t.request(method, path, { token: app.token, body: method === "POST" ? { payload: 1, waitSeconds: 0 } : undefined });
+        expect(res.status, `${method} ${path}`).toBeLessThan(500);
+        if (path.startsWith("/v1/") && res.status >= 400) expect(typeof res.body?.error?.code, `${method} ${path}`).toBe("string");
+      }
+    }
+  });
+
+  it("analytics events with odd properties and times", async () => {
+    await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "odd", properties: { n: "number", s: "string", b: "boolean" } } });
+    for (const value of odd) {
+      for (const key of ["n", "s", "b", "at", "__proto__", "constructor", "x".repeat(100)]) {
+        const res = await t.request("POST", "/v1/analytics/events", {
+          token: app.token,
+          body: { events: [{ type: "odd", ...(key === "at" ? { at: value } : { properties: { [key]: value } }) }] },
+        });
+        expectEnvelopeOrOk(res, `${key}=${JSON.stringify(value)?.slice(0, 40)}`);
+      }
+    }
+    for (const body of [
+      { type: "odd", since: -8.64e15 },
+      { type: "odd", since: 8.64e15 + 1 },
+      { type: "odd", since: 0, until: 1, interval: "hour", timezone: "Mars/Olympus" },
+      { type: "odd", since: "2024-01-01T00:00:00Z", interval: "month", timezone: "Asia/Kolkata" },
+      { type: "odd", since: 0, groupBy: "__proto__" },
+    ]) {
+      const res = await t.request("POST", "/v1/analytics/query", { token: app.token, body });
+      expectEnvelopeOrOk(res, JSON.stringify(body));
+    }
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
+  it("inference messages of odd shapes", async () => {
+    for (const messages of [[{}], [{ role: "robot", content: "x" }], [{ role: "user", content: 5 }], Array(65).fill({ role: "user", content: "x" }), [{ role: "system", content: "x" }], [null]]) {
+      const res = await t.request("POST", "/v1/inference/generate", { token: app.token, body: { messages, maxTokens: 4 } });
+      expectEnvelopeOrOk(res, JSON.stringify(messages).slice(0, 60));
+    }
+    for (const input of [[], [""], Array(97).fill("x"), [1], ["x", null], "\ud800"]) {
+      const res = await t.request("POST", "/v1/inference/embed", { token: app.token, body: { input } });
+      expectEnvelopeOrOk(res, JSON.stringify(input).slice(0, 60));
+      expect(res.status).toBe(400);
+    }
+  });
+});
+
+describe("bad input over Connect never answers Internal", () => {
+  it("Values with an unset kind, nested or not, and out-of-range numbers", async () => {
+    const { QueueService } = await import("../gen/platform/queues/v1/queues_pb.js");
+    const { AnalyticsService } = await import("../gen/platform/analytics/v1/analytics_pb.js");
+    const { InferenceService } = await import("../gen/platform/inference/v1/inference_pb.js");
+    const { ConnectError, Code } = await import("@connectrpc/connect");
+    const queues = t.client(QueueService, app.token);
+    const analytics = t.client(AnalyticsService, app.token);
+    const inference = t.client(InferenceService, app.token);
+    const unset = {} as never;
+    const nested = { kind: { case: "listValue", value: { values: [{}] } } } as never;
+    const calls: [string, () => Promise<unknown>][] = [
+      ["put unset", () => queues.putMessage({ queue: "q", payload: unset })],
+      ["put nested", () => queues.putMessage({ queue: "q", payload: nested })],
+      ["put nan", () => queues.putMessage({ queue: "q", payload: { kind: { case: "numberValue", value: NaN } } as never })],
+      ["put negative delay", () => queues.putMessage({ queue: "q", payload: nested, delaySeconds: -5 })],
+      ["consume huge lease", () => queues.consumeMessage({ queue: "q", waitSeconds: 0, leaseSeconds: 2 ** 31 - 1 })],
+      ["log unset", () => analytics.logEvents({ events: [{ type: "odd", properties: { n: unset } }] })],
+      ["log nested", () => analytics.logEvents({ events: [{ type: "odd", properties: { s: nested } }] })],
+      ["log far future", () => analytics.logEvents({ events: [{ type: "odd", at: { seconds: 10n ** 15n, nanos: 0 } }] })],
+      ["query bad timestamp", () => analytics.queryEvents({ type: "odd", since: { seconds: -(10n ** 15n), nanos: 0 } })],
+      ["generate nan temperature", () => inference.generate({ prompt: "x", temperature: NaN })],
+      ["generate huge maxTokens", () => inference.generate({ prompt: "x", maxTokens: 2 ** 31 - 1 })],
+    ];
+    for (const [what, call] of calls) {
+      try {
+        await call();
+      } catch (err) {
+        const code = ConnectError.from(err).code;
+        expect([Code.Internal, Code.Unknown], `${what}: ${ConnectError.from(err).message}`).not.toContain(code);
+      }
+    }
+  });
+});
