@@ -5,7 +5,7 @@
  * and leave this module only sealed; the caller seals and opens them, so
  * nothing here ever holds a plaintext value.
  */
-import crypto from "node:crypto";
+import { hashToken } from "../auth.ts";
 import { sql, type Db } from "../database.ts";
 import type { SealedValue } from "./keyring.ts";
 
@@ -37,10 +37,8 @@ export interface LinkInfo {
   expiresAt: Date;
 }
 
-/** Link tokens are stored only as this hash. */
-export function hashLinkToken(token: string): string {
-  return crypto.createHash("sha256").update(token, "utf8").digest("hex");
-}
+/** Link tokens are stored only as this hash: SHA-256, like service tokens. */
+export const hashLinkToken: (token: string) => string = hashToken;
 
 export function createSecretStore(db: Db) {
   /** Within `trx`: locks the secret row, bumps its version and stores the sealed value. Undefined when undeclared. */
