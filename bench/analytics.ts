@@ -16,14 +16,13 @@
  * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
  * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order).
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
+import { adminCall, log, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const TOTAL = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -31,20 +30,8 @@ const BATCH = 1000;
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const DAY = 86_400_000;
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
-}
 
 /** CPU seconds used so far by a process (utime + stime from /proc), or NaN where /proc is missing. */
 async function cpuSeconds(pid: number): Promise<number> {
@@ -84,8 +71,6 @@ async function main(): Promise<void> {
   const databaseUrl = url.toString();
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-"));
   const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
 
   let server: ChildProcess | undefined;
   const cleanup = async () => {
@@ -99,33 +84,13 @@ async function main(): Promise<void> {
   };
 
   try {
-    server = spawn(process.execPath, [path.join(root, "src/main.ts")], {
-      cwd: root,
-      env: { ...process.env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseUrl, DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, LOG_LEVEL: "warn", MONGODB_URL: "" },
-      stdio: ["ignore", "ignore", "inherit"],
-    });
-    for (let i = 0; ; i++) {
-      try {
-        if ((await fetch(`${base}/health`)).ok) break;
-      } catch {
-        // not up yet
-      }
-      if (i > 300 || server.exitCode !== null) throw new Error("the server did not start");
-      await new Promise((r) => setTimeout(r, 100));
-    }
-
-    const adminCall = async (rpc: string, body: unknown) => {
-      const res = await fetch(`${base}/platform.admin.v1.AdminService/${rpc}`, {
-        method: "POST",
-        headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}` },
-        body: JSON.stringify(body),
-      });
-      if (!res.ok) throw new Error(`${rpc}: ${res.status} ${await res.text()}`);
-      return (await res.json()) as Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
-    };
-    const { app } = await adminCall("CreateApp", { name: "bench" });
-    await adminCall("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
-    const { token } = await adminCall("IssueToken", { appId: app.id });
+    const service = await startService({ databaseUrl, dataDir, adminToken, env: { MONGODB_URL: "" } });
+    server = service.child;
+    const base = service.url;
+    const callAdmin = (rpc: string, body: unknown) => adminCall(base, adminToken, rpc, body);
+    const { app } = await callAdmin("CreateApp", { name: "bench" });
+    await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
+    const { token } = await callAdmin("IssueToken", { appId: app.id });
     const call = async (method: string, p: string, body?: string) => {
       const res = await fetch(base + p, { method, headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body });
       const text = await res.text();

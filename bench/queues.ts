@@ -16,16 +16,15 @@
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb"}.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import http from "node:http";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
+import { adminCall, log, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -40,20 +39,8 @@ const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
 const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,4").split(",").map(Number));
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-    s.on("error", reject);
-  });
-}
 
 function percentile(samples: number[], p: number): number {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -104,40 +91,7 @@ function jsonClient(base: string, token: string, maxSockets: number) {
   };
 }
 
-async function connectAdmin(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
-  const res = await fetch(`${url}/platform.admin.v1.AdminService/${rpc}`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new Error(`${rpc}: ${res.status} ${await res.text()}`);
-  return res.json();
-}
 
-async function startService(databaseUrl: string, dataDir: string, adminToken: string): Promise<{ url: string; child: ChildProcess }> {
-  const port = await freePort();
-  // The service runs as `npm start` runs it (same node flags, e.g. the young
-  // generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof".
-  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
-  const [, ...startArgs] = startScript.split(" ").filter(Boolean);
-  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
-    cwd: root,
-    env: { ...process.env, DATABASE_URL: databaseUrl, DATA_DIR: dataDir, ADMIN_TOKEN: adminToken, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; ; i++) {
-    if (child.exitCode !== null) throw new Error("the service exited at start");
-    try {
-      if ((await fetch(`${url}/health`)).ok) return { url, child };
-    } catch {
-      // not yet
-    }
-    if (i > 600) throw new Error("the service did not start");
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 async function rssMb(pid: number): Promise<number> {
   const status = await fs.readFile(`/proc/${pid}/status`, "utf8");
@@ -174,10 +128,10 @@ async function main(): Promise<void> {
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   let child: ChildProcess | undefined;
   try {
-    const service = await startService(dbUrl.toString(), dataDir, adminToken);
+    const service = await startService({ databaseUrl: dbUrl.toString(), dataDir, adminToken });
     child = service.child;
-    const { app } = await connectAdmin(service.url, adminToken, "CreateApp", { name: "bench" });
-    const { token } = await connectAdmin(service.url, adminToken, "IssueToken", { appId: app.id });
+    const { app } = await adminCall(service.url, adminToken, "CreateApp", { name: "bench" });
+    const { token } = await adminCall(service.url, adminToken, "IssueToken", { appId: app.id });
     log(`service on ${service.url}, database ${dbName}`);
 
     let msgsPerS = NaN;

@@ -1,0 +1,80 @@
+/**
+ * What both benchmarks need: the service started as `npm start` starts it
+ * (same node flags) in its own process, and admin calls to it.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import fs from "node:fs/promises";
+import net from "node:net";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Progress goes to stderr, so the last line of stdout is the figures. */
+export const log = (msg: string): void => void process.stderr.write(`${msg}\n`);
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+    s.on("error", reject);
+  });
+}
+
+export interface ServiceOptions {
+  databaseUrl: string;
+  dataDir: string;
+  adminToken: string;
+  env?: Record<string, string>;
+}
+
+/**
+ * Starts the service with the node flags of `npm start` (e.g. the young
+ * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR".
+ * Resolves once `/health` answers.
+ */
+export async function startService(options: ServiceOptions): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const [, ...startArgs] = startScript.split(" ").filter(Boolean);
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
+    cwd: root,
+    env: {
+      ...process.env,
+      DATABASE_URL: options.databaseUrl,
+      DATA_DIR: options.dataDir,
+      ADMIN_TOKEN: options.adminToken,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      ...options.env,
+    },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error("the service exited at start");
+    try {
+      if ((await fetch(`${url}/health`)).ok) return { url, child };
+    } catch {
+      // not listening yet
+    }
+    if (i > 600) throw new Error("the service did not start");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** One AdminService call over Connect JSON. */
+export async function adminCall(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+  const res = await fetch(`${url}/platform.admin.v1.AdminService/${rpc}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`${rpc}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
