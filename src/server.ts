@@ -179,6 +179,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   fastify.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, text, done) => {
     done(null, Object.fromEntries(new URLSearchParams(String(text))));
   });
+  // Any other content type: an empty body is "no body" (fetch sends `text/plain` with `body: ""`, and a
+  // consume needs none); anything else is not JSON.
+  fastify.addContentTypeParser("*", { parseAs: "string" }, (_req, text, done) => {
+    if (String(text).trim() === "") return done(null, undefined);
+    done(new PlatformError("invalid_argument", "content-type: must be application/json", { details: ["content-type: must be application/json"] }), undefined);
+  });
 
   for (const facility of all) {
     if (facility.restRoutes) facility.restRoutes(createRestRouter(fastify, authenticator, facility.impl));

@@ -96,6 +96,19 @@ describe("the error envelope at the edge", () => {
     expect(res.body.error).toMatchObject({ code: "invalid_argument", message: expect.stringContaining("content-type") });
   });
 
+  it("an empty body of any content type is no body (a consume needs none)", async () => {
+    for (let i = 0; i < 3; i++) await t.request("POST", "/v1/queues/idle", { token: app.token, body: { payload: i } });
+    for (const headers of [{ "content-type": "text/plain;charset=UTF-8" }, { "content-type": "application/octet-stream" }, {} as Record<string, string>]) {
+      const res = await fetch(`${t.url}/v1/queues/idle/consume`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${app.token}`, ...headers },
+        body: "",
+      });
+      expect(res.status, JSON.stringify(headers)).toBe(200);
+      expect((await res.json()).message.queue).toBe("idle");
+    }
+  });
+
   it("JSON nested deeper than 64 levels is 400, not a crash", async () => {
     const deep = "[".repeat(100_000) + "]".repeat(100_000);
     const res = await t.request("POST", "/v1/queues/deep", { token: app.token, body: `{"payload":${deep}}` });
