@@ -47,6 +47,12 @@ export interface AppRecord {
 
 /** The name pattern of SPEC.md section 2, shared by app names, event types and queue names. */
 export const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,62}$/;
+/** The rule of `NAME_PATTERN`, as error messages state it. */
+export const NAME_RULE = "must match ^[a-z][a-z0-9_.-]{0,62}$";
+
+/** The secret name pattern of DESIGN.md section 4, shared by the blueprint (admin) and the secrets facility. */
+export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+export const SECRET_NAME_RULE = "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$";
 
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 

@@ -173,9 +173,9 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     }
     return row;
   };
-  const adminHash = crypto.createHash("sha256").update(options.adminToken).digest();
-  const isAdminToken = (token: string) =>
-    crypto.timingSafeEqual(crypto.createHash("sha256").update(token).digest(), adminHash);
+  // Compared as hashes: equal lengths for timingSafeEqual, whatever was sent.
+  const adminHash = Buffer.from(hashToken(options.adminToken));
+  const isAdminToken = (token: string) => crypto.timingSafeEqual(Buffer.from(hashToken(token)), adminHash);
 
   return {
     async authenticate(authorization, method) {

@@ -13,15 +13,13 @@ import {
   type AppLimits as AppLimitsMessage,
   type MailSchema,
 } from "../../gen/platform/admin/v1/admin_pb.js";
-import { APP_COLUMNS, LIMIT_NAMES, NAME_PATTERN, appFromRow, getApp, isUuid, type AppLimits, type AppRecord } from "../apps.ts";
+import { APP_COLUMNS, LIMIT_NAMES, NAME_PATTERN, NAME_RULE, SECRET_NAME_PATTERN, SECRET_NAME_RULE, appFromRow, getApp, isUuid, type AppLimits, type AppRecord } from "../apps.ts";
 import { generateServiceToken, hashToken } from "../auth.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility } from "../facility.ts";
 import { utcDay, type QuotaCounter } from "../quotas.ts";
 import { sql, type Db } from "../database.ts";
 
-/** The secret name pattern of DESIGN.md section 4. */
-export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 
 export type MailInit = MessageInitShape<typeof MailSchema>;
 
@@ -110,7 +108,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged
     service: AdminService,
     impl: {
       async createApp(req) {
-        if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", "must match ^[a-z][a-z0-9_.-]{0,62}$");
+        if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
         const existing = await db.selectFrom("apps").select("id").where("name", "=", req.name).executeTakeFirst();
         if (existing) throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
         const row = await db
@@ -199,7 +197,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged
         const app = await getApp(db, requireAppId(req.appId));
         const names = [...new Set(req.names)];
         names.forEach((name, i) => {
-          if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$");
+          if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
         });
         await hooks.declareSecrets(app.id, names);
         return { app: await load(app.id) };
@@ -215,7 +213,7 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged
       async publishEvent(req) {
         if (!hooks.publishEvent) unimplemented("PublishEvent");
         const app = await getApp(db, requireAppId(req.appId));
-        if (!/^[a-z][a-z0-9_.-]{0,62}$/.test(req.kind)) throw invalidArgument("kind", "must match ^[a-z][a-z0-9_.-]{0,62}$");
+        if (!NAME_PATTERN.test(req.kind)) throw invalidArgument("kind", NAME_RULE);
         // A Value with no kind set (an empty message on the wire) means null; one
         // with an unset Value nested inside it is not JSON at all.
         let data: JsonValue = null;

@@ -27,7 +27,7 @@ import {
   type EventTypeSchema,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { NAME_PATTERN, type AppRecord } from "../apps.ts";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../apps.ts";
 import { appOf } from "../auth.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility } from "../facility.ts";
@@ -38,7 +38,7 @@ import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore, type EventTypeRecord, type PropertyKindName } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
 import { createSqlEventStore } from "./sql-event-store.ts";
-import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, MAX_TIME_MS, NAME_RULE, quoted, timestampToMs, validateEvents } from "./validate-events.ts";
+import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, MAX_TIME_MS, quoted, timestampToMs, validateEvents } from "./validate-events.ts";
 
 export interface AnalyticsFacilityOptions {
   /** Overrides the store chosen from the configuration (tests). */

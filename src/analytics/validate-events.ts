@@ -6,7 +6,7 @@
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
-import { NAME_PATTERN } from "../apps.ts";
+import { NAME_PATTERN, NAME_RULE } from "../apps.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
@@ -23,7 +23,6 @@ export const MAX_VALUE_BYTES = 1024;
 export const MIN_TIME_MS = -62_135_596_800_000;
 export const MAX_TIME_MS = 253_402_300_799_999;
 
-export const NAME_RULE = "must match ^[a-z][a-z0-9_.-]{0,62}$";
 
 /** The shape of an event as both protocols deliver it. */
 export interface EventInput {

@@ -23,7 +23,7 @@ import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
 import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
-import { NAME_PATTERN, getApp, type AppRecord } from "../apps.ts";
+import { NAME_PATTERN, NAME_RULE, getApp, type AppRecord } from "../apps.ts";
 import { appOf } from "../auth.ts";
 import { sql } from "../database.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
@@ -73,7 +73,7 @@ export type QueuesFacility = Facility<typeof QueueService> & { readonly events: 
 function checkQueueName(name: string, allowEvents: boolean): string {
   if (name === EVENTS_QUEUE && allowEvents) return name;
   if (!NAME_PATTERN.test(name)) {
-    throw invalidArgument("queue", `must match ^[a-z][a-z0-9_.-]{0,62}$${allowEvents ? ` or be ${EVENTS_QUEUE}` : ""}`);
+    throw invalidArgument("queue", `${NAME_RULE}${allowEvents ? ` or be ${EVENTS_QUEUE}` : ""}`);
   }
   return name;
 }

@@ -18,7 +18,7 @@
 import crypto from "node:crypto";
 import { timestampDate, timestampFromDate, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import type { AppRecord } from "../apps.ts";
+import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../apps.ts";
 import { appOf } from "../auth.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility, PlatformEvents } from "../facility.ts";
@@ -27,8 +27,6 @@ import { keyringFromConfig, UnknownKeyError, type Keyring } from "./keyring.ts";
 import { registerLinkPage } from "./link-page.ts";
 import { createSecretStore, hashLinkToken, type SetResult } from "./secret-store.ts";
 
-/** DESIGN.md section 4. */
-export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
 export const MAX_VALUE_BYTES = 65_536;
 
@@ -47,7 +45,7 @@ export interface SecretsFacility extends Facility<typeof SecretsService> {
 }
 
 function checkName(name: string): void {
-  if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument("name", "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$");
+  if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument("name", SECRET_NAME_RULE);
 }
 
 /** Why a value is unusable, or undefined when it is fine. Shared by the owner's set and the link. */
