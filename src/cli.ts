@@ -11,7 +11,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { createClient, ConnectError } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   AdminService,
@@ -21,6 +21,8 @@ import {
   ListAppsResponseSchema,
   GetUsageResponseSchema,
   ListMailResponseSchema,
+  PublishEventResponseSchema,
+  SetSecretResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { ConfigError, loadConfig } from "./config.ts";
@@ -28,6 +30,7 @@ import { openDatabase, migrate } from "./database.ts";
 import { LIMIT_NAMES } from "./apps.ts";
 import { toPlatformError } from "./errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
+import { readableJson } from "./cli-format.ts";
 
 const USAGE = `usage: npm run cli -- <command>
 
@@ -121,16 +124,16 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     if (!value) throw new UsageError(`missing ${what}`);
     return value;
   };
-  const showApp = (res: { app?: App }) => print(res.app ? toJson(AppSchema, res.app, { alwaysEmitImplicit: true }) : {});
+  const showApp = (res: { app?: App }) => print(res.app ? readableJson(AppSchema, res.app) : {});
 
   if (group === "usage") {
-    return print(toJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") }), { alwaysEmitImplicit: true }));
+    return print(readableJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") })));
   }
   switch (`${group} ${command ?? ""}`) {
     case "apps create":
       return showApp(await admin.createApp({ name: need(rest[0], "NAME") }));
     case "apps list":
-      return print(toJson(ListAppsResponseSchema, await admin.listApps({}), { alwaysEmitImplicit: true }));
+      return print(readableJson(ListAppsResponseSchema, await admin.listApps({})));
     case "apps get":
       return showApp(await admin.getApp({ appId: need(rest[0], "NAME") }));
     case "apps stop":
@@ -172,7 +175,7 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     case "secrets set": {
       const value = await readStdin();
       const res = await admin.setSecret({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET"), value });
-      return print({ name: res.name, version: Number(res.version) });
+      return print(readableJson(SetSecretResponseSchema, res));
     }
     case "events publish": {
       let data: JsonValue = null;
@@ -183,11 +186,11 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
           throw new UsageError("JSON: not valid JSON");
         }
       }
-      return print(await admin.publishEvent({ appId: need(rest[0], "NAME"), kind: need(rest[1], "KIND"), data: fromJson(ValueSchema, data) }));
+      return print(readableJson(PublishEventResponseSchema, await admin.publishEvent({ appId: need(rest[0], "NAME"), kind: need(rest[1], "KIND"), data: fromJson(ValueSchema, data) })));
     }
     case "mail list": {
       const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
-      return print(toJson(ListMailResponseSchema, await admin.listMail({ appId: need(rest[0], "NAME"), limit }), { alwaysEmitImplicit: true }));
+      return print(readableJson(ListMailResponseSchema, await admin.listMail({ appId: need(rest[0], "NAME"), limit })));
     }
     default:
       throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);

@@ -18,6 +18,7 @@ import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
 import { PGliteDialect } from "kysely-pglite-dialect";
 import { migrations } from "./migrations/index.ts";
+import { lockDataDir } from "./data-dir-lock.ts";
 
 type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 
@@ -342,8 +343,15 @@ class PgNotifications {
 
 async function openPglite(options: DatabaseOptions): Promise<Database> {
   const dir = path.join(options.dataDir, "pg");
-  await fs.mkdir(dir, { recursive: true });
-  const pglite = await PGlite.create(dir, { parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v } });
+  const unlock = await lockDataDir(options.dataDir);
+  let pglite: PGlite;
+  try {
+    await fs.mkdir(dir, { recursive: true });
+    pglite = await PGlite.create(dir, { parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v } });
+  } catch (err) {
+    await unlock();
+    throw err;
+  }
   const db = new Kysely<Tables>({ dialect: new PGliteDialect(pglite) });
   return {
     db,
@@ -354,6 +362,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     },
     async close() {
       await db.destroy();
+      await unlock();
     },
   };
 }
@@ -367,8 +376,17 @@ export async function migrate(db: Db): Promise<void> {
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === "Error")?.migrationName;
-    throw new Error(`migration ${failed ?? "(unknown)"} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    const reason = describeError(error);
+    // No migration ran: the database itself could not be reached or locked.
+    throw new Error(failed ? `migration ${failed} failed: ${reason}` : `database: cannot run migrations: ${reason}`, { cause: error });
   }
+}
+
+/** A driver error in one line: `connect ECONNREFUSED 127.0.0.1:5432`, or its code when it has no message (an AggregateError). */
+function describeError(error: unknown): string {
+  if (error instanceof AggregateError && error.errors.length > 0) return describeError(error.errors[0]);
+  if (error instanceof Error) return error.message || (error as NodeJS.ErrnoException).code || error.name;
+  return String(error);
 }
 
 /** `sql` re-exported so stores import their SQL helpers from one place. */

@@ -25,7 +25,15 @@ export function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 
 /** Starts `src/main.ts`; resolves once it logs that it is listening. */
 export function startServiceProcess(env: NodeJS.ProcessEnv, script = "src/main.ts"): Promise<ServiceProcess> {
-  const child = spawn(nodeBinary, [script], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+  return awaitListening(spawn(nodeBinary, [script], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] }));
+}
+
+/** Runs the documented start command, `npm start`, as a process manager would; `child` is npm itself. */
+export function startWithNpm(env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
+  return awaitListening(spawn("npm", ["start", "--silent"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] }));
+}
+
+function awaitListening(child: ChildProcess): Promise<ServiceProcess> {
   let out = "";
   let err = "";
   const exited = new Promise<number | NodeJS.Signals>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal!)));

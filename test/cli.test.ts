@@ -1,0 +1,105 @@
+import { execFile } from "node:child_process";
+import fs from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "./support/service-process.ts";
+
+const run = promisify(execFile);
+type Outcome = { code: number; stdout: string; stderr: string };
+const cli = (args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<Outcome> =>
+  new Promise((resolve) => {
+    const child = execFile(nodeBinary, ["src/cli.ts", ...args], { env }, (err, stdout, stderr) =>
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+    child.stdin!.end(input ?? "");
+  });
+
+let dataDir: string;
+let server: ServiceProcess;
+let env: NodeJS.ProcessEnv;
+
+beforeAll(async () => {
+  dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-cli-"));
+  env = cleanEnv({ DATA_DIR: dataDir, PORT: "0" });
+  server = await startServiceProcess(env);
+  env = { ...env, PLATFORM_ADMIN_URL: server.url };
+});
+afterAll(async () => {
+  if (server.child.exitCode === null) {
+    server.child.kill("SIGTERM");
+    await server.exited;
+  }
+  await fs.rm(dataDir, { recursive: true, force: true });
+});
+
+describe("cli output (src/cli-format.ts)", () => {
+  it("prints counts and versions as numbers and never the internal $typeName", async () => {
+    expect((await cli(["apps", "create", "fmt-app"], env)).code).toBe(0);
+    const declared = await cli(["secrets", "declare", "fmt-app", "API_KEY"], env);
+    expect(JSON.parse(declared.stdout).declaredSecrets).toEqual(["API_KEY"]);
+
+    const set = await cli(["secrets", "set", "fmt-app", "API_KEY"], env, "s3cret\n");
+    expect(set.code).toBe(0);
+    const setOut = JSON.parse(set.stdout);
+    expect(setOut).toMatchObject({ name: "API_KEY", version: 1 });
+    expect(typeof setOut.setAt).toBe("string");
+    expect(set.stdout).not.toContain("s3cret");
+
+    const usage = JSON.parse((await cli(["usage", "fmt-app"], env)).stdout);
+    expect(usage.events).toEqual({ used: 0, cap: 100000 });
+    expect(usage.mail).toEqual({ used: 0, cap: 100 });
+
+    const published = await cli(["events", "publish", "fmt-app", "deploy.done", '{"sha":"abc"}'], env);
+    expect(published.code).toBe(0);
+    expect(published.stdout).not.toContain("$typeName");
+    expect(Object.keys(JSON.parse(published.stdout))).toEqual(["id"]);
+
+    const list = await cli(["apps", "list"], env);
+    expect(list.stdout).not.toContain("$typeName");
+    expect(JSON.parse(list.stdout).apps[0].limits.eventsPerDay).toBe(100000);
+  });
+});
+
+describe("cli direct database commands (src/cli.ts, src/data-dir-lock.ts)", () => {
+  it("migrate and secrets rotate-key refuse while the server holds the embedded DATA_DIR, and work once it stopped", async () => {
+    for (const args of [["migrate"], ["secrets", "rotate-key"]]) {
+      const refused = await cli(args, env);
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toContain(`DATA_DIR ${dataDir} is in use by another process (pid ${server.child.pid}`);
+      expect(refused.stdout).toBe("");
+    }
+    // The server is untouched by the refused commands.
+    expect((await fetch(`${server.url}/health`)).status).toBe(200);
+
+    server.child.kill("SIGTERM");
+    expect(await server.exited).toBe(0);
+    expect((await cli(["migrate"], env)).stdout).toContain("migrations applied");
+    expect((await cli(["secrets", "rotate-key"], env)).stdout).toContain("re-encrypted 0 secret value(s) under the current SECRETS_KEY");
+  });
+
+  it("a lock left by a killed process is taken over at once", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-cli-stale-"));
+    try {
+      // A pid that is certainly not running: a child that has already exited.
+      const gone = await run(nodeBinary, ["-e", "process.stdout.write(String(process.pid))"]);
+      await fs.writeFile(path.join(dir, "pg.lock"), `${gone.stdout}\n`);
+      const migrated = await cli(["migrate"], cleanEnv({ DATA_DIR: dir }));
+      expect(migrated).toMatchObject({ code: 0, stdout: expect.stringContaining("migrations applied") });
+      await expect(fs.stat(path.join(dir, "pg.lock"))).rejects.toThrow();
+    } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("start-up failures (src/main.ts)", () => {
+  it("an unreachable PostgreSQL is named with its cause, not as an unknown migration", async () => {
+    const failed = await run(nodeBinary, ["src/main.ts"], {
+      env: cleanEnv({ DATA_DIR: dataDir, PORT: "0", DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere" }),
+    }).catch((e: { code: number; stderr: string }) => e);
+    expect(failed).toMatchObject({ code: 1 });
+    expect((failed as { stderr: string }).stderr.trim()).toBe("failed to start: database: cannot run migrations: connect ECONNREFUSED 127.0.0.1:1");
+  });
+});
