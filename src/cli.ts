@@ -31,6 +31,7 @@ import { LIMIT_NAMES } from "./apps.ts";
 import { toPlatformError } from "./errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { readableJson } from "./cli-format.ts";
+import { adoptAdminToken } from "./shared-keys.ts";
 
 const USAGE = `usage: npm run cli -- <command>
 
@@ -49,6 +50,7 @@ const USAGE = `usage: npm run cli -- <command>
   usage NAME                       today's use and caps
   mail list NAME [--limit N]       the app's recent mail
   migrate                          run database migrations (direct database access)
+  admin-token adopt                make ADMIN_TOKEN the admin token every instance must use (direct database access)
 
 Limits: ${LIMIT_NAMES.join(", ")}`;
 
@@ -100,6 +102,18 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     } finally {
       await database.close();
     }
+    return;
+  }
+  if (group === "admin-token" && command === "adopt") {
+    if (!config.adminToken) throw new UsageError("admin-token adopt: set ADMIN_TOKEN to the new admin token");
+    const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: 2 });
+    try {
+      await migrate(database.db);
+      await adoptAdminToken(database.db, config.adminToken);
+    } finally {
+      await database.close();
+    }
+    print("adopted: every instance on this database must now start with this ADMIN_TOKEN");
     return;
   }
   if (group === "secrets" && command === "rotate-key") {

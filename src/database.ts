@@ -139,6 +139,14 @@ export interface AnalyticsDailyTable {
   n: number;
 }
 
+/** Facts every instance on one database must agree on (src/shared-keys.ts), by name. */
+export interface PlatformSettingsTable {
+  name: string;
+  /** A hash or key id, never a key or a token. */
+  value: string;
+  updated_at: Generated<Timestamp>;
+}
+
 export interface Tables {
   apps: AppsTable;
   app_tokens: AppTokensTable;
@@ -151,6 +159,7 @@ export interface Tables {
   queue_messages: QueueMessagesTable;
   secret_links: SecretLinksTable;
   mail_log: MailLogTable;
+  platform_settings: PlatformSettingsTable;
 }
 
 export type Db = Kysely<Tables>;

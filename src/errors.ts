@@ -20,6 +20,7 @@ export type ErrorCode =
   | "too_many_links"
   | "not_configured"
   | "upstream_error"
+  | "unavailable"
   | "internal";
 
 const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
@@ -35,6 +36,7 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   too_many_links: { status: 429, connect: Code.ResourceExhausted },
   not_configured: { status: 501, connect: Code.Unimplemented },
   upstream_error: { status: 502, connect: Code.Unavailable },
+  unavailable: { status: 503, connect: Code.Unavailable },
   internal: { status: 500, connect: Code.Internal },
 };
 

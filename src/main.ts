@@ -60,6 +60,11 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
+  // A disagreement found at start (e.g. with the other instances on the database) names its variable, like a bad value.
+  if (err instanceof ConfigError) {
+    process.stderr.write(`configuration error: ${err.message}\n`);
+    process.exit(2);
+  }
   process.stderr.write(`failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(1);
 });

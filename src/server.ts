@@ -21,6 +21,8 @@ import { createMetaFacility } from "./meta/meta-facility.ts";
 import { createReflectionImpl, ServerReflection } from "./meta/reflection.ts";
 import { createAdminFacility } from "./admin/admin-facility.ts";
 import { createFacilities } from "./facilities.ts";
+import { verifySharedKeys } from "./shared-keys.ts";
+import { keyringFromConfig } from "./secrets/keyring.ts";
 
 export const BODY_LIMIT_BYTES = 32 * 1024 * 1024;
 /** JSON nested deeper than this is refused before anything walks it recursively. */
@@ -55,7 +57,13 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       dataDir: config.dataDir,
       onError: (err) => logger.warn({ err: err.message }, "database connection error"),
     }));
-  await migrate(database.db);
+  try {
+    await migrate(database.db);
+    await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: options.adminToken });
+  } catch (err) {
+    if (ownsDatabase) await database.close();
+    throw err;
+  }
 
   const shutdown = new AbortController();
   const metrics: Metrics = createMetrics();

@@ -95,6 +95,33 @@ describe("cli direct database commands (src/cli.ts, src/data-dir-lock.ts)", () =
 });
 
 describe("start-up failures (src/main.ts)", () => {
+  it("an instance whose SECRETS_KEY differs from the one the database was sealed with stops with one line; admin-token adopt changes the admin token", async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-cli-keys-"));
+    try {
+      const base = cleanEnv({ DATA_DIR: dir, PORT: "0" });
+      const first = await startServiceProcess(base);
+      first.child.kill("SIGTERM");
+      expect(await first.exited).toBe(0);
+
+      const otherKey = Buffer.alloc(32, 7).toString("base64");
+      const refused = await run(nodeBinary, ["src/main.ts"], { env: { ...base, SECRETS_KEY: otherKey } }).catch((e: Outcome) => e);
+      expect(refused).toMatchObject({ code: 2 });
+      expect((refused as Outcome).stderr.trim().split("\n")).toEqual([
+        expect.stringMatching(/^configuration error: SECRETS_KEY: this database's secrets are sealed under key id [0-9a-f]{16}, and this instance has key id [0-9a-f]{16}: /),
+      ]);
+
+      const newToken = "pba_" + "n".repeat(40);
+      const wrongToken = await run(nodeBinary, ["src/main.ts"], { env: { ...base, ADMIN_TOKEN: newToken } }).catch((e: Outcome) => e);
+      expect((wrongToken as Outcome).stderr).toMatch(/^configuration error: ADMIN_TOKEN: another instance on this database uses a different admin token/);
+      expect((await cli(["admin-token", "adopt"], { ...base, ADMIN_TOKEN: newToken })).stdout).toContain("adopted");
+      const renewed = await startServiceProcess({ ...base, ADMIN_TOKEN: newToken });
+      renewed.child.kill("SIGTERM");
+      expect(await renewed.exited).toBe(0);
+    } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it("an unreachable PostgreSQL is named with its cause, not as an unknown migration", async () => {
     const failed = await run(nodeBinary, ["src/main.ts"], {
       env: cleanEnv({ DATA_DIR: dataDir, PORT: "0", DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere" }),

@@ -10,6 +10,7 @@ import path from "node:path";
 import type { Config } from "../config.ts";
 import { openDatabase } from "../database.ts";
 import { createKeyring, rotateSecretsKey, type RotationReport } from "./keyring.ts";
+import { recordSecretsKey } from "../shared-keys.ts";
 
 /** The current key: `SECRETS_KEY`, else the key the server generated into DATA_DIR. Never generates one. */
 async function currentKey(config: Config): Promise<Buffer> {
@@ -30,7 +31,10 @@ export async function rotateSecretsKeyFromConfig(config: Config): Promise<Rotati
   const keyring = createKeyring(await currentKey(config), config.secretsOldKeys);
   const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: 2 });
   try {
-    return await rotateSecretsKey(database.db, keyring);
+    const report = await rotateSecretsKey(database.db, keyring);
+    // Every value is under the current key now: it is the one every instance must start with.
+    await recordSecretsKey(database.db, keyring.currentKeyId);
+    return report;
   } finally {
     await database.close();
   }

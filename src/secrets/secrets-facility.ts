@@ -119,7 +119,10 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
           // Never the value, never key material: only which key id is missing.
           const reason = err instanceof UnknownKeyError ? `sealed under unknown key id ${err.keyId}` : "does not authenticate";
           logger.error({ appId: app.id, secret: secret.name, reason }, "secret value cannot be opened");
-          throw new PlatformError("internal", "internal error");
+          // Another instance may have the key (a rotation under way): this one cannot answer, the service may.
+          throw new PlatformError("unavailable", `secret ${secret.name} cannot be read right now: its value is sealed under a key this instance is not configured with`, {
+            retryAfterSeconds: 1,
+          });
         }
         return { name: secret.name, value, version: BigInt(secret.version), setAt: timestampFromDate(secret.setAt) };
       },

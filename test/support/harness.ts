@@ -23,15 +23,19 @@ export interface TestDatabase {
   /** A connection string for a fresh database, or undefined for PGlite. */
   url: string | undefined;
   dataDir: string;
+  /** What every server on this database shares (instances on one database must): the admin token and SECRETS_KEY. */
+  adminToken: string;
+  secretsKey: string;
   drop(): Promise<void>;
 }
 
 /** A fresh, empty database for one test file (a new PostgreSQL database, or a new PGlite directory). */
 export async function createTestDatabase(): Promise<TestDatabase> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-test-"));
+  const shared = { adminToken: "pba_test_" + crypto.randomBytes(24).toString("base64url"), secretsKey: crypto.randomBytes(32).toString("base64") };
   const base = process.env.DATABASE_URL;
   if (!base) {
-    return { url: undefined, dataDir, drop: () => fs.rm(dataDir, { recursive: true, force: true }) };
+    return { url: undefined, dataDir, ...shared, drop: () => fs.rm(dataDir, { recursive: true, force: true }) };
   }
   const name = `pb_test_${crypto.randomBytes(6).toString("hex")}`;
   const admin = new pg.Client({ connectionString: base });
@@ -43,6 +47,7 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   return {
     url: url.toString(),
     dataDir,
+    ...shared,
     async drop() {
       const c = new pg.Client({ connectionString: base });
       await c.connect();
@@ -116,14 +121,14 @@ export interface StartOptions {
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
   const database = options.database ?? (await createTestDatabase());
-  const adminToken = "pba_test_" + crypto.randomBytes(24).toString("base64url");
+  const adminToken = options.env?.ADMIN_TOKEN ?? database.adminToken;
   const config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
     DATA_DIR: database.dataDir,
     ...(database.url ? { DATABASE_URL: database.url } : {}),
     ADMIN_TOKEN: adminToken,
-    SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
+    SECRETS_KEY: database.secretsKey,
     LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
     ...options.env,
   });

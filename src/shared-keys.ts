@@ -1,0 +1,69 @@
+/**
+ * Instances that share a database must share two things that each one could
+ * otherwise make up on its own: the secrets key (a value sealed by one
+ * instance must open on every other) and the admin token (an admin call must
+ * not depend on which instance the load balancer picked). The first instance
+ * records the key's id and the token's hash in `platform_settings`; every
+ * later start compares and refuses with one line naming the variable, rather
+ * than starting and answering some requests wrongly.
+ *
+ * Changes that are meant: a key rotation (the recorded key is among
+ * `SECRETS_OLD_KEYS`, so the record moves to the new key) and a new admin
+ * token (`npm run cli -- admin-token adopt`, run with the new token once).
+ */
+import { ConfigError } from "./config.ts";
+import type { Db } from "./database.ts";
+import { hashToken } from "./auth.ts";
+import type { Keyring } from "./secrets/keyring.ts";
+
+const SECRETS_KEY_ID = "secrets_key_id";
+const ADMIN_TOKEN_HASH = "admin_token_sha256";
+
+/** Records this instance's key id and admin token hash if none are recorded; else checks them. Throws `ConfigError`. */
+export async function verifySharedKeys(db: Db, options: { keyring: Keyring; adminToken: string }): Promise<void> {
+  const { keyring } = options;
+  const recordedKey = await recordOrRead(db, SECRETS_KEY_ID, keyring.currentKeyId);
+  if (recordedKey !== keyring.currentKeyId) {
+    if (!keyring.has(recordedKey)) {
+      throw new ConfigError(
+        "SECRETS_KEY",
+        `this database's secrets are sealed under key id ${recordedKey}, and this instance has key id ${keyring.currentKeyId}: ` +
+          "every instance on one database must use the same SECRETS_KEY (during a rotation, the old one in SECRETS_OLD_KEYS)",
+      );
+    }
+    // A rotation: the recorded key is one of SECRETS_OLD_KEYS; from now on the new key is the one to share.
+    await recordSecretsKey(db, keyring.currentKeyId);
+  }
+  const tokenHash = hashToken(options.adminToken);
+  if ((await recordOrRead(db, ADMIN_TOKEN_HASH, tokenHash)) !== tokenHash) {
+    throw new ConfigError(
+      "ADMIN_TOKEN",
+      "another instance on this database uses a different admin token: every instance must share ADMIN_TOKEN " +
+        "(to change it on purpose, run `npm run cli -- admin-token adopt` with the new ADMIN_TOKEN)",
+    );
+  }
+}
+
+/** Makes `keyId` the secrets key every instance must have (after `secrets rotate-key` re-sealed every value under it). */
+export async function recordSecretsKey(db: Db, keyId: string): Promise<void> {
+  await upsert(db, SECRETS_KEY_ID, keyId);
+}
+
+/** Makes `adminToken` the one every instance must use (an intended change of the admin token). */
+export async function adoptAdminToken(db: Db, adminToken: string): Promise<void> {
+  await upsert(db, ADMIN_TOKEN_HASH, hashToken(adminToken));
+}
+
+async function upsert(db: Db, name: string, value: string): Promise<void> {
+  await db
+    .insertInto("platform_settings")
+    .values({ name, value })
+    .onConflict((oc) => oc.column("name").doUpdateSet({ value, updated_at: new Date() }))
+    .execute();
+}
+
+async function recordOrRead(db: Db, name: string, value: string): Promise<string> {
+  await db.insertInto("platform_settings").values({ name, value }).onConflict((oc) => oc.column("name").doNothing()).execute();
+  const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirstOrThrow();
+  return row.value;
+}
