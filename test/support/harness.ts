@@ -13,8 +13,8 @@ import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
-import { loadConfig } from "../../src/config.ts";
-import { createLogger } from "../../src/logger.ts";
+import { loadConfig } from "../../src/core/config.ts";
+import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */

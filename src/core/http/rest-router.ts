@@ -10,8 +10,8 @@ import { create, type DescMethodUnary, type DescMessage, type MessageInitShape, 
 import { createContextValues, createHandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { principalKey, type Authenticator } from "./auth.ts";
-import { PlatformError } from "./errors.ts";
+import { principalKey, type Authenticator } from "../auth.ts";
+import { PlatformError } from "../errors.ts";
 
 export interface RestInput {
   /** The parsed JSON body; `undefined` when the request had none. */
