@@ -25,13 +25,13 @@ import {
   SetSecretResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
-import { ConfigError, loadConfig } from "./config.ts";
-import { openDatabase, migrate } from "./database.ts";
-import { LIMIT_NAMES } from "./apps.ts";
-import { toPlatformError } from "./errors.ts";
+import { ConfigError, loadConfig } from "./core/config.ts";
+import { openDatabase, migrate } from "./core/database/database.ts";
+import { LIMIT_NAMES } from "./core/apps/apps.ts";
+import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { readableJson } from "./cli-format.ts";
-import { adoptAdminToken } from "./shared-keys.ts";
+import { adoptAdminToken } from "./core/shared-keys.ts";
 
 const USAGE = `usage: npm run cli -- <command>
 

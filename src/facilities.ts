@@ -4,7 +4,7 @@
  * `AdminHooks`). One block per facility.
  */
 import type { AdminHooks } from "./admin/admin-facility.ts";
-import type { Deps, Facility } from "./facility.ts";
+import type { Deps, Facility } from "./core/facility.ts";
 import { createAnalyticsFacility } from "./analytics/analytics-facility.ts";
 import { createQueuesFacility } from "./queues/queues-facility.ts";
 import { createSecretsFacility } from "./secrets/secrets-facility.ts";

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { AdminService, AppStatus } from "../gen/platform/admin/v1/admin_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
-import { DEFAULT_LIMITS } from "../src/apps.ts";
+import { DEFAULT_LIMITS } from "../src/core/apps/apps.ts";
 import { startServer, type TestServer } from "./support/harness.ts";
 
 let t: TestServer;

@@ -7,7 +7,7 @@ import { MetaService } from "../gen/platform/meta/v1/meta_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { startServer, type Protocol, type TestApp, type TestServer } from "./support/harness.ts";
 import { jsonDepth } from "../src/server.ts";
-import { PlatformError, toPlatformError, toEnvelope } from "../src/errors.ts";
+import { PlatformError, toPlatformError, toEnvelope } from "../src/core/errors.ts";
 import pkg from "../package.json" with { type: "json" };
 
 const run = promisify(execFile);

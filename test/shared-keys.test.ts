@@ -5,9 +5,9 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "../src/database.ts";
-import { adoptAdminToken } from "../src/shared-keys.ts";
-import { ConfigError } from "../src/config.ts";
+import { openDatabase } from "../src/core/database/database.ts";
+import { adoptAdminToken } from "../src/core/shared-keys.ts";
+import { ConfigError } from "../src/core/config.ts";
 import { createTestDatabase, startServer, type TestDatabase } from "./support/harness.ts";
 
 let database: TestDatabase;

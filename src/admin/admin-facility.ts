@@ -13,12 +13,12 @@ import {
   type AppLimits as AppLimitsMessage,
   type MailSchema,
 } from "../../gen/platform/admin/v1/admin_pb.js";
-import { APP_COLUMNS, LIMIT_NAMES, NAME_PATTERN, NAME_RULE, SECRET_NAME_PATTERN, SECRET_NAME_RULE, appFromRow, getApp, isUuid, type AppLimits, type AppRecord } from "../apps.ts";
-import { generateServiceToken, hashToken } from "../auth.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
-import type { Deps, Facility } from "../facility.ts";
-import { utcDay, type QuotaCounter } from "../quotas.ts";
-import { sql, type Db } from "../database.ts";
+import { APP_COLUMNS, LIMIT_NAMES, NAME_PATTERN, NAME_RULE, SECRET_NAME_PATTERN, SECRET_NAME_RULE, appFromRow, getApp, isUuid, type AppLimits, type AppRecord } from "../core/apps/apps.ts";
+import { generateServiceToken, hashToken } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Deps, Facility } from "../core/facility.ts";
+import { utcDay, type QuotaCounter } from "../core/quotas/quotas.ts";
+import { sql, type Db } from "../core/database/database.ts";
 
 
 export type MailInit = MessageInitShape<typeof MailSchema>;

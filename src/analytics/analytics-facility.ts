@@ -27,10 +27,10 @@ import {
   type EventTypeSchema,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../apps.ts";
-import { appOf } from "../auth.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
-import type { Deps, Facility } from "../facility.ts";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { appOf } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Deps, Facility } from "../core/facility.ts";
 import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc, type Unit } from "./buckets.ts";
 import { registerAnalyticsRoutes } from "./analytics-rest.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";

@@ -8,8 +8,8 @@
 import { create } from "@bufbuild/protobuf";
 import { ListValueSchema, NullValue, StructSchema, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { AnalyticsService, Interval, PropertyKind, type Event, type EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { invalidArgument } from "../errors.ts";
-import { bodyObject, type RestRouter } from "../rest.ts";
+import { invalidArgument } from "../core/errors.ts";
+import { bodyObject, type RestRouter } from "../core/http/rest-router.ts";
 import { checkBatchSize } from "./validate-events.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 

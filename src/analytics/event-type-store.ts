@@ -3,7 +3,7 @@
  * events), so registering and listing types never depend on the analytics
  * store. Every SQL statement on `analytics_event_types` lives here.
  */
-import { sql, type Db } from "../database.ts";
+import { sql, type Db } from "../core/database/database.ts";
 
 export type PropertyKindName = "string" | "number" | "boolean";
 

@@ -23,8 +23,8 @@
  * UTC hour (true for Europe/Berlin or America/New_York across DST);
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
-import { sql, type Db } from "../database.ts";
-import { invalidArgument } from "../errors.ts";
+import { sql, type Db } from "../core/database/database.ts";
+import { invalidArgument } from "../core/errors.ts";
 import { isUtc } from "./buckets.ts";
 import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 

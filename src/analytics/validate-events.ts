@@ -6,8 +6,8 @@
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
-import { NAME_PATTERN, NAME_RULE } from "../apps.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
+import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 

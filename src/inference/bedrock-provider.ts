@@ -32,7 +32,7 @@ import {
   type SystemContentBlock,
 } from "@aws-sdk/client-bedrock-runtime";
 import type { Logger } from "pino";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type {
   ChatTurn,
   EmbedResult,

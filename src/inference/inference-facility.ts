@@ -27,11 +27,11 @@ import {
   Role,
   type ChatMessageSchema,
 } from "../../gen/platform/inference/v1/inference_pb.js";
-import { appOf } from "../auth.ts";
-import { invalidArgument } from "../errors.ts";
-import type { Deps, Facility } from "../facility.ts";
-import type { Reservation } from "../quotas.ts";
-import { bodyObject, parseJson, type RestRouter } from "../rest.ts";
+import { appOf } from "../core/auth.ts";
+import { invalidArgument } from "../core/errors.ts";
+import type { Deps, Facility } from "../core/facility.ts";
+import type { Reservation } from "../core/quotas/quotas.ts";
+import { bodyObject, parseJson, type RestRouter } from "../core/http/rest-router.ts";
 import { createBedrockProvider } from "./bedrock-provider.ts";
 import type { FinishReason, InferenceProvider } from "./inference-provider.ts";
 import { EMBED_MODEL, FAST_MODEL, LIMITS, validateEmbed, validateGenerate } from "./inference-requests.ts";

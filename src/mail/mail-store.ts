@@ -3,7 +3,7 @@
  * by the app id. Newest first is by the identity column, which follows insert
  * order (timestamps can tie).
  */
-import type { Db } from "../database.ts";
+import type { Db } from "../core/database/database.ts";
 
 export type MailLogStatus = "sent" | "stored" | "failed";
 

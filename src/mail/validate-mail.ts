@@ -15,7 +15,7 @@
  * a string with a lone surrogate is not text and is refused.
  */
 import { z } from "zod";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 
 /** The WHATWG "valid e-mail address" production, as zod ships it. */
 export const WHATWG_EMAIL = z.regexes.html5Email;

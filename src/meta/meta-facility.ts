@@ -5,7 +5,7 @@
 import { createRequire } from "node:module";
 import type { FastifyInstance } from "fastify";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
-import type { Facility } from "../facility.ts";
+import type { Facility } from "../core/facility.ts";
 
 const pkg = createRequire(import.meta.url)("../../package.json") as { name: string; version: string };
 

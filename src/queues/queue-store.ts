@@ -16,7 +16,7 @@
  * leases mean the same on every instance.
  */
 import crypto from "node:crypto";
-import { PREPARED, sql, type Db } from "../database.ts";
+import { PREPARED, sql, type Db } from "../core/database/database.ts";
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";

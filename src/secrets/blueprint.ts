@@ -4,7 +4,7 @@
  * rest with their values. A secret's links go with it (the `secret_links`
  * foreign key cascades), so a dropped name leaves no usable link behind.
  */
-import type { Db } from "../database.ts";
+import type { Db } from "../core/database/database.ts";
 
 export async function declareSecrets(db: Db, appId: string, names: string[]): Promise<void> {
   await db.transaction().execute(async (trx) => {

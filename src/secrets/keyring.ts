@@ -13,7 +13,7 @@
  * instead of handing out the wrong value.
  */
 import crypto from "node:crypto";
-import type { Db } from "../database.ts";
+import type { Db } from "../core/database/database.ts";
 
 const IV_BYTES = 12;
 const TAG_BYTES = 16;

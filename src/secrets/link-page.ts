@@ -16,7 +16,7 @@
  */
 import crypto from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type { LinkInfo, SetResult } from "./secret-store.ts";
 import { hashLinkToken } from "./secret-store.ts";
 

@@ -7,10 +7,10 @@
  */
 import fs from "node:fs/promises";
 import path from "node:path";
-import type { Config } from "../config.ts";
-import { openDatabase } from "../database.ts";
+import type { Config } from "../core/config.ts";
+import { openDatabase } from "../core/database/database.ts";
 import { createKeyring, rotateSecretsKey, type RotationReport } from "./keyring.ts";
-import { recordSecretsKey } from "../shared-keys.ts";
+import { recordSecretsKey } from "../core/shared-keys.ts";
 
 /** The current key: `SECRETS_KEY`, else the key the server generated into DATA_DIR. Never generates one. */
 async function currentKey(config: Config): Promise<Buffer> {

@@ -5,8 +5,8 @@
  * and leave this module only sealed; the caller seals and opens them, so
  * nothing here ever holds a plaintext value.
  */
-import { hashToken } from "../auth.ts";
-import { sql, type Db } from "../database.ts";
+import { hashToken } from "../core/auth.ts";
+import { sql, type Db } from "../core/database/database.ts";
 import type { SealedValue } from "./keyring.ts";
 
 type Tx = Parameters<Parameters<ReturnType<Db["transaction"]>["execute"]>[0]>[0];

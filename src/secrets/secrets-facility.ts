@@ -18,10 +18,10 @@
 import crypto from "node:crypto";
 import { timestampDate, timestampFromDate, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../apps.ts";
-import { appOf } from "../auth.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
-import type { Deps, Facility, PlatformEvents } from "../facility.ts";
+import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { appOf } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Deps, Facility, PlatformEvents } from "../core/facility.ts";
 import { declareSecrets } from "./blueprint.ts";
 import { keyringFromConfig, UnknownKeyError, type Keyring } from "./keyring.ts";
 import { registerLinkPage } from "./link-page.ts";

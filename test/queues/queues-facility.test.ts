@@ -531,3 +531,29 @@ async function metric(name: string): Promise<number> {
 async function waitingConsumers(): Promise<number> {
   return metric("queue_waiting_consumers");
 }
+
+describe("REST over HTTP/2 (h2c, prior knowledge)", () => {
+  it("authenticated calls answer 200: list, put, consume, ack", async () => {
+    const h2 = t.rest("h2c");
+    const q = freshQueue();
+    const listed = await h2("GET", "/v1/queues", { token: app.token });
+    expect(listed.status).toBe(200);
+    expect(Array.isArray(listed.body.queues)).toBe(true);
+    const put = await h2("POST", `/v1/queues/${q}`, { token: app.token, body: { payload: { over: "h2c" } } });
+    expect(put.status).toBe(200);
+    expect(put.body.queue).toBe(q);
+    const consumed = await h2("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 0 } });
+    expect(consumed.status).toBe(200);
+    expect(consumed.body.message.payload).toEqual({ over: "h2c" });
+    const acked = await h2("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: consumed.body.message.receipt } });
+    expect(acked.status).toBe(200);
+    expect(acked.body).toEqual({ acked: true });
+    expect(acked.headers.get("x-request-id")).toBeTruthy();
+  });
+
+  it("a bad token is still a 401 with the envelope, not a 500", async () => {
+    const res = await t.rest("h2c")("GET", "/v1/queues", { token: "pbt_nope" });
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe("unauthenticated");
+  });
+});

@@ -7,8 +7,8 @@
 import { spawnSync } from "node:child_process";
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.ts";
-import { openDatabase } from "../../src/database.ts";
+import { ConfigError, loadConfig } from "../../src/core/config.ts";
+import { openDatabase } from "../../src/core/database/database.ts";
 import { createKeyring, keyIdOf, keyringFromConfig, rotateSecretsKey, UnknownKeyError } from "../../src/secrets/keyring.ts";
 import { createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
 

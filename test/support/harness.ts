@@ -5,6 +5,7 @@
  */
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
+import http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
@@ -12,8 +13,8 @@ import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
-import { loadConfig } from "../../src/config.ts";
-import { createLogger } from "../../src/logger.ts";
+import { loadConfig } from "../../src/core/config.ts";
+import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
@@ -60,6 +61,21 @@ export async function createTestDatabase(): Promise<TestDatabase> {
 
 export type Protocol = "connect" | "grpc" | "grpc-web";
 
+/** How a REST request travels: HTTP/1.1 (fetch), or cleartext HTTP/2 with prior knowledge (node:http2). */
+export type HttpVersion = "http/1.1" | "h2c";
+/** Both, for tests that run every REST call over each. */
+export const HTTP_VERSIONS: readonly HttpVersion[] = ["http/1.1", "h2c"];
+
+export interface RequestOptions {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+  /** Default `http/1.1`. */
+  http?: HttpVersion;
+}
+
+export type RequestFn = (method: string, pathname: string, options?: RequestOptions) => Promise<JsonResponse>;
+
 export interface TestServer {
   readonly url: string;
   readonly adminToken: string;
@@ -72,7 +88,9 @@ export interface TestServer {
   /** Creates an app and issues it a token. */
   createApp(name?: string): Promise<TestApp>;
   /** `fetch` relative to the server, with JSON in and the bearer token given. */
-  request(method: string, pathname: string, options?: { token?: string; body?: unknown; headers?: Record<string, string> }): Promise<JsonResponse>;
+  request: RequestFn;
+  /** `request` fixed to one HTTP version (h2c requests share one HTTP/2 session per server). */
+  rest(http: HttpVersion): RequestFn;
   close(): Promise<void>;
 }
 
@@ -140,6 +158,35 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   const listened = await server.listen();
   const url = listened;
   const clients: Client<DescService>[] = [];
+  const http1Request = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+    const { headers, body } = requestParts(opts);
+    const res = await fetch(url + pathname, { method, headers, body });
+    return { status: res.status, headers: res.headers, body: parseBody(await res.text()) };
+  };
+  let h2session: http2.ClientHttp2Session | undefined;
+  const h2cRequest = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+    if (!h2session || h2session.closed || h2session.destroyed) {
+      h2session = http2.connect(url);
+      h2session.on("error", () => {});
+    }
+    const { headers, body } = requestParts(opts);
+    const stream = h2session.request({ ":method": method, ":path": pathname, ...headers });
+    stream.end(body);
+    const [responseHeaders, text] = await new Promise<[http2.IncomingHttpHeaders, string]>((resolve, reject) => {
+      let got: http2.IncomingHttpHeaders = {};
+      const chunks: Buffer[] = [];
+      stream.on("response", (h) => (got = h));
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      stream.on("end", () => resolve([got, Buffer.concat(chunks).toString("utf8")]));
+      stream.on("error", reject);
+    });
+    const out = new Headers();
+    for (const [name, value] of Object.entries(responseHeaders)) {
+      if (name.startsWith(":") || value === undefined) continue;
+      out.set(name, Array.isArray(value) ? value.join(", ") : String(value));
+    }
+    return { status: Number(responseHeaders[":status"]), headers: out, body: parseBody(text) };
+  };
   const self: TestServer = {
     url,
     adminToken,
@@ -163,28 +210,32 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
         start: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.RUNNING })),
       };
     },
-    async request(method, pathname, opts = {}) {
-      const headers: Record<string, string> = { ...opts.headers };
-      if (opts.token) headers.authorization = `Bearer ${opts.token}`;
-      let body: string | undefined;
-      if (opts.body !== undefined) {
-        body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
-        headers["content-type"] ??= "application/json";
-      }
-      const res = await fetch(url + pathname, { method, headers, body });
-      const text = await res.text();
-      let parsed: unknown = text;
-      try {
-        parsed = text ? JSON.parse(text) : undefined;
-      } catch {
-        // not JSON: keep the text
-      }
-      return { status: res.status, headers: res.headers, body: parsed };
-    },
+    request: (method, pathname, opts = {}) => (opts.http === "h2c" ? h2cRequest : http1Request)(method, pathname, opts),
+    rest: (http) => (method, pathname, opts = {}) => self.request(method, pathname, { ...opts, http }),
     async close() {
+      h2session?.close();
       await server.close();
       if (!options.database) await database.drop();
     },
   };
   return self;
+}
+
+function requestParts(opts: RequestOptions): { headers: Record<string, string>; body: string | undefined } {
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | undefined;
+  if (opts.body !== undefined) {
+    body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+    headers["content-type"] ??= "application/json";
+  }
+  return { headers, body };
+}
+
+function parseBody(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return text; // not JSON: keep the text
+  }
 }

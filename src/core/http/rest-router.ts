@@ -10,8 +10,8 @@ import { create, type DescMethodUnary, type DescMessage, type MessageInitShape, 
 import { createContextValues, createHandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import { principalKey, type Authenticator } from "./auth.ts";
-import { PlatformError } from "./errors.ts";
+import { principalKey, type Authenticator } from "../auth.ts";
+import { PlatformError } from "../errors.ts";
 
 export interface RestInput {
   /** The parsed JSON body; `undefined` when the request had none. */
@@ -68,7 +68,7 @@ export function createRestRouter(
             protocolName: "rest",
             requestMethod: req.method,
             url: req.url,
-            requestHeader: req.headers as Record<string, string>,
+            requestHeader: plainHeaders(req.headers),
             requestSignal: abort.signal,
             contextValues: createContextValues().set(principalKey, principal),
           });
@@ -79,6 +79,22 @@ export function createRestRouter(
       });
     },
   };
+}
+
+/**
+ * The request's headers as the `Headers` constructor accepts them. Over
+ * HTTP/2, Node's headers object also carries pseudo-headers (`:path`) and a
+ * `Symbol(sensitiveHeaders)` key, which `new Headers()` refuses with a
+ * TypeError; repeated headers arrive as arrays.
+ */
+export function plainHeaders(headers: object): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers) as [string, unknown][]) {
+    if (name.startsWith(":")) continue;
+    if (typeof value === "string") out[name] = value;
+    else if (Array.isArray(value)) out[name] = value.filter((v) => typeof v === "string").join(", ");
+  }
+  return out;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { endpoints } from "./support/endpoints.ts";
-import { startServer, type TestApp, type TestServer } from "./support/harness.ts";
-import { hashToken } from "../src/auth.ts";
+import { endpoints } from "../support/endpoints.ts";
+import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { hashToken } from "../../src/core/auth.ts";
 
 let t: TestServer;
 let running: TestApp;

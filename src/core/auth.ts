@@ -15,8 +15,8 @@ import crypto from "node:crypto";
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { PlatformError } from "./errors.ts";
-import { APP_COLUMNS, appFromRow, type AppRecord } from "./apps.ts";
-import { PREPARED, sql, type Db } from "./database.ts";
+import { APP_COLUMNS, appFromRow, type AppRecord } from "./apps/apps.ts";
+import { PREPARED, sql, type Db } from "./database/database.ts";
 
 export type Principal =
   | { kind: "public" }

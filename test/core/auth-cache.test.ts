@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppStatus } from "../gen/platform/admin/v1/admin_pb.js";
-import { createAuthenticator } from "../src/auth.ts";
-import { openDatabase, migrate, type Database } from "../src/database.ts";
-import { MetaService } from "../gen/platform/meta/v1/meta_pb.js";
-import { InferenceService } from "../gen/platform/inference/v1/inference_pb.js";
-import { backend, createTestDatabase, startServer, type TestDatabase, type TestServer } from "./support/harness.ts";
+import { AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { createAuthenticator } from "../../src/core/auth.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/database.ts";
+import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
+import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
+import { backend, createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
 
 const generate = InferenceService.method.generate;
 
@@ -23,7 +23,7 @@ describe("createAuthenticator: remembered tokens", () => {
 
   async function appWithToken(name: string) {
     const app = await database.db.insertInto("apps").values({ name, status: "running", mail_from: "", limits: "{}" }).returning("id").executeTakeFirstOrThrow();
-    const { generateServiceToken, hashToken } = await import("../src/auth.ts");
+    const { generateServiceToken, hashToken } = await import("../../src/core/auth.ts");
     const token = generateServiceToken();
     await database.db.insertInto("app_tokens").values({ app_id: app.id, token_hash: hashToken(token), label: "" }).execute();
     return { id: app.id, token };

@@ -2,8 +2,8 @@
  * Apps: the tenants. Every facility reads the authenticated app's record
  * (status, feature flags, limits) from here; only the admin API writes it.
  */
-import { PlatformError } from "./errors.ts";
-import type { Db } from "./database.ts";
+import { PlatformError } from "../errors.ts";
+import type { Db } from "../database/database.ts";
 
 /** Per-app limits (DESIGN.md section 4); each is a default the admin API can change per app. */
 export interface AppLimits {

@@ -10,10 +10,10 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance } from "fastify";
 import type { Logger } from "pino";
 import type { Config } from "./config.ts";
-import type { Database, Db } from "./database.ts";
-import type { Quotas } from "./quotas.ts";
+import type { Database, Db } from "./database/database.ts";
+import type { Quotas } from "./quotas/quotas.ts";
 import type { Metrics } from "./metrics.ts";
-import type { RestRouter } from "./rest.ts";
+import type { RestRouter } from "./http/rest-router.ts";
 
 export interface Deps {
   readonly config: Config;

@@ -12,15 +12,20 @@
  * token (`npm run cli -- admin-token adopt`, run with the new token once).
  */
 import { ConfigError } from "./config.ts";
-import type { Db } from "./database.ts";
+import type { Db } from "./database/database.ts";
 import { hashToken } from "./auth.ts";
-import type { Keyring } from "./secrets/keyring.ts";
+
+/** What this check needs of the secrets facility's keyring: which key seals, and which keys open. */
+export interface KeyIds {
+  readonly currentKeyId: string;
+  has(keyId: string): boolean;
+}
 
 const SECRETS_KEY_ID = "secrets_key_id";
 const ADMIN_TOKEN_HASH = "admin_token_sha256";
 
 /** Records this instance's key id and admin token hash if none are recorded; else checks them. Throws `ConfigError`. */
-export async function verifySharedKeys(db: Db, options: { keyring: Keyring; adminToken: string }): Promise<void> {
+export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; adminToken: string }): Promise<void> {
   const { keyring } = options;
   const recordedKey = await recordOrRead(db, SECRETS_KEY_ID, keyring.currentKeyId);
   if (recordedKey !== keyring.currentKeyId) {

@@ -10,8 +10,8 @@
  * - **counter**: one allowance, e.g. `events` or `fast_tokens`.
  * - **reservation**: an amount taken from today's allowance, not yet settled.
  */
-import { sql, type Db } from "./database.ts";
-import { PlatformError, secondsToUtcMidnight } from "./errors.ts";
+import { sql, type Db } from "../database/database.ts";
+import { PlatformError, secondsToUtcMidnight } from "../errors.ts";
 
 export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
 

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../src/database.ts";
-import { createQuotas } from "../src/quotas.ts";
-import { PlatformError } from "../src/errors.ts";
-import { backend, createTestDatabase, type TestDatabase } from "./support/harness.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/database.ts";
+import { createQuotas } from "../../src/core/quotas/quotas.ts";
+import { PlatformError } from "../../src/core/errors.ts";
+import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
 
 let tdb: TestDatabase;
 let database: Database;

@@ -5,7 +5,7 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
-import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
+import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 
 export type ErrorCode =
   | "invalid_argument"

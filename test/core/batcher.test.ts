@@ -5,7 +5,7 @@
  * its own callers.
  */
 import { expect, it } from "vitest";
-import { createBatcher } from "../../src/queues/batcher.ts";
+import { createBatcher } from "../../src/core/batcher.ts";
 
 function recorder(maxBatch: number, maxInFlight: number) {
   const batches: { key: string; items: number[] }[] = [];
