@@ -95,7 +95,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     : undefined;
 
   const fastify = Fastify({
-    serverFactory: ((handler: never) => createOnePortServer(handler, tls)) as never,
+    serverFactory: ((handler: never) => createOnePortServer(handler, { tls, timeouts: config.http })) as never,
     bodyLimit: BODY_LIMIT_BYTES,
     // Path parameters up to 128-character secret names (find-my-way's default of 100 would answer 414).
     routerOptions: { maxParamLength: 512 },

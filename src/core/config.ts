@@ -43,7 +43,18 @@ export interface Config {
   /** `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, handed to the Bedrock client explicitly for the same reason. */
   bedrockEndpoint: string | undefined;
   tls: { keyFile: string; certFile: string } | undefined;
+  /** Connection timeouts of the one port (src/core/http/one-port.ts). */
+  http: HttpTimeouts;
   logLevel: string;
+}
+
+export interface HttpTimeouts {
+  /** `HTTP_HEADERS_TIMEOUT_MS`: a connection must send a whole request header (or the HTTP/2 preface) within this. */
+  headersTimeoutMs: number;
+  /** `HTTP_REQUEST_TIMEOUT_MS`: ... and the whole request, body included (a long-poll's wait is not part of it). */
+  requestTimeoutMs: number;
+  /** `HTTP_KEEPALIVE_TIMEOUT_MS`: an idle kept-alive connection (or an HTTP/2 session with no stream) is closed after this. */
+  keepAliveTimeoutMs: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -59,6 +70,14 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], 
     throw new ConfigError(name, `must be one of ${allowed.join(", ")} (got "${value}")`);
   }
   return value as T;
+}
+
+function milliseconds(env: Env, name: string, fallback: number): number {
+  const text = optional(env, name);
+  if (text === undefined) return fallback;
+  const value = Number(text);
+  if (!/^\d+$/.test(text) || value < 100 || value > 3_600_000) throw new ConfigError(name, "must be a whole number of milliseconds from 100 to 3600000");
+  return value;
 }
 
 function url(env: Env, name: string, protocols: string[]): string | undefined {
@@ -137,6 +156,14 @@ export function loadConfig(env: Env = process.env): Config {
   if ((keyFile === undefined) !== (certFile === undefined)) {
     throw new ConfigError(keyFile === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE", "TLS_KEY_FILE and TLS_CERT_FILE must be set together");
   }
+  const http: HttpTimeouts = {
+    headersTimeoutMs: milliseconds(env, "HTTP_HEADERS_TIMEOUT_MS", 10_000),
+    requestTimeoutMs: milliseconds(env, "HTTP_REQUEST_TIMEOUT_MS", 30_000),
+    keepAliveTimeoutMs: milliseconds(env, "HTTP_KEEPALIVE_TIMEOUT_MS", 5_000),
+  };
+  if (http.requestTimeoutMs < http.headersTimeoutMs) {
+    throw new ConfigError("HTTP_REQUEST_TIMEOUT_MS", "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)");
+  }
   const logLevel = oneOf(env, "LOG_LEVEL", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const, "info");
 
   return {
@@ -159,6 +186,7 @@ export function loadConfig(env: Env = process.env): Config {
     sesEndpoint,
     bedrockEndpoint,
     tls: keyFile && certFile ? { keyFile, certFile } : undefined,
+    http,
     logLevel,
   };
 }

@@ -10,38 +10,77 @@
  *
  * With TLS configured, one `http2` secure server with `allowHTTP1` does the
  * same through ALPN.
+ *
+ * Slow clients are dropped: a connection must decide its protocol and send a
+ * whole request header within `headersTimeoutMs`, the whole request within
+ * `requestTimeoutMs`; an idle kept-alive connection, or an HTTP/2 session with
+ * no open stream, is closed after `keepAliveTimeoutMs`. The inner `http`
+ * server never listens, and Node's own checks of the first two did not fire
+ * for connections handed to it in every case, so each HTTP/1.1 connection has
+ * its own deadline for its next request header, cleared when the header is in.
+ *
+ * Closing drains: HTTP/2 sessions get a GOAWAY (streams under way finish),
+ * every HTTP/1.1 response from then on carries `Connection: close`, and an
+ * idle kept-alive connection is left open for `DRAIN_GRACE_MS` so that a
+ * request a client sent just as the server began to close still gets an
+ * answer rather than a reset socket.
  */
 import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
+import type { HttpTimeouts } from "../config.ts";
 
 type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
+/** How long an idle HTTP/1.1 connection stays open once the server is closing. */
+export const DRAIN_GRACE_MS = 1000;
+
 export interface OnePortServer extends net.Server {
-  /** Closes idle HTTP/1.1 connections and sends GOAWAY on HTTP/2 sessions (graceful). */
+  /** Begins the drain: GOAWAY on HTTP/2 sessions, `Connection: close` on HTTP/1.1, idle connections end after the grace. */
   closeIdleConnections(): void;
   /** Destroys every connection at once. */
   closeAllConnections(): void;
 }
 
-export interface TlsOptions {
-  key: Buffer;
-  cert: Buffer;
+export interface OnePortOptions {
+  tls?: { key: Buffer; cert: Buffer } | undefined;
+  timeouts: HttpTimeouts;
 }
 
-export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePortServer {
+export function createOnePortServer(handler: Handler, options: OnePortOptions): OnePortServer {
+  const { timeouts } = options;
   const sessions = new Set<http2.ServerHttp2Session>();
   const trackSessions = (server: http2.Http2Server | http2.Http2SecureServer) => {
     server.on("session", (session: http2.ServerHttp2Session) => {
       sessions.add(session);
       session.once("close", () => sessions.delete(session));
+      let streams = 0;
+      session.on("stream", (stream) => {
+        streams++;
+        stream.once("close", () => streams--);
+      });
+      // Idle with no stream: close it. A stream that is quiet (a long-poll) keeps its session.
+      // `on`, not the callback of setTimeout (a `once`): the first quiet spell may come while a stream is open.
+      session.setTimeout(timeouts.keepAliveTimeoutMs);
+      session.on("timeout", () => {
+        if (streams === 0) session.close();
+      });
     });
   };
+  const h1Options: http.ServerOptions = {
+    headersTimeout: timeouts.headersTimeoutMs,
+    requestTimeout: timeouts.requestTimeoutMs,
+    keepAliveTimeout: timeouts.keepAliveTimeoutMs,
+  };
 
-  if (tls) {
-    const secure = http2.createSecureServer({ key: tls.key, cert: tls.cert, allowHTTP1: true }, handler as never);
+  if (options.tls) {
+    // A TLS handshake that never completes is dropped like a header that never ends.
+    const secure = http2.createSecureServer(
+      { key: options.tls.key, cert: options.tls.cert, allowHTTP1: true, handshakeTimeout: timeouts.headersTimeoutMs, ...h1Options },
+      handler as never,
+    );
     trackSessions(secure);
     return Object.assign(secure, {
       closeIdleConnections() {
@@ -54,12 +93,21 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
   }
 
   // HTTP/1.1 connections are tracked here (the inner server never listens, so
-  // its own connection tracking is not set up): on close, idle ones end at
-  // once and busy ones right after their response.
+  // its own connection tracking is not set up): on close, idle ones end after
+  // the grace and busy ones right after their response.
   const busy = new Map<net.Socket, number>();
   let closing = false;
-  const h1 = http.createServer((req, res) => {
+  const headerDeadlines = new Map<net.Socket, NodeJS.Timeout>();
+  /** The next request header must be in by then (after the idle keep-alive time, when one was answered already). */
+  const expectHeader = (socket: net.Socket, ms: number) => {
+    clearTimeout(headerDeadlines.get(socket));
+    const timer = setTimeout(() => socket.destroy(), ms);
+    timer.unref();
+    headerDeadlines.set(socket, timer);
+  };
+  const h1 = http.createServer(h1Options, (req, res) => {
     const socket = req.socket;
+    clearTimeout(headerDeadlines.get(socket));
     busy.set(socket, (busy.get(socket) ?? 0) + 1);
     if (closing) res.shouldKeepAlive = false;
     res.once("close", () => {
@@ -67,8 +115,16 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
       if (left > 0) busy.set(socket, left);
       else busy.delete(socket);
       if (closing && left <= 0) socket.end();
+      else if (left <= 0 && !socket.destroyed) expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
     });
     handler(req, res);
+  });
+  h1.on("connection", (socket: net.Socket) => {
+    expectHeader(socket, timeouts.headersTimeoutMs);
+    socket.once("close", () => {
+      clearTimeout(headerDeadlines.get(socket));
+      headerDeadlines.delete(socket);
+    });
   });
   const h2 = http2.createServer(handler as never);
   trackSessions(h2);
@@ -78,12 +134,15 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
   const server = net.createServer((socket) => {
     sockets.add(socket);
     socket.once("close", () => sockets.delete(socket));
+    let decided = false;
+    dropIfSilent(socket, timeouts.headersTimeoutMs, () => decided);
     let seen: Buffer = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
       const n = Math.min(seen.length, PREFACE.length);
       const isPrefixOfPreface = seen.subarray(0, n).equals(PREFACE.subarray(0, n));
       if (isPrefixOfPreface && seen.length < PREFACE.length) return; // not decided yet
+      decided = true;
       socket.off("data", onData);
       socket.pause();
       socket.unshift(seen);
@@ -99,18 +158,35 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
     socket.on("error", () => socket.destroy());
   }) as OnePortServer;
 
+  let drainTimer: NodeJS.Timeout | undefined;
   server.closeIdleConnections = () => {
+    if (closing) return;
     closing = true;
     for (const s of sessions) s.close();
-    for (const socket of sockets) {
-      if (!busy.has(socket) && !isHttp2.has(socket)) socket.end();
-    }
+    drainTimer = setTimeout(() => {
+      for (const socket of sockets) {
+        if (!busy.has(socket) && !isHttp2.has(socket)) socket.end();
+      }
+    }, DRAIN_GRACE_MS);
+    drainTimer.unref();
   };
   server.closeAllConnections = () => {
     closing = true;
+    clearTimeout(drainTimer);
     for (const s of sessions) s.destroy();
     for (const s of sockets) s.destroy();
   };
-  server.on("close", () => server.closeIdleConnections());
+  server.on("close", () => {
+    clearTimeout(drainTimer);
+  });
   return server;
+}
+
+/** Destroys `socket` if `done()` is still false after `ms`: a client that connects and never finishes starting. */
+function dropIfSilent(socket: net.Socket, ms: number, done: () => boolean): void {
+  const timer = setTimeout(() => {
+    if (!done()) socket.destroy();
+  }, ms);
+  timer.unref();
+  socket.once("close", () => clearTimeout(timer));
 }
