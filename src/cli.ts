@@ -24,7 +24,7 @@ import {
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { ConfigError, loadConfig } from "./core/config.ts";
-import { openDatabase, migrate } from "./core/database/database.ts";
+import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";

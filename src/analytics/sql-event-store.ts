@@ -23,10 +23,47 @@
  * UTC hour (true for Europe/Berlin or America/New_York across DST);
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
-import { sql, type Db } from "../core/database/database.ts";
+import { sql, type ColumnType, type Kysely } from "kysely";
+import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { isUtc } from "./buckets.ts";
 import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+
+/** Raw events (property values are strings). */
+export interface AnalyticsEventsTable {
+  app_id: string;
+  type: string;
+  at: Timestamp;
+  properties: ColumnType<Record<string, string>, string, string>;
+}
+
+/** Hourly counts per (type, property, value); `prop = ''` is the hour's total. */
+export interface AnalyticsHourlyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  hour: Timestamp;
+  value: string;
+  n: number;
+}
+
+/** The same per UTC day. */
+export interface AnalyticsDailyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  day: Timestamp;
+  value: string;
+  n: number;
+}
+
+export type AnalyticsEventTables = {
+  analytics_events: AnalyticsEventsTable;
+  analytics_hourly: AnalyticsHourlyTable;
+  analytics_daily: AnalyticsDailyTable;
+};
+
+type EventDb = Kysely<AnalyticsEventTables>;
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
@@ -106,7 +143,8 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   return rows;
 }
 
-export function createSqlEventStore(db: Db): EventStore {
+export function createSqlEventStore(database: Db): EventStore {
+  const db: EventDb = database.withTables<AnalyticsEventTables>();
   return {
     kind: "sql",
 
@@ -185,7 +223,7 @@ export function planPieces(q: CountQuery, hourlyExact: boolean): { raw: Range[];
   return { raw, hourly: nonEmpty([firstHour, firstDay], [lastDay, lastHour]), daily: [[firstDay, lastDay]] };
 }
 
-async function countSql(db: Db, q: CountQuery): Promise<CountBucket[]> {
+async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
   const zone = isUtc(q.timezone) ? "UTC" : q.timezone!;
   const hourlyExact = zone === "UTC" || q.unit === "hour" || (await boundariesOnWholeHours(db, q, zone));
   const pieces = planPieces(q, hourlyExact);
@@ -261,7 +299,7 @@ async function countSql(db: Db, q: CountQuery): Promise<CountBucket[]> {
  * True when every bucket boundary of the range, as Postgres computes it in
  * `zone`, is a whole UTC hour, so that buckets are exact sums of hourly rollups.
  */
-async function boundariesOnWholeHours(db: Db, q: CountQuery, zone: string): Promise<boolean> {
+async function boundariesOnWholeHours(db: EventDb, q: CountQuery, zone: string): Promise<boolean> {
   const step = `1 ${q.unit}`;
   const result = await sql<{ ok: boolean | null }>`
     SELECT bool_and(mod(extract(epoch FROM (s AT TIME ZONE ${zone}))::numeric, 3600) = 0) AS ok

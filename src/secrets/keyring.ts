@@ -13,7 +13,8 @@
  * instead of handing out the wrong value.
  */
 import crypto from "node:crypto";
-import type { Db } from "../core/database/database.ts";
+import type { Db } from "../core/database/index.ts";
+import { createSecretStore } from "./secret-store.ts";
 
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
@@ -127,43 +128,20 @@ const ROTATION_BATCH = 200;
  * anything when some value is under a key the keyring does not have.
  */
 export async function rotateSecretsKey(db: Db, keyring: Keyring): Promise<RotationReport> {
-  const stale = await db
-    .selectFrom("secrets")
-    .select(["key_id"])
-    .distinct()
-    .where("value_encrypted", "is not", null)
-    .where("key_id", "<>", keyring.currentKeyId)
-    .execute();
-  for (const { key_id } of stale) {
-    if (key_id === null || !keyring.has(key_id)) throw new UnknownKeyError(key_id ?? "(none)");
+  const store = createSecretStore(db);
+  for (const keyId of await store.staleKeyIds(keyring.currentKeyId)) {
+    if (keyId === null || !keyring.has(keyId)) throw new UnknownKeyError(keyId ?? "(none)");
   }
 
   let reencrypted = 0;
   for (;;) {
-    const rows = await db
-      .selectFrom("secrets")
-      .select(["app_id", "name", "version", "key_id", "value_encrypted"])
-      .where("value_encrypted", "is not", null)
-      .where("key_id", "<>", keyring.currentKeyId)
-      .orderBy("app_id")
-      .orderBy("name")
-      .limit(ROTATION_BATCH)
-      .execute();
+    const rows = await store.staleValues(keyring.currentKeyId, ROTATION_BATCH);
     if (rows.length === 0) break;
     let batchUpdated = 0;
     for (const row of rows) {
-      const context = { appId: row.app_id, name: row.name, version: row.version ?? 0 };
-      const plaintext = keyring.open({ sealed: row.value_encrypted!, keyId: row.key_id! }, context);
-      const { sealed, keyId } = keyring.seal(plaintext, context);
-      const result = await db
-        .updateTable("secrets")
-        .set({ value_encrypted: sealed, key_id: keyId })
-        .where("app_id", "=", row.app_id)
-        .where("name", "=", row.name)
-        .where("key_id", "=", row.key_id)
-        .where("value_encrypted", "=", row.value_encrypted)
-        .executeTakeFirst();
-      batchUpdated += Number(result.numUpdatedRows);
+      const context = { appId: row.appId, name: row.name, version: row.version ?? 0 };
+      const plaintext = keyring.open(row.value, context);
+      if (await store.replaceSealed(row, keyring.seal(plaintext, context))) batchUpdated++;
     }
     if (batchUpdated === 0) {
       // Every row changed under us and is still not under the current key: some
@@ -172,10 +150,6 @@ export async function rotateSecretsKey(db: Db, keyring: Keyring): Promise<Rotati
     }
     reencrypted += batchUpdated;
   }
-  const current = await db
-    .selectFrom("secrets")
-    .select((eb) => eb.fn.countAll<number>().as("n"))
-    .where("key_id", "=", keyring.currentKeyId)
-    .executeTakeFirstOrThrow();
-  return { keyId: keyring.currentKeyId, reencrypted, alreadyCurrent: Number(current.n) - reencrypted };
+  const current = await store.countUnderKey(keyring.currentKeyId);
+  return { keyId: keyring.currentKeyId, reencrypted, alreadyCurrent: current - reencrypted };
 }

@@ -3,16 +3,10 @@
  * run's database with the default SQL event store.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { startServer, useTestServer, type TestApp, type TestServer } from "../support/harness.ts";
 import { T } from "./store-cases.ts";
 
-let t: TestServer;
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 const HOUR = 3_600_000;
 /** A since that spans only a few day buckets up to now. */

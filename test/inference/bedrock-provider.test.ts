@@ -9,7 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pino from "pino";
 import { FinishReason, InferenceService, Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 import { createBedrockProvider, stopReasonToFinishReason } from "../../src/inference/bedrock-provider.ts";
 import { estimateTokens } from "../../src/inference/token-estimator.ts";
 import { startBedrockFixture, type BedrockFixture, type FixtureRequest } from "./bedrock-fixture.ts";
@@ -23,25 +23,21 @@ const FAST_MODEL_ID = "anthropic.claude-3-haiku-20240307-v1:0";
 const LEAKY = "arn:aws:bedrock:us-east-1:123456789012:foundation-model/secret-internal";
 
 let fixture: BedrockFixture;
-let t: TestServer;
-let app: TestApp;
 
 beforeAll(async () => {
   fixture = await startBedrockFixture();
-  t = await startServer({
-    env: {
-      INFERENCE_PROVIDER: "bedrock",
-      AWS_REGION: "us-east-1",
-      AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
-      BEDROCK_FAST_MODEL: FAST_MODEL_ID,
-    },
-  });
-  app = await t.createApp();
 });
-afterAll(async () => {
-  await t?.close();
-  await fixture?.close();
-});
+// Closed after the server (after hooks run in reverse order).
+afterAll(() => fixture?.close());
+const t = useTestServer(() => ({
+  env: {
+    INFERENCE_PROVIDER: "bedrock",
+    AWS_REGION: "us-east-1",
+    AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
+    BEDROCK_FAST_MODEL: FAST_MODEL_ID,
+  },
+}));
+const app = useTestApp(t);
 beforeEach(() => fixture.reset());
 
 const generate = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/generate", { token, body });

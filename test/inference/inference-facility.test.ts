@@ -3,20 +3,14 @@
  * every rule and limit of SPEC.md, the models listing, token allowances
  * (reserve, settle, release) and exact caps under real concurrency.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FinishReason, InferenceService, ModelKind, Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 import { estimateTokens } from "../../src/inference/token-estimator.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer();
+const app = useTestApp(t);
 
 const generate = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/generate", { token, body });
 const embed = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/embed", { token, body });

@@ -3,22 +3,16 @@
  * and over gRPC: the SPEC.md shape, every refusal, the daily cap under real
  * concurrency, and the mail log read back through AdminService.ListMail.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { MailStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 
 const DOMAIN = "mail.test.example";
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer({ env: { MAIL_DOMAIN: DOMAIN } });
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer({ env: { MAIL_DOMAIN: DOMAIN } });
+const app = useTestApp(t);
 
 const send = (token: string, body: unknown) => t.request("POST", "/v1/mail/send", { token, body });
 const used = async (appId: string) => Number((await t.admin.getUsage({ appId })).mail!.used);

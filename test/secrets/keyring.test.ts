@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../../src/core/config.ts";
 import { createKeyring, keyIdOf, keyringFromConfig, rotateSecretsKey, UnknownKeyError } from "../../src/secrets/keyring.ts";
 import { createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const newKey = () => crypto.randomBytes(32);
 
@@ -137,7 +138,7 @@ describe("rotateSecretsKey", () => {
     const report = await rotateSecretsKey(t.server.deps.db, keyring);
     expect(report).toEqual({ keyId: keyring.currentKeyId, reencrypted: 3, alreadyCurrent: 2 });
     expect(await rotateSecretsKey(t.server.deps.db, keyring)).toEqual({ keyId: keyring.currentKeyId, reencrypted: 0, alreadyCurrent: 5 });
-    const keyIds = await t.server.deps.db.selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
+    const keyIds = await tables(t.server.deps.db).selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
     expect(keyIds.map((r) => r.key_id)).toEqual([keyring.currentKeyId]);
     expect(await readAll(t)).toEqual(expected);
     await stop(t);

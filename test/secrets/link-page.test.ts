@@ -4,17 +4,11 @@
  * uses), dead links all look the same, the CSRF token is checked, values are
  * validated, and the page's security headers.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { describe, expect, it } from "vitest";
+import { useTestServer, type TestApp } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 async function appWith(names: string[]): Promise<TestApp> {
   const app = await t.createApp();
@@ -91,7 +85,7 @@ describe("GET /secret-links/:token", () => {
     const used = await newLink(app, "API_KEY");
     expect((await t.request("PUT", used.path, { body: { value: "v1" } })).status).toBe(200);
     const expired = await newLink(app, "API_KEY");
-    await t.server.deps.db.updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1) }).where("app_id", "=", app.id).where("used_at", "is", null).execute();
+    await tables(t.server.deps.db).updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1) }).where("app_id", "=", app.id).where("used_at", "is", null).execute();
     const pages = await Promise.all(
       [used.path, expired.path, `/secret-links/${"A".repeat(43)}`, "/secret-links/short", `/secret-links/${"x".repeat(300)}`].map(getPage),
     );
