@@ -6,11 +6,11 @@
  * leave as epoch ms.
  */
 import { create } from "@bufbuild/protobuf";
-import { ListValueSchema, NullValue, StructSchema, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { ListValueSchema, NullValue, StructSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { AnalyticsService, Interval, PropertyKind, type Event, type EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
+import { epochMs, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import { MAX_EVENTS_PER_CALL } from "./validate-events.ts";
 
@@ -61,7 +61,7 @@ function jsonValue(v: unknown): Value {
   }
 }
 
-const ms = (t: Timestamp | undefined) => (t ? timestampMs(t) : null);
+const ms = epochMs;
 
 function eventTypeJson(t: EventType | undefined) {
   const properties: Record<string, string> = {};

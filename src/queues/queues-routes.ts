@@ -4,14 +4,14 @@
  * size) are the implementation's, shared with gRPC. Times leave as epoch ms.
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
 import { invalidArgument } from "../core/errors.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { jsonObject, optionalInteger, optionalJsonObject } from "../core/http/validation.ts";
+import { epochMs, jsonObject, optionalInteger, optionalJsonObject } from "../core/http/validation.ts";
 
-const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
+const ms = epochMs;
 
 function messageJson(m: Message) {
   return {

@@ -1,10 +1,11 @@
 /** The SPEC.md `/v1/secrets` routes, mapped onto `SecretsService`. */
-import { timestampDate, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
+import { epochMs } from "../core/http/validation.ts";
 
-const ms = (ts: Timestamp | undefined) => (ts ? timestampMs(ts) : null);
+const ms = epochMs;
 
 /** `/v1/secrets/:name` (the name's rule is the implementation's, shared with gRPC). */
 export const SecretPath = z.object({ name: z.string() });

@@ -4,6 +4,7 @@
  * names the first bad field and the rule (`events[3].type: must be a string`),
  * with every issue in `details`.
  */
+import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { PlatformError } from "../errors.ts";
 
@@ -64,4 +65,9 @@ export function optionalString(rule = "must be a string") {
     .string({ error: rule })
     .nullish()
     .transform((v) => v ?? undefined);
+}
+
+/** A protobuf Timestamp as SPEC.md's JSON time (epoch milliseconds), or null when unset. */
+export function epochMs(t: Timestamp | undefined): number | null {
+  return t ? timestampMs(t) : null;
 }
