@@ -21,7 +21,6 @@
 import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import {
   AnalyticsService,
-  Interval,
   PropertyKind,
   type EventTypeSchema,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
@@ -79,7 +78,7 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       const properties: Record<string, PropertyKindName> = {};
       for (const name of names.sort()) {
         if (!NAME_PATTERN.test(name)) throw invalidArgument(`properties.${quoted(name).slice(1, -1)}`, `the name ${NAME_RULE}`);
-        const kind = KIND_NAME[req.properties[name]!];
+        const kind = KIND_NAME[req.properties[name]];
         if (!kind) throw invalidArgument(`properties.${name}`, "must be string, number or boolean");
         properties[name] = kind;
       }

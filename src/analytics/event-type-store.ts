@@ -38,7 +38,7 @@ interface Row {
 function fromRow(row: Row): EventTypeRecord {
   return {
     name: row.name,
-    properties: typeof row.properties === "string" ? JSON.parse(row.properties) : row.properties,
+    properties: typeof row.properties === "string" ? (JSON.parse(row.properties) as Record<string, PropertyKindName>) : row.properties,
     createdAt: new Date(row.created_at),
     updatedAt: new Date(row.updated_at),
   };
@@ -61,7 +61,7 @@ export function createEventTypeStore(database: Db): EventTypeStore {
         VALUES (${appId}::uuid, ${name}, ${JSON.stringify(properties)}::jsonb)
         ON CONFLICT (app_id, name) DO UPDATE SET properties = excluded.properties, updated_at = clock_timestamp()
         RETURNING name, properties, created_at, updated_at`.execute(db);
-      return fromRow(result.rows[0]!);
+      return fromRow(result.rows[0]);
     },
 
     async list(appId) {

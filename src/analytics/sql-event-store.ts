@@ -110,17 +110,17 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   const tree = new Map<string, Map<string, Map<number, Map<string, number>>>>();
   const bump = (props: Map<string, Map<number, Map<string, number>>>, prop: string, bucket: number, value: string) => {
     let buckets = props.get(prop);
-    if (!buckets) props.set(prop, (buckets = new Map()));
+    if (!buckets) props.set(prop, (buckets = new Map<number, Map<string, number>>()));
     let values = buckets.get(bucket);
-    if (!values) buckets.set(bucket, (values = new Map()));
+    if (!values) buckets.set(bucket, (values = new Map<string, number>()));
     values.set(value, (values.get(value) ?? 0) + 1);
   };
   for (const e of events) {
     let props = tree.get(e.type);
-    if (!props) tree.set(e.type, (props = new Map()));
+    if (!props) tree.set(e.type, (props = new Map<string, Map<number, Map<string, number>>>()));
     const bucket = Math.floor(e.at / spanMs);
     bump(props, "", bucket, "");
-    for (const prop in e.properties) bump(props, prop, bucket, e.properties[prop]!);
+    for (const prop in e.properties) bump(props, prop, bucket, e.properties[prop]);
   }
   const rows: RollupRows = { types: [], props: [], buckets: [], values: [], counts: [] };
   const byString = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
@@ -232,7 +232,7 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
   const buckets = new Map<number, Map<string | null, number>>();
   const add = (at: number, group: string | null, n: number) => {
     let groups = buckets.get(at);
-    if (!groups) buckets.set(at, (groups = new Map()));
+    if (!groups) buckets.set(at, (groups = new Map<string | null, number>()));
     groups.set(group, (groups.get(group) ?? 0) + n);
   };
   const props = q.groupBy === undefined ? [""] : ["", q.groupBy];

@@ -101,7 +101,7 @@ export const EmbedBody = z.preprocess(
 
 /** SPEC.md's generate body as a `GenerateRequest`. */
 export function generateRequest(body: z.output<typeof GenerateBody>) {
-  const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({ role: ROLE_FROM_JSON[m.role]!, content: m.content }));
+  const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({ role: ROLE_FROM_JSON[m.role], content: m.content }));
   return {
     model: body.model,
     prompt: body.prompt,

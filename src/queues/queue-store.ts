@@ -162,7 +162,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
              CASE WHEN ins.id IS NOT NULL AND ${input.notify ?? null}::text IS NOT NULL
                   THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
       FROM depth LEFT JOIN ins ON true`.execute(on);
-    const row = rows[0]!;
+    const row = rows[0];
     if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
     return { inserted: false, depth: Number(row.n) };
   }
@@ -242,7 +242,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
                CASE WHEN ${input.notify ?? null}::text IS NOT NULL
                     THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
         FROM ins`.execute(db);
-      const row = rows[0]!;
+      const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
 
@@ -303,7 +303,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async ack(appId, id, deliveries) {
-      return (await store.ackMany([{ appId, id, deliveries }]))[0]!;
+      return (await store.ackMany([{ appId, id, deliveries }]))[0];
     },
 
     async ackMany(receipts) {

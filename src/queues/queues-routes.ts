@@ -4,7 +4,7 @@
  * size) are the implementation's, shared with gRPC. Times leave as epoch ms.
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
 import { invalidArgument } from "../core/errors.ts";

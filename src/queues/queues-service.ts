@@ -117,13 +117,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
     maxBatch: PUT_BATCH,
     maxInFlight: 1,
-    run: (_key, items) => store.putMany(items[0]!.appId, items[0]!.queue, items[0]!.depthBelow, items),
+    run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
   });
   const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number }, ClaimResult>({
     maxBatch: CLAIM_BATCH,
     maxInFlight: 1,
     async run(_key, items) {
-      const { appId, queue, leaseSeconds } = items[0]!;
+      const { appId, queue, leaseSeconds } = items[0];
       const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, items.length);
       return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
     },

@@ -37,8 +37,8 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
     routes: secretsRoutes,
     registerRoutes(fastify) {
       registerLinkPage(fastify, {
-        findLink: secrets.findLink,
-        useLink: secrets.useLink,
+        findLink: (token) => secrets.findLink(token),
+        useLink: (token, value) => secrets.useLink(token, value),
         csrfKeys: keyring.deriveKeys("secret-link-csrf"),
         valueProblem,
       });
@@ -49,8 +49,8 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
         logger.warn({ keyIds: unknown }, "some secret values are sealed under keys that are not configured: add them to SECRETS_OLD_KEYS");
       }
     },
-    declareSecrets: secrets.declareSecrets,
-    declaredNames: secrets.declaredNames,
-    setSecret: secrets.setSecret,
+    declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
+    declaredNames: (appId) => secrets.declaredNames(appId),
+    setSecret: (app, name, value) => secrets.setSecret(app, name, value),
   };
 }

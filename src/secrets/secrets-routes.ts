@@ -1,5 +1,5 @@
 /** The SPEC.md `/v1/secrets` routes, mapped onto `SecretsService`. */
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";

@@ -48,7 +48,7 @@ describe("AnalyticsService over gRPC", () => {
     expect(replaced.eventType?.properties).toEqual({ country: PropertyKind.STRING });
     const { types } = await client.listEventTypes({});
     expect(types.map((x) => x.name)).toEqual(["signup"]);
-    expect(timestampMs(types[0]!.createdAt!)).toBeLessThanOrEqual(timestampMs(types[0]!.updatedAt!));
+    expect(timestampMs(types[0].createdAt!)).toBeLessThanOrEqual(timestampMs(types[0].updatedAt!));
   });
 
   it("refuses a bad name or an unspecified kind with InvalidArgument", async () => {

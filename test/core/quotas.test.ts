@@ -36,7 +36,7 @@ describe(`quotas on ${backend}`, () => {
     expect(accepted).toHaveLength(100);
     expect(refused).toHaveLength(100);
     for (const r of refused) {
-      const err = (r as PromiseRejectedResult).reason as PlatformError;
+      const err = (r).reason as PlatformError;
       expect(err).toBeInstanceOf(PlatformError);
       expect(err.code).toBe("quota_exceeded");
       expect(err.retryAfterSeconds).toBeGreaterThan(0);

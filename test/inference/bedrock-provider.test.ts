@@ -86,7 +86,7 @@ describe("generate through Converse", () => {
     }, fresh.token);
     expect(res.status).toBe(200);
     expect(fixture.requests).toHaveLength(1);
-    const req = fixture.requests[0]!;
+    const req = fixture.requests[0];
     expect(req.operation).toBe("converse");
     expect(req.modelId).toBe(FAST_MODEL_ID);
     expect(String(req.headers.authorization)).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDPLATFORMTEST\/\d{8}\/us-east-1\/bedrock\//);
@@ -112,7 +112,7 @@ describe("generate through Converse", () => {
     fixture.handle = () => converseAnswer("ok");
     const res = await generate({ prompt: "hello" });
     expect(res.status).toBe(200);
-    expect(fixture.requests[0]!.body).toEqual({
+    expect(fixture.requests[0].body).toEqual({
       messages: [{ role: "user", content: [{ text: "hello" }] }],
       inferenceConfig: { maxTokens: 1024, temperature: 0.7 },
     });
@@ -121,7 +121,7 @@ describe("generate through Converse", () => {
   it("clamps maxTokens to 4096 and temperature to Bedrock's 0-1", async () => {
     fixture.handle = () => converseAnswer("ok");
     expect((await generate({ prompt: "hello", maxTokens: 100000, temperature: 1.8 })).status).toBe(200);
-    expect(fixture.requests[0]!.body.inferenceConfig).toEqual({ maxTokens: 4096, temperature: 1 });
+    expect(fixture.requests[0].body.inferenceConfig).toEqual({ maxTokens: 4096, temperature: 1 });
   });
 
   it.each([
@@ -165,7 +165,7 @@ describe("generate through Converse", () => {
     expect(res.finishReason).toBe(FinishReason.LENGTH);
     expect(res.text).toBe("cut");
     expect(res.usage!.inputTokens).toBe(2n);
-    expect(fixture.requests[0]!.body.system).toEqual([{ text: "sys" }]);
+    expect(fixture.requests[0].body.system).toEqual([{ text: "sys" }]);
   });
 });
 
@@ -332,8 +332,8 @@ describe("embed on Cohere Embed (the provider alone, with the real client)", () 
       const texts = Array.from({ length: 150 }, (_, i) => "y".repeat(i + 1));
       const result = await p.embed(texts, new AbortController().signal);
       expect(fixture.requests.map((r) => r.body.texts.length)).toEqual([96, 54]);
-      expect(fixture.requests[0]!.body.input_type).toBe("search_document");
-      expect(fixture.requests[0]!.modelId).toBe("cohere.embed-multilingual-v3");
+      expect(fixture.requests[0].body.input_type).toBe("search_document");
+      expect(fixture.requests[0].modelId).toBe("cohere.embed-multilingual-v3");
       expect(result.embeddings.map((v) => v[0])).toEqual(texts.map((s) => s.length));
       expect(result.dimensions).toBe(3);
       expect(result.tokens).toBe(150 * 3);

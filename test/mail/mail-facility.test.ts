@@ -45,7 +45,7 @@ describe("POST /v1/mail/send on the outbox", () => {
     expect(res.status).toBe(200);
     expect(res.body.from).toBe(`${a.name}@${DOMAIN}`);
     const { mails } = await t.admin.listMail({ appId: a.id });
-    expect(mails[0]!.from).toBe(`${a.name}@${DOMAIN}`);
+    expect(mails[0].from).toBe(`${a.name}@${DOMAIN}`);
   });
 
   it("stores the message in the mail log with its text, never delivered (status stored)", async () => {
@@ -55,7 +55,7 @@ describe("POST /v1/mail/send on the outbox", () => {
     await send(a.token, { to: "second@example.com", subject: "Second ✓", text: "2" });
     const { mails } = await t.admin.listMail({ appId: a.id });
     expect(mails.map((m) => m.subject)).toEqual(["Second ✓", "First"]);
-    const first = mails[1]!;
+    const first = mails[1];
     expect(first).toMatchObject({ to: "first@example.com", from: `${a.name}@${DOMAIN}`, subject: "First", text, status: MailStatus.STORED });
     expect(first.providerMessageId).toMatch(/^[0-9a-f-]{36}$/);
     const at = Number(first.at!.seconds) * 1000;
@@ -132,7 +132,7 @@ describe("validation over REST", () => {
     const res = await send(a.token, { to: "a@example.com", subject: "s".repeat(200), text: "😀".repeat(100_000) });
     expect(res.status).toBe(200);
     const { mails } = await t.admin.listMail({ appId: a.id, limit: 1 });
-    expect(mails[0]!.text).toBe("😀".repeat(100_000));
+    expect(mails[0].text).toBe("😀".repeat(100_000));
   });
 
   it("a refused request consumes none of the allowance and is not logged", async () => {

@@ -31,7 +31,7 @@ async function getPage(path: string): Promise<{ status: number; headers: Headers
 function csrfOf(html: string): string {
   const match = /name="csrf" value="([^"]+)"/.exec(html);
   expect(match).not.toBeNull();
-  return match![1]!;
+  return match![1];
 }
 
 async function postForm(path: string, fields: Record<string, string>) {
@@ -92,7 +92,7 @@ describe("GET /secret-links/:token", () => {
     for (const page of pages) {
       expect(page.status).toBe(404);
       expectPageHeaders(page.headers);
-      expect(page.html).toBe(pages[0]!.html);
+      expect(page.html).toBe(pages[0].html);
       expect(page.html).not.toContain("v1");
     }
     expect((await t.request("PUT", expired.path, { body: { value: "late" } })).status).toBe(404);
@@ -205,6 +205,6 @@ describe("one link, 50 concurrent uses", () => {
     expect(winners).toHaveLength(1);
     expect(attempts.filter((a) => a.status === 404)).toHaveLength(49);
     const secret = await readValue(app, "RACE");
-    expect(secret).toMatchObject({ value: `value-${winners[0]!.i}`, version: 1 });
+    expect(secret).toMatchObject({ value: `value-${winners[0].i}`, version: 1 });
   });
 });

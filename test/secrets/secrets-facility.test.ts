@@ -69,8 +69,8 @@ describe("GET /v1/secrets", () => {
       ["A", false, undefined],
       ["B", true, 1n],
     ]);
-    expect(res.secrets[0]!.setAt).toBeUndefined();
-    expect(res.secrets[1]!.setAt).toBeDefined();
+    expect(res.secrets[0].setAt).toBeUndefined();
+    expect(res.secrets[1].setAt).toBeDefined();
   });
 });
 

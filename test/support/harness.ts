@@ -153,7 +153,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     ...options.env,
   });
   const server = await createPlatformServer({
-    config: { ...config, adminToken, secretsKey: config.secretsKey! } as typeof config,
+    config: { ...config, adminToken, secretsKey: config.secretsKey! },
     logger: createLogger(config.logLevel, options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined),
     adminToken,
     ...(options.openDatabase ? { database: options.openDatabase } : {}),
@@ -198,7 +198,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     admin: createClient(AdminService, transportFor(url, "connect", adminToken)),
     client(service, token, protocol = "connect") {
       const c = createClient(service, transportFor(url, protocol, token));
-      clients.push(c as never);
+      clients.push(c);
       return c;
     },
     async createApp(name) {

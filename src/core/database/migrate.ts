@@ -1,4 +1,5 @@
 /** Runs the migrations of `migrations/`, in name order. */
+import { inspect } from "node:util";
 import { Migrator, type Migration } from "kysely/migration";
 import type { Db } from "./database.ts";
 import { migrations } from "./migrations/index.ts";
@@ -7,11 +8,11 @@ import { migrations } from "./migrations/index.ts";
 export async function migrate(db: Db): Promise<void> {
   const migrator = new Migrator({
     db,
-    provider: { getMigrations: async (): Promise<Record<string, Migration>> => migrations },
+    provider: { getMigrations: (): Promise<Record<string, Migration>> => Promise.resolve(migrations) },
   });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === "Error")?.migrationName;
-    throw new Error(`migration ${failed ?? "(unknown)"} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    throw new Error(`migration ${failed ?? "(unknown)"} failed: ${error instanceof Error ? error.message : inspect(error)}`, { cause: error });
   }
 }

@@ -16,6 +16,8 @@ const preparedNames = new Map<string, string>();
 
 /** A `pg` client that sends statements marked with `PREPARED` as named prepared statements. */
 export class PreparingClient extends pg.Client {}
+// Called below with the client as `this`, as the prototype method it is.
+// eslint-disable-next-line @typescript-eslint/unbound-method
 const plainQuery = pg.Client.prototype.query;
 PreparingClient.prototype.query = function (this: pg.Client, config: unknown, values?: unknown, callback?: unknown) {
   if (typeof config === "string" && config.includes(PREPARED_TEXT)) {

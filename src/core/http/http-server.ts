@@ -33,7 +33,7 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
       return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : crypto.randomUUID();
     },
     return503OnClosing: false,
-    frameworkErrors: renderFrameworkError as never,
+    frameworkErrors: renderFrameworkError,
     forceCloseConnections: "idle",
   }) as unknown as FastifyInstance;
 

@@ -50,7 +50,7 @@ export function createOnePortServer(handler: Handler, tls?: TlsOptions): OnePort
       closeAllConnections() {
         for (const s of sessions) s.destroy();
       },
-    }) as unknown as OnePortServer;
+    });
   }
 
   // HTTP/1.1 connections are tracked here (the inner server never listens, so
