@@ -26,12 +26,12 @@ import {
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { ConfigError, loadConfig } from "./core/config.ts";
-import { openDatabase, migrate } from "./core/database/database.ts";
+import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { readableJson } from "./cli-format.ts";
-import { adoptAdminToken } from "./core/shared-keys.ts";
+import { adoptAdminToken } from "./core/shared-keys/index.ts";
 
 const USAGE = `usage: npm run cli -- <command>
 

@@ -4,20 +4,15 @@
  * shapes, unicode edge cases, huge values and odd paths, answers a 4xx with
  * the error envelope (or a 200 where the input happens to be acceptable).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { endpoints } from "./support/endpoints.ts";
-import { HTTP_VERSIONS, startServer, type TestApp, type TestServer } from "./support/harness.ts";
+import { HTTP_VERSIONS, useTestApp, useTestServer, type TestServer } from "./support/harness.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
+const t = useTestServer();
+const app = useTestApp(t, async (app) => {
   await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
   await t.admin.updateApp({ appId: app.id, mailFrom: "odd@apps.example.com" });
 });
-afterAll(() => t?.close());
 
 const odd: unknown[] = [
   null,

@@ -5,8 +5,9 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "../src/core/database/database.ts";
-import { adoptAdminToken } from "../src/core/shared-keys.ts";
+import { openDatabase } from "../src/core/database/index.ts";
+import { adoptAdminToken } from "../src/core/shared-keys/index.ts";
+import { tables } from "./support/tables.ts";
 import { ConfigError } from "../src/core/config.ts";
 import { createTestDatabase, startServer, type TestDatabase } from "./support/harness.ts";
 
@@ -72,7 +73,7 @@ describe("getSecret (src/secrets/secrets-facility.ts)", () => {
       await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
       await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "v" });
       // As if another instance had sealed it under a key this one was never given.
-      await t.server.deps.db.updateTable("secrets").set({ key_id: "00000000deadbeef" }).where("app_id", "=", app.id).execute();
+      await tables(t.server.deps.db).updateTable("secrets").set({ key_id: "00000000deadbeef" }).where("app_id", "=", app.id).execute();
       const res = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
       expect(res.status).toBe(503);
       expect(res.headers.get("retry-after")).toBe("1");

@@ -15,8 +15,10 @@ import crypto from "node:crypto";
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { PlatformError } from "./errors.ts";
-import { APP_COLUMNS, appFromRow, type AppRecord } from "./apps/apps.ts";
-import { PREPARED, sql, type Db } from "./database/database.ts";
+import { appFromRow, type AppRecord } from "./apps/apps.ts";
+import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.ts";
+import { createBatcher } from "./batcher.ts";
+import type { Db } from "./database/index.ts";
 
 export type Principal =
   | { kind: "public" }
@@ -70,71 +72,28 @@ const unauthenticated = () =>
     details: ["send Authorization: Bearer <token>"],
   });
 
-type TokenRow = Awaited<ReturnType<typeof lookupTokens>>[number];
-
-function lookupTokens(db: Db, hashes: string[]) {
-  return db
-    .selectFrom("app_tokens")
-    .innerJoin("apps", "apps.id", "app_tokens.app_id")
-    .select([...APP_COLUMNS, "app_tokens.id as token_id", "app_tokens.token_hash"])
-    .where("app_tokens.token_hash", "=", sql<string>`any(${hashes}::text[])`)
-    .modifyFront(PREPARED) // one text for any number of tokens: planned once per connection
-    .execute();
-}
-
 /**
- * Token lookups of concurrent requests share one query: a lookup goes at
- * once when none is running; those that arrive while one runs go together
- * in the next, as `token_hash = ANY(...)`. Nothing is cached: every
- * lookup reads the database after its request arrived, so a revoked token or
- * a stopped app is refused by the very next request, as without coalescing;
- * under load it saves a round trip per request.
+ * Token lookups of concurrent requests share one query (through the shared
+ * batcher): a lookup goes at once when none is running; those that arrive
+ * while one runs go together in the next, as `token_hash = ANY(...)`.
+ * Nothing is cached here: every lookup reads the database after its request
+ * arrived, so without the cache below a revoked token or a stopped app is
+ * refused by the very next request; under load it saves a round trip per
+ * request. One query at a time: fewer, larger queries cost the database and
+ * this process less than more, smaller ones (measured), and a lookup waits at
+ * most for the one running.
  */
-function createTokenLookup(db: Db): (hash: string) => Promise<TokenRow | undefined> {
-  // One query at a time: fewer, larger queries cost the database and this
-  // process less than more, smaller ones (measured), and a lookup waits at
-  // most for the one running.
-  const MAX_IN_FLIGHT = 1;
-  const MAX_BATCH = 256;
-  let queued = new Map<string, { resolve: (row: TokenRow | undefined) => void; reject: (err: unknown) => void }[]>();
-  let inFlight = 0;
-  let scheduled = false;
-  const flush = () => {
-    scheduled = false;
-    while (queued.size > 0 && inFlight < MAX_IN_FLIGHT) {
-      const batch = queued;
-      queued = new Map();
-      if (batch.size > MAX_BATCH) {
-        for (const [hash, waiting] of [...batch].slice(MAX_BATCH)) {
-          queued.set(hash, waiting);
-          batch.delete(hash);
-        }
-      }
-      inFlight++;
-      lookupTokens(db, [...batch.keys()]).then(
-        (rows) => {
-          const byHash = new Map(rows.map((r) => [r.token_hash, r]));
-          for (const [hash, waiting] of batch) for (const w of waiting) w.resolve(byHash.get(hash));
-        },
-        (err: unknown) => {
-          for (const waiting of batch.values()) for (const w of waiting) w.reject(err);
-        },
-      ).finally(() => {
-        inFlight--;
-        flush();
-      });
-    }
-  };
-  return (hash) =>
-    new Promise((resolve, reject) => {
-      const waiting = queued.get(hash);
-      if (waiting) waiting.push({ resolve, reject });
-      else queued.set(hash, [{ resolve, reject }]);
-      if (!scheduled && inFlight < MAX_IN_FLIGHT) {
-        scheduled = true;
-        queueMicrotask(flush);
-      }
-    });
+function createTokenLookup(apps: AppStore): (hash: string) => Promise<TokenRow | undefined> {
+  const batcher = createBatcher<string, TokenRow | undefined>({
+    maxBatch: 256,
+    maxInFlight: 1,
+    async run(_key, hashes) {
+      const rows = await apps.lookupTokens([...new Set(hashes)]);
+      const byHash = new Map(rows.map((r) => [r.token_hash, r]));
+      return hashes.map((hash) => byHash.get(hash));
+    },
+  });
+  return (hash) => batcher.call("", hash);
 }
 
 export interface AuthenticatorOptions {
@@ -152,7 +111,7 @@ export interface AuthenticatorOptions {
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
-  const lookup = createTokenLookup(options.db);
+  const lookup = createTokenLookup(createAppStore(options.db));
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
   const cache = new Map<string, { row: TokenRow; until: number }>();

@@ -51,7 +51,7 @@ export function createBatcher<I, O>(options: BatcherOptions<I, O>): Batcher<I, O
       group.inFlight++;
       options.run(key, batch.map((p) => p.item)).then(
         (results) => {
-          for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
+          for (let i = 0; i < batch.length; i++) batch[i].resolve(results[i]);
         },
         (err: unknown) => {
           for (const p of batch) p.reject(err);

@@ -66,5 +66,5 @@ export function validateMail(fields: MailFields): void {
   if (subject) problems.push(`subject: ${subject}`);
   const text = textProblem(fields.text, TEXT_MAX);
   if (text) problems.push(`text: ${text}`);
-  if (problems.length > 0) throw new PlatformError("invalid_argument", problems[0]!, { details: problems });
+  if (problems.length > 0) throw new PlatformError("invalid_argument", problems[0], { details: problems });
 }

@@ -16,7 +16,27 @@
  * leases mean the same on every instance.
  */
 import crypto from "node:crypto";
-import { PREPARED, sql, type Db } from "../core/database/database.ts";
+import { sql, type Generated, type Kysely } from "kysely";
+import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
+
+/** One message of a queue. */
+export interface QueueMessagesTable {
+  id: Generated<string>;
+  app_id: string;
+  queue: string;
+  /** The JSON-serialised payload, stored as text: kept byte for byte, never read into. */
+  payload: string;
+  enqueued_at: Generated<Timestamp>;
+  /** When the message may next be claimed: the put (plus any delay), or the end of its current lease. */
+  visible_at: Timestamp;
+  expires_at: Timestamp;
+  /** Deliveries so far; also the lease's nonce inside the receipt. */
+  deliveries: Generated<number>;
+}
+
+export type QueueTables = {
+  queue_messages: QueueMessagesTable;
+};
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";
@@ -69,7 +89,13 @@ export interface PutItem {
 }
 
 export interface QueueStore {
-  put(input: PutInput, db?: Db): Promise<PutResult>;
+  put(input: PutInput): Promise<PutResult>;
+  /**
+   * The same put, serialised with every other `putSerialized` on the queue by
+   * a transaction-scoped advisory lock, so that near the depth cap concurrent
+   * puts cannot overshoot it.
+   */
+  putSerialized(input: PutInput): Promise<PutResult>;
   /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
@@ -113,31 +139,42 @@ export type ClaimResult = { message: StoredMessage } | { message?: undefined; ne
  * claim keeps "an earlier receipt never acks" true even across a database
  * crash, and cost no measurable throughput once claims are batched.
  */
-export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
+export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
+  const db: Kysely<QueueTables> = database.withTables<QueueTables>();
+  const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();
+  async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
+    const { rows } = await sql<Row>`${PREPARED}
+      WITH depth AS (
+        SELECT count(*)::int AS n FROM (
+          SELECT 1 FROM queue_messages
+          WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
+          LIMIT ${input.depthBelow}
+        ) w
+      ), ins AS (
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+        SELECT ${input.appId}, ${input.queue}, ${input.payload},
+               now() + make_interval(secs => ${input.delaySeconds}),
+               now() + make_interval(secs => ${input.ttlSeconds})
+        FROM depth WHERE depth.n < ${input.depthBelow}
+        RETURNING id, expires_at
+      )
+      SELECT depth.n, ins.id, ins.expires_at,
+             CASE WHEN ins.id IS NOT NULL AND ${input.notify ?? null}::text IS NOT NULL
+                  THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
+      FROM depth LEFT JOIN ins ON true`.execute(on);
+    const row = rows[0];
+    if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
+    return { inserted: false, depth: Number(row.n) };
+  }
+
   const store: QueueStore = {
-    async put(input, on = db) {
-      const { rows } = await sql<Row>`${PREPARED}
-        WITH depth AS (
-          SELECT count(*)::int AS n FROM (
-            SELECT 1 FROM queue_messages
-            WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
-            LIMIT ${input.depthBelow}
-          ) w
-        ), ins AS (
-          INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
-          SELECT ${input.appId}, ${input.queue}, ${input.payload},
-                 now() + make_interval(secs => ${input.delaySeconds}),
-                 now() + make_interval(secs => ${input.ttlSeconds})
-          FROM depth WHERE depth.n < ${input.depthBelow}
-          RETURNING id, expires_at
-        )
-        SELECT depth.n, ins.id, ins.expires_at,
-               CASE WHEN ins.id IS NOT NULL AND ${input.notify ?? null}::text IS NOT NULL
-                    THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
-        FROM depth LEFT JOIN ins ON true`.execute(on);
-      const row = rows[0]!;
-      if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
-      return { inserted: false, depth: Number(row.n) };
+    put: (input) => put(input, db),
+
+    putSerialized(input) {
+      return db.transaction().execute(async (trx) => {
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(trx);
+        return put(input, trx);
+      });
     },
 
     async putMany(appId, queue, depthBelow, items) {
@@ -205,7 +242,7 @@ export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
                CASE WHEN ${input.notify ?? null}::text IS NOT NULL
                     THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
         FROM ins`.execute(db);
-      const row = rows[0]!;
+      const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
 
@@ -266,7 +303,7 @@ export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
     },
 
     async ack(appId, id, deliveries) {
-      return (await store.ackMany([{ appId, id, deliveries }]))[0]!;
+      return (await store.ackMany([{ appId, id, deliveries }]))[0];
     },
 
     async ackMany(receipts) {

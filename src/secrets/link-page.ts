@@ -140,7 +140,7 @@ function badFormPage(message: string): string {
 export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOptions): void {
   const csrfWith = (key: Buffer, token: string) =>
     crypto.createHmac("sha256", key).update(`secret-link-form\0${hashLinkToken(token)}`).digest();
-  const csrfFor = (token: string) => csrfWith(options.csrfKeys[0]!, token).toString("base64url");
+  const csrfFor = (token: string) => csrfWith(options.csrfKeys[0], token).toString("base64url");
   const csrfMatches = (token: string, given: unknown) => {
     if (typeof given !== "string") return false;
     const actual = Buffer.from(given, "base64url");

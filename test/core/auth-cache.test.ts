@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { createAuthenticator } from "../../src/core/auth.ts";
-import { openDatabase, migrate, type Database } from "../../src/core/database/database.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
-import { backend, createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { backend, createTestDatabase, startInstances, type Instances, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const generate = InferenceService.method.generate;
 
@@ -22,10 +23,10 @@ describe("createAuthenticator: remembered tokens", () => {
   });
 
   async function appWithToken(name: string) {
-    const app = await database.db.insertInto("apps").values({ name, status: "running", mail_from: "", limits: "{}" }).returning("id").executeTakeFirstOrThrow();
+    const app = await tables(database.db).insertInto("apps").values({ name, status: "running", mail_from: "", limits: "{}" }).returning("id").executeTakeFirstOrThrow();
     const { generateServiceToken, hashToken } = await import("../../src/core/auth.ts");
     const token = generateServiceToken();
-    await database.db.insertInto("app_tokens").values({ app_id: app.id, token_hash: hashToken(token), label: "" }).execute();
+    await tables(database.db).insertInto("app_tokens").values({ app_id: app.id, token_hash: hashToken(token), label: "" }).execute();
     return { id: app.id, token };
   }
 
@@ -34,7 +35,7 @@ describe("createAuthenticator: remembered tokens", () => {
     const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 500, clock: () => now });
     const app = await appWithToken("mem-a");
     expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
-    await database.db.updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
     // Remembered (no invalidation was called): still running for this instance.
     expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
     now += 501;
@@ -46,24 +47,23 @@ describe("createAuthenticator: remembered tokens", () => {
     const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 60_000 });
     const app = await appWithToken("mem-b");
     expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
-    await database.db.deleteFrom("app_tokens").where("app_id", "=", app.id).execute();
+    await tables(database.db).deleteFrom("app_tokens").where("app_id", "=", app.id).execute();
     auth.invalidate();
     await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "unauthenticated" });
     expect((await auth.authenticate(undefined, MetaService.method.getHealth)).kind).toBe("public");
   });
 });
 
-describe.skipIf(backend !== "postgres")("remembered tokens across two instances (needs PostgreSQL)", () => {
+// On PGlite the two servers share the one in-process database; the trigger's NOTIFY reaches the other's listener.
+describe(`remembered tokens across two instances (${backend})`, () => {
+  let instances: Instances;
   let a: TestServer;
   let b: TestServer;
   beforeAll(async () => {
-    a = await startServer();
-    b = await startServer({ database: a.database });
+    instances = await startInstances(2);
+    [a, b] = instances.servers as [TestServer, TestServer];
   });
-  afterAll(async () => {
-    await b?.close();
-    await a?.close();
-  });
+  afterAll(() => instances?.close());
 
   it("stopping an app or revoking a token on one instance is honoured by the other within moments", async () => {
     const app = await a.createApp();

@@ -1,19 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { endpoints } from "../support/endpoints.ts";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 import { hashToken } from "../../src/core/auth.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-let running: TestApp;
-let stopped: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  running = await t.createApp();
-  stopped = await t.createApp();
+const t = useTestServer();
+const running = useTestApp(t);
+const stopped = useTestApp(t, async (stopped) => {
   await stopped.stop();
 });
-afterAll(() => t?.close());
 
 describe("auth rules of SPEC.md section 5, for every endpoint", () => {
   for (const e of endpoints) {
@@ -60,7 +55,7 @@ describe("auth rules of SPEC.md section 5, for every endpoint", () => {
 describe("tokens", () => {
   it("are stored only as SHA-256 hashes", async () => {
     const app = await t.createApp();
-    const rows = await t.server.deps.db.selectFrom("app_tokens").selectAll().execute();
+    const rows = await tables(t.server.deps.db).selectFrom("app_tokens").selectAll().execute();
     const dump = JSON.stringify(rows);
     expect(dump).not.toContain(app.token);
     expect(rows.map((r) => r.token_hash)).toContain(hashToken(app.token));

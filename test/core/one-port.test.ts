@@ -47,7 +47,7 @@ describe("createOnePortServer timeouts (src/core/http/one-port.ts)", () => {
     const connections = await Promise.all(Array.from({ length: 300 }, () => connect(t.url)));
     for (const [i, { socket }] of connections.entries()) {
       socket.on("error", () => {});
-      if (!socket.destroyed) socket.write(starts[i % starts.length]!);
+      if (!socket.destroyed) socket.write(starts[i % starts.length]);
     }
     await Promise.all(connections.map((c) => c.closed));
     // Node's own default would keep them for 60 s; these go after the configured half second (checked every 125 ms).

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../../src/core/database/database.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { createQuotas } from "../../src/core/quotas/quotas.ts";
 import { PlatformError } from "../../src/core/errors.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 let tdb: TestDatabase;
 let database: Database;
 
 async function newApp(): Promise<string> {
-  const row = await database.db
-    .insertInto("apps")
+  const row = await tables(database.db).insertInto("apps")
     .values({ name: `q-${Math.random().toString(36).slice(2)}`, status: "running", mail_from: "", limits: "{}" })
     .returning("id")
     .executeTakeFirstOrThrow();
@@ -36,7 +36,7 @@ describe(`quotas on ${backend}`, () => {
     expect(accepted).toHaveLength(100);
     expect(refused).toHaveLength(100);
     for (const r of refused) {
-      const err = (r as PromiseRejectedResult).reason as PlatformError;
+      const err = (r).reason as PlatformError;
       expect(err).toBeInstanceOf(PlatformError);
       expect(err.code).toBe("quota_exceeded");
       expect(err.retryAfterSeconds).toBeGreaterThan(0);

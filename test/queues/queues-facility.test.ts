@@ -3,23 +3,18 @@
  * queue-message state table, the extensions of DESIGN.md section 4, the
  * reserved `_events` queue, caps, validation and tenant isolation.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import { ValueSchema, timestampMs } from "@bufbuild/protobuf/wkt";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { startServer, useTestApp, useTestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer();
+const app = useTestApp(t);
 
 const json = (v: JsonValue) => fromJson(ValueSchema, v);
 
@@ -304,7 +299,7 @@ describe("state table: waiting -> dropped (expiry)", () => {
     expect((await consume(q)).body).toEqual({ message: null });
     const store = createQueueStore(t.server.deps.db);
     expect(await store.expire(1000)).toBeGreaterThanOrEqual(1);
-    const left = await t.server.deps.db.selectFrom("queue_messages").select("id").where("id", "=", p.body.id).execute();
+    const left = await tables(t.server.deps.db).selectFrom("queue_messages").select("id").where("id", "=", p.body.id).execute();
     expect(left).toEqual([]);
   });
 

@@ -6,19 +6,17 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Browser } from "playwright-core";
-import { startServer, type TestServer } from "../support/harness.ts";
+import { useTestServer } from "../support/harness.ts";
 import { launchChromium } from "../support/chromium.ts";
 
-let t: TestServer;
+const t = useTestServer();
 let browser: Browser;
 
 beforeAll(async () => {
-  t = await startServer();
   browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();
-  await t?.close();
 });
 
 describe("the secret-link page in Chromium", () => {

@@ -9,6 +9,7 @@ import http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
+import { afterAll, beforeAll } from "vitest";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
@@ -16,6 +17,7 @@ import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js
 import { loadConfig } from "../../src/core/config.ts";
 import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
+import { openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
 export const backend: "postgres" | "pglite" = process.env.DATABASE_URL ? "postgres" : "pglite";
@@ -135,6 +137,11 @@ export interface StartOptions {
   database?: TestDatabase;
   /** Where the server's log lines go (default: nowhere, unless TEST_LOG_LEVEL is set). */
   logLines?: string[];
+  /**
+   * An already open database the server uses (and does not close), e.g. one
+   * PGlite shared by two servers in this process (see `startInstances`).
+   */
+  openDatabase?: Database;
 }
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
@@ -151,9 +158,10 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     ...options.env,
   });
   const server = await createPlatformServer({
-    config: { ...config, adminToken, secretsKey: config.secretsKey! } as typeof config,
+    config: { ...config, adminToken, secretsKey: config.secretsKey! },
     logger: createLogger(config.logLevel, options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined),
     adminToken,
+    ...(options.openDatabase ? { database: options.openDatabase } : {}),
   });
   const listened = await server.listen();
   const url = listened;
@@ -195,7 +203,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     admin: createClient(AdminService, transportFor(url, "connect", adminToken)),
     client(service, token, protocol = "connect") {
       const c = createClient(service, transportFor(url, protocol, token));
-      clients.push(c as never);
+      clients.push(c);
       return c;
     },
     async createApp(name) {
@@ -219,6 +227,74 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     },
   };
   return self;
+}
+
+export interface Instances {
+  readonly servers: TestServer[];
+  close(): Promise<void>;
+}
+
+/**
+ * `n` servers on one database, as several instances of the service are in
+ * production. On PostgreSQL each has its own pools and LISTEN connection on
+ * the same database. On PGlite (one process, one connection) they share one
+ * open database: notifications still go from one server's statements to the
+ * other's listeners, through PGlite's LISTEN/NOTIFY.
+ */
+export async function startInstances(n: number, options: StartOptions = {}): Promise<Instances> {
+  const database = options.database ?? (await createTestDatabase());
+  const shared = database.url ? undefined : await openDatabase({ dataDir: database.dataDir });
+  const servers: TestServer[] = [];
+  for (let i = 0; i < n; i++) servers.push(await startServer({ ...options, database, openDatabase: shared }));
+  return {
+    servers,
+    async close() {
+      for (const server of servers.reverse()) await server.close();
+      await shared?.close();
+      if (!options.database) await database.drop();
+    },
+  };
+}
+
+/**
+ * The test file's server: started before its first test (`beforeAll`) and
+ * closed after its last (`afterAll`). The returned object stands for the
+ * server; using it before `beforeAll` ran throws. `setup` runs once the
+ * server is up (e.g. to declare secrets).
+ */
+export function useTestServer(options: StartOptions | (() => StartOptions) = {}, setup?: (t: TestServer) => Promise<void>): TestServer {
+  let server: TestServer | undefined;
+  beforeAll(async () => {
+    server = await startServer(typeof options === "function" ? options() : options);
+    await setup?.(server);
+  });
+  afterAll(() => server?.close());
+  return lateBound<TestServer>(() => server, "useTestServer");
+}
+
+/**
+ * An app (with a token) on the file's server, created before the first test,
+ * after the server's own setup. `setup` runs once it exists.
+ */
+export function useTestApp(t: TestServer, setup?: (app: TestApp) => Promise<void>): TestApp {
+  let app: TestApp | undefined;
+  beforeAll(async () => {
+    app = await t.createApp();
+    await setup?.(app);
+  });
+  return lateBound<TestApp>(() => app, "useTestApp");
+}
+
+/** An object that forwards to `get()`'s value, which exists only once the hooks ran. */
+function lateBound<T extends object>(get: () => T | undefined, what: string): T {
+  return new Proxy({} as T, {
+    get(_target, key) {
+      const value = get();
+      if (value === undefined) throw new Error(`${what}: used before its beforeAll ran`);
+      const member = (value as Record<PropertyKey, unknown>)[key];
+      return typeof member === "function" ? (member as (...args: unknown[]) => unknown).bind(value) : member;
+    },
+  });
 }
 
 function requestParts(opts: RequestOptions): { headers: Record<string, string>; body: string | undefined } {

@@ -2,7 +2,8 @@
  * The service as a child process, started the way `npm start` starts it, for
  * tests of start-up, shutdown and crashes.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
+import type { Readable } from "node:stream";
 import path from "node:path";
 
 const root = path.resolve(import.meta.dirname, "../..");
@@ -33,15 +34,15 @@ export function startWithNpm(env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
   return awaitListening(spawn("npm", ["start", "--silent"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] }));
 }
 
-function awaitListening(child: ChildProcess): Promise<ServiceProcess> {
+function awaitListening(child: ChildProcessByStdio<null, Readable, Readable>): Promise<ServiceProcess> {
   let out = "";
   let err = "";
   const exited = new Promise<number | NodeJS.Signals>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal!)));
   return new Promise((resolve, reject) => {
     const onExit = (code: number | NodeJS.Signals) => reject(new Error(`service exited (${code}) before listening: ${err}${out}`));
-    exited.then(onExit);
-    child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
-    child.stdout!.on("data", (d: Buffer) => {
+    void exited.then(onExit);
+    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    child.stdout.on("data", (d: Buffer) => {
       out += d.toString();
       for (const line of out.split("\n")) {
         if (!line.includes('"platform batteries listening"')) continue;

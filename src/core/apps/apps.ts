@@ -1,9 +1,8 @@
 /**
  * Apps: the tenants. Every facility reads the authenticated app's record
- * (status, feature flags, limits) from here; only the admin API writes it.
+ * (status, feature flags, limits) as defined here; only the admin API
+ * writes it. Every statement on apps and their tokens is in `app-store.ts`.
  */
-import { PlatformError } from "../errors.ts";
-import type { Db } from "../database/database.ts";
 
 /** Per-app limits (DESIGN.md section 4); each is a default the admin API can change per app. */
 export interface AppLimits {
@@ -60,7 +59,7 @@ export function isUuid(value: string): boolean {
   return UUID_PATTERN.test(value);
 }
 
-type AppRow = {
+export type AppRow = {
   id: string;
   name: string;
   status: "running" | "stopped";
@@ -91,26 +90,4 @@ export function effectiveLimits(overrides: Record<string, number> | null | undef
     if (typeof value === "number") limits[name] = value;
   }
   return limits;
-}
-
-export const APP_COLUMNS = [
-  "apps.id",
-  "apps.name",
-  "apps.status",
-  "apps.mail_from",
-  "apps.analytics_enabled",
-  "apps.secrets_enabled",
-  "apps.limits",
-  "apps.created_at",
-] as const;
-
-/** Reads one app by id or name; a missing app is `not_found`. */
-export async function getApp(db: Db, idOrName: string): Promise<AppRecord> {
-  const row = await db
-    .selectFrom("apps")
-    .select(APP_COLUMNS)
-    .where(isUuid(idOrName) ? "apps.id" : "apps.name", "=", idOrName)
-    .executeTakeFirst();
-  if (!row) throw new PlatformError("not_found", `no app ${JSON.stringify(idOrName)}`);
-  return appFromRow(row);
 }

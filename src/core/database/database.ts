@@ -1,9 +1,12 @@
 /**
  * The platform database: Kysely over `pg` when DATABASE_URL is set, over
  * PGlite (in-process Postgres) in DATA_DIR/pg otherwise. Both speak the same
- * SQL, so every store is written once. Table types of every facility live
- * here, next to each other, so the schema can be read in one place; the DDL
- * lives in `src/migrations/`.
+ * SQL, so every store is written once.
+ *
+ * `Db` knows no tables: each store declares the tables it uses next to its
+ * statements and views the database through them (`db.withTables<T>()`), so
+ * a table's type lives with the one module that queries it. The DDL lives in
+ * `migrations/`.
  *
  * Terminology:
  * - **app**: a hosted app; every row of every facility table belongs to one.
@@ -12,160 +15,24 @@
  */
 import fs from "node:fs/promises";
 import path from "node:path";
-import { Kysely, PostgresDialect, sql, type Generated, type ColumnType } from "kysely";
-import { Migrator, type Migration } from "kysely/migration";
+import { Kysely, PostgresDialect, type ColumnType } from "kysely";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
 import { PGliteDialect } from "kysely-pglite-dialect";
-import { migrations } from "./migrations/index.ts";
+import { createPgNotifications, type Unlisten } from "./notifications.ts";
+import { PreparingClient } from "./prepared.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 
-type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
+export type { Unlisten } from "./notifications.ts";
 
-export interface AppsTable {
-  id: Generated<string>;
-  name: string;
-  status: "running" | "stopped";
-  mail_from: string;
-  analytics_enabled: Generated<boolean>;
-  secrets_enabled: Generated<boolean>;
-  /** Only the limits the admin changed; the rest come from the defaults in code. */
-  limits: ColumnType<Record<string, number>, string | undefined, string>;
-  created_at: ColumnType<Date, Date | string | undefined, Date | string>;
-}
+/** A timestamp column: read as a Date, written as a Date or an ISO string. */
+export type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 
-export interface AppTokensTable {
-  id: Generated<string>;
-  app_id: string;
-  /** Hex SHA-256 of the plaintext token; the plaintext is never stored. */
-  token_hash: string;
-  label: string;
-  created_at: Generated<Timestamp>;
-}
+/** The database with no table known; stores add theirs with `withTables`. */
+export type Db = Kysely<Record<never, never>>;
 
-export interface QuotaUsageTable {
-  app_id: string;
-  /** The UTC day, `YYYY-MM-DD`. */
-  day: string;
-  counter: string;
-  used: number;
-}
-
-export interface SecretsTable {
-  app_id: string;
-  name: string;
-  /** AES-256-GCM: iv (12 bytes) | tag (16 bytes) | ciphertext; null while unset. */
-  value_encrypted: Buffer | null;
-  key_id: string | null;
-  version: number | null;
-  set_at: Timestamp | null;
-}
-
-export interface SecretLinksTable {
-  /** Hex SHA-256 of the link token; the token itself is never stored. */
-  token_hash: string;
-  app_id: string;
-  name: string;
-  created_at: Generated<Timestamp>;
-  expires_at: Timestamp;
-  /** Set once, atomically, when the link sets the value; a used link is dead. */
-  used_at: Timestamp | null;
-}
-
-/** One send attempt of the mail facility, by either provider. */
-export interface MailLogTable {
-  id: Generated<number>;
-  app_id: string;
-  to_address: string;
-  from_address: string;
-  subject: string;
-  /** Kept only for the outbox, where the row is the message; null for SES. */
-  body_text: string | null;
-  status: "sent" | "stored" | "failed";
-  provider: string;
-  provider_message_id: string;
-  created_at: Timestamp;
-}
-
-/** One message of a queue (src/queues/queue-store.ts). */
-export interface QueueMessagesTable {
-  id: Generated<string>;
-  app_id: string;
-  queue: string;
-  /** The JSON-serialised payload, stored as text: kept byte for byte, never read into. */
-  payload: string;
-  enqueued_at: Generated<Timestamp>;
-  /** When the message may next be claimed: the put (plus any delay), or the end of its current lease. */
-  visible_at: Timestamp;
-  expires_at: Timestamp;
-  /** Deliveries so far; also the lease's nonce inside the receipt. */
-  deliveries: Generated<number>;
-}
-
-export interface AnalyticsEventTypesTable {
-  app_id: string;
-  name: string;
-  /** Property name -> declared kind (`string`, `number`, `boolean`). */
-  properties: ColumnType<Record<string, string>, string, string>;
-  created_at: Generated<Timestamp>;
-  updated_at: Generated<Timestamp>;
-}
-
-/** Raw events of the SQL analytics store (property values are strings). */
-export interface AnalyticsEventsTable {
-  app_id: string;
-  type: string;
-  at: Timestamp;
-  properties: ColumnType<Record<string, string>, string, string>;
-}
-
-/** Hourly counts per (type, property, value); `prop = ''` is the hour's total. */
-export interface AnalyticsHourlyTable {
-  app_id: string;
-  type: string;
-  prop: string;
-  hour: Timestamp;
-  value: string;
-  n: number;
-}
-
-/** The same per UTC day. */
-export interface AnalyticsDailyTable {
-  app_id: string;
-  type: string;
-  prop: string;
-  day: Timestamp;
-  value: string;
-  n: number;
-}
-
-/** Facts every instance on one database must agree on (src/shared-keys.ts), by name. */
-export interface PlatformSettingsTable {
-  name: string;
-  /** A hash or key id, never a key or a token. */
-  value: string;
-  updated_at: Generated<Timestamp>;
-}
-
-export interface Tables {
-  apps: AppsTable;
-  app_tokens: AppTokensTable;
-  quota_usage: QuotaUsageTable;
-  analytics_event_types: AnalyticsEventTypesTable;
-  analytics_events: AnalyticsEventsTable;
-  analytics_hourly: AnalyticsHourlyTable;
-  analytics_daily: AnalyticsDailyTable;
-  secrets: SecretsTable;
-  queue_messages: QueueMessagesTable;
-  secret_links: SecretLinksTable;
-  mail_log: MailLogTable;
-  platform_settings: PlatformSettingsTable;
-}
-
-export type Db = Kysely<Tables>;
-
-/** A notification listener: `unlisten` stops it. */
-export type Unlisten = () => Promise<void>;
+/** A transaction of a store's view of the database. */
+export type Transaction<T> = Parameters<Parameters<ReturnType<Kysely<T>["transaction"]>["execute"]>[0]>[0];
 
 export interface Database {
   readonly db: Db;
@@ -198,31 +65,6 @@ export interface DatabaseOptions {
 }
 
 const INT8_OID = 20;
-
-/**
- * Put `${PREPARED}` in a hot statement whose text never changes (only its
- * parameters do; first in a `sql` template, or by a query builder's
- * `modifyFront`): on PostgreSQL it is then sent as a named prepared
- * statement, parsed and planned once per connection instead of on every
- * call (for a statement of a few CTEs, planning costs more than running it).
- * Only marked statements are prepared, so the prepared statements of a
- * connection stay few. On PGlite it is a comment.
- */
-export const PREPARED = sql.raw("/* prepared */ ");
-const PREPARED_TEXT = "/* prepared */ ";
-const preparedNames = new Map<string, string>();
-
-/** A `pg` client that sends statements marked with `PREPARED` as named prepared statements. */
-class PreparingClient extends pg.Client {}
-const plainQuery = pg.Client.prototype.query;
-PreparingClient.prototype.query = function (this: pg.Client, config: unknown, values?: unknown, callback?: unknown) {
-  if (typeof config === "string" && config.includes(PREPARED_TEXT)) {
-    let name = preparedNames.get(config);
-    if (!name) preparedNames.set(config, (name = `pb_${preparedNames.size + 1}`));
-    return (plainQuery as (...args: unknown[]) => unknown).call(this, { name, text: config, values }, callback);
-  }
-  return (plainQuery as (...args: unknown[]) => unknown).call(this, config, values, callback);
-} as typeof pg.Client.prototype.query;
 const DATE_OID = 1082;
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
@@ -232,14 +74,14 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 async function openPostgres(connectionString: string, options: DatabaseOptions): Promise<Database> {
   const types = {
     getTypeParser: ((oid: number, format?: "text" | "binary") =>
-      oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+      oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
   };
   const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types, Client: PreparingClient });
   pool.on("error", (err) => options.onError?.(err));
   // A checked-out client has no pool listener: without its own, a connection
   // ended by the server (a restart) between two queries would crash the process.
   pool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
-  const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  const db: Db = new Kysely({ dialect: new PostgresDialect({ pool }) });
   const relaxedPool = new pg.Pool({
     connectionString,
     max: Math.ceil((options.poolSize ?? 20) / 2),
@@ -249,8 +91,8 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   });
   relaxedPool.on("error", (err) => options.onError?.(err));
   relaxedPool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
-  const relaxedDb = new Kysely<Tables>({ dialect: new PostgresDialect({ pool: relaxedPool }) });
-  const notifications = new PgNotifications(connectionString, options.onError);
+  const relaxedDb: Db = new Kysely({ dialect: new PostgresDialect({ pool: relaxedPool }) });
+  const notifications = createPgNotifications(connectionString, options.onError);
   return {
     db,
     relaxedDb,
@@ -261,93 +103,6 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       await Promise.all([db.destroy(), relaxedDb.destroy()]);
     },
   };
-}
-
-/**
- * The process's one LISTEN connection, shared by every channel. When it dies
- * (database restarted, network cut) it reconnects with backoff, LISTENs on
- * every channel again and tells each subscriber, which then re-checks what it
- * may have missed, all without restarting the service.
- */
-class PgNotifications {
-  private client: pg.Client | undefined;
-  private connecting: Promise<void> | undefined;
-  private listening = new Set<string>();
-  private readonly subscribers = new Map<string, Set<{ onNotify: (payload: string) => void; onReconnect?: () => void }>>();
-  private stopped = false;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private readonly connectionString: string;
-  private readonly onError: ((err: Error) => void) | undefined;
-
-  constructor(connectionString: string, onError: ((err: Error) => void) | undefined) {
-    this.connectionString = connectionString;
-    this.onError = onError;
-  }
-
-  async subscribe(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten> {
-    const subscriber = { onNotify, onReconnect };
-    let set = this.subscribers.get(channel);
-    if (!set) this.subscribers.set(channel, (set = new Set()));
-    set.add(subscriber);
-    if (!this.client) await (this.connecting ??= this.connect(false).finally(() => (this.connecting = undefined)));
-    if (this.client && !this.listening.has(channel)) {
-      this.listening.add(channel);
-      await this.client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
-    }
-    return async () => {
-      set.delete(subscriber);
-      if (set.size === 0 && this.subscribers.get(channel) === set) {
-        this.subscribers.delete(channel);
-        if (this.listening.delete(channel)) await this.client?.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => {});
-      }
-    };
-  }
-
-  private async connect(isReconnect: boolean): Promise<void> {
-    const client = new pg.Client({ connectionString: this.connectionString });
-    client.on("notification", (msg) => {
-      for (const s of this.subscribers.get(msg.channel) ?? []) s.onNotify(msg.payload ?? "");
-    });
-    client.on("error", (err) => {
-      this.onError?.(err);
-      this.scheduleReconnect(client);
-    });
-    client.on("end", () => this.scheduleReconnect(client));
-    await client.connect();
-    const channels = [...this.subscribers.keys()];
-    for (const channel of channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
-    if (this.stopped) {
-      await client.end().catch(() => {});
-      return;
-    }
-    this.client = client;
-    this.listening = new Set(channels);
-    if (isReconnect) for (const set of this.subscribers.values()) for (const s of set) s.onReconnect?.();
-  }
-
-  private scheduleReconnect(dead: pg.Client, delayMs = 100): void {
-    if (this.stopped || this.client !== dead || this.retryTimer) return;
-    this.client = undefined;
-    this.listening = new Set();
-    dead.end().catch(() => {});
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = undefined;
-      this.connect(true).catch((err: Error) => {
-        this.onError?.(err);
-        this.client = dead; // so the next schedule is not ignored
-        this.scheduleReconnect(dead, Math.min(delayMs * 2, 5000));
-      });
-    }, delayMs);
-    this.retryTimer.unref();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.retryTimer) clearTimeout(this.retryTimer);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => {});
-  }
 }
 
 async function openPglite(options: DatabaseOptions): Promise<Database> {
@@ -361,7 +116,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     await unlock();
     throw err;
   }
-  const db = new Kysely<Tables>({ dialect: new PGliteDialect(pglite) });
+  const db: Db = new Kysely({ dialect: new PGliteDialect(pglite) });
   return {
     db,
     relaxedDb: db,
@@ -375,28 +130,3 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     },
   };
 }
-
-/** Runs every pending migration; safe to call from several instances at once (Kysely takes a lock). */
-export async function migrate(db: Db): Promise<void> {
-  const migrator = new Migrator({
-    db,
-    provider: { getMigrations: async (): Promise<Record<string, Migration>> => migrations },
-  });
-  const { error, results } = await migrator.migrateToLatest();
-  if (error) {
-    const failed = results?.find((r) => r.status === "Error")?.migrationName;
-    const reason = describeError(error);
-    // No migration ran: the database itself could not be reached or locked.
-    throw new Error(failed ? `migration ${failed} failed: ${reason}` : `database: cannot run migrations: ${reason}`, { cause: error });
-  }
-}
-
-/** A driver error in one line: `connect ECONNREFUSED 127.0.0.1:5432`, or its code when it has no message (an AggregateError). */
-function describeError(error: unknown): string {
-  if (error instanceof AggregateError && error.errors.length > 0) return describeError(error.errors[0]);
-  if (error instanceof Error) return error.message || (error as NodeJS.ErrnoException).code || error.name;
-  return String(error);
-}
-
-/** `sql` re-exported so stores import their SQL helpers from one place. */
-export { sql };

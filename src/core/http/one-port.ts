@@ -44,8 +44,13 @@ export interface OnePortServer extends net.Server {
   closeAllConnections(): void;
 }
 
+export interface TlsOptions {
+  key: Buffer;
+  cert: Buffer;
+}
+
 export interface OnePortOptions {
-  tls?: { key: Buffer; cert: Buffer } | undefined;
+  tls?: TlsOptions | undefined;
   timeouts: HttpTimeouts;
 }
 
@@ -89,7 +94,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       closeAllConnections() {
         for (const s of sessions) s.destroy();
       },
-    }) as unknown as OnePortServer;
+    });
   }
 
   // HTTP/1.1 connections are tracked here (the inner server never listens, so

@@ -2,15 +2,17 @@
  * Daily allowances per app and per UTC day, kept in Postgres so that every
  * instance shares them. A reservation is one conditional upsert
  * (`used + n <= cap`), never read-then-write, so concurrent requests can
- * never overspend a cap. Callers reserve before the work, then settle the
- * reservation to the real amount or release it when the work failed: a
- * request answered with an error consumes nothing.
+ * never overspend a cap. Every capped operation spends through
+ * `withReservation`: reserve before the work, then settle the reservation to
+ * the real amount or release it when the work failed, so a request answered
+ * with an error consumes nothing. The SQL is in `quota-store.ts`.
  *
  * Terminology:
  * - **counter**: one allowance, e.g. `events` or `fast_tokens`.
  * - **reservation**: an amount taken from today's allowance, not yet settled.
  */
-import { sql, type Db } from "../database/database.ts";
+import type { Db } from "../database/index.ts";
+import { createQuotaStore } from "./quota-store.ts";
 import { PlatformError, secondsToUtcMidnight } from "../errors.ts";
 
 export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
@@ -39,29 +41,59 @@ export function utcDay(now: Date = new Date()): string {
   return now.toISOString().slice(0, 10);
 }
 
+export interface ReservationOptions<T> {
+  appId: string;
+  counter: QuotaCounter;
+  /** What to take before the work (an estimate where the real amount is known only after). */
+  amount: number;
+  cap: number;
+  /** The real amount once the work succeeded; the reservation is settled to it. Default: `amount`, nothing to settle. */
+  actual?: (result: T) => number;
+  /** Runs when the work failed, after the reservation was given back (or could not be). */
+  onFailure?: (err: unknown) => void;
+  /** Where a failed release is reported; the work's own error is what the caller gets. */
+  onReleaseError?: (err: unknown) => void;
+}
+
+/**
+ * The one way a capped operation spends an allowance: reserve (or 429),
+ * run the work, then settle the reservation to what was really used, or
+ * release it whole when the work threw, so an error costs nothing.
+ * Resolves to the work's result and what is left today.
+ */
+export async function withReservation<T>(quotas: Quotas, options: ReservationOptions<T>, work: (reservation: Reservation) => Promise<T>): Promise<{ result: T; remaining: number }> {
+  const reservation = await quotas.reserve(options.appId, options.counter, options.amount, options.cap);
+  let result: T;
+  try {
+    result = await work(reservation);
+  } catch (err) {
+    try {
+      await quotas.release(reservation);
+    } catch (releaseErr) {
+      options.onReleaseError?.(releaseErr);
+    }
+    options.onFailure?.(err);
+    throw err;
+  }
+  const remaining = options.actual ? await quotas.settle(reservation, options.actual(result), options.cap) : reservation.remaining;
+  return { result, remaining };
+}
+
 export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quotas {
+  const store = createQuotaStore(db);
   return {
     async reserve(appId, counter, amount, cap) {
       const day = utcDay(clock());
       if (!Number.isSafeInteger(amount) || amount < 0) throw new Error(`bad reservation amount ${amount}`);
-      // One statement: insert today's row, or add to it only while it stays within the cap.
-      const result = await sql<{ used: number }>`
-        INSERT INTO quota_usage AS q (app_id, day, counter, used)
-        SELECT ${appId}::uuid, ${day}::date, ${counter}, ${amount}::bigint
-        WHERE ${amount}::bigint <= ${cap}::bigint
-        ON CONFLICT (app_id, day, counter)
-        DO UPDATE SET used = q.used + excluded.used
-        WHERE q.used + excluded.used <= ${cap}::bigint
-        RETURNING used`.execute(db);
-      const row = result.rows[0];
-      if (!row) {
-        const used = await this.used(appId, counter);
+      const used = await store.add(appId, day, counter, amount, cap);
+      if (used === undefined) {
+        const usedNow = await this.used(appId, counter);
         throw new PlatformError("quota_exceeded", `daily ${counter.replace("_", " ")} allowance spent`, {
-          details: [`${counter}: ${Math.max(0, cap - used)} of ${cap} left today, ${amount} needed`],
+          details: [`${counter}: ${Math.max(0, cap - usedNow)} of ${cap} left today, ${amount} needed`],
           retryAfterSeconds: secondsToUtcMidnight(clock()),
         });
       }
-      return { appId, counter, day, amount, remaining: Math.max(0, cap - Number(row.used)) };
+      return { appId, counter, day, amount, remaining: Math.max(0, cap - used) };
     },
 
     async settle(reservation, actual, cap) {
@@ -69,30 +101,17 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
       if (delta === 0) return reservation.remaining;
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
-      const result = await sql<{ used: number }>`
-        UPDATE quota_usage SET used = GREATEST(0, used + ${delta}::bigint)
-        WHERE app_id = ${reservation.appId}::uuid AND day = ${reservation.day}::date AND counter = ${reservation.counter}
-        RETURNING used`.execute(db);
-      const used = Number(result.rows[0]?.used ?? 0);
+      const used = await store.adjust(reservation.appId, reservation.day, reservation.counter, delta);
       return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : cap - (await this.used(reservation.appId, reservation.counter));
     },
 
     async release(reservation) {
       if (reservation.amount === 0) return;
-      await sql`
-        UPDATE quota_usage SET used = GREATEST(0, used - ${reservation.amount}::bigint)
-        WHERE app_id = ${reservation.appId}::uuid AND day = ${reservation.day}::date AND counter = ${reservation.counter}`.execute(db);
+      await store.adjust(reservation.appId, reservation.day, reservation.counter, -reservation.amount);
     },
 
     async used(appId, counter) {
-      const row = await db
-        .selectFrom("quota_usage")
-        .select("used")
-        .where("app_id", "=", appId)
-        .where("day", "=", utcDay(clock()))
-        .where("counter", "=", counter)
-        .executeTakeFirst();
-      return Number(row?.used ?? 0);
+      return store.used(appId, utcDay(clock()), counter);
     },
   };
 }

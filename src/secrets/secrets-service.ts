@@ -1,6 +1,8 @@
 /**
- * The secrets facility (SPEC.md "Secrets", DESIGN.md sections 4 and 5):
- * values an app reads and a person sets, through a set-only, single-use link.
+ * `SecretsService`, implemented once for Connect, gRPC and the REST routes
+ * (SPEC.md "Secrets", DESIGN.md sections 4 and 5): values an app reads and a
+ * person sets, through a set-only, single-use link; plus the operations the
+ * admin API and the link page call.
  *
  * Terminology:
  * - **blueprint**: the app's list of declared secret names (admin
@@ -16,32 +18,46 @@
  *   puts a `secret.set` event `{ name, version }` on the app's `_events` queue.
  */
 import crypto from "node:crypto";
-import { timestampDate, timestampFromDate, timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
-import type { Deps, Facility, PlatformEvents } from "../core/facility.ts";
-import { declareSecrets } from "./blueprint.ts";
-import { keyringFromConfig, UnknownKeyError, type Keyring } from "./keyring.ts";
-import { registerLinkPage } from "./link-page.ts";
-import { createSecretStore, hashLinkToken, type SetResult } from "./secret-store.ts";
+import type { PlatformEvents } from "../queues/index.ts";
+import { UnknownKeyError, type Keyring } from "./keyring.ts";
+import { hashLinkToken, type LinkInfo, type SecretStore, type SetResult } from "./secret-store.ts";
 
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
 export const MAX_VALUE_BYTES = 65_536;
 
-export interface SecretsFacilityOptions {
+export interface SecretsServiceOptions {
+  store: SecretStore;
+  keyring: Keyring;
   /** The queues facility's `_events` publisher. */
   events: PlatformEvents;
-  /** Defaults to the keyring of `deps.config` (`SECRETS_KEY`, `SECRETS_OLD_KEYS`). */
-  keyring?: Keyring;
+  logger: Logger;
+  /** Links are `${publicUrl}/secret-links/<token>`. */
+  publicUrl: string;
 }
 
-export interface SecretsFacility extends Facility<typeof SecretsService> {
+/** What the secrets facility offers the admin API. */
+export interface SecretsAdmin {
   /** Admin `DeclareSecrets`: dropped names lose their value and their links. */
   declareSecrets(appId: string, names: string[]): Promise<void>;
+  /** The declared names of one app, or of every app (by app id), in name order. */
+  declaredNames(appId?: string): Promise<Map<string, string[]>>;
   /** Admin `SetSecret`: the owner sets a value; a new version and a `secret.set` event. */
   setSecret(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
+}
+
+export interface SecretsImplementation extends SecretsAdmin {
+  readonly impl: ServiceImpl<typeof SecretsService>;
+  /** The link page: what a link sets, if it is usable. */
+  findLink(token: string): Promise<LinkInfo | undefined>;
+  /** The link page: uses a link up, setting its secret; undefined when the link is not usable. */
+  useLink(token: string, value: string): Promise<SetResult | undefined>;
 }
 
 function checkName(name: string): void {
@@ -62,12 +78,8 @@ function requireEnabled(app: AppRecord): void {
   if (!app.secretsEnabled) throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
 }
 
-const ms = (ts: Timestamp | undefined) => (ts ? timestampMs(ts) : null);
-
-export function createSecretsFacility(deps: Deps, options: SecretsFacilityOptions): SecretsFacility {
-  const { db, logger, config } = deps;
-  const keyring = options.keyring ?? keyringFromConfig(config);
-  const store = createSecretStore(db);
+export function createSecretsService(options: SecretsServiceOptions): SecretsImplementation {
+  const { store, keyring, logger } = options;
 
   const seal = (appId: string, name: string, value: string) => (version: number) => keyring.seal(value, { appId, name, version });
 
@@ -87,7 +99,6 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
   }
 
   return {
-    service: SecretsService,
     impl: {
       async listSecrets(_req, context) {
         const app = appOf(context);
@@ -139,57 +150,14 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
             retryAfterSeconds: result.retryAfterSeconds,
           });
         }
-        return { url: `${config.publicUrl}/secret-links/${token}`, name: req.name, expiresAt: timestampFromDate(result.expiresAt) };
+        return { url: `${options.publicUrl}/secret-links/${token}`, name: req.name, expiresAt: timestampFromDate(result.expiresAt) };
       },
     },
 
-    restRoutes(rest) {
-      rest.route({
-        method: "GET",
-        url: "/v1/secrets",
-        rpc: SecretsService.method.listSecrets,
-        response: (res) => ({
-          secrets: res.secrets.map((s) => ({
-            name: s.name,
-            set: s.set,
-            version: s.version === undefined ? null : Number(s.version),
-            setAt: ms(s.setAt),
-          })),
-        }),
-      });
-      rest.route({
-        method: "GET",
-        url: "/v1/secrets/:name",
-        rpc: SecretsService.method.getSecret,
-        request: ({ params }) => ({ name: params.name ?? "" }),
-        response: (res) => ({ name: res.name, value: res.value, version: Number(res.version), setAt: ms(res.setAt) }),
-      });
-      rest.route({
-        method: "POST",
-        url: "/v1/secrets/:name/link",
-        rpc: SecretsService.method.createSecretLink,
-        request: ({ params }) => ({ name: params.name ?? "" }),
-        response: (res) => ({ url: res.url, name: res.name, expiresAt: res.expiresAt ? timestampDate(res.expiresAt).getTime() : null }),
-      });
-    },
-
-    registerRoutes(fastify) {
-      registerLinkPage(fastify, {
-        findLink: (token) => store.findLink(hashLinkToken(token)),
-        useLink,
-        csrfKeys: keyring.deriveKeys("secret-link-csrf"),
-        valueProblem,
-      });
-    },
-
-    async start() {
-      const unknown = (await store.keyIds()).filter((id) => !keyring.has(id));
-      if (unknown.length > 0) {
-        logger.warn({ keyIds: unknown }, "some secret values are sealed under keys that are not configured: add them to SECRETS_OLD_KEYS");
-      }
-    },
-
-    declareSecrets: (appId, names) => declareSecrets(db, appId, names),
+    findLink: (token) => store.findLink(hashLinkToken(token)),
+    useLink,
+    declaredNames: (appId) => store.declaredNames(appId),
+    declareSecrets: (appId, names) => store.declare(appId, names),
 
     async setSecret(app, name, value) {
       checkName(name);

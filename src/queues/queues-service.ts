@@ -1,7 +1,8 @@
 /**
- * The queue facility (SPEC.md "Queues", DESIGN.md sections 4 and 5): durable
- * queues with leased consumption, served over REST and as `QueueService`, and
- * the platform's own events on the reserved `_events` queue.
+ * `QueueService`, implemented once for Connect, gRPC and the REST routes
+ * (SPEC.md "Queues", DESIGN.md sections 4 and 5): durable queues with leased
+ * consumption, and the platform's own events on the reserved `_events` queue.
+ * Concurrent puts, claims and acks share statements through the core batcher.
  *
  * Terminology:
  * - **line**: the messages of one app's queue in the order they are handed
@@ -20,55 +21,54 @@
  *   never by the app; never refused for depth: the oldest waiting is dropped.
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, timestampFromMs, timestampMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
-import type { HandlerContext } from "@connectrpc/connect";
-import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
-import { NAME_PATTERN, NAME_RULE, getApp, type AppRecord } from "../core/apps/apps.ts";
+import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
-import { sql } from "../core/database/database.ts";
-import { PlatformError, invalidArgument } from "../core/errors.ts";
-import type { Deps, Facility, PlatformEvents } from "../core/facility.ts";
-import { bodyObject } from "../core/http/rest-router.ts";
-import { decodeReceipt, encodeReceipt } from "./receipt.ts";
 import { createBatcher } from "../core/batcher.ts";
-import { createQueueStore, type ClaimResult, type PutItem, type PutResult, type StoredMessage } from "./queue-store.ts";
-import { createWakeHub } from "./wake-hub.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Metrics } from "../core/metrics.ts";
+import {
+  ACK_BATCH,
+  CLAIM_BATCH,
+  DEPTH_SLACK,
+  EVENTS_QUEUE,
+  MAX_DELAY_SECONDS,
+  MAX_LEASE_SECONDS,
+  MAX_WAIT_SECONDS,
+  PUT_BATCH,
+  QUEUE_FULL_RETRY_AFTER_SECONDS,
+} from "./queue-limits.ts";
+import { decodeReceipt, encodeReceipt } from "./receipt.ts";
+import type { ClaimResult, PutItem, PutResult, QueueStore, StoredMessage } from "./queue-store.ts";
+import type { WakeHub } from "./wake-hub.ts";
 
-/** The reserved queue of platform events: apps consume and ack it, never put. */
-export const EVENTS_QUEUE = "_events";
-/** Longest consume wait, and the default (DESIGN.md section 4). */
-export const MAX_WAIT_SECONDS = 25;
-export const MAX_LEASE_SECONDS = 43_200;
-/** Longest `delaySeconds` of a put. */
-export const MAX_DELAY_SECONDS = 86_400;
-/** `Retry-After` hint of `queue_full`: consumers usually drain a little within a few seconds. */
-export const QUEUE_FULL_RETRY_AFTER_SECONDS = 5;
 /**
- * Puts below `maxDepth - DEPTH_SLACK` waiting messages take the one-statement
- * path; nearer the cap, puts on one queue are serialised by an advisory lock
- * so concurrent puts cannot overshoot it (a fast-path put could only do so
- * with more than this many puts on one queue in flight at once).
+ * The public API of the queues facility that others use to put a platform
+ * event `{ kind, at, data }` on an app's reserved `_events` queue (for
+ * example `secret.set`). Never refused for depth: the oldest is dropped.
  */
-export const DEPTH_SLACK = 64;
-/**
- * Concurrent puts on one queue share one statement and one commit (group
- * commit), at most this many rows each and one such statement per queue at a
- * time on an instance: so one statement stays within half of `DEPTH_SLACK`,
- * and an overshoot of the cap would still take more than `DEPTH_SLACK` puts on
- * one queue in flight at once (several instances sending full batches at the
- * same moment).
- */
-export const PUT_BATCH = DEPTH_SLACK / 2;
-/** Concurrent consumes of one queue claim in one statement, at most this many messages. */
-export const CLAIM_BATCH = 64;
-/** Concurrent acks (of any app) go in one statement, at most this many. */
-export const ACK_BATCH = 128;
-/** Expiry runs this often on every instance, deleting in batches of `EXPIRE_BATCH`. */
-export const EXPIRE_INTERVAL_MS = 15_000;
-export const EXPIRE_BATCH = 1_000;
-const ORPHAN_INTERVAL_MS = 3_600_000;
+export interface PlatformEvents {
+  publish(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
+}
 
-export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents };
+export interface QueuesServiceOptions {
+  store: QueueStore;
+  apps: AppStore;
+  hub: WakeHub;
+  logger: Logger;
+  metrics: Metrics;
+  /** Aborted when the server starts shutting down: waiting consumes end at once. */
+  shutdownSignal: AbortSignal;
+}
+
+export interface QueuesImplementation {
+  readonly impl: ServiceImpl<typeof QueueService>;
+  readonly events: PlatformEvents;
+}
 
 function checkQueueName(name: string, allowEvents: boolean): string {
   if (name === EVENTS_QUEUE && allowEvents) return name;
@@ -112,43 +112,18 @@ function toMessage(m: StoredMessage) {
   };
 }
 
-const ms = (t: Timestamp | undefined): number | null => (t ? timestampMs(t) : null);
-
-function messageJson(m: Message) {
-  return {
-    id: m.id,
-    queue: m.queue,
-    payload: m.payload ? toJson(ValueSchema, m.payload) : null,
-    receipt: m.receipt,
-    enqueuedAt: ms(m.enqueuedAt),
-    expiresAt: ms(m.expiresAt),
-    leaseExpiresAt: ms(m.leaseExpiresAt),
-    deliveries: m.deliveries,
-  };
-}
-
-/** A REST body field that must be an integer when present (ranges are the impl's). */
-function optionalInt(body: Record<string, unknown>, field: string): number | undefined {
-  const v = body[field];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== "number" || !Number.isInteger(v)) throw invalidArgument(field, "must be an integer");
-  // Keep it inside int32 so the message stays encodable; the impl checks the range.
-  return Math.max(-0x80000000, Math.min(0x7fffffff, v));
-}
-
-export function createQueuesFacility(deps: Deps): QueuesFacility {
-  const { db, logger, metrics } = deps;
-  const store = createQueueStore(db, deps.database.relaxedDb);
+export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
+  const { store, hub, logger, metrics } = deps;
   const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
     maxBatch: PUT_BATCH,
     maxInFlight: 1,
-    run: (_key, items) => store.putMany(items[0]!.appId, items[0]!.queue, items[0]!.depthBelow, items),
+    run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
   });
   const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number }, ClaimResult>({
     maxBatch: CLAIM_BATCH,
     maxInFlight: 1,
     async run(_key, items) {
-      const { appId, queue, leaseSeconds } = items[0]!;
+      const { appId, queue, leaseSeconds } = items[0];
       const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, items.length);
       return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
     },
@@ -160,12 +135,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     maxInFlight: 1,
     run: (_key, items) => store.ackMany(items),
   });
-  const hub = createWakeHub(deps.database, store, logger);
   const dropped = metrics.counter("queue_events_dropped_total", "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.", []);
-  const expired = metrics.counter("queue_messages_expired_total", "Waiting messages dropped at their expiresAt.", []);
   const waitingGauge = metrics.gauge("queue_waiting_consumers", "Consumes waiting (long-polling) on this instance.", []);
-  const timers: NodeJS.Timeout[] = [];
-  let closed = false;
 
   /** After a put committed: local waiters now, other instances through the NOTIFY sent by the statement. */
   const announced = (appId: string, queue: string, delaySeconds: number) => hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
@@ -179,12 +150,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       const depthBelow = max - DEPTH_SLACK;
       result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
     }
-    if (!result?.inserted) {
-      result = await db.transaction().execute(async (trx) => {
-        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${app.id}:${queue}`}, 0))`.execute(trx);
-        return store.put({ ...input, depthBelow: max }, trx);
-      });
-    }
+    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max });
     if (!result.inserted) {
       throw new PlatformError("queue_full", `queue ${queue} has ${max} messages waiting, its maxDepth`, {
         details: [`depth: ${result.depth} of maxDepth ${max}`],
@@ -239,7 +205,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
 
   const events: PlatformEvents = {
     async publish(appId, kind, data) {
-      const app = await getApp(db, appId);
+      const app = await deps.apps.get(appId);
       const payload = JSON.stringify({ kind, at: Date.now(), data });
       const result = await store.putDroppingOldest({
         appId: app.id,
@@ -259,27 +225,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     },
   };
 
-  async function sweep(): Promise<void> {
-    try {
-      for (let n = EXPIRE_BATCH; n === EXPIRE_BATCH && !closed; ) {
-        n = await store.expire(EXPIRE_BATCH);
-        if (n > 0) expired.inc(n);
-      }
-    } catch (err) {
-      logger.warn({ err: (err as Error).message }, "queue expiry sweep failed");
-    }
-  }
-
-  async function sweepOrphans(): Promise<void> {
-    try {
-      for (let n = EXPIRE_BATCH; n === EXPIRE_BATCH && !closed; ) n = await store.deleteOrphans(EXPIRE_BATCH);
-    } catch (err) {
-      logger.warn({ err: (err as Error).message }, "queue sweep of deleted apps failed");
-    }
-  }
-
   return {
-    service: QueueService,
     events,
     impl: {
       async listQueues(_req, context) {
@@ -325,86 +271,6 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
         const receipt = decodeReceipt(req.receipt);
         return { acked: await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries }) };
       },
-    },
-
-    restRoutes(rest) {
-      rest.route({
-        method: "GET",
-        url: "/v1/queues",
-        rpc: QueueService.method.listQueues,
-        response: (out) => ({
-          queues: out.queues.map((q) => ({
-            name: q.name,
-            depth: Number(q.depth),
-            inFlight: Number(q.inFlight),
-            maxDepth: Number(q.maxDepth),
-            oldestAt: ms(q.oldestAt),
-          })),
-        }),
-      });
-      // Registered before `/:queue`; the router prefers the static segment anyway.
-      rest.route({
-        method: "POST",
-        url: "/v1/queues/_ack",
-        rpc: QueueService.method.ackMessage,
-        request: ({ body }) => {
-          const receipt = bodyObject(body).receipt;
-          if (typeof receipt !== "string") throw invalidArgument("receipt", "must be a string");
-          return { receipt };
-        },
-        response: (out) => ({ acked: out.acked }),
-      });
-      rest.route({
-        method: "POST",
-        url: "/v1/queues/:queue",
-        rpc: QueueService.method.putMessage,
-        request: ({ body, params }) => {
-          const obj = bodyObject(body);
-          if (!("payload" in obj)) throw invalidArgument("payload", "is required");
-          let payload: Value;
-          try {
-            payload = fromJson(ValueSchema, obj.payload as JsonValue);
-          } catch {
-            throw invalidArgument("payload", "must be a JSON value");
-          }
-          return {
-            queue: params.queue ?? "",
-            payload,
-            delaySeconds: optionalInt(obj, "delaySeconds"),
-            ttlSeconds: optionalInt(obj, "ttlSeconds"),
-          };
-        },
-        response: (out) => ({ id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt) }),
-      });
-      rest.route({
-        method: "POST",
-        url: "/v1/queues/:queue/consume",
-        rpc: QueueService.method.consumeMessage,
-        request: ({ body, params }) => {
-          const obj = bodyObject(body, true);
-          return {
-            queue: params.queue ?? "",
-            waitSeconds: optionalInt(obj, "waitSeconds"),
-            leaseSeconds: optionalInt(obj, "leaseSeconds"),
-          };
-        },
-        response: (out) => ({ message: out.message ? messageJson(out.message) : null }),
-      });
-    },
-
-    async start() {
-      await hub.start();
-      const expiry = setInterval(() => void sweep(), EXPIRE_INTERVAL_MS);
-      const orphans = setInterval(() => void sweepOrphans(), ORPHAN_INTERVAL_MS);
-      expiry.unref();
-      orphans.unref();
-      timers.push(expiry, orphans);
-    },
-
-    async close() {
-      closed = true;
-      for (const t of timers) clearInterval(t);
-      await hub.close();
     },
   };
 }

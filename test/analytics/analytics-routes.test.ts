@@ -3,16 +3,10 @@
  * run's database with the default SQL event store.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { startServer, useTestServer, type TestApp, type TestServer } from "../support/harness.ts";
 import { T } from "./store-cases.ts";
 
-let t: TestServer;
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 const HOUR = 3_600_000;
 /** A since that spans only a few day buckets up to now. */
@@ -263,8 +257,8 @@ describe("POST /v1/analytics/events", () => {
     const refused = results.filter((r) => r.status === 429);
     expect(ok).toHaveLength(100);
     expect(refused).toHaveLength(100);
-    expect(refused[0]!.body.error.code).toBe("quota_exceeded");
-    expect(Number(refused[0]!.headers.get("retry-after"))).toBeGreaterThan(0);
+    expect(refused[0].body.error.code).toBe("quota_exceeded");
+    expect(Number(refused[0].headers.get("retry-after"))).toBeGreaterThan(0);
     expect(ok.map((r) => r.body.remainingToday).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, i) => i));
     const counted = await query({ type: "signup", since: Date.now() - 2 * HOUR, until: Date.now() + 1000 });
     expect(counted.body.total).toBe(100);

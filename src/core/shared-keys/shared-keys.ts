@@ -11,9 +11,10 @@
  * `SECRETS_OLD_KEYS`, so the record moves to the new key) and a new admin
  * token (`npm run cli -- admin-token adopt`, run with the new token once).
  */
-import { ConfigError } from "./config.ts";
-import type { Db } from "./database/database.ts";
-import { hashToken } from "./auth.ts";
+import { ConfigError } from "../config.ts";
+import type { Db } from "../database/index.ts";
+import { hashToken } from "../auth.ts";
+import { createSettingsStore } from "./settings-store.ts";
 
 /** What this check needs of the secrets facility's keyring: which key seals, and which keys open. */
 export interface KeyIds {
@@ -27,7 +28,8 @@ const ADMIN_TOKEN_HASH = "admin_token_sha256";
 /** Records this instance's key id and admin token hash if none are recorded; else checks them. Throws `ConfigError`. */
 export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; adminToken: string }): Promise<void> {
   const { keyring } = options;
-  const recordedKey = await recordOrRead(db, SECRETS_KEY_ID, keyring.currentKeyId);
+  const settings = createSettingsStore(db);
+  const recordedKey = await settings.recordOrRead(SECRETS_KEY_ID, keyring.currentKeyId);
   if (recordedKey !== keyring.currentKeyId) {
     if (!keyring.has(recordedKey)) {
       throw new ConfigError(
@@ -37,10 +39,10 @@ export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; admin
       );
     }
     // A rotation: the recorded key is one of SECRETS_OLD_KEYS; from now on the new key is the one to share.
-    await recordSecretsKey(db, keyring.currentKeyId);
+    await settings.put(SECRETS_KEY_ID, keyring.currentKeyId);
   }
   const tokenHash = hashToken(options.adminToken);
-  if ((await recordOrRead(db, ADMIN_TOKEN_HASH, tokenHash)) !== tokenHash) {
+  if ((await settings.recordOrRead(ADMIN_TOKEN_HASH, tokenHash)) !== tokenHash) {
     throw new ConfigError(
       "ADMIN_TOKEN",
       "another instance on this database uses a different admin token: every instance must share ADMIN_TOKEN " +
@@ -51,24 +53,10 @@ export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; admin
 
 /** Makes `keyId` the secrets key every instance must have (after `secrets rotate-key` re-sealed every value under it). */
 export async function recordSecretsKey(db: Db, keyId: string): Promise<void> {
-  await upsert(db, SECRETS_KEY_ID, keyId);
+  await createSettingsStore(db).put(SECRETS_KEY_ID, keyId);
 }
 
 /** Makes `adminToken` the one every instance must use (an intended change of the admin token). */
 export async function adoptAdminToken(db: Db, adminToken: string): Promise<void> {
-  await upsert(db, ADMIN_TOKEN_HASH, hashToken(adminToken));
-}
-
-async function upsert(db: Db, name: string, value: string): Promise<void> {
-  await db
-    .insertInto("platform_settings")
-    .values({ name, value })
-    .onConflict((oc) => oc.column("name").doUpdateSet({ value, updated_at: new Date() }))
-    .execute();
-}
-
-async function recordOrRead(db: Db, name: string, value: string): Promise<string> {
-  await db.insertInto("platform_settings").values({ name, value }).onConflict((oc) => oc.column("name").doNothing()).execute();
-  const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirstOrThrow();
-  return row.value;
+  await createSettingsStore(db).put(ADMIN_TOKEN_HASH, hashToken(adminToken));
 }

@@ -1,0 +1,2 @@
+/** What instances on one database must share: the secrets key and the admin token. */
+export { adoptAdminToken, recordSecretsKey, verifySharedKeys, type KeyIds } from "./shared-keys.ts";

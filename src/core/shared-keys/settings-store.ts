@@ -1,0 +1,42 @@
+/**
+ * Every SQL statement on `platform_settings`, and its table type: facts every
+ * instance on one database must agree on, by name (see `shared-keys.ts`).
+ */
+import type { Kysely } from "kysely";
+import type { Db, Timestamp } from "../database/index.ts";
+
+export interface PlatformSettingsTable {
+  name: string;
+  /** A hash or a key id, never a key or a token. */
+  value: string;
+  updated_at: Timestamp;
+}
+
+export type SettingsTables = {
+  platform_settings: PlatformSettingsTable;
+};
+
+export interface SettingsStore {
+  /** Records `value` under `name` unless something is recorded already; answers what is recorded now. */
+  recordOrRead(name: string, value: string): Promise<string>;
+  /** Records `value` under `name`, replacing what was there. */
+  put(name: string, value: string): Promise<void>;
+}
+
+export function createSettingsStore(database: Db): SettingsStore {
+  const db: Kysely<SettingsTables> = database.withTables<SettingsTables>();
+  return {
+    async recordOrRead(name, value) {
+      await db.insertInto("platform_settings").values({ name, value, updated_at: new Date() }).onConflict((oc) => oc.column("name").doNothing()).execute();
+      const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirstOrThrow();
+      return row.value;
+    },
+    async put(name, value) {
+      await db
+        .insertInto("platform_settings")
+        .values({ name, value, updated_at: new Date() })
+        .onConflict((oc) => oc.column("name").doUpdateSet({ value, updated_at: new Date() }))
+        .execute();
+    },
+  };
+}
