@@ -10,8 +10,9 @@ import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { AUTH_CHANGED_CHANNEL, createAuthenticator, type Authenticator } from "./core/auth.ts";
 import type { Config } from "./core/config.ts";
-import { migrate, openDatabase, type Database } from "./core/database/index.ts";
-import { PlatformError } from "./core/errors.ts";
+import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
+import { PlatformError, toEnvelope } from "./core/errors.ts";
+import { checkReadiness, type ReadinessCheck } from "./core/readiness.ts";
 import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
@@ -55,6 +56,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       databaseUrl: config.databaseUrl,
       dataDir: config.dataDir,
       onError: (err) => logger.warn({ err: err.message }, "database connection error"),
+      log: logger,
     }));
   try {
     await migrate(database.db);
@@ -92,7 +94,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   const tls = config.tls
     ? { key: fs.readFileSync(config.tls.keyFile), cert: fs.readFileSync(config.tls.certFile) }
     : undefined;
-  const fastify = createHttpServer({ logger, metrics, tls, timeouts: config.http });
+  const fastify = createHttpServer({ logger, metrics, tls, timeouts: config.http, databaseHealth: database.health });
 
   // Connect first: its scope replaces every content-type parser, which it can
   // only do while the root still has the built-in ones.
@@ -101,7 +103,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       for (const facility of all) router.service(facility.service, facility.impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
     },
-    interceptors: [createConnectInterceptor(authenticator, logger)],
+    interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,
     contextValues: () => createContextValues(),
@@ -112,6 +114,18 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     if (facility.routes) registerRestRoutes(fastify, authenticator, facility.impl, facility.routes);
     facility.registerRoutes?.(fastify);
   }
+  fastify.get("/ready", async (_req, reply) => {
+    const checks: Record<string, ReadinessCheck> = { database: (signal) => pingDatabase(database.db, signal) };
+    for (const facility of all) Object.assign(checks, facility.readiness?.());
+    const report = await checkReadiness(checks);
+    if (report.ready) return { status: "ready", checks: report.checks };
+    const failing = Object.entries(report.checks).filter(([, state]) => state !== "ok");
+    void reply.code(503).header("retry-after", "5");
+    return {
+      ...toEnvelope(new PlatformError("unavailable", `not ready: ${failing.map(([name]) => name).join(", ")}`, { details: failing.map(([n, s]) => `${n}: ${s}`) })),
+      checks: report.checks,
+    };
+  });
   fastify.get("/metrics", async (_req, reply) => {
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

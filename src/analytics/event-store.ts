@@ -42,6 +42,8 @@ export interface EventStore {
   insert(appId: string, events: readonly StoredEvent[]): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
   count(query: CountQuery): Promise<CountBucket[]>;
+  /** Resolves when the store answers (for `/ready`); the SQL store lives in the platform database, checked already. */
+  ping?(signal: AbortSignal): Promise<void>;
   close(): Promise<void>;
 }
 

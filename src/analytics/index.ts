@@ -11,6 +11,7 @@ import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
 import { createSqlEventStore } from "./sql-event-store.ts";
+import { readinessOf } from "../core/readiness.ts";
 
 export interface AnalyticsFacilityOptions {
   /** Overrides the store chosen from the configuration (tests). */
@@ -33,6 +34,7 @@ export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOp
     service: AnalyticsService,
     impl: createAnalyticsService({ types: createEventTypeStore(deps.db), store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: analyticsRoutes,
+    readiness: () => readinessOf("analytics", store.ping?.bind(store)),
     async close() {
       await store.close();
     },

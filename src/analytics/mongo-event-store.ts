@@ -139,6 +139,11 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
       }
     },
 
+    async ping(signal) {
+      const answered = client.db(options.dbName).command({ ping: 1 });
+      signal.addEventListener("abort", () => void answered.catch(() => {}), { once: true });
+      await answered;
+    },
     async close() {
       await client.close();
     },

@@ -6,6 +6,10 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+import { isDatabaseUnreachable } from "./database/health.ts";
+
+/** The hint of a 503 while the database is unreachable: a restart or a failover takes seconds. */
+export const DATABASE_RETRY_AFTER_SECONDS = 2;
 
 export type ErrorCode =
   | "invalid_argument"
@@ -96,6 +100,9 @@ export function secondsToUtcMidnight(now: Date = new Date()): number {
  */
 export function toPlatformError(err: unknown): PlatformError {
   if (err instanceof PlatformError) return err;
+  if (isDatabaseUnreachable(err)) {
+    return new PlatformError("unavailable", "the database cannot be reached right now; retry shortly", { retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS, cause: err });
+  }
   if (err instanceof ConnectError) {
     const fromDetail = err.findDetails(ErrorDetailSchema)[0];
     const code = (fromDetail?.code as ErrorCode | undefined) ?? codeByConnect.get(err.code);

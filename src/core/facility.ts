@@ -15,6 +15,7 @@ import type { Database, Db } from "./database/index.ts";
 import type { Quotas } from "./quotas/index.ts";
 import type { Metrics } from "./metrics.ts";
 import type { AnyRestRoute } from "./http/rest-router.ts";
+import type { ReadinessCheck } from "./readiness.ts";
 
 export interface Deps {
   readonly config: Config;
@@ -36,4 +37,6 @@ export interface Facility<S extends DescService = DescService> {
   registerRoutes?(fastify: FastifyInstance): void;
   start?(): Promise<void>;
   close?(): Promise<void>;
+  /** What `/ready` asks of this facility beyond the platform database (its store or provider), by name. */
+  readiness?(): Record<string, ReadinessCheck>;
 }

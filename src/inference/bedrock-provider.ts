@@ -29,8 +29,8 @@ import {
   InvokeModelCommand,
   type ContentBlock,
   type Message,
-  type SystemContentBlock,
-} from "@aws-sdk/client-bedrock-runtime";
+  type SystemContentBlock, ListAsyncInvokesCommand } from "@aws-sdk/client-bedrock-runtime";
+import { awsAnswers } from "../core/readiness.ts";
 import type { Logger } from "pino";
 import { PlatformError } from "../core/errors.ts";
 import type {
@@ -264,6 +264,9 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         throw mapError(err, "invoke-model", signal);
       }
     },
+
+    // The cheapest call of the runtime API; any answer, an error included, proves Bedrock is reachable.
+    ping: (signal) => awsAnswers(() => client.send(new ListAsyncInvokesCommand({ maxResults: 1 }), { abortSignal: signal })),
 
     close() {
       client.destroy();

@@ -10,6 +10,7 @@ import type { InferenceProvider } from "./inference-provider.ts";
 import { inferenceRoutes } from "./inference-routes.ts";
 import { createInferenceService } from "./inference-service.ts";
 import { createLocalProvider } from "./local-provider.ts";
+import { readinessOf } from "../core/readiness.ts";
 
 export interface InferenceFacilityOptions {
   /** Overrides the provider chosen by `INFERENCE_PROVIDER` (tests). */
@@ -39,6 +40,7 @@ export function createInferenceFacility(deps: Deps, options: InferenceFacilityOp
     service: InferenceService,
     impl: createInferenceService({ provider, quotas, logger, metrics }),
     routes: inferenceRoutes,
+    readiness: () => readinessOf("inference", provider.ping?.bind(provider)),
     close: async () => provider.close?.(),
   };
 }

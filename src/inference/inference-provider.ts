@@ -46,5 +46,7 @@ export interface InferenceProvider {
   readonly description: string;
   generate(call: GenerateCall, signal: AbortSignal): Promise<GenerateResult>;
   embed(inputs: readonly string[], signal: AbortSignal): Promise<EmbedResult>;
+  /** Resolves when the provider answers (for `/ready`); the local provider, in-process, has none. */
+  ping?(signal: AbortSignal): Promise<void>;
   close?(): void;
 }

@@ -11,6 +11,7 @@ import { createMailService } from "./mail-service.ts";
 import { createMailStore, type MailLogRecord } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { createSesProvider } from "./ses-provider.ts";
+import { readinessOf } from "../core/readiness.ts";
 
 export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 
@@ -41,6 +42,7 @@ export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}
     impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: mailRoutes,
     listMail: (appId, limit) => store.list(appId, limit),
+    readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
     async start() {
       logger.info(`mail provider: ${provider.description}`);
     },

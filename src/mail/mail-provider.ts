@@ -28,5 +28,7 @@ export interface MailProvider {
   readonly description: string;
   /** Hands one message over; resolves with the provider's message id. */
   send(mail: OutgoingMail): Promise<{ messageId: string }>;
+  /** Resolves when the provider answers (for `/ready`); the outbox, in the database, has none. */
+  ping?(signal: AbortSignal): Promise<void>;
   close?(): Promise<void> | void;
 }

@@ -6,7 +6,8 @@
  * override come from the service's configuration, so a deployment (or a test)
  * points the client at a stand-in through `AWS_ENDPOINT_URL_SES`.
  */
-import { SESv2Client, SendEmailCommand, SESv2ServiceException } from "@aws-sdk/client-sesv2";
+import { GetAccountCommand, SESv2Client, SendEmailCommand, SESv2ServiceException } from "@aws-sdk/client-sesv2";
+import { awsAnswers } from "../core/readiness.ts";
 import type { Logger } from "pino";
 import { PlatformError } from "../core/errors.ts";
 import type { MailProvider } from "./mail-provider.ts";
@@ -34,6 +35,7 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
     name: "ses",
     delivers: true,
     description: `ses: mail is sent through Amazon SES v2 in ${options.region ?? "the default region"}${options.endpoint ? ` at ${options.endpoint}` : ""}`,
+    ping: (signal) => awsAnswers(() => client.send(new GetAccountCommand({}), { abortSignal: signal })),
     async send(mail) {
       const command = new SendEmailCommand({
         FromEmailAddress: mail.from,

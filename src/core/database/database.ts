@@ -22,6 +22,7 @@ import { PGliteDialect } from "kysely-pglite-dialect";
 import { createPgNotifications, type Unlisten } from "./notifications.ts";
 import { PreparingClient } from "./prepared.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
+import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./health.ts";
 
 export type { Unlisten } from "./notifications.ts";
 
@@ -47,6 +48,8 @@ export interface Database {
    */
   readonly relaxedDb: Db;
   readonly kind: "postgres" | "pglite";
+  /** Whether the database can be reached right now (see `health.ts`); PGlite, in-process, always can. */
+  readonly health: DatabaseHealth;
   /**
    * Subscribes to a Postgres NOTIFY channel. `onNotify` gets each payload.
    * `onReconnect` runs after the listening connection was lost and made anew,
@@ -61,7 +64,12 @@ export interface DatabaseOptions {
   dataDir: string;
   /** Largest pool for `pg`; PGlite has exactly one connection. */
   poolSize?: number;
+  /** A connection error that is not the database being unreachable (that one goes to `health`). */
   onError?: (err: Error) => void;
+  /** Where the outage warnings of `health` go. */
+  log?: HealthLog;
+  /** How long a new connection may take before the request fails as unreachable. */
+  connectTimeoutMs?: number;
 }
 
 const INT8_OID = 20;
@@ -76,11 +84,19 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     getTypeParser: ((oid: number, format?: "text" | "binary") =>
       oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
   };
-  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types, Client: PreparingClient });
-  pool.on("error", (err) => options.onError?.(err));
+  const health = createDatabaseHealth(options.log);
+  const onError = (err: Error) => {
+    if (!health.failed(err)) options.onError?.(err);
+  };
+  const connectionTimeoutMillis = options.connectTimeoutMs ?? 5000;
+  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types, Client: PreparingClient, connectionTimeoutMillis });
+  pool.on("error", onError);
   // A checked-out client has no pool listener: without its own, a connection
   // ended by the server (a restart) between two queries would crash the process.
-  pool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
+  pool.on("connect", (client) => {
+    health.succeeded();
+    client.on("error", onError);
+  });
   const db: Db = new Kysely({ dialect: new PostgresDialect({ pool }) });
   const relaxedPool = new pg.Pool({
     connectionString,
@@ -88,15 +104,20 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     types,
     options: "-c synchronous_commit=off",
     Client: PreparingClient,
+    connectionTimeoutMillis,
   });
-  relaxedPool.on("error", (err) => options.onError?.(err));
-  relaxedPool.on("connect", (client) => client.on("error", (err) => options.onError?.(err)));
+  relaxedPool.on("error", onError);
+  relaxedPool.on("connect", (client) => {
+    health.succeeded();
+    client.on("error", onError);
+  });
   const relaxedDb: Db = new Kysely({ dialect: new PostgresDialect({ pool: relaxedPool }) });
-  const notifications = createPgNotifications(connectionString, options.onError);
+  const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
   return {
     db,
     relaxedDb,
     kind: "postgres",
+    health,
     listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
     async close() {
       await notifications.stop();
@@ -121,6 +142,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     db,
     relaxedDb: db,
     kind: "pglite",
+    health: createDatabaseHealth(options.log),
     async listen(channel, onNotify) {
       return pglite.listen(channel, onNotify);
     },

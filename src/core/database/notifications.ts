@@ -15,8 +15,8 @@ export interface Notifications {
   stop(): Promise<void>;
 }
 
-export function createPgNotifications(connectionString: string, onError?: (err: Error) => void): Notifications {
-  return new PgNotifications(connectionString, onError);
+export function createPgNotifications(connectionString: string, onError?: (err: Error) => void, onConnect?: () => void): Notifications {
+  return new PgNotifications(connectionString, onError, onConnect);
 }
 
 class PgNotifications implements Notifications {
@@ -28,10 +28,12 @@ class PgNotifications implements Notifications {
   private retryTimer: NodeJS.Timeout | undefined;
   private readonly connectionString: string;
   private readonly onError: ((err: Error) => void) | undefined;
+  private readonly onConnect: (() => void) | undefined;
 
-  constructor(connectionString: string, onError: ((err: Error) => void) | undefined) {
+  constructor(connectionString: string, onError: ((err: Error) => void) | undefined, onConnect: (() => void) | undefined) {
     this.connectionString = connectionString;
     this.onError = onError;
+    this.onConnect = onConnect;
   }
 
   async subscribe(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten> {
@@ -64,6 +66,7 @@ class PgNotifications implements Notifications {
     });
     client.on("end", () => this.scheduleReconnect(client));
     await client.connect();
+    this.onConnect?.();
     const channels = [...this.subscribers.keys()];
     for (const channel of channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     if (this.stopped) {

@@ -7,8 +7,9 @@ import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { principalKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
+import type { DatabaseHealth } from "../database/index.ts";
 
-export function createConnectInterceptor(authenticator: Authenticator, logger: Logger): Interceptor {
+export function createConnectInterceptor(authenticator: Authenticator, logger: Logger, health: DatabaseHealth): Interceptor {
   return (next) => async (req) => {
     try {
       const principal = await authenticator.authenticate(req.header.get("authorization"), req.method);
@@ -18,6 +19,8 @@ export function createConnectInterceptor(authenticator: Authenticator, logger: L
       const platformError = toPlatformError(err);
       if (platformError.code === "internal") {
         logger.error({ err, rpc: `${req.method.parent.typeName}/${req.method.name}` }, "unexpected error");
+      } else if (platformError.code === "unavailable") {
+        health.failed(platformError.cause);
       }
       throw toConnectError(platformError);
     }

@@ -7,12 +7,16 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { PlatformError, toEnvelope, toPlatformError } from "../errors.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
+import type { DatabaseHealth } from "../database/index.ts";
 
-export function registerErrorHandlers(fastify: FastifyInstance): void {
+export function registerErrorHandlers(fastify: FastifyInstance, health: DatabaseHealth): void {
   fastify.setErrorHandler((err: FastifyError | PlatformError, req, reply) => {
     const platformError = fromFastifyError(err);
     if (platformError.code === "internal") {
-      req.log.error({ reqId: req.id, err }, "unexpected error");
+      req.log.error({ err }, "unexpected error");
+    } else if (platformError.code === "unavailable") {
+      // One warning per outage, not one per request.
+      health.failed(platformError.cause);
     }
     if (platformError.retryAfterSeconds !== undefined) void reply.header("retry-after", String(platformError.retryAfterSeconds));
     return reply.code(platformError.status).send(toEnvelope(platformError));

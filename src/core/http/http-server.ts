@@ -12,12 +12,15 @@ import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 import { registerErrorHandlers, renderFrameworkError } from "./error-handler.ts";
 import { createOnePortServer, type TlsOptions } from "./one-port.ts";
 import type { HttpTimeouts } from "../config.ts";
+import type { DatabaseHealth } from "../database/index.ts";
 
 export interface HttpServerOptions {
   logger: Logger;
   metrics: Metrics;
   tls: TlsOptions | undefined;
   timeouts: HttpTimeouts;
+  /** Errors that are the database being unreachable are reported here (once per outage) and answered 503. */
+  databaseHealth: DatabaseHealth;
 }
 
 export function createHttpServer(options: HttpServerOptions): FastifyInstance {
@@ -51,6 +54,6 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     // The route template, never the raw URL: a secret link's token is in its path.
     req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, "request");
   });
-  registerErrorHandlers(fastify);
+  registerErrorHandlers(fastify, options.databaseHealth);
   return fastify;
 }

@@ -1,0 +1,66 @@
+/**
+ * Whether the platform database can be reached right now. While it cannot,
+ * every request that needs it is answered 503 `unavailable` with
+ * `Retry-After` (not 500: nothing is wrong with the request or the service),
+ * and the log gets one warning when the outage begins and one line when a
+ * connection succeeds again, instead of a stack trace per request.
+ */
+export interface HealthLog {
+  warn(fields: object, message: string): void;
+  info(fields: object, message: string): void;
+}
+
+export interface DatabaseHealth {
+  /**
+   * True when `err` is the database being unreachable (then the outage is
+   * reported, once); false for any other error, which the caller handles.
+   */
+  failed(err: unknown): boolean;
+  /** A connection was made: an outage, if there was one, is over. */
+  succeeded(): void;
+  readonly reachable: boolean;
+}
+
+/** Network errors of a connection, and the server refusing or ending connections. */
+const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+/** SQLSTATEs of a server that is shutting down, starting up, crashed, or full (class 08: connection exceptions). */
+const SERVER_STATES = new Set(["57P01", "57P02", "57P03", "53300"]);
+const DRIVER_MESSAGES = [
+  "Connection terminated",
+  "connection error and is not queryable",
+  "timeout exceeded when trying to connect",
+  "Client was closed and is not queryable",
+];
+
+/** Is `err` (or what caused it) the database being unreachable, rather than a statement's fault? */
+export function isDatabaseUnreachable(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof AggregateError && e.errors.some((inner) => isDatabaseUnreachable(inner))) return true;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code.startsWith("08"))) return true;
+    if (DRIVER_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return true;
+  }
+  return false;
+}
+
+export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
+  let downSince: number | undefined;
+  return {
+    failed(err) {
+      if (!isDatabaseUnreachable(err)) return false;
+      if (downSince === undefined) {
+        downSince = Date.now();
+        log?.warn({ err: err instanceof Error ? err.message || (err as NodeJS.ErrnoException).code : String(err) }, "database unreachable: answering 503 until it is back");
+      }
+      return true;
+    },
+    succeeded() {
+      if (downSince === undefined) return;
+      log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
+      downSince = undefined;
+    },
+    get reachable() {
+      return downSince === undefined;
+    },
+  };
+}

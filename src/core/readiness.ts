@@ -1,0 +1,57 @@
+/**
+ * Readiness (`GET /ready`): 200 only when the platform database, the
+ * analytics store and the configured providers answer. `/health` stays
+ * liveness (the process answers), so a load balancer stops sending traffic
+ * to an instance that cannot serve it without a process manager restarting
+ * an instance that is merely waiting for its database.
+ */
+
+/** One dependency: resolves when it answers, throws (with a short reason) when it does not. */
+export type ReadinessCheck = (signal: AbortSignal) => Promise<void>;
+
+export interface ReadinessReport {
+  ready: boolean;
+  /** `ok`, or why not, per dependency; never a host name, key or token. */
+  checks: Record<string, string>;
+}
+
+/** `{ [name]: ping }`, or nothing when the dependency has no ping (it lives in the platform database or in-process). */
+export function readinessOf(name: string, ping: ReadinessCheck | undefined): Record<string, ReadinessCheck> {
+  return ping ? { [name]: ping } : {};
+}
+
+/** How long one check may take before it counts as not answering. */
+export const READINESS_TIMEOUT_MS = 2000;
+
+export async function checkReadiness(checks: Record<string, ReadinessCheck>, timeoutMs = READINESS_TIMEOUT_MS): Promise<ReadinessReport> {
+  const entries = await Promise.all(
+    Object.entries(checks).map(async ([name, check]): Promise<[string, string]> => {
+      const signal = AbortSignal.timeout(timeoutMs);
+      try {
+        await Promise.race([
+          check(signal),
+          new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(new Error("timeout")), { once: true })),
+        ]);
+        return [name, "ok"];
+      } catch (err) {
+        return [name, signal.aborted ? "no answer" : "unreachable"];
+      }
+    }),
+  );
+  return { ready: entries.every(([, state]) => state === "ok"), checks: Object.fromEntries(entries) };
+}
+
+/**
+ * An AWS service counts as reachable when it answers at all: any HTTP status,
+ * an error response included (the call itself may be refused by IAM), but
+ * not a network failure. `$metadata.httpStatusCode` is set only when an HTTP
+ * answer came back.
+ */
+export async function awsAnswers(call: () => Promise<unknown>): Promise<void> {
+  try {
+    await call();
+  } catch (err) {
+    const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+    if (status === undefined) throw err;
+  }
+}
