@@ -130,7 +130,8 @@ describe("the error envelope at the edge", () => {
     const b = await t.request("GET", "/nope", { headers: { "x-request-id": "trace-123" } });
     expect(b.headers.get("x-request-id")).toBe("trace-123");
     const c = await t.request("GET", "/health", { headers: { "x-request-id": "bad id with spaces" } });
-    expect(c.headers.get("x-request-id")).not.toContain("bad");
+    // Replaced by a generated one (a check for "bad" could match the hex of a random UUID).
+    expect(c.headers.get("x-request-id")).toMatch(/^[0-9a-f-]{36}$/);
   });
 
   it("anything unexpected becomes 500 internal with no internals in the message", () => {

@@ -72,8 +72,19 @@ export interface RequestOptions {
   token?: string;
   body?: unknown;
   headers?: Record<string, string>;
-  /** Default `http/1.1`. */
+  /** Default `http/1.1` (see `setDefaultHttpVersion`). */
   http?: HttpVersion;
+}
+
+let defaultHttp: HttpVersion = "http/1.1";
+
+/**
+ * The HTTP version of `request` calls that do not name one, for the rest of
+ * this test file: a suite written once can be run again over h2c by a file
+ * that sets this and imports it.
+ */
+export function setDefaultHttpVersion(http: HttpVersion): void {
+  defaultHttp = http;
 }
 
 export type RequestFn = (method: string, pathname: string, options?: RequestOptions) => Promise<JsonResponse>;
@@ -218,7 +229,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
         start: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.RUNNING })),
       };
     },
-    request: (method, pathname, opts = {}) => (opts.http === "h2c" ? h2cRequest : http1Request)(method, pathname, opts),
+    request: (method, pathname, opts = {}) => ((opts.http ?? defaultHttp) === "h2c" ? h2cRequest : http1Request)(method, pathname, opts),
     rest: (http) => (method, pathname, opts = {}) => self.request(method, pathname, { ...opts, http }),
     async close() {
       h2session?.close();
