@@ -50,6 +50,7 @@ export interface TrackerOptions {
   onDrop?: (info: DropInfo) => void;
 }
 
+/** What was sent and dropped while a flush waited (batches already under way included). */
 export interface FlushResult {
   /** Events the service stored. */
   recorded: number;
@@ -77,7 +78,6 @@ export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEven
     options.onDrop ?? ((info: DropInfo) => console.warn(`analytics: dropped ${info.events.length} events (${info.reason})`, info.error ?? ""));
   let buffer: AnalyticsEvent[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
-  let chain: Promise<unknown> = Promise.resolve();
   let closed: Promise<FlushResult> | undefined;
 
   function report(info: DropInfo): void {
@@ -88,39 +88,51 @@ export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEven
     }
   }
 
-  /** Sends everything waiting, one batch at a time (in order); never rejects. */
-  async function drain(): Promise<FlushResult> {
-    const result: FlushResult = { recorded: 0, dropped: 0 };
-    while (buffer.length > 0) {
-      const batch = buffer.splice(0, batchSize);
+  const totals: FlushResult = { recorded: 0, dropped: 0 };
+  let draining: Promise<void> | undefined;
+
+  /** Sends one batch; never rejects (a refused batch goes to onDrop). */
+  async function send(batch: AnalyticsEvent[]): Promise<void> {
+    try {
+      const res = await log(batch);
+      totals.recorded += res.recorded;
       try {
-        const res = await log(batch);
-        result.recorded += res.recorded;
-        try {
-          options.onSent?.({ events: batch.length, recorded: res.recorded, remainingToday: res.remainingToday });
-        } catch {
-          // as above
-        }
-      } catch (error) {
-        result.dropped += batch.length;
-        const reason: DropReason =
-          error instanceof PlatformError && error.code === "quota_exceeded" ? "daily_cap"
-          : error instanceof PlatformError && error.status >= 400 && error.status < 500 ? "rejected"
-          : "error";
-        report({ reason, events: batch, error });
+        options.onSent?.({ events: batch.length, recorded: res.recorded, remainingToday: res.remainingToday });
+      } catch {
+        // as in report()
       }
+    } catch (error) {
+      totals.dropped += batch.length;
+      const reason: DropReason =
+        error instanceof PlatformError && error.code === "quota_exceeded" ? "daily_cap"
+        : error instanceof PlatformError && error.status >= 400 && error.status < 500 ? "rejected"
+        : "error";
+      report({ reason, events: batch, error });
     }
-    return result;
   }
 
-  function flush(): Promise<FlushResult> {
+  /** One loop at a time sends batches (in order) until nothing is waiting. */
+  function drain(): Promise<void> {
+    // Nothing to send: the loop below would end (and clear `draining`) before being stored.
+    if (buffer.length === 0) return draining ?? Promise.resolve();
+    draining ??= (async () => {
+      try {
+        while (buffer.length > 0) await send(buffer.splice(0, batchSize));
+      } finally {
+        draining = undefined;
+      }
+    })();
+    return draining;
+  }
+
+  async function flush(): Promise<FlushResult> {
     if (timer !== undefined) {
       clearTimeout(timer);
       timer = undefined;
     }
-    const next = chain.then(drain);
-    chain = next;
-    return next;
+    const before = { ...totals };
+    await drain();
+    return { recorded: totals.recorded - before.recorded, dropped: totals.dropped - before.dropped };
   }
 
   return {
@@ -131,7 +143,7 @@ export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEven
       buffer.push(event);
       if (buffer.length > maxBuffer) report({ reason: "buffer_full", events: buffer.splice(0, buffer.length - maxBuffer) });
       if (buffer.length >= batchSize) {
-        void flush();
+        void drain();
       } else if (timer === undefined) {
         timer = setTimeout(() => void flush(), flushIntervalMs);
       }
