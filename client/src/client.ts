@@ -279,10 +279,17 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     });
   }
 
+  /** Stops the loop; a subscription made while it winds down starts a new one at once. */
+  function stopEvents(): Promise<void> {
+    const worker = eventsWorker;
+    eventsWorker = undefined;
+    return worker ? worker.stop() : Promise.resolve();
+  }
+
   function stopEventsIfIdle(): void {
     let count = 0;
     for (const set of subscriptions.values()) count += set.size;
-    if (count === 0 && eventsWorker) void eventsWorker.stop();
+    if (count === 0) void stopEvents();
   }
 
   function on<D>(kind: string, handler: EventHandler<D>): () => void {
@@ -367,7 +374,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       },
       async stop() {
         subscriptions.clear();
-        await eventsWorker?.stop();
+        await stopEvents();
       },
     },
 

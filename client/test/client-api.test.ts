@@ -351,6 +351,11 @@ describe("events.on", () => {
     await c.events.stop();
     const left = (await c.queues.list()).find((q) => q.name === "_events");
     expect([left?.depth ?? 0, left?.inFlight ?? 0]).toEqual([0, 0]);
+
+    // A subscription after a stop starts a new loop.
+    const again = new Promise<unknown>((resolve) => c.events.on("later", (event) => resolve(event.data)));
+    await t.admin.publishEvent({ appId: other.id, kind: "later", data: fromJson(ValueSchema, 42) });
+    expect(await again).toBe(42);
     await c.close();
   });
 });
