@@ -5,7 +5,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["gen/**", "node_modules/**", "docs/**", "coverage/**"] },
+  { ignores: ["gen/**", "node_modules/**", "docs/**", "coverage/**", "**/dist/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
@@ -24,7 +24,7 @@ export default tseslint.config(
   {
     // Tests and benchmarks read JSON answers (`res.body.x`, `await res.json()`),
     // which are `any` by nature; every other type-checked rule still applies.
-    files: ["test/**/*.ts", "bench/**/*.ts"],
+    files: ["test/**/*.ts", "bench/**/*.ts", "client/test/**/*.ts"],
     rules: {
       "@typescript-eslint/no-unsafe-member-access": "off",
       "@typescript-eslint/no-unsafe-assignment": "off",

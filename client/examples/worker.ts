@@ -1,0 +1,69 @@
+/**
+ * A complete worker: takes signup jobs from a queue, writes a welcome note
+ * with the platform's model, mails it, and counts it in analytics. It reads
+ * PLATFORM_ANALYTICS_URL and PLATFORM_SERVICE_TOKEN from the environment and
+ * stops cleanly on SIGTERM or SIGINT: no new job is taken, running jobs
+ * finish and are acked, and the buffered analytics events are flushed.
+ *
+ *   node examples/worker.ts            (QUEUE=signups, CONCURRENCY=4 by default)
+ *
+ * Put a job:  curl -H "Authorization: Bearer $PLATFORM_SERVICE_TOKEN" -H 'content-type: application/json' \
+ *               -d '{"payload":{"email":"ada@example.com","name":"Ada"}}' $PLATFORM_ANALYTICS_URL/v1/queues/signups
+ */
+import { createClient, PlatformError, type QueueMessage } from "@platform-batteries/client";
+
+interface SignupJob {
+  email: string;
+  name: string;
+}
+
+const queue = process.env.QUEUE ?? "signups";
+const concurrency = Number(process.env.CONCURRENCY ?? 4);
+
+// One signal for the whole app: SIGTERM (the platform stopping the app) or Ctrl-C.
+const shutdown = new AbortController();
+process.once("SIGTERM", () => shutdown.abort());
+process.once("SIGINT", () => shutdown.abort());
+
+const client = createClient({ signal: shutdown.signal });
+
+// Idempotent: safe to run at every start.
+await client.analytics.registerType({ name: "welcome.sent", properties: { model: "string" } });
+
+async function welcome(message: QueueMessage<SignupJob>, signal: AbortSignal): Promise<void> {
+  const { email, name } = message.payload;
+  const note = await client.inference.generate(
+    {
+      messages: [
+        { role: "system", content: "You write one warm, short sentence welcoming a new user." },
+        { role: "user", content: `Welcome ${name}.` },
+      ],
+      maxTokens: 60,
+    },
+    { signal },
+  );
+  // Mail and generate spend the daily allowance, so the client never repeats them on its own.
+  // If this throws, the job is not acked and comes back after its lease.
+  await client.mail.send({ to: email, subject: `Welcome, ${name}`, text: note.text });
+  client.analytics.track("welcome.sent", { model: note.model });
+  console.log(JSON.stringify({ handled: message.id, email, deliveries: message.deliveries }));
+}
+
+const worker = client.queues.work<SignupJob>(queue, (message, { signal }) => welcome(message, signal), {
+  concurrency,
+  // Longer than the slowest job: a lease that lapses hands the job to someone else.
+  leaseSeconds: 60,
+  onLeaseLost: ({ message }) => console.warn(JSON.stringify({ leaseLost: message.id })),
+  onError: (error, message) => {
+    const code = error instanceof PlatformError ? error.code : "error";
+    console.error(JSON.stringify({ failed: message?.id ?? null, code, error: String(error) }));
+  },
+});
+console.log(JSON.stringify({ ready: queue, concurrency }));
+
+try {
+  await worker.done; // settles once stopped and every running job is acked
+} finally {
+  await client.close(); // flushes the analytics events still buffered
+}
+console.log(JSON.stringify({ stopped: queue }));

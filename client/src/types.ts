@@ -1,0 +1,296 @@
+/**
+ * The request and response shapes of the `/v1` API: SPEC.md's fields, the
+ * documented extensions (put `delaySeconds`/`ttlSeconds`, consume
+ * `waitSeconds`/`leaseSeconds`, query `timezone`) and the shapes the design
+ * fixes where the specification leaves them open (queue listing entry,
+ * consumed message, secrets listing entry, platform events). Kept by hand
+ * (not generated) so that the package has no dependency and reads like the
+ * documentation.
+ */
+
+/** Any JSON value: what a queue payload or event data may be. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** Epoch milliseconds (an integer) or an ISO 8601 date-time ending in `Z`. */
+export type TimeInput = number | string | Date;
+
+// ---- Meta ----------------------------------------------------------------
+
+export interface HealthResponse {
+  status: "ok";
+}
+
+export interface VersionResponse {
+  name: string;
+  version: string;
+}
+
+// ---- Analytics -----------------------------------------------------------
+
+/** The declared kind of an event property. */
+export type PropertyKind = "string" | "number" | "boolean";
+
+/** A property value as logged; it is stored as a string. */
+export type PropertyValue = string | number | boolean;
+
+export interface RegisterTypeRequest {
+  /** Name pattern `^[a-z][a-z0-9_.-]{0,62}$`. */
+  name: string;
+  /** Property name (name pattern) to its kind. Registering again replaces the declared properties. */
+  properties?: Record<string, PropertyKind>;
+}
+
+export interface EventType {
+  name: string;
+  properties: Record<string, PropertyKind>;
+  /** Epoch ms. */
+  createdAt: number;
+  /** Epoch ms. */
+  updatedAt: number;
+}
+
+export interface ListTypesResponse {
+  types: EventType[];
+}
+
+export interface AnalyticsEvent {
+  /** A registered event type. */
+  type: string;
+  /** When it happened; left out means now. At most 24 h in the future. */
+  at?: TimeInput;
+  /** Only properties the type declares, with values of the declared kind. */
+  properties?: Record<string, PropertyValue>;
+}
+
+export interface LogEventsRequest {
+  /** 1 to {@link MAX_EVENTS_PER_CALL} events. */
+  events: AnalyticsEvent[];
+}
+
+export interface LogEventsResponse {
+  recorded: number;
+  remainingToday: number;
+}
+
+export type Interval = "hour" | "day" | "week" | "month";
+
+export interface QueryRequest {
+  type: string;
+  /** Start, inclusive. */
+  since: TimeInput;
+  /** End, exclusive; left out means now. */
+  until?: TimeInput;
+  /** Default `day`. At most 1000 buckets between `since` and `until`. */
+  interval?: Interval;
+  /** A property the type declared; buckets are split by its value. */
+  groupBy?: string;
+  /** Extension: an IANA zone (e.g. `Europe/Paris`) for day, week and month buckets; default UTC. */
+  timezone?: string;
+}
+
+export interface QueryBucket {
+  /** Epoch ms at the start of the bucket. */
+  at: number;
+  /** The groupBy property's value; null without groupBy (or for events without that property). */
+  group: string | null;
+  count: number;
+}
+
+export interface QueryResponse {
+  type: string;
+  interval: Interval;
+  since: number;
+  until: number;
+  groupBy: string | null;
+  buckets: QueryBucket[];
+  total: number;
+}
+
+// ---- Mail ----------------------------------------------------------------
+
+export interface SendMailRequest {
+  to: string;
+  /** 1 to 200 characters, no line breaks. */
+  subject: string;
+  /** 1 to 100000 characters. */
+  text: string;
+}
+
+export interface SendMailResponse {
+  sent: true;
+  /** The app's platform-assigned sender address. */
+  from: string;
+  remainingToday: number;
+}
+
+// ---- Inference -----------------------------------------------------------
+
+export type ModelName = "platform/fast" | "platform/embed" | (string & {});
+
+export interface Model {
+  name: ModelName;
+  kind: "generate" | "embed";
+  tokensPerDay: number;
+  remainingToday: number;
+}
+
+export interface ListModelsResponse {
+  models: Model[];
+}
+
+export interface ChatMessage {
+  role: "system" | "user" | "assistant";
+  content: string;
+}
+
+interface GenerateCommon {
+  /** Default `platform/fast`. */
+  model?: ModelName;
+  /** Ceiling on the answer's length (default 1024, clamped to 4096). */
+  maxTokens?: number;
+  /** 0 to 2, default 0.7. */
+  temperature?: number;
+}
+
+/** Exactly one of `prompt` and `messages`. */
+export type GenerateRequest =
+  | (GenerateCommon & { prompt: string; messages?: never })
+  | (GenerateCommon & { messages: ChatMessage[]; prompt?: never });
+
+export interface GenerateResponse {
+  text: string;
+  model: string;
+  /** `length`: the answer hit maxTokens and is cut off. */
+  finishReason: "stop" | "length" | "other";
+  usage: { inputTokens: number; outputTokens: number };
+  remainingToday: number;
+}
+
+export interface EmbedRequest {
+  /** Default `platform/embed`. */
+  model?: ModelName;
+  /** One string or 1 to 96 strings. */
+  input: string | string[];
+}
+
+export interface EmbedResponse {
+  /** One vector per input, in the order sent. */
+  embeddings: number[][];
+  model: string;
+  /** Length of each vector; read it, it changes when the model behind the name does. */
+  dimensions: number;
+  usage: { tokens: number };
+  remainingToday: number;
+}
+
+// ---- Queues --------------------------------------------------------------
+
+export interface QueueInfo {
+  name: string;
+  /** Waiting messages (not leased). */
+  depth: number;
+  /** Leased messages not yet acknowledged. */
+  inFlight: number;
+  maxDepth: number;
+  /** Epoch ms of the oldest waiting message, or null. */
+  oldestAt: number | null;
+}
+
+export interface ListQueuesResponse {
+  queues: QueueInfo[];
+}
+
+export interface PutOptions {
+  /** Extension: the message becomes visible this many seconds after the put. */
+  delaySeconds?: number;
+  /** Extension: lifetime in seconds (default and maximum: the app's message lifetime, 4 days). */
+  ttlSeconds?: number;
+}
+
+export interface PutResponse {
+  id: string;
+  queue: string;
+  /** Epoch ms when the message is dropped if nobody has consumed it. */
+  expiresAt: number;
+}
+
+export interface ConsumeOptions {
+  /** Extension: how long to wait for a message, 0 to 25 seconds (default 25). */
+  waitSeconds?: number;
+  /** Extension: how long the lease lasts, 1 to 43200 seconds (default: the app's lease, 30 s). */
+  leaseSeconds?: number;
+}
+
+/** A leased message. Ack it with its `receipt` once the work is done. */
+export interface QueueMessage<P = JsonValue> {
+  id: string;
+  queue: string;
+  payload: P;
+  /** Opaque, new on every delivery; only the current lease's receipt acks. */
+  receipt: string;
+  enqueuedAt: number;
+  expiresAt: number;
+  /** Epoch ms when the lease lapses and the message goes back on the queue. */
+  leaseExpiresAt: number;
+  /** Deliveries including this one (2 or more: an earlier lease lapsed). */
+  deliveries: number;
+}
+
+export interface ConsumeResponse<P = JsonValue> {
+  message: QueueMessage<P> | null;
+}
+
+export interface AckResponse {
+  /** False when the lease had already lapsed and the message went back on the queue (not an error). */
+  acked: boolean;
+}
+
+/** A platform event as delivered on the `_events` queue. */
+export interface PlatformEvent<D = JsonValue> {
+  /** e.g. `secret.set`. */
+  kind: string;
+  /** Epoch ms. */
+  at: number;
+  data: D;
+}
+
+/** Data of the `secret.set` platform event. */
+export interface SecretSetData {
+  name: string;
+  version: number;
+}
+
+// ---- Secrets -------------------------------------------------------------
+
+export interface SecretInfo {
+  name: string;
+  set: boolean;
+  /** Null while unset. */
+  version: number | null;
+  /** Epoch ms, null while unset. */
+  setAt: number | null;
+}
+
+export interface ListSecretsResponse {
+  secrets: SecretInfo[];
+}
+
+export interface Secret {
+  name: string;
+  value: string;
+  version: number;
+  setAt: number;
+}
+
+export interface SecretLink {
+  /** Hand it to whoever holds the credential: it sets this secret once and never shows the value. */
+  url: string;
+  name: string;
+  expiresAt: number;
+}
+
+/** The service's maximum number of events in one log call. */
+export const MAX_EVENTS_PER_CALL = 1000;
+
+/** The reserved queue on which the platform delivers its own events. */
+export const EVENTS_QUEUE = "_events";

@@ -1,0 +1,214 @@
+/**
+ * Retry rules. A small real HTTP server (node:http) answers what a failing
+ * deployment would (502, 503, a dropped connection, 429 with Retry-After),
+ * and counts the requests it gets: reads, consume and ack are retried;
+ * mail, generate, embed, event logging and put are not repeated after a
+ * failure; a 429 is retried only when asked, after its Retry-After. The last
+ * test does the same against the real service's `queue_full`.
+ */
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startServer, type TestServer } from "../../test/support/harness.ts";
+import { createClient, PlatformError, type RetryInfo } from "../src/index.ts";
+
+type Answer = { status: number; body?: unknown; headers?: Record<string, string> } | "drop" | "html502";
+
+let stub: http.Server;
+let stubUrl: string;
+/** Answers to give per "METHOD path", in order; the last one repeats. */
+const script = new Map<string, Answer[]>();
+/** Requests received per "METHOD path". */
+const hits = new Map<string, number>();
+
+beforeAll(async () => {
+  stub = http.createServer((req, res) => {
+    const key = `${req.method} ${req.url}`;
+    const n = hits.get(key) ?? 0;
+    hits.set(key, n + 1);
+    req.resume();
+    req.on("end", () => {
+      const answers = script.get(key) ?? [{ status: 404, body: { error: { code: "not_found", message: "no such route" } } }];
+      const answer = answers[Math.min(n, answers.length - 1)];
+      if (answer === "drop") return void req.socket.destroy();
+      if (answer === "html502") {
+        res.writeHead(502, { "content-type": "text/html" });
+        return void res.end("<html><body>Bad gateway</body></html>");
+      }
+      res.writeHead(answer.status, { "content-type": "application/json", "x-request-id": `req-${n}`, ...answer.headers });
+      res.end(JSON.stringify(answer.body ?? {}));
+    });
+  });
+  await new Promise<void>((resolve) => stub.listen(0, "127.0.0.1", resolve));
+  stubUrl = `http://127.0.0.1:${(stub.address() as AddressInfo).port}`;
+});
+afterAll(() => new Promise<void>((resolve) => stub.close(() => resolve())));
+
+const upstream = { status: 502, body: { error: { code: "upstream_error", message: "provider failed" } } };
+const unavailable = { status: 503, body: { error: { code: "unavailable", message: "database unreachable" } }, headers: { "retry-after": "0" } };
+
+function freshClient(retries: RetryInfo[] = []) {
+  script.clear();
+  hits.clear();
+  return createClient({ baseUrl: stubUrl, token: "pbt_test", retry: { minDelayMs: 5, maxDelayMs: 20, onRetry: (i) => retries.push(i) } });
+}
+
+async function rejection(p: Promise<unknown>): Promise<PlatformError> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(PlatformError);
+  return err as PlatformError;
+}
+
+describe("safe operations are retried", () => {
+  it("a read answered 502 then 200 succeeds on the second request", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    script.set("GET /v1/queues", [upstream, { status: 200, body: { queues: [] } }]);
+    expect(await c.queues.list()).toEqual([]);
+    expect(hits.get("GET /v1/queues")).toBe(2);
+    expect(retries.map((r) => [r.attempt, r.error.status, r.error.code])).toEqual([[1, 502, "upstream_error"]]);
+  });
+
+  it("consume after a 503, ack after a dropped connection, a secret after a proxy's HTML 502", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    script.set("POST /v1/queues/jobs/consume", [unavailable, { status: 200, body: { message: null } }]);
+    script.set("POST /v1/queues/_ack", ["drop", { status: 200, body: { acked: true } }]);
+    script.set("GET /v1/secrets/KEY", ["html502", { status: 200, body: { name: "KEY", value: "v", version: 1, setAt: 1 } }]);
+    expect(await c.queues.consume("jobs")).toBeNull();
+    expect(await c.queues.ack("r1")).toBe(true);
+    expect((await c.secrets.get("KEY")).value).toBe("v");
+    expect([...hits.values()]).toEqual([2, 2, 2]);
+    expect(retries.map((r) => [r.path, r.error.status, r.error.code])).toEqual([
+      ["/v1/queues/jobs/consume", 503, "unavailable"],
+      ["/v1/queues/_ack", 0, "unavailable"],
+      ["/v1/secrets/KEY", 502, "upstream_error"],
+    ]);
+  });
+
+  it("gives up after `retries` with the last error; backoff delays grow and stay under the cap", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    script.set("GET /v1/inference/models", [{ ...unavailable, headers: {} }]);
+    const err = await rejection(c.inference.models({ retry: { retries: 3 } }));
+    expect([err.status, err.code, err.message]).toEqual([503, "unavailable", "database unreachable"]);
+    expect(err.requestId).toBe("req-3");
+    expect(hits.get("GET /v1/inference/models")).toBe(4);
+    expect(retries.map((r) => r.attempt)).toEqual([1, 2, 3]);
+    for (const r of retries) {
+      const d = Math.min(20, 5 * 2 ** (r.attempt - 1));
+      expect(r.delayMs).toBeGreaterThanOrEqual(d / 2);
+      expect(r.delayMs).toBeLessThanOrEqual(d);
+    }
+  });
+
+  it("an abort ends the wait between retries", async () => {
+    const c = createClient({ baseUrl: stubUrl, token: "pbt_test", retry: { minDelayMs: 60_000, maxDelayMs: 60_000 } });
+    script.clear();
+    hits.clear();
+    script.set("GET /v1/analytics/types", [{ ...unavailable, headers: {} }]);
+    const controller = new AbortController();
+    const pending = c.analytics.listTypes({ signal: controller.signal, retry: { onRetry: () => controller.abort(new Error("gave up")) } });
+    await expect(pending).rejects.toThrow("gave up");
+    expect(hits.get("GET /v1/analytics/types")).toBe(1);
+  });
+});
+
+describe("operations that spend allowance or create things are never repeated", () => {
+  it("mail send answered 502 is sent once and the 502 is thrown", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    script.set("POST /v1/mail/send", [upstream, { status: 200, body: { sent: true, from: "a@b", remainingToday: 1 } }]);
+    const err = await rejection(c.mail.send({ to: "x@example.com", subject: "s", text: "t" }));
+    expect([err.status, err.code]).toEqual([502, "upstream_error"]);
+    expect(hits.get("POST /v1/mail/send")).toBe(1);
+    expect(retries).toEqual([]);
+  });
+
+  it("generate, embed, event logging and put: one request each, even after a dropped connection", async () => {
+    const c = freshClient();
+    for (const path of ["/v1/inference/generate", "/v1/inference/embed", "/v1/analytics/events", "/v1/queues/jobs"]) script.set(`POST ${path}`, ["drop"]);
+    script.set("POST /v1/secrets/KEY/link", [unavailable]);
+    const errors = await Promise.all([
+      rejection(c.inference.generate({ prompt: "hi" })),
+      rejection(c.inference.embed({ input: "hi" })),
+      rejection(c.analytics.log([{ type: "x" }])),
+      rejection(c.queues.put("jobs", 1)),
+      rejection(c.secrets.createLink("KEY")),
+    ]);
+    expect(errors.map((e) => e.code)).toEqual(["unavailable", "unavailable", "unavailable", "unavailable", "unavailable"]);
+    expect(errors[0].status).toBe(0);
+    expect(errors[0].message).toMatch(/could not be reached/);
+    expect([...hits.values()]).toEqual([1, 1, 1, 1, 1]);
+  });
+});
+
+describe("429", () => {
+  const full = { status: 429, body: { error: { code: "queue_full", message: "queue is full" } }, headers: { "retry-after": "1" } };
+
+  it("is thrown with retryAfter unless retries of 429 were asked for", async () => {
+    const c = freshClient();
+    script.set("POST /v1/queues/jobs", [full, { status: 200, body: { id: "m1", queue: "jobs", expiresAt: 1 } }]);
+    const err = await rejection(c.queues.put("jobs", 1));
+    expect([err.status, err.code, err.retryAfter]).toEqual([429, "queue_full", 1]);
+    expect(hits.get("POST /v1/queues/jobs")).toBe(1);
+  });
+
+  it("when asked, waits Retry-After and tries again", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    script.set("POST /v1/queues/jobs", [full, { status: 200, body: { id: "m1", queue: "jobs", expiresAt: 1 } }]);
+    const started = Date.now();
+    expect((await c.queues.put("jobs", 1, { retry: { on429: true } })).id).toBe("m1");
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+    expect(hits.get("POST /v1/queues/jobs")).toBe(2);
+    expect(retries.map((r) => [r.error.code, r.delayMs])).toEqual([["queue_full", 1000]]);
+  });
+
+  it("never for mail, and not when Retry-After is beyond maxRetryAfterMs (a daily cap)", async () => {
+    const c = freshClient();
+    const cap = { status: 429, body: { error: { code: "quota_exceeded", message: "daily cap" } }, headers: { "retry-after": "36000" } };
+    script.set("POST /v1/mail/send", [cap]);
+    script.set("GET /v1/queues", [cap]);
+    const mail = await rejection(c.mail.send({ to: "x@example.com", subject: "s", text: "t" }, { retry: { on429: true } }));
+    expect([mail.code, mail.retryAfter]).toEqual(["quota_exceeded", 36000]);
+    const list = await rejection(c.queues.list({ retry: { on429: true } }));
+    expect(list.code).toBe("quota_exceeded");
+    expect([hits.get("POST /v1/mail/send"), hits.get("GET /v1/queues")]).toEqual([1, 1]);
+  });
+});
+
+describe("against the real service", () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startServer();
+  });
+  afterAll(() => t?.close());
+
+  it("a put refused with queue_full succeeds on its retry once a consumer made room", async () => {
+    const app = await t.createApp();
+    await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 1 } });
+    const c = createClient({ baseUrl: t.url, token: app.token });
+    await c.queues.put("tight", "first");
+    const retries: RetryInfo[] = [];
+    const second = await c.queues.put("tight", "second", {
+      retry: {
+        on429: true,
+        onRetry: (info) => {
+          retries.push(info);
+          // Leasing the waiting message makes room (depth counts waiting messages only).
+          void c.queues.consume("tight", { waitSeconds: 0 });
+        },
+      },
+    });
+    expect(second.queue).toBe("tight");
+    expect(retries).toHaveLength(1);
+    expect(retries[0].error).toMatchObject({ status: 429, code: "queue_full" });
+    expect(retries[0].delayMs).toBe(retries[0].error.retryAfter! * 1000);
+    expect((await c.queues.list()).find((q) => q.name === "tight")).toMatchObject({ depth: 1, inFlight: 1 });
+    await c.close();
+  });
+});
