@@ -41,6 +41,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       declaredNames: (appId) => secrets.declaredNames(appId),
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),
+      deleteAppData: (appId) => analytics.deleteAppData(appId),
     },
   };
 }

@@ -13,6 +13,7 @@ import type { Config } from "./core/config.ts";
 import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
 import { checkReadiness, type ReadinessCheck } from "./core/readiness.ts";
+import { createHousekeeping, type Housekeeping } from "./core/housekeeping.ts";
 import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
@@ -41,6 +42,8 @@ export interface PlatformServer {
   readonly fastify: FastifyInstance;
   readonly deps: Deps;
   readonly authenticator: Authenticator;
+  /** The periodic jobs of every facility (`runAll` runs each once, now). */
+  readonly housekeeping: Housekeeping;
   /** Listens on the configured port; resolves to the base URL. */
   listen(): Promise<string>;
   /** Graceful: ends long-polls, finishes requests in flight, closes the database. */
@@ -132,12 +135,18 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   });
 
   for (const facility of all) await facility.start?.();
+  const housekeeping = createHousekeeping(
+    all.flatMap((f) => f.housekeeping?.() ?? []),
+    { logger, health: database.health },
+  );
+  housekeeping.start();
 
   let closed = false;
   return {
     fastify,
     deps,
     authenticator,
+    housekeeping,
     async listen() {
       await fastify.listen({ port: config.port, host: config.host });
       const address = fastify.server.address();
@@ -149,6 +158,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       if (closed) return;
       closed = true;
       shutdown.abort(new PlatformError("internal", "server shutting down"));
+      housekeeping.stop();
       await fastify.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();

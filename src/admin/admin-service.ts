@@ -36,6 +36,11 @@ export interface AdminHooks {
   setSecret?(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
   publishEvent?(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
   listMail?(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /**
+   * Removes what the app keeps outside the platform database (its analytics events on MongoDB),
+   * before the app's rows go: if that store cannot be reached, the deletion fails whole and can be retried.
+   */
+  deleteAppData?(appId: string): Promise<void>;
 }
 
 export interface AdminServiceOptions {
@@ -81,6 +86,7 @@ const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
   leaseSeconds: 43_200,
   maxOutstandingLinks: 10_000,
   linkTtlSeconds: 30 * 24 * 3600,
+  retentionDays: 3650,
 };
 
 const MAIL_FROM_PATTERN = /^[^\s@<>",;]{1,64}@[A-Za-z0-9.-]{1,253}$/;
@@ -117,7 +123,7 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
     if (!Number.isInteger(value) || value < 0 || value > LIMIT_MAXIMUMS[name]) {
       throw invalidArgument(`limits.${name}`, `must be an integer from 0 to ${LIMIT_MAXIMUMS[name]}`);
     }
-    if ((name === "leaseSeconds" || name === "messageTtlSeconds" || name === "linkTtlSeconds" || name === "maxPayloadBytes") && value < 1) {
+    if ((name === "leaseSeconds" || name === "messageTtlSeconds" || name === "linkTtlSeconds" || name === "maxPayloadBytes" || name === "retentionDays") && value < 1) {
       throw invalidArgument(`limits.${name}`, "must be at least 1");
     }
     out[name] = value;
@@ -179,6 +185,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
 
     async deleteApp(req) {
       const app = await getApp(req.appId);
+      await hooks.deleteAppData?.(app.id);
       await apps.delete(app.id);
       onAuthChanged();
       return {};

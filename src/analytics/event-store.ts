@@ -42,6 +42,13 @@ export interface EventStore {
   insert(appId: string, events: readonly StoredEvent[]): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
   count(query: CountQuery): Promise<CountBucket[]>;
+  /**
+   * Deletes the app's events before `before`, a UTC day start (so the rollups of whole hours and days
+   * go with their events and queries stay exact), at most `batch` raw rows a statement; how many.
+   */
+  deleteBefore(appId: string, before: Date, batch: number): Promise<number>;
+  /** Deletes every event of the app (the app is being deleted). */
+  deleteApp(appId: string): Promise<void>;
   /** Resolves when the store answers (for `/ready`); the SQL store lives in the platform database, checked already. */
   ping?(signal: AbortSignal): Promise<void>;
   close(): Promise<void>;

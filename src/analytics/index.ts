@@ -12,6 +12,17 @@ import { createEventTypeStore } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
 import { createSqlEventStore } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
+import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { createAppStore } from "../core/apps/app-store.ts";
+import { retentionCutoff } from "../core/apps/apps.ts";
+
+/** How often events past their app's retention are deleted (hourly: retention is counted in days). */
+export const RETENTION_INTERVAL_MS = 3_600_000;
+
+export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
+  /** Deletes every analytics event of the app (before the app itself is deleted). */
+  deleteAppData(appId: string): Promise<void>;
+}
 
 export interface AnalyticsFacilityOptions {
   /** Overrides the store chosen from the configuration (tests). */
@@ -26,15 +37,31 @@ export function createEventStore(deps: Deps): EventStore {
     : createSqlEventStore(deps.db);
 }
 
-export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): Facility<typeof AnalyticsService> {
+export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): AnalyticsFacility {
   const logger = deps.logger.child({ facility: "analytics" });
   const store = options.store ?? createEventStore(deps);
+  const apps = createAppStore(deps.db);
   logger.info({ store: store.kind }, "analytics events store");
   return {
     service: AnalyticsService,
     impl: createAnalyticsService({ types: createEventTypeStore(deps.db), store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),
+    deleteAppData: (appId) => store.deleteApp(appId),
+    housekeeping: (): HousekeepingTask[] => [
+      {
+        name: "analytics retention",
+        intervalMs: RETENTION_INTERVAL_MS,
+        async run() {
+          let removed = 0;
+          for (const app of await apps.list()) {
+            const before = retentionCutoff(app.limits.retentionDays);
+            removed += await inBatches((batch) => store.deleteBefore(app.id, before, batch));
+          }
+          return removed;
+        },
+      },
+    ],
     async close() {
       await store.close();
     },

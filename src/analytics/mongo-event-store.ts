@@ -54,6 +54,11 @@ export function toDocuments(appId: string, events: readonly StoredEvent[], batch
  * Output documents: `{ at: Date, group: string | null, count: number }`,
  * sorted by `at`, then `group` (null first).
  */
+/** The app's events before `before` (retention), or all of them. */
+export function eventsFilter(appId: string, before?: Date): Document {
+  return before ? { "meta.app": appId, at: { $lt: before } } : { "meta.app": appId };
+}
+
 export function buildCountPipeline(q: CountQuery): Document[] {
   const trunc: Record<string, unknown> = { date: "$at", unit: q.unit satisfies Unit, binSize: 1 };
   if (q.unit === "week") trunc.startOfWeek = "monday";
@@ -134,6 +139,23 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
         const coll = await collection();
         const rows = await coll.aggregate<{ at: Date; group: string | null; count: number }>(buildCountPipeline(q)).toArray();
         return rows.map((r): CountBucket => ({ at: r.at.getTime(), group: r.group ?? null, count: Number(r.count) })).sort(compareBuckets);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    // MongoDB deletes server-side without holding anything for long: one call, whatever the count.
+    async deleteBefore(appId, before) {
+      try {
+        return (await (await collection()).deleteMany(eventsFilter(appId, before))).deletedCount;
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async deleteApp(appId) {
+      try {
+        await (await collection()).deleteMany(eventsFilter(appId));
       } catch (err) {
         throw upstreamError(err);
       }

@@ -189,6 +189,22 @@ export function createSqlEventStore(database: Db): EventStore {
       return guarded(() => countSql(db, q));
     },
 
+    async deleteBefore(appId, before, batch) {
+      // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole hours and days after them.
+      const raw = await sql`
+        DELETE FROM analytics_events WHERE ctid = ANY (ARRAY(
+          SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(db);
+      const removed = Number(raw.numAffectedRows ?? 0);
+      if (removed < batch) {
+        await db.deleteFrom("analytics_hourly").where("app_id", "=", appId).where("hour", "<", before).execute();
+        await db.deleteFrom("analytics_daily").where("app_id", "=", appId).where("day", "<", before).execute();
+      }
+      return removed;
+    },
+
+    // The app's rows go with the app itself (a trigger of the analytics migration, in the same transaction).
+    async deleteApp() {},
+
     async close() {},
   };
 }

@@ -16,6 +16,7 @@ import type { Quotas } from "./quotas/index.ts";
 import type { Metrics } from "./metrics.ts";
 import type { AnyRestRoute } from "./http/rest-router.ts";
 import type { ReadinessCheck } from "./readiness.ts";
+import type { HousekeepingTask } from "./housekeeping.ts";
 
 export interface Deps {
   readonly config: Config;
@@ -37,6 +38,8 @@ export interface Facility<S extends DescService = DescService> {
   registerRoutes?(fastify: FastifyInstance): void;
   start?(): Promise<void>;
   close?(): Promise<void>;
+  /** Its periodic jobs (retention, expired rows), run by the one scheduler of `housekeeping.ts`. */
+  housekeeping?(): HousekeepingTask[];
   /** What `/ready` asks of this facility beyond the platform database (its store or provider), by name. */
   readiness?(): Record<string, ReadinessCheck>;
 }

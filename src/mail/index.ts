@@ -12,6 +12,12 @@ import { createMailStore, type MailLogRecord } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { createSesProvider } from "./ses-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
+import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { createAppStore } from "../core/apps/app-store.ts";
+import { retentionCutoff } from "../core/apps/apps.ts";
+
+/** How often mail past its app's retention is deleted (hourly: retention is counted in days). */
+export const RETENTION_INTERVAL_MS = 3_600_000;
 
 export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 
@@ -37,12 +43,27 @@ export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}
   const logger = deps.logger.child({ facility: "mail" });
   const provider = options.provider ?? createMailProvider(deps);
   const store = createMailStore(deps.db);
+  const apps = createAppStore(deps.db);
   return {
     service: MailService,
     impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: mailRoutes,
     listMail: (appId, limit) => store.list(appId, limit),
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
+    housekeeping: (): HousekeepingTask[] => [
+      {
+        name: "mail retention",
+        intervalMs: RETENTION_INTERVAL_MS,
+        async run() {
+          let removed = 0;
+          for (const app of await apps.list()) {
+            const before = retentionCutoff(app.limits.retentionDays);
+            removed += await inBatches((batch) => store.deleteOlderThan(app.id, before, batch));
+          }
+          return removed;
+        },
+      },
+    ],
     async start() {
       logger.info(`mail provider: ${provider.description}`);
     },

@@ -46,6 +46,8 @@ export interface MailStore {
   record(appId: string, entry: MailLogEntry): Promise<void>;
   /** The app's most recent `limit` entries, newest first. */
   list(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /** Deletes up to `batch` of the app's entries older than `before`; how many. */
+  deleteOlderThan(appId: string, before: Date, batch: number): Promise<number>;
 }
 
 export function createMailStore(database: Db): MailStore {
@@ -65,6 +67,16 @@ export function createMailStore(database: Db): MailStore {
           provider_message_id: entry.providerMessageId,
         })
         .execute();
+    },
+
+    async deleteOlderThan(appId, before, batch) {
+      const result = await db
+        .deleteFrom("mail_log")
+        .where("id", "in", (eb) =>
+          eb.selectFrom("mail_log").select("id").where("app_id", "=", appId).where("created_at", "<", before).limit(batch).forUpdate().skipLocked(),
+        )
+        .executeTakeFirst();
+      return Number(result.numDeletedRows);
     },
 
     async list(appId, limit) {

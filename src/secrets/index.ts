@@ -11,6 +11,7 @@ import { registerLinkPage } from "./link-page.ts";
 import { createSecretStore } from "./secret-store.ts";
 import { secretsRoutes } from "./secrets-routes.ts";
 import { createSecretsService, valueProblem, type SecretsAdmin } from "./secrets-service.ts";
+import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 
 export type { SecretsAdmin } from "./secrets-service.ts";
 export { MAX_VALUE_BYTES } from "./secrets-service.ts";
@@ -23,6 +24,9 @@ export interface SecretsFacilityOptions {
   /** Defaults to the keyring of `deps.config` (`SECRETS_KEY`, `SECRETS_OLD_KEYS`). */
   keyring?: Keyring;
 }
+
+/** How often used and expired links are deleted, for every app at once. */
+export const LINK_SWEEP_INTERVAL_MS = 60_000;
 
 export type SecretsFacility = Facility<typeof SecretsService> & SecretsAdmin;
 
@@ -50,6 +54,9 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
         logger.warn({ keyIds: unknown }, "some secret values are sealed under keys that are not configured: add them to SECRETS_OLD_KEYS");
       }
     },
+    housekeeping: (): HousekeepingTask[] => [
+      { name: "secret links", intervalMs: LINK_SWEEP_INTERVAL_MS, run: () => inBatches((batch) => store.deleteDeadLinks(batch)) },
+    ],
     declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
     declaredNames: (appId) => secrets.declaredNames(appId),
     setSecret: (app, name, value) => secrets.setSecret(app, name, value),

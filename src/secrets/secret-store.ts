@@ -102,6 +102,23 @@ export function createSecretStore(database: Db) {
   }
 
   return {
+    /** Deletes up to `batch` used or expired links, of any app; how many. */
+    async deleteDeadLinks(batch: number): Promise<number> {
+      const result = await db
+        .deleteFrom("secret_links")
+        .where("token_hash", "in", (eb) =>
+          eb
+            .selectFrom("secret_links")
+            .select("token_hash")
+            .where((w) => w.or([w("used_at", "is not", null), w("expires_at", "<=", sql<Date>`now()`)]))
+            .limit(batch)
+            .forUpdate()
+            .skipLocked(),
+        )
+        .executeTakeFirst();
+      return Number(result.numDeletedRows);
+    },
+
     async list(appId: string): Promise<SecretRow[]> {
       const rows = await db
         .selectFrom("secrets")

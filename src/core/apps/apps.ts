@@ -16,6 +16,8 @@ export interface AppLimits {
   leaseSeconds: number;
   maxOutstandingLinks: number;
   linkTtlSeconds: number;
+  /** Days the mail log and analytics events are kept; older ones are deleted by housekeeping. */
+  retentionDays: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
@@ -29,7 +31,13 @@ export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
   leaseSeconds: 30,
   maxOutstandingLinks: 10,
   linkTtlSeconds: 24 * 3600,
+  retentionDays: 90,
 });
+
+/** The start of the UTC day `days` days before `now`: what a retention of `days` keeps is from then on. */
+export function retentionCutoff(days: number, now: Date = new Date()): Date {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() - days));
+}
 
 export const LIMIT_NAMES = Object.keys(DEFAULT_LIMITS) as (keyof AppLimits)[];
 

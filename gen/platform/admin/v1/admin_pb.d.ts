@@ -67,6 +67,13 @@ export declare type AppLimits = Message<"platform.admin.v1.AppLimits"> & {
    * @generated from field: optional int32 link_ttl_seconds = 10;
    */
   linkTtlSeconds?: number | undefined;
+
+  /**
+   * Days the app's mail log and analytics events are kept (1 to 3650; default 90).
+   *
+   * @generated from field: optional int32 retention_days = 12;
+   */
+  retentionDays?: number | undefined;
 };
 
 /**

@@ -1,0 +1,74 @@
+/**
+ * The periodic jobs of every facility (retention, expired links), run by one
+ * scheduler on every instance. Each task works in bounded batches with
+ * `SKIP LOCKED` or keyed deletes, so instances share the work instead of
+ * waiting on each other, and a run never overlaps the previous run of the
+ * same task. A failure is logged (once per outage when the database is
+ * unreachable) and the next run tries again.
+ */
+import type { Logger } from "pino";
+import type { DatabaseHealth } from "./database/index.ts";
+
+export interface HousekeepingTask {
+  /** For the log and the metrics: e.g. `mail retention`. */
+  readonly name: string;
+  readonly intervalMs: number;
+  /** One pass; resolves to how many rows it removed. */
+  run(): Promise<number>;
+}
+
+export interface Housekeeping {
+  start(): void;
+  stop(): void;
+  /** Runs every task once now, in order (for tests and for an operator's command). */
+  runAll(): Promise<Record<string, number>>;
+}
+
+/** Rows one statement of a housekeeping task may touch: small enough to hold no lock for long. */
+export const HOUSEKEEPING_BATCH = 1000;
+
+/** Calls `step(batch)` until it removes fewer than a batch; the total removed. */
+export async function inBatches(step: (batch: number) => Promise<number>, batch = HOUSEKEEPING_BATCH): Promise<number> {
+  let total = 0;
+  for (let n = batch; n === batch; ) {
+    n = await step(batch);
+    total += n;
+  }
+  return total;
+}
+
+export function createHousekeeping(tasks: readonly HousekeepingTask[], options: { logger: Logger; health: DatabaseHealth }): Housekeeping {
+  const timers: NodeJS.Timeout[] = [];
+  const running = new Set<string>();
+  const runOne = async (task: HousekeepingTask): Promise<number> => {
+    if (running.has(task.name)) return 0;
+    running.add(task.name);
+    try {
+      const removed = await task.run();
+      if (removed > 0) options.logger.info({ task: task.name, removed }, "housekeeping");
+      return removed;
+    } catch (err) {
+      if (!options.health.failed(err)) options.logger.warn({ task: task.name, err: err instanceof Error ? err.message : String(err) }, "housekeeping task failed");
+      return 0;
+    } finally {
+      running.delete(task.name);
+    }
+  };
+  return {
+    start() {
+      for (const task of tasks) {
+        const timer = setInterval(() => void runOne(task), task.intervalMs);
+        timer.unref();
+        timers.push(timer);
+      }
+    },
+    stop() {
+      for (const timer of timers.splice(0)) clearInterval(timer);
+    },
+    async runAll() {
+      const out: Record<string, number> = {};
+      for (const task of tasks) out[task.name] = await runOne(task);
+      return out;
+    },
+  };
+}
