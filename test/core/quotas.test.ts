@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
-import { createQuotas } from "../../src/core/quotas/quotas.ts";
+import { createQuotas, withReservation } from "../../src/core/quotas/quotas.ts";
 import { PlatformError } from "../../src/core/errors.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
@@ -89,5 +89,47 @@ describe(`quotas on ${backend}`, () => {
     await quotas.reserve(a, "mail", 5, 5);
     await expect(quotas.reserve(b, "mail", 5, 5)).resolves.toBeDefined();
     await expect(quotas.reserve(a, "events", 5, 5)).resolves.toBeDefined();
+  });
+});
+
+describe(`withReservation on ${backend}`, () => {
+  it("settles to the actual amount when the work succeeds, and answers what is left", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const { result, remaining } = await withReservation(quotas, { appId, counter: "fast_tokens", amount: 50, cap: 100, actual: (r: number) => r }, async (reservation) => {
+      expect(reservation.amount).toBe(50);
+      expect(await quotas.used(appId, "fast_tokens")).toBe(50); // taken before the work
+      return 20;
+    });
+    expect(result).toBe(20);
+    expect(remaining).toBe(80);
+    expect(await quotas.used(appId, "fast_tokens")).toBe(20);
+  });
+
+  it("gives the reservation back whole when the work throws, and rethrows the work's error", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const failures: unknown[] = [];
+    const boom = new Error("provider down");
+    await expect(
+      withReservation(quotas, { appId, counter: "mail", amount: 1, cap: 5, onFailure: (err) => failures.push(err) }, async () => {
+        expect(await quotas.used(appId, "mail")).toBe(1);
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(failures).toEqual([boom]);
+    expect(await quotas.used(appId, "mail")).toBe(0);
+  });
+
+  it("refuses before the work when the allowance is spent (the work never runs)", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    let ran = false;
+    const refused = await withReservation(quotas, { appId, counter: "events", amount: 11, cap: 10 }, async () => {
+      ran = true;
+    }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(PlatformError);
+    expect((refused as PlatformError).code).toBe("quota_exceeded");
+    expect(ran).toBe(false);
   });
 });
