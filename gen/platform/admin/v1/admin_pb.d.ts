@@ -220,6 +220,13 @@ export declare type ListAppsResponse = Message<"platform.admin.v1.ListAppsRespon
    * @generated from field: repeated platform.admin.v1.App apps = 1;
    */
   apps: App[];
+
+  /**
+   * Today's use of every listed app that used anything today, for an at-a-glance view.
+   *
+   * @generated from field: repeated platform.admin.v1.AppUsageToday usage_today = 2;
+   */
+  usageToday: AppUsageToday[];
 };
 
 /**
@@ -227,6 +234,44 @@ export declare type ListAppsResponse = Message<"platform.admin.v1.ListAppsRespon
  * Use `create(ListAppsResponseSchema)` to create a new message.
  */
 export declare const ListAppsResponseSchema: GenMessage<ListAppsResponse>;
+
+/**
+ * AppUsageToday is one app's use on the current UTC day.
+ *
+ * @generated from message platform.admin.v1.AppUsageToday
+ */
+export declare type AppUsageToday = Message<"platform.admin.v1.AppUsageToday"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter events = 2;
+   */
+  events?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter mail = 3;
+   */
+  mail?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter fast_tokens = 4;
+   */
+  fastTokens?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter embed_tokens = 5;
+   */
+  embedTokens?: UsageCounter | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.AppUsageToday.
+ * Use `create(AppUsageTodaySchema)` to create a new message.
+ */
+export declare const AppUsageTodaySchema: GenMessage<AppUsageToday>;
 
 /**
  * @generated from message platform.admin.v1.UpdateAppRequest
