@@ -149,6 +149,8 @@ export interface AuthenticatorOptions {
    */
   cacheMs?: number;
   clock?: () => number;
+  /** Told of every token found in the database (not of remembered ones): the coarse last-use mark. */
+  onTokenLookedUp?: (tokenId: string) => void;
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
@@ -165,6 +167,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     if (hit && hit.until > clock()) return hit.row;
     const started = generation;
     const row = await lookup(hash);
+    if (row) options.onTokenLookedUp?.(row.token_id);
     if (row && cacheMs > 0 && started === generation) {
       if (cache.size >= 10_000) cache.clear();
       cache.set(hash, { row, until: clock() + cacheMs });

@@ -40,6 +40,8 @@ export interface AppTokensTable {
   token_hash: string;
   label: string;
   created_at: Generated<Timestamp>;
+  /** Coarse: written at most about once a minute per token (migration 0007). */
+  last_used_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
 }
 
 export interface QuotaUsageTable {

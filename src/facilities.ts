@@ -40,6 +40,9 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),
+      getMail: (appId, id) => mail.getMail(appId, id),
+      // The operator's views call these facilities' own RPCs as the app.
+      appFacilities: [analytics, queues, secrets],
     },
   };
 }

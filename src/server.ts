@@ -21,6 +21,8 @@ import { createMetaFacility } from "./meta/meta-facility.ts";
 import { createReflectionImpl, ServerReflection } from "./meta/reflection.ts";
 import { createAdminFacility } from "./admin/admin-facility.ts";
 import { createFacilities } from "./facilities.ts";
+import { createTokenUsageRecorder } from "./admin/token-usage.ts";
+import { registerDashboard } from "./dashboard/dashboard-routes.ts";
 
 export const BODY_LIMIT_BYTES = 32 * 1024 * 1024;
 /** JSON nested deeper than this is refused before anything walks it recursively. */
@@ -68,7 +70,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     metrics,
     shutdownSignal: shutdown.signal,
   };
-  const authenticator = createAuthenticator({ db: database.db, adminToken: options.adminToken });
+  const authenticator = createAuthenticator({
+    db: database.db,
+    adminToken: options.adminToken,
+    onTokenLookedUp: createTokenUsageRecorder(database.db, logger),
+  });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
   const unlistenAuth = await database.listen(
@@ -190,6 +196,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     if (facility.restRoutes) facility.restRoutes(createRestRouter(fastify, authenticator, facility.impl));
     facility.registerRoutes?.(fastify);
   }
+  await registerDashboard(fastify);
   fastify.get("/metrics", async (_req, reply) => {
     reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

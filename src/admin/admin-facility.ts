@@ -19,12 +19,13 @@ import { PlatformError, invalidArgument } from "../errors.ts";
 import type { Deps, Facility } from "../facility.ts";
 import { utcDay, type QuotaCounter } from "../quotas.ts";
 import { sql, type Db } from "../database.ts";
+import { createOperatorRpcs, usageToday, type OperatorHooks } from "./operator-rpcs.ts";
 
 
 export type MailInit = MessageInitShape<typeof MailSchema>;
 
 /** What other facilities offer the admin API. A hook left out answers `Unimplemented`. */
-export interface AdminHooks {
+export interface AdminHooks extends OperatorHooks {
   /** Replaces the blueprint's list of secret names; dropped names lose their value and links. */
   declareSecrets(appId: string, names: string[]): Promise<void>;
   setSecret?(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
@@ -128,7 +129,23 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged
       async listApps() {
         const rows = await db.selectFrom("apps").select(APP_COLUMNS).orderBy("apps.name").execute();
         const secrets = await db.selectFrom("secrets").select(["app_id", "name"]).orderBy("name").execute();
+        const today = await usageToday(deps);
+        const counter = (used: Map<string, number>, name: QuotaCounter, cap: number) => ({ used: BigInt(used.get(name) ?? 0), cap: BigInt(cap) });
         return {
+          usageToday: rows.flatMap((row) => {
+            const used = today.get(row.id);
+            if (!used) return [];
+            const { limits } = appFromRow(row);
+            return [
+              {
+                appId: row.id,
+                events: counter(used, "events", limits.eventsPerDay),
+                mail: counter(used, "mail", limits.mailPerDay),
+                fastTokens: counter(used, "fast_tokens", limits.fastTokensPerDay),
+                embedTokens: counter(used, "embed_tokens", limits.embedTokensPerDay),
+              },
+            ];
+          }),
           apps: rows.map((row) =>
             appMessage(
               appFromRow(row),
@@ -246,6 +263,8 @@ export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged
         if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidArgument("limit", "must be from 1 to 1000");
         return { mails: await hooks.listMail(app.id, limit) };
       },
+
+      ...createOperatorRpcs(deps, hooks),
     },
   };
 }

@@ -26,7 +26,7 @@ import { PlatformError, toPlatformError } from "../errors.ts";
 import type { Deps, Facility } from "../facility.ts";
 import { bodyObject, parseJson } from "../rest.ts";
 import type { MailProvider } from "./mail-provider.ts";
-import { createMailStore, type MailLogStatus } from "./mail-store.ts";
+import { createMailStore, type MailLogRecord, type MailLogStatus } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { createSesProvider } from "./ses-provider.ts";
 import { validateMail } from "./validate-mail.ts";
@@ -34,6 +34,21 @@ import { validateMail } from "./validate-mail.ts";
 export interface MailFacility extends Facility<typeof MailService> {
   /** The admin hook behind `AdminService.ListMail`: the app's recent mail, newest first. */
   listMail(appId: string, limit: number): Promise<MailInit[]>;
+  /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
+  getMail(appId: string, id: string): Promise<MailInit | undefined>;
+}
+
+function mailMessage(r: MailLogRecord): MailInit {
+  return {
+    id: r.id,
+    to: r.to,
+    from: r.from,
+    subject: r.subject,
+    text: r.text ?? "",
+    status: STATUS[r.status],
+    at: timestampFromDate(r.at),
+    providerMessageId: r.providerMessageId,
+  };
 }
 
 export interface MailFacilityOptions {
@@ -138,16 +153,12 @@ export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}
     },
 
     async listMail(appId, limit) {
-      const rows = await store.list(appId, limit);
-      return rows.map((r) => ({
-        to: r.to,
-        from: r.from,
-        subject: r.subject,
-        text: r.text ?? "",
-        status: STATUS[r.status],
-        at: timestampFromDate(r.at),
-        providerMessageId: r.providerMessageId,
-      }));
+      return (await store.list(appId, limit)).map(mailMessage);
+    },
+
+    async getMail(appId, id) {
+      const row = await store.get(appId, id);
+      return row ? mailMessage(row) : undefined;
     },
 
     async start() {

@@ -9,6 +9,7 @@ import * as analytics from "./0003-analytics.ts";
 import * as secrets from "./0004-secrets.ts";
 import * as mail from "./0005-mail.ts";
 import * as authChanges from "./0006-auth-changes.ts";
+import * as tokenLastUsed from "./0007-token-last-used.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -17,4 +18,5 @@ export const migrations: Record<string, Migration> = {
   "0004-secrets": secrets,
   "0005-mail": mail,
   "0006-auth-changes": authChanges,
+  "0007-token-last-used": tokenLastUsed,
 };
