@@ -41,13 +41,13 @@ export async function registerDashboard(fastify: FastifyInstance, root: string =
         .type("text/plain; charset=utf-8")
         .send("The dashboard is not built. Run `npm run build:dashboard` (npm start does it) and restart the service.\n");
     });
-    fastify.get("/dashboard", async (_req, reply) => reply.redirect("/dashboard/"));
+    fastify.get("/dashboard", async (_req, reply) => reply.redirect("/dashboard/", 301));
     return;
   }
+  fastify.get("/dashboard", async (_req, reply) => reply.redirect("/dashboard/", 301));
   await fastify.register(fastifyStatic, {
     root,
     prefix: "/dashboard/",
-    redirect: true,
     index: ["index.html"],
     wildcard: true,
     decorateReply: false,

@@ -85,8 +85,8 @@ function AppTable({ apps, usage }: { apps: { id: string; name: string; status: A
               <th scope="col">Status</th>
               <th scope="col">Events today</th>
               <th scope="col">Mail today</th>
-              <th scope="col">Tokens (fast / embed)</th>
-              <th scope="col">Created</th>
+              <th scope="col" className="hide-narrow">Tokens (fast / embed)</th>
+              <th scope="col" className="hide-narrow">Created</th>
             </tr>
           </thead>
           <tbody>
@@ -102,10 +102,10 @@ function AppTable({ apps, usage }: { apps: { id: string; name: string; status: A
                   </td>
                   <td>{ratio(u?.events)}</td>
                   <td>{ratio(u?.mail)}</td>
-                  <td>
+                  <td className="hide-narrow">
                     {Number(u?.fastTokens?.used ?? 0).toLocaleString()} / {Number(u?.embedTokens?.used ?? 0).toLocaleString()}
                   </td>
-                  <td>{formatTime(app.createdAt)}</td>
+                  <td className="hide-narrow">{formatTime(app.createdAt)}</td>
                 </tr>
               );
             })}
