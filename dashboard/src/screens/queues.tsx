@@ -40,7 +40,7 @@ export function QueuesTab({ app }: { app: App }) {
                       <th scope="col">Queue</th>
                       <th scope="col" className="right">Depth</th>
                       <th scope="col" className="right">In flight</th>
-                      <th scope="col" className="right">Max depth</th>
+                      <th scope="col" className="right hide-narrow">Max depth</th>
                       <th scope="col">Oldest waiting</th>
                       <th scope="col"><span className="sr-only">Actions</span></th>
                     </tr>
@@ -51,7 +51,7 @@ export function QueuesTab({ app }: { app: App }) {
                         <td>{q.name}</td>
                         <td className="right" data-testid={`depth-${q.name}`}>{Number(q.depth).toLocaleString()}</td>
                         <td className="right">{Number(q.inFlight).toLocaleString()}</td>
-                        <td className="right">{Number(q.maxDepth).toLocaleString()}</td>
+                        <td className="right hide-narrow">{Number(q.maxDepth).toLocaleString()}</td>
                         <td>{q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}</td>
                         <td className="right nowrap">
                           <button type="button" className="secondary small" onClick={() => setSelected(q.name)} aria-label={`Peek at ${q.name}`}>

@@ -59,15 +59,18 @@ export function TokensTab({ app }: { app: App }) {
           </div>
         </div>
       ) : null}
-      <QueryView query={tokens} what="tokens">
-        {(data) =>
-          data.tokens.length === 0 ? (
-            <Empty title="No tokens">Issue a token above and give it to the app as PLATFORM_TOKEN.</Empty>
-          ) : (
-            <TokenTable tokens={data.tokens} onRevoke={setRevoking} />
-          )
-        }
-      </QueryView>
+      <div className="card">
+        <h2>Tokens</h2>
+        <QueryView query={tokens} what="tokens">
+          {(data) =>
+            data.tokens.length === 0 ? (
+              <Empty title="No tokens">Issue a token above and give it to the app as PLATFORM_SERVICE_TOKEN.</Empty>
+            ) : (
+              <TokenTable tokens={data.tokens} onRevoke={setRevoking} />
+            )
+          }
+        </QueryView>
+      </div>
       <ConfirmDialog
         open={revoking !== null}
         title="Revoke this token?"
