@@ -3,15 +3,18 @@
  * navigation and the screen of the current route. A token the server refuses
  * signs the tab out with a message.
  */
-import { useEffect, useState } from "react";
+import { Suspense, lazy, useEffect, useState } from "react";
 import { useQueryClient } from "@tanstack/react-query";
 import { createClient } from "@connectrpc/connect";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { clearToken, getToken, setToken } from "./session.ts";
 import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
 import { useRoute } from "./router.ts";
-import { AppsScreen } from "./screens/apps.tsx";
-import { AppScreen } from "./screens/app.tsx";
+import { Loading } from "./ui.tsx";
+
+// The screens (and the chart library) load after sign-in: the first screen needs only this module.
+const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
+const AppScreen = lazy(() => import("./screens/app.tsx").then((m) => ({ default: m.AppScreen })));
 
 export function App() {
   const [signedIn, setSignedIn] = useState(() => getToken() !== null);
@@ -115,7 +118,9 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
           Sign out
         </button>
       </header>
-      <main className="content">{route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}</main>
+      <main className="content">
+        <Suspense fallback={<Loading what="the screen" />}>{route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}</Suspense>
+      </main>
     </div>
   );
 }
