@@ -3,7 +3,7 @@ import { useMemo, useState } from "react";
 import { useMutation, useQuery } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
 import { createApp, listApps } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
-import { AppStatus, type AppUsageToday, type UsageCounter } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { AppStatus, type App, type AppUsageToday, type UsageCounter } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { navigate } from "../router.ts";
 import { Empty, ErrorBox, QueryView, usePages } from "../ui.tsx";
 import { formatTime } from "../format.ts";
@@ -66,12 +66,12 @@ function CreateApp() {
   );
 }
 
-function ratio(c: UsageCounter | undefined): string {
-  if (!c) return "0";
-  return `${Number(c.used).toLocaleString()} / ${Number(c.cap).toLocaleString()}`;
+/** "used / cap"; an app with no use today has no counter, so its cap comes from its limits. */
+function ratio(c: UsageCounter | undefined, cap: number | undefined): string {
+  return `${Number(c?.used ?? 0).toLocaleString()} / ${Number(c?.cap ?? cap ?? 0).toLocaleString()}`;
 }
 
-function AppTable({ apps, usage }: { apps: { id: string; name: string; status: AppStatus; createdAt?: import("@bufbuild/protobuf/wkt").Timestamp }[]; usage: AppUsageToday[] }) {
+function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
   const byApp = useMemo(() => new Map(usage.map((u) => [u.appId, u])), [usage]);
   const { rows, pager } = usePages(apps, 50);
   return (
@@ -100,8 +100,8 @@ function AppTable({ apps, usage }: { apps: { id: string; name: string; status: A
                   <td>
                     <StatusBadge status={app.status} />
                   </td>
-                  <td>{ratio(u?.events)}</td>
-                  <td>{ratio(u?.mail)}</td>
+                  <td>{ratio(u?.events, app.limits?.eventsPerDay)}</td>
+                  <td>{ratio(u?.mail, app.limits?.mailPerDay)}</td>
                   <td className="hide-narrow">
                     {Number(u?.fastTokens?.used ?? 0).toLocaleString()} / {Number(u?.embedTokens?.used ?? 0).toLocaleString()}
                   </td>
