@@ -43,17 +43,21 @@ export function SettingsTab({ app }: { app: App }) {
 
   const submit = () => {
     setSaved(false);
+    // A limit that is not a whole int32 cannot travel in the message; it goes as -1, which the API
+    // refuses with its own rule text, so the operator reads the same message as any other client.
     const changedLimits: Partial<Record<LimitName, number>> = {};
     for (const { name } of LIMITS) {
-      if (limits[name] !== String(app.limits?.[name] ?? "")) changedLimits[name] = limits[name].trim() === "" ? NaN : Number(limits[name]);
+      const text = limits[name].trim();
+      if (text === String(app.limits?.[name] ?? "")) continue;
+      const value = /^-?\d{1,10}$/.test(text) ? Number(text) : NaN;
+      changedLimits[name] = Number.isInteger(value) && value >= -(2 ** 31) && value < 2 ** 31 ? value : -1;
     }
     update.mutate({
       appId: app.id,
       mailFrom: mailFrom !== app.mailFrom ? mailFrom.trim() : undefined,
       analyticsEnabled: analytics !== app.analyticsEnabled ? analytics : undefined,
       secretsEnabled: secrets !== app.secretsEnabled ? secrets : undefined,
-      // A value that is not a whole number goes as is (or as -1 when unreadable), so the API's rule is what the operator reads.
-      limits: Object.fromEntries(Object.entries(changedLimits).map(([k, v]) => [k, Number.isFinite(v) ? Math.trunc(v!) === v ? v : -1 : -1])),
+      limits: changedLimits,
     });
   };
 
