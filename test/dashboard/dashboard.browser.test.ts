@@ -100,8 +100,11 @@ describe("the operator dashboard in Chromium", () => {
     expect(consoleErrors).toEqual([expect.stringContaining("401")]);
     consoleErrors.length = 0;
 
-    await page.getByLabel("Admin token").fill(t.adminToken);
-    await page.getByRole("button", { name: "Sign in" }).click();
+    // By keyboard: the field, then Enter.
+    await page.getByLabel("Admin token").focus();
+    await page.keyboard.press("ControlOrMeta+A");
+    await page.keyboard.type(t.adminToken);
+    await page.keyboard.press("Enter");
     await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
     await page.getByText("No apps yet").waitFor();
     await shot("02-apps-empty");
@@ -277,8 +280,9 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByRole("button", { name: "Delete app" }).click();
     const confirm = page.getByRole("button", { name: "Delete forever" });
     expect(await confirm.isDisabled()).toBe(true);
+    // The dialog took the focus; the confirmation is typed and sent with Enter.
     await page.getByLabel("Type shop to confirm").fill("shop");
-    await confirm.click();
+    await page.keyboard.press("Enter");
     await page.getByText("No apps yet").waitFor();
     expect((await t.admin.listApps({})).apps).toEqual([]);
 
