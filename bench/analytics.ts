@@ -57,7 +57,7 @@ async function postgresCpuSeconds(): Promise<number> {
 
 function p50(samples: number[]): number {
   const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.floor((sorted.length - 1) / 2)]!;
+  return sorted[Math.floor((sorted.length - 1) / 2)];
 }
 
 async function main(): Promise<void> {
@@ -140,7 +140,7 @@ async function main(): Promise<void> {
     log(
       `CPU during ingest: service ${((await cpuSeconds(server.pid!)) - cpuBefore.server).toFixed(1)} s, ` +
         `postgres ${((await postgresCpuSeconds()) - cpuBefore.postgres).toFixed(1)} s, ` +
-        `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0]!.toFixed(1)})`,
+        `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0].toFixed(1)})`,
     );
 
     const direct = new pg.Client({ connectionString: databaseUrl });

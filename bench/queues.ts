@@ -44,7 +44,7 @@ const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 
 function percentile(samples: number[], p: number): number {
   const sorted = [...samples].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
@@ -78,7 +78,7 @@ function jsonClient(base: string, token: string, maxSockets: number) {
               try {
                 resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
               } catch (err) {
-                reject(err as Error);
+                reject(err instanceof Error ? err : new Error(String(err)));
               }
             });
             res.on("error", reject);

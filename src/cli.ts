@@ -33,10 +33,10 @@ import {
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
-import { ConfigError, loadConfig } from "./config.ts";
-import { openDatabase, migrate } from "./database.ts";
-import { LIMIT_NAMES } from "./apps.ts";
-import { toPlatformError } from "./errors.ts";
+import { ConfigError, loadConfig } from "./core/config.ts";
+import { openDatabase, migrate } from "./core/database/index.ts";
+import { LIMIT_NAMES } from "./core/apps/apps.ts";
+import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 
 const USAGE = `usage: npm run cli -- <command>

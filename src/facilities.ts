@@ -1,15 +1,15 @@
 /**
  * The five facilities of SPEC.md, built from the shared dependencies and
- * wired to each other only through their public APIs (`PlatformEvents`,
- * `AdminHooks`). One block per facility.
+ * wired to each other only through what each exports from its `index.ts`
+ * (`PlatformEvents`, `SecretsAdmin`, `listMail`). One block per facility.
  */
-import type { AdminHooks } from "./admin/admin-facility.ts";
-import type { Deps, Facility } from "./facility.ts";
-import { createAnalyticsFacility } from "./analytics/analytics-facility.ts";
-import { createQueuesFacility } from "./queues/queues-facility.ts";
-import { createSecretsFacility } from "./secrets/secrets-facility.ts";
-import { createMailFacility } from "./mail/mail-facility.ts";
-import { createInferenceFacility } from "./inference/inference-facility.ts";
+import type { AdminHooks } from "./admin/index.ts";
+import type { Deps, Facility } from "./core/facility.ts";
+import { createAnalyticsFacility } from "./analytics/index.ts";
+import { createQueuesFacility } from "./queues/index.ts";
+import { createSecretsFacility } from "./secrets/index.ts";
+import { createMailFacility } from "./mail/index.ts";
+import { createInferenceFacility } from "./inference/index.ts";
 
 export interface Facilities {
   list: Facility[];
@@ -31,16 +31,19 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
   const mail = createMailFacility(deps);
 
   // inference
-  const inference: Facility = createInferenceFacility(deps);
+  const inference = createInferenceFacility(deps);
 
   return {
     list: [analytics, mail, inference, queues, secrets],
     adminHooks: {
       publishEvent: (appId, kind, data) => events.publish(appId, kind, data),
       declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
+      declaredNames: (appId) => secrets.declaredNames(appId),
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),
       getMail: (appId, id) => mail.getMail(appId, id),
+      peekMessages: (appId, queue, limit, maxChars) => queues.operator.peek(appId, queue, limit, maxChars),
+      purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],
     },

@@ -3,9 +3,9 @@
  * port. With no configuration at all everything runs embedded (PGlite, SQL
  * analytics, mail outbox, offline inference).
  */
-import { ConfigError, loadConfig } from "./config.ts";
-import { resolveDataDirSecrets } from "./data-dir.ts";
-import { createLogger } from "./logger.ts";
+import { ConfigError, loadConfig } from "./core/config.ts";
+import { resolveDataDirSecrets } from "./core/data-dir.ts";
+import { createLogger } from "./core/logger.ts";
 import { createPlatformServer } from "./server.ts";
 
 async function main(): Promise<void> {

@@ -1,15 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ConnectError, Code } from "@connectrpc/connect";
 import { AdminService, AppStatus } from "../gen/platform/admin/v1/admin_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
-import { DEFAULT_LIMITS } from "../src/apps.ts";
-import { startServer, type TestServer } from "./support/harness.ts";
+import { DEFAULT_LIMITS } from "../src/core/apps/apps.ts";
+import { useTestServer } from "./support/harness.ts";
+import { tables } from "./support/tables.ts";
 
-let t: TestServer;
-beforeAll(async () => {
-  t = await startServer({ env: { MAIL_DOMAIN: "apps.example.net" } });
-});
-afterAll(() => t?.close());
+const t = useTestServer({ env: { MAIL_DOMAIN: "apps.example.net" } });
 
 async function connectError(p: Promise<unknown>): Promise<ConnectError> {
   try {
@@ -101,7 +98,7 @@ describe("AdminService apps", () => {
     await t.admin.deleteApp({ appId: app.id });
     expect((await connectError(t.admin.getApp({ appId: app.id }))).code).toBe(Code.NotFound);
     expect((await t.request("GET", "/v1/inference/models", { token: app.token })).status).toBe(401);
-    const rows = await t.server.deps.db.selectFrom("app_tokens").select("id").where("app_id", "=", app.id).execute();
+    const rows = await tables(t.server.deps.db).selectFrom("app_tokens").select("id").where("app_id", "=", app.id).execute();
     expect(rows).toHaveLength(0);
   });
 });

@@ -4,20 +4,15 @@
  * shapes, unicode edge cases, huge values and odd paths, answers a 4xx with
  * the error envelope (or a 200 where the input happens to be acceptable).
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { endpoints } from "./support/endpoints.ts";
-import { startServer, type TestApp, type TestServer } from "./support/harness.ts";
+import { HTTP_VERSIONS, useTestApp, useTestServer, type TestServer } from "./support/harness.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
+const t = useTestServer();
+const app = useTestApp(t, async (app) => {
   await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
   await t.admin.updateApp({ appId: app.id, mailFrom: "odd@apps.example.com" });
 });
-afterAll(() => t?.close());
 
 const odd: unknown[] = [
   null,
@@ -57,11 +52,13 @@ function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) { 
   }
 }
 
-describe("bad input never answers 500", () => {
+for (const http of HTTP_VERSIONS) describe(`bad input never answers 500 (REST over ${http})`, () => {
+  const request: TestServer["request"] = (method, path, options) => t.rest(http)(method, path, options);
+
   for (const e of endpoints.filter((x) => x.method === "POST")) {
     it(`${e.method} ${e.path}: whole bodies of the wrong shape`, async () => {
       for (const body of ["[]", '"s"', "1", "true", "null", "{}", '{"a":', "\u0000", JSON.stringify(odd)]) {
-        const res = await t.request(e.method, e.path, { token: app.token, body, headers: { "content-type": "application/json" } });
+        const res = await request(e.method, e.path, { token: app.token, body, headers: { "content-type": "application/json" } });
         expectEnvelopeOrOk(res, `${e.path} ${body.slice(0, 40)}`);
       }
     });
@@ -70,7 +67,7 @@ describe("bad input never answers 500", () => {
       for (const field of fields) {
         for (const value of odd) {
           const body = { ...(e.body as object), [field]: value };
-          const res = await t.request(e.method, e.path, { token: app.token, body: { ...body, waitSeconds: 0 } });
+          const res = await request(e.method, e.path, { token: app.token, body: { ...body, waitSeconds: 0 } });
           expectEnvelopeOrOk(res, `${e.path} ${field}=${JSON.stringify(value)?.slice(0, 40)}`);
         }
       }
@@ -87,7 +84,7 @@ describe("bad input never answers 500", () => {
         ["POST", `/v1/secrets/${s}/link`],
         ["GET", `/secret-links/${s}`],
       ] as const) {
-        const res = await t.request(method, path, { token: app.token, body: method === "POST" ? { payload: 1, waitSeconds: 0 } : undefined });
+        const res = await request(method, path, { token: app.token, body: method === "POST" ? { payload: 1, waitSeconds: 0 } : undefined });
         expect(res.status, `${method} ${path}`).toBeLessThan(500);
         if (path.startsWith("/v1/") && res.status >= 400) expect(typeof res.body?.error?.code, `${method} ${path}`).toBe("string");
       }
@@ -95,10 +92,10 @@ describe("bad input never answers 500", () => {
   });
 
   it("analytics events with odd properties and times", async () => {
-    await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "odd", properties: { n: "number", s: "string", b: "boolean" } } });
+    await request("POST", "/v1/analytics/types", { token: app.token, body: { name: "odd", properties: { n: "number", s: "string", b: "boolean" } } });
     for (const value of odd) {
       for (const key of ["n", "s", "b", "at", "__proto__", "constructor", "x".repeat(100)]) {
-        const res = await t.request("POST", "/v1/analytics/events", {
+        const res = await request("POST", "/v1/analytics/events", {
           token: app.token,
           body: { events: [{ type: "odd", ...(key === "at" ? { at: value } : { properties: { [key]: value } }) }] },
         });
@@ -112,7 +109,7 @@ describe("bad input never answers 500", () => {
       { type: "odd", since: "2024-01-01T00:00:00Z", interval: "month", timezone: "Asia/Kolkata" },
       { type: "odd", since: 0, groupBy: "__proto__" },
     ]) {
-      const res = await t.request("POST", "/v1/analytics/query", { token: app.token, body });
+      const res = await request("POST", "/v1/analytics/query", { token: app.token, body });
       expectEnvelopeOrOk(res, JSON.stringify(body));
     }
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
@@ -120,11 +117,11 @@ describe("bad input never answers 500", () => {
 
   it("inference messages of odd shapes", async () => {
     for (const messages of [[{}], [{ role: "robot", content: "x" }], [{ role: "user", content: 5 }], Array(65).fill({ role: "user", content: "x" }), [{ role: "system", content: "x" }], [null]]) {
-      const res = await t.request("POST", "/v1/inference/generate", { token: app.token, body: { messages, maxTokens: 4 } });
+      const res = await request("POST", "/v1/inference/generate", { token: app.token, body: { messages, maxTokens: 4 } });
       expectEnvelopeOrOk(res, JSON.stringify(messages).slice(0, 60));
     }
     for (const input of [[], [""], Array(97).fill("x"), [1], ["x", null], "\ud800"]) {
-      const res = await t.request("POST", "/v1/inference/embed", { token: app.token, body: { input } });
+      const res = await request("POST", "/v1/inference/embed", { token: app.token, body: { input } });
       expectEnvelopeOrOk(res, JSON.stringify(input).slice(0, 60));
       expect(res.status).toBe(400);
     }

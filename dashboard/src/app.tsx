@@ -60,25 +60,28 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
   const [token, setTokenText] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
+  const signIn = async () => {
+    setBusy(true);
+    setError(null);
+    setToken(token.trim());
+    try {
+      // The cheapest admin call proves the token before anything else is shown.
+      await createClient(AdminService, transport).listApps({});
+      onSignedIn();
+    } catch (err) {
+      clearToken();
+      setError(isUnauthenticated(err) ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again." : errorMessage(err));
+    } finally {
+      setBusy(false);
+    }
+  };
   return (
     <main className="signin">
       <form
         className="card"
-        onSubmit={async (e) => {
+        onSubmit={(e) => {
           e.preventDefault();
-          setBusy(true);
-          setError(null);
-          setToken(token.trim());
-          try {
-            // The cheapest admin call proves the token before anything else is shown.
-            await createClient(AdminService, transport).listApps({});
-            onSignedIn();
-          } catch (err) {
-            clearToken();
-            setError(isUnauthenticated(err) ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again." : errorMessage(err));
-          } finally {
-            setBusy(false);
-          }
+          void signIn();
         }}
       >
         <h1>Platform Batteries</h1>

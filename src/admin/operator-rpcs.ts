@@ -1,30 +1,29 @@
 /**
  * The AdminService RPCs the operator dashboard needs beyond the original
  * admin API: tokens with their last use, the daily usage history, and views
- * into an app's analytics, queues, secrets and mail.
+ * into an app's analytics, queues and secrets.
  *
  * What an app can already ask for itself (its event types and buckets, its
  * queues, its secrets' status, a secret link) is answered by calling that
  * facility's own implementation with the app as the principal, so the
  * operator sees exactly what the app would (same validation, same errors).
- * Only what no app may do (peek without leasing, purge, read one mail) is
- * SQL here, always scoped by the app's id. No secret value is ever read.
+ * What no app may do (peek without leasing, purge) goes through the queues
+ * facility's public interface. No secret value is ever read.
  */
-import { createContextValues, createHandlerContext, type HandlerContext } from "@connectrpc/connect";
+import { createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import type { ServiceImpl } from "@connectrpc/connect";
-import { NAME_PATTERN, NAME_RULE, getApp, type AppRecord } from "../apps.ts";
-import { principalKey } from "../auth.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
-import type { Deps, Facility } from "../facility.ts";
-import { sql } from "../database.ts";
-import { utcDay, type QuotaCounter } from "../quotas.ts";
-import type { MailInit } from "./admin-facility.ts";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import type { AppStore } from "../core/apps/app-store.ts";
+import { principalKey } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Facility } from "../core/facility.ts";
+import type { Quotas } from "../core/quotas/index.ts";
+import type { PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
@@ -32,27 +31,14 @@ const EVENTS_QUEUE = "_events";
 
 export type OperatorRpcs = Pick<
   ServiceImpl<typeof AdminService>,
-  | "listTokens"
-  | "getUsageHistory"
-  | "listEventTypes"
-  | "queryAnalytics"
-  | "listQueues"
-  | "peekMessages"
-  | "purgeQueue"
-  | "listSecrets"
-  | "createSecretLink"
-  | "getMail"
+  "listTokens" | "getUsageHistory" | "listEventTypes" | "queryAnalytics" | "listQueues" | "peekMessages" | "purgeQueue" | "listSecrets" | "createSecretLink"
 >;
 
 export interface OperatorHooks {
   /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
   appFacilities?: readonly Facility[];
-  getMail?(appId: string, id: string): Promise<MailInit | undefined>;
-}
-
-function requireAppId(appId: string): string {
-  if (!appId) throw invalidArgument("app_id", "is required");
-  return appId;
+  peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  purgeQueue?(appId: string, queue: string): Promise<number>;
 }
 
 function checkQueue(name: string): string {
@@ -60,29 +46,19 @@ function checkQueue(name: string): string {
   return name;
 }
 
-/** Today's use of every app that used anything today, as ListApps' at-a-glance column. */
-export async function usageToday(deps: Deps): Promise<Map<string, Map<QuotaCounter, number>>> {
-  const rows = await deps.db.selectFrom("quota_usage").select(["app_id", "counter", "used"]).where("day", "=", utcDay()).execute();
-  const out = new Map<string, Map<QuotaCounter, number>>();
-  for (const r of rows) {
-    let app = out.get(r.app_id);
-    if (!app) out.set(r.app_id, (app = new Map()));
-    app.set(r.counter as QuotaCounter, Number(r.used));
-  }
-  return out;
+function unavailable(what: string): never {
+  throw new PlatformError("not_configured", `${what} is not available in this deployment`);
 }
 
-export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRpcs {
-  const { db } = deps;
-  const load = (appId: string) => getApp(db, requireAppId(appId));
+export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; hooks: OperatorHooks; getApp: (appId: string) => Promise<AppRecord> }): OperatorRpcs {
+  const { apps, quotas, hooks, getApp: load } = options;
 
   /** Calls a facility's own implementation of `method` as `app` would. */
   async function asApp<I, O>(app: AppRecord, service: DescService, method: DescMethod, request: I, signal: AbortSignal): Promise<O> {
     const facility = hooks.appFacilities?.find((f) => f.service.typeName === service.typeName);
     const impl = facility?.impl as Record<string, ((req: I, ctx: HandlerContext) => Promise<O>) | undefined> | undefined;
     const fn = impl?.[method.localName];
-    if (!fn) throw new PlatformError("not_configured", `${service.name}.${method.name} is not available in this deployment`);
-    const values = createContextValues().set(principalKey, { kind: "app", app, tokenId: "" });
+    if (!fn) unavailable(`${service.name}.${method.name}`);
     const context = createHandlerContext({
       service,
       method,
@@ -90,7 +66,7 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
       requestMethod: "POST",
       url: `/${service.typeName}/${method.name}`,
       requestSignal: signal,
-      contextValues: values,
+      contextValues: createContextValues().set(principalKey, { kind: "app", app, tokenId: "" }),
     });
     return fn.call(impl, request, context);
   }
@@ -98,19 +74,13 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
   return {
     async listTokens(req) {
       const app = await load(req.appId);
-      const rows = await db
-        .selectFrom("app_tokens")
-        .select(["id", "label", "created_at", "last_used_at"])
-        .where("app_id", "=", app.id)
-        .orderBy("created_at", "desc")
-        .orderBy("id")
-        .execute();
+      const tokens = await apps.listTokens(app.id);
       return {
-        tokens: rows.map((r) => ({
-          id: r.id,
-          label: r.label,
-          createdAt: timestampFromDate(new Date(r.created_at as unknown as string)),
-          lastUsedAt: r.last_used_at ? timestampFromDate(new Date(r.last_used_at)) : undefined,
+        tokens: tokens.map((t) => ({
+          id: t.id,
+          label: t.label,
+          createdAt: timestampFromDate(t.createdAt),
+          lastUsedAt: t.lastUsedAt ? timestampFromDate(t.lastUsedAt) : undefined,
         })),
       };
     },
@@ -119,27 +89,17 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
       const app = await load(req.appId);
       const days = req.days ?? 30;
       if (!Number.isInteger(days) || days < 1 || days > 366) throw invalidArgument("days", "must be from 1 to 366");
-      const today = new Date(`${utcDay()}T00:00:00Z`);
-      const first = new Date(today.getTime() - (days - 1) * 86_400_000);
-      const rows = await db
-        .selectFrom("quota_usage")
-        .select([sql<string>`to_char(day, 'YYYY-MM-DD')`.as("day"), "counter", "used"])
-        .where("app_id", "=", app.id)
-        .where("day", ">=", utcDay(first) as never)
-        .execute();
-      const byDay = new Map<string, Record<string, bigint>>();
-      for (const r of rows) {
-        const d = byDay.get(r.day) ?? {};
-        d[r.counter] = BigInt(r.used);
-        byDay.set(r.day, d);
-      }
-      const out = [];
-      for (let i = 0; i < days; i++) {
-        const day = utcDay(new Date(first.getTime() + i * 86_400_000));
-        const d = byDay.get(day) ?? {};
-        out.push({ day, events: d.events ?? 0n, mail: d.mail ?? 0n, fastTokens: d.fast_tokens ?? 0n, embedTokens: d.embed_tokens ?? 0n });
-      }
-      return { days: out, limits: { ...app.limits } };
+      const history = await quotas.history(app.id, days);
+      return {
+        days: history.map(({ day, used }) => ({
+          day,
+          events: BigInt(used.events),
+          mail: BigInt(used.mail),
+          fastTokens: BigInt(used.fast_tokens),
+          embedTokens: BigInt(used.embed_tokens),
+        })),
+        limits: { ...app.limits },
+      };
     },
 
     async listEventTypes(req, context) {
@@ -149,8 +109,8 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
 
     async queryAnalytics(req, context) {
       const app = await load(req.appId);
-      const { appId: _appId, $typeName: _typeName, ...query } = req;
-      return asApp(app, AnalyticsService, AnalyticsService.method.queryEvents, query, context.signal);
+      const { type, since, until, interval, groupBy, timezone } = req;
+      return asApp(app, AnalyticsService, AnalyticsService.method.queryEvents, { type, since, until, interval, groupBy, timezone }, context.signal);
     },
 
     async listQueues(req, context) {
@@ -159,39 +119,32 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
     },
 
     async peekMessages(req) {
+      if (!hooks.peekMessages) unavailable("PeekMessages");
       const app = await load(req.appId);
       const queue = checkQueue(req.queue);
       const limit = req.limit ?? 20;
       if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidArgument("limit", "must be from 1 to 100");
-      // The waiting line in claim order, read only: no lease is taken, no delivery counted.
-      const { rows } = await sql<{ id: string; payload: string; size: number; enqueued_at: Date | string; expires_at: Date | string; deliveries: number }>`
-        SELECT id, left(payload, ${PEEK_PAYLOAD_CHARS + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries
-        FROM queue_messages
-        WHERE app_id = ${app.id} AND queue = ${queue}
-          AND (deliveries = 0 OR visible_at <= now()) AND expires_at > now()
-        ORDER BY visible_at, enqueued_at
-        LIMIT ${limit}`.execute(db);
+      const messages = await hooks.peekMessages(app.id, queue, limit, PEEK_PAYLOAD_CHARS);
       return {
-        messages: rows.map((r) => {
-          const truncated = r.payload.length > PEEK_PAYLOAD_CHARS;
+        messages: messages.map((m) => {
+          const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
           return {
-            id: r.id,
-            payload: truncated ? r.payload.slice(0, PEEK_PAYLOAD_CHARS) : r.payload,
+            id: m.id,
+            payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
             truncated,
-            sizeBytes: BigInt(r.size),
-            enqueuedAt: timestampFromDate(new Date(r.enqueued_at)),
-            expiresAt: timestampFromDate(new Date(r.expires_at)),
-            deliveries: Number(r.deliveries),
+            sizeBytes: BigInt(m.sizeBytes),
+            enqueuedAt: timestampFromDate(m.enqueuedAt),
+            expiresAt: timestampFromDate(m.expiresAt),
+            deliveries: m.deliveries,
           };
         }),
       };
     },
 
     async purgeQueue(req) {
+      if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
-      const result = await db.deleteFrom("queue_messages").where("app_id", "=", app.id).where("queue", "=", queue).executeTakeFirst();
-      return { purged: BigInt(result.numDeletedRows) };
+      return { purged: BigInt(await hooks.purgeQueue(app.id, checkQueue(req.queue))) };
     },
 
     async listSecrets(req, context) {
@@ -202,15 +155,6 @@ export function createOperatorRpcs(deps: Deps, hooks: OperatorHooks): OperatorRp
     async createSecretLink(req, context) {
       const app = await load(req.appId);
       return asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal);
-    },
-
-    async getMail(req) {
-      if (!hooks.getMail) throw new PlatformError("not_configured", "GetMail is not available in this deployment");
-      const app = await load(req.appId);
-      if (!/^[1-9][0-9]{0,17}$/.test(req.id)) throw invalidArgument("id", "must be a mail id from ListMail");
-      const mail = await hooks.getMail(app.id, req.id);
-      if (!mail) throw new PlatformError("not_found", `no mail ${req.id} for this app`);
-      return { mail };
     },
   };
 }

@@ -7,13 +7,11 @@
  * The write is not awaited by the request and a failure only loses a mark.
  */
 import type { Logger } from "pino";
-import { sql, type Db } from "../database.ts";
+import type { AppStore } from "../core/apps/app-store.ts";
 
-export interface TokenUsageRecorder {
-  (tokenId: string): void;
-}
+export type TokenUsageRecorder = (tokenId: string) => void;
 
-export function createTokenUsageRecorder(db: Db, logger: Logger, intervalMs = 60_000, clock: () => number = Date.now): TokenUsageRecorder {
+export function createTokenUsageRecorder(apps: AppStore, logger: Logger, intervalMs = 60_000, clock: () => number = Date.now): TokenUsageRecorder {
   const written = new Map<string, number>();
   return (tokenId) => {
     const now = clock();
@@ -21,11 +19,8 @@ export function createTokenUsageRecorder(db: Db, logger: Logger, intervalMs = 60
     if (last !== undefined && now - last < intervalMs) return;
     if (written.size >= 100_000) written.clear();
     written.set(tokenId, now);
-    db.updateTable("app_tokens")
-      .set({ last_used_at: sql`now()` as never })
-      .where("id", "=", tokenId)
-      .where((eb) => eb.or([eb("last_used_at", "is", null), eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalMs / 1000})`)]))
-      .execute()
-      .catch((err: unknown) => logger.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record a token's last use"));
+    apps.markTokenUsed(tokenId, intervalMs / 1000).catch((err: unknown) => {
+      logger.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record a token's last use");
+    });
   };
 }

@@ -6,7 +6,7 @@
  * (ISO), months are calendar months. The stores do the bucketing themselves
  * (`date_trunc` / `$dateTrunc`); this module only has to agree with them.
  */
-import { invalidArgument } from "../errors.ts";
+import { invalidArgument } from "../core/errors.ts";
 
 export type Unit = "hour" | "day" | "week" | "month";
 

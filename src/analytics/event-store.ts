@@ -5,7 +5,7 @@
  * everything before a store sees it, so a store only stores and counts; a
  * store that cannot be reached throws `upstream_error` (502).
  */
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type { Unit } from "./buckets.ts";
 
 /** A validated event as stored: values already turned into strings. */

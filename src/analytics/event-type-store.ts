@@ -3,7 +3,21 @@
  * events), so registering and listing types never depend on the analytics
  * store. Every SQL statement on `analytics_event_types` lives here.
  */
-import { sql, type Db } from "../database.ts";
+import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
+import type { Db, Timestamp } from "../core/database/index.ts";
+
+export interface AnalyticsEventTypesTable {
+  app_id: string;
+  name: string;
+  /** Property name -> declared kind (`string`, `number`, `boolean`). */
+  properties: ColumnType<Record<string, string>, string, string>;
+  created_at: Generated<Timestamp>;
+  updated_at: Generated<Timestamp>;
+}
+
+export type EventTypeTables = {
+  analytics_event_types: AnalyticsEventTypesTable;
+};
 
 export type PropertyKindName = "string" | "number" | "boolean";
 
@@ -24,7 +38,7 @@ interface Row {
 function fromRow(row: Row): EventTypeRecord {
   return {
     name: row.name,
-    properties: typeof row.properties === "string" ? JSON.parse(row.properties) : row.properties,
+    properties: typeof row.properties === "string" ? (JSON.parse(row.properties) as Record<string, PropertyKindName>) : row.properties,
     createdAt: new Date(row.created_at),
     updatedAt: new Date(row.updated_at),
   };
@@ -38,7 +52,8 @@ export interface EventTypeStore {
   get(appId: string, names: readonly string[]): Promise<Map<string, EventTypeRecord>>;
 }
 
-export function createEventTypeStore(db: Db): EventTypeStore {
+export function createEventTypeStore(database: Db): EventTypeStore {
+  const db: Kysely<EventTypeTables> = database.withTables<EventTypeTables>();
   return {
     async register(appId, name, properties) {
       const result = await sql<Row>`
@@ -46,7 +61,7 @@ export function createEventTypeStore(db: Db): EventTypeStore {
         VALUES (${appId}::uuid, ${name}, ${JSON.stringify(properties)}::jsonb)
         ON CONFLICT (app_id, name) DO UPDATE SET properties = excluded.properties, updated_at = clock_timestamp()
         RETURNING name, properties, created_at, updated_at`.execute(db);
-      return fromRow(result.rows[0]!);
+      return fromRow(result.rows[0]);
     },
 
     async list(appId) {

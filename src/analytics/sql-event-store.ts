@@ -23,10 +23,47 @@
  * UTC hour (true for Europe/Berlin or America/New_York across DST);
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
-import { sql, type Db } from "../database.ts";
-import { invalidArgument } from "../errors.ts";
+import { sql, type ColumnType, type Kysely } from "kysely";
+import type { Db, Timestamp } from "../core/database/index.ts";
+import { invalidArgument } from "../core/errors.ts";
 import { isUtc } from "./buckets.ts";
 import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+
+/** Raw events (property values are strings). */
+export interface AnalyticsEventsTable {
+  app_id: string;
+  type: string;
+  at: Timestamp;
+  properties: ColumnType<Record<string, string>, string, string>;
+}
+
+/** Hourly counts per (type, property, value); `prop = ''` is the hour's total. */
+export interface AnalyticsHourlyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  hour: Timestamp;
+  value: string;
+  n: number;
+}
+
+/** The same per UTC day. */
+export interface AnalyticsDailyTable {
+  app_id: string;
+  type: string;
+  prop: string;
+  day: Timestamp;
+  value: string;
+  n: number;
+}
+
+export type AnalyticsEventTables = {
+  analytics_events: AnalyticsEventsTable;
+  analytics_hourly: AnalyticsHourlyTable;
+  analytics_daily: AnalyticsDailyTable;
+};
+
+type EventDb = Kysely<AnalyticsEventTables>;
 
 const HOUR_MS = 3_600_000;
 const DAY_MS = 86_400_000;
@@ -73,17 +110,17 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   const tree = new Map<string, Map<string, Map<number, Map<string, number>>>>();
   const bump = (props: Map<string, Map<number, Map<string, number>>>, prop: string, bucket: number, value: string) => {
     let buckets = props.get(prop);
-    if (!buckets) props.set(prop, (buckets = new Map()));
+    if (!buckets) props.set(prop, (buckets = new Map<number, Map<string, number>>()));
     let values = buckets.get(bucket);
-    if (!values) buckets.set(bucket, (values = new Map()));
+    if (!values) buckets.set(bucket, (values = new Map<string, number>()));
     values.set(value, (values.get(value) ?? 0) + 1);
   };
   for (const e of events) {
     let props = tree.get(e.type);
-    if (!props) tree.set(e.type, (props = new Map()));
+    if (!props) tree.set(e.type, (props = new Map<string, Map<number, Map<string, number>>>()));
     const bucket = Math.floor(e.at / spanMs);
     bump(props, "", bucket, "");
-    for (const prop in e.properties) bump(props, prop, bucket, e.properties[prop]!);
+    for (const prop in e.properties) bump(props, prop, bucket, e.properties[prop]);
   }
   const rows: RollupRows = { types: [], props: [], buckets: [], values: [], counts: [] };
   const byString = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
@@ -106,7 +143,8 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   return rows;
 }
 
-export function createSqlEventStore(db: Db): EventStore {
+export function createSqlEventStore(database: Db): EventStore {
+  const db: EventDb = database.withTables<AnalyticsEventTables>();
   return {
     kind: "sql",
 
@@ -185,7 +223,7 @@ export function planPieces(q: CountQuery, hourlyExact: boolean): { raw: Range[];
   return { raw, hourly: nonEmpty([firstHour, firstDay], [lastDay, lastHour]), daily: [[firstDay, lastDay]] };
 }
 
-async function countSql(db: Db, q: CountQuery): Promise<CountBucket[]> {
+async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
   const zone = isUtc(q.timezone) ? "UTC" : q.timezone!;
   const hourlyExact = zone === "UTC" || q.unit === "hour" || (await boundariesOnWholeHours(db, q, zone));
   const pieces = planPieces(q, hourlyExact);
@@ -194,7 +232,7 @@ async function countSql(db: Db, q: CountQuery): Promise<CountBucket[]> {
   const buckets = new Map<number, Map<string | null, number>>();
   const add = (at: number, group: string | null, n: number) => {
     let groups = buckets.get(at);
-    if (!groups) buckets.set(at, (groups = new Map()));
+    if (!groups) buckets.set(at, (groups = new Map<string | null, number>()));
     groups.set(group, (groups.get(group) ?? 0) + n);
   };
   const props = q.groupBy === undefined ? [""] : ["", q.groupBy];
@@ -261,7 +299,7 @@ async function countSql(db: Db, q: CountQuery): Promise<CountBucket[]> {
  * True when every bucket boundary of the range, as Postgres computes it in
  * `zone`, is a whole UTC hour, so that buckets are exact sums of hourly rollups.
  */
-async function boundariesOnWholeHours(db: Db, q: CountQuery, zone: string): Promise<boolean> {
+async function boundariesOnWholeHours(db: EventDb, q: CountQuery, zone: string): Promise<boolean> {
   const step = `1 ${q.unit}`;
   const result = await sql<{ ok: boolean | null }>`
     SELECT bool_and(mod(extract(epoch FROM (s AT TIME ZONE ${zone}))::numeric, 3600) = 0) AS ok

@@ -6,8 +6,8 @@
  */
 import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
-import { NAME_PATTERN, NAME_RULE } from "../apps.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
+import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 
@@ -81,10 +81,10 @@ export function timestampToMs(ts: Timestamp): number | undefined {
 export function validateEvents(events: readonly EventInput[], types: ReadonlyMap<string, EventTypeRecord>, now: number): StoredEvent[] {
   checkBatchSize(events.length);
   const issues: string[] = [];
-  const out: StoredEvent[] = new Array(events.length);
+  const out = new Array<StoredEvent>(events.length);
   const latest = now + MAX_FUTURE_MS;
   for (let i = 0; i < events.length && issues.length < 20; i++) {
-    const e = events[i]!;
+    const e = events[i];
     const where = `events[${i}]`;
     const type = NAME_PATTERN.test(e.type) ? types.get(e.type) : undefined;
     if (!e.type) {
@@ -132,7 +132,7 @@ export function validateEvents(events: readonly EventInput[], types: ReadonlyMap
     if (!bad) out[i] = { type: e.type, at, properties };
   }
   if (issues.length > 0) {
-    throw new PlatformError("invalid_argument", issues[0]!, { details: issues });
+    throw new PlatformError("invalid_argument", issues[0], { details: issues });
   }
   return out;
 }

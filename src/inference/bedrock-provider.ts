@@ -32,7 +32,7 @@ import {
   type SystemContentBlock,
 } from "@aws-sdk/client-bedrock-runtime";
 import type { Logger } from "pino";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type {
   ChatTurn,
   EmbedResult,
@@ -169,7 +169,7 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
   }
 
   async function embedTitan(inputs: readonly string[], signal: AbortSignal): Promise<{ embeddings: number[][]; tokens: number }> {
-    const embeddings: number[][] = new Array(inputs.length);
+    const embeddings = new Array<number[]>(inputs.length);
     let tokens = 0;
     let next = 0;
     // One failed call stops the others: the whole request fails anyway.
@@ -178,7 +178,7 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
     const worker = async () => {
       while (next < inputs.length && !linked.aborted) {
         const index = next++;
-        const text = inputs[index]!;
+        const text = inputs[index];
         const { json, headerTokens } = await invokeJson({ inputText: text }, linked);
         const body = json as { embedding?: unknown; inputTextTokenCount?: unknown };
         const vector = vectorOf(body.embedding);
@@ -257,7 +257,7 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
     async embed(inputs: readonly string[], signal: AbortSignal): Promise<EmbedResult> {
       try {
         const { embeddings, tokens } = cohere ? await embedCohere(inputs, signal) : await embedTitan(inputs, signal);
-        const dimensions = embeddings[0]!.length;
+        const dimensions = embeddings[0].length;
         if (embeddings.some((v) => v.length !== dimensions)) throw malformed("embeddings of different lengths");
         return { embeddings, dimensions, tokens };
       } catch (err) {

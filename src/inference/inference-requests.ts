@@ -7,7 +7,7 @@
  */
 import type { EmbedRequest, GenerateRequest } from "../../gen/platform/inference/v1/inference_pb.js";
 import { Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { invalidArgument } from "../errors.ts";
+import { invalidArgument } from "../core/errors.ts";
 import type { ChatRole, ChatTurn, GenerateCall } from "./inference-provider.ts";
 
 export const FAST_MODEL = "platform/fast";

@@ -53,13 +53,13 @@ export function hashEmbedding(text: string, dimensions = LOCAL_EMBEDDING_DIMENSI
   const vector = new Float64Array(dimensions);
   const add = (hash: number, weight: number) => {
     // The low bits pick the bucket, the top bit the sign, so collisions cancel out on average.
-    vector[hash % dimensions]! += hash & 0x80000000 ? -weight : weight;
+    vector[hash % dimensions] += hash & 0x80000000 ? -weight : weight;
   };
   const tokens = words(text);
   for (let i = 0; i < tokens.length; i++) {
-    const word = tokens[i]!;
+    const word = tokens[i];
     add(fnv1a(word, UNIGRAM_SEED), UNIGRAM_WEIGHT);
-    if (i > 0) add(fnv1a(word, fnv1a(" ", fnv1a(tokens[i - 1]!, BIGRAM_SEED))), BIGRAM_WEIGHT);
+    if (i > 0) add(fnv1a(word, fnv1a(" ", fnv1a(tokens[i - 1], BIGRAM_SEED))), BIGRAM_WEIGHT);
     const padded = `#${word.length > TRIGRAM_SPAN ? word.slice(0, TRIGRAM_SPAN) : word}#`;
     for (let j = 0; j + 3 <= padded.length; j++) add(fnv1a(padded, TRIGRAM_SEED, j, j + 3), TRIGRAM_WEIGHT);
   }

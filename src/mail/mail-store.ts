@@ -3,7 +3,27 @@
  * by the app id. Newest first is by the identity column, which follows insert
  * order (timestamps can tie).
  */
-import type { Db } from "../database.ts";
+import type { Generated, Kysely } from "kysely";
+import type { Db, Timestamp } from "../core/database/index.ts";
+
+/** One send attempt, by either provider. */
+export interface MailLogTable {
+  id: Generated<number>;
+  app_id: string;
+  to_address: string;
+  from_address: string;
+  subject: string;
+  /** Kept only for the outbox, where the row is the message; null for SES. */
+  body_text: string | null;
+  status: "sent" | "stored" | "failed";
+  provider: string;
+  provider_message_id: string;
+  created_at: Timestamp;
+}
+
+export type MailTables = {
+  mail_log: MailLogTable;
+};
 
 export type MailLogStatus = "sent" | "stored" | "failed";
 
@@ -58,7 +78,8 @@ function recordFromRow(r: {
   };
 }
 
-export function createMailStore(db: Db): MailStore {
+export function createMailStore(database: Db): MailStore {
+  const db: Kysely<MailTables> = database.withTables<MailTables>();
   return {
     async record(appId, entry) {
       await db

@@ -8,7 +8,7 @@
  */
 import { SESv2Client, SendEmailCommand, SESv2ServiceException } from "@aws-sdk/client-sesv2";
 import type { Logger } from "pino";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type { MailProvider } from "./mail-provider.ts";
 
 export interface SesProviderOptions {

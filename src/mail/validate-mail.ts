@@ -15,7 +15,7 @@
  * a string with a lone surrogate is not text and is refused.
  */
 import { z } from "zod";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 
 /** The WHATWG "valid e-mail address" production, as zod ships it. */
 export const WHATWG_EMAIL = z.regexes.html5Email;
@@ -66,5 +66,5 @@ export function validateMail(fields: MailFields): void {
   if (subject) problems.push(`subject: ${subject}`);
   const text = textProblem(fields.text, TEXT_MAX);
   if (text) problems.push(`text: ${text}`);
-  if (problems.length > 0) throw new PlatformError("invalid_argument", problems[0]!, { details: problems });
+  if (problems.length > 0) throw new PlatformError("invalid_argument", problems[0], { details: problems });
 }

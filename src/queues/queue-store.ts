@@ -16,7 +16,27 @@
  * leases mean the same on every instance.
  */
 import crypto from "node:crypto";
-import { PREPARED, sql, type Db } from "../database.ts";
+import { sql, type Generated, type Kysely } from "kysely";
+import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
+
+/** One message of a queue. */
+export interface QueueMessagesTable {
+  id: Generated<string>;
+  app_id: string;
+  queue: string;
+  /** The JSON-serialised payload, stored as text: kept byte for byte, never read into. */
+  payload: string;
+  enqueued_at: Generated<Timestamp>;
+  /** When the message may next be claimed: the put (plus any delay), or the end of its current lease. */
+  visible_at: Timestamp;
+  expires_at: Timestamp;
+  /** Deliveries so far; also the lease's nonce inside the receipt. */
+  deliveries: Generated<number>;
+}
+
+export type QueueTables = {
+  queue_messages: QueueMessagesTable;
+};
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";
@@ -68,8 +88,24 @@ export interface PutItem {
   notify: string | undefined;
 }
 
+export interface PeekedMessage {
+  id: string;
+  /** The payload's JSON text, cut after the asked length plus one (so a cut can be told). */
+  payload: string;
+  sizeBytes: number;
+  enqueuedAt: Date;
+  expiresAt: Date;
+  deliveries: number;
+}
+
 export interface QueueStore {
-  put(input: PutInput, db?: Db): Promise<PutResult>;
+  put(input: PutInput): Promise<PutResult>;
+  /**
+   * The same put, serialised with every other `putSerialized` on the queue by
+   * a transaction-scoped advisory lock, so that near the depth cap concurrent
+   * puts cannot overshoot it.
+   */
+  putSerialized(input: PutInput): Promise<PutResult>;
   /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
@@ -97,6 +133,10 @@ export interface QueueStore {
   expire(limit: number): Promise<number>;
   /** Deletes up to `limit` messages of apps that no longer exist; returns how many. */
   deleteOrphans(limit: number): Promise<number>;
+  /** Waiting messages in claim order, read only (no lease, no delivery counted); payloads cut after `maxChars` + 1. */
+  peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  /** Deletes every message of one app's queue, waiting or leased; how many. */
+  purge(appId: string, queue: string): Promise<number>;
 }
 
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
@@ -113,31 +153,42 @@ export type ClaimResult = { message: StoredMessage } | { message?: undefined; ne
  * claim keeps "an earlier receipt never acks" true even across a database
  * crash, and cost no measurable throughput once claims are batched.
  */
-export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
+export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
+  const db: Kysely<QueueTables> = database.withTables<QueueTables>();
+  const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();
+  async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
+    const { rows } = await sql<Row>`${PREPARED}
+      WITH depth AS (
+        SELECT count(*)::int AS n FROM (
+          SELECT 1 FROM queue_messages
+          WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
+          LIMIT ${input.depthBelow}
+        ) w
+      ), ins AS (
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+        SELECT ${input.appId}, ${input.queue}, ${input.payload},
+               now() + make_interval(secs => ${input.delaySeconds}),
+               now() + make_interval(secs => ${input.ttlSeconds})
+        FROM depth WHERE depth.n < ${input.depthBelow}
+        RETURNING id, expires_at
+      )
+      SELECT depth.n, ins.id, ins.expires_at,
+             CASE WHEN ins.id IS NOT NULL AND ${input.notify ?? null}::text IS NOT NULL
+                  THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
+      FROM depth LEFT JOIN ins ON true`.execute(on);
+    const row = rows[0];
+    if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
+    return { inserted: false, depth: Number(row.n) };
+  }
+
   const store: QueueStore = {
-    async put(input, on = db) {
-      const { rows } = await sql<Row>`${PREPARED}
-        WITH depth AS (
-          SELECT count(*)::int AS n FROM (
-            SELECT 1 FROM queue_messages
-            WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
-            LIMIT ${input.depthBelow}
-          ) w
-        ), ins AS (
-          INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
-          SELECT ${input.appId}, ${input.queue}, ${input.payload},
-                 now() + make_interval(secs => ${input.delaySeconds}),
-                 now() + make_interval(secs => ${input.ttlSeconds})
-          FROM depth WHERE depth.n < ${input.depthBelow}
-          RETURNING id, expires_at
-        )
-        SELECT depth.n, ins.id, ins.expires_at,
-               CASE WHEN ins.id IS NOT NULL AND ${input.notify ?? null}::text IS NOT NULL
-                    THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
-        FROM depth LEFT JOIN ins ON true`.execute(on);
-      const row = rows[0]!;
-      if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
-      return { inserted: false, depth: Number(row.n) };
+    put: (input) => put(input, db),
+
+    putSerialized(input) {
+      return db.transaction().execute(async (trx) => {
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(trx);
+        return put(input, trx);
+      });
     },
 
     async putMany(appId, queue, depthBelow, items) {
@@ -205,7 +256,7 @@ export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
                CASE WHEN ${input.notify ?? null}::text IS NOT NULL
                     THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
         FROM ins`.execute(db);
-      const row = rows[0]!;
+      const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
 
@@ -266,7 +317,7 @@ export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
     },
 
     async ack(appId, id, deliveries) {
-      return (await store.ackMany([{ appId, id, deliveries }]))[0]!;
+      return (await store.ackMany([{ appId, id, deliveries }]))[0];
     },
 
     async ackMany(receipts) {
@@ -335,6 +386,28 @@ export function createQueueStore(db: Db, relaxedDb: Db = db): QueueStore {
           FOR UPDATE SKIP LOCKED
         )`.execute(relaxedDb);
       return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async peek(appId, queue, limit, maxChars) {
+      const { rows } = await sql<{ id: string; payload: string; size: number; enqueued_at: unknown; expires_at: unknown; deliveries: number }>`
+        SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries
+        FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+        ORDER BY visible_at, enqueued_at
+        LIMIT ${limit}`.execute(db);
+      return rows.map((r) => ({
+        id: r.id,
+        payload: r.payload,
+        sizeBytes: Number(r.size),
+        enqueuedAt: toDate(r.enqueued_at),
+        expiresAt: toDate(r.expires_at),
+        deliveries: Number(r.deliveries),
+      }));
+    },
+
+    async purge(appId, queue) {
+      const result = await db.deleteFrom("queue_messages").where("app_id", "=", appId).where("queue", "=", queue).executeTakeFirst();
+      return Number(result.numDeletedRows);
     },
   };
   return store;

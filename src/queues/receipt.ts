@@ -5,7 +5,7 @@
  * counts up, and every earlier receipt of that message stops matching.
  * Opaque to callers: base64url of the 16 id bytes and a 4-byte count.
  */
-import { invalidArgument } from "../errors.ts";
+import { invalidArgument } from "../core/errors.ts";
 
 export interface Receipt {
   id: string;

@@ -21,7 +21,7 @@
  */
 import crypto from "node:crypto";
 import type { Logger } from "pino";
-import type { Database } from "../database.ts";
+import type { Database } from "../core/database/index.ts";
 import { QUEUE_CHANNEL, type QueueStore } from "./queue-store.ts";
 
 /** How often the safety re-check runs while anyone waits. */

@@ -4,7 +4,7 @@
  * Values are sealed with AES-256-GCM under the current key (`SECRETS_KEY`).
  * Each stored value carries the id of the key that sealed it, so values sealed
  * under an earlier key stay readable as long as that key is still listed in
- * `SECRETS_OLD_KEYS`; `rotateSecretsKey` re-seals every such value under the
+ * `SECRETS_OLD_KEYS`; `rotateSecretsKey` (`rotate-key.ts`) re-seals every such value under the
  * current key, after which the old key can be dropped.
  *
  * The ciphertext is bound to the app, the secret's name and its version with
@@ -13,7 +13,6 @@
  * instead of handing out the wrong value.
  */
 import crypto from "node:crypto";
-import type { Db } from "../database.ts";
 
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
@@ -105,77 +104,4 @@ export function createKeyring(current: Buffer, old: readonly Buffer[] = []): Key
 export function keyringFromConfig(config: { secretsKey: Buffer | undefined; secretsOldKeys?: readonly Buffer[] | undefined }): Keyring {
   if (!config.secretsKey) throw new Error("SECRETS_KEY is not resolved (set it, or let the server generate it into DATA_DIR)");
   return createKeyring(config.secretsKey, config.secretsOldKeys ?? []);
-}
-
-export interface RotationReport {
-  /** The key every value is now sealed under. */
-  keyId: string;
-  /** Values re-sealed by this run. */
-  reencrypted: number;
-  /** Values that were already under the current key. */
-  alreadyCurrent: number;
-}
-
-const ROTATION_BATCH = 200;
-
-/**
- * `npm run cli -- secrets rotate-key`: re-seals every stored value that is not
- * under the keyring's current key. Safe while the service runs: each row is
- * rewritten only if it still holds the ciphertext that was read (a value set
- * meanwhile is already under the current key and is left alone). Idempotent:
- * a second run finds nothing to do. Throws `UnknownKeyError` before changing
- * anything when some value is under a key the keyring does not have.
- */
-export async function rotateSecretsKey(db: Db, keyring: Keyring): Promise<RotationReport> {
-  const stale = await db
-    .selectFrom("secrets")
-    .select(["key_id"])
-    .distinct()
-    .where("value_encrypted", "is not", null)
-    .where("key_id", "<>", keyring.currentKeyId)
-    .execute();
-  for (const { key_id } of stale) {
-    if (key_id === null || !keyring.has(key_id)) throw new UnknownKeyError(key_id ?? "(none)");
-  }
-
-  let reencrypted = 0;
-  for (;;) {
-    const rows = await db
-      .selectFrom("secrets")
-      .select(["app_id", "name", "version", "key_id", "value_encrypted"])
-      .where("value_encrypted", "is not", null)
-      .where("key_id", "<>", keyring.currentKeyId)
-      .orderBy("app_id")
-      .orderBy("name")
-      .limit(ROTATION_BATCH)
-      .execute();
-    if (rows.length === 0) break;
-    let batchUpdated = 0;
-    for (const row of rows) {
-      const context = { appId: row.app_id, name: row.name, version: row.version ?? 0 };
-      const plaintext = keyring.open({ sealed: row.value_encrypted!, keyId: row.key_id! }, context);
-      const { sealed, keyId } = keyring.seal(plaintext, context);
-      const result = await db
-        .updateTable("secrets")
-        .set({ value_encrypted: sealed, key_id: keyId })
-        .where("app_id", "=", row.app_id)
-        .where("name", "=", row.name)
-        .where("key_id", "=", row.key_id)
-        .where("value_encrypted", "=", row.value_encrypted)
-        .executeTakeFirst();
-      batchUpdated += Number(result.numUpdatedRows);
-    }
-    if (batchUpdated === 0) {
-      // Every row changed under us and is still not under the current key: some
-      // instance keeps sealing with an old key. Stop rather than loop forever.
-      throw new Error("values keep being set under an old key: configure every instance with the new SECRETS_KEY first");
-    }
-    reencrypted += batchUpdated;
-  }
-  const current = await db
-    .selectFrom("secrets")
-    .select((eb) => eb.fn.countAll<number>().as("n"))
-    .where("key_id", "=", keyring.currentKeyId)
-    .executeTakeFirstOrThrow();
-  return { keyId: keyring.currentKeyId, reencrypted, alreadyCurrent: Number(current.n) - reencrypted };
 }

@@ -16,7 +16,7 @@
  */
 import crypto from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { PlatformError } from "../errors.ts";
+import { PlatformError } from "../core/errors.ts";
 import type { LinkInfo, SetResult } from "./secret-store.ts";
 import { hashLinkToken } from "./secret-store.ts";
 
@@ -140,7 +140,7 @@ function badFormPage(message: string): string {
 export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOptions): void {
   const csrfWith = (key: Buffer, token: string) =>
     crypto.createHmac("sha256", key).update(`secret-link-form\0${hashLinkToken(token)}`).digest();
-  const csrfFor = (token: string) => csrfWith(options.csrfKeys[0]!, token).toString("base64url");
+  const csrfFor = (token: string) => csrfWith(options.csrfKeys[0], token).toString("base64url");
   const csrfMatches = (token: string, given: unknown) => {
     if (typeof given !== "string") return false;
     const actual = Buffer.from(given, "base64url");

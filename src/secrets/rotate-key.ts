@@ -7,9 +7,10 @@
  */
 import fs from "node:fs/promises";
 import path from "node:path";
-import type { Config } from "../config.ts";
-import { openDatabase } from "../database.ts";
-import { createKeyring, rotateSecretsKey, type RotationReport } from "./keyring.ts";
+import type { Config } from "../core/config.ts";
+import { openDatabase, type Db } from "../core/database/index.ts";
+import { createKeyring, UnknownKeyError, type Keyring } from "./keyring.ts";
+import { createSecretStore } from "./secret-store.ts";
 
 /** The current key: `SECRETS_KEY`, else the key the server generated into DATA_DIR. Never generates one. */
 async function currentKey(config: Config): Promise<Buffer> {
@@ -34,4 +35,50 @@ export async function rotateSecretsKeyFromConfig(config: Config): Promise<Rotati
   } finally {
     await database.close();
   }
+}
+
+export interface RotationReport {
+  /** The key every value is now sealed under. */
+  keyId: string;
+  /** Values re-sealed by this run. */
+  reencrypted: number;
+  /** Values that were already under the current key. */
+  alreadyCurrent: number;
+}
+
+const ROTATION_BATCH = 200;
+
+/**
+ * `npm run cli -- secrets rotate-key`: re-seals every stored value that is not
+ * under the keyring's current key. Safe while the service runs: each row is
+ * rewritten only if it still holds the ciphertext that was read (a value set
+ * meanwhile is already under the current key and is left alone). Idempotent:
+ * a second run finds nothing to do. Throws `UnknownKeyError` before changing
+ * anything when some value is under a key the keyring does not have.
+ */
+export async function rotateSecretsKey(db: Db, keyring: Keyring): Promise<RotationReport> {
+  const store = createSecretStore(db);
+  for (const keyId of await store.staleKeyIds(keyring.currentKeyId)) {
+    if (keyId === null || !keyring.has(keyId)) throw new UnknownKeyError(keyId ?? "(none)");
+  }
+
+  let reencrypted = 0;
+  for (;;) {
+    const rows = await store.staleValues(keyring.currentKeyId, ROTATION_BATCH);
+    if (rows.length === 0) break;
+    let batchUpdated = 0;
+    for (const row of rows) {
+      const context = { appId: row.appId, name: row.name, version: row.version ?? 0 };
+      const plaintext = keyring.open(row.value, context);
+      if (await store.replaceSealed(row, keyring.seal(plaintext, context))) batchUpdated++;
+    }
+    if (batchUpdated === 0) {
+      // Every row changed under us and is still not under the current key: some
+      // instance keeps sealing with an old key. Stop rather than loop forever.
+      throw new Error("values keep being set under an old key: configure every instance with the new SECRETS_KEY first");
+    }
+    reencrypted += batchUpdated;
+  }
+  const current = await store.countUnderKey(keyring.currentKeyId);
+  return { keyId: keyring.currentKeyId, reencrypted, alreadyCurrent: current - reencrypted };
 }

@@ -5,11 +5,48 @@
  * and leave this module only sealed; the caller seals and opens them, so
  * nothing here ever holds a plaintext value.
  */
-import { hashToken } from "../auth.ts";
-import { sql, type Db } from "../database.ts";
+import { sql, type Generated, type Kysely } from "kysely";
+import { hashToken } from "../core/auth.ts";
+import type { AppTables } from "../core/apps/app-store.ts";
+import type { Db, Timestamp, Transaction } from "../core/database/index.ts";
 import type { SealedValue } from "./keyring.ts";
 
-type Tx = Parameters<Parameters<ReturnType<Db["transaction"]>["execute"]>[0]>[0];
+export interface SecretsTable {
+  app_id: string;
+  name: string;
+  /** AES-256-GCM: iv (12 bytes) | tag (16 bytes) | ciphertext; null while unset. */
+  value_encrypted: Buffer | null;
+  key_id: string | null;
+  version: number | null;
+  set_at: Timestamp | null;
+}
+
+export interface SecretLinksTable {
+  /** Hex SHA-256 of the link token; the token itself is never stored. */
+  token_hash: string;
+  app_id: string;
+  name: string;
+  created_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+  /** Set once, atomically, when the link sets the value; a used link is dead. */
+  used_at: Timestamp | null;
+}
+
+/** The secrets tables, and `apps` for the joins that check an app's flag or lock its row. */
+export type SecretTables = AppTables & {
+  secrets: SecretsTable;
+  secret_links: SecretLinksTable;
+};
+
+type Tx = Transaction<SecretTables>;
+
+/** A stored value not under the current key (key rotation). */
+export interface StaleValue {
+  appId: string;
+  name: string;
+  version: number | null;
+  value: SealedValue;
+}
 
 export interface SecretRow {
   name: string;
@@ -40,7 +77,8 @@ export interface LinkInfo {
 /** Link tokens are stored only as this hash: SHA-256, like service tokens. */
 export const hashLinkToken: (token: string) => string = hashToken;
 
-export function createSecretStore(db: Db) {
+export function createSecretStore(database: Db) {
+  const db: Kysely<SecretTables> = database.withTables<SecretTables>();
   /** Within `trx`: locks the secret row, bumps its version and stores the sealed value. Undefined when undeclared. */
   async function setInTransaction(trx: Tx, appId: string, name: string, seal: Sealer): Promise<SetResult | undefined> {
     const current = await trx
@@ -186,6 +224,89 @@ export function createSecretStore(db: Db) {
         if (!link) return undefined;
         return setInTransaction(trx, link.app_id, link.name, (version) => seal(link.app_id, link.name, version));
       });
+    },
+
+    /**
+     * The blueprint's list of secret names: declaring keeps the secrets whose
+     * names stay (values untouched), adds the new ones unset, and deletes the
+     * rest with their values. A secret's links go with it (the `secret_links`
+     * foreign key cascades), so a dropped name leaves no usable link behind.
+     */
+    async declare(appId: string, names: string[]): Promise<void> {
+      await db.transaction().execute(async (trx) => {
+        let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
+        if (names.length > 0) removal = removal.where("name", "not in", names);
+        await removal.execute();
+        if (names.length > 0) {
+          await trx
+            .insertInto("secrets")
+            .values(names.map((name) => ({ app_id: appId, name, value_encrypted: null, key_id: null, version: null, set_at: null })))
+            .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
+            .execute();
+        }
+      });
+    },
+
+    /** The declared names of every app (or of one), by app id, in name order. */
+    async declaredNames(appId?: string): Promise<Map<string, string[]>> {
+      let query = db.selectFrom("secrets").select(["app_id", "name"]).orderBy("name");
+      if (appId !== undefined) query = query.where("app_id", "=", appId);
+      const byApp = new Map<string, string[]>();
+      for (const row of await query.execute()) {
+        const names = byApp.get(row.app_id);
+        if (names) names.push(row.name);
+        else byApp.set(row.app_id, [row.name]);
+      }
+      return byApp;
+    },
+
+    /** Key ids of values not under `currentKeyId` (null: a value without one). */
+    async staleKeyIds(currentKeyId: string): Promise<(string | null)[]> {
+      const rows = await db
+        .selectFrom("secrets")
+        .select(["key_id"])
+        .distinct()
+        .where("value_encrypted", "is not", null)
+        .where("key_id", "<>", currentKeyId)
+        .execute();
+      return rows.map((r) => r.key_id);
+    },
+
+    /** Up to `limit` values not under `currentKeyId`, in a stable order. */
+    async staleValues(currentKeyId: string, limit: number): Promise<StaleValue[]> {
+      const rows = await db
+        .selectFrom("secrets")
+        .select(["app_id", "name", "version", "key_id", "value_encrypted"])
+        .where("value_encrypted", "is not", null)
+        .where("key_id", "<>", currentKeyId)
+        .orderBy("app_id")
+        .orderBy("name")
+        .limit(limit)
+        .execute();
+      return rows.map((r) => ({ appId: r.app_id, name: r.name, version: r.version, value: { sealed: r.value_encrypted!, keyId: r.key_id! } }));
+    },
+
+    /** Replaces a value re-sealed under another key, only if the row still holds what was read; true when it did. */
+    async replaceSealed(stale: StaleValue, resealed: SealedValue): Promise<boolean> {
+      const result = await db
+        .updateTable("secrets")
+        .set({ value_encrypted: resealed.sealed, key_id: resealed.keyId })
+        .where("app_id", "=", stale.appId)
+        .where("name", "=", stale.name)
+        .where("key_id", "=", stale.value.keyId)
+        .where("value_encrypted", "=", stale.value.sealed)
+        .executeTakeFirst();
+      return Number(result.numUpdatedRows) > 0;
+    },
+
+    /** How many values are sealed under `keyId`. */
+    async countUnderKey(keyId: string): Promise<number> {
+      const row = await db
+        .selectFrom("secrets")
+        .select((eb) => eb.fn.countAll<number>().as("n"))
+        .where("key_id", "=", keyId)
+        .executeTakeFirstOrThrow();
+      return Number(row.n);
     },
 
     /** Key ids of stored values, to warn at start about values no configured key opens. */

@@ -67,7 +67,7 @@ describe("the operator commands", () => {
     await t.admin.updateApp({ appId: app.id, mailFrom: "ops@example.com" });
     await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "bo@example.org", subject: "Report", text: "All good." } });
     const { mails } = await t.admin.listMail({ appId: app.id });
-    const got = await cliJson("mail", "get", "cli-ops", mails[0]!.id);
-    expect(got.mail).toMatchObject({ subject: "Report", text: "All good.", id: mails[0]!.id });
+    const got = await cliJson("mail", "get", "cli-ops", mails[0].id);
+    expect(got.mail).toMatchObject({ subject: "Report", text: "All good.", id: mails[0].id });
   });
 });

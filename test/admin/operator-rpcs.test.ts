@@ -68,7 +68,7 @@ describe("GetUsageHistory and ListApps' usage", () => {
     expect(days).toHaveLength(30);
     expect(days.at(-1)!.day).toBe(new Date().toISOString().slice(0, 10));
     expect(days.at(-1)!.events).toBe(2n);
-    expect(days[0]!.day < days[1]!.day).toBe(true);
+    expect(days[0].day < days[1].day).toBe(true);
     expect(days.slice(0, -1).every((d) => d.events === 0n)).toBe(true);
     expect(limits?.eventsPerDay).toBeGreaterThan(0);
     expect((await t.admin.getUsageHistory({ appId: app.id, days: 1 })).days).toHaveLength(1);
@@ -126,13 +126,13 @@ describe("ListQueues, PeekMessages, PurgeQueue", () => {
 
     const peek = await t.admin.peekMessages({ appId: app.id, queue: "jobs" });
     expect(peek.messages).toHaveLength(3);
-    expect(JSON.parse(peek.messages[0]!.payload)).toEqual({ n: 1 });
-    expect(peek.messages[0]!.deliveries).toBe(0);
-    expect(peek.messages[2]!.truncated).toBe(true);
-    expect(peek.messages[2]!.payload).toHaveLength(4096);
-    expect(Number(peek.messages[2]!.sizeBytes)).toBeGreaterThan(10_000);
+    expect(JSON.parse(peek.messages[0].payload)).toEqual({ n: 1 });
+    expect(peek.messages[0].deliveries).toBe(0);
+    expect(peek.messages[2].truncated).toBe(true);
+    expect(peek.messages[2].payload).toHaveLength(4096);
+    expect(Number(peek.messages[2].sizeBytes)).toBeGreaterThan(10_000);
     // Not leased: the depth is unchanged and a consumer still gets the first message.
-    expect(Number((await t.admin.listQueues({ appId: app.id })).queues[0]!.depth)).toBe(3);
+    expect(Number((await t.admin.listQueues({ appId: app.id })).queues[0].depth)).toBe(3);
     const consumed = await t.request("POST", "/v1/queues/jobs/consume", { token: app.token, body: { waitSeconds: 0 } });
     expect(consumed.body.payload ?? consumed.body.message?.payload).toEqual({ n: 1 });
 
@@ -142,7 +142,7 @@ describe("ListQueues, PeekMessages, PurgeQueue", () => {
     const purged = await t.admin.purgeQueue({ appId: app.id, queue: "jobs" });
     expect(Number(purged.purged)).toBe(3);
     expect((await t.admin.listQueues({ appId: app.id })).queues).toEqual([]);
-    expect(Number((await t.admin.listQueues({ appId: other.id })).queues[0]!.depth)).toBe(1);
+    expect(Number((await t.admin.listQueues({ appId: other.id })).queues[0].depth)).toBe(1);
   });
 });
 
@@ -175,10 +175,10 @@ describe("GetMail", () => {
     expect(sent.status).toBe(200);
     const { mails } = await t.admin.listMail({ appId: app.id });
     expect(mails).toHaveLength(1);
-    expect(mails[0]!.id).toMatch(/^\d+$/);
-    const { mail } = await t.admin.getMail({ appId: app.id, id: mails[0]!.id });
+    expect(mails[0].id).toMatch(/^\d+$/);
+    const { mail } = await t.admin.getMail({ appId: app.id, id: mails[0].id });
     expect(mail).toMatchObject({ subject: "Welcome", text: "Hi Ann", to: "ann@example.org", from: "hello@example.com", status: MailStatus.STORED });
-    expect((await connectError(t.admin.getMail({ appId: other.id, id: mails[0]!.id }))).code).toBe(Code.NotFound);
+    expect((await connectError(t.admin.getMail({ appId: other.id, id: mails[0].id }))).code).toBe(Code.NotFound);
     expect((await connectError(t.admin.getMail({ appId: app.id, id: "abc" }))).rawMessage).toBe("id: must be a mail id from ListMail");
   });
 });

@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import pino from "pino";
 import { createTokenUsageRecorder } from "../../src/admin/token-usage.ts";
+import { createAppStore, type AppTables } from "../../src/core/apps/app-store.ts";
 import { startServer, type TestServer } from "../support/harness.ts";
 
 let t: TestServer;
@@ -15,16 +16,17 @@ beforeAll(async () => {
 });
 afterAll(() => t?.close());
 
+const tables = () => t.server.deps.db.withTables<AppTables>();
 const lastUsed = async (tokenId: string) =>
-  (await t.server.deps.db.selectFrom("app_tokens").select("last_used_at").where("id", "=", tokenId).executeTakeFirstOrThrow()).last_used_at;
+  (await tables().selectFrom("app_tokens").select("last_used_at").where("id", "=", tokenId).executeTakeFirstOrThrow()).last_used_at;
 
 describe("createTokenUsageRecorder", () => {
   it("writes at most once per interval per token", async () => {
     const app = await t.createApp();
     const { tokenId } = await t.admin.issueToken({ appId: app.id });
     let now = 1_000_000;
-    const db = t.server.deps.db;
-    const record = createTokenUsageRecorder(db, pino({ level: "silent" }), 60_000, () => now);
+    const db = tables();
+    const record = createTokenUsageRecorder(createAppStore(t.server.deps.db), pino({ level: "silent" }), 60_000, () => now);
     record(tokenId);
     await expect.poll(() => lastUsed(tokenId)).not.toBeNull();
 

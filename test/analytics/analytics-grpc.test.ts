@@ -8,16 +8,10 @@ import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { timestampFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { AnalyticsService, Interval, PropertyKind } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { startServer, type Protocol, type TestServer } from "../support/harness.ts";
+import { startServer, useTestServer, type Protocol, type TestServer } from "../support/harness.ts";
 import { T } from "./store-cases.ts";
 
-let t: TestServer;
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 async function failure(promise: Promise<unknown>) {
   const err = await promise.then(
@@ -54,7 +48,7 @@ describe("AnalyticsService over gRPC", () => {
     expect(replaced.eventType?.properties).toEqual({ country: PropertyKind.STRING });
     const { types } = await client.listEventTypes({});
     expect(types.map((x) => x.name)).toEqual(["signup"]);
-    expect(timestampMs(types[0]!.createdAt!)).toBeLessThanOrEqual(timestampMs(types[0]!.updatedAt!));
+    expect(timestampMs(types[0].createdAt!)).toBeLessThanOrEqual(timestampMs(types[0].updatedAt!));
   });
 
   it("refuses a bad name or an unspecified kind with InvalidArgument", async () => {

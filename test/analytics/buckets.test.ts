@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { bucketCount, checkTimezone, utcBucketStart } from "../../src/analytics/buckets.ts";
-import { parseTime } from "../../src/analytics/analytics-rest.ts";
+import { parseTime } from "../../src/analytics/analytics-routes.ts";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { T } from "./store-cases.ts";
 

@@ -6,7 +6,7 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../../src/database.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
 import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
 import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";

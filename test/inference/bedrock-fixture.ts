@@ -67,7 +67,9 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
     const chunks: Buffer[] = [];
     stream.on("data", (c: Buffer) => chunks.push(c));
     stream.on("error", () => {});
-    stream.on("end", async () => {
+    // A stream's answer is async; a handler that throws destroys the stream (the client sees the failure).
+    stream.on("end", () => void answerStream().catch((err: Error) => stream.destroy(err)));
+    const answerStream = async () => {
       const match = PATH.exec(String(headers[":path"]));
       if (headers[":method"] !== "POST" || !match) {
         stream.respond({ ":status": 404, "content-type": "application/json", "x-amzn-errortype": "UnknownOperationException" });
@@ -77,7 +79,7 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
       const text = Buffer.concat(chunks).toString("utf8");
       const req: FixtureRequest = {
         operation: match[2] as "converse" | "invoke",
-        modelId: decodeURIComponent(match[1]!),
+        modelId: decodeURIComponent(match[1]),
         headers,
         body: text ? JSON.parse(text) : undefined,
         closed: stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once("close", () => resolve())),
@@ -110,7 +112,7 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
         stream.respond({ ":status": 200, "content-type": "application/json", ...answer.headers });
         stream.end(JSON.stringify(answer.json));
       }
-    });
+    };
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   fixture.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;

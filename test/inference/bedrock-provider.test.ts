@@ -9,7 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pino from "pino";
 import { FinishReason, InferenceService, Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 import { createBedrockProvider, stopReasonToFinishReason } from "../../src/inference/bedrock-provider.ts";
 import { estimateTokens } from "../../src/inference/token-estimator.ts";
 import { startBedrockFixture, type BedrockFixture, type FixtureRequest } from "./bedrock-fixture.ts";
@@ -23,25 +23,21 @@ const FAST_MODEL_ID = "anthropic.claude-3-haiku-20240307-v1:0";
 const LEAKY = "arn:aws:bedrock:us-east-1:123456789012:foundation-model/secret-internal";
 
 let fixture: BedrockFixture;
-let t: TestServer;
-let app: TestApp;
 
 beforeAll(async () => {
   fixture = await startBedrockFixture();
-  t = await startServer({
-    env: {
-      INFERENCE_PROVIDER: "bedrock",
-      AWS_REGION: "us-east-1",
-      AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
-      BEDROCK_FAST_MODEL: FAST_MODEL_ID,
-    },
-  });
-  app = await t.createApp();
 });
-afterAll(async () => {
-  await t?.close();
-  await fixture?.close();
-});
+// Closed after the server (after hooks run in reverse order).
+afterAll(() => fixture?.close());
+const t = useTestServer(() => ({
+  env: {
+    INFERENCE_PROVIDER: "bedrock",
+    AWS_REGION: "us-east-1",
+    AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
+    BEDROCK_FAST_MODEL: FAST_MODEL_ID,
+  },
+}));
+const app = useTestApp(t);
 beforeEach(() => fixture.reset());
 
 const generate = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/generate", { token, body });
@@ -90,7 +86,7 @@ describe("generate through Converse", () => {
     }, fresh.token);
     expect(res.status).toBe(200);
     expect(fixture.requests).toHaveLength(1);
-    const req = fixture.requests[0]!;
+    const req = fixture.requests[0];
     expect(req.operation).toBe("converse");
     expect(req.modelId).toBe(FAST_MODEL_ID);
     expect(String(req.headers.authorization)).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDPLATFORMTEST\/\d{8}\/us-east-1\/bedrock\//);
@@ -116,7 +112,7 @@ describe("generate through Converse", () => {
     fixture.handle = () => converseAnswer("ok");
     const res = await generate({ prompt: "hello" });
     expect(res.status).toBe(200);
-    expect(fixture.requests[0]!.body).toEqual({
+    expect(fixture.requests[0].body).toEqual({
       messages: [{ role: "user", content: [{ text: "hello" }] }],
       inferenceConfig: { maxTokens: 1024, temperature: 0.7 },
     });
@@ -125,7 +121,7 @@ describe("generate through Converse", () => {
   it("clamps maxTokens to 4096 and temperature to Bedrock's 0-1", async () => {
     fixture.handle = () => converseAnswer("ok");
     expect((await generate({ prompt: "hello", maxTokens: 100000, temperature: 1.8 })).status).toBe(200);
-    expect(fixture.requests[0]!.body.inferenceConfig).toEqual({ maxTokens: 4096, temperature: 1 });
+    expect(fixture.requests[0].body.inferenceConfig).toEqual({ maxTokens: 4096, temperature: 1 });
   });
 
   it.each([
@@ -169,7 +165,7 @@ describe("generate through Converse", () => {
     expect(res.finishReason).toBe(FinishReason.LENGTH);
     expect(res.text).toBe("cut");
     expect(res.usage!.inputTokens).toBe(2n);
-    expect(fixture.requests[0]!.body.system).toEqual([{ text: "sys" }]);
+    expect(fixture.requests[0].body.system).toEqual([{ text: "sys" }]);
   });
 });
 
@@ -336,8 +332,8 @@ describe("embed on Cohere Embed (the provider alone, with the real client)", () 
       const texts = Array.from({ length: 150 }, (_, i) => "y".repeat(i + 1));
       const result = await p.embed(texts, new AbortController().signal);
       expect(fixture.requests.map((r) => r.body.texts.length)).toEqual([96, 54]);
-      expect(fixture.requests[0]!.body.input_type).toBe("search_document");
-      expect(fixture.requests[0]!.modelId).toBe("cohere.embed-multilingual-v3");
+      expect(fixture.requests[0].body.input_type).toBe("search_document");
+      expect(fixture.requests[0].modelId).toBe("cohere.embed-multilingual-v3");
       expect(result.embeddings.map((v) => v[0])).toEqual(texts.map((s) => s.length));
       expect(result.dimensions).toBe(3);
       expect(result.tokens).toBe(150 * 3);

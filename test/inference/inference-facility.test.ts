@@ -3,20 +3,14 @@
  * every rule and limit of SPEC.md, the models listing, token allowances
  * (reserve, settle, release) and exact caps under real concurrency.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { FinishReason, InferenceService, ModelKind, Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 import { estimateTokens } from "../../src/inference/token-estimator.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer();
+const app = useTestApp(t);
 
 const generate = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/generate", { token, body });
 const embed = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/embed", { token, body });
@@ -26,9 +20,9 @@ function cosine(a: number[], b: number[]): number {
   let na = 0;
   let nb = 0;
   for (let i = 0; i < a.length; i++) {
-    dot += a[i]! * b[i]!;
-    na += a[i]! * a[i]!;
-    nb += b[i]! * b[i]!;
+    dot += a[i] * b[i];
+    na += a[i] * a[i];
+    nb += b[i] * b[i];
   }
   return dot / Math.sqrt(na * nb);
 }
@@ -281,8 +275,8 @@ describe("POST /v1/inference/embed on the local provider", () => {
     const [a, b, c, d] = res.body.embeddings as number[][];
     expect(res.body.embeddings).toHaveLength(4);
     expect(a).toEqual(d);
-    expect(cosine(a!, b!)).toBeGreaterThan(cosine(a!, c!) + 0.2);
-    expect(cosine(a!, b!)).toBeGreaterThan(cosine(b!, c!) + 0.2);
+    expect(cosine(a, b)).toBeGreaterThan(cosine(a, c) + 0.2);
+    expect(cosine(a, b)).toBeGreaterThan(cosine(b, c) + 0.2);
     expect(res.body.usage.tokens).toBe(texts.reduce((n, s) => n + estimateTokens(s), 0));
   });
 

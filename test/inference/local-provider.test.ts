@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { createLocalProvider, hashEmbedding, LOCAL_EMBEDDING_DIMENSIONS } from "../../src/inference/local-provider.ts";
 import { estimateTokens, truncateToTokens } from "../../src/inference/token-estimator.ts";
 
-const cosine = (a: number[], b: number[]) => a.reduce((n, v, i) => n + v * b[i]!, 0);
+const cosine = (a: number[], b: number[]) => a.reduce((n, v, i) => n + v * b[i], 0);
 const signal = new AbortController().signal;
 
 describe("hashEmbedding", () => {

@@ -3,22 +3,16 @@
  * and over gRPC: the SPEC.md shape, every refusal, the daily cap under real
  * concurrency, and the mail log read back through AdminService.ListMail.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { MailStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 
 const DOMAIN = "mail.test.example";
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer({ env: { MAIL_DOMAIN: DOMAIN } });
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer({ env: { MAIL_DOMAIN: DOMAIN } });
+const app = useTestApp(t);
 
 const send = (token: string, body: unknown) => t.request("POST", "/v1/mail/send", { token, body });
 const used = async (appId: string) => Number((await t.admin.getUsage({ appId })).mail!.used);
@@ -51,7 +45,7 @@ describe("POST /v1/mail/send on the outbox", () => {
     expect(res.status).toBe(200);
     expect(res.body.from).toBe(`${a.name}@${DOMAIN}`);
     const { mails } = await t.admin.listMail({ appId: a.id });
-    expect(mails[0]!.from).toBe(`${a.name}@${DOMAIN}`);
+    expect(mails[0].from).toBe(`${a.name}@${DOMAIN}`);
   });
 
   it("stores the message in the mail log with its text, never delivered (status stored)", async () => {
@@ -61,7 +55,7 @@ describe("POST /v1/mail/send on the outbox", () => {
     await send(a.token, { to: "second@example.com", subject: "Second ✓", text: "2" });
     const { mails } = await t.admin.listMail({ appId: a.id });
     expect(mails.map((m) => m.subject)).toEqual(["Second ✓", "First"]);
-    const first = mails[1]!;
+    const first = mails[1];
     expect(first).toMatchObject({ to: "first@example.com", from: `${a.name}@${DOMAIN}`, subject: "First", text, status: MailStatus.STORED });
     expect(first.providerMessageId).toMatch(/^[0-9a-f-]{36}$/);
     const at = Number(first.at!.seconds) * 1000;
@@ -138,7 +132,7 @@ describe("validation over REST", () => {
     const res = await send(a.token, { to: "a@example.com", subject: "s".repeat(200), text: "😀".repeat(100_000) });
     expect(res.status).toBe(200);
     const { mails } = await t.admin.listMail({ appId: a.id, limit: 1 });
-    expect(mails[0]!.text).toBe("😀".repeat(100_000));
+    expect(mails[0].text).toBe("😀".repeat(100_000));
   });
 
   it("a refused request consumes none of the allowance and is not logged", async () => {

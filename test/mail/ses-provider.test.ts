@@ -31,11 +31,11 @@ interface StoredMail {
 async function startSesLocal(): Promise<{ url: string; child: ChildProcess }> {
   const require = createRequire(import.meta.url);
   const pkg = require.resolve("aws-ses-v2-local/package.json");
-  const cli = path.join(path.dirname(pkg), (require(pkg) as { bin: Record<string, string> }).bin["aws-ses-v2-local"]!);
+  const cli = path.join(path.dirname(pkg), (require(pkg) as { bin: Record<string, string> }).bin["aws-ses-v2-local"]);
   const child = spawn(process.execPath, [cli, "--host", "127.0.0.1", "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";
-    child.stdout!.on("data", (chunk: Buffer) => {
+    child.stdout.on("data", (chunk: Buffer) => {
       out += chunk.toString();
       const m = /server running at http:\/\/[^:\s]+:(\d+)/.exec(out);
       if (m) resolve(`http://127.0.0.1:${m[1]}`);
@@ -143,7 +143,7 @@ describe("SES v2 against aws-ses-v2-local", () => {
 
     const { mails } = await local.admin.listMail({ appId: a.id });
     expect(mails).toHaveLength(1);
-    const logged = mails[0]!;
+    const logged = mails[0];
     expect(logged).toMatchObject({ to: "reader@example.com", from: `${a.name}@${DOMAIN}`, subject: "Welcome ✓", status: MailStatus.SENT, text: "" });
     const stored = (await store()).find((m) => m.messageId === logged.providerMessageId);
     expect(stored, "the provider message id of the log is the one SES gave").toBeDefined();
@@ -157,7 +157,7 @@ describe("SES v2 against aws-ses-v2-local", () => {
     const res = await local.client(MailService, a.token, "grpc").sendMail({ to: "grpc@example.com", subject: "Over gRPC", text: "hi" });
     expect(res).toMatchObject({ sent: true, from: `${a.name}@${DOMAIN}`, remainingToday: 99n });
     const { mails } = await local.admin.listMail({ appId: a.id });
-    const stored = (await store()).find((m) => m.messageId === mails[0]!.providerMessageId);
+    const stored = (await store()).find((m) => m.messageId === mails[0].providerMessageId);
     expect(stored).toMatchObject({ subject: "Over gRPC", destination: { to: ["grpc@example.com"] } });
   });
 });
@@ -169,7 +169,7 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
     const res = await refusing.request("POST", "/v1/mail/send", { token: a.token, body: { to: "x@example.com", subject: "Tagged", text: "body" } });
     expect(res.status).toBe(200);
     expect(fixture.requests).toHaveLength(1);
-    const req = fixture.requests[0]!;
+    const req = fixture.requests[0];
     expect(req.url).toBe("/v2/email/outbound-emails");
     expect(req.headers.authorization).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDTESTTESTTEST\/\d{8}\/us-east-1\/ses\/aws4_request/);
     expect(req.body).toEqual({
@@ -178,7 +178,7 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
       Content: { Simple: { Subject: { Data: "Tagged", Charset: "UTF-8" }, Body: { Text: { Data: "body", Charset: "UTF-8" } } } },
       EmailTags: [{ Name: "app_id", Value: a.id }],
     });
-    expect((await refusing.admin.listMail({ appId: a.id })).mails[0]!.providerMessageId).toBe("fixture-1");
+    expect((await refusing.admin.listMail({ appId: a.id })).mails[0].providerMessageId).toBe("fixture-1");
   });
 
   const refusals: [Answer, RegExp, number][] = [

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { PlatformError } from "../../src/errors.ts";
+import { PlatformError } from "../../src/core/errors.ts";
 import { addressProblem, validateMail } from "../../src/mail/validate-mail.ts";
 
 const ok = { to: "someone@example.com", subject: "Hello", text: "Body" };

@@ -3,17 +3,11 @@
  * 2000 messages put by concurrent producers. Every message is leased by
  * exactly one consumer at a time, acked exactly once, and none is lost.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { expect, it } from "vitest";
+import { useTestApp, useTestServer } from "../support/harness.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer();
+const app = useTestApp(t);
 
 it("50 concurrent consumers over 2000 messages: no message held by two at once, none lost", async () => {
   const total = 2000;

@@ -3,23 +3,18 @@
  * queue-message state table, the extensions of DESIGN.md section 4, the
  * reserved `_events` queue, caps, validation and tenant isolation.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import { ValueSchema, timestampMs } from "@bufbuild/protobuf/wkt";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { startServer, useTestApp, useTestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-let app: TestApp;
-
-beforeAll(async () => {
-  t = await startServer();
-  app = await t.createApp();
-});
-afterAll(() => t?.close());
+const t = useTestServer();
+const app = useTestApp(t);
 
 const json = (v: JsonValue) => fromJson(ValueSchema, v);
 
@@ -304,7 +299,7 @@ describe("state table: waiting -> dropped (expiry)", () => {
     expect((await consume(q)).body).toEqual({ message: null });
     const store = createQueueStore(t.server.deps.db);
     expect(await store.expire(1000)).toBeGreaterThanOrEqual(1);
-    const left = await t.server.deps.db.selectFrom("queue_messages").select("id").where("id", "=", p.body.id).execute();
+    const left = await tables(t.server.deps.db).selectFrom("queue_messages").select("id").where("id", "=", p.body.id).execute();
     expect(left).toEqual([]);
   });
 
@@ -531,3 +526,29 @@ async function metric(name: string): Promise<number> {
 async function waitingConsumers(): Promise<number> {
   return metric("queue_waiting_consumers");
 }
+
+describe("REST over HTTP/2 (h2c, prior knowledge)", () => {
+  it("authenticated calls answer 200: list, put, consume, ack", async () => {
+    const h2 = t.rest("h2c");
+    const q = freshQueue();
+    const listed = await h2("GET", "/v1/queues", { token: app.token });
+    expect(listed.status).toBe(200);
+    expect(Array.isArray(listed.body.queues)).toBe(true);
+    const put = await h2("POST", `/v1/queues/${q}`, { token: app.token, body: { payload: { over: "h2c" } } });
+    expect(put.status).toBe(200);
+    expect(put.body.queue).toBe(q);
+    const consumed = await h2("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 0 } });
+    expect(consumed.status).toBe(200);
+    expect(consumed.body.message.payload).toEqual({ over: "h2c" });
+    const acked = await h2("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: consumed.body.message.receipt } });
+    expect(acked.status).toBe(200);
+    expect(acked.body).toEqual({ acked: true });
+    expect(acked.headers.get("x-request-id")).toBeTruthy();
+  });
+
+  it("a bad token is still a 401 with the envelope, not a 500", async () => {
+    const res = await t.rest("h2c")("GET", "/v1/queues", { token: "pbt_nope" });
+    expect(res.status).toBe(401);
+    expect(res.body.error.code).toBe("unauthenticated");
+  });
+});

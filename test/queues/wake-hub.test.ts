@@ -1,46 +1,34 @@
 /**
- * Wake-ups across instances: two servers on one PostgreSQL database, a
- * consumer waiting on B, a put on A. And the LISTEN connection cut under a
- * waiting consumer (`pg_terminate_backend`, as a database restart looks to
- * the client): it reconnects, re-LISTENs and re-checks, without a restart.
- * Both need a shared PostgreSQL server, so they run only when DATABASE_URL
- * is set (PGlite is one process: there is no second instance to wake).
+ * Wake-ups across instances: two servers on one database, a consumer
+ * waiting on B, a put on A (on PostgreSQL two real instances; on PGlite two
+ * servers sharing the one in-process database, its NOTIFY reaching the other
+ * server's listener). And the LISTEN connection cut under a waiting consumer
+ * (`pg_terminate_backend`, as a database restart looks to the client): it
+ * reconnects, re-LISTENs and re-checks, without a restart. That one needs a
+ * PostgreSQL server (DATABASE_URL): PGlite has no connection to cut.
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import pg from "pg";
-import { backend, createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { backend, createTestDatabase, startInstances, startServer, type Instances, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
 import { RECHECK_MS } from "../../src/queues/wake-hub.ts";
 
-const reason = "needs a shared PostgreSQL server (DATABASE_URL) for two instances";
+const waiting = async (s: TestServer) => {
+  const text = await (await fetch(`${s.url}/metrics`)).text();
+  return Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0);
+};
 
-describe.skipIf(backend !== "postgres")(`wake-up across instances (${backend === "postgres" ? "PostgreSQL" : `skipped: ${reason}`})`, () => {
-  let database: TestDatabase;
+describe(`wake-up across instances (${backend})`, () => {
+  let instances: Instances;
   let a: TestServer;
   let b: TestServer;
   let app: TestApp;
-  let sql: pg.Client;
 
   beforeAll(async () => {
-    database = await createTestDatabase();
-    a = await startServer({ database });
-    b = await startServer({ database });
+    instances = await startInstances(2);
+    [a, b] = instances.servers as [TestServer, TestServer];
     app = await a.createApp();
-    sql = new pg.Client({ connectionString: database.url });
-    await sql.connect();
   });
-  afterAll(async () => {
-    await sql?.end();
-    await a?.close();
-    await b?.close();
-    await database?.drop();
-  });
-
-  const waiting = async (s: TestServer) => {
-    const text = await (await fetch(`${s.url}/metrics`)).text();
-    return Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0);
-  };
-  const listeners = async () =>
-    (await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)).rows.map((r) => r.pid as number);
+  afterAll(() => instances?.close());
 
   it("a put on instance A wakes a consumer waiting on instance B at once (well before any re-check)", async () => {
     for (let round = 0; round < 5; round++) {
@@ -66,6 +54,32 @@ describe.skipIf(backend !== "postgres")(`wake-up across instances (${backend ===
     expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
     expect(got.map((r) => r.body.message.payload as number).sort()).toEqual([0, 1, 2, 3, 4, 5]);
   });
+});
+
+describe.skipIf(backend !== "postgres")(`LISTEN connection lost under a waiting consumer (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`, () => {
+  let database: TestDatabase;
+  let a: TestServer;
+  let b: TestServer;
+  let app: TestApp;
+  let sql: pg.Client;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    a = await startServer({ database });
+    b = await startServer({ database });
+    app = await a.createApp();
+    sql = new pg.Client({ connectionString: database.url });
+    await sql.connect();
+  });
+  afterAll(async () => {
+    await sql?.end();
+    await a?.close();
+    await b?.close();
+    await database?.drop();
+  });
+
+  const listeners = async () =>
+    (await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)).rows.map((r) => r.pid as number);
 
   it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
     const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });

@@ -7,9 +7,11 @@
 import { spawnSync } from "node:child_process";
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../../src/config.ts";
-import { createKeyring, keyIdOf, keyringFromConfig, rotateSecretsKey, UnknownKeyError } from "../../src/secrets/keyring.ts";
+import { ConfigError, loadConfig } from "../../src/core/config.ts";
+import { createKeyring, keyIdOf, keyringFromConfig, UnknownKeyError } from "../../src/secrets/keyring.ts";
+import { rotateSecretsKey } from "../../src/secrets/rotate-key.ts";
 import { createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const newKey = () => crypto.randomBytes(32);
 
@@ -35,7 +37,7 @@ describe("createKeyring", () => {
     expect(() => ring.open(sealed, { ...context, name: "OTHER" })).toThrow();
     expect(() => ring.open(sealed, { ...context, version: 2 })).toThrow();
     const tampered = Buffer.from(sealed.sealed);
-    tampered[tampered.length - 1]! ^= 1;
+    tampered[tampered.length - 1] ^= 1;
     expect(() => ring.open({ ...sealed, sealed: tampered }, context)).toThrow();
   });
 
@@ -105,16 +107,16 @@ describe("rotateSecretsKey", () => {
       return out;
     };
     expect(await readAll(t)).toEqual(expected);
-    const pendingLink = await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[0]!.token });
+    const pendingLink = await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[0].token });
     // A form made while key A was current, submitted after the switch to key B.
-    const formLink = new URL((await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[1]!.token })).body.url).pathname;
+    const formLink = new URL((await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[1].token })).body.url).pathname;
     const formHtml = await fetch(t.url + formLink).then((r) => r.text());
-    const csrf = /name="csrf" value="([^"]+)"/.exec(formHtml)![1]!;
+    const csrf = /name="csrf" value="([^"]+)"/.exec(formHtml)![1];
     await stop(t);
 
     // Without key A nothing opens, and the rotation refuses to start.
     t = await start({ SECRETS_KEY: keyB });
-    const lost = await t.request("GET", "/v1/secrets/ONE", { token: apps[0]!.token });
+    const lost = await t.request("GET", "/v1/secrets/ONE", { token: apps[0].token });
     expect(lost.status).toBe(500);
     expect(lost.body.error).toEqual({ code: "internal", message: "internal error" });
     await expect(rotateSecretsKey(t.server.deps.db, keyringFromConfig(t.server.deps.config))).rejects.toThrow(UnknownKeyError);
@@ -129,15 +131,15 @@ describe("rotateSecretsKey", () => {
       body: new URLSearchParams({ csrf, value: "form-across-keys" }),
     });
     expect(submitted.status).toBe(200);
-    expected.set(`${apps[1]!.id}/UNSET`, "form-across-keys");
-    await t.admin.setSecret({ appId: apps[1]!.id, name: "ONE", value: "set-during-rotation" });
-    expected.set(`${apps[1]!.id}/ONE`, "set-during-rotation");
+    expected.set(`${apps[1].id}/UNSET`, "form-across-keys");
+    await t.admin.setSecret({ appId: apps[1].id, name: "ONE", value: "set-during-rotation" });
+    expected.set(`${apps[1].id}/ONE`, "set-during-rotation");
     const keyring = keyringFromConfig(t.server.deps.config);
     expect(keyring.currentKeyId).toBe(keyIdOf(Buffer.from(keyB, "base64")));
     const report = await rotateSecretsKey(t.server.deps.db, keyring);
     expect(report).toEqual({ keyId: keyring.currentKeyId, reencrypted: 3, alreadyCurrent: 2 });
     expect(await rotateSecretsKey(t.server.deps.db, keyring)).toEqual({ keyId: keyring.currentKeyId, reencrypted: 0, alreadyCurrent: 5 });
-    const keyIds = await t.server.deps.db.selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
+    const keyIds = await tables(t.server.deps.db).selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
     expect(keyIds.map((r) => r.key_id)).toEqual([keyring.currentKeyId]);
     expect(await readAll(t)).toEqual(expected);
     await stop(t);
@@ -145,12 +147,12 @@ describe("rotateSecretsKey", () => {
     // Key A dropped: still every value, versions untouched; the pending link still works.
     t = await start({ SECRETS_KEY: keyB });
     expect(await readAll(t)).toEqual(expected);
-    expect((await t.request("GET", "/v1/secrets/ONE", { token: apps[0]!.token })).body.version).toBe(2);
+    expect((await t.request("GET", "/v1/secrets/ONE", { token: apps[0].token })).body.version).toBe(2);
     const path = new URL(pendingLink.body.url).pathname;
     expect((await t.request("GET", path)).status).toBe(200);
     expect((await t.request("PUT", path, { body: { value: "after" } })).status).toBe(200);
-    expect((await t.request("GET", "/v1/secrets/UNSET", { token: apps[0]!.token })).body.value).toBe("after");
-    expected.set(`${apps[0]!.id}/UNSET`, "after");
+    expect((await t.request("GET", "/v1/secrets/UNSET", { token: apps[0].token })).body.value).toBe("after");
+    expected.set(`${apps[0].id}/UNSET`, "after");
     await stop(t);
 
     // Once more through the command line, with no server running: key B becomes old, key C current.

@@ -6,15 +6,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chromium, type Browser } from "playwright-core";
-import { startServer, type TestServer } from "../support/harness.ts";
+import { useTestServer } from "../support/harness.ts";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
-let t: TestServer;
+const t = useTestServer();
 let browser: Browser;
 
 beforeAll(async () => {
-  t = await startServer();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
     args: [
@@ -31,7 +30,6 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await browser?.close();
-  await t?.close();
 });
 
 describe("the secret-link page in Chromium", () => {

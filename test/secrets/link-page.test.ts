@@ -4,17 +4,11 @@
  * uses), dead links all look the same, the CSRF token is checked, values are
  * validated, and the page's security headers.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { describe, expect, it } from "vitest";
+import { useTestServer, type TestApp } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 async function appWith(names: string[]): Promise<TestApp> {
   const app = await t.createApp();
@@ -37,7 +31,7 @@ async function getPage(path: string): Promise<{ status: number; headers: Headers
 function csrfOf(html: string): string {
   const match = /name="csrf" value="([^"]+)"/.exec(html);
   expect(match).not.toBeNull();
-  return match![1]!;
+  return match![1];
 }
 
 async function postForm(path: string, fields: Record<string, string>) {
@@ -91,14 +85,14 @@ describe("GET /secret-links/:token", () => {
     const used = await newLink(app, "API_KEY");
     expect((await t.request("PUT", used.path, { body: { value: "v1" } })).status).toBe(200);
     const expired = await newLink(app, "API_KEY");
-    await t.server.deps.db.updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1) }).where("app_id", "=", app.id).where("used_at", "is", null).execute();
+    await tables(t.server.deps.db).updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1) }).where("app_id", "=", app.id).where("used_at", "is", null).execute();
     const pages = await Promise.all(
       [used.path, expired.path, `/secret-links/${"A".repeat(43)}`, "/secret-links/short", `/secret-links/${"x".repeat(300)}`].map(getPage),
     );
     for (const page of pages) {
       expect(page.status).toBe(404);
       expectPageHeaders(page.headers);
-      expect(page.html).toBe(pages[0]!.html);
+      expect(page.html).toBe(pages[0].html);
       expect(page.html).not.toContain("v1");
     }
     expect((await t.request("PUT", expired.path, { body: { value: "late" } })).status).toBe(404);
@@ -211,6 +205,6 @@ describe("one link, 50 concurrent uses", () => {
     expect(winners).toHaveLength(1);
     expect(attempts.filter((a) => a.status === 404)).toHaveLength(49);
     const secret = await readValue(app, "RACE");
-    expect(secret).toMatchObject({ value: `value-${winners[0]!.i}`, version: 1 });
+    expect(secret).toMatchObject({ value: `value-${winners[0].i}`, version: 1 });
   });
 });

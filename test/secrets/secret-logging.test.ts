@@ -37,7 +37,7 @@ beforeAll(async () => {
     const onData = (chunk: Buffer) => {
       output += chunk.toString("utf8");
       const match = /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(output);
-      if (match) resolve(match[1]!);
+      if (match) resolve(match[1]);
     };
     child.stdout!.on("data", onData);
     child.stderr!.on("data", onData);
@@ -73,7 +73,7 @@ describe("the server's log", () => {
       links.push(new URL(link.url).pathname.split("/").pop()!);
     }
     const page = await fetch(`${url}/secret-links/${links[0]}`).then((r) => r.text());
-    const csrf = /name="csrf" value="([^"]+)"/.exec(page)![1]!;
+    const csrf = /name="csrf" value="([^"]+)"/.exec(page)![1];
     const posted = await fetch(`${url}/secret-links/${links[0]}`, {
       method: "POST",
       headers: { "content-type": "application/x-www-form-urlencoded" },

@@ -4,18 +4,12 @@
  * and no link token; tokens only as SHA-256, values only sealed.
  */
 import crypto from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { sql } from "kysely";
-import { startServer, type TestServer } from "../support/harness.ts";
+import { useTestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
-
-beforeAll(async () => {
-  t = await startServer();
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer();
 
 /** Every row of every table of the schema, as JSON text. */
 async function dumpDatabase(): Promise<string> {
@@ -65,7 +59,7 @@ describe("the database at rest", () => {
     for (const token of tokens) expect(dump).toContain(crypto.createHash("sha256").update(token).digest("hex"));
     // Two sets of one value do not give the same ciphertext (a fresh IV each time).
     await t.admin.setSecret({ appId: app.id, name: "BY_OWNER", value: ownerValue });
-    const rows = await t.server.deps.db.selectFrom("secrets").select(["name", "value_encrypted", "key_id"]).where("app_id", "=", app.id).execute();
+    const rows = await tables(t.server.deps.db).selectFrom("secrets").select(["name", "value_encrypted", "key_id"]).where("app_id", "=", app.id).execute();
     const byOwner = rows.find((r) => r.name === "BY_OWNER")!;
     expect(Buffer.from(byOwner.value_encrypted!).length).toBe(12 + 16 + Buffer.byteLength(ownerValue));
     expect(byOwner.key_id).toMatch(/^[0-9a-f]{16}$/);

@@ -3,21 +3,16 @@
  * reading, link creation and its outstanding-link cap, the owner's SetSecret,
  * versions, the blueprint, the secret.set event, and the disabled facility.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import { startServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestServer, type TestApp } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
-let t: TestServer;
 /** Links are built on PUBLIC_URL (here a proxy's address), not on the address the server listens on. */
 const PUBLIC_URL = "https://secrets.example.test/base";
 
-beforeAll(async () => {
-  t = await startServer({ env: { PUBLIC_URL: PUBLIC_URL + "/" } });
-});
-afterAll(async () => {
-  await t?.close();
-});
+const t = useTestServer({ env: { PUBLIC_URL: PUBLIC_URL + "/" } });
 
 async function appWith(names: string[]): Promise<TestApp> {
   const app = await t.createApp();
@@ -74,8 +69,8 @@ describe("GET /v1/secrets", () => {
       ["A", false, undefined],
       ["B", true, 1n],
     ]);
-    expect(res.secrets[0]!.setAt).toBeUndefined();
-    expect(res.secrets[1]!.setAt).toBeDefined();
+    expect(res.secrets[0].setAt).toBeUndefined();
+    expect(res.secrets[1].setAt).toBeDefined();
   });
 });
 
@@ -236,7 +231,7 @@ describe("POST /v1/secrets/{name}/link", () => {
     await t.admin.updateApp({ appId: app.id, limits: { maxOutstandingLinks: 1 } });
     await linkToken(app, "A");
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(429);
-    await t.server.deps.db.updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1000) }).where("app_id", "=", app.id).execute();
+    await tables(t.server.deps.db).updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1000) }).where("app_id", "=", app.id).execute();
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(200);
   });
 });
@@ -263,7 +258,7 @@ describe("admin SetSecret and DeclareSecrets", () => {
     expect((await t.request("GET", "/v1/secrets/DROP", { token: app.token })).status).toBe(404);
     expect((await t.request("GET", "/v1/secrets/KEEP", { token: app.token })).body).toMatchObject({ value: "kept", version: 1 });
     expect((await t.request("GET", `/secret-links/${dropLink}`)).status).toBe(404);
-    expect(await t.server.deps.db.selectFrom("secret_links").selectAll().where("app_id", "=", app.id).execute()).toEqual([]);
+    expect(await tables(t.server.deps.db).selectFrom("secret_links").selectAll().where("app_id", "=", app.id).execute()).toEqual([]);
     // Declaring the name again starts from scratch: unset, and the old link stays dead.
     await t.admin.declareSecrets({ appId: app.id, names: ["KEEP", "NEW", "DROP"] });
     expect((await t.request("GET", "/v1/secrets/DROP", { token: app.token })).status).toBe(409);

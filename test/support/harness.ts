@@ -5,16 +5,19 @@
  */
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
+import http2 from "node:http2";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
+import { afterAll, beforeAll } from "vitest";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
-import { loadConfig } from "../../src/config.ts";
-import { createLogger } from "../../src/logger.ts";
+import { loadConfig } from "../../src/core/config.ts";
+import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
+import { openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
 export const backend: "postgres" | "pglite" = process.env.DATABASE_URL ? "postgres" : "pglite";
@@ -55,6 +58,32 @@ export async function createTestDatabase(): Promise<TestDatabase> {
 
 export type Protocol = "connect" | "grpc" | "grpc-web";
 
+/** How a REST request travels: HTTP/1.1 (fetch), or cleartext HTTP/2 with prior knowledge (node:http2). */
+export type HttpVersion = "http/1.1" | "h2c";
+/** Both, for tests that run every REST call over each. */
+export const HTTP_VERSIONS: readonly HttpVersion[] = ["http/1.1", "h2c"];
+
+export interface RequestOptions {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+  /** Default `http/1.1` (see `setDefaultHttpVersion`). */
+  http?: HttpVersion;
+}
+
+let defaultHttp: HttpVersion = "http/1.1";
+
+/**
+ * The HTTP version of `request` calls that do not name one, for the rest of
+ * this test file: a suite written once can be run again over h2c by a file
+ * that sets this and imports it.
+ */
+export function setDefaultHttpVersion(http: HttpVersion): void {
+  defaultHttp = http;
+}
+
+export type RequestFn = (method: string, pathname: string, options?: RequestOptions) => Promise<JsonResponse>;
+
 export interface TestServer {
   readonly url: string;
   readonly adminToken: string;
@@ -67,7 +96,9 @@ export interface TestServer {
   /** Creates an app and issues it a token. */
   createApp(name?: string): Promise<TestApp>;
   /** `fetch` relative to the server, with JSON in and the bearer token given. */
-  request(method: string, pathname: string, options?: { token?: string; body?: unknown; headers?: Record<string, string> }): Promise<JsonResponse>;
+  request: RequestFn;
+  /** `request` fixed to one HTTP version (h2c requests share one HTTP/2 session per server). */
+  rest(http: HttpVersion): RequestFn;
   close(): Promise<void>;
 }
 
@@ -112,6 +143,11 @@ export interface StartOptions {
   database?: TestDatabase;
   /** Where the server's log lines go (default: nowhere, unless TEST_LOG_LEVEL is set). */
   logLines?: string[];
+  /**
+   * An already open database the server uses (and does not close), e.g. one
+   * PGlite shared by two servers in this process (see `startInstances`).
+   */
+  openDatabase?: Database;
 }
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
@@ -128,13 +164,43 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     ...options.env,
   });
   const server = await createPlatformServer({
-    config: { ...config, adminToken, secretsKey: config.secretsKey! } as typeof config,
+    config: { ...config, adminToken, secretsKey: config.secretsKey! },
     logger: createLogger(config.logLevel, options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined),
     adminToken,
+    ...(options.openDatabase ? { database: options.openDatabase } : {}),
   });
   const listened = await server.listen();
   const url = listened;
   const clients: Client<DescService>[] = [];
+  const http1Request = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+    const { headers, body } = requestParts(opts);
+    const res = await fetch(url + pathname, { method, headers, body });
+    return { status: res.status, headers: res.headers, body: parseBody(await res.text()) };
+  };
+  let h2session: http2.ClientHttp2Session | undefined;
+  const h2cRequest = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+    if (!h2session || h2session.closed || h2session.destroyed) {
+      h2session = http2.connect(url);
+      h2session.on("error", () => {});
+    }
+    const { headers, body } = requestParts(opts);
+    const stream = h2session.request({ ":method": method, ":path": pathname, ...headers });
+    stream.end(body);
+    const [responseHeaders, text] = await new Promise<[http2.IncomingHttpHeaders, string]>((resolve, reject) => {
+      let got: http2.IncomingHttpHeaders = {};
+      const chunks: Buffer[] = [];
+      stream.on("response", (h) => (got = h));
+      stream.on("data", (c: Buffer) => chunks.push(c));
+      stream.on("end", () => resolve([got, Buffer.concat(chunks).toString("utf8")]));
+      stream.on("error", reject);
+    });
+    const out = new Headers();
+    for (const [name, value] of Object.entries(responseHeaders)) {
+      if (name.startsWith(":") || value === undefined) continue;
+      out.set(name, Array.isArray(value) ? value.join(", ") : String(value));
+    }
+    return { status: Number(responseHeaders[":status"]), headers: out, body: parseBody(text) };
+  };
   const self: TestServer = {
     url,
     adminToken,
@@ -143,7 +209,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     admin: createClient(AdminService, transportFor(url, "connect", adminToken)),
     client(service, token, protocol = "connect") {
       const c = createClient(service, transportFor(url, protocol, token));
-      clients.push(c as never);
+      clients.push(c);
       return c;
     },
     async createApp(name) {
@@ -158,28 +224,100 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
         start: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.RUNNING })),
       };
     },
-    async request(method, pathname, opts = {}) {
-      const headers: Record<string, string> = { ...opts.headers };
-      if (opts.token) headers.authorization = `Bearer ${opts.token}`;
-      let body: string | undefined;
-      if (opts.body !== undefined) {
-        body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
-        headers["content-type"] ??= "application/json";
-      }
-      const res = await fetch(url + pathname, { method, headers, body });
-      const text = await res.text();
-      let parsed: unknown = text;
-      try {
-        parsed = text ? JSON.parse(text) : undefined;
-      } catch {
-        // not JSON: keep the text
-      }
-      return { status: res.status, headers: res.headers, body: parsed };
-    },
+    request: (method, pathname, opts = {}) => ((opts.http ?? defaultHttp) === "h2c" ? h2cRequest : http1Request)(method, pathname, opts),
+    rest: (http) => (method, pathname, opts = {}) => self.request(method, pathname, { ...opts, http }),
     async close() {
+      h2session?.close();
       await server.close();
       if (!options.database) await database.drop();
     },
   };
   return self;
+}
+
+export interface Instances {
+  readonly servers: TestServer[];
+  close(): Promise<void>;
+}
+
+/**
+ * `n` servers on one database, as several instances of the service are in
+ * production. On PostgreSQL each has its own pools and LISTEN connection on
+ * the same database. On PGlite (one process, one connection) they share one
+ * open database: notifications still go from one server's statements to the
+ * other's listeners, through PGlite's LISTEN/NOTIFY.
+ */
+export async function startInstances(n: number, options: StartOptions = {}): Promise<Instances> {
+  const database = options.database ?? (await createTestDatabase());
+  const shared = database.url ? undefined : await openDatabase({ dataDir: database.dataDir });
+  const servers: TestServer[] = [];
+  for (let i = 0; i < n; i++) servers.push(await startServer({ ...options, database, openDatabase: shared }));
+  return {
+    servers,
+    async close() {
+      for (const server of servers.reverse()) await server.close();
+      await shared?.close();
+      if (!options.database) await database.drop();
+    },
+  };
+}
+
+/**
+ * The test file's server: started before its first test (`beforeAll`) and
+ * closed after its last (`afterAll`). The returned object stands for the
+ * server; using it before `beforeAll` ran throws. `setup` runs once the
+ * server is up (e.g. to declare secrets).
+ */
+export function useTestServer(options: StartOptions | (() => StartOptions) = {}, setup?: (t: TestServer) => Promise<void>): TestServer {
+  let server: TestServer | undefined;
+  beforeAll(async () => {
+    server = await startServer(typeof options === "function" ? options() : options);
+    await setup?.(server);
+  });
+  afterAll(() => server?.close());
+  return lateBound<TestServer>(() => server, "useTestServer");
+}
+
+/**
+ * An app (with a token) on the file's server, created before the first test,
+ * after the server's own setup. `setup` runs once it exists.
+ */
+export function useTestApp(t: TestServer, setup?: (app: TestApp) => Promise<void>): TestApp {
+  let app: TestApp | undefined;
+  beforeAll(async () => {
+    app = await t.createApp();
+    await setup?.(app);
+  });
+  return lateBound<TestApp>(() => app, "useTestApp");
+}
+
+/** An object that forwards to `get()`'s value, which exists only once the hooks ran. */
+function lateBound<T extends object>(get: () => T | undefined, what: string): T {
+  return new Proxy({} as T, {
+    get(_target, key) {
+      const value = get();
+      if (value === undefined) throw new Error(`${what}: used before its beforeAll ran`);
+      const member = (value as Record<PropertyKey, unknown>)[key];
+      return typeof member === "function" ? (member as (...args: unknown[]) => unknown).bind(value) : member;
+    },
+  });
+}
+
+function requestParts(opts: RequestOptions): { headers: Record<string, string>; body: string | undefined } {
+  const headers: Record<string, string> = { ...opts.headers };
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | undefined;
+  if (opts.body !== undefined) {
+    body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
+    headers["content-type"] ??= "application/json";
+  }
+  return { headers, body };
+}
+
+function parseBody(text: string): unknown {
+  try {
+    return text ? JSON.parse(text) : undefined;
+  } catch {
+    return text; // not JSON: keep the text
+  }
 }

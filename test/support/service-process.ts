@@ -31,9 +31,9 @@ export function startServiceProcess(env: NodeJS.ProcessEnv, script = "src/main.t
   const exited = new Promise<number | NodeJS.Signals>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal!)));
   return new Promise((resolve, reject) => {
     const onExit = (code: number | NodeJS.Signals) => reject(new Error(`service exited (${code}) before listening: ${err}${out}`));
-    exited.then(onExit);
-    child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
-    child.stdout!.on("data", (d: Buffer) => {
+    void exited.then(onExit);
+    child.stderr.on("data", (d: Buffer) => (err += d.toString()));
+    child.stdout.on("data", (d: Buffer) => {
       out += d.toString();
       for (const line of out.split("\n")) {
         if (!line.includes('"platform batteries listening"')) continue;

@@ -74,7 +74,7 @@ export function AnalyticsTab({ app }: { app: App }) {
         </label>
         <label className="field">
           <span>Interval</span>
-          <select value={interval} onChange={(e) => setInterval(Number(e.target.value) as Interval)}>
+          <select value={interval} onChange={(e) => setInterval(Number(e.target.value))}>
             {INTERVALS.map((i) => (
               <option key={i.value} value={i.value}>
                 {i.label}
@@ -118,7 +118,7 @@ function Buckets({ buckets, total, grouped }: { buckets: Bucket[]; total: number
     const times = [...new Set(buckets.map((b) => Number(b.at?.seconds ?? 0n)))].sort((a, b) => a - b);
     const groups = [...new Set(buckets.map((b) => b.group ?? "(none)"))];
     const index = new Map(times.map((t, i) => [t, i]));
-    const series = groups.map((g) => ({ label: grouped ? g : "count", values: times.map(() => 0 as number | null) }));
+    const series = groups.map((g) => ({ label: grouped ? g : "count", values: times.map(() => 0) }));
     for (const b of buckets) {
       const s = series[groups.indexOf(b.group ?? "(none)")];
       s.values[index.get(Number(b.at?.seconds ?? 0n))!] = Number(b.count);

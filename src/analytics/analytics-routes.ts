@@ -1,0 +1,181 @@
+/**
+ * The SPEC.md `/v1/analytics` routes, mapped onto `AnalyticsService`. The
+ * schemas check JSON shapes only (a wrong JSON type is a 400 naming the
+ * field); every rule about values lives in the implementation, shared with
+ * gRPC. Times arrive as epoch ms (integer) or ISO 8601 ending in `Z`, and
+ * leave as epoch ms.
+ */
+import { create } from "@bufbuild/protobuf";
+import { ListValueSchema, NullValue, StructSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { z } from "zod";
+import { AnalyticsService, Interval, PropertyKind, type Event, type EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
+import { epochMs, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
+import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
+import { MAX_EVENTS_PER_CALL } from "./validate-events.ts";
+
+const TIME_RULE = "must be epoch milliseconds (an integer) or an ISO 8601 date-time ending in Z";
+const KIND_RULE = 'must be "string", "number" or "boolean"';
+const INTERVAL_RULE = "must be hour, day, week or month";
+
+// Messages are built whole here (with `$typeName`), so that `create()` takes
+// them as they are instead of copying a thousand events field by field.
+function fromMs(ms: number): Timestamp {
+  const seconds = Math.floor(ms / 1000);
+  return { $typeName: "google.protobuf.Timestamp", seconds: BigInt(seconds), nanos: (ms - seconds * 1000) * 1_000_000 };
+}
+
+/** ISO 8601 in UTC (`Z`), seconds and fraction optional, calendar-checked (no February 30). */
+const IsoUtc = z.iso.datetime();
+
+/** A JSON time as a Timestamp, or undefined when it is not one (the caller names the field). */
+export function parseTime(value: unknown): Timestamp | undefined {
+  if (typeof value === "number") return Number.isSafeInteger(value) ? fromMs(value) : undefined;
+  if (!IsoUtc.safeParse(value).success) return undefined;
+  // Date.parse reads what the schema admitted; digits beyond milliseconds are dropped.
+  return fromMs(Date.parse(value as string));
+}
+
+/** An optional JSON time (`null` is absent). */
+const JsonTime = z.unknown().transform((value, ctx): Timestamp | undefined => {
+  if (value === undefined || value === null) return undefined;
+  const t = parseTime(value);
+  if (!t) ctx.addIssue({ code: "custom", message: TIME_RULE, input: value });
+  return t;
+});
+
+/** Any JSON value as a google.protobuf.Value; kinds other than string/number/boolean are refused by the implementation. */
+function jsonValue(v: unknown): Value {
+  switch (typeof v) {
+    case "string":
+      return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: v } };
+    case "number":
+      return { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: v } };
+    case "boolean":
+      return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: v } };
+    default:
+      if (v === null) return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
+      return Array.isArray(v)
+        ? { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: create(ListValueSchema) } }
+        : { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: create(StructSchema) } };
+  }
+}
+
+const ms = epochMs;
+
+function eventTypeJson(t: EventType | undefined) {
+  const properties: Record<string, string> = {};
+  for (const [name, kind] of Object.entries(t?.properties ?? {})) properties[name] = KIND_NAME[kind] ?? "string";
+  return { name: t?.name ?? "", properties, createdAt: ms(t?.createdAt), updatedAt: ms(t?.updatedAt) };
+}
+
+/** `POST /v1/analytics/types`. Property names are the implementation's to check (a key such as `__proto__` stays a key). */
+export const RegisterTypeBody = jsonObject({
+  properties: passthroughObject().superRefine((properties, ctx) => {
+    for (const [name, kind] of Object.entries(properties)) {
+      if (typeof kind !== "string" || !Object.hasOwn(KIND_OF, kind)) {
+        ctx.addIssue({ code: "custom", path: [name], message: KIND_RULE, input: kind });
+        return;
+      }
+    }
+  }),
+  name: optionalString(),
+});
+
+const EventJson = z.object(
+  {
+    properties: passthroughObject(),
+    type: optionalString(),
+    at: JsonTime,
+  },
+  { error: "must be an object" },
+);
+
+/** `POST /v1/analytics/events`: the batch size is checked before any event. */
+export const LogEventsBody = jsonObject({
+  events: z
+    .array(z.unknown(), { error: "must be an array of events" })
+    .refine((events) => events.length >= 1 && events.length <= MAX_EVENTS_PER_CALL, {
+      error: (issue) => `must have 1 to ${MAX_EVENTS_PER_CALL} items (got ${(issue.input as unknown[]).length})`,
+    })
+    .pipe(z.array(EventJson)),
+});
+
+export const QueryBody = jsonObject({
+  interval: z
+    .enum(["hour", "day", "week", "month"], { error: (issue) => (typeof issue.input === "string" ? INTERVAL_RULE : "must be a string") })
+    .nullish()
+    .transform((v) => v ?? undefined),
+  type: optionalString(),
+  since: JsonTime,
+  until: JsonTime,
+  groupBy: optionalString(),
+  timezone: optionalString(),
+});
+
+export const analyticsRoutes: readonly AnyRestRoute[] = [
+  defineRoute({
+    method: "POST",
+    url: "/v1/analytics/types",
+    rpc: AnalyticsService.method.registerEventType,
+    body: RegisterTypeBody,
+    request: ({ body }) => {
+      // No prototype: a key such as "__proto__" stays a key, and is refused by the name rule.
+      const properties: Record<string, PropertyKind> = Object.create(null) as Record<string, PropertyKind>;
+      for (const [name, kind] of Object.entries(body.properties)) properties[name] = KIND_OF[kind as keyof typeof KIND_OF];
+      return { name: body.name ?? "", properties };
+    },
+    response: (res) => eventTypeJson(res.eventType),
+  }),
+
+  defineRoute({
+    method: "GET",
+    url: "/v1/analytics/types",
+    rpc: AnalyticsService.method.listEventTypes,
+    response: (res) => ({ types: res.types.map(eventTypeJson) }),
+  }),
+
+  defineRoute({
+    method: "POST",
+    url: "/v1/analytics/events",
+    rpc: AnalyticsService.method.logEvents,
+    body: LogEventsBody,
+    request: ({ body }) => {
+      const events: Event[] = new Array<Event>(body.events.length);
+      for (let i = 0; i < body.events.length; i++) {
+        const e = body.events[i];
+        const properties: Record<string, Value> = Object.create(null) as Record<string, Value>;
+        for (const key of Object.keys(e.properties)) properties[key] = jsonValue(e.properties[key]);
+        const event: Event = { $typeName: "platform.analytics.v1.Event", type: e.type ?? "", properties };
+        if (e.at) event.at = e.at;
+        events[i] = event;
+      }
+      return { events };
+    },
+    response: (res) => ({ recorded: Number(res.recorded), remainingToday: Number(res.remainingToday) }),
+  }),
+
+  defineRoute({
+    method: "POST",
+    url: "/v1/analytics/query",
+    rpc: AnalyticsService.method.queryEvents,
+    body: QueryBody,
+    request: ({ body }) => ({
+      type: body.type ?? "",
+      since: body.since,
+      until: body.until,
+      interval: body.interval === undefined ? Interval.UNSPECIFIED : INTERVAL_OF[body.interval],
+      groupBy: body.groupBy,
+      timezone: body.timezone,
+    }),
+    response: (res) => ({
+      type: res.type,
+      interval: UNIT_OF[res.interval] ?? "day",
+      since: ms(res.since),
+      until: ms(res.until),
+      groupBy: res.groupBy ?? null,
+      buckets: res.buckets.map((bucket) => ({ at: ms(bucket.at), group: bucket.group ?? null, count: Number(bucket.count) })),
+      total: Number(res.total),
+    }),
+  }),
+];

@@ -1,0 +1,162 @@
+/**
+ * `AnalyticsService`, implemented once for Connect, gRPC and the REST routes
+ * (`analytics-routes.ts`) (SPEC.md section 4 "Analytics", DESIGN.md section
+ * 4): an app registers event types, logs events of those types within a
+ * daily cap, and counts them back in calendar buckets.
+ *
+ * Terminology:
+ * - **event type**: a name and the properties its events may carry, each with
+ *   a declared kind (`string`, `number`, `boolean`). Platform data: always in
+ *   the platform database, so registering and listing never answer 501/502.
+ * - **event store**: where events live, behind one interface
+ *   (`event-store.ts`): the SQL store (default) or MongoDB (`MONGODB_URL`).
+ * - **batch**: the events of one log call, stored whole or refused whole.
+ * - **bucket**: a calendar hour, day, week (from Monday) or month, in UTC or
+ *   in the `timezone` extension's zone; only non-empty buckets are answered.
+ * - **group**: the value of the `groupBy` property, as stored (a string), or
+ *   null for events that do not carry it.
+ * - **allowance**: the `events` counter of the shared quota module, capped by
+ *   the app's `eventsPerDay`; a batch that does not fit is refused whole.
+ */
+import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  AnalyticsService,
+  PropertyKind,
+  type EventTypeSchema,
+} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { appOf } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Metrics } from "../core/metrics.ts";
+import { withReservation, type Quotas } from "../core/quotas/index.ts";
+import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc } from "./buckets.ts";
+import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
+import type { EventStore } from "./event-store.ts";
+import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
+import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, MAX_TIME_MS, quoted, timestampToMs, validateEvents } from "./validate-events.ts";
+
+export interface AnalyticsServiceOptions {
+  types: EventTypeStore;
+  store: EventStore;
+  quotas: Quotas;
+  logger: Logger;
+  metrics: Metrics;
+}
+
+function eventTypeMessage(t: EventTypeRecord): MessageInitShape<typeof EventTypeSchema> {
+  const properties: Record<string, PropertyKind> = {};
+  for (const [name, kind] of Object.entries(t.properties)) properties[name] = KIND_OF[kind];
+  return { name: t.name, properties, createdAt: timestampFromDate(t.createdAt), updatedAt: timestampFromDate(t.updatedAt) };
+}
+
+function requireAnalytics(app: AppRecord): void {
+  if (!app.analyticsEnabled) {
+    throw new PlatformError("not_configured", "analytics is not enabled for this app; the platform operator enables it");
+  }
+}
+
+function instant(ts: Parameters<typeof timestampToMs>[0], field: string): number {
+  const ms = timestampToMs(ts);
+  if (ms === undefined) throw invalidArgument(field, "must be between years 0001 and 9999");
+  return ms;
+}
+
+export function createAnalyticsService(options: AnalyticsServiceOptions): ServiceImpl<typeof AnalyticsService> {
+  const { types, store, quotas, logger } = options;
+  const recorded = options.metrics.counter("analytics_events_recorded_total", "Events stored, by event store.", ["store"] as const);
+
+  return {
+    async registerEventType(req, context) {
+      const app = appOf(context);
+      if (!req.name) throw invalidArgument("name", "is required");
+      if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
+      const names = Object.keys(req.properties);
+      if (names.length > MAX_PROPERTIES) throw invalidArgument("properties", `must declare at most ${MAX_PROPERTIES} properties`);
+      const properties: Record<string, PropertyKindName> = {};
+      for (const name of names.sort()) {
+        if (!NAME_PATTERN.test(name)) throw invalidArgument(`properties.${quoted(name).slice(1, -1)}`, `the name ${NAME_RULE}`);
+        const kind = KIND_NAME[req.properties[name]];
+        if (!kind) throw invalidArgument(`properties.${name}`, "must be string, number or boolean");
+        properties[name] = kind;
+      }
+      const saved = await types.register(app.id, req.name, properties);
+      return { eventType: eventTypeMessage(saved) };
+    },
+
+    async listEventTypes(_req, context) {
+      const app = appOf(context);
+      return { types: (await types.list(app.id)).map(eventTypeMessage) };
+    },
+
+    async logEvents(req, context) {
+      const app = appOf(context);
+      requireAnalytics(app);
+      const now = Date.now();
+      const names = new Set<string>();
+      for (const e of req.events) if (NAME_PATTERN.test(e.type)) names.add(e.type);
+      // An oversized batch is refused by validateEvents without reading types.
+      const known = req.events.length <= MAX_EVENTS_PER_CALL ? await types.get(app.id, [...names]) : new Map<string, EventTypeRecord>();
+      const events = validateEvents(req.events, known, now);
+      const { remaining } = await withReservation(
+        quotas,
+        {
+          appId: app.id,
+          counter: "events",
+          amount: events.length,
+          cap: app.limits.eventsPerDay,
+          onReleaseError: (e) => logger.error({ err: e }, "could not release an events reservation"),
+          onFailure: (err) => {
+            if (err instanceof PlatformError && err.code === "upstream_error") logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
+          },
+        },
+        () => store.insert(app.id, events),
+      );
+      recorded.inc({ store: store.kind }, events.length);
+      return { recorded: BigInt(events.length), remainingToday: BigInt(remaining) };
+    },
+
+    async queryEvents(req, context) {
+      const app = appOf(context);
+      requireAnalytics(app);
+      if (!req.type) throw invalidArgument("type", "is required");
+      if (!NAME_PATTERN.test(req.type)) throw invalidArgument("type", NAME_RULE);
+      if (req.groupBy !== undefined && !NAME_PATTERN.test(req.groupBy)) throw invalidArgument("groupBy", NAME_RULE);
+      const unit = UNIT_OF[req.interval];
+      if (!unit) throw invalidArgument("interval", "must be hour, day, week or month");
+      if (!req.since) throw invalidArgument("since", "is required");
+      const since = instant(req.since, "since");
+      const until = req.until ? instant(req.until, "until") : Math.min(Date.now(), MAX_TIME_MS);
+      if (since >= until) throw invalidArgument("since", "must be before until");
+      let timezone: string | undefined;
+      if (req.timezone !== undefined && req.timezone !== "") {
+        timezone = checkTimezone(req.timezone);
+        if (isUtc(timezone)) timezone = undefined;
+        else if (unit === "hour") throw invalidArgument("timezone", "applies to day, week and month buckets only");
+      }
+      const buckets = bucketCount(since, until, unit, timezone);
+      if (buckets > MAX_BUCKETS) {
+        throw invalidArgument("since", `the range spans ${buckets} ${unit} buckets; at most ${MAX_BUCKETS}`);
+      }
+      const type = (await types.get(app.id, [req.type])).get(req.type);
+      if (!type) throw invalidArgument("type", `no event type named ${quoted(req.type)} is registered`);
+      if (req.groupBy !== undefined && !Object.hasOwn(type.properties, req.groupBy)) {
+        throw invalidArgument("groupBy", `${quoted(req.groupBy)} is not a property of type ${quoted(type.name)}`);
+      }
+      const rows = await store.count({ appId: app.id, type: type.name, since, until, unit, groupBy: req.groupBy, timezone });
+      let total = 0;
+      for (const r of rows) total += r.count;
+      return {
+        type: type.name,
+        interval: INTERVAL_OF[unit],
+        since: timestampFromMs(since),
+        until: timestampFromMs(until),
+        groupBy: req.groupBy,
+        buckets: rows.map((r) => ({ at: timestampFromMs(r.at), group: r.group ?? undefined, count: BigInt(r.count) })),
+        total: BigInt(total),
+      };
+    },
+  };
+}

@@ -1,0 +1,186 @@
+/**
+ * Every SQL statement on apps and their service tokens, and the two tables'
+ * types. The authenticator reads through it (`lookupTokens`), the admin API
+ * writes through it; no other module touches `apps` or `app_tokens`.
+ */
+import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
+import { PREPARED, type Db, type Timestamp } from "../database/index.ts";
+import { PlatformError } from "../errors.ts";
+import { appFromRow, isUuid, type AppLimits, type AppRecord, type AppRow } from "./apps.ts";
+
+export interface AppsTable {
+  id: Generated<string>;
+  name: string;
+  status: "running" | "stopped";
+  mail_from: string;
+  analytics_enabled: Generated<boolean>;
+  secrets_enabled: Generated<boolean>;
+  /** Only the limits the admin changed; the rest come from the defaults in code. */
+  limits: ColumnType<Record<string, number>, string | undefined, string>;
+  created_at: ColumnType<Date, Date | string | undefined, Date | string>;
+}
+
+export interface AppTokensTable {
+  id: Generated<string>;
+  app_id: string;
+  /** Hex SHA-256 of the plaintext token; the plaintext is never stored. */
+  token_hash: string;
+  label: string;
+  created_at: Generated<Timestamp>;
+  /** Coarse: written at most about once a minute per token (migration 0007). */
+  last_used_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+}
+
+/** A token as the operator sees it (never its hash). */
+export interface TokenInfo {
+  id: string;
+  label: string;
+  createdAt: Date;
+  lastUsedAt: Date | null;
+}
+
+/** The tables of this store; other stores that join `apps` view the database through these too. */
+export type AppTables = {
+  apps: AppsTable;
+  app_tokens: AppTokensTable;
+};
+
+export const APP_COLUMNS = [
+  "apps.id",
+  "apps.name",
+  "apps.status",
+  "apps.mail_from",
+  "apps.analytics_enabled",
+  "apps.secrets_enabled",
+  "apps.limits",
+  "apps.created_at",
+] as const;
+
+/** An app with the token that authenticated a request. */
+export type TokenRow = AppRow & { token_id: string; token_hash: string };
+
+export interface AppChanges {
+  status?: "running" | "stopped";
+  mailFrom?: string;
+  analyticsEnabled?: boolean;
+  secretsEnabled?: boolean;
+  /** Merged into the stored overrides (never replacing the others). */
+  limits?: Partial<AppLimits>;
+}
+
+export interface AppStore {
+  /** One app by id or name; a missing app is `not_found`. */
+  get(idOrName: string): Promise<AppRecord>;
+  list(): Promise<AppRecord[]>;
+  /** Undefined when the name is taken. */
+  create(name: string, mailFrom: string): Promise<AppRecord | undefined>;
+  nameTaken(name: string): Promise<boolean>;
+  update(appId: string, changes: AppChanges): Promise<void>;
+  delete(appId: string): Promise<void>;
+  insertToken(appId: string, tokenHash: string, label: string): Promise<string>;
+  /** False when no such token exists. */
+  deleteToken(tokenId: string): Promise<boolean>;
+  /** The apps of the given token hashes, one statement for any number of them. */
+  lookupTokens(hashes: string[]): Promise<TokenRow[]>;
+  /** An app's tokens, newest first. */
+  listTokens(appId: string): Promise<TokenInfo[]>;
+  /** Marks a token used now, unless it was marked within the last `intervalSeconds` (by any instance). */
+  markTokenUsed(tokenId: string, intervalSeconds: number): Promise<void>;
+}
+
+export function createAppStore(database: Db): AppStore {
+  const db: Kysely<AppTables> = database.withTables<AppTables>();
+  return {
+    async get(idOrName) {
+      const row = await db
+        .selectFrom("apps")
+        .select(APP_COLUMNS)
+        .where(isUuid(idOrName) ? "apps.id" : "apps.name", "=", idOrName)
+        .executeTakeFirst();
+      if (!row) throw new PlatformError("not_found", `no app ${JSON.stringify(idOrName)}`);
+      return appFromRow(row);
+    },
+
+    async list() {
+      const rows = await db.selectFrom("apps").select(APP_COLUMNS).orderBy("apps.name").execute();
+      return rows.map(appFromRow);
+    },
+
+    async create(name, mailFrom) {
+      const row = await db
+        .insertInto("apps")
+        .values({ name, status: "running", mail_from: mailFrom, limits: "{}" })
+        .onConflict((oc) => oc.column("name").doNothing())
+        .returning(["id", "name", "status", "mail_from", "analytics_enabled", "secrets_enabled", "limits", "created_at"])
+        .executeTakeFirst();
+      return row ? appFromRow(row) : undefined;
+    },
+
+    async nameTaken(name) {
+      return (await db.selectFrom("apps").select("id").where("name", "=", name).executeTakeFirst()) !== undefined;
+    },
+
+    async update(appId, changes) {
+      const set: Record<string, unknown> = {};
+      if (changes.status !== undefined) set.status = changes.status;
+      if (changes.mailFrom !== undefined) set.mail_from = changes.mailFrom;
+      if (changes.analyticsEnabled !== undefined) set.analytics_enabled = changes.analyticsEnabled;
+      if (changes.secretsEnabled !== undefined) set.secrets_enabled = changes.secretsEnabled;
+      if (changes.limits && Object.keys(changes.limits).length > 0) {
+        // Merged in the database, so two concurrent updates of different limits both stay.
+        set.limits = sql`apps.limits || ${JSON.stringify(changes.limits)}::jsonb`;
+      }
+      if (Object.keys(set).length === 0) return;
+      await db.updateTable("apps").set(set as never).where("id", "=", appId).execute();
+    },
+
+    async delete(appId) {
+      await db.deleteFrom("apps").where("id", "=", appId).execute();
+    },
+
+    async insertToken(appId, tokenHash, label) {
+      const row = await db.insertInto("app_tokens").values({ app_id: appId, token_hash: tokenHash, label }).returning("id").executeTakeFirstOrThrow();
+      return row.id;
+    },
+
+    async deleteToken(tokenId) {
+      const result = await db.deleteFrom("app_tokens").where("id", "=", tokenId).executeTakeFirst();
+      return Number(result.numDeletedRows) > 0;
+    },
+
+    async lookupTokens(hashes) {
+      return db
+        .selectFrom("app_tokens")
+        .innerJoin("apps", "apps.id", "app_tokens.app_id")
+        .select([...APP_COLUMNS, "app_tokens.id as token_id", "app_tokens.token_hash"])
+        .where("app_tokens.token_hash", "=", sql<string>`any(${hashes}::text[])`)
+        .modifyFront(PREPARED) // one text for any number of tokens: planned once per connection
+        .execute();
+    },
+
+    async listTokens(appId) {
+      const rows = await db
+        .selectFrom("app_tokens")
+        .select(["id", "label", "created_at", "last_used_at"])
+        .where("app_id", "=", appId)
+        .orderBy("created_at", "desc")
+        .orderBy("id")
+        .execute();
+      return rows.map((r) => ({
+        id: r.id,
+        label: r.label,
+        createdAt: new Date(r.created_at as unknown as string),
+        lastUsedAt: r.last_used_at ? new Date(r.last_used_at) : null,
+      }));
+    },
+
+    async markTokenUsed(tokenId, intervalSeconds) {
+      await db
+        .updateTable("app_tokens")
+        .set({ last_used_at: sql<Date>`now()` })
+        .where("id", "=", tokenId)
+        .where((eb) => eb.or([eb("last_used_at", "is", null), eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`)]))
+        .execute();
+    },
+  };
+}

@@ -1,0 +1,93 @@
+/**
+ * Apps: the tenants. Every facility reads the authenticated app's record
+ * (status, feature flags, limits) as defined here; only the admin API
+ * writes it. Every statement on apps and their tokens is in `app-store.ts`.
+ */
+
+/** Per-app limits (DESIGN.md section 4); each is a default the admin API can change per app. */
+export interface AppLimits {
+  eventsPerDay: number;
+  mailPerDay: number;
+  fastTokensPerDay: number;
+  embedTokensPerDay: number;
+  maxQueueDepth: number;
+  maxPayloadBytes: number;
+  messageTtlSeconds: number;
+  leaseSeconds: number;
+  maxOutstandingLinks: number;
+  linkTtlSeconds: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
+  eventsPerDay: 100_000,
+  mailPerDay: 100,
+  fastTokensPerDay: 200_000,
+  embedTokensPerDay: 1_000_000,
+  maxQueueDepth: 10_000,
+  maxPayloadBytes: 262_144,
+  messageTtlSeconds: 4 * 24 * 3600,
+  leaseSeconds: 30,
+  maxOutstandingLinks: 10,
+  linkTtlSeconds: 24 * 3600,
+});
+
+export const LIMIT_NAMES = Object.keys(DEFAULT_LIMITS) as (keyof AppLimits)[];
+
+export interface AppRecord {
+  id: string;
+  name: string;
+  status: "running" | "stopped";
+  mailFrom: string;
+  analyticsEnabled: boolean;
+  secretsEnabled: boolean;
+  limits: AppLimits;
+  createdAt: Date;
+}
+
+/** The name pattern of SPEC.md section 2, shared by app names, event types and queue names. */
+export const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,62}$/;
+/** The rule of `NAME_PATTERN`, as error messages state it. */
+export const NAME_RULE = "must match ^[a-z][a-z0-9_.-]{0,62}$";
+
+/** The secret name pattern of DESIGN.md section 4, shared by the blueprint (admin) and the secrets facility. */
+export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+export const SECRET_NAME_RULE = "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$";
+
+const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export function isUuid(value: string): boolean {
+  return UUID_PATTERN.test(value);
+}
+
+export type AppRow = {
+  id: string;
+  name: string;
+  status: "running" | "stopped";
+  mail_from: string;
+  analytics_enabled: boolean;
+  secrets_enabled: boolean;
+  limits: Record<string, number>;
+  created_at: Date;
+};
+
+export function appFromRow(row: AppRow): AppRecord {
+  return {
+    id: row.id,
+    name: row.name,
+    status: row.status,
+    mailFrom: row.mail_from,
+    analyticsEnabled: row.analytics_enabled,
+    secretsEnabled: row.secrets_enabled,
+    limits: effectiveLimits(row.limits),
+    createdAt: row.created_at,
+  };
+}
+
+export function effectiveLimits(overrides: Record<string, number> | null | undefined): AppLimits {
+  const limits: AppLimits = { ...DEFAULT_LIMITS };
+  for (const name of LIMIT_NAMES) {
+    const value = overrides?.[name];
+    if (typeof value === "number") limits[name] = value;
+  }
+  return limits;
+}

@@ -1,0 +1,173 @@
+/**
+ * Who is calling, decided once per request by one function used by both the
+ * REST routes and the Connect interceptor, so the rules are written once:
+ *
+ * - MetaService (and gRPC reflection) is public.
+ * - AdminService takes only the admin token.
+ * - Every facility takes only a service token; a stopped app gets 403
+ *   `app_stopped` on every operation except those whose SPEC.md error list
+ *   has no 403 (see `OPEN_WHEN_STOPPED`).
+ *
+ * Service tokens are `pbt_` + 256 random bits (base64url) and are stored only
+ * as their SHA-256; the admin token is compared in constant time.
+ */
+import crypto from "node:crypto";
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { PlatformError } from "./errors.ts";
+import { appFromRow, type AppRecord } from "./apps/apps.ts";
+import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.ts";
+import { createBatcher } from "./batcher.ts";
+import type { Db } from "./database/index.ts";
+
+export type Principal =
+  | { kind: "public" }
+  | { kind: "admin" }
+  | { kind: "app"; app: AppRecord; tokenId: string };
+
+/** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
+export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
+
+const PUBLIC_SERVICES = new Set(["platform.meta.v1.MetaService", "grpc.reflection.v1.ServerReflection"]);
+const ADMIN_SERVICE = "platform.admin.v1.AdminService";
+
+/**
+ * Operations a stopped app may still call: those whose error list in SPEC.md
+ * has no 403. (Embed lists only 400 and leaves the rest "not shown"; we answer
+ * 403 there too, as a stopped app should not spend its allowance.)
+ */
+export const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
+  "platform.analytics.v1.AnalyticsService/ListEventTypes",
+  "platform.analytics.v1.AnalyticsService/QueryEvents",
+  "platform.inference.v1.InferenceService/ListModels",
+]);
+
+export const SERVICE_TOKEN_PREFIX = "pbt_";
+
+export function generateServiceToken(): string {
+  return SERVICE_TOKEN_PREFIX + crypto.randomBytes(32).toString("base64url");
+}
+
+export function hashToken(token: string): string {
+  return crypto.createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+export interface Authenticator {
+  authenticate(authorization: string | null | undefined, method: DescMethod): Promise<Principal>;
+  /** Forgets every remembered token; called whenever apps or tokens change. */
+  invalidate(): void;
+}
+
+/** Where the database announces that an app or a token changed (a trigger, see migration 0006). */
+export const AUTH_CHANGED_CHANNEL = "pb_auth_changed";
+
+function bearer(authorization: string | null | undefined): string | undefined {
+  if (!authorization) return undefined;
+  const match = /^Bearer[ ]+([^\s]+)\s*$/i.exec(authorization);
+  return match?.[1];
+}
+
+const unauthenticated = () =>
+  new PlatformError("unauthenticated", "missing or invalid token", {
+    details: ["send Authorization: Bearer <token>"],
+  });
+
+/**
+ * Token lookups of concurrent requests share one query (through the shared
+ * batcher): a lookup goes at once when none is running; those that arrive
+ * while one runs go together in the next, as `token_hash = ANY(...)`.
+ * Nothing is cached here: every lookup reads the database after its request
+ * arrived, so without the cache below a revoked token or a stopped app is
+ * refused by the very next request; under load it saves a round trip per
+ * request. One query at a time: fewer, larger queries cost the database and
+ * this process less than more, smaller ones (measured), and a lookup waits at
+ * most for the one running.
+ */
+function createTokenLookup(apps: AppStore): (hash: string) => Promise<TokenRow | undefined> {
+  const batcher = createBatcher<string, TokenRow | undefined>({
+    maxBatch: 256,
+    maxInFlight: 1,
+    async run(_key, hashes) {
+      const rows = await apps.lookupTokens([...new Set(hashes)]);
+      const byHash = new Map(rows.map((r) => [r.token_hash, r]));
+      return hashes.map((hash) => byHash.get(hash));
+    },
+  });
+  return (hash) => batcher.call("", hash);
+}
+
+export interface AuthenticatorOptions {
+  db: Db;
+  adminToken: string;
+  /**
+   * How long a found token (with its app's status, flags and limits) is
+   * remembered. Every change to apps or tokens clears the memory at once: on
+   * this instance synchronously (`invalidate()` from the admin API) and on
+   * every other through `AUTH_CHANGED_CHANNEL`. The lifetime only bounds how
+   * stale an entry can get if a notification is lost. 0 turns it off.
+   */
+  cacheMs?: number;
+  clock?: () => number;
+  /** Told of every token found in the database (not of remembered ones): the coarse last-use mark. */
+  onTokenLookedUp?: (tokenId: string) => void;
+}
+
+export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
+  const lookup = createTokenLookup(createAppStore(options.db));
+  const cacheMs = options.cacheMs ?? 2000;
+  const clock = options.clock ?? Date.now;
+  const cache = new Map<string, { row: TokenRow; until: number }>();
+  // Bumped by every invalidation, so a lookup that started before one cannot
+  // put what it read into the emptied cache.
+  let generation = 0;
+
+  const find = async (hash: string): Promise<TokenRow | undefined> => {
+    const hit = cache.get(hash);
+    if (hit && hit.until > clock()) return hit.row;
+    const started = generation;
+    const row = await lookup(hash);
+    if (row) options.onTokenLookedUp?.(row.token_id);
+    if (row && cacheMs > 0 && started === generation) {
+      if (cache.size >= 10_000) cache.clear();
+      cache.set(hash, { row, until: clock() + cacheMs });
+    } else if (!row) {
+      cache.delete(hash);
+    }
+    return row;
+  };
+  // Compared as hashes: equal lengths for timingSafeEqual, whatever was sent.
+  const adminHash = Buffer.from(hashToken(options.adminToken));
+  const isAdminToken = (token: string) => crypto.timingSafeEqual(Buffer.from(hashToken(token)), adminHash);
+
+  return {
+    async authenticate(authorization, method) {
+      const serviceName = method.parent.typeName;
+      if (PUBLIC_SERVICES.has(serviceName)) return { kind: "public" };
+      const token = bearer(authorization);
+      if (token === undefined) throw unauthenticated();
+      if (serviceName === ADMIN_SERVICE) {
+        if (!isAdminToken(token)) throw unauthenticated();
+        return { kind: "admin" };
+      }
+      if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
+      const row = await find(hashToken(token));
+      if (!row) throw unauthenticated();
+      const app = appFromRow(row);
+      if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {
+        throw new PlatformError("app_stopped", "the app is stopped");
+      }
+      return { kind: "app", app, tokenId: row.token_id };
+    },
+    invalidate() {
+      generation++;
+      cache.clear();
+    },
+  };
+}
+
+/** The authenticated app of a facility call; the interceptor guarantees one is there. */
+export function appOf(context: HandlerContext): AppRecord {
+  const principal = context.values.get(principalKey);
+  if (principal.kind !== "app") throw unauthenticated();
+  return principal.app;
+}

@@ -1,0 +1,4 @@
+/** The database concern of the core: open, migrate, listen, prepare. */
+export { openDatabase, type Database, type DatabaseOptions, type Db, type Timestamp, type Transaction, type Unlisten } from "./database.ts";
+export { migrate } from "./migrate.ts";
+export { PREPARED } from "./prepared.ts";

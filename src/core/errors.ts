@@ -1,0 +1,132 @@
+/**
+ * The one error type of the service, with the closed set of codes of DESIGN.md
+ * section 5. Facilities throw `PlatformError`; the REST layer and the Connect
+ * interceptor each map it once, so a status or a code is never chosen twice.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { create } from "@bufbuild/protobuf";
+import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+
+export type ErrorCode =
+  | "invalid_argument"
+  | "unauthenticated"
+  | "app_stopped"
+  | "permission_denied"
+  | "not_found"
+  | "secret_not_set"
+  | "payload_too_large"
+  | "quota_exceeded"
+  | "queue_full"
+  | "too_many_links"
+  | "not_configured"
+  | "upstream_error"
+  | "internal";
+
+const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
+  invalid_argument: { status: 400, connect: Code.InvalidArgument },
+  unauthenticated: { status: 401, connect: Code.Unauthenticated },
+  app_stopped: { status: 403, connect: Code.PermissionDenied },
+  permission_denied: { status: 403, connect: Code.PermissionDenied },
+  not_found: { status: 404, connect: Code.NotFound },
+  secret_not_set: { status: 409, connect: Code.FailedPrecondition },
+  payload_too_large: { status: 413, connect: Code.ResourceExhausted },
+  quota_exceeded: { status: 429, connect: Code.ResourceExhausted },
+  queue_full: { status: 429, connect: Code.ResourceExhausted },
+  too_many_links: { status: 429, connect: Code.ResourceExhausted },
+  not_configured: { status: 501, connect: Code.Unimplemented },
+  upstream_error: { status: 502, connect: Code.Unavailable },
+  internal: { status: 500, connect: Code.Internal },
+};
+
+const codeByConnect = new Map<Code, ErrorCode>([
+  [Code.InvalidArgument, "invalid_argument"],
+  [Code.Unauthenticated, "unauthenticated"],
+  [Code.PermissionDenied, "permission_denied"],
+  [Code.NotFound, "not_found"],
+  [Code.FailedPrecondition, "secret_not_set"],
+  [Code.ResourceExhausted, "quota_exceeded"],
+  [Code.Unimplemented, "not_configured"],
+  [Code.Unavailable, "upstream_error"],
+]);
+
+export interface PlatformErrorOptions {
+  /** Human-readable specifics, e.g. which field and why. Never secrets or values. */
+  details?: string[];
+  /** Seconds until a retry may succeed; required for 429s (sent as `Retry-After`). */
+  retryAfterSeconds?: number;
+  /** The underlying error, for the log only; it never reaches the caller. */
+  cause?: unknown;
+}
+
+export class PlatformError extends Error {
+  override readonly name = "PlatformError";
+  readonly code: ErrorCode;
+  readonly details: string[] | undefined;
+  readonly retryAfterSeconds: number | undefined;
+
+  constructor(code: ErrorCode, message: string, options: PlatformErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.details = options.details;
+    this.retryAfterSeconds = options.retryAfterSeconds;
+  }
+
+  get status(): number {
+    return mapping[this.code].status;
+  }
+}
+
+/** A 400 whose message names the field and the rule, e.g. `invalidArgument("subject", "must be 1 to 200 characters")`. */
+export function invalidArgument(field: string, rule: string): PlatformError {
+  return new PlatformError("invalid_argument", `${field}: ${rule}`, { details: [`${field}: ${rule}`] });
+}
+
+/** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
+export function secondsToUtcMidnight(now: Date = new Date()): number {
+  const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+  return Math.max(1, Math.ceil((next - now.getTime()) / 1000));
+}
+
+/**
+ * Turns anything thrown into a PlatformError. Errors that are not ours become
+ * `internal` with a fixed message: their text may carry internals (SQL,
+ * hostnames, values) and is only ever logged.
+ */
+export function toPlatformError(err: unknown): PlatformError {
+  if (err instanceof PlatformError) return err;
+  if (err instanceof ConnectError) {
+    const fromDetail = err.findDetails(ErrorDetailSchema)[0];
+    const code = (fromDetail?.code as ErrorCode | undefined) ?? codeByConnect.get(err.code);
+    if (code && code in mapping) {
+      return new PlatformError(code, err.rawMessage, {
+        details: fromDetail?.details.length ? fromDetail.details : undefined,
+        retryAfterSeconds: fromDetail?.retryAfterSeconds,
+        cause: err,
+      });
+    }
+  }
+  return new PlatformError("internal", "internal error", { cause: err });
+}
+
+/** The REST error envelope of SPEC.md section 7. */
+export function toEnvelope(err: PlatformError): { error: { code: string; message: string; details?: string[] } } {
+  return {
+    error: {
+      code: err.code,
+      message: err.message,
+      ...(err.details && err.details.length > 0 ? { details: err.details } : {}),
+    },
+  };
+}
+
+/** The same error for Connect and gRPC clients, with our string code in an `ErrorDetail`. */
+export function toConnectError(err: PlatformError): ConnectError {
+  const detail = create(ErrorDetailSchema, {
+    code: err.code,
+    details: err.details ?? [],
+    retryAfterSeconds: err.retryAfterSeconds,
+  });
+  const metadata = new Headers();
+  if (err.retryAfterSeconds !== undefined) metadata.set("retry-after", String(err.retryAfterSeconds));
+  return new ConnectError(err.message, mapping[err.code].connect, metadata, [{ desc: ErrorDetailSchema, value: detail }]);
+}

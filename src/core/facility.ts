@@ -1,0 +1,39 @@
+/**
+ * What a facility is to the server: one Connect service implemented once
+ * (`impl`), the table of SPEC.md REST routes mapped onto that implementation
+ * (`routes`), and optional start/close hooks. The composition root
+ * (`src/server.ts`, `src/facilities.ts`) builds every facility from the shared
+ * `Deps`, and hands a facility the public API of another only through its
+ * factory's arguments, never its internals.
+ */
+import type { DescService } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import type { Config } from "./config.ts";
+import type { Database, Db } from "./database/index.ts";
+import type { Quotas } from "./quotas/index.ts";
+import type { Metrics } from "./metrics.ts";
+import type { AnyRestRoute } from "./http/rest-router.ts";
+
+export interface Deps {
+  readonly config: Config;
+  readonly database: Database;
+  readonly db: Db;
+  readonly quotas: Quotas;
+  readonly logger: Logger;
+  readonly metrics: Metrics;
+  /** Aborted when the server starts shutting down: long-polls end at once. */
+  readonly shutdownSignal: AbortSignal;
+}
+
+export interface Facility<S extends DescService = DescService> {
+  readonly service: S;
+  readonly impl: ServiceImpl<S>;
+  /** The SPEC.md `/v1` routes, each calling `impl` (see `http/rest-router.ts`). */
+  readonly routes?: readonly AnyRestRoute[];
+  /** Routes outside `/v1` and outside Connect (e.g. web pages). */
+  registerRoutes?(fastify: FastifyInstance): void;
+  start?(): Promise<void>;
+  close?(): Promise<void>;
+}

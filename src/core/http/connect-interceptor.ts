@@ -1,0 +1,25 @@
+/**
+ * The Connect/gRPC side of authentication and error mapping: the same
+ * `Authenticator` as the REST router decides who calls, and every error
+ * leaves as a `ConnectError` carrying our string code (`toConnectError`).
+ */
+import type { Interceptor } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { principalKey, type Authenticator } from "../auth.ts";
+import { toConnectError, toPlatformError } from "../errors.ts";
+
+export function createConnectInterceptor(authenticator: Authenticator, logger: Logger): Interceptor {
+  return (next) => async (req) => {
+    try {
+      const principal = await authenticator.authenticate(req.header.get("authorization"), req.method);
+      req.contextValues.set(principalKey, principal);
+      return await next(req);
+    } catch (err) {
+      const platformError = toPlatformError(err);
+      if (platformError.code === "internal") {
+        logger.error({ err, rpc: `${req.method.parent.typeName}/${req.method.name}` }, "unexpected error");
+      }
+      throw toConnectError(platformError);
+    }
+  };
+}

@@ -1,0 +1,54 @@
+/**
+ * The fastify instance every protocol is served by, on one port (HTTP/1.1
+ * and h2c, see `one-port.ts`): request ids, the request log line and HTTP
+ * metrics, and the one error rendering (`error-handler.ts`). Routes are added
+ * by the composition root.
+ */
+import crypto from "node:crypto";
+import Fastify, { LogController, type FastifyInstance } from "fastify";
+import type { Logger } from "pino";
+import type { Metrics } from "../metrics.ts";
+import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
+import { registerErrorHandlers, renderFrameworkError } from "./error-handler.ts";
+import { createOnePortServer, type TlsOptions } from "./one-port.ts";
+
+export interface HttpServerOptions {
+  logger: Logger;
+  metrics: Metrics;
+  tls: TlsOptions | undefined;
+}
+
+export function createHttpServer(options: HttpServerOptions): FastifyInstance {
+  const { logger, metrics, tls } = options;
+  const fastify = Fastify({
+    serverFactory: ((handler: never) => createOnePortServer(handler, tls)) as never,
+    bodyLimit: BODY_LIMIT_BYTES,
+    // Path parameters up to 128-character secret names (find-my-way's default of 100 would answer 414).
+    routerOptions: { maxParamLength: 512 },
+    loggerInstance: logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const given = req.headers["x-request-id"];
+      return typeof given === "string" && /^[\w.:-]{1,128}$/.test(given) ? given : crypto.randomUUID();
+    },
+    return503OnClosing: false,
+    frameworkErrors: renderFrameworkError,
+    forceCloseConnections: "idle",
+  }) as unknown as FastifyInstance;
+
+  fastify.addHook("onRequest", async (req, reply) => {
+    void reply.header("x-request-id", req.id);
+  });
+  fastify.addHook("onResponse", async (req, reply) => {
+    const route = req.routeOptions.url ?? "unmatched";
+    const labels = { method: req.method, route, status: String(reply.statusCode) };
+    const seconds = reply.elapsedTime / 1000;
+    metrics.httpRequests.inc(labels);
+    metrics.httpDuration.observe(labels, seconds);
+    // The route template, never the raw URL: a secret link's token is in its path.
+    req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, "request");
+  });
+  registerErrorHandlers(fastify);
+  return fastify;
+}

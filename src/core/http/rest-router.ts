@@ -1,0 +1,114 @@
+/**
+ * The SPEC.md `/v1` JSON routes. A facility describes its routes as a table
+ * of `RestRoute` entries: the RPC each serves, the zod schemas of its JSON
+ * body, query and path (walkable, e.g. to write an OpenAPI document), how the
+ * parsed input becomes the RPC's request message, and how the response
+ * message becomes SPEC.md's JSON shape. This router serves such a table: it
+ * authenticates with the same `Authenticator` as the Connect interceptor,
+ * parses the input with the schemas (a 400 naming the field otherwise), calls
+ * the facility's one implementation with a handler context carrying the
+ * caller, and maps the answer. Errors are thrown as `PlatformError` and
+ * rendered by the server's one error handler.
+ */
+import { create, type DescMethodUnary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import { createContextValues, createHandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
+import { principalKey, type Authenticator } from "../auth.ts";
+import { PlatformError } from "../errors.ts";
+import { parseJson } from "./validation.ts";
+
+/** The parsed parts of a request, as the route's schemas made them. */
+export interface RestInput<B, Q, P> {
+  body: B;
+  query: Q;
+  params: P;
+}
+
+export interface RestRoute<I extends DescMessage = DescMessage, O extends DescMessage = DescMessage, B = unknown, Q = unknown, P = Record<string, string>> {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  url: string;
+  rpc: DescMethodUnary<I, O>;
+  /** The JSON body; absent means the body is not read. */
+  body?: z.ZodType<B>;
+  /** The query string. */
+  query?: z.ZodType<Q>;
+  /** The path parameters (`:name` segments). */
+  params?: z.ZodType<P>;
+  /** Builds the RPC request from the parsed input; may throw `invalid_argument` for rules across fields. */
+  request?: (input: RestInput<B, Q, P>) => MessageInitShape<I>;
+  /** SPEC.md's JSON shape of the response. */
+  response: (output: MessageShape<O>) => unknown;
+}
+
+/** A route table entry of any RPC, as a table holds it. */
+export type AnyRestRoute = RestRoute<DescMessage, DescMessage, unknown, unknown, unknown>;
+
+/** Declares one route, typed against its RPC and schemas; the table keeps it untyped. */
+export function defineRoute<I extends DescMessage, O extends DescMessage, B = unknown, Q = unknown, P = Record<string, string>>(
+  route: RestRoute<I, O, B, Q, P>,
+): AnyRestRoute {
+  return route as unknown as AnyRestRoute;
+}
+
+type Handler = (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;
+
+/** Registers a facility's route table; each route calls `impl`, the facility's one implementation. */
+export function registerRestRoutes(
+  fastify: FastifyInstance,
+  authenticator: Authenticator,
+  impl: ServiceImpl<never> | Record<string, unknown>,
+  routes: readonly AnyRestRoute[],
+): void {
+  for (const spec of routes) {
+    const handler = (impl as Record<string, unknown>)[spec.rpc.localName] as Handler | undefined;
+    if (typeof handler !== "function") throw new Error(`no implementation of ${spec.rpc.parent.typeName}/${spec.rpc.name} for ${spec.url}`);
+    fastify.route({
+      method: spec.method,
+      url: spec.url,
+      handler: async (req: FastifyRequest, reply: FastifyReply) => {
+        const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+        const input: RestInput<unknown, unknown, unknown> = {
+          body: spec.body ? parseJson(spec.body, req.body, "body") : undefined,
+          query: spec.query ? parseJson(spec.query, req.query ?? {}, "query") : req.query,
+          params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
+        };
+        const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
+        const abort = new AbortController();
+        // A client that goes away ends its request (a waiting consume stops waiting).
+        reply.raw.once("close", () => {
+          if (!reply.raw.writableFinished) abort.abort(new PlatformError("internal", "client went away"));
+        });
+        const context = createHandlerContext({
+          service: spec.rpc.parent,
+          method: spec.rpc,
+          protocolName: "rest",
+          requestMethod: req.method,
+          url: req.url,
+          requestHeader: plainHeaders(req.headers),
+          requestSignal: abort.signal,
+          contextValues: createContextValues().set(principalKey, principal),
+        });
+        const output = await handler.call(impl, message, context);
+        const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
+        return reply.code(200).send(spec.response(result));
+      },
+    });
+  }
+}
+
+/**
+ * The request's headers as the `Headers` constructor accepts them. Over
+ * HTTP/2, Node's headers object also carries pseudo-headers (`:path`) and a
+ * `Symbol(sensitiveHeaders)` key, which `new Headers()` refuses with a
+ * TypeError; repeated headers arrive as arrays.
+ */
+export function plainHeaders(headers: object): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers) as [string, unknown][]) {
+    if (name.startsWith(":")) continue;
+    if (typeof value === "string") out[name] = value;
+    else if (Array.isArray(value)) out[name] = value.filter((v) => typeof v === "string").join(", ");
+  }
+  return out;
+}

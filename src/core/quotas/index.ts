@@ -1,0 +1,1 @@
+export { createQuotas, utcDay, withReservation, type QuotaCounter, type Quotas, type Reservation, type ReservationOptions } from "./quotas.ts";

@@ -1,0 +1,148 @@
+/**
+ * Daily allowances per app and per UTC day, kept in Postgres so that every
+ * instance shares them. A reservation is one conditional upsert
+ * (`used + n <= cap`), never read-then-write, so concurrent requests can
+ * never overspend a cap. Every capped operation spends through
+ * `withReservation`: reserve before the work, then settle the reservation to
+ * the real amount or release it when the work failed, so a request answered
+ * with an error consumes nothing. The SQL is in `quota-store.ts`.
+ *
+ * Terminology:
+ * - **counter**: one allowance, e.g. `events` or `fast_tokens`.
+ * - **reservation**: an amount taken from today's allowance, not yet settled.
+ */
+import type { Db } from "../database/index.ts";
+import { createQuotaStore } from "./quota-store.ts";
+import { PlatformError, secondsToUtcMidnight } from "../errors.ts";
+
+export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
+
+export interface Reservation {
+  readonly appId: string;
+  readonly counter: QuotaCounter;
+  readonly day: string;
+  readonly amount: number;
+  /** What is left today after this reservation. */
+  readonly remaining: number;
+}
+
+export interface Quotas {
+  /** Takes `amount` from today's allowance or throws 429 `quota_exceeded`; nothing is taken then. */
+  reserve(appId: string, counter: QuotaCounter, amount: number, cap: number): Promise<Reservation>;
+  /** Replaces a reservation by what was really used; returns what is left today. */
+  settle(reservation: Reservation, actual: number, cap: number): Promise<number>;
+  /** Gives a reservation back whole (the work failed). */
+  release(reservation: Reservation): Promise<void>;
+  /** What was used today. */
+  used(appId: string, counter: QuotaCounter): Promise<number>;
+  /** Today's use of every app that used anything today: app id → counter → used. */
+  usedToday(): Promise<Map<string, Map<QuotaCounter, number>>>;
+  /**
+   * One app's use per UTC day over the last `days` days, today last, oldest first; days without
+   * use have zeros. `quota_usage` keeps every day, so this is the daily usage history.
+   */
+  history(appId: string, days: number): Promise<{ day: string; used: Record<QuotaCounter, number> }[]>;
+}
+
+export function utcDay(now: Date = new Date()): string {
+  return now.toISOString().slice(0, 10);
+}
+
+export interface ReservationOptions<T> {
+  appId: string;
+  counter: QuotaCounter;
+  /** What to take before the work (an estimate where the real amount is known only after). */
+  amount: number;
+  cap: number;
+  /** The real amount once the work succeeded; the reservation is settled to it. Default: `amount`, nothing to settle. */
+  actual?: (result: T) => number;
+  /** Runs when the work failed, after the reservation was given back (or could not be). */
+  onFailure?: (err: unknown) => void;
+  /** Where a failed release is reported; the work's own error is what the caller gets. */
+  onReleaseError?: (err: unknown) => void;
+}
+
+/**
+ * The one way a capped operation spends an allowance: reserve (or 429),
+ * run the work, then settle the reservation to what was really used, or
+ * release it whole when the work threw, so an error costs nothing.
+ * Resolves to the work's result and what is left today.
+ */
+export async function withReservation<T>(quotas: Quotas, options: ReservationOptions<T>, work: (reservation: Reservation) => Promise<T>): Promise<{ result: T; remaining: number }> {
+  const reservation = await quotas.reserve(options.appId, options.counter, options.amount, options.cap);
+  let result: T;
+  try {
+    result = await work(reservation);
+  } catch (err) {
+    try {
+      await quotas.release(reservation);
+    } catch (releaseErr) {
+      options.onReleaseError?.(releaseErr);
+    }
+    options.onFailure?.(err);
+    throw err;
+  }
+  const remaining = options.actual ? await quotas.settle(reservation, options.actual(result), options.cap) : reservation.remaining;
+  return { result, remaining };
+}
+
+export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quotas {
+  const store = createQuotaStore(db);
+  return {
+    async reserve(appId, counter, amount, cap) {
+      const day = utcDay(clock());
+      if (!Number.isSafeInteger(amount) || amount < 0) throw new Error(`bad reservation amount ${amount}`);
+      const used = await store.add(appId, day, counter, amount, cap);
+      if (used === undefined) {
+        const usedNow = await this.used(appId, counter);
+        throw new PlatformError("quota_exceeded", `daily ${counter.replace("_", " ")} allowance spent`, {
+          details: [`${counter}: ${Math.max(0, cap - usedNow)} of ${cap} left today, ${amount} needed`],
+          retryAfterSeconds: secondsToUtcMidnight(clock()),
+        });
+      }
+      return { appId, counter, day, amount, remaining: Math.max(0, cap - used) };
+    },
+
+    async settle(reservation, actual, cap) {
+      const delta = Math.max(0, Math.round(actual)) - reservation.amount;
+      if (delta === 0) return reservation.remaining;
+      // Settling may exceed the cap by what the provider really used beyond the
+      // estimate (it was already spent); it never goes below zero.
+      const used = await store.adjust(reservation.appId, reservation.day, reservation.counter, delta);
+      return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : cap - (await this.used(reservation.appId, reservation.counter));
+    },
+
+    async release(reservation) {
+      if (reservation.amount === 0) return;
+      await store.adjust(reservation.appId, reservation.day, reservation.counter, -reservation.amount);
+    },
+
+    async usedToday() {
+      const out = new Map<string, Map<QuotaCounter, number>>();
+      for (const r of await store.usedOn(utcDay(clock()))) {
+        let app = out.get(r.appId);
+        if (!app) out.set(r.appId, (app = new Map<QuotaCounter, number>()));
+        app.set(r.counter as QuotaCounter, r.used);
+      }
+      return out;
+    },
+
+    async history(appId, days) {
+      const today = Date.parse(`${utcDay(clock())}T00:00:00Z`);
+      const first = today - (days - 1) * 86_400_000;
+      const byDay = new Map<string, Partial<Record<QuotaCounter, number>>>();
+      for (const r of await store.history(appId, utcDay(new Date(first)))) {
+        byDay.set(r.day, { ...byDay.get(r.day), [r.counter]: r.used });
+      }
+      return Array.from({ length: days }, (_, i) => {
+        const day = utcDay(new Date(first + i * 86_400_000));
+        const d = byDay.get(day) ?? {};
+        return { day, used: { events: d.events ?? 0, mail: d.mail ?? 0, fast_tokens: d.fast_tokens ?? 0, embed_tokens: d.embed_tokens ?? 0 } };
+      });
+    },
+
+    async used(appId, counter) {
+      return store.used(appId, utcDay(clock()), counter);
+    },
+  };
+}

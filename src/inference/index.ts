@@ -1,0 +1,44 @@
+/**
+ * The inference facility (SPEC.md "Inference"): wires its provider, its one
+ * implementation and its REST routes. It has no tables: its allowances are
+ * the core quotas' counters `fast_tokens` and `embed_tokens`.
+ */
+import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
+import type { Deps, Facility } from "../core/facility.ts";
+import { createBedrockProvider } from "./bedrock-provider.ts";
+import type { InferenceProvider } from "./inference-provider.ts";
+import { inferenceRoutes } from "./inference-routes.ts";
+import { createInferenceService } from "./inference-service.ts";
+import { createLocalProvider } from "./local-provider.ts";
+
+export interface InferenceFacilityOptions {
+  /** Overrides the provider chosen by `INFERENCE_PROVIDER` (tests). */
+  provider?: InferenceProvider;
+}
+
+/** The provider named by the configuration. */
+export function createInferenceProvider(deps: Deps): InferenceProvider {
+  const { config, logger } = deps;
+  if (config.inferenceProvider === "bedrock") {
+    return createBedrockProvider({
+      region: config.awsRegion,
+      endpoint: config.bedrockEndpoint,
+      fastModel: config.bedrockFastModel,
+      embedModel: config.bedrockEmbedModel,
+      logger,
+    });
+  }
+  return createLocalProvider();
+}
+
+export function createInferenceFacility(deps: Deps, options: InferenceFacilityOptions = {}): Facility<typeof InferenceService> {
+  const { quotas, logger, metrics } = deps;
+  const provider = options.provider ?? createInferenceProvider(deps);
+  logger.info({ provider: provider.name }, `inference provider: ${provider.description}`);
+  return {
+    service: InferenceService,
+    impl: createInferenceService({ provider, quotas, logger, metrics }),
+    routes: inferenceRoutes,
+    close: async () => provider.close?.(),
+  };
+}

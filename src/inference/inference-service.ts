@@ -1,0 +1,127 @@
+/**
+ * `InferenceService`, implemented once for Connect, gRPC and the
+ * `/v1/inference/*` REST routes (SPEC.md section 4 "Inference").
+ *
+ * Terminology:
+ * - **logical model**: the stable name an app calls, `platform/fast`
+ *   (generate) or `platform/embed` (embed); which real model serves it is the
+ *   provider's configuration.
+ * - **provider**: what runs the models: `local` (offline, the default) or
+ *   `bedrock` (see `inference-provider.ts`).
+ * - **allowance**: the app's daily tokens per logical model, kept by the
+ *   shared quota module as the counters `fast_tokens` and `embed_tokens`.
+ * - **reservation**: tokens taken from the allowance before the provider is
+ *   called: the estimated input plus `maxTokens` for generate, the estimated
+ *   input for embed. It is settled to the provider's reported usage when the
+ *   call succeeds and released whole when it fails, so the allowance can
+ *   never be overspent by concurrent requests and an error costs nothing.
+ */
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { FinishReason as FinishReasonEnum, InferenceService, ModelKind } from "../../gen/platform/inference/v1/inference_pb.js";
+import { appOf } from "../core/auth.ts";
+import type { Metrics } from "../core/metrics.ts";
+import { withReservation, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
+import type { FinishReason, InferenceProvider } from "./inference-provider.ts";
+import { EMBED_MODEL, FAST_MODEL, validateEmbed, validateGenerate } from "./inference-requests.ts";
+import { estimateTokensOfAll } from "./token-estimator.ts";
+
+export interface InferenceServiceOptions {
+  provider: InferenceProvider;
+  quotas: Quotas;
+  logger: Logger;
+  metrics: Metrics;
+}
+
+const FINISH_TO_ENUM: Record<FinishReason, FinishReasonEnum> = {
+  stop: FinishReasonEnum.STOP,
+  length: FinishReasonEnum.LENGTH,
+  other: FinishReasonEnum.OTHER,
+};
+
+export function createInferenceService(options: InferenceServiceOptions): ServiceImpl<typeof InferenceService> {
+  const { provider, quotas, logger, metrics } = options;
+
+  const tokensUsed = metrics.counter("inference_tokens_total", "Tokens charged to apps' daily allowances, by logical model.", ["model"] as const);
+  const failures = metrics.counter("inference_provider_failures_total", "Provider calls that failed, by logical model and error code.", ["model", "code"] as const);
+
+  /** Calls the provider under a reservation: settled to `actual` on success, released on failure. */
+  async function reserved<T>(appId: string, counter: QuotaCounter, estimate: number, cap: number, model: string, work: () => Promise<T>, actual: (result: T) => number) {
+    const out = await withReservation(
+      quotas,
+      {
+        appId,
+        counter,
+        amount: estimate,
+        cap,
+        actual,
+        onFailure: (err) => failures.inc({ model, code: (err as { code?: string }).code ?? "internal" }),
+        onReleaseError: (err) => logger.error({ err, model }, "could not release an inference reservation"),
+      },
+      work,
+    );
+    tokensUsed.inc({ model }, actual(out.result));
+    return out;
+  }
+
+  return {
+    async listModels(_req: unknown, context: HandlerContext) {
+      const app = appOf(context);
+      const entry = async (name: string, kind: ModelKind, counter: "fast_tokens" | "embed_tokens", cap: number) => ({
+        name,
+        kind,
+        tokensPerDay: BigInt(cap),
+        remainingToday: BigInt(Math.max(0, cap - (await quotas.used(app.id, counter)))),
+      });
+      return {
+        models: [
+          await entry(FAST_MODEL, ModelKind.GENERATE, "fast_tokens", app.limits.fastTokensPerDay),
+          await entry(EMBED_MODEL, ModelKind.EMBED, "embed_tokens", app.limits.embedTokensPerDay),
+        ],
+      };
+    },
+
+    async generate(req, context) {
+      const app = appOf(context);
+      const { model, call } = validateGenerate(req);
+      const estimate = estimateTokensOfAll(call.messages.map((m) => m.content)) + call.maxTokens;
+      const { result, remaining } = await reserved(
+        app.id,
+        "fast_tokens",
+        estimate,
+        app.limits.fastTokensPerDay,
+        model,
+        () => provider.generate(call, context.signal),
+        (r) => r.inputTokens + r.outputTokens,
+      );
+      return {
+        text: result.text,
+        model,
+        finishReason: FINISH_TO_ENUM[result.finishReason],
+        usage: { inputTokens: BigInt(result.inputTokens), outputTokens: BigInt(result.outputTokens) },
+        remainingToday: BigInt(remaining),
+      };
+    },
+
+    async embed(req, context) {
+      const app = appOf(context);
+      const { model, inputs } = validateEmbed(req);
+      const { result, remaining } = await reserved(
+        app.id,
+        "embed_tokens",
+        estimateTokensOfAll(inputs),
+        app.limits.embedTokensPerDay,
+        model,
+        () => provider.embed(inputs, context.signal),
+        (r) => r.tokens,
+      );
+      return {
+        embeddings: result.embeddings.map((values) => ({ values })),
+        model,
+        dimensions: result.dimensions,
+        usage: { tokens: BigInt(result.tokens) },
+        remainingToday: BigInt(remaining),
+      };
+    },
+  };
+}

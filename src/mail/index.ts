@@ -1,0 +1,54 @@
+/**
+ * The mail facility (SPEC.md "Mail"): wires its provider, its store (the mail
+ * log), its one implementation and its REST route. Other facilities use only
+ * what this file exports.
+ */
+import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
+import type { Deps, Facility } from "../core/facility.ts";
+import type { MailProvider } from "./mail-provider.ts";
+import { mailRoutes } from "./mail-routes.ts";
+import { createMailService } from "./mail-service.ts";
+import { createMailStore, type MailLogRecord } from "./mail-store.ts";
+import { createOutboxProvider } from "./outbox-provider.ts";
+import { createSesProvider } from "./ses-provider.ts";
+
+export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
+
+export interface MailFacility extends Facility<typeof MailService> {
+  /** The admin hook behind `AdminService.ListMail`: the app's recent mail, newest first. */
+  listMail(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
+  getMail(appId: string, id: string): Promise<MailLogRecord | undefined>;
+}
+
+export interface MailFacilityOptions {
+  /** Overrides the provider chosen by `MAIL_PROVIDER`. */
+  provider?: MailProvider;
+}
+
+/** The provider of `MAIL_PROVIDER`: SES in production, the outbox by default. */
+export function createMailProvider(deps: Deps): MailProvider {
+  const { config, logger } = deps;
+  return config.mailProvider === "ses"
+    ? createSesProvider({ region: config.awsRegion, endpoint: config.sesEndpoint, logger: logger.child({ facility: "mail" }) })
+    : createOutboxProvider();
+}
+
+export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}): MailFacility {
+  const logger = deps.logger.child({ facility: "mail" });
+  const provider = options.provider ?? createMailProvider(deps);
+  const store = createMailStore(deps.db);
+  return {
+    service: MailService,
+    impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),
+    routes: mailRoutes,
+    listMail: (appId, limit) => store.list(appId, limit),
+    getMail: (appId, id) => store.get(appId, id),
+    async start() {
+      logger.info(`mail provider: ${provider.description}`);
+    },
+    async close() {
+      await provider.close?.();
+    },
+  };
+}

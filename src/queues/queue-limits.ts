@@ -1,0 +1,36 @@
+/** The queue facility's limits and batch sizes (DESIGN.md section 4), in one place. */
+
+/** The reserved queue of platform events: apps consume and ack it, never put. */
+export const EVENTS_QUEUE = "_events";
+/** Longest consume wait, and the default (DESIGN.md section 4). */
+export const MAX_WAIT_SECONDS = 25;
+export const MAX_LEASE_SECONDS = 43_200;
+/** Longest `delaySeconds` of a put. */
+export const MAX_DELAY_SECONDS = 86_400;
+/** `Retry-After` hint of `queue_full`: consumers usually drain a little within a few seconds. */
+export const QUEUE_FULL_RETRY_AFTER_SECONDS = 5;
+/**
+ * Puts below `maxDepth - DEPTH_SLACK` waiting messages take the one-statement
+ * path; nearer the cap, puts on one queue are serialised by an advisory lock
+ * so concurrent puts cannot overshoot it (a fast-path put could only do so
+ * with more than this many puts on one queue in flight at once).
+ */
+export const DEPTH_SLACK = 64;
+/**
+ * Concurrent puts on one queue share one statement and one commit (group
+ * commit), at most this many rows each and one such statement per queue at a
+ * time on an instance: so one statement stays within half of `DEPTH_SLACK`,
+ * and an overshoot of the cap would still take more than `DEPTH_SLACK` puts on
+ * one queue in flight at once (several instances sending full batches at the
+ * same moment).
+ */
+export const PUT_BATCH = DEPTH_SLACK / 2;
+/** Concurrent consumes of one queue claim in one statement, at most this many messages. */
+export const CLAIM_BATCH = 64;
+/** Concurrent acks (of any app) go in one statement, at most this many. */
+export const ACK_BATCH = 128;
+/** Expiry runs this often on every instance, deleting in batches of `EXPIRE_BATCH`. */
+export const EXPIRE_INTERVAL_MS = 15_000;
+export const EXPIRE_BATCH = 1_000;
+/** How often messages of deleted apps are removed. */
+export const ORPHAN_INTERVAL_MS = 3_600_000;

@@ -1,0 +1,169 @@
+/**
+ * `SecretsService`, implemented once for Connect, gRPC and the REST routes
+ * (SPEC.md "Secrets", DESIGN.md sections 4 and 5): values an app reads and a
+ * person sets, through a set-only, single-use link; plus the operations the
+ * admin API and the link page call.
+ *
+ * Terminology:
+ * - **blueprint**: the app's list of declared secret names (admin
+ *   `DeclareSecrets`); only declared names can be read, linked or set.
+ * - **value**: the secret's plaintext; stored only sealed (AES-256-GCM, see
+ *   `keyring.ts`), returned only to the app by the read call, never logged.
+ * - **version**: 1 for the first set, +1 on every set; with `setAt` it tells
+ *   an app that polls the listing that the value changed.
+ * - **link**: a URL `PUBLIC_URL/secret-links/<token>` that sets one secret of
+ *   one app once before it expires; it never shows the value. Only the
+ *   token's SHA-256 is stored. **Outstanding**: unused and unexpired.
+ * - **set**: a new version by a link or by the owner (admin `SetSecret`); each
+ *   puts a `secret.set` event `{ name, version }` on the app's `_events` queue.
+ */
+import crypto from "node:crypto";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { appOf } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { PlatformEvents } from "../queues/index.ts";
+import { UnknownKeyError, type Keyring } from "./keyring.ts";
+import { hashLinkToken, type LinkInfo, type SecretStore, type SetResult } from "./secret-store.ts";
+
+/** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
+export const MAX_VALUE_BYTES = 65_536;
+
+export interface SecretsServiceOptions {
+  store: SecretStore;
+  keyring: Keyring;
+  /** The queues facility's `_events` publisher. */
+  events: PlatformEvents;
+  logger: Logger;
+  /** Links are `${publicUrl}/secret-links/<token>`. */
+  publicUrl: string;
+}
+
+/** What the secrets facility offers the admin API. */
+export interface SecretsAdmin {
+  /** Admin `DeclareSecrets`: dropped names lose their value and their links. */
+  declareSecrets(appId: string, names: string[]): Promise<void>;
+  /** The declared names of one app, or of every app (by app id), in name order. */
+  declaredNames(appId?: string): Promise<Map<string, string[]>>;
+  /** Admin `SetSecret`: the owner sets a value; a new version and a `secret.set` event. */
+  setSecret(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
+}
+
+export interface SecretsImplementation extends SecretsAdmin {
+  readonly impl: ServiceImpl<typeof SecretsService>;
+  /** The link page: what a link sets, if it is usable. */
+  findLink(token: string): Promise<LinkInfo | undefined>;
+  /** The link page: uses a link up, setting its secret; undefined when the link is not usable. */
+  useLink(token: string, value: string): Promise<SetResult | undefined>;
+}
+
+function checkName(name: string): void {
+  if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument("name", SECRET_NAME_RULE);
+}
+
+/** Why a value is unusable, or undefined when it is fine. Shared by the owner's set and the link. */
+export function valueProblem(value: unknown): string | undefined {
+  if (typeof value !== "string") return "must be a string";
+  if (value.length === 0) return "must not be empty";
+  // A lone UTF-16 surrogate cannot be stored as UTF-8 without changing the value.
+  if (/\p{Cs}/u.test(value)) return "must be valid Unicode text (no lone surrogate)";
+  if (Buffer.byteLength(value, "utf8") > MAX_VALUE_BYTES) return `must be at most ${MAX_VALUE_BYTES} bytes (UTF-8)`;
+  return undefined;
+}
+
+function requireEnabled(app: AppRecord): void {
+  if (!app.secretsEnabled) throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
+}
+
+export function createSecretsService(options: SecretsServiceOptions): SecretsImplementation {
+  const { store, keyring, logger } = options;
+
+  const seal = (appId: string, name: string, value: string) => (version: number) => keyring.seal(value, { appId, name, version });
+
+  /** After the set is committed: the event is best effort, the set stands either way. */
+  async function announce(result: SetResult): Promise<void> {
+    try {
+      await options.events.publish(result.appId, "secret.set", { name: result.name, version: result.version });
+    } catch (err) {
+      logger.warn({ err: err instanceof Error ? err.message : String(err), appId: result.appId, secret: result.name }, "secret.set event not published");
+    }
+  }
+
+  async function useLink(token: string, value: string): Promise<SetResult | undefined> {
+    const result = await store.useLink(hashLinkToken(token), (appId, name, version) => keyring.seal(value, { appId, name, version }));
+    if (result) await announce(result);
+    return result;
+  }
+
+  return {
+    impl: {
+      async listSecrets(_req, context) {
+        const app = appOf(context);
+        requireEnabled(app);
+        const rows = await store.list(app.id);
+        return {
+          secrets: rows.map((r) => ({
+            name: r.name,
+            set: r.version !== null,
+            version: r.version === null ? undefined : BigInt(r.version),
+            setAt: r.setAt ? timestampFromDate(r.setAt) : undefined,
+          })),
+        };
+      },
+
+      async getSecret(req, context) {
+        const app = appOf(context);
+        requireEnabled(app);
+        checkName(req.name);
+        const secret = await store.read(app.id, req.name);
+        if (!secret) throw new PlatformError("not_found", `secret ${req.name} is not declared by the app's blueprint`);
+        if (!secret.value || secret.version === null || !secret.setAt) {
+          throw new PlatformError("secret_not_set", `secret ${req.name} is declared but has not been set yet`);
+        }
+        let value: string;
+        try {
+          value = keyring.open(secret.value, { appId: app.id, name: secret.name, version: secret.version });
+        } catch (err) {
+          // Never the value, never key material: only which key id is missing.
+          const reason = err instanceof UnknownKeyError ? `sealed under unknown key id ${err.keyId}` : "does not authenticate";
+          logger.error({ appId: app.id, secret: secret.name, reason }, "secret value cannot be opened");
+          throw new PlatformError("internal", "internal error");
+        }
+        return { name: secret.name, value, version: BigInt(secret.version), setAt: timestampFromDate(secret.setAt) };
+      },
+
+      async createSecretLink(req, context) {
+        const app = appOf(context);
+        requireEnabled(app);
+        checkName(req.name);
+        const token = crypto.randomBytes(32).toString("base64url");
+        const result = await store.createLink(app.id, req.name, hashLinkToken(token), app.limits.linkTtlSeconds, app.limits.maxOutstandingLinks);
+        if (result.kind === "undeclared") throw new PlatformError("not_found", `secret ${req.name} is not declared by the app's blueprint`);
+        if (result.kind === "too_many") {
+          throw new PlatformError("too_many_links", `at most ${app.limits.maxOutstandingLinks} links may be outstanding; wait for one to be used or to expire`, {
+            retryAfterSeconds: result.retryAfterSeconds,
+          });
+        }
+        return { url: `${options.publicUrl}/secret-links/${token}`, name: req.name, expiresAt: timestampFromDate(result.expiresAt) };
+      },
+    },
+
+    findLink: (token) => store.findLink(hashLinkToken(token)),
+    useLink,
+    declaredNames: (appId) => store.declaredNames(appId),
+    declareSecrets: (appId, names) => store.declare(appId, names),
+
+    async setSecret(app, name, value) {
+      checkName(name);
+      const problem = valueProblem(value);
+      if (problem) throw invalidArgument("value", problem);
+      const result = await store.set(app.id, name, seal(app.id, name, value));
+      if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
+      await announce(result);
+      return { version: result.version, setAt: result.setAt };
+    },
+  };
+}

@@ -1,0 +1,83 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { createAuthenticator } from "../../src/core/auth.ts";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
+import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
+import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
+import { backend, createTestDatabase, startInstances, type Instances, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
+
+const generate = InferenceService.method.generate;
+
+describe("createAuthenticator: remembered tokens", () => {
+  let tdb: TestDatabase;
+  let database: Database;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
+    await migrate(database.db);
+  });
+  afterAll(async () => {
+    await database?.close();
+    await tdb?.drop();
+  });
+
+  async function appWithToken(name: string) {
+    const app = await tables(database.db).insertInto("apps").values({ name, status: "running", mail_from: "", limits: "{}" }).returning("id").executeTakeFirstOrThrow();
+    const { generateServiceToken, hashToken } = await import("../../src/core/auth.ts");
+    const token = generateServiceToken();
+    await tables(database.db).insertInto("app_tokens").values({ app_id: app.id, token_hash: hashToken(token), label: "" }).execute();
+    return { id: app.id, token };
+  }
+
+  it("serves a found token from memory until its lifetime ends, and never an unknown one", async () => {
+    let now = 1_000;
+    const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 500, clock: () => now });
+    const app = await appWithToken("mem-a");
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    // Remembered (no invalidation was called): still running for this instance.
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    now += 501;
+    await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
+    await expect(auth.authenticate("Bearer pbt_unknown", generate)).rejects.toMatchObject({ code: "unauthenticated" });
+  });
+
+  it("invalidate() forgets at once", async () => {
+    const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 60_000 });
+    const app = await appWithToken("mem-b");
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    await tables(database.db).deleteFrom("app_tokens").where("app_id", "=", app.id).execute();
+    auth.invalidate();
+    await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "unauthenticated" });
+    expect((await auth.authenticate(undefined, MetaService.method.getHealth)).kind).toBe("public");
+  });
+});
+
+// On PGlite the two servers share the one in-process database; the trigger's NOTIFY reaches the other's listener.
+describe(`remembered tokens across two instances (${backend})`, () => {
+  let instances: Instances;
+  let a: TestServer;
+  let b: TestServer;
+  beforeAll(async () => {
+    instances = await startInstances(2);
+    [a, b] = instances.servers as [TestServer, TestServer];
+  });
+  afterAll(() => instances?.close());
+
+  it("stopping an app or revoking a token on one instance is honoured by the other within moments", async () => {
+    const app = await a.createApp();
+    const call = (t: TestServer, token = app.token) => t.request("GET", "/v1/queues", { token }).then((r) => r.status);
+    expect(await call(b)).toBe(200); // b now remembers the token
+    await a.admin.updateApp({ appId: app.id, status: AppStatus.STOPPED });
+    expect(await call(a)).toBe(403); // at once on the instance that changed it
+    await expect.poll(() => call(b), { timeout: 1500, interval: 5 }).toBe(403);
+
+    await a.admin.updateApp({ appId: app.id, status: AppStatus.RUNNING });
+    const { tokenId, token } = await a.admin.issueToken({ appId: app.id });
+    expect(await call(b, token)).toBe(200);
+    await a.admin.revokeToken({ tokenId });
+    expect(await call(a, token)).toBe(401);
+    await expect.poll(() => call(b, token), { timeout: 1500, interval: 5 }).toBe(401);
+  });
+});

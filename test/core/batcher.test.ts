@@ -1,0 +1,81 @@
+/**
+ * The batcher that lets concurrent puts, claims and acks share one statement:
+ * calls of one turn go together, batches are bounded, a key never has more
+ * than `maxInFlight` statements running, and a failed statement fails exactly
+ * its own callers.
+ */
+import { expect, it } from "vitest";
+import { createBatcher } from "../../src/core/batcher.ts";
+
+function recorder(maxBatch: number, maxInFlight: number) {
+  const batches: { key: string; items: number[] }[] = [];
+  let running = 0;
+  let maxRunning = 0;
+  const gates: (() => void)[] = [];
+  const batcher = createBatcher<number, string>({
+    maxBatch,
+    maxInFlight,
+    async run(key, items) {
+      batches.push({ key, items });
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      // Each statement stays "in flight" until the test opens its gate.
+      await new Promise<void>((resolve) => gates.push(resolve));
+      running--;
+      if (items.includes(-1)) throw new Error("statement failed");
+      return items.map((i) => `${key}:${i}`);
+    },
+  });
+  /** Lets every statement, including those started by finishing ones, run to the end. */
+  const openAll = async () => {
+    do {
+      await new Promise((r) => setImmediate(r));
+      gates.splice(0).forEach((open) => open());
+    } while (gates.length > 0 || running > 0);
+  };
+  return { batcher, batches, openAll, maxRunning: () => maxRunning };
+}
+
+it("sends the calls of one turn as one batch and answers each caller with its own result", async () => {
+  const { batcher, batches, openAll } = recorder(100, 1);
+  const calls = [1, 2, 3].map((i) => batcher.call("a", i));
+  await openAll();
+  expect(await Promise.all(calls)).toEqual(["a:1", "a:2", "a:3"]);
+  expect(batches).toEqual([{ key: "a", items: [1, 2, 3] }]);
+});
+
+it("keeps keys apart, bounds a batch by maxBatch, and never runs more than maxInFlight per key", async () => {
+  const { batcher, batches, openAll, maxRunning } = recorder(2, 1);
+  const calls = [1, 2, 3, 4, 5].map((i) => batcher.call("a", i));
+  const other = batcher.call("b", 9);
+  await new Promise((r) => setImmediate(r));
+  // One statement of "a" and one of "b" run; the rest of "a" waits for the first.
+  expect(batches).toEqual([
+    { key: "a", items: [1, 2] },
+    { key: "b", items: [9] },
+  ]);
+  await openAll();
+  expect(await Promise.all(calls)).toEqual(["a:1", "a:2", "a:3", "a:4", "a:5"]);
+  expect(await other).toBe("b:9");
+  expect(batches.filter((b) => b.key === "a").map((b) => b.items)).toEqual([[1, 2], [3, 4], [5]]);
+  expect(maxRunning()).toBe(2); // one per key
+});
+
+it("calls arriving while a statement runs go together in the next one", async () => {
+  const { batcher, batches, openAll } = recorder(100, 1);
+  const first = batcher.call("a", 1);
+  await new Promise((r) => setImmediate(r));
+  const later = [2, 3, 4].map((i) => batcher.call("a", i));
+  await openAll();
+  await Promise.all([first, ...later]);
+  expect(batches.map((b) => b.items)).toEqual([[1], [2, 3, 4]]);
+});
+
+it("a failed statement rejects its own callers only; the next batch still runs", async () => {
+  const { batcher, openAll } = recorder(2, 1);
+  const settling = Promise.allSettled([1, -1, 3].map((i) => batcher.call("a", i)));
+  await openAll();
+  const settled = await settling;
+  expect(settled.map((s) => s.status)).toEqual(["rejected", "rejected", "fulfilled"]);
+  expect((settled[2] as PromiseFulfilledResult<string>).value).toBe("a:3");
+});

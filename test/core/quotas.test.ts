@@ -1,0 +1,135 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
+import { createQuotas, withReservation } from "../../src/core/quotas/quotas.ts";
+import { PlatformError } from "../../src/core/errors.ts";
+import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
+
+let tdb: TestDatabase;
+let database: Database;
+
+async function newApp(): Promise<string> {
+  const row = await tables(database.db).insertInto("apps")
+    .values({ name: `q-${Math.random().toString(36).slice(2)}`, status: "running", mail_from: "", limits: "{}" })
+    .returning("id")
+    .executeTakeFirstOrThrow();
+  return row.id;
+}
+
+beforeAll(async () => {
+  tdb = await createTestDatabase();
+  database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir, poolSize: 30 });
+  await migrate(database.db);
+});
+afterAll(async () => {
+  await database?.close();
+  await tdb?.drop();
+});
+
+describe(`quotas on ${backend}`, () => {
+  it("reserve: 200 concurrent reservations against a cap of 100 accept exactly 100", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const results = await Promise.allSettled(Array.from({ length: 200 }, () => quotas.reserve(appId, "events", 1, 100)));
+    const accepted = results.filter((r) => r.status === "fulfilled");
+    const refused = results.filter((r) => r.status === "rejected");
+    expect(accepted).toHaveLength(100);
+    expect(refused).toHaveLength(100);
+    for (const r of refused) {
+      const err = (r).reason as PlatformError;
+      expect(err).toBeInstanceOf(PlatformError);
+      expect(err.code).toBe("quota_exceeded");
+      expect(err.retryAfterSeconds).toBeGreaterThan(0);
+    }
+    expect(await quotas.used(appId, "events")).toBe(100);
+  });
+
+  it("reserve: a reservation larger than what is left takes nothing", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    await quotas.reserve(appId, "mail", 7, 10);
+    await expect(quotas.reserve(appId, "mail", 4, 10)).rejects.toMatchObject({ code: "quota_exceeded" });
+    expect(await quotas.used(appId, "mail")).toBe(7);
+    await expect(quotas.reserve(appId, "fast_tokens", 11, 10)).rejects.toMatchObject({ code: "quota_exceeded" });
+    expect(await quotas.used(appId, "fast_tokens")).toBe(0);
+  });
+
+  it("settle: replaces the reservation by the real amount", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const r = await quotas.reserve(appId, "fast_tokens", 500, 1000);
+    expect(r.remaining).toBe(500);
+    expect(await quotas.settle(r, 120, 1000)).toBe(880);
+    expect(await quotas.used(appId, "fast_tokens")).toBe(120);
+  });
+
+  it("release: gives the reservation back whole", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const a = await quotas.reserve(appId, "embed_tokens", 30, 100);
+    await quotas.reserve(appId, "embed_tokens", 20, 100);
+    await quotas.release(a);
+    expect(await quotas.used(appId, "embed_tokens")).toBe(20);
+  });
+
+  it("counts per UTC day: a new day starts from zero", async () => {
+    let now = new Date("2026-03-01T23:59:59.000Z");
+    const quotas = createQuotas(database.db, () => now);
+    const appId = await newApp();
+    await quotas.reserve(appId, "events", 10, 10);
+    await expect(quotas.reserve(appId, "events", 1, 10)).rejects.toMatchObject({ code: "quota_exceeded", retryAfterSeconds: 1 });
+    now = new Date("2026-03-02T00:00:00.000Z");
+    await expect(quotas.reserve(appId, "events", 10, 10)).resolves.toMatchObject({ remaining: 0, day: "2026-03-02" });
+  });
+
+  it("counts per app and per counter", async () => {
+    const quotas = createQuotas(database.db);
+    const a = await newApp();
+    const b = await newApp();
+    await quotas.reserve(a, "mail", 5, 5);
+    await expect(quotas.reserve(b, "mail", 5, 5)).resolves.toBeDefined();
+    await expect(quotas.reserve(a, "events", 5, 5)).resolves.toBeDefined();
+  });
+});
+
+describe(`withReservation on ${backend}`, () => {
+  it("settles to the actual amount when the work succeeds, and answers what is left", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const { result, remaining } = await withReservation(quotas, { appId, counter: "fast_tokens", amount: 50, cap: 100, actual: (r: number) => r }, async (reservation) => {
+      expect(reservation.amount).toBe(50);
+      expect(await quotas.used(appId, "fast_tokens")).toBe(50); // taken before the work
+      return 20;
+    });
+    expect(result).toBe(20);
+    expect(remaining).toBe(80);
+    expect(await quotas.used(appId, "fast_tokens")).toBe(20);
+  });
+
+  it("gives the reservation back whole when the work throws, and rethrows the work's error", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const failures: unknown[] = [];
+    const boom = new Error("provider down");
+    await expect(
+      withReservation(quotas, { appId, counter: "mail", amount: 1, cap: 5, onFailure: (err) => failures.push(err) }, async () => {
+        expect(await quotas.used(appId, "mail")).toBe(1);
+        throw boom;
+      }),
+    ).rejects.toBe(boom);
+    expect(failures).toEqual([boom]);
+    expect(await quotas.used(appId, "mail")).toBe(0);
+  });
+
+  it("refuses before the work when the allowance is spent (the work never runs)", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    let ran = false;
+    const refused = await withReservation(quotas, { appId, counter: "events", amount: 11, cap: 10 }, async () => {
+      ran = true;
+    }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(PlatformError);
+    expect((refused as PlatformError).code).toBe("quota_exceeded");
+    expect(ran).toBe(false);
+  });
+});
