@@ -39,10 +39,11 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
   const [confirmDelete, setConfirmDelete] = useState(false);
   const update = useMutation(updateApp, { onSuccess: () => queryClient.invalidateQueries() });
   const remove = useMutation(deleteApp, {
-    onSuccess: async () => {
+    onSuccess: () => {
       setConfirmDelete(false);
       navigate({ screen: "apps" });
-      await queryClient.invalidateQueries();
+      // Dropped, not refetched: a refetch of this screen's queries would only find the app gone.
+      queryClient.removeQueries();
     },
   });
   const running = app.status === AppStatus.RUNNING;
