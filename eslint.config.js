@@ -5,7 +5,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["gen/**", "node_modules/**", "docs/**", "coverage/**", "**/dist/**"] },
+  { ignores: ["gen/**", "node_modules/**", "docs/**", "coverage/**", "**/dist/**", "test-artifacts/**"] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

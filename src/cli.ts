@@ -12,7 +12,7 @@ import { parseArgs } from "node:util";
 import { createClient, ConnectError } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   AdminService,
   AppStatus,
@@ -23,8 +23,18 @@ import {
   ListMailResponseSchema,
   PublishEventResponseSchema,
   SetSecretResponseSchema,
+  GetUsageHistoryResponseSchema,
+  ListTokensResponseSchema,
+  ListEventTypesResponseSchema,
+  QueryAnalyticsResponseSchema,
+  ListQueuesResponseSchema as AdminListQueuesResponseSchema,
+  PeekMessagesResponseSchema,
+  ListSecretsResponseSchema as AdminListSecretsResponseSchema,
+  CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
+  GetMailResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
+import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { ConfigError, loadConfig } from "./core/config.ts";
 import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
@@ -48,13 +58,31 @@ const USAGE = `usage: npm run cli -- <command>
   secrets rotate-key               re-encrypt every secret under SECRETS_KEY (direct database access)
   events publish NAME KIND [JSON]  put a platform event on the app's _events queue
   usage NAME                       today's use and caps
+  usage history NAME [--days N]    use per UTC day, oldest first (default 30 days)
+  tokens list NAME                 the app's tokens: label, created, last used
+  analytics types NAME             the app's event types
+  analytics query NAME TYPE --since TIME [--until TIME] [--interval hour|day|week|month] [--group-by PROP] [--timezone TZ]
+                                   the app's QueryEvents (TIME: ISO 8601 or epoch ms)
+  queues list NAME                 the app's queues: depth, in flight, oldest waiting
+  queues peek NAME QUEUE [--limit N]  waiting messages, without leasing them
+  queues purge NAME QUEUE          delete every message of the queue
+  secrets list NAME                declared secrets: set or not, version (never a value)
+  secrets link NAME SECRET         a one-time link that sets the secret
   mail list NAME [--limit N]       the app's recent mail
+  mail get NAME ID                 one mail of the app's log
   migrate                          run database migrations (direct database access)
   admin-token adopt                make ADMIN_TOKEN the admin token every instance must use (direct database access)
 
 Limits: ${LIMIT_NAMES.join(", ")}`;
 
 class UsageError extends Error {}
+
+/** A time given on the command line: epoch milliseconds or an ISO 8601 date-time. */
+function cliTime(text: string, flag: string): Date {
+  const date = /^\d+$/.test(text) ? new Date(Number(text)) : new Date(text);
+  if (Number.isNaN(date.getTime())) throw new UsageError(`${flag}: must be epoch milliseconds or an ISO 8601 date-time`);
+  return date;
+}
 
 function print(value: unknown): void {
   process.stdout.write((typeof value === "string" ? value : JSON.stringify(value, null, 2)) + "\n");
@@ -84,6 +112,12 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       limit: { type: "string", multiple: true },
       label: { type: "string" },
       url: { type: "string" },
+      days: { type: "string" },
+      since: { type: "string" },
+      until: { type: "string" },
+      interval: { type: "string" },
+      "group-by": { type: "string" },
+      timezone: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -140,6 +174,10 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
   };
   const showApp = (res: { app?: App }) => print(res.app ? readableJson(AppSchema, res.app) : {});
 
+  if (group === "usage" && command === "history" && rest[0]) {
+    const days = values.days === undefined ? undefined : Number(values.days);
+    return print(readableJson(GetUsageHistoryResponseSchema, await admin.getUsageHistory({ appId: rest[0], days })));
+  }
   if (group === "usage") {
     return print(readableJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") })));
   }
@@ -206,6 +244,42 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
       return print(readableJson(ListMailResponseSchema, await admin.listMail({ appId: need(rest[0], "NAME"), limit })));
     }
+    case "tokens list":
+      return print(readableJson(ListTokensResponseSchema, await admin.listTokens({ appId: need(rest[0], "NAME") })));
+    case "analytics types":
+      return print(readableJson(ListEventTypesResponseSchema, await admin.listEventTypes({ appId: need(rest[0], "NAME") })));
+    case "analytics query": {
+      const interval = values.interval ?? "day";
+      const intervals: Record<string, Interval> = { hour: Interval.HOUR, day: Interval.DAY, week: Interval.WEEK, month: Interval.MONTH };
+      if (!(interval in intervals)) throw new UsageError("--interval: must be hour, day, week or month");
+      const res = await admin.queryAnalytics({
+        appId: need(rest[0], "NAME"),
+        type: need(rest[1], "TYPE"),
+        since: timestampFromDate(cliTime(need(values.since, "--since"), "--since")),
+        until: values.until === undefined ? undefined : timestampFromDate(cliTime(values.until, "--until")),
+        interval: intervals[interval],
+        groupBy: values["group-by"],
+        timezone: values.timezone,
+      });
+      return print(readableJson(QueryAnalyticsResponseSchema, res));
+    }
+    case "queues list":
+      return print(readableJson(AdminListQueuesResponseSchema, await admin.listQueues({ appId: need(rest[0], "NAME") })));
+    case "queues peek": {
+      const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
+      const res = await admin.peekMessages({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), limit });
+      return print(readableJson(PeekMessagesResponseSchema, res));
+    }
+    case "queues purge": {
+      const res = await admin.purgeQueue({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE") });
+      return print(`purged ${res.purged} message(s)`);
+    }
+    case "secrets list":
+      return print(readableJson(AdminListSecretsResponseSchema, await admin.listSecrets({ appId: need(rest[0], "NAME") })));
+    case "secrets link":
+      return print(readableJson(AdminCreateSecretLinkResponseSchema, await admin.createSecretLink({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET") })));
+    case "mail get":
+      return print(readableJson(GetMailResponseSchema, await admin.getMail({ appId: need(rest[0], "NAME"), id: need(rest[1], "ID") })));
     default:
       throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);
   }

@@ -42,6 +42,11 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),
       deleteAppData: (appId) => analytics.deleteAppData(appId),
+      getMail: (appId, id) => mail.getMail(appId, id),
+      peekMessages: (appId, queue, limit, maxChars) => queues.operator.peek(appId, queue, limit, maxChars),
+      purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
+      // The operator's views call these facilities' own RPCs as the app.
+      appFacilities: [analytics, queues, secrets],
     },
   };
 }

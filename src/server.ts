@@ -26,6 +26,9 @@ import { createMetaFacility, createReflectionImpl, ServerReflection } from "./me
 import { createFacilities } from "./facilities.ts";
 import { verifySharedKeys } from "./core/shared-keys/index.ts";
 import { keyringFromConfig } from "./secrets/index.ts";
+import { createTokenUsageRecorder } from "./admin/index.ts";
+import { createAppStore } from "./core/apps/app-store.ts";
+import { registerDashboard } from "./dashboard/dashboard-routes.ts";
 
 export { jsonDepth } from "./core/http/body-parsers.ts";
 
@@ -80,7 +83,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     metrics,
     shutdownSignal: shutdown.signal,
   };
-  const authenticator = createAuthenticator({ db: database.db, adminToken: options.adminToken });
+  const authenticator = createAuthenticator({
+    db: database.db,
+    adminToken: options.adminToken,
+    onTokenLookedUp: createTokenUsageRecorder(createAppStore(database.db), logger),
+  });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
   const unlistenAuth = await database.listen(
@@ -129,6 +136,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       checks: report.checks,
     };
   });
+  await registerDashboard(fastify);
   fastify.get("/metrics", async (_req, reply) => {
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

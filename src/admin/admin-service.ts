@@ -21,6 +21,7 @@ import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { utcDay, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
 import type { MailLogRecord, MailLogStatus } from "../mail/index.ts";
+import { createOperatorRpcs, type OperatorHooks } from "./operator-rpcs.ts";
 
 type MailInit = MessageInitShape<typeof MailSchema>;
 
@@ -28,7 +29,7 @@ type MailInit = MessageInitShape<typeof MailSchema>;
  * What other facilities offer the admin API, through their public
  * interfaces (never their tables). A hook left out answers `Unimplemented`.
  */
-export interface AdminHooks {
+export interface AdminHooks extends OperatorHooks {
   /** Replaces the blueprint's list of secret names; dropped names lose their value and links. */
   declareSecrets(appId: string, names: string[]): Promise<void>;
   /** The declared secret names of one app, or of every app, by app id, in name order. */
@@ -41,6 +42,7 @@ export interface AdminHooks {
    * before the app's rows go: if that store cannot be reached, the deletion fails whole and can be retried.
    */
   deleteAppData?(appId: string): Promise<void>;
+  getMail?(appId: string, id: string): Promise<MailLogRecord | undefined>;
 }
 
 export interface AdminServiceOptions {
@@ -65,6 +67,7 @@ const MAIL_STATUS: Record<MailLogStatus, MailStatus> = {
 
 function mailMessage(r: MailLogRecord): MailInit {
   return {
+    id: r.id,
     to: r.to,
     from: r.from,
     subject: r.subject,
@@ -156,7 +159,24 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async listApps() {
       const all = await apps.list();
       const secrets = await hooks.declaredNames();
-      return { apps: all.map((app) => appMessage(app, secrets.get(app.id) ?? [])) };
+      const today = await quotas.usedToday();
+      const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({ used: BigInt(used.get(name) ?? 0), cap: BigInt(cap) });
+      return {
+        apps: all.map((app) => appMessage(app, secrets.get(app.id) ?? [])),
+        usageToday: all.flatMap((app) => {
+          const used = today.get(app.id);
+          if (!used) return [];
+          return [
+            {
+              appId: app.id,
+              events: counter(used, "events", app.limits.eventsPerDay),
+              mail: counter(used, "mail", app.limits.mailPerDay),
+              fastTokens: counter(used, "fast_tokens", app.limits.fastTokensPerDay),
+              embedTokens: counter(used, "embed_tokens", app.limits.embedTokensPerDay),
+            },
+          ];
+        }),
+      };
     },
 
     async updateApp(req) {
@@ -261,5 +281,16 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidArgument("limit", "must be from 1 to 1000");
       return { mails: (await hooks.listMail(app.id, limit)).map(mailMessage) };
     },
+
+    async getMail(req) {
+      if (!hooks.getMail) unimplemented("GetMail");
+      const app = await getApp(req.appId);
+      if (!/^[1-9][0-9]{0,17}$/.test(req.id)) throw invalidArgument("id", "must be a mail id from ListMail");
+      const mail = await hooks.getMail(app.id, req.id);
+      if (!mail) throw new PlatformError("not_found", `no mail ${req.id} for this app`);
+      return { mail: mailMessage(mail) };
+    },
+
+    ...createOperatorRpcs({ apps, quotas, hooks, getApp }),
   };
 }

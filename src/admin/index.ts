@@ -12,6 +12,7 @@ import type { Deps, Facility } from "../core/facility.ts";
 import { createAdminService, type AdminHooks } from "./admin-service.ts";
 
 export type { AdminHooks } from "./admin-service.ts";
+export { createTokenUsageRecorder } from "./token-usage.ts";
 
 /** `onAuthChanged` runs after every change to an app or a token (see `AdminServiceOptions`). */
 export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged: () => void = () => {}): Facility<typeof AdminService> {

@@ -108,6 +108,8 @@ export interface AuthenticatorOptions {
    */
   cacheMs?: number;
   clock?: () => number;
+  /** Told of every token found in the database (not of remembered ones): the coarse last-use mark. */
+  onTokenLookedUp?: (tokenId: string) => void;
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
@@ -124,6 +126,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     if (hit && hit.until > clock()) return hit.row;
     const started = generation;
     const row = await lookup(hash);
+    if (row) options.onTokenLookedUp?.(row.token_id);
     if (row && cacheMs > 0 && started === generation) {
       if (cache.size >= 10_000) cache.clear();
       cache.set(hash, { row, until: clock() + cacheMs });

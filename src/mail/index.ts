@@ -24,6 +24,8 @@ export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 export interface MailFacility extends Facility<typeof MailService> {
   /** The admin hook behind `AdminService.ListMail`: the app's recent mail, newest first. */
   listMail(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
+  getMail(appId: string, id: string): Promise<MailLogRecord | undefined>;
 }
 
 export interface MailFacilityOptions {
@@ -64,6 +66,7 @@ export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}
         },
       },
     ],
+    getMail: (appId, id) => store.get(appId, id),
     async start() {
       logger.info(`mail provider: ${provider.description}`);
     },

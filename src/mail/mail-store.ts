@@ -39,6 +39,8 @@ export interface MailLogEntry {
 }
 
 export interface MailLogRecord extends MailLogEntry {
+  /** The log's id (a bigint, as text). */
+  id: string;
   at: Date;
 }
 
@@ -48,6 +50,34 @@ export interface MailStore {
   list(appId: string, limit: number): Promise<MailLogRecord[]>;
   /** Deletes up to `batch` of the app's entries older than `before`; how many. */
   deleteOlderThan(appId: string, before: Date, batch: number): Promise<number>;
+  /** One entry of the app's log, or undefined when the app has none by that id. */
+  get(appId: string, id: string): Promise<MailLogRecord | undefined>;
+}
+
+const COLUMNS = ["id", "to_address", "from_address", "subject", "body_text", "status", "provider", "provider_message_id", "created_at"] as const;
+
+function recordFromRow(r: {
+  id: string | number | bigint;
+  to_address: string;
+  from_address: string;
+  subject: string;
+  body_text: string | null;
+  status: MailLogStatus;
+  provider: string;
+  provider_message_id: string;
+  created_at: Date | string;
+}): MailLogRecord {
+  return {
+    id: String(r.id),
+    to: r.to_address,
+    from: r.from_address,
+    subject: r.subject,
+    text: r.body_text,
+    status: r.status,
+    provider: r.provider,
+    providerMessageId: r.provider_message_id,
+    at: new Date(r.created_at),
+  };
 }
 
 export function createMailStore(database: Db): MailStore {
@@ -80,23 +110,13 @@ export function createMailStore(database: Db): MailStore {
     },
 
     async list(appId, limit) {
-      const rows = await db
-        .selectFrom("mail_log")
-        .select(["to_address", "from_address", "subject", "body_text", "status", "provider", "provider_message_id", "created_at"])
-        .where("app_id", "=", appId)
-        .orderBy("id", "desc")
-        .limit(limit)
-        .execute();
-      return rows.map((r) => ({
-        to: r.to_address,
-        from: r.from_address,
-        subject: r.subject,
-        text: r.body_text,
-        status: r.status,
-        provider: r.provider,
-        providerMessageId: r.provider_message_id,
-        at: new Date(r.created_at),
-      }));
+      const rows = await db.selectFrom("mail_log").select(COLUMNS).where("app_id", "=", appId).orderBy("id", "desc").limit(limit).execute();
+      return rows.map(recordFromRow);
+    },
+
+    async get(appId, id) {
+      const row = await db.selectFrom("mail_log").select(COLUMNS).where("app_id", "=", appId).where("id", "=", id as never).executeTakeFirst();
+      return row ? recordFromRow(row) : undefined;
     },
   };
 }

@@ -6,7 +6,7 @@
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
-import { createQueueStore } from "./queue-store.ts";
+import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
 import { createQueueSweeper } from "./queue-sweeper.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
@@ -15,7 +15,15 @@ import { createWakeHub } from "./wake-hub.ts";
 export type { PlatformEvents } from "./queues-service.ts";
 export { EVENTS_QUEUE } from "./queue-limits.ts";
 
-export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents };
+export type { PeekedMessage } from "./queue-store.ts";
+
+/** What the operator may do to an app's queues that the app itself may not (AdminService). */
+export interface QueueOperator {
+  peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  purge(appId: string, queue: string): Promise<number>;
+}
+
+export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents; readonly operator: QueueOperator };
 
 export function createQueuesFacility(deps: Deps): QueuesFacility {
   const { logger, metrics } = deps;
@@ -29,6 +37,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     impl: queues.impl,
     routes: queuesRoutes,
     events: queues.events,
+    operator: { peek: (...args) => store.peek(...args), purge: (...args) => store.purge(...args) },
     async start() {
       await hub.start();
       sweeper.start();

@@ -88,6 +88,16 @@ export interface PutItem {
   notify: string | undefined;
 }
 
+export interface PeekedMessage {
+  id: string;
+  /** The payload's JSON text, cut after the asked length plus one (so a cut can be told). */
+  payload: string;
+  sizeBytes: number;
+  enqueuedAt: Date;
+  expiresAt: Date;
+  deliveries: number;
+}
+
 export interface QueueStore {
   put(input: PutInput): Promise<PutResult>;
   /**
@@ -123,6 +133,10 @@ export interface QueueStore {
   expire(limit: number): Promise<number>;
   /** Deletes up to `limit` messages of apps that no longer exist; returns how many. */
   deleteOrphans(limit: number): Promise<number>;
+  /** Waiting messages in claim order, read only (no lease, no delivery counted); payloads cut after `maxChars` + 1. */
+  peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  /** Deletes every message of one app's queue, waiting or leased; how many. */
+  purge(appId: string, queue: string): Promise<number>;
 }
 
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
@@ -372,6 +386,28 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           FOR UPDATE SKIP LOCKED
         )`.execute(relaxedDb);
       return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async peek(appId, queue, limit, maxChars) {
+      const { rows } = await sql<{ id: string; payload: string; size: number; enqueued_at: unknown; expires_at: unknown; deliveries: number }>`
+        SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries
+        FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+        ORDER BY visible_at, enqueued_at
+        LIMIT ${limit}`.execute(db);
+      return rows.map((r) => ({
+        id: r.id,
+        payload: r.payload,
+        sizeBytes: Number(r.size),
+        enqueuedAt: toDate(r.enqueued_at),
+        expiresAt: toDate(r.expires_at),
+        deliveries: Number(r.deliveries),
+      }));
+    },
+
+    async purge(appId, queue) {
+      const result = await db.deleteFrom("queue_messages").where("app_id", "=", appId).where("queue", "=", queue).executeTakeFirst();
+      return Number(result.numDeletedRows);
     },
   };
   return store;

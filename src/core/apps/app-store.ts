@@ -27,6 +27,16 @@ export interface AppTokensTable {
   token_hash: string;
   label: string;
   created_at: Generated<Timestamp>;
+  /** Coarse: written at most about once a minute per token (migration 0007). */
+  last_used_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+}
+
+/** A token as the operator sees it (never its hash). */
+export interface TokenInfo {
+  id: string;
+  label: string;
+  createdAt: Date;
+  lastUsedAt: Date | null;
 }
 
 /** The tables of this store; other stores that join `apps` view the database through these too. */
@@ -72,6 +82,10 @@ export interface AppStore {
   deleteToken(tokenId: string): Promise<boolean>;
   /** The apps of the given token hashes, one statement for any number of them. */
   lookupTokens(hashes: string[]): Promise<TokenRow[]>;
+  /** An app's tokens, newest first. */
+  listTokens(appId: string): Promise<TokenInfo[]>;
+  /** Marks a token used now, unless it was marked within the last `intervalSeconds` (by any instance). */
+  markTokenUsed(tokenId: string, intervalSeconds: number): Promise<void>;
 }
 
 export function createAppStore(database: Db): AppStore {
@@ -141,6 +155,31 @@ export function createAppStore(database: Db): AppStore {
         .select([...APP_COLUMNS, "app_tokens.id as token_id", "app_tokens.token_hash"])
         .where("app_tokens.token_hash", "=", sql<string>`any(${hashes}::text[])`)
         .modifyFront(PREPARED) // one text for any number of tokens: planned once per connection
+        .execute();
+    },
+
+    async listTokens(appId) {
+      const rows = await db
+        .selectFrom("app_tokens")
+        .select(["id", "label", "created_at", "last_used_at"])
+        .where("app_id", "=", appId)
+        .orderBy("created_at", "desc")
+        .orderBy("id")
+        .execute();
+      return rows.map((r) => ({
+        id: r.id,
+        label: r.label,
+        createdAt: new Date(r.created_at as unknown as string),
+        lastUsedAt: r.last_used_at ? new Date(r.last_used_at) : null,
+      }));
+    },
+
+    async markTokenUsed(tokenId, intervalSeconds) {
+      await db
+        .updateTable("app_tokens")
+        .set({ last_used_at: sql<Date>`now()` })
+        .where("id", "=", tokenId)
+        .where((eb) => eb.or([eb("last_used_at", "is", null), eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`)]))
         .execute();
     },
   };

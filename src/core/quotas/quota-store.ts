@@ -24,6 +24,10 @@ export interface QuotaStore {
   /** Adds `delta` (may be negative), never going below zero; the new total (0 when there is no row). */
   adjust(appId: string, day: string, counter: string, delta: number): Promise<number>;
   used(appId: string, day: string, counter: string): Promise<number>;
+  /** Every app's use on one day (apps without use have no rows). */
+  usedOn(day: string): Promise<{ appId: string; counter: string; used: number }[]>;
+  /** One app's use per day from `fromDay` on (days without use have no rows). */
+  history(appId: string, fromDay: string): Promise<{ day: string; counter: string; used: number }[]>;
 }
 
 export function createQuotaStore(database: Db): QuotaStore {
@@ -60,6 +64,21 @@ export function createQuotaStore(database: Db): QuotaStore {
         .where("counter", "=", counter)
         .executeTakeFirst();
       return Number(row?.used ?? 0);
+    },
+
+    async usedOn(day) {
+      const rows = await db.selectFrom("quota_usage").select(["app_id", "counter", "used"]).where("day", "=", day).execute();
+      return rows.map((r) => ({ appId: r.app_id, counter: r.counter, used: Number(r.used) }));
+    },
+
+    async history(appId, fromDay) {
+      const rows = await db
+        .selectFrom("quota_usage")
+        .select([sql<string>`to_char(day, 'YYYY-MM-DD')`.as("day"), "counter", "used"])
+        .where("app_id", "=", appId)
+        .where("day", ">=", fromDay)
+        .execute();
+      return rows.map((r) => ({ day: r.day, counter: r.counter, used: Number(r.used) }));
     },
   };
 }

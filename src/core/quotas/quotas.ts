@@ -35,6 +35,13 @@ export interface Quotas {
   release(reservation: Reservation): Promise<void>;
   /** What was used today. */
   used(appId: string, counter: QuotaCounter): Promise<number>;
+  /** Today's use of every app that used anything today: app id → counter → used. */
+  usedToday(): Promise<Map<string, Map<QuotaCounter, number>>>;
+  /**
+   * One app's use per UTC day over the last `days` days, today last, oldest first; days without
+   * use have zeros. `quota_usage` keeps every day, so this is the daily usage history.
+   */
+  history(appId: string, days: number): Promise<{ day: string; used: Record<QuotaCounter, number> }[]>;
 }
 
 export function utcDay(now: Date = new Date()): string {
@@ -108,6 +115,30 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
     async release(reservation) {
       if (reservation.amount === 0) return;
       await store.adjust(reservation.appId, reservation.day, reservation.counter, -reservation.amount);
+    },
+
+    async usedToday() {
+      const out = new Map<string, Map<QuotaCounter, number>>();
+      for (const r of await store.usedOn(utcDay(clock()))) {
+        let app = out.get(r.appId);
+        if (!app) out.set(r.appId, (app = new Map<QuotaCounter, number>()));
+        app.set(r.counter as QuotaCounter, r.used);
+      }
+      return out;
+    },
+
+    async history(appId, days) {
+      const today = Date.parse(`${utcDay(clock())}T00:00:00Z`);
+      const first = today - (days - 1) * 86_400_000;
+      const byDay = new Map<string, Partial<Record<QuotaCounter, number>>>();
+      for (const r of await store.history(appId, utcDay(new Date(first)))) {
+        byDay.set(r.day, { ...byDay.get(r.day), [r.counter]: r.used });
+      }
+      return Array.from({ length: days }, (_, i) => {
+        const day = utcDay(new Date(first + i * 86_400_000));
+        const d = byDay.get(day) ?? {};
+        return { day, used: { events: d.events ?? 0, mail: d.mail ?? 0, fast_tokens: d.fast_tokens ?? 0, embed_tokens: d.embed_tokens ?? 0 } };
+      });
     },
 
     async used(appId, counter) {

@@ -5,6 +5,9 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
+import type { Bucket, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
+import type { Queue } from "../../queues/v1/queues_pb.js";
+import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
 /**
  * Describes the file platform/admin/v1/admin.proto.
@@ -224,6 +227,13 @@ export declare type ListAppsResponse = Message<"platform.admin.v1.ListAppsRespon
    * @generated from field: repeated platform.admin.v1.App apps = 1;
    */
   apps: App[];
+
+  /**
+   * Today's use of every listed app that used anything today, for an at-a-glance view.
+   *
+   * @generated from field: repeated platform.admin.v1.AppUsageToday usage_today = 2;
+   */
+  usageToday: AppUsageToday[];
 };
 
 /**
@@ -231,6 +241,44 @@ export declare type ListAppsResponse = Message<"platform.admin.v1.ListAppsRespon
  * Use `create(ListAppsResponseSchema)` to create a new message.
  */
 export declare const ListAppsResponseSchema: GenMessage<ListAppsResponse>;
+
+/**
+ * AppUsageToday is one app's use on the current UTC day.
+ *
+ * @generated from message platform.admin.v1.AppUsageToday
+ */
+export declare type AppUsageToday = Message<"platform.admin.v1.AppUsageToday"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter events = 2;
+   */
+  events?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter mail = 3;
+   */
+  mail?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter fast_tokens = 4;
+   */
+  fastTokens?: UsageCounter | undefined;
+
+  /**
+   * @generated from field: platform.admin.v1.UsageCounter embed_tokens = 5;
+   */
+  embedTokens?: UsageCounter | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.AppUsageToday.
+ * Use `create(AppUsageTodaySchema)` to create a new message.
+ */
+export declare const AppUsageTodaySchema: GenMessage<AppUsageToday>;
 
 /**
  * @generated from message platform.admin.v1.UpdateAppRequest
@@ -656,6 +704,13 @@ export declare type Mail = Message<"platform.admin.v1.Mail"> & {
    * @generated from field: string provider_message_id = 7;
    */
   providerMessageId: string;
+
+  /**
+   * The mail log's id of this mail, for GetMail.
+   *
+   * @generated from field: string id = 8;
+   */
+  id: string;
 };
 
 /**
@@ -679,6 +734,566 @@ export declare type ListMailResponse = Message<"platform.admin.v1.ListMailRespon
  * Use `create(ListMailResponseSchema)` to create a new message.
  */
 export declare const ListMailResponseSchema: GenMessage<ListMailResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListTokensRequest
+ */
+export declare type ListTokensRequest = Message<"platform.admin.v1.ListTokensRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListTokensRequest.
+ * Use `create(ListTokensRequestSchema)` to create a new message.
+ */
+export declare const ListTokensRequestSchema: GenMessage<ListTokensRequest>;
+
+/**
+ * @generated from message platform.admin.v1.Token
+ */
+export declare type Token = Message<"platform.admin.v1.Token"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string label = 2;
+   */
+  label: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * Coarse (updated at most about once a minute); unset when never used.
+   *
+   * @generated from field: google.protobuf.Timestamp last_used_at = 4;
+   */
+  lastUsedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.Token.
+ * Use `create(TokenSchema)` to create a new message.
+ */
+export declare const TokenSchema: GenMessage<Token>;
+
+/**
+ * @generated from message platform.admin.v1.ListTokensResponse
+ */
+export declare type ListTokensResponse = Message<"platform.admin.v1.ListTokensResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.Token tokens = 1;
+   */
+  tokens: Token[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListTokensResponse.
+ * Use `create(ListTokensResponseSchema)` to create a new message.
+ */
+export declare const ListTokensResponseSchema: GenMessage<ListTokensResponse>;
+
+/**
+ * @generated from message platform.admin.v1.GetUsageHistoryRequest
+ */
+export declare type GetUsageHistoryRequest = Message<"platform.admin.v1.GetUsageHistoryRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * How many days back, today included: 1 to 366, 30 when unset.
+   *
+   * @generated from field: optional int32 days = 2;
+   */
+  days?: number | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetUsageHistoryRequest.
+ * Use `create(GetUsageHistoryRequestSchema)` to create a new message.
+ */
+export declare const GetUsageHistoryRequestSchema: GenMessage<GetUsageHistoryRequest>;
+
+/**
+ * UsageDay is what one app used on one UTC day.
+ *
+ * @generated from message platform.admin.v1.UsageDay
+ */
+export declare type UsageDay = Message<"platform.admin.v1.UsageDay"> & {
+  /**
+   * The UTC day, YYYY-MM-DD.
+   *
+   * @generated from field: string day = 1;
+   */
+  day: string;
+
+  /**
+   * @generated from field: int64 events = 2;
+   */
+  events: bigint;
+
+  /**
+   * @generated from field: int64 mail = 3;
+   */
+  mail: bigint;
+
+  /**
+   * @generated from field: int64 fast_tokens = 4;
+   */
+  fastTokens: bigint;
+
+  /**
+   * @generated from field: int64 embed_tokens = 5;
+   */
+  embedTokens: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.UsageDay.
+ * Use `create(UsageDaySchema)` to create a new message.
+ */
+export declare const UsageDaySchema: GenMessage<UsageDay>;
+
+/**
+ * @generated from message platform.admin.v1.GetUsageHistoryResponse
+ */
+export declare type GetUsageHistoryResponse = Message<"platform.admin.v1.GetUsageHistoryResponse"> & {
+  /**
+   * Every day of the range, oldest first; days without use have zeros.
+   *
+   * @generated from field: repeated platform.admin.v1.UsageDay days = 1;
+   */
+  days: UsageDay[];
+
+  /**
+   * Today's caps, for scale.
+   *
+   * @generated from field: platform.admin.v1.AppLimits limits = 2;
+   */
+  limits?: AppLimits | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetUsageHistoryResponse.
+ * Use `create(GetUsageHistoryResponseSchema)` to create a new message.
+ */
+export declare const GetUsageHistoryResponseSchema: GenMessage<GetUsageHistoryResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListEventTypesRequest
+ */
+export declare type ListEventTypesRequest = Message<"platform.admin.v1.ListEventTypesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListEventTypesRequest.
+ * Use `create(ListEventTypesRequestSchema)` to create a new message.
+ */
+export declare const ListEventTypesRequestSchema: GenMessage<ListEventTypesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ListEventTypesResponse
+ */
+export declare type ListEventTypesResponse = Message<"platform.admin.v1.ListEventTypesResponse"> & {
+  /**
+   * @generated from field: repeated platform.analytics.v1.EventType types = 1;
+   */
+  types: EventType[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListEventTypesResponse.
+ * Use `create(ListEventTypesResponseSchema)` to create a new message.
+ */
+export declare const ListEventTypesResponseSchema: GenMessage<ListEventTypesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.QueryAnalyticsRequest
+ */
+export declare type QueryAnalyticsRequest = Message<"platform.admin.v1.QueryAnalyticsRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 3;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 4;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: platform.analytics.v1.Interval interval = 5;
+   */
+  interval: Interval;
+
+  /**
+   * @generated from field: optional string group_by = 6;
+   */
+  groupBy?: string | undefined;
+
+  /**
+   * @generated from field: optional string timezone = 7;
+   */
+  timezone?: string | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsRequest.
+ * Use `create(QueryAnalyticsRequestSchema)` to create a new message.
+ */
+export declare const QueryAnalyticsRequestSchema: GenMessage<QueryAnalyticsRequest>;
+
+/**
+ * @generated from message platform.admin.v1.QueryAnalyticsResponse
+ */
+export declare type QueryAnalyticsResponse = Message<"platform.admin.v1.QueryAnalyticsResponse"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * @generated from field: platform.analytics.v1.Interval interval = 2;
+   */
+  interval: Interval;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 3;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 4;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string group_by = 5;
+   */
+  groupBy?: string | undefined;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.Bucket buckets = 6;
+   */
+  buckets: Bucket[];
+
+  /**
+   * @generated from field: int64 total = 7;
+   */
+  total: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsResponse.
+ * Use `create(QueryAnalyticsResponseSchema)` to create a new message.
+ */
+export declare const QueryAnalyticsResponseSchema: GenMessage<QueryAnalyticsResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListQueuesRequest
+ */
+export declare type ListQueuesRequest = Message<"platform.admin.v1.ListQueuesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListQueuesRequest.
+ * Use `create(ListQueuesRequestSchema)` to create a new message.
+ */
+export declare const ListQueuesRequestSchema: GenMessage<ListQueuesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ListQueuesResponse
+ */
+export declare type ListQueuesResponse = Message<"platform.admin.v1.ListQueuesResponse"> & {
+  /**
+   * @generated from field: repeated platform.queues.v1.Queue queues = 1;
+   */
+  queues: Queue[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListQueuesResponse.
+ * Use `create(ListQueuesResponseSchema)` to create a new message.
+ */
+export declare const ListQueuesResponseSchema: GenMessage<ListQueuesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.PeekMessagesRequest
+ */
+export declare type PeekMessagesRequest = Message<"platform.admin.v1.PeekMessagesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * 1 to 100, 20 when unset.
+   *
+   * @generated from field: optional int32 limit = 3;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.PeekMessagesRequest.
+ * Use `create(PeekMessagesRequestSchema)` to create a new message.
+ */
+export declare const PeekMessagesRequestSchema: GenMessage<PeekMessagesRequest>;
+
+/**
+ * PeekedMessage is a waiting message as it lies in the queue.
+ *
+ * @generated from message platform.admin.v1.PeekedMessage
+ */
+export declare type PeekedMessage = Message<"platform.admin.v1.PeekedMessage"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The payload's JSON text, cut after 4096 characters.
+   *
+   * @generated from field: string payload = 2;
+   */
+  payload: string;
+
+  /**
+   * Whether the payload was cut.
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+
+  /**
+   * The full payload's size in bytes.
+   *
+   * @generated from field: int64 size_bytes = 4;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp enqueued_at = 5;
+   */
+  enqueuedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int32 deliveries = 7;
+   */
+  deliveries: number;
+};
+
+/**
+ * Describes the message platform.admin.v1.PeekedMessage.
+ * Use `create(PeekedMessageSchema)` to create a new message.
+ */
+export declare const PeekedMessageSchema: GenMessage<PeekedMessage>;
+
+/**
+ * @generated from message platform.admin.v1.PeekMessagesResponse
+ */
+export declare type PeekMessagesResponse = Message<"platform.admin.v1.PeekMessagesResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.PeekedMessage messages = 1;
+   */
+  messages: PeekedMessage[];
+};
+
+/**
+ * Describes the message platform.admin.v1.PeekMessagesResponse.
+ * Use `create(PeekMessagesResponseSchema)` to create a new message.
+ */
+export declare const PeekMessagesResponseSchema: GenMessage<PeekMessagesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.PurgeQueueRequest
+ */
+export declare type PurgeQueueRequest = Message<"platform.admin.v1.PurgeQueueRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.PurgeQueueRequest.
+ * Use `create(PurgeQueueRequestSchema)` to create a new message.
+ */
+export declare const PurgeQueueRequestSchema: GenMessage<PurgeQueueRequest>;
+
+/**
+ * @generated from message platform.admin.v1.PurgeQueueResponse
+ */
+export declare type PurgeQueueResponse = Message<"platform.admin.v1.PurgeQueueResponse"> & {
+  /**
+   * @generated from field: int64 purged = 1;
+   */
+  purged: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.PurgeQueueResponse.
+ * Use `create(PurgeQueueResponseSchema)` to create a new message.
+ */
+export declare const PurgeQueueResponseSchema: GenMessage<PurgeQueueResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListSecretsRequest
+ */
+export declare type ListSecretsRequest = Message<"platform.admin.v1.ListSecretsRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListSecretsRequest.
+ * Use `create(ListSecretsRequestSchema)` to create a new message.
+ */
+export declare const ListSecretsRequestSchema: GenMessage<ListSecretsRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ListSecretsResponse
+ */
+export declare type ListSecretsResponse = Message<"platform.admin.v1.ListSecretsResponse"> & {
+  /**
+   * @generated from field: repeated platform.secrets.v1.SecretStatus secrets = 1;
+   */
+  secrets: SecretStatus[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListSecretsResponse.
+ * Use `create(ListSecretsResponseSchema)` to create a new message.
+ */
+export declare const ListSecretsResponseSchema: GenMessage<ListSecretsResponse>;
+
+/**
+ * @generated from message platform.admin.v1.CreateSecretLinkRequest
+ */
+export declare type CreateSecretLinkRequest = Message<"platform.admin.v1.CreateSecretLinkRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.CreateSecretLinkRequest.
+ * Use `create(CreateSecretLinkRequestSchema)` to create a new message.
+ */
+export declare const CreateSecretLinkRequestSchema: GenMessage<CreateSecretLinkRequest>;
+
+/**
+ * @generated from message platform.admin.v1.CreateSecretLinkResponse
+ */
+export declare type CreateSecretLinkResponse = Message<"platform.admin.v1.CreateSecretLinkResponse"> & {
+  /**
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.CreateSecretLinkResponse.
+ * Use `create(CreateSecretLinkResponseSchema)` to create a new message.
+ */
+export declare const CreateSecretLinkResponseSchema: GenMessage<CreateSecretLinkResponse>;
+
+/**
+ * @generated from message platform.admin.v1.GetMailRequest
+ */
+export declare type GetMailRequest = Message<"platform.admin.v1.GetMailRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetMailRequest.
+ * Use `create(GetMailRequestSchema)` to create a new message.
+ */
+export declare const GetMailRequestSchema: GenMessage<GetMailRequest>;
+
+/**
+ * @generated from message platform.admin.v1.GetMailResponse
+ */
+export declare type GetMailResponse = Message<"platform.admin.v1.GetMailResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.Mail mail = 1;
+   */
+  mail?: Mail | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetMailResponse.
+ * Use `create(GetMailResponseSchema)` to create a new message.
+ */
+export declare const GetMailResponseSchema: GenMessage<GetMailResponse>;
 
 /**
  * @generated from enum platform.admin.v1.AppStatus
@@ -861,6 +1476,106 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof ListMailRequestSchema;
     output: typeof ListMailResponseSchema;
+  },
+  /**
+   * ListTokens lists an app's service tokens (never their plaintext).
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListTokens
+   */
+  listTokens: {
+    methodKind: "unary";
+    input: typeof ListTokensRequestSchema;
+    output: typeof ListTokensResponseSchema;
+  },
+  /**
+   * GetUsageHistory reports the use per UTC day of the last days, oldest first.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetUsageHistory
+   */
+  getUsageHistory: {
+    methodKind: "unary";
+    input: typeof GetUsageHistoryRequestSchema;
+    output: typeof GetUsageHistoryResponseSchema;
+  },
+  /**
+   * ListEventTypes lists an app's registered event types, as the app sees them.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListEventTypes
+   */
+  listEventTypes: {
+    methodKind: "unary";
+    input: typeof ListEventTypesRequestSchema;
+    output: typeof ListEventTypesResponseSchema;
+  },
+  /**
+   * QueryAnalytics runs the query the app would run with QueryEvents.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.QueryAnalytics
+   */
+  queryAnalytics: {
+    methodKind: "unary";
+    input: typeof QueryAnalyticsRequestSchema;
+    output: typeof QueryAnalyticsResponseSchema;
+  },
+  /**
+   * ListQueues lists an app's queues with their depth and age.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListQueues
+   */
+  listQueues: {
+    methodKind: "unary";
+    input: typeof ListQueuesRequestSchema;
+    output: typeof ListQueuesResponseSchema;
+  },
+  /**
+   * PeekMessages shows waiting messages without leasing them.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.PeekMessages
+   */
+  peekMessages: {
+    methodKind: "unary";
+    input: typeof PeekMessagesRequestSchema;
+    output: typeof PeekMessagesResponseSchema;
+  },
+  /**
+   * PurgeQueue deletes every message of one queue, waiting or leased.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.PurgeQueue
+   */
+  purgeQueue: {
+    methodKind: "unary";
+    input: typeof PurgeQueueRequestSchema;
+    output: typeof PurgeQueueResponseSchema;
+  },
+  /**
+   * ListSecrets lists the declared secrets with their status, never a value.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListSecrets
+   */
+  listSecrets: {
+    methodKind: "unary";
+    input: typeof ListSecretsRequestSchema;
+    output: typeof ListSecretsResponseSchema;
+  },
+  /**
+   * CreateSecretLink creates a one-time link that sets a declared secret.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.CreateSecretLink
+   */
+  createSecretLink: {
+    methodKind: "unary";
+    input: typeof CreateSecretLinkRequestSchema;
+    output: typeof CreateSecretLinkResponseSchema;
+  },
+  /**
+   * GetMail reads one mail of the app's mail log.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetMail
+   */
+  getMail: {
+    methodKind: "unary";
+    input: typeof GetMailRequestSchema;
+    output: typeof GetMailResponseSchema;
   },
 }>;
 

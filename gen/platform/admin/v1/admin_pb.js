@@ -4,12 +4,15 @@
 
 import { enumDesc, fileDesc, messageDesc, serviceDesc, tsEnum } from "@bufbuild/protobuf/codegenv2";
 import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import { file_platform_analytics_v1_analytics } from "../../analytics/v1/analytics_pb.js";
+import { file_platform_queues_v1_queues } from "../../queues/v1/queues_pb.js";
+import { file_platform_secrets_v1_secrets } from "../../secrets/v1/secrets_pb.js";
 
 /**
  * Describes the file platform/admin/v1/admin.proto.
  */
 export const file_platform_admin_v1_admin = /*@__PURE__*/
-  fileDesc("Ch1wbGF0Zm9ybS9hZG1pbi92MS9hZG1pbi5wcm90bxIRcGxhdGZvcm0uYWRtaW4udjEizwQKCUFwcExpbWl0cxIbCg5ldmVudHNfcGVyX2RheRgBIAEoBUgAiAEBEhkKDG1haWxfcGVyX2RheRgCIAEoBUgBiAEBEiAKE2Zhc3RfdG9rZW5zX3Blcl9kYXkYAyABKAVIAogBARIhChRlbWJlZF90b2tlbnNfcGVyX2RheRgEIAEoBUgDiAEBEhwKD21heF9xdWV1ZV9kZXB0aBgFIAEoBUgEiAEBEh4KEW1heF9wYXlsb2FkX2J5dGVzGAYgASgFSAWIAQESIAoTbWVzc2FnZV90dGxfc2Vjb25kcxgHIAEoBUgGiAEBEhoKDWxlYXNlX3NlY29uZHMYCCABKAVIB4gBARIiChVtYXhfb3V0c3RhbmRpbmdfbGlua3MYCSABKAVICIgBARIdChBsaW5rX3R0bF9zZWNvbmRzGAogASgFSAmIAQESGwoOcmV0ZW50aW9uX2RheXMYDCABKAVICogBAUIRCg9fZXZlbnRzX3Blcl9kYXlCDwoNX21haWxfcGVyX2RheUIWChRfZmFzdF90b2tlbnNfcGVyX2RheUIXChVfZW1iZWRfdG9rZW5zX3Blcl9kYXlCEgoQX21heF9xdWV1ZV9kZXB0aEIUChJfbWF4X3BheWxvYWRfYnl0ZXNCFgoUX21lc3NhZ2VfdHRsX3NlY29uZHNCEAoOX2xlYXNlX3NlY29uZHNCGAoWX21heF9vdXRzdGFuZGluZ19saW5rc0ITChFfbGlua190dGxfc2Vjb25kc0IRCg9fcmV0ZW50aW9uX2RheXMijAIKA0FwcBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLnBsYXRmb3JtLmFkbWluLnYxLkFwcFN0YXR1cxIRCgltYWlsX2Zyb20YBCABKAkSGQoRYW5hbHl0aWNzX2VuYWJsZWQYBSABKAgSFwoPc2VjcmV0c19lbmFibGVkGAYgASgIEhgKEGRlY2xhcmVkX3NlY3JldHMYByADKAkSLAoGbGltaXRzGAggASgLMhwucGxhdGZvcm0uYWRtaW4udjEuQXBwTGltaXRzEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiAKEENyZWF0ZUFwcFJlcXVlc3QSDAoEbmFtZRgBIAEoCSI4ChFDcmVhdGVBcHBSZXNwb25zZRIjCgNhcHAYASABKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHAiHwoNR2V0QXBwUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiNQoOR2V0QXBwUmVzcG9uc2USIwoDYXBwGAEgASgLMhYucGxhdGZvcm0uYWRtaW4udjEuQXBwIhEKD0xpc3RBcHBzUmVxdWVzdCI4ChBMaXN0QXBwc1Jlc3BvbnNlEiQKBGFwcHMYASADKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHAinAIKEFVwZGF0ZUFwcFJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEjEKBnN0YXR1cxgCIAEoDjIcLnBsYXRmb3JtLmFkbWluLnYxLkFwcFN0YXR1c0gAiAEBEhYKCW1haWxfZnJvbRgDIAEoCUgBiAEBEh4KEWFuYWx5dGljc19lbmFibGVkGAQgASgISAKIAQESHAoPc2VjcmV0c19lbmFibGVkGAUgASgISAOIAQESLAoGbGltaXRzGAYgASgLMhwucGxhdGZvcm0uYWRtaW4udjEuQXBwTGltaXRzQgkKB19zdGF0dXNCDAoKX21haWxfZnJvbUIUChJfYW5hbHl0aWNzX2VuYWJsZWRCEgoQX3NlY3JldHNfZW5hYmxlZCI4ChFVcGRhdGVBcHBSZXNwb25zZRIjCgNhcHAYASABKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHAiIgoQRGVsZXRlQXBwUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiEwoRRGVsZXRlQXBwUmVzcG9uc2UiQQoRSXNzdWVUb2tlblJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEhIKBWxhYmVsGAIgASgJSACIAQFCCAoGX2xhYmVsIjUKEklzc3VlVG9rZW5SZXNwb25zZRIQCgh0b2tlbl9pZBgBIAEoCRINCgV0b2tlbhgCIAEoCSImChJSZXZva2VUb2tlblJlcXVlc3QSEAoIdG9rZW5faWQYASABKAkiFQoTUmV2b2tlVG9rZW5SZXNwb25zZSI2ChVEZWNsYXJlU2VjcmV0c1JlcXVlc3QSDgoGYXBwX2lkGAEgASgJEg0KBW5hbWVzGAIgAygJIj0KFkRlY2xhcmVTZWNyZXRzUmVzcG9uc2USIwoDYXBwGAEgASgLMhYucGxhdGZvcm0uYWRtaW4udjEuQXBwIj8KEFNldFNlY3JldFJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFdmFsdWUYAyABKAkiXgoRU2V0U2VjcmV0UmVzcG9uc2USDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEioKBnNldF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWQoTUHVibGlzaEV2ZW50UmVxdWVzdBIOCgZhcHBfaWQYASABKAkSDAoEa2luZBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIiIKFFB1Ymxpc2hFdmVudFJlc3BvbnNlEgoKAmlkGAEgASgJIiEKD0dldFVzYWdlUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiKQoMVXNhZ2VDb3VudGVyEgwKBHVzZWQYASABKAMSCwoDY2FwGAIgASgDIuwBChBHZXRVc2FnZVJlc3BvbnNlEgsKA2RheRgBIAEoCRIvCgZldmVudHMYAiABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXISLQoEbWFpbBgDIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI0CgtmYXN0X3Rva2VucxgEIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI1CgxlbWJlZF90b2tlbnMYBSABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXIiPwoPTGlzdE1haWxSZXF1ZXN0Eg4KBmFwcF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBQggKBl9saW1pdCKzAQoETWFpbBIKCgJ0bxgBIAEoCRIMCgRmcm9tGAIgASgJEg8KB3N1YmplY3QYAyABKAkSDAoEdGV4dBgEIAEoCRItCgZzdGF0dXMYBSABKA4yHS5wbGF0Zm9ybS5hZG1pbi52MS5NYWlsU3RhdHVzEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNwcm92aWRlcl9tZXNzYWdlX2lkGAcgASgJIjoKEExpc3RNYWlsUmVzcG9uc2USJgoFbWFpbHMYASADKAsyFy5wbGF0Zm9ybS5hZG1pbi52MS5NYWlsKlcKCUFwcFN0YXR1cxIaChZBUFBfU1RBVFVTX1VOU1BFQ0lGSUVEEAASFgoSQVBQX1NUQVRVU19SVU5OSU5HEAESFgoSQVBQX1NUQVRVU19TVE9QUEVEEAIqbwoKTWFpbFN0YXR1cxIbChdNQUlMX1NUQVRVU19VTlNQRUNJRklFRBAAEhQKEE1BSUxfU1RBVFVTX1NFTlQQARIWChJNQUlMX1NUQVRVU19TVE9SRUQQAhIWChJNQUlMX1NUQVRVU19GQUlMRUQQAzLVCAoMQWRtaW5TZXJ2aWNlElgKCUNyZWF0ZUFwcBIjLnBsYXRmb3JtLmFkbWluLnYxLkNyZWF0ZUFwcFJlcXVlc3QaJC5wbGF0Zm9ybS5hZG1pbi52MS5DcmVhdGVBcHBSZXNwb25zZSIAEk8KBkdldEFwcBIgLnBsYXRmb3JtLmFkbWluLnYxLkdldEFwcFJlcXVlc3QaIS5wbGF0Zm9ybS5hZG1pbi52MS5HZXRBcHBSZXNwb25zZSIAElUKCExpc3RBcHBzEiIucGxhdGZvcm0uYWRtaW4udjEuTGlzdEFwcHNSZXF1ZXN0GiMucGxhdGZvcm0uYWRtaW4udjEuTGlzdEFwcHNSZXNwb25zZSIAElgKCVVwZGF0ZUFwcBIjLnBsYXRmb3JtLmFkbWluLnYxLlVwZGF0ZUFwcFJlcXVlc3QaJC5wbGF0Zm9ybS5hZG1pbi52MS5VcGRhdGVBcHBSZXNwb25zZSIAElgKCURlbGV0ZUFwcBIjLnBsYXRmb3JtLmFkbWluLnYxLkRlbGV0ZUFwcFJlcXVlc3QaJC5wbGF0Zm9ybS5hZG1pbi52MS5EZWxldGVBcHBSZXNwb25zZSIAElsKCklzc3VlVG9rZW4SJC5wbGF0Zm9ybS5hZG1pbi52MS5Jc3N1ZVRva2VuUmVxdWVzdBolLnBsYXRmb3JtLmFkbWluLnYxLklzc3VlVG9rZW5SZXNwb25zZSIAEl4KC1Jldm9rZVRva2VuEiUucGxhdGZvcm0uYWRtaW4udjEuUmV2b2tlVG9rZW5SZXF1ZXN0GiYucGxhdGZvcm0uYWRtaW4udjEuUmV2b2tlVG9rZW5SZXNwb25zZSIAEmcKDkRlY2xhcmVTZWNyZXRzEigucGxhdGZvcm0uYWRtaW4udjEuRGVjbGFyZVNlY3JldHNSZXF1ZXN0GikucGxhdGZvcm0uYWRtaW4udjEuRGVjbGFyZVNlY3JldHNSZXNwb25zZSIAElgKCVNldFNlY3JldBIjLnBsYXRmb3JtLmFkbWluLnYxLlNldFNlY3JldFJlcXVlc3QaJC5wbGF0Zm9ybS5hZG1pbi52MS5TZXRTZWNyZXRSZXNwb25zZSIAEmEKDFB1Ymxpc2hFdmVudBImLnBsYXRmb3JtLmFkbWluLnYxLlB1Ymxpc2hFdmVudFJlcXVlc3QaJy5wbGF0Zm9ybS5hZG1pbi52MS5QdWJsaXNoRXZlbnRSZXNwb25zZSIAElUKCEdldFVzYWdlEiIucGxhdGZvcm0uYWRtaW4udjEuR2V0VXNhZ2VSZXF1ZXN0GiMucGxhdGZvcm0uYWRtaW4udjEuR2V0VXNhZ2VSZXNwb25zZSIAElUKCExpc3RNYWlsEiIucGxhdGZvcm0uYWRtaW4udjEuTGlzdE1haWxSZXF1ZXN0GiMucGxhdGZvcm0uYWRtaW4udjEuTGlzdE1haWxSZXNwb25zZSIAYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch1wbGF0Zm9ybS9hZG1pbi92MS9hZG1pbi5wcm90bxIRcGxhdGZvcm0uYWRtaW4udjEizwQKCUFwcExpbWl0cxIbCg5ldmVudHNfcGVyX2RheRgBIAEoBUgAiAEBEhkKDG1haWxfcGVyX2RheRgCIAEoBUgBiAEBEiAKE2Zhc3RfdG9rZW5zX3Blcl9kYXkYAyABKAVIAogBARIhChRlbWJlZF90b2tlbnNfcGVyX2RheRgEIAEoBUgDiAEBEhwKD21heF9xdWV1ZV9kZXB0aBgFIAEoBUgEiAEBEh4KEW1heF9wYXlsb2FkX2J5dGVzGAYgASgFSAWIAQESIAoTbWVzc2FnZV90dGxfc2Vjb25kcxgHIAEoBUgGiAEBEhoKDWxlYXNlX3NlY29uZHMYCCABKAVIB4gBARIiChVtYXhfb3V0c3RhbmRpbmdfbGlua3MYCSABKAVICIgBARIdChBsaW5rX3R0bF9zZWNvbmRzGAogASgFSAmIAQESGwoOcmV0ZW50aW9uX2RheXMYDCABKAVICogBAUIRCg9fZXZlbnRzX3Blcl9kYXlCDwoNX21haWxfcGVyX2RheUIWChRfZmFzdF90b2tlbnNfcGVyX2RheUIXChVfZW1iZWRfdG9rZW5zX3Blcl9kYXlCEgoQX21heF9xdWV1ZV9kZXB0aEIUChJfbWF4X3BheWxvYWRfYnl0ZXNCFgoUX21lc3NhZ2VfdHRsX3NlY29uZHNCEAoOX2xlYXNlX3NlY29uZHNCGAoWX21heF9vdXRzdGFuZGluZ19saW5rc0ITChFfbGlua190dGxfc2Vjb25kc0IRCg9fcmV0ZW50aW9uX2RheXMijAIKA0FwcBIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiwKBnN0YXR1cxgDIAEoDjIcLnBsYXRmb3JtLmFkbWluLnYxLkFwcFN0YXR1cxIRCgltYWlsX2Zyb20YBCABKAkSGQoRYW5hbHl0aWNzX2VuYWJsZWQYBSABKAgSFwoPc2VjcmV0c19lbmFibGVkGAYgASgIEhgKEGRlY2xhcmVkX3NlY3JldHMYByADKAkSLAoGbGltaXRzGAggASgLMhwucGxhdGZvcm0uYWRtaW4udjEuQXBwTGltaXRzEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIiAKEENyZWF0ZUFwcFJlcXVlc3QSDAoEbmFtZRgBIAEoCSI4ChFDcmVhdGVBcHBSZXNwb25zZRIjCgNhcHAYASABKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHAiHwoNR2V0QXBwUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiNQoOR2V0QXBwUmVzcG9uc2USIwoDYXBwGAEgASgLMhYucGxhdGZvcm0uYWRtaW4udjEuQXBwIhEKD0xpc3RBcHBzUmVxdWVzdCJvChBMaXN0QXBwc1Jlc3BvbnNlEiQKBGFwcHMYASADKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHASNQoLdXNhZ2VfdG9kYXkYAiADKAsyIC5wbGF0Zm9ybS5hZG1pbi52MS5BcHBVc2FnZVRvZGF5IuwBCg1BcHBVc2FnZVRvZGF5Eg4KBmFwcF9pZBgBIAEoCRIvCgZldmVudHMYAiABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXISLQoEbWFpbBgDIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI0CgtmYXN0X3Rva2VucxgEIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI1CgxlbWJlZF90b2tlbnMYBSABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXIinAIKEFVwZGF0ZUFwcFJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEjEKBnN0YXR1cxgCIAEoDjIcLnBsYXRmb3JtLmFkbWluLnYxLkFwcFN0YXR1c0gAiAEBEhYKCW1haWxfZnJvbRgDIAEoCUgBiAEBEh4KEWFuYWx5dGljc19lbmFibGVkGAQgASgISAKIAQESHAoPc2VjcmV0c19lbmFibGVkGAUgASgISAOIAQESLAoGbGltaXRzGAYgASgLMhwucGxhdGZvcm0uYWRtaW4udjEuQXBwTGltaXRzQgkKB19zdGF0dXNCDAoKX21haWxfZnJvbUIUChJfYW5hbHl0aWNzX2VuYWJsZWRCEgoQX3NlY3JldHNfZW5hYmxlZCI4ChFVcGRhdGVBcHBSZXNwb25zZRIjCgNhcHAYASABKAsyFi5wbGF0Zm9ybS5hZG1pbi52MS5BcHAiIgoQRGVsZXRlQXBwUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiEwoRRGVsZXRlQXBwUmVzcG9uc2UiQQoRSXNzdWVUb2tlblJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEhIKBWxhYmVsGAIgASgJSACIAQFCCAoGX2xhYmVsIjUKEklzc3VlVG9rZW5SZXNwb25zZRIQCgh0b2tlbl9pZBgBIAEoCRINCgV0b2tlbhgCIAEoCSImChJSZXZva2VUb2tlblJlcXVlc3QSEAoIdG9rZW5faWQYASABKAkiFQoTUmV2b2tlVG9rZW5SZXNwb25zZSI2ChVEZWNsYXJlU2VjcmV0c1JlcXVlc3QSDgoGYXBwX2lkGAEgASgJEg0KBW5hbWVzGAIgAygJIj0KFkRlY2xhcmVTZWNyZXRzUmVzcG9uc2USIwoDYXBwGAEgASgLMhYucGxhdGZvcm0uYWRtaW4udjEuQXBwIj8KEFNldFNlY3JldFJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFdmFsdWUYAyABKAkiXgoRU2V0U2VjcmV0UmVzcG9uc2USDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgDEioKBnNldF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWQoTUHVibGlzaEV2ZW50UmVxdWVzdBIOCgZhcHBfaWQYASABKAkSDAoEa2luZBgCIAEoCRIkCgRkYXRhGAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlIiIKFFB1Ymxpc2hFdmVudFJlc3BvbnNlEgoKAmlkGAEgASgJIiEKD0dldFVzYWdlUmVxdWVzdBIOCgZhcHBfaWQYASABKAkiKQoMVXNhZ2VDb3VudGVyEgwKBHVzZWQYASABKAMSCwoDY2FwGAIgASgDIuwBChBHZXRVc2FnZVJlc3BvbnNlEgsKA2RheRgBIAEoCRIvCgZldmVudHMYAiABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXISLQoEbWFpbBgDIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI0CgtmYXN0X3Rva2VucxgEIAEoCzIfLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlQ291bnRlchI1CgxlbWJlZF90b2tlbnMYBSABKAsyHy5wbGF0Zm9ybS5hZG1pbi52MS5Vc2FnZUNvdW50ZXIiPwoPTGlzdE1haWxSZXF1ZXN0Eg4KBmFwcF9pZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBQggKBl9saW1pdCK/AQoETWFpbBIKCgJ0bxgBIAEoCRIMCgRmcm9tGAIgASgJEg8KB3N1YmplY3QYAyABKAkSDAoEdGV4dBgEIAEoCRItCgZzdGF0dXMYBSABKA4yHS5wbGF0Zm9ybS5hZG1pbi52MS5NYWlsU3RhdHVzEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIbChNwcm92aWRlcl9tZXNzYWdlX2lkGAcgASgJEgoKAmlkGAggASgJIjoKEExpc3RNYWlsUmVzcG9uc2USJgoFbWFpbHMYASADKAsyFy5wbGF0Zm9ybS5hZG1pbi52MS5NYWlsIiMKEUxpc3RUb2tlbnNSZXF1ZXN0Eg4KBmFwcF9pZBgBIAEoCSKEAQoFVG9rZW4SCgoCaWQYASABKAkSDQoFbGFiZWwYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMAoMbGFzdF91c2VkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI+ChJMaXN0VG9rZW5zUmVzcG9uc2USKAoGdG9rZW5zGAEgAygLMhgucGxhdGZvcm0uYWRtaW4udjEuVG9rZW4iRAoWR2V0VXNhZ2VIaXN0b3J5UmVxdWVzdBIOCgZhcHBfaWQYASABKAkSEQoEZGF5cxgCIAEoBUgAiAEBQgcKBV9kYXlzImAKCFVzYWdlRGF5EgsKA2RheRgBIAEoCRIOCgZldmVudHMYAiABKAMSDAoEbWFpbBgDIAEoAxITCgtmYXN0X3Rva2VucxgEIAEoAxIUCgxlbWJlZF90b2tlbnMYBSABKAMicgoXR2V0VXNhZ2VIaXN0b3J5UmVzcG9uc2USKQoEZGF5cxgBIAMoCzIbLnBsYXRmb3JtLmFkbWluLnYxLlVzYWdlRGF5EiwKBmxpbWl0cxgCIAEoCzIcLnBsYXRmb3JtLmFkbWluLnYxLkFwcExpbWl0cyInChVMaXN0RXZlbnRUeXBlc1JlcXVlc3QSDgoGYXBwX2lkGAEgASgJIkkKFkxpc3RFdmVudFR5cGVzUmVzcG9uc2USLwoFdHlwZXMYASADKAsyIC5wbGF0Zm9ybS5hbmFseXRpY3MudjEuRXZlbnRUeXBlIoYCChVRdWVyeUFuYWx5dGljc1JlcXVlc3QSDgoGYXBwX2lkGAEgASgJEgwKBHR5cGUYAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEikKBXVudGlsGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIxCghpbnRlcnZhbBgFIAEoDjIfLnBsYXRmb3JtLmFuYWx5dGljcy52MS5JbnRlcnZhbBIVCghncm91cF9ieRgGIAEoCUgAiAEBEhUKCHRpbWV6b25lGAcgASgJSAGIAQFCCwoJX2dyb3VwX2J5QgsKCV90aW1lem9uZSKSAgoWUXVlcnlBbmFseXRpY3NSZXNwb25zZRIMCgR0eXBlGAEgASgJEjEKCGludGVydmFsGAIgASgOMh8ucGxhdGZvcm0uYW5hbHl0aWNzLnYxLkludGVydmFsEikKBXNpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIpCgV1bnRpbBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoIZ3JvdXBfYnkYBSABKAlIAIgBARIuCgdidWNrZXRzGAYgAygLMh0ucGxhdGZvcm0uYW5hbHl0aWNzLnYxLkJ1Y2tldBINCgV0b3RhbBgHIAEoA0ILCglfZ3JvdXBfYnkiIwoRTGlzdFF1ZXVlc1JlcXVlc3QSDgoGYXBwX2lkGAEgASgJIj8KEkxpc3RRdWV1ZXNSZXNwb25zZRIpCgZxdWV1ZXMYASADKAsyGS5wbGF0Zm9ybS5xdWV1ZXMudjEuUXVldWUiUgoTUGVla01lc3NhZ2VzUmVxdWVzdBIOCgZhcHBfaWQYASABKAkSDQoFcXVldWUYAiABKAkSEgoFbGltaXQYAyABKAVIAIgBAUIICgZfbGltaXQiyAEKDVBlZWtlZE1lc3NhZ2USCgoCaWQYASABKAkSDwoHcGF5bG9hZBgCIAEoCRIRCgl0cnVuY2F0ZWQYAyABKAgSEgoKc2l6ZV9ieXRlcxgEIAEoAxIvCgtlbnF1ZXVlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZGVsaXZlcmllcxgHIAEoBSJKChRQZWVrTWVzc2FnZXNSZXNwb25zZRIyCghtZXNzYWdlcxgBIAMoCzIgLnBsYXRmb3JtLmFkbWluLnYxLlBlZWtlZE1lc3NhZ2UiMgoRUHVyZ2VRdWV1ZVJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEg0KBXF1ZXVlGAIgASgJIiQKElB1cmdlUXVldWVSZXNwb25zZRIOCgZwdXJnZWQYASABKAMiJAoSTGlzdFNlY3JldHNSZXF1ZXN0Eg4KBmFwcF9pZBgBIAEoCSJJChNMaXN0U2VjcmV0c1Jlc3BvbnNlEjIKB3NlY3JldHMYASADKAsyIS5wbGF0Zm9ybS5zZWNyZXRzLnYxLlNlY3JldFN0YXR1cyI3ChdDcmVhdGVTZWNyZXRMaW5rUmVxdWVzdBIOCgZhcHBfaWQYASABKAkSDAoEbmFtZRgCIAEoCSJlChhDcmVhdGVTZWNyZXRMaW5rUmVzcG9uc2USCwoDdXJsGAEgASgJEgwKBG5hbWUYAiABKAkSLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLAoOR2V0TWFpbFJlcXVlc3QSDgoGYXBwX2lkGAEgASgJEgoKAmlkGAIgASgJIjgKD0dldE1haWxSZXNwb25zZRIlCgRtYWlsGAEgASgLMhcucGxhdGZvcm0uYWRtaW4udjEuTWFpbCpXCglBcHBTdGF0dXMSGgoWQVBQX1NUQVRVU19VTlNQRUNJRklFRBAAEhYKEkFQUF9TVEFUVVNfUlVOTklORxABEhYKEkFQUF9TVEFUVVNfU1RPUFBFRBACKm8KCk1haWxTdGF0dXMSGwoXTUFJTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIUChBNQUlMX1NUQVRVU19TRU5UEAESFgoSTUFJTF9TVEFUVVNfU1RPUkVEEAISFgoSTUFJTF9TVEFUVVNfRkFJTEVEEAMysBAKDEFkbWluU2VydmljZRJYCglDcmVhdGVBcHASIy5wbGF0Zm9ybS5hZG1pbi52MS5DcmVhdGVBcHBSZXF1ZXN0GiQucGxhdGZvcm0uYWRtaW4udjEuQ3JlYXRlQXBwUmVzcG9uc2UiABJPCgZHZXRBcHASIC5wbGF0Zm9ybS5hZG1pbi52MS5HZXRBcHBSZXF1ZXN0GiEucGxhdGZvcm0uYWRtaW4udjEuR2V0QXBwUmVzcG9uc2UiABJVCghMaXN0QXBwcxIiLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RBcHBzUmVxdWVzdBojLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RBcHBzUmVzcG9uc2UiABJYCglVcGRhdGVBcHASIy5wbGF0Zm9ybS5hZG1pbi52MS5VcGRhdGVBcHBSZXF1ZXN0GiQucGxhdGZvcm0uYWRtaW4udjEuVXBkYXRlQXBwUmVzcG9uc2UiABJYCglEZWxldGVBcHASIy5wbGF0Zm9ybS5hZG1pbi52MS5EZWxldGVBcHBSZXF1ZXN0GiQucGxhdGZvcm0uYWRtaW4udjEuRGVsZXRlQXBwUmVzcG9uc2UiABJbCgpJc3N1ZVRva2VuEiQucGxhdGZvcm0uYWRtaW4udjEuSXNzdWVUb2tlblJlcXVlc3QaJS5wbGF0Zm9ybS5hZG1pbi52MS5Jc3N1ZVRva2VuUmVzcG9uc2UiABJeCgtSZXZva2VUb2tlbhIlLnBsYXRmb3JtLmFkbWluLnYxLlJldm9rZVRva2VuUmVxdWVzdBomLnBsYXRmb3JtLmFkbWluLnYxLlJldm9rZVRva2VuUmVzcG9uc2UiABJnCg5EZWNsYXJlU2VjcmV0cxIoLnBsYXRmb3JtLmFkbWluLnYxLkRlY2xhcmVTZWNyZXRzUmVxdWVzdBopLnBsYXRmb3JtLmFkbWluLnYxLkRlY2xhcmVTZWNyZXRzUmVzcG9uc2UiABJYCglTZXRTZWNyZXQSIy5wbGF0Zm9ybS5hZG1pbi52MS5TZXRTZWNyZXRSZXF1ZXN0GiQucGxhdGZvcm0uYWRtaW4udjEuU2V0U2VjcmV0UmVzcG9uc2UiABJhCgxQdWJsaXNoRXZlbnQSJi5wbGF0Zm9ybS5hZG1pbi52MS5QdWJsaXNoRXZlbnRSZXF1ZXN0GicucGxhdGZvcm0uYWRtaW4udjEuUHVibGlzaEV2ZW50UmVzcG9uc2UiABJVCghHZXRVc2FnZRIiLnBsYXRmb3JtLmFkbWluLnYxLkdldFVzYWdlUmVxdWVzdBojLnBsYXRmb3JtLmFkbWluLnYxLkdldFVzYWdlUmVzcG9uc2UiABJVCghMaXN0TWFpbBIiLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RNYWlsUmVxdWVzdBojLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RNYWlsUmVzcG9uc2UiABJbCgpMaXN0VG9rZW5zEiQucGxhdGZvcm0uYWRtaW4udjEuTGlzdFRva2Vuc1JlcXVlc3QaJS5wbGF0Zm9ybS5hZG1pbi52MS5MaXN0VG9rZW5zUmVzcG9uc2UiABJqCg9HZXRVc2FnZUhpc3RvcnkSKS5wbGF0Zm9ybS5hZG1pbi52MS5HZXRVc2FnZUhpc3RvcnlSZXF1ZXN0GioucGxhdGZvcm0uYWRtaW4udjEuR2V0VXNhZ2VIaXN0b3J5UmVzcG9uc2UiABJnCg5MaXN0RXZlbnRUeXBlcxIoLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RFdmVudFR5cGVzUmVxdWVzdBopLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RFdmVudFR5cGVzUmVzcG9uc2UiABJnCg5RdWVyeUFuYWx5dGljcxIoLnBsYXRmb3JtLmFkbWluLnYxLlF1ZXJ5QW5hbHl0aWNzUmVxdWVzdBopLnBsYXRmb3JtLmFkbWluLnYxLlF1ZXJ5QW5hbHl0aWNzUmVzcG9uc2UiABJbCgpMaXN0UXVldWVzEiQucGxhdGZvcm0uYWRtaW4udjEuTGlzdFF1ZXVlc1JlcXVlc3QaJS5wbGF0Zm9ybS5hZG1pbi52MS5MaXN0UXVldWVzUmVzcG9uc2UiABJhCgxQZWVrTWVzc2FnZXMSJi5wbGF0Zm9ybS5hZG1pbi52MS5QZWVrTWVzc2FnZXNSZXF1ZXN0GicucGxhdGZvcm0uYWRtaW4udjEuUGVla01lc3NhZ2VzUmVzcG9uc2UiABJbCgpQdXJnZVF1ZXVlEiQucGxhdGZvcm0uYWRtaW4udjEuUHVyZ2VRdWV1ZVJlcXVlc3QaJS5wbGF0Zm9ybS5hZG1pbi52MS5QdXJnZVF1ZXVlUmVzcG9uc2UiABJeCgtMaXN0U2VjcmV0cxIlLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RTZWNyZXRzUmVxdWVzdBomLnBsYXRmb3JtLmFkbWluLnYxLkxpc3RTZWNyZXRzUmVzcG9uc2UiABJtChBDcmVhdGVTZWNyZXRMaW5rEioucGxhdGZvcm0uYWRtaW4udjEuQ3JlYXRlU2VjcmV0TGlua1JlcXVlc3QaKy5wbGF0Zm9ybS5hZG1pbi52MS5DcmVhdGVTZWNyZXRMaW5rUmVzcG9uc2UiABJSCgdHZXRNYWlsEiEucGxhdGZvcm0uYWRtaW4udjEuR2V0TWFpbFJlcXVlc3QaIi5wbGF0Zm9ybS5hZG1pbi52MS5HZXRNYWlsUmVzcG9uc2UiAGIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_platform_analytics_v1_analytics, file_platform_queues_v1_queues, file_platform_secrets_v1_secrets]);
 
 /**
  * Describes the message platform.admin.v1.AppLimits.
@@ -68,144 +71,312 @@ export const ListAppsResponseSchema = /*@__PURE__*/
   messageDesc(file_platform_admin_v1_admin, 7);
 
 /**
+ * Describes the message platform.admin.v1.AppUsageToday.
+ * Use `create(AppUsageTodaySchema)` to create a new message.
+ */
+export const AppUsageTodaySchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 8);
+
+/**
  * Describes the message platform.admin.v1.UpdateAppRequest.
  * Use `create(UpdateAppRequestSchema)` to create a new message.
  */
 export const UpdateAppRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 8);
+  messageDesc(file_platform_admin_v1_admin, 9);
 
 /**
  * Describes the message platform.admin.v1.UpdateAppResponse.
  * Use `create(UpdateAppResponseSchema)` to create a new message.
  */
 export const UpdateAppResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 9);
+  messageDesc(file_platform_admin_v1_admin, 10);
 
 /**
  * Describes the message platform.admin.v1.DeleteAppRequest.
  * Use `create(DeleteAppRequestSchema)` to create a new message.
  */
 export const DeleteAppRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 10);
+  messageDesc(file_platform_admin_v1_admin, 11);
 
 /**
  * Describes the message platform.admin.v1.DeleteAppResponse.
  * Use `create(DeleteAppResponseSchema)` to create a new message.
  */
 export const DeleteAppResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 11);
+  messageDesc(file_platform_admin_v1_admin, 12);
 
 /**
  * Describes the message platform.admin.v1.IssueTokenRequest.
  * Use `create(IssueTokenRequestSchema)` to create a new message.
  */
 export const IssueTokenRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 12);
+  messageDesc(file_platform_admin_v1_admin, 13);
 
 /**
  * Describes the message platform.admin.v1.IssueTokenResponse.
  * Use `create(IssueTokenResponseSchema)` to create a new message.
  */
 export const IssueTokenResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 13);
+  messageDesc(file_platform_admin_v1_admin, 14);
 
 /**
  * Describes the message platform.admin.v1.RevokeTokenRequest.
  * Use `create(RevokeTokenRequestSchema)` to create a new message.
  */
 export const RevokeTokenRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 14);
+  messageDesc(file_platform_admin_v1_admin, 15);
 
 /**
  * Describes the message platform.admin.v1.RevokeTokenResponse.
  * Use `create(RevokeTokenResponseSchema)` to create a new message.
  */
 export const RevokeTokenResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 15);
+  messageDesc(file_platform_admin_v1_admin, 16);
 
 /**
  * Describes the message platform.admin.v1.DeclareSecretsRequest.
  * Use `create(DeclareSecretsRequestSchema)` to create a new message.
  */
 export const DeclareSecretsRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 16);
+  messageDesc(file_platform_admin_v1_admin, 17);
 
 /**
  * Describes the message platform.admin.v1.DeclareSecretsResponse.
  * Use `create(DeclareSecretsResponseSchema)` to create a new message.
  */
 export const DeclareSecretsResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 17);
+  messageDesc(file_platform_admin_v1_admin, 18);
 
 /**
  * Describes the message platform.admin.v1.SetSecretRequest.
  * Use `create(SetSecretRequestSchema)` to create a new message.
  */
 export const SetSecretRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 18);
+  messageDesc(file_platform_admin_v1_admin, 19);
 
 /**
  * Describes the message platform.admin.v1.SetSecretResponse.
  * Use `create(SetSecretResponseSchema)` to create a new message.
  */
 export const SetSecretResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 19);
+  messageDesc(file_platform_admin_v1_admin, 20);
 
 /**
  * Describes the message platform.admin.v1.PublishEventRequest.
  * Use `create(PublishEventRequestSchema)` to create a new message.
  */
 export const PublishEventRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 20);
+  messageDesc(file_platform_admin_v1_admin, 21);
 
 /**
  * Describes the message platform.admin.v1.PublishEventResponse.
  * Use `create(PublishEventResponseSchema)` to create a new message.
  */
 export const PublishEventResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 21);
+  messageDesc(file_platform_admin_v1_admin, 22);
 
 /**
  * Describes the message platform.admin.v1.GetUsageRequest.
  * Use `create(GetUsageRequestSchema)` to create a new message.
  */
 export const GetUsageRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 22);
+  messageDesc(file_platform_admin_v1_admin, 23);
 
 /**
  * Describes the message platform.admin.v1.UsageCounter.
  * Use `create(UsageCounterSchema)` to create a new message.
  */
 export const UsageCounterSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 23);
+  messageDesc(file_platform_admin_v1_admin, 24);
 
 /**
  * Describes the message platform.admin.v1.GetUsageResponse.
  * Use `create(GetUsageResponseSchema)` to create a new message.
  */
 export const GetUsageResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 24);
+  messageDesc(file_platform_admin_v1_admin, 25);
 
 /**
  * Describes the message platform.admin.v1.ListMailRequest.
  * Use `create(ListMailRequestSchema)` to create a new message.
  */
 export const ListMailRequestSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 25);
+  messageDesc(file_platform_admin_v1_admin, 26);
 
 /**
  * Describes the message platform.admin.v1.Mail.
  * Use `create(MailSchema)` to create a new message.
  */
 export const MailSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 26);
+  messageDesc(file_platform_admin_v1_admin, 27);
 
 /**
  * Describes the message platform.admin.v1.ListMailResponse.
  * Use `create(ListMailResponseSchema)` to create a new message.
  */
 export const ListMailResponseSchema = /*@__PURE__*/
-  messageDesc(file_platform_admin_v1_admin, 27);
+  messageDesc(file_platform_admin_v1_admin, 28);
+
+/**
+ * Describes the message platform.admin.v1.ListTokensRequest.
+ * Use `create(ListTokensRequestSchema)` to create a new message.
+ */
+export const ListTokensRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 29);
+
+/**
+ * Describes the message platform.admin.v1.Token.
+ * Use `create(TokenSchema)` to create a new message.
+ */
+export const TokenSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 30);
+
+/**
+ * Describes the message platform.admin.v1.ListTokensResponse.
+ * Use `create(ListTokensResponseSchema)` to create a new message.
+ */
+export const ListTokensResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 31);
+
+/**
+ * Describes the message platform.admin.v1.GetUsageHistoryRequest.
+ * Use `create(GetUsageHistoryRequestSchema)` to create a new message.
+ */
+export const GetUsageHistoryRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 32);
+
+/**
+ * Describes the message platform.admin.v1.UsageDay.
+ * Use `create(UsageDaySchema)` to create a new message.
+ */
+export const UsageDaySchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 33);
+
+/**
+ * Describes the message platform.admin.v1.GetUsageHistoryResponse.
+ * Use `create(GetUsageHistoryResponseSchema)` to create a new message.
+ */
+export const GetUsageHistoryResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 34);
+
+/**
+ * Describes the message platform.admin.v1.ListEventTypesRequest.
+ * Use `create(ListEventTypesRequestSchema)` to create a new message.
+ */
+export const ListEventTypesRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 35);
+
+/**
+ * Describes the message platform.admin.v1.ListEventTypesResponse.
+ * Use `create(ListEventTypesResponseSchema)` to create a new message.
+ */
+export const ListEventTypesResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 36);
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsRequest.
+ * Use `create(QueryAnalyticsRequestSchema)` to create a new message.
+ */
+export const QueryAnalyticsRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 37);
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsResponse.
+ * Use `create(QueryAnalyticsResponseSchema)` to create a new message.
+ */
+export const QueryAnalyticsResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 38);
+
+/**
+ * Describes the message platform.admin.v1.ListQueuesRequest.
+ * Use `create(ListQueuesRequestSchema)` to create a new message.
+ */
+export const ListQueuesRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 39);
+
+/**
+ * Describes the message platform.admin.v1.ListQueuesResponse.
+ * Use `create(ListQueuesResponseSchema)` to create a new message.
+ */
+export const ListQueuesResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 40);
+
+/**
+ * Describes the message platform.admin.v1.PeekMessagesRequest.
+ * Use `create(PeekMessagesRequestSchema)` to create a new message.
+ */
+export const PeekMessagesRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 41);
+
+/**
+ * Describes the message platform.admin.v1.PeekedMessage.
+ * Use `create(PeekedMessageSchema)` to create a new message.
+ */
+export const PeekedMessageSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 42);
+
+/**
+ * Describes the message platform.admin.v1.PeekMessagesResponse.
+ * Use `create(PeekMessagesResponseSchema)` to create a new message.
+ */
+export const PeekMessagesResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 43);
+
+/**
+ * Describes the message platform.admin.v1.PurgeQueueRequest.
+ * Use `create(PurgeQueueRequestSchema)` to create a new message.
+ */
+export const PurgeQueueRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 44);
+
+/**
+ * Describes the message platform.admin.v1.PurgeQueueResponse.
+ * Use `create(PurgeQueueResponseSchema)` to create a new message.
+ */
+export const PurgeQueueResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 45);
+
+/**
+ * Describes the message platform.admin.v1.ListSecretsRequest.
+ * Use `create(ListSecretsRequestSchema)` to create a new message.
+ */
+export const ListSecretsRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 46);
+
+/**
+ * Describes the message platform.admin.v1.ListSecretsResponse.
+ * Use `create(ListSecretsResponseSchema)` to create a new message.
+ */
+export const ListSecretsResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 47);
+
+/**
+ * Describes the message platform.admin.v1.CreateSecretLinkRequest.
+ * Use `create(CreateSecretLinkRequestSchema)` to create a new message.
+ */
+export const CreateSecretLinkRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 48);
+
+/**
+ * Describes the message platform.admin.v1.CreateSecretLinkResponse.
+ * Use `create(CreateSecretLinkResponseSchema)` to create a new message.
+ */
+export const CreateSecretLinkResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 49);
+
+/**
+ * Describes the message platform.admin.v1.GetMailRequest.
+ * Use `create(GetMailRequestSchema)` to create a new message.
+ */
+export const GetMailRequestSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 50);
+
+/**
+ * Describes the message platform.admin.v1.GetMailResponse.
+ * Use `create(GetMailResponseSchema)` to create a new message.
+ */
+export const GetMailResponseSchema = /*@__PURE__*/
+  messageDesc(file_platform_admin_v1_admin, 51);
 
 /**
  * Describes the enum platform.admin.v1.AppStatus.

@@ -9,7 +9,8 @@ import * as analytics from "./0003-analytics.ts";
 import * as secrets from "./0004-secrets.ts";
 import * as mail from "./0005-mail.ts";
 import * as authChanges from "./0006-auth-changes.ts";
-import * as platformSettings from "./0007-platform-settings.ts";
+import * as tokenLastUsed from "./0007-token-last-used.ts";
+import * as platformSettings from "./0008-platform-settings.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -18,5 +19,6 @@ export const migrations: Record<string, Migration> = {
   "0004-secrets": secrets,
   "0005-mail": mail,
   "0006-auth-changes": authChanges,
-  "0007-platform-settings": platformSettings,
+  "0007-token-last-used": tokenLastUsed,
+  "0008-platform-settings": platformSettings,
 };

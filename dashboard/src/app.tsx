@@ -1,0 +1,129 @@
+/**
+ * The shell: sign-in when there is no admin token, otherwise the header with
+ * navigation and the screen of the current route. A token the server refuses
+ * signs the tab out with a message.
+ */
+import { Suspense, lazy, useEffect, useState } from "react";
+import { useQueryClient } from "@tanstack/react-query";
+import { createClient } from "@connectrpc/connect";
+import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
+import { clearToken, getToken, setToken } from "./session.ts";
+import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
+import { useRoute } from "./router.ts";
+import { Loading } from "./ui.tsx";
+
+// The screens (and the chart library) load after sign-in: the first screen needs only this module.
+const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
+const AppScreen = lazy(() => import("./screens/app.tsx").then((m) => ({ default: m.AppScreen })));
+
+export function App() {
+  const [signedIn, setSignedIn] = useState(() => getToken() !== null);
+  const [notice, setNotice] = useState<string | null>(null);
+  const queryClient = useQueryClient();
+
+  useEffect(() => {
+    // Any request refused as unauthenticated (the token was rotated) signs out.
+    return queryClient.getQueryCache().subscribe((event) => {
+      if (event.type === "updated" && isUnauthenticated(event.query.state.error)) {
+        clearToken();
+        queryClient.clear();
+        setNotice("The admin token was refused. Sign in again.");
+        setSignedIn(false);
+      }
+    });
+  }, [queryClient]);
+
+  if (!signedIn) {
+    return (
+      <SignIn
+        notice={notice}
+        onSignedIn={() => {
+          setNotice(null);
+          setSignedIn(true);
+        }}
+      />
+    );
+  }
+  return (
+    <Shell
+      onSignOut={() => {
+        clearToken();
+        queryClient.clear();
+        setNotice("Signed out.");
+        setSignedIn(false);
+      }}
+    />
+  );
+}
+
+function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () => void }) {
+  const [token, setTokenText] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  const signIn = async () => {
+    setBusy(true);
+    setError(null);
+    setToken(token.trim());
+    try {
+      // The cheapest admin call proves the token before anything else is shown.
+      await createClient(AdminService, transport).listApps({});
+      onSignedIn();
+    } catch (err) {
+      clearToken();
+      setError(isUnauthenticated(err) ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again." : errorMessage(err));
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <main className="signin">
+      <form
+        className="card"
+        onSubmit={(e) => {
+          e.preventDefault();
+          void signIn();
+        }}
+      >
+        <h1>Platform Batteries</h1>
+        <p className="muted">Sign in with the platform's admin token. It is kept in this tab only.</p>
+        {notice ? <p role="status">{notice}</p> : null}
+        <label className="field">
+          <span>Admin token</span>
+          <input type="password" value={token} onChange={(e) => setTokenText(e.target.value)} autoComplete="off" required autoFocus />
+        </label>
+        {error ? (
+          <div className="error" role="alert">
+            {error}
+          </div>
+        ) : null}
+        <button type="submit" disabled={busy || token.trim() === ""}>
+          {busy ? "Signing in…" : "Sign in"}
+        </button>
+      </form>
+    </main>
+  );
+}
+
+function Shell({ onSignOut }: { onSignOut: () => void }) {
+  const route = useRoute();
+  return (
+    <div className="shell">
+      <header className="topbar">
+        <a className="brand" href="#/apps">
+          Platform Batteries
+        </a>
+        <nav aria-label="Main">
+          <a href="#/apps" aria-current={route.screen === "apps" ? "page" : undefined}>
+            Apps
+          </a>
+        </nav>
+        <button type="button" className="secondary" onClick={onSignOut}>
+          Sign out
+        </button>
+      </header>
+      <main className="content">
+        <Suspense fallback={<Loading what="the screen" />}>{route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}</Suspense>
+      </main>
+    </div>
+  );
+}

@@ -1,0 +1,104 @@
+/** One app: its name and status, stop/start and delete, and a tab per facility. */
+import { useState } from "react";
+import { useMutation, useQuery } from "@connectrpc/connect-query";
+import { useQueryClient } from "@tanstack/react-query";
+import { deleteApp, getApp, updateApp } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
+import { AppStatus, type App } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { APP_TABS, href, navigate, type AppTab } from "../router.ts";
+import { ConfirmDialog, ErrorBox, QueryView } from "../ui.tsx";
+import { StatusBadge } from "./apps.tsx";
+import { SettingsTab } from "./settings.tsx";
+import { TokensTab } from "./tokens.tsx";
+import { UsageTab } from "./usage.tsx";
+import { AnalyticsTab } from "./analytics.tsx";
+import { QueuesTab } from "./queues.tsx";
+import { MailTab } from "./mail.tsx";
+import { SecretsTab } from "./secrets.tsx";
+
+const TAB_LABELS: Record<AppTab, string> = {
+  settings: "Settings",
+  tokens: "Tokens",
+  usage: "Usage",
+  analytics: "Analytics",
+  queues: "Queues",
+  mail: "Mail",
+  secrets: "Secrets",
+};
+
+export function AppScreen({ appId, tab }: { appId: string; tab: AppTab }) {
+  const app = useQuery(getApp, { appId });
+  return (
+    <QueryView query={app} what="the app">
+      {(data) => (data.app ? <AppView app={data.app} tab={tab} /> : <ErrorBox error={new Error("no such app")} />)}
+    </QueryView>
+  );
+}
+
+function AppView({ app, tab }: { app: App; tab: AppTab }) {
+  const queryClient = useQueryClient();
+  const [confirmDelete, setConfirmDelete] = useState(false);
+  const update = useMutation(updateApp, { onSuccess: () => queryClient.invalidateQueries() });
+  const remove = useMutation(deleteApp, {
+    onSuccess: () => {
+      setConfirmDelete(false);
+      navigate({ screen: "apps" });
+      // Dropped, not refetched: a refetch of this screen's queries would only find the app gone.
+      queryClient.removeQueries();
+    },
+  });
+  const running = app.status === AppStatus.RUNNING;
+  return (
+    <>
+      <p className="crumbs">
+        <a href="#/apps">Apps</a> / {app.name}
+      </p>
+      <div className="page-head">
+        <h1>
+          {app.name} <StatusBadge status={app.status} />
+        </h1>
+        <div className="actions">
+          <button
+            type="button"
+            className="secondary"
+            disabled={update.isPending}
+            onClick={() => update.mutate({ appId: app.id, status: running ? AppStatus.STOPPED : AppStatus.RUNNING })}
+          >
+            {running ? "Stop app" : "Start app"}
+          </button>
+          <button type="button" className="danger" onClick={() => setConfirmDelete(true)}>
+            Delete app
+          </button>
+        </div>
+      </div>
+      {update.error ? <ErrorBox error={update.error} /> : null}
+      <nav className="tabs" aria-label="App sections">
+        {APP_TABS.map((t) => (
+          <a key={t} href={href({ screen: "app", appId: app.id, tab: t })} aria-current={t === tab ? "page" : undefined}>
+            {TAB_LABELS[t]}
+          </a>
+        ))}
+      </nav>
+      <section aria-label={TAB_LABELS[tab]}>
+        {tab === "settings" ? <SettingsTab app={app} /> : null}
+        {tab === "tokens" ? <TokensTab app={app} /> : null}
+        {tab === "usage" ? <UsageTab app={app} /> : null}
+        {tab === "analytics" ? <AnalyticsTab app={app} /> : null}
+        {tab === "queues" ? <QueuesTab app={app} /> : null}
+        {tab === "mail" ? <MailTab app={app} /> : null}
+        {tab === "secrets" ? <SecretsTab app={app} /> : null}
+      </section>
+      <ConfirmDialog
+        open={confirmDelete}
+        title={`Delete ${app.name}?`}
+        confirmLabel="Delete forever"
+        typeToConfirm={app.name}
+        busy={remove.isPending}
+        error={remove.error}
+        onClose={() => setConfirmDelete(false)}
+        onConfirm={() => remove.mutate({ appId: app.id })}
+      >
+        <p>The app, its tokens, events, messages, mail log and secrets are deleted. This cannot be undone.</p>
+      </ConfirmDialog>
+    </>
+  );
+}

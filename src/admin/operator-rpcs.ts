@@ -1,0 +1,160 @@
+/**
+ * The AdminService RPCs the operator dashboard needs beyond the original
+ * admin API: tokens with their last use, the daily usage history, and views
+ * into an app's analytics, queues and secrets.
+ *
+ * What an app can already ask for itself (its event types and buckets, its
+ * queues, its secrets' status, a secret link) is answered by calling that
+ * facility's own implementation with the app as the principal, so the
+ * operator sees exactly what the app would (same validation, same errors).
+ * What no app may do (peek without leasing, purge) goes through the queues
+ * facility's public interface. No secret value is ever read.
+ */
+import { createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
+import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
+import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import type { AppStore } from "../core/apps/app-store.ts";
+import { principalKey } from "../core/auth.ts";
+import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { Facility } from "../core/facility.ts";
+import type { Quotas } from "../core/quotas/index.ts";
+import type { PeekedMessage } from "../queues/index.ts";
+
+/** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
+export const PEEK_PAYLOAD_CHARS = 4096;
+const EVENTS_QUEUE = "_events";
+
+export type OperatorRpcs = Pick<
+  ServiceImpl<typeof AdminService>,
+  "listTokens" | "getUsageHistory" | "listEventTypes" | "queryAnalytics" | "listQueues" | "peekMessages" | "purgeQueue" | "listSecrets" | "createSecretLink"
+>;
+
+export interface OperatorHooks {
+  /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
+  appFacilities?: readonly Facility[];
+  peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  purgeQueue?(appId: string, queue: string): Promise<number>;
+}
+
+function checkQueue(name: string): string {
+  if (name !== EVENTS_QUEUE && !NAME_PATTERN.test(name)) throw invalidArgument("queue", `${NAME_RULE} or be ${EVENTS_QUEUE}`);
+  return name;
+}
+
+function unavailable(what: string): never {
+  throw new PlatformError("not_configured", `${what} is not available in this deployment`);
+}
+
+export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; hooks: OperatorHooks; getApp: (appId: string) => Promise<AppRecord> }): OperatorRpcs {
+  const { apps, quotas, hooks, getApp: load } = options;
+
+  /** Calls a facility's own implementation of `method` as `app` would. */
+  async function asApp<I, O>(app: AppRecord, service: DescService, method: DescMethod, request: I, signal: AbortSignal): Promise<O> {
+    const facility = hooks.appFacilities?.find((f) => f.service.typeName === service.typeName);
+    const impl = facility?.impl as Record<string, ((req: I, ctx: HandlerContext) => Promise<O>) | undefined> | undefined;
+    const fn = impl?.[method.localName];
+    if (!fn) unavailable(`${service.name}.${method.name}`);
+    const context = createHandlerContext({
+      service,
+      method,
+      protocolName: "connect",
+      requestMethod: "POST",
+      url: `/${service.typeName}/${method.name}`,
+      requestSignal: signal,
+      contextValues: createContextValues().set(principalKey, { kind: "app", app, tokenId: "" }),
+    });
+    return fn.call(impl, request, context);
+  }
+
+  return {
+    async listTokens(req) {
+      const app = await load(req.appId);
+      const tokens = await apps.listTokens(app.id);
+      return {
+        tokens: tokens.map((t) => ({
+          id: t.id,
+          label: t.label,
+          createdAt: timestampFromDate(t.createdAt),
+          lastUsedAt: t.lastUsedAt ? timestampFromDate(t.lastUsedAt) : undefined,
+        })),
+      };
+    },
+
+    async getUsageHistory(req) {
+      const app = await load(req.appId);
+      const days = req.days ?? 30;
+      if (!Number.isInteger(days) || days < 1 || days > 366) throw invalidArgument("days", "must be from 1 to 366");
+      const history = await quotas.history(app.id, days);
+      return {
+        days: history.map(({ day, used }) => ({
+          day,
+          events: BigInt(used.events),
+          mail: BigInt(used.mail),
+          fastTokens: BigInt(used.fast_tokens),
+          embedTokens: BigInt(used.embed_tokens),
+        })),
+        limits: { ...app.limits },
+      };
+    },
+
+    async listEventTypes(req, context) {
+      const app = await load(req.appId);
+      return asApp(app, AnalyticsService, AnalyticsService.method.listEventTypes, {}, context.signal);
+    },
+
+    async queryAnalytics(req, context) {
+      const app = await load(req.appId);
+      const { type, since, until, interval, groupBy, timezone } = req;
+      return asApp(app, AnalyticsService, AnalyticsService.method.queryEvents, { type, since, until, interval, groupBy, timezone }, context.signal);
+    },
+
+    async listQueues(req, context) {
+      const app = await load(req.appId);
+      return asApp(app, QueueService, QueueService.method.listQueues, {}, context.signal);
+    },
+
+    async peekMessages(req) {
+      if (!hooks.peekMessages) unavailable("PeekMessages");
+      const app = await load(req.appId);
+      const queue = checkQueue(req.queue);
+      const limit = req.limit ?? 20;
+      if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidArgument("limit", "must be from 1 to 100");
+      const messages = await hooks.peekMessages(app.id, queue, limit, PEEK_PAYLOAD_CHARS);
+      return {
+        messages: messages.map((m) => {
+          const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
+          return {
+            id: m.id,
+            payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
+            truncated,
+            sizeBytes: BigInt(m.sizeBytes),
+            enqueuedAt: timestampFromDate(m.enqueuedAt),
+            expiresAt: timestampFromDate(m.expiresAt),
+            deliveries: m.deliveries,
+          };
+        }),
+      };
+    },
+
+    async purgeQueue(req) {
+      if (!hooks.purgeQueue) unavailable("PurgeQueue");
+      const app = await load(req.appId);
+      return { purged: BigInt(await hooks.purgeQueue(app.id, checkQueue(req.queue))) };
+    },
+
+    async listSecrets(req, context) {
+      const app = await load(req.appId);
+      return asApp(app, SecretsService, SecretsService.method.listSecrets, {}, context.signal);
+    },
+
+    async createSecretLink(req, context) {
+      const app = await load(req.appId);
+      return asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal);
+    },
+  };
+}

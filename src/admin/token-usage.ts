@@ -1,0 +1,26 @@
+/**
+ * Coarse "last used" tracking of service tokens at no write per request.
+ * The authenticator reports a token only when it looks it up in the
+ * database (found tokens are remembered for a while), and this recorder
+ * writes at most once per `intervalMs` per token and instance; the UPDATE
+ * itself also skips rows written within the interval by another instance.
+ * The write is not awaited by the request and a failure only loses a mark.
+ */
+import type { Logger } from "pino";
+import type { AppStore } from "../core/apps/app-store.ts";
+
+export type TokenUsageRecorder = (tokenId: string) => void;
+
+export function createTokenUsageRecorder(apps: AppStore, logger: Logger, intervalMs = 60_000, clock: () => number = Date.now): TokenUsageRecorder {
+  const written = new Map<string, number>();
+  return (tokenId) => {
+    const now = clock();
+    const last = written.get(tokenId);
+    if (last !== undefined && now - last < intervalMs) return;
+    if (written.size >= 100_000) written.clear();
+    written.set(tokenId, now);
+    apps.markTokenUsed(tokenId, intervalMs / 1000).catch((err: unknown) => {
+      logger.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record a token's last use");
+    });
+  };
+}

@@ -1,0 +1,73 @@
+/**
+ * The command line for the operator RPCs, run as a real child process
+ * against the real server: tokens list, usage history, analytics types and
+ * query, queues list/peek/purge, secrets list/link, mail get.
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { startServer, type TestServer, type TestApp } from "../support/harness.ts";
+
+const run = promisify(execFile);
+let t: TestServer;
+let app: TestApp;
+const cli = async (...args: string[]) => {
+  const { stdout } = await run(nodeBinary, ["src/cli.ts", ...args], {
+    env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }),
+  });
+  return stdout;
+};
+const cliJson = async (...args: string[]) => JSON.parse(await cli(...args));
+
+beforeAll(async () => {
+  t = await startServer();
+  app = await t.createApp("cli-ops");
+});
+afterAll(() => t?.close());
+
+describe("the operator commands", () => {
+  it("tokens list and usage history", async () => {
+    const tokens = await cliJson("tokens", "list", "cli-ops");
+    expect(tokens.tokens).toHaveLength(1);
+    expect(tokens.tokens[0]).toHaveProperty("createdAt");
+    const history = await cliJson("usage", "history", "cli-ops", "--days", "7");
+    expect(history.days).toHaveLength(7);
+    expect(history.days.at(-1).day).toBe(new Date().toISOString().slice(0, 10));
+  });
+
+  it("analytics types and query", async () => {
+    await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "visit", properties: { page: "string" } } });
+    await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events: [{ type: "visit", properties: { page: "home" } }, { type: "visit", properties: { page: "home" } }] } });
+    expect((await cliJson("analytics", "types", "cli-ops")).types.map((x: { name: string }) => x.name)).toEqual(["visit"]);
+    const since = new Date(Date.now() - 86_400_000).toISOString();
+    const result = await cliJson("analytics", "query", "cli-ops", "visit", "--since", since, "--interval", "hour", "--group-by", "page");
+    expect(Number(result.total)).toBe(2);
+    expect(result.buckets[0].group).toBe("home");
+  });
+
+  it("queues list, peek and purge", async () => {
+    await t.request("POST", "/v1/queues/work", { token: app.token, body: { payload: { job: 7 } } });
+    expect((await cliJson("queues", "list", "cli-ops")).queues[0]).toMatchObject({ name: "work", depth: "1" });
+    const peek = await cliJson("queues", "peek", "cli-ops", "work");
+    expect(JSON.parse(peek.messages[0].payload)).toEqual({ job: 7 });
+    expect(await cli("queues", "purge", "cli-ops", "work")).toBe("purged 1 message(s)\n");
+  });
+
+  it("secrets list and link, never a value", async () => {
+    await t.admin.declareSecrets({ appId: app.id, names: ["TOKEN_A"] });
+    await t.admin.setSecret({ appId: app.id, name: "TOKEN_A", value: "value-never-printed" });
+    const out = await cli("secrets", "list", "cli-ops");
+    expect(JSON.parse(out).secrets[0]).toMatchObject({ name: "TOKEN_A", set: true, version: "1" });
+    expect(out).not.toContain("value-never-printed");
+    expect((await cliJson("secrets", "link", "cli-ops", "TOKEN_A")).url).toMatch(/\/secret-links\//);
+  });
+
+  it("mail get", async () => {
+    await t.admin.updateApp({ appId: app.id, mailFrom: "ops@example.com" });
+    await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "bo@example.org", subject: "Report", text: "All good." } });
+    const { mails } = await t.admin.listMail({ appId: app.id });
+    const got = await cliJson("mail", "get", "cli-ops", mails[0].id);
+    expect(got.mail).toMatchObject({ subject: "Report", text: "All good.", id: mails[0].id });
+  });
+});
