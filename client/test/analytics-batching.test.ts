@@ -4,7 +4,7 @@
  * flush on close, and the daily cap's refusals reported to `onDrop` instead
  * of thrown from a timer.
  */
-import { urlOf } from "./url-of.ts";
+import { urlOf } from "./support.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
 import { createClient, MAX_EVENTS_PER_CALL, type DropInfo, type SentInfo } from "../src/index.ts";

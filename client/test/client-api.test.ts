@@ -4,12 +4,12 @@
  * extensions, and errors surfacing as `PlatformError` with the service's
  * code, details, Retry-After and request id.
  */
-import { urlOf } from "./url-of.ts";
+import { rejection, urlOf } from "./support.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
-import { createClient, PlatformError, type PlatformClient } from "../src/index.ts";
+import { createClient, type PlatformClient } from "../src/index.ts";
 
 let t: TestServer;
 let app: TestApp;
@@ -25,15 +25,6 @@ afterAll(async () => {
   await t?.close();
 });
 
-/** The error a promise rejects with (fails the test when it resolves). */
-async function rejection(p: Promise<unknown>): Promise<PlatformError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(PlatformError);
-  return err as PlatformError;
-}
 
 describe("createClient", () => {
   it("reads PLATFORM_ANALYTICS_URL and PLATFORM_SERVICE_TOKEN from the environment", async () => {

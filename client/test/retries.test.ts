@@ -7,10 +7,11 @@
  * test does the same against the real service's `queue_full`.
  */
 import http from "node:http";
+import { rejection } from "./support.ts";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestServer } from "../../test/support/harness.ts";
-import { createClient, PlatformError, type RetryInfo } from "../src/index.ts";
+import { createClient, type RetryInfo } from "../src/index.ts";
 
 type Answer = { status: number; body?: unknown; headers?: Record<string, string> } | "drop" | "html502";
 
@@ -53,14 +54,6 @@ function freshClient(retries: RetryInfo[] = []) {
   return createClient({ baseUrl: stubUrl, token: "pbt_test", retry: { minDelayMs: 5, maxDelayMs: 20, onRetry: (i) => retries.push(i) } });
 }
 
-async function rejection(p: Promise<unknown>): Promise<PlatformError> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(PlatformError);
-  return err as PlatformError;
-}
 
 describe("safe operations are retried", () => {
   it("a read answered 502 then 200 succeeds on the second request", async () => {

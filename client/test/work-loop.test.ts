@@ -6,7 +6,7 @@
  * handler that outlives a short lease. Nothing sleeps: every step awaits an
  * answer of the server or a promise the handlers resolve.
  */
-import { urlOf } from "./url-of.ts";
+import { urlOf } from "./support.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
 import { createClient, PlatformError, type LeaseLost, type PlatformClient, type QueueMessage } from "../src/index.ts";
