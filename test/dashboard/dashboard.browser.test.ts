@@ -174,6 +174,8 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByLabel("Group by").selectOption("plan");
     await eventually(() => page.getByTestId("analytics-total").textContent()).toBe("6");
     await page.locator(".uplot canvas").first().waitFor();
+    // The ungrouped answer stays on screen until the grouped one arrives (same total): wait for the groups.
+    await eventually(() => page.locator(".u-legend").textContent()).toContain("pro");
     const legend = await page.locator(".u-legend").textContent();
     expect(legend).toContain("pro");
     expect(legend).toContain("free");
@@ -240,13 +242,14 @@ describe("the operator dashboard in Chromium", () => {
   it("shows today's use against the caps and the 30-day history", async () => {
     await tab("Usage");
     await page.getByRole("meter", { name: "Events" }).waitFor();
-    expect(await page.getByRole("meter", { name: "Events" }).getAttribute("aria-valuenow")).toBe("6");
+    await eventually(() => page.getByRole("meter", { name: "Events" }).getAttribute("aria-valuenow")).toBe("6");
     expect(await page.getByRole("meter", { name: "Events" }).getAttribute("aria-valuemax")).toBe("5000");
     expect(await page.locator(".uplot").count()).toBe(2);
     await shot("10-usage");
     await page.getByRole("link", { name: "Apps", exact: true }).first().click();
     await page.getByRole("link", { name: "shop" }).waitFor();
-    expect(await page.locator(".table-wrap tbody tr").first().textContent()).toContain("6 / 5,000");
+    // The list cached from before shows first, then its refetch (stale-while-revalidate).
+    await eventually(() => page.locator(".table-wrap tbody tr").first().textContent()).toContain("6 / 5,000");
     await shot("11-apps");
   });
 
