@@ -23,6 +23,7 @@ const LIMITS: { name: LimitName; label: string }[] = [
   { name: "leaseSeconds", label: "Lease (seconds)" },
   { name: "maxOutstandingLinks", label: "Max outstanding secret links" },
   { name: "linkTtlSeconds", label: "Secret link TTL (seconds)" },
+  { name: "retentionDays", label: "Mail and analytics kept (days)" },
 ];
 
 export function SettingsTab({ app }: { app: App }) {
