@@ -10,11 +10,16 @@
  * 2. pg-boss 12 (`send` / `fetch` / `complete` as library calls, 16 + 16, same duration, own schema).
  * 3. Wake-up: one consume already waiting, then a put; the time from sending the put to
  *    receiving the delivery, p50/p99 over BENCH_WAKE_SAMPLES (1000).
+ * 5. Streaming (the fast path for internal services): over gRPC (h2c), 4 producers put
+ *    batches of 100 with `PutMessages` (1 KiB payloads), 4 `StreamMessages` consumers
+ *    (window 256) ack each response with one `AckMessages`, for BENCH_SECONDS; counts acks.
+ *    Runs before part 4, which ends the service.
  * 4. Idle: 2000 consumes waiting on 500 queues for 10 s: transactions per second of the
  *    benchmark database (`pg_stat_database`), and the server's RSS.
  *
  * The last line of output is one JSON object:
- * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb"}.
+ * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
+ *  "stream_msgs_per_s"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -22,8 +27,13 @@ import fs from "node:fs/promises";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
+import { fromJson } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
+import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
 import { adminCall, log, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -37,8 +47,72 @@ const CONSUMERS = 16;
 /** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
 const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
-const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,4").split(",").map(Number));
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,4").split(",").map(Number));
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
+const STREAM_PRODUCERS = 4;
+const STREAM_CONSUMERS = 4;
+const STREAM_BATCH = 100;
+const STREAM_WINDOW = 256;
+/** Producers of part 5 pause while this many messages are put but not yet acked. */
+const STREAM_MAX_OUTSTANDING = 4096;
+
+/**
+ * Part 5: put -> deliver -> ack through PutMessages, StreamMessages and
+ * AckMessages over gRPC (h2c), for `SECONDS`; returns acked messages per second.
+ */
+async function streamThroughput(baseUrl: string, token: string): Promise<number> {
+  const transport = createGrpcTransport({
+    baseUrl,
+    interceptors: [
+      (next) => (req) => {
+        req.header.set("authorization", `Bearer ${token}`);
+        return next(req);
+      },
+    ],
+  });
+  const client = createClient(QueueService, transport);
+  const payload = fromJson(ValueSchema, PAYLOAD);
+  const batch = Array.from({ length: STREAM_BATCH }, () => ({ payload }));
+  const queue = "stream";
+  let put = 0;
+  let acked = 0;
+  let errors = 0;
+  const stop = new AbortController();
+  const producers = Array.from({ length: STREAM_PRODUCERS }, async () => {
+    while (!stop.signal.aborted) {
+      if (put - acked > STREAM_MAX_OUTSTANDING) {
+        await new Promise((r) => setTimeout(r, 1));
+        continue;
+      }
+      await client.putMessages({ queue, messages: batch });
+      put += STREAM_BATCH;
+    }
+  });
+  const acks: Promise<void>[] = [];
+  const consumers = Array.from({ length: STREAM_CONSUMERS }, async () => {
+    try {
+      for await (const res of client.streamMessages({ queue, window: STREAM_WINDOW }, { signal: stop.signal })) {
+        acks.push(
+          client.ackMessages({ receipts: res.messages.map((m) => m.receipt) }).then(
+            (r) => void r.acked.forEach((ok) => (ok ? acked++ : errors++)),
+            () => void errors++,
+          ),
+        );
+      }
+    } catch {
+      // Cancelled at the end of the run.
+    }
+  });
+  const started = performance.now();
+  await new Promise((r) => setTimeout(r, SECONDS * 1000));
+  const ackedInWindow = acked;
+  const elapsed = (performance.now() - started) / 1000;
+  stop.abort();
+  await Promise.all([...producers, ...consumers, ...acks]);
+  const perS = ackedInWindow / elapsed;
+  log(`5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`);
+  return perS;
+}
 
 
 
@@ -140,6 +214,7 @@ async function main(): Promise<void> {
     let wakeP99 = NaN;
     let idleXacts = NaN;
     let rss = NaN;
+    let streamPerS = NaN;
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
     if (PARTS.has(1)) {
@@ -248,6 +323,9 @@ async function main(): Promise<void> {
 
     }
 
+    // 5. The streaming fast path over gRPC.
+    if (PARTS.has(5)) streamPerS = await streamThroughput(service.url, token);
+
     // 4. Idle long-polls.
     if (PARTS.has(4)) {
     const idle = jsonClient(service.url, token, IDLE_POLLS + 10);
@@ -283,6 +361,7 @@ async function main(): Promise<void> {
         wake_p99_ms: round(wakeP99),
         idle_xacts_per_s: round(idleXacts),
         idle_rss_mb: round(rss, 0),
+        stream_msgs_per_s: round(streamPerS, 0),
       }) + "\n",
     );
   } finally {

@@ -39,7 +39,9 @@ export interface ServiceOptions {
 export async function startService(options: ServiceOptions): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
   const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
-  const [, ...startArgs] = startScript.split(" ").filter(Boolean);
+  // `[exec] node <flags> <entry>`: keep what follows `node`.
+  const words = startScript.split(" ").filter(Boolean);
+  const startArgs = words.slice(words.indexOf("node") + 1);
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
     cwd: root,

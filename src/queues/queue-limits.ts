@@ -34,3 +34,9 @@ export const EXPIRE_INTERVAL_MS = 15_000;
 export const EXPIRE_BATCH = 1_000;
 /** How often messages of deleted apps are removed. */
 export const ORPHAN_INTERVAL_MS = 3_600_000;
+/** Most messages of one `PutMessages` and receipts of one `AckMessages`. */
+export const MAX_BATCH_MESSAGES = 1_000;
+/** Largest window a `StreamMessages` caller may ask for. */
+export const MAX_STREAM_WINDOW = 1_000;
+/** Most messages one claim of a stream takes (and one stream response carries). */
+export const STREAM_CLAIM_BATCH = 256;

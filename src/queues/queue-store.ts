@@ -52,6 +52,8 @@ export interface StoredMessage {
   expiresAt: Date;
   leaseExpiresAt: Date;
   deliveries: number;
+  /** Set by a claim: `visible_at` before it, so a lease never handed out can be undone (`release`). */
+  visibleBefore?: Date;
 }
 
 export interface QueueStats {
@@ -113,6 +115,20 @@ export interface QueueStore {
    * `notify`, its count appended (`...|n`), since NOTIFY folds equal payloads.
    */
   putMany(appId: string, queue: string, depthBelow: number, items: PutItem[]): Promise<PutResult[]>;
+  /**
+   * Puts every item or none (`PutMessages`): serialised with `putSerialized`
+   * on the queue by the same advisory lock, it inserts all of them in one
+   * statement only if the waiting messages plus the batch stay within
+   * `maxDepth`; otherwise nothing, and says how many wait.
+   */
+  putAll(appId: string, queue: string, maxDepth: number, items: PutItem[]): Promise<{ inserted: true; messages: { id: string; expiresAt: Date }[] } | { inserted: false; depth: number }>;
+  /**
+   * Undoes leases that were taken but never handed to a consumer (a stream
+   * ended between its claim and its send): each message goes back to its
+   * place in line with its delivery uncounted, if that lease is still the
+   * current one. Returns how many were released.
+   */
+  release(appId: string, leases: { id: string; deliveries: number; visibleBefore: Date }[]): Promise<number>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(input: Omit<PutInput, "depthBelow"> & { keep: number }): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /** Leases the first visible message; when there is none, says when the next one becomes visible (null: none waits). */
@@ -232,6 +248,50 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       });
     },
 
+    putAll(appId, queue, maxDepth, items) {
+      return db.transaction().execute(async (trx) => {
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
+        const { rows: depthRows } = await sql<Row>`${PREPARED}
+          SELECT count(*)::int AS n FROM (
+            SELECT 1 FROM queue_messages
+            WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+            LIMIT ${maxDepth}
+          ) w`.execute(trx);
+        const depth = Number(depthRows[0].n);
+        if (depth + items.length > maxDepth) return { inserted: false as const, depth };
+        const ids = items.map(() => crypto.randomUUID());
+        const { rows } = await sql<Row>`${PREPARED}
+          WITH src AS (
+            SELECT * FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
+                                 ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
+                                 ${items.map((i) => i.notify ?? null)}::text[]) AS k (id, payload, delay, ttl, notify)
+          ), ins AS (
+            INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
+            SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
+            FROM src
+            RETURNING id, expires_at
+          ), notified AS (
+            SELECT pg_notify(${QUEUE_CHANNEL}, src.notify || '|' || count(*)) FROM src
+            WHERE src.notify IS NOT NULL
+            GROUP BY src.notify
+          )
+          SELECT ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified FROM ins`.execute(trx);
+        const expiry = new Map(rows.map((r) => [r.id as string, toDate(r.expires_at)]));
+        return { inserted: true as const, messages: ids.map((id) => ({ id, expiresAt: expiry.get(id)! })) };
+      });
+    },
+
+    async release(appId, leases) {
+      if (leases.length === 0) return 0;
+      const result = await sql`
+        UPDATE queue_messages m
+        SET visible_at = k.visible_before, deliveries = m.deliveries - 1
+        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
+                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
+        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
     async putDroppingOldest(input) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
@@ -313,7 +373,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       }
       // RETURNING has no order: hand out the line's order (oldest first).
       messages.sort((x, y) => x.was - y.was);
-      return { messages: messages.map(({ was: _was, ...m }) => m), nextVisibleAt };
+      return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt };
     },
 
     async ack(appId, id, deliveries) {

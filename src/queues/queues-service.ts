@@ -29,20 +29,24 @@ import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
-import { PlatformError, invalidArgument } from "../core/errors.ts";
+import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
   ACK_BATCH,
   CLAIM_BATCH,
   DEPTH_SLACK,
   EVENTS_QUEUE,
+  MAX_BATCH_MESSAGES,
   MAX_DELAY_SECONDS,
+  MAX_STREAM_WINDOW,
   MAX_LEASE_SECONDS,
   MAX_WAIT_SECONDS,
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
+  STREAM_CLAIM_BATCH,
 } from "./queue-limits.ts";
-import { decodeReceipt, encodeReceipt } from "./receipt.ts";
+import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
+import { createStreamWindows } from "./stream-windows.ts";
 import type { ClaimResult, PutItem, PutResult, QueueStore, StoredMessage } from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
@@ -84,19 +88,54 @@ function checkRange(field: string, value: number | undefined, min: number, max: 
   return value;
 }
 
-function payloadText(payload: Value | undefined, app: AppRecord): string {
-  if (payload === undefined) throw invalidArgument("payload", "is required");
+function payloadText(payload: Value | undefined, app: AppRecord, field = "payload"): string {
+  if (payload === undefined) throw invalidArgument(field, "is required");
   let text: string;
   try {
     text = JSON.stringify(toJson(ValueSchema, payload));
   } catch {
-    throw invalidArgument("payload", "must be a JSON value");
+    throw invalidArgument(field, "must be a JSON value");
   }
   const bytes = Buffer.byteLength(text, "utf8");
   if (bytes > app.limits.maxPayloadBytes) {
-    throw invalidArgument("payload", `must be at most ${app.limits.maxPayloadBytes} bytes as JSON (was ${bytes})`);
+    throw invalidArgument(field, `must be at most ${app.limits.maxPayloadBytes} bytes as JSON (was ${bytes})`);
   }
   return text;
+}
+
+/** The put's lifetime and delay, checked against the app's limits; `prefix` names the message in a batch. */
+function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
+  const ttlSeconds = checkRange(`${prefix}ttlSeconds`, req.ttlSeconds, 1, app.limits.messageTtlSeconds, app.limits.messageTtlSeconds);
+  const delaySeconds = checkRange(`${prefix}delaySeconds`, req.delaySeconds, 0, MAX_DELAY_SECONDS, 0);
+  if (delaySeconds >= ttlSeconds) throw invalidArgument(`${prefix}delaySeconds`, "must be less than the message's lifetime (ttlSeconds)");
+  return { ttlSeconds, delaySeconds };
+}
+
+function checkPutQueue(name: string): string {
+  const queue = checkQueueName(name, true);
+  if (queue === EVENTS_QUEUE) {
+    throw new PlatformError("permission_denied", `${EVENTS_QUEUE} is the platform's events queue; apps cannot put on it`);
+  }
+  return queue;
+}
+
+function checkCount(field: string, n: number): void {
+  if (n < 1 || n > MAX_BATCH_MESSAGES) throw invalidArgument(field, `must hold 1 to ${MAX_BATCH_MESSAGES} entries (was ${n})`);
+}
+
+function receiptAt(receipts: string[], i: number): Receipt {
+  try {
+    return decodeReceipt(receipts[i]);
+  } catch {
+    throw invalidArgument(`receipts[${i}]`, receipts[i].length === 0 ? "is required" : "is not a receipt");
+  }
+}
+
+function batchTooDeep(queue: string, depth: number, n: number, max: number): PlatformError {
+  return new PlatformError("queue_full", `queue ${queue} has ${depth} messages waiting; ${n} more would exceed its maxDepth ${max}`, {
+    details: [`depth: ${depth} of maxDepth ${max}`, `messages: ${n}`],
+    retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
+  });
 }
 
 function toMessage(m: StoredMessage) {
@@ -135,6 +174,14 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     maxInFlight: 1,
     run: (_key, items) => store.ackMany(items),
   });
+  const windows = createStreamWindows();
+  const streamsGauge = metrics.gauge("queue_streams", "StreamMessages calls open on this instance.", []);
+  const streamSent = metrics.counter("queue_stream_messages_sent_total", "Messages leased and sent by StreamMessages.", []);
+  const streamReleased = metrics.counter(
+    "queue_stream_leases_released_total",
+    "Leases a StreamMessages call took but did not send (it ended first) and gave back.",
+    [],
+  );
   const dropped = metrics.counter("queue_events_dropped_total", "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.", []);
   const waitingGauge = metrics.gauge("queue_waiting_consumers", "Consumes waiting (long-polling) on this instance.", []);
 
@@ -203,6 +250,83 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     }
   }
 
+  /** Acks a batch of one app's receipts in one statement, and frees the stream windows that held them. */
+  async function ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]> {
+    const acked = await store.ackMany(receipts.map((r) => ({ appId, id: r.id, deliveries: r.deliveries })));
+    acked.forEach((ok, i) => ok && windows.acked(appId, receipts[i].id, receipts[i].deliveries));
+    return acked;
+  }
+
+  /**
+   * One `StreamMessages` call: claims what fits in the window, sends it, and
+   * waits for room (an ack, a lapsed lease) or for messages (the wake-up hub,
+   * as a waiting consume does). A lease is only taken for messages about to be
+   * sent: when the call ends between a claim and its send (cancel, shutdown),
+   * `finally` undoes those leases (`release`), so they go back in line as if
+   * never claimed. Messages already sent keep their lease and receipt.
+   */
+  async function* stream(app: AppRecord, queue: string, windowSize: number, leaseSeconds: number, context: HandlerContext) {
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    const { signal } = stop;
+    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
+    context.signal.addEventListener("abort", onAbort, { once: true });
+    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    const window = windows.open();
+    streamsGauge.inc();
+    let unsent: StoredMessage[] = [];
+    try {
+      while (!signal.aborted) {
+        const room = windowSize - window.size;
+        if (room <= 0) {
+          await window.shrunk(signal);
+          continue;
+        }
+        // Registered before the claim, so a put landing between the claim and the wait still wakes it.
+        const waiter = hub.register(app.id, queue);
+        let served = false;
+        let used: ReturnType<typeof waiter.beforeClaim>;
+        try {
+          used = waiter.beforeClaim();
+          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH));
+          if (claimed.messages.length > 0) {
+            served = true;
+            unsent = claimed.messages;
+          } else {
+            if (signal.aborted) break;
+            if (claimed.nextVisibleAt) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
+            await waiter.wait(Date.now() + MAX_WAIT_SECONDS * 1000, signal);
+            continue;
+          }
+        } finally {
+          waiter.leave(served, used);
+        }
+        if (signal.aborted) break;
+        for (const m of unsent) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
+        const messages = unsent.map(toMessage);
+        // Handed to the transport from here on: sent.
+        unsent = [];
+        streamSent.inc(messages.length);
+        yield { messages };
+      }
+    } finally {
+      window.close();
+      context.signal.removeEventListener("abort", onAbort);
+      deps.shutdownSignal.removeEventListener("abort", onAbort);
+      // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
+      if (unsent.length > 0) {
+        const leases = unsent.map((m) => ({ id: m.id, deliveries: m.deliveries, visibleBefore: m.visibleBefore ?? new Date() }));
+        try {
+          streamReleased.inc(await store.release(app.id, leases));
+        } catch (err) {
+          // The leases then simply lapse: a delay, not a lost message.
+          logger.warn({ err: (err as Error).message, appId: app.id, count: leases.length }, "could not release unsent stream leases");
+        }
+      }
+      streamsGauge.dec();
+    }
+  }
+
   const events: PlatformEvents = {
     async publish(appId, kind, data) {
       const app = await deps.apps.get(appId);
@@ -244,14 +368,9 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
       async putMessage(req, context) {
         const app = appOf(context);
-        const queue = checkQueueName(req.queue, true);
-        if (queue === EVENTS_QUEUE) {
-          throw new PlatformError("permission_denied", `${EVENTS_QUEUE} is the platform's events queue; apps cannot put on it`);
-        }
+        const queue = checkPutQueue(req.queue);
         const payload = payloadText(req.payload, app);
-        const ttlSeconds = checkRange("ttlSeconds", req.ttlSeconds, 1, app.limits.messageTtlSeconds, app.limits.messageTtlSeconds);
-        const delaySeconds = checkRange("delaySeconds", req.delaySeconds, 0, MAX_DELAY_SECONDS, 0);
-        if (delaySeconds >= ttlSeconds) throw invalidArgument("delaySeconds", "must be less than the message's lifetime (ttlSeconds)");
+        const { ttlSeconds, delaySeconds } = putTimes(app, req);
         const result = await put(app, queue, payload, delaySeconds, ttlSeconds);
         if (!result.inserted) throw new Error("unreachable");
         return { id: result.id, queue, expiresAt: timestampFromMs(result.expiresAt.getTime()) };
@@ -269,7 +388,51 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       async ackMessage(req, context) {
         const app = appOf(context);
         const receipt = decodeReceipt(req.receipt);
-        return { acked: await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries }) };
+        const acked = await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries });
+        if (acked) windows.acked(app.id, receipt.id, receipt.deliveries);
+        return { acked };
+      },
+
+      async putMessages(req, context) {
+        const app = appOf(context);
+        const queue = checkPutQueue(req.queue);
+        checkCount("messages", req.messages.length);
+        const now = Date.now();
+        const items = req.messages.map((m, i) => {
+          const payload = payloadText(m.payload, app, `messages[${i}].payload`);
+          const { ttlSeconds, delaySeconds } = putTimes(app, m, `messages[${i}].`);
+          return { payload, ttlSeconds, delaySeconds, notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0) };
+        });
+        const max = app.limits.maxQueueDepth;
+        const result = await store.putAll(app.id, queue, max, items);
+        if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
+        // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
+        const visibleNow = items.filter((i) => i.delaySeconds === 0).length;
+        for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
+        for (const delay of new Set(items.map((i) => i.delaySeconds).filter((d) => d > 0))) announced(app.id, queue, delay);
+        return { messages: result.messages.map((m) => ({ id: m.id, queue, expiresAt: timestampFromMs(m.expiresAt.getTime()) })) };
+      },
+
+      async ackMessages(req, context) {
+        const app = appOf(context);
+        checkCount("receipts", req.receipts.length);
+        const receipts = req.receipts.map((_, i) => receiptAt(req.receipts, i));
+        return { acked: await ackAll(app.id, receipts) };
+      },
+
+      async *streamMessages(req, context) {
+        // Errors of a stream leave through the generator, past the interceptor's mapping: map them here.
+        try {
+          const app = appOf(context);
+          const queue = checkQueueName(req.queue, true);
+          const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
+          const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS));
+          yield* stream(app, queue, windowSize, leaseSeconds, context);
+        } catch (err) {
+          const platformError = toPlatformError(err);
+          if (platformError.code === "internal") logger.error({ err, rpc: "QueueService/StreamMessages" }, "unexpected error");
+          throw toConnectError(platformError);
+        }
       },
     },
   };

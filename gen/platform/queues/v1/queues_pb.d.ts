@@ -276,6 +276,166 @@ export declare type AckMessageResponse = Message$1<"platform.queues.v1.AckMessag
 export declare const AckMessageResponseSchema: GenMessage<AckMessageResponse>;
 
 /**
+ * One message of a PutMessages batch.
+ *
+ * @generated from message platform.queues.v1.PutMessagesItem
+ */
+export declare type PutMessagesItem = Message$1<"platform.queues.v1.PutMessagesItem"> & {
+  /**
+   * @generated from field: google.protobuf.Value payload = 1;
+   */
+  payload?: Value | undefined;
+
+  /**
+   * The message becomes visible only after this many seconds.
+   *
+   * @generated from field: optional int32 delay_seconds = 2;
+   */
+  delaySeconds?: number | undefined;
+
+  /**
+   * Lifetime before drop, instead of the app's default.
+   *
+   * @generated from field: optional int32 ttl_seconds = 3;
+   */
+  ttlSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.PutMessagesItem.
+ * Use `create(PutMessagesItemSchema)` to create a new message.
+ */
+export declare const PutMessagesItemSchema: GenMessage<PutMessagesItem>;
+
+/**
+ * @generated from message platform.queues.v1.PutMessagesRequest
+ */
+export declare type PutMessagesRequest = Message$1<"platform.queues.v1.PutMessagesRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * 1 to 1,000 messages, stored in this order.
+   *
+   * @generated from field: repeated platform.queues.v1.PutMessagesItem messages = 2;
+   */
+  messages: PutMessagesItem[];
+};
+
+/**
+ * Describes the message platform.queues.v1.PutMessagesRequest.
+ * Use `create(PutMessagesRequestSchema)` to create a new message.
+ */
+export declare const PutMessagesRequestSchema: GenMessage<PutMessagesRequest>;
+
+/**
+ * @generated from message platform.queues.v1.PutMessagesResponse
+ */
+export declare type PutMessagesResponse = Message$1<"platform.queues.v1.PutMessagesResponse"> & {
+  /**
+   * One per message of the request, in order.
+   *
+   * @generated from field: repeated platform.queues.v1.PutMessageResponse messages = 1;
+   */
+  messages: PutMessageResponse[];
+};
+
+/**
+ * Describes the message platform.queues.v1.PutMessagesResponse.
+ * Use `create(PutMessagesResponseSchema)` to create a new message.
+ */
+export declare const PutMessagesResponseSchema: GenMessage<PutMessagesResponse>;
+
+/**
+ * @generated from message platform.queues.v1.AckMessagesRequest
+ */
+export declare type AckMessagesRequest = Message$1<"platform.queues.v1.AckMessagesRequest"> & {
+  /**
+   * 1 to 1,000 receipts.
+   *
+   * @generated from field: repeated string receipts = 1;
+   */
+  receipts: string[];
+};
+
+/**
+ * Describes the message platform.queues.v1.AckMessagesRequest.
+ * Use `create(AckMessagesRequestSchema)` to create a new message.
+ */
+export declare const AckMessagesRequestSchema: GenMessage<AckMessagesRequest>;
+
+/**
+ * @generated from message platform.queues.v1.AckMessagesResponse
+ */
+export declare type AckMessagesResponse = Message$1<"platform.queues.v1.AckMessagesResponse"> & {
+  /**
+   * One per receipt of the request, in order: true where that receipt's lease
+   * was current and the message is now deleted. A receipt given twice is
+   * acked once (the first answer true, the second false).
+   *
+   * @generated from field: repeated bool acked = 1;
+   */
+  acked: boolean[];
+};
+
+/**
+ * Describes the message platform.queues.v1.AckMessagesResponse.
+ * Use `create(AckMessagesResponseSchema)` to create a new message.
+ */
+export declare const AckMessagesResponseSchema: GenMessage<AckMessagesResponse>;
+
+/**
+ * @generated from message platform.queues.v1.StreamMessagesRequest
+ */
+export declare type StreamMessagesRequest = Message$1<"platform.queues.v1.StreamMessagesRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Most messages handed out and not yet acknowledged (or lapsed) at once,
+   * 1 to 1,000.
+   *
+   * @generated from field: int32 window = 2;
+   */
+  window: number;
+
+  /**
+   * Lease length, 1 to 43200 seconds (default the app's lease).
+   *
+   * @generated from field: optional int32 lease_seconds = 3;
+   */
+  leaseSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.StreamMessagesRequest.
+ * Use `create(StreamMessagesRequestSchema)` to create a new message.
+ */
+export declare const StreamMessagesRequestSchema: GenMessage<StreamMessagesRequest>;
+
+/**
+ * @generated from message platform.queues.v1.StreamMessagesResponse
+ */
+export declare type StreamMessagesResponse = Message$1<"platform.queues.v1.StreamMessagesResponse"> & {
+  /**
+   * One or more messages, each leased to the caller.
+   *
+   * @generated from field: repeated platform.queues.v1.Message messages = 1;
+   */
+  messages: Message[];
+};
+
+/**
+ * Describes the message platform.queues.v1.StreamMessagesResponse.
+ * Use `create(StreamMessagesResponseSchema)` to create a new message.
+ */
+export declare const StreamMessagesResponseSchema: GenMessage<StreamMessagesResponse>;
+
+/**
  * QueueService offers durable queues with leased consumption. The reserved
  * queue "_events" carries the platform's own events; apps cannot put on it.
  *
@@ -321,6 +481,42 @@ export declare const QueueService: GenService<{
     methodKind: "unary";
     input: typeof AckMessageRequestSchema;
     output: typeof AckMessageResponseSchema;
+  },
+  /**
+   * PutMessages puts up to 1,000 messages on one queue, all or nothing: when
+   * one is invalid or they would not all fit under maxDepth, none is stored.
+   * Connect and gRPC only (no REST path).
+   *
+   * @generated from rpc platform.queues.v1.QueueService.PutMessages
+   */
+  putMessages: {
+    methodKind: "unary";
+    input: typeof PutMessagesRequestSchema;
+    output: typeof PutMessagesResponseSchema;
+  },
+  /**
+   * AckMessages acks up to 1,000 receipts; one answer per receipt, in order.
+   * Connect and gRPC only (no REST path).
+   *
+   * @generated from rpc platform.queues.v1.QueueService.AckMessages
+   */
+  ackMessages: {
+    methodKind: "unary";
+    input: typeof AckMessagesRequestSchema;
+    output: typeof AckMessagesResponseSchema;
+  },
+  /**
+   * StreamMessages keeps leasing messages of one queue to the caller, at most
+   * `window` unacknowledged at a time; acks (AckMessage or AckMessages) free
+   * the window. Ends when the caller cancels or the server shuts down.
+   * Connect and gRPC only (no REST path).
+   *
+   * @generated from rpc platform.queues.v1.QueueService.StreamMessages
+   */
+  streamMessages: {
+    methodKind: "server_streaming";
+    input: typeof StreamMessagesRequestSchema;
+    output: typeof StreamMessagesResponseSchema;
   },
 }>;
 

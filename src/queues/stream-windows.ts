@@ -1,0 +1,123 @@
+/**
+ * The windows of `StreamMessages`: which receipts each open stream has handed
+ * out and not yet seen acknowledged. A stream may hold at most `window` of
+ * them; it claims more only when one leaves its window.
+ *
+ * A server-streaming call cannot hear its caller, so acks arrive through
+ * `AckMessage` / `AckMessages`, possibly on another connection. Every ack that
+ * deletes a message on this instance is reported here (`acked`), keyed by the
+ * receipt, and frees the place in the window of the stream that handed that
+ * receipt out, at once. An ack made on another instance is not reported here:
+ * its place frees when the lease lapses (the stream sets a timer for its
+ * earliest lease while its window is full), which is also when a lease the
+ * caller never acknowledged frees it. Lease ends come from the database's clock
+ * and are compared with this process's: a skew only moves that moment.
+ */
+
+export interface StreamWindow {
+  /** Receipts handed out and not yet acked here nor lapsed (lapsed ones are counted until `shrunk` prunes them). */
+  readonly size: number;
+  /** Records a delivery as handed out; call before it is sent, so an immediate ack finds it. */
+  add(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number): void;
+  /** Resolves once the window has shrunk (an ack of its own, a lapsed lease) or on abort. */
+  shrunk(signal: AbortSignal): Promise<void>;
+  /** Forgets every receipt: the stream ended (its deliveries keep their leases). */
+  close(): void;
+}
+
+export interface StreamWindows {
+  open(): StreamWindow;
+  /** After an ack deleted a message on this instance: frees the place of that receipt, if a local stream holds it. */
+  acked(appId: string, id: string, deliveries: number): void;
+  /** Open streams on this instance. */
+  readonly count: number;
+}
+
+const receiptKey = (appId: string, id: string, deliveries: number) => `${appId}|${id}|${deliveries}`;
+
+export function createStreamWindows(): StreamWindows {
+  const owners = new Map<string, WindowImpl>();
+  let count = 0;
+
+  class WindowImpl implements StreamWindow {
+    readonly held = new Map<string, number>();
+    private wake: (() => void) | undefined;
+    private closed = false;
+
+    get size() {
+      return this.held.size;
+    }
+
+    add(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number) {
+      if (this.closed) return;
+      const key = receiptKey(appId, id, deliveries);
+      this.held.set(key, leaseExpiresAtMs);
+      owners.set(key, this);
+    }
+
+    release(key: string) {
+      if (!this.held.delete(key)) return;
+      const wake = this.wake;
+      this.wake = undefined;
+      wake?.();
+    }
+
+    /** Drops lapsed leases; true when any was dropped. Returns the earliest remaining lease end. */
+    private prune(): { dropped: boolean; earliest: number } {
+      const now = Date.now();
+      let dropped = false;
+      let earliest = Infinity;
+      for (const [key, at] of this.held) {
+        if (at <= now) {
+          this.held.delete(key);
+          if (owners.get(key) === this) owners.delete(key);
+          dropped = true;
+        } else if (at < earliest) earliest = at;
+      }
+      return { dropped, earliest };
+    }
+
+    shrunk(signal: AbortSignal): Promise<void> {
+      const { dropped, earliest } = this.prune();
+      if (dropped || signal.aborted || this.closed) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        const finish = () => {
+          clearTimeout(timer);
+          signal.removeEventListener("abort", finish);
+          this.wake = undefined;
+          resolve();
+        };
+        // +1 ms: the lease has lapsed (not merely reached) when the timer fires.
+        const timer = setTimeout(finish, Number.isFinite(earliest) ? Math.max(0, earliest - Date.now()) + 1 : 2 ** 31 - 1);
+        signal.addEventListener("abort", finish, { once: true });
+        this.wake = finish;
+      });
+    }
+
+    close() {
+      if (this.closed) return;
+      this.closed = true;
+      count--;
+      for (const key of this.held.keys()) if (owners.get(key) === this) owners.delete(key);
+      this.held.clear();
+      this.wake?.();
+    }
+  }
+
+  return {
+    open() {
+      count++;
+      return new WindowImpl();
+    },
+    acked(appId, id, deliveries) {
+      const key = receiptKey(appId, id, deliveries);
+      const owner = owners.get(key);
+      if (!owner) return;
+      owners.delete(key);
+      owner.release(key);
+    },
+    get count() {
+      return count;
+    },
+  };
+}
