@@ -28,3 +28,18 @@ export const consumeMessage: typeof QueueService["method"]["consumeMessage"];
  * @generated from rpc platform.queues.v1.QueueService.AckMessage
  */
 export const ackMessage: typeof QueueService["method"]["ackMessage"];
+/**
+ * PutMessages puts up to 1,000 messages on one queue, all or nothing: when
+ * one is invalid or they would not all fit under maxDepth, none is stored.
+ * Connect and gRPC only (no REST path).
+ *
+ * @generated from rpc platform.queues.v1.QueueService.PutMessages
+ */
+export const putMessages: typeof QueueService["method"]["putMessages"];
+/**
+ * AckMessages acks up to 1,000 receipts; one answer per receipt, in order.
+ * Connect and gRPC only (no REST path).
+ *
+ * @generated from rpc platform.queues.v1.QueueService.AckMessages
+ */
+export const ackMessages: typeof QueueService["method"]["ackMessages"];
