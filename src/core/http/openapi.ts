@@ -48,7 +48,7 @@ export const ErrorEnvelope = z
       details: z.array(z.string()).optional(),
     }),
   })
-  .meta({ id: "ErrorEnvelope", description: "Every error body." });
+  .meta({ description: "Every error body." });
 
 /** JSON Schema (2020-12) of a request schema, as a client sends it. */
 function inputSchema(schema: z.ZodType): Json {
