@@ -66,6 +66,7 @@ export async function registerApiDocs(fastify: FastifyInstance, document: object
           withDefaultFonts: false,
           telemetry: false,
           hideClientButton: true,
+          defaultOpenAllTags: true,
           showDeveloperTools: "never",
           agent: { disabled: true },
         },
