@@ -18,11 +18,13 @@ import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
 import { createHttpServer } from "./core/http/http-server.ts";
+import { registerApiDocs } from "./core/http/api-docs.ts";
+import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
-import { createMetaFacility, createReflectionImpl, ServerReflection } from "./meta/index.ts";
+import { createMetaFacility, createReflectionImpl, packageInfo, ServerReflection } from "./meta/index.ts";
 import { createFacilities } from "./facilities.ts";
 import { verifySharedKeys } from "./core/shared-keys/index.ts";
 import { keyringFromConfig } from "./secrets/index.ts";
@@ -137,6 +139,18 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     };
   });
   await registerDashboard(fastify);
+  // The document describes the routes just registered, from their own schemas.
+  await registerApiDocs(
+    fastify,
+    createOpenApiDocument(
+      {
+        title: "Platform Batteries API",
+        version: packageInfo.version,
+        description: "Analytics, mail, inference, queues and secrets for hosted apps, behind one base URL and one service token.",
+      },
+      all.flatMap((facility) => (facility.routes ? [facility.routes] : [])),
+    ),
+  );
   fastify.get("/metrics", async (_req, reply) => {
     void reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

@@ -37,7 +37,10 @@ export function parseTime(value: unknown): Timestamp | undefined {
 }
 
 /** An optional JSON time (`null` is absent). */
-const JsonTime = z.unknown().transform((value, ctx): Timestamp | undefined => {
+const JsonTime = z
+  .unknown()
+  .meta({ anyOf: [{ type: "integer", description: "epoch ms" }, { type: "string", format: "date-time", description: "ISO 8601 ending in Z" }, { type: "null" }] })
+  .transform((value, ctx): Timestamp | undefined => {
   if (value === undefined || value === null) return undefined;
   const t = parseTime(value);
   if (!t) ctx.addIssue({ code: "custom", message: TIME_RULE, input: value });
@@ -108,9 +111,31 @@ export const QueryBody = jsonObject({
     .transform((v) => v ?? undefined),
   type: optionalString(),
   since: JsonTime,
-  until: JsonTime,
+  // Optional (the implementation's default is now); says so in the OpenAPI document.
+  until: JsonTime.optional(),
   groupBy: optionalString(),
   timezone: optionalString(),
+});
+
+const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds." });
+
+/** The 200 bodies of the routes below, as `response` and `eventTypeJson` build them (the OpenAPI document's response shapes). */
+export const EventTypeResponse = z.object({
+  name: z.string(),
+  properties: z.record(z.string(), z.enum(["string", "number", "boolean"])),
+  createdAt: NullableMs,
+  updatedAt: NullableMs,
+});
+export const EventTypeListResponse = z.object({ types: z.array(EventTypeResponse) });
+export const LogEventsResponse = z.object({ recorded: z.number().int(), remainingToday: z.number().int() });
+export const QueryResponse = z.object({
+  type: z.string(),
+  interval: z.enum(["hour", "day", "week", "month"]),
+  since: NullableMs,
+  until: NullableMs,
+  groupBy: z.string().nullable(),
+  buckets: z.array(z.object({ at: NullableMs, group: z.string().nullable(), count: z.number().int() })),
+  total: z.number().int(),
 });
 
 export const analyticsRoutes: readonly AnyRestRoute[] = [
@@ -118,6 +143,13 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/analytics/types",
     rpc: AnalyticsService.method.registerEventType,
+    responseSchema: EventTypeResponse,
+    doc: {
+      summary: "Register (or replace) an event type",
+      errors: ["app_stopped"],
+      requestExample: { name: "signup", properties: { plan: "string", seats: "number" } },
+      responseExample: { name: "signup", properties: { plan: "string", seats: "number" }, createdAt: 1763892000000, updatedAt: 1763892000000 },
+    },
     body: RegisterTypeBody,
     request: ({ body }) => {
       // No prototype: a key such as "__proto__" stays a key, and is refused by the name rule.
@@ -132,6 +164,12 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     method: "GET",
     url: "/v1/analytics/types",
     rpc: AnalyticsService.method.listEventTypes,
+    responseSchema: EventTypeListResponse,
+    doc: {
+      summary: "List the registered event types",
+      errors: [],
+      responseExample: { types: [{ name: "signup", properties: { plan: "string" }, createdAt: 1763892000000, updatedAt: 1763892000000 }] },
+    },
     response: (res) => ({ types: res.types.map(eventTypeJson) }),
   }),
 
@@ -139,6 +177,13 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/analytics/events",
     rpc: AnalyticsService.method.logEvents,
+    responseSchema: LogEventsResponse,
+    doc: {
+      summary: "Log events",
+      errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
+      requestExample: { events: [{ type: "signup", properties: { plan: "pro" }, at: "2026-11-23T10:00:00Z" }] },
+      responseExample: { recorded: 1, remainingToday: 99999 },
+    },
     body: LogEventsBody,
     request: ({ body }) => {
       const events: Event[] = new Array<Event>(body.events.length);
@@ -159,6 +204,22 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/analytics/query",
     rpc: AnalyticsService.method.queryEvents,
+    responseSchema: QueryResponse,
+    doc: {
+      summary: "Count events over a range",
+      description: "`timezone` (an IANA zone) sets where day, week and month buckets start; UTC otherwise.",
+      errors: ["not_configured", "upstream_error"],
+      requestExample: { type: "signup", since: "2026-11-01T00:00:00Z", interval: "day", groupBy: "plan", timezone: "Europe/Berlin" },
+      responseExample: {
+        type: "signup",
+        interval: "day",
+        since: 1761951600000,
+        until: 1763892000000,
+        groupBy: "plan",
+        buckets: [{ at: 1763852400000, group: "pro", count: 4 }],
+        total: 4,
+      },
+    },
     body: QueryBody,
     request: ({ body }) => ({
       type: body.type ?? "",

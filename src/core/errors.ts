@@ -83,6 +83,11 @@ export class PlatformError extends Error {
 }
 
 /** A 400 whose message names the field and the rule, e.g. `invalidArgument("subject", "must be 1 to 200 characters")`. */
+/** The HTTP status of a code (used by the OpenAPI document, so it lists what the router sends). */
+export function statusOf(code: ErrorCode): number {
+  return mapping[code].status;
+}
+
 export function invalidArgument(field: string, rule: string): PlatformError {
   return new PlatformError("invalid_argument", `${field}: ${rule}`, { details: [`${field}: ${rule}`] });
 }

@@ -81,7 +81,7 @@ export const EmbedBody = z.preprocess(
       {
         model: z.string({ error: "must be a string" }).optional(),
         /** A string or an array of strings; checked below, so each case gets its own message. */
-        input: z.unknown(),
+        input: z.unknown().meta({ anyOf: [{ type: "string", minLength: 1 }, { type: "array", items: { type: "string", minLength: 1 }, minItems: 1 }] }),
       },
       { error: "must be a JSON object" },
     )
@@ -112,11 +112,36 @@ export function generateRequest(body: z.output<typeof GenerateBody>) {
   };
 }
 
+/** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
+export const ModelsResponse = z.object({
+  models: z.array(z.object({ name: z.string(), kind: z.enum(["generate", "embed"]), tokensPerDay: z.number().int(), remainingToday: z.number().int() })),
+});
+export const GenerateResponse = z.object({
+  text: z.string(),
+  model: z.string(),
+  finishReason: z.enum(["stop", "length", "other"]),
+  usage: z.object({ inputTokens: z.number().int(), outputTokens: z.number().int() }),
+  remainingToday: z.number().int(),
+});
+export const EmbedResponse = z.object({
+  embeddings: z.array(z.array(z.number())),
+  model: z.string(),
+  dimensions: z.number().int(),
+  usage: z.object({ tokens: z.number().int() }),
+  remainingToday: z.number().int(),
+});
+
 export const inferenceRoutes: readonly AnyRestRoute[] = [
   defineRoute({
     method: "GET",
     url: "/v1/inference/models",
     rpc: InferenceService.method.listModels,
+    responseSchema: ModelsResponse,
+    doc: {
+      summary: "List the models and what is left today",
+      errors: [],
+      responseExample: { models: [{ name: "platform/fast", kind: "generate", tokensPerDay: 200000, remainingToday: 199000 }] },
+    },
     response: (res) => ({
       models: res.models.map((m) => ({
         name: m.name,
@@ -130,6 +155,14 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/inference/generate",
     rpc: InferenceService.method.generate,
+    responseSchema: GenerateResponse,
+    doc: {
+      summary: "Generate text (whole, not streamed)",
+      description: "Exactly one of `prompt` and `messages`.",
+      errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
+      requestExample: { model: "platform/fast", prompt: "Say hello", maxTokens: 64, temperature: 0.7 },
+      responseExample: { text: "Hello!", model: "platform/fast", finishReason: "stop", usage: { inputTokens: 3, outputTokens: 2 }, remainingToday: 199995 },
+    },
     body: GenerateBody,
     request: ({ body }) => generateRequest(body),
     response: (res) => ({
@@ -144,6 +177,13 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/inference/embed",
     rpc: InferenceService.method.embed,
+    responseSchema: EmbedResponse,
+    doc: {
+      summary: "Embed text as vectors",
+      errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
+      requestExample: { model: "platform/embed", input: ["first text", "second text"] },
+      responseExample: { embeddings: [[0.12, -0.03, 0.5], [0.08, 0.11, -0.2]], model: "platform/embed", dimensions: 3, usage: { tokens: 4 }, remainingToday: 199996 },
+    },
     body: EmbedBody,
     request: ({ body }) => ({ model: body.model, input: typeof body.input === "string" ? [body.input] : (body.input as string[]) }),
     response: (res) => ({

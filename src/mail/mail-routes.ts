@@ -11,11 +11,21 @@ export const SendBody = jsonObject({
   text: z.string().default(""),
 });
 
+/** The 200 body of `POST /v1/mail/send` (the OpenAPI document's response shape). */
+export const SendResponse = z.object({ sent: z.boolean(), from: z.string(), remainingToday: z.number().int() });
+
 export const mailRoutes: readonly AnyRestRoute[] = [
   defineRoute({
     method: "POST",
     url: "/v1/mail/send",
     rpc: MailService.method.sendMail,
+    responseSchema: SendResponse,
+    doc: {
+      summary: "Send an email from the app's own address",
+      errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
+      requestExample: { to: "user@example.com", subject: "Welcome", text: "Thanks for signing up." },
+      responseExample: { sent: true, from: "my-app@mail.platform.example", remainingToday: 99 },
+    },
     body: SendBody,
     request: ({ body }) => body,
     response: (out) => ({ sent: out.sent, from: out.from, remainingToday: Number(out.remainingToday) }),

@@ -37,7 +37,7 @@ export const AckBody = jsonObject({
 
 export const PutBody = jsonObject({
   // Any parsed JSON value; taken as it is (not copied: payloads can be large).
-  payload: z.custom<JsonValue>((v) => v !== undefined, { error: "is required" }),
+  payload: z.custom<JsonValue>((v) => v !== undefined, { error: "is required" }).meta({ description: "Any JSON value; the service does not read into it." }),
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
 });
@@ -56,11 +56,42 @@ function payloadValue(payload: JsonValue): Value {
   }
 }
 
+const EpochMs = z.number().int().meta({ description: "Epoch milliseconds." });
+const NullableMs = EpochMs.nullable();
+
+/** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
+export const QueueListResponse = z.object({
+  queues: z.array(z.object({ name: z.string(), depth: z.number().int(), inFlight: z.number().int(), maxDepth: z.number().int(), oldestAt: NullableMs })),
+});
+export const AckResponse = z.object({ acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }) });
+export const PutResponse = z.object({ id: z.string(), queue: z.string(), expiresAt: NullableMs });
+export const ConsumeResponse = z.object({
+  message: z
+    .object({
+      id: z.string(),
+      queue: z.string(),
+      payload: z.unknown().meta({ description: "The JSON value that was put." }),
+      receipt: z.string().meta({ description: "Opaque; new on every delivery; pass it to `_ack`." }),
+      enqueuedAt: NullableMs,
+      expiresAt: NullableMs,
+      leaseExpiresAt: NullableMs,
+      deliveries: z.number().int(),
+    })
+    .nullable()
+    .meta({ description: "Null when nothing arrived within the wait; call again." }),
+});
+
 export const queuesRoutes: readonly AnyRestRoute[] = [
   defineRoute({
     method: "GET",
     url: "/v1/queues",
     rpc: QueueService.method.listQueues,
+    responseSchema: QueueListResponse,
+    doc: {
+      summary: "List every queue with something on it",
+      errors: ["app_stopped"],
+      responseExample: { queues: [{ name: "jobs", depth: 3, inFlight: 1, maxDepth: 10000, oldestAt: 1763892000000 }] },
+    },
     response: (out) => ({
       queues: out.queues.map((q) => ({
         name: q.name,
@@ -76,6 +107,14 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/_ack",
     rpc: QueueService.method.ackMessage,
+    responseSchema: AckResponse,
+    doc: {
+      summary: "Finish with a message (delete it)",
+      description: "Ack after the work is done. `acked: false` (a lapsed lease) is not an error.",
+      errors: ["app_stopped"],
+      requestExample: { receipt: "r1.AbCdEf" },
+      responseExample: { acked: true },
+    },
     body: AckBody,
     request: ({ body }) => ({ receipt: body.receipt }),
     response: (out) => ({ acked: out.acked }),
@@ -84,6 +123,15 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/:queue",
     rpc: QueueService.method.putMessage,
+    responseSchema: PutResponse,
+    doc: {
+      summary: "Put a message on a queue",
+      description:
+        "Creates the queue if nothing was on it. `delaySeconds` hides the message for that long; `ttlSeconds` drops it when not consumed in time. The `_events` queue is the platform's (403).",
+      errors: ["app_stopped", "permission_denied", "queue_full"],
+      requestExample: { payload: { orderId: 42 }, delaySeconds: 0, ttlSeconds: 86400 },
+      responseExample: { id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60", queue: "jobs", expiresAt: 1763978400000 },
+    },
     params: QueuePath,
     body: PutBody,
     request: ({ body, params }) => ({
@@ -98,6 +146,26 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/:queue/consume",
     rpc: QueueService.method.consumeMessage,
+    responseSchema: ConsumeResponse,
+    doc: {
+      summary: "Take one message, waiting if there is none",
+      description:
+        "Long-polls up to `waitSeconds` (0 to 25, default about 25); the message is leased for `leaseSeconds` (1 to 43200) until acked. No body is required.",
+      errors: ["app_stopped"],
+      requestExample: { waitSeconds: 20, leaseSeconds: 60 },
+      responseExample: {
+        message: {
+          id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60",
+          queue: "jobs",
+          payload: { orderId: 42 },
+          receipt: "r1.AbCdEf",
+          enqueuedAt: 1763892000000,
+          expiresAt: 1763978400000,
+          leaseExpiresAt: 1763892060000,
+          deliveries: 1,
+        },
+      },
+    },
     params: QueuePath,
     body: ConsumeBody,
     request: ({ body, params }) => ({

@@ -15,7 +15,7 @@ import { createContextValues, createHandlerContext, type ServiceImpl } from "@co
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { principalKey, type Authenticator } from "../auth.ts";
-import { PlatformError } from "../errors.ts";
+import { PlatformError, type ErrorCode } from "../errors.ts";
 import { parseJson } from "./validation.ts";
 
 /** The parsed parts of a request, as the route's schemas made them. */
@@ -39,6 +39,24 @@ export interface RestRoute<I extends DescMessage = DescMessage, O extends DescMe
   request?: (input: RestInput<B, Q, P>) => MessageInitShape<I>;
   /** SPEC.md's JSON shape of the response. */
   response: (output: MessageShape<O>) => unknown;
+  /** What `response` returns, as a schema: the OpenAPI document's 200 body comes from it. */
+  responseSchema?: z.ZodType;
+  /** What the OpenAPI document says beyond the schemas (see `openapi.ts`). */
+  doc?: RouteDoc;
+}
+
+/** The prose, error codes and examples of one operation in the OpenAPI document. */
+export interface RouteDoc {
+  summary: string;
+  description?: string;
+  /** Error codes this operation answers besides the ones every authenticated route can (401, 500, 503). */
+  errors: readonly ErrorCode[];
+  /** A request body example (JSON). */
+  requestExample?: unknown;
+  /** A 200 body example (JSON). */
+  responseExample: unknown;
+  /** True for the routes without a token (`/health`, `/version`). */
+  public?: boolean;
 }
 
 /** A route table entry of any RPC, as a table holds it. */

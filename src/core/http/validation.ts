@@ -48,13 +48,18 @@ export function isJsonObject(value: unknown): value is Record<string, unknown> {
  * such as `__proto__` stays a key), `undefined`/`null` meaning `{}`.
  */
 export function passthroughObject(rule = "must be an object") {
-  return z.custom<Record<string, unknown>>((v) => v === undefined || v === null || isJsonObject(v), { error: rule }).transform((v) => v ?? {});
+  return z
+    .custom<Record<string, unknown>>((v) => v === undefined || v === null || isJsonObject(v), { error: rule })
+    .meta({ type: ["object", "null"] })
+    .transform((v) => v ?? {});
 }
 
 /** An integer when present; JSON `null` means absent. */
 export function optionalInteger(rule = "must be an integer") {
   return z
     .custom<number>((v) => typeof v === "number" && Number.isInteger(v), { error: rule })
+    // A custom check has no JSON Schema of its own; this is what it admits (for the OpenAPI document).
+    .meta({ type: "integer" })
     .nullish()
     .transform((v) => v ?? undefined);
 }
