@@ -6,13 +6,18 @@
  */
 import { describe, expect, it } from "vitest";
 import { endpoints } from "./support/endpoints.ts";
-import { HTTP_VERSIONS, useTestApp, useTestServer, type TestServer } from "./support/harness.ts";
+import { HTTP_VERSIONS, useTestApp, useTestServer, type TestApp, type TestServer } from "./support/harness.ts";
 
-const t = useTestServer();
-const app = useTestApp(t, async (app) => {
-  await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
-  await t.admin.updateApp({ appId: app.id, mailFrom: "odd@apps.example.com" });
-});
+/** The same app set-up on either server. */
+const prepare = (server: TestServer) => async (app: TestApp) => {
+  await server.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+  await server.admin.updateApp({ appId: app.id, mailFrom: "odd@apps.example.com" });
+};
+const t = useTestServer({ tls: false });
+const plainApp = useTestApp(t, prepare(t));
+/** A server with TLS (self-signed certificate) for REST over h2 by ALPN, with an app set up alike. */
+const tlsServer = useTestServer({ tls: true });
+const tlsApp = useTestApp(tlsServer, prepare(tlsServer));
 
 const odd: unknown[] = [
   null,
@@ -53,7 +58,15 @@ function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) { 
 }
 
 for (const http of HTTP_VERSIONS) describe(`bad input never answers 500 (REST over ${http})`, () => {
-  const request: TestServer["request"] = (method, path, options) => t.rest(http)(method, path, options);
+  const server = http === "h2-tls" ? tlsServer : t;
+  const app = http === "h2-tls" ? tlsApp : plainApp;
+  const request: TestServer["request"] = (method, path, options) => server.rest(http)(method, path, options);
+
+  it("the requests travel as named", async () => {
+    const res = await request("GET", "/health");
+    expect(res.status).toBe(200);
+    expect(res.protocol).toBe(http === "h2-tls" ? "h2" : http);
+  });
 
   for (const e of endpoints.filter((x) => x.method === "POST")) {
     it(`${e.method} ${e.path}: whole bodies of the wrong shape`, async () => {
@@ -134,9 +147,9 @@ describe("bad input over Connect never answers Internal", () => {
     const { AnalyticsService } = await import("../gen/platform/analytics/v1/analytics_pb.js");
     const { InferenceService } = await import("../gen/platform/inference/v1/inference_pb.js");
     const { ConnectError, Code } = await import("@connectrpc/connect");
-    const queues = t.client(QueueService, app.token);
-    const analytics = t.client(AnalyticsService, app.token);
-    const inference = t.client(InferenceService, app.token);
+    const queues = t.client(QueueService, plainApp.token);
+    const analytics = t.client(AnalyticsService, plainApp.token);
+    const inference = t.client(InferenceService, plainApp.token);
     const unset = {} as never;
     const nested = { kind: { case: "listValue", value: { values: [{}] } } } as never;
     const calls: [string, () => Promise<unknown>][] = [

@@ -438,12 +438,7 @@ describe("waiting consumes end promptly", () => {
     const q = freshQueue();
     const before = await waitingConsumers();
     const abort = new AbortController();
-    const pending = fetch(`${t.url}/v1/queues/${q}/consume`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${app.token}`, "content-type": "application/json" },
-      body: JSON.stringify({ waitSeconds: 25 }),
-      signal: abort.signal,
-    }).catch(() => "aborted");
+    const pending = t.request("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 25 }, signal: abort.signal }).catch(() => "aborted");
     await vi.waitFor(async () => expect(await waitingConsumers()).toBe(before + 1));
     abort.abort();
     expect(await pending).toBe("aborted");
@@ -458,7 +453,7 @@ describe("waiting consumes end promptly", () => {
     const a = await s.createApp();
     const pending = s.request("POST", "/v1/queues/jobs/consume", { token: a.token, body: { waitSeconds: 25 } }).catch((err: Error) => err);
     await vi.waitFor(async () => {
-      const text = await (await fetch(`${s.url}/metrics`)).text();
+      const text = (await s.request("GET", "/metrics")).body as string;
       expect(text).toMatch(/^queue_waiting_consumers 1$/m);
     });
     const started = Date.now();
@@ -515,7 +510,7 @@ describe("QueueService over Connect and gRPC", () => {
 });
 
 async function metricsText(): Promise<string> {
-  return (await fetch(`${t.url}/metrics`)).text();
+  return (await t.request("GET", "/metrics")).body as string;
 }
 
 async function metric(name: string): Promise<number> {
@@ -527,11 +522,15 @@ async function waitingConsumers(): Promise<number> {
   return metric("queue_waiting_consumers");
 }
 
-describe("REST over HTTP/2 (h2c, prior knowledge)", () => {
+/** HTTP/2 as the server offers it: h2c with prior knowledge, or h2 by ALPN when it serves TLS. */
+const overH2 = () => t.rest(t.tls ? "h2-tls" : "h2c");
+
+describe("REST over HTTP/2 (h2c with prior knowledge; h2 by ALPN on TLS)", () => {
   it("authenticated calls answer 200: list, put, consume, ack", async () => {
-    const h2 = t.rest("h2c");
+    const h2 = overH2();
     const q = freshQueue();
     const listed = await h2("GET", "/v1/queues", { token: app.token });
+    expect(listed.protocol).toBe(t.tls ? "h2" : "h2c");
     expect(listed.status).toBe(200);
     expect(Array.isArray(listed.body.queues)).toBe(true);
     const put = await h2("POST", `/v1/queues/${q}`, { token: app.token, body: { payload: { over: "h2c" } } });
@@ -547,7 +546,7 @@ describe("REST over HTTP/2 (h2c, prior knowledge)", () => {
   });
 
   it("a bad token is still a 401 with the envelope, not a 500", async () => {
-    const res = await t.rest("h2c")("GET", "/v1/queues", { token: "pbt_nope" });
+    const res = await overH2()("GET", "/v1/queues", { token: "pbt_nope" });
     expect(res.status).toBe(401);
     expect(res.body.error.code).toBe("unauthenticated");
   });

@@ -3,11 +3,15 @@
  * database (a new database on the PostgreSQL of DATABASE_URL, or a new PGlite
  * directory when it is unset), a server on a random port, and real clients.
  */
+import { execFile } from "node:child_process";
 import crypto from "node:crypto";
+import fsSync from "node:fs";
 import fs from "node:fs/promises";
 import http2 from "node:http2";
+import https from "node:https";
 import os from "node:os";
 import path from "node:path";
+import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll } from "vitest";
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
@@ -63,10 +67,47 @@ export async function createTestDatabase(): Promise<TestDatabase> {
 
 export type Protocol = "connect" | "grpc" | "grpc-web";
 
-/** How a REST request travels: HTTP/1.1 (fetch), or cleartext HTTP/2 with prior knowledge (node:http2). */
-export type HttpVersion = "http/1.1" | "h2c";
-/** Both, for tests that run every REST call over each. */
-export const HTTP_VERSIONS: readonly HttpVersion[] = ["http/1.1", "h2c"];
+/**
+ * How a REST request travels: HTTP/1.1 (fetch, or node:https on a TLS
+ * server), cleartext HTTP/2 with prior knowledge (node:http2), or HTTP/2
+ * over TLS chosen by ALPN, as browsers and load balancers speak to a server
+ * with TLS_KEY_FILE/TLS_CERT_FILE set. "h2-tls" needs a TLS server (see
+ * `StartOptions.tls`), "h2c" a cleartext one; HTTP/1.1 works on both.
+ */
+export type HttpVersion = "http/1.1" | "h2c" | "h2-tls";
+/** All three, for tests that run every REST call over each. */
+export const HTTP_VERSIONS: readonly HttpVersion[] = ["http/1.1", "h2c", "h2-tls"];
+
+/** A self-signed certificate for 127.0.0.1: the files a TLS server is started with, and the CA its clients trust. */
+export interface TestCertificate {
+  keyFile: string;
+  certFile: string;
+  ca: Buffer;
+}
+
+const certificateKey = Symbol.for("platform-batteries.test-certificate");
+
+/**
+ * The test process's certificate, made once with openssl (the tool an
+ * operator would use) into a temporary directory that is removed when the
+ * process exits. Kept on `globalThis` because test files re-evaluate this
+ * module, and one key pair per process is enough.
+ */
+export function testCertificate(): Promise<TestCertificate> {
+  const store = globalThis as { [certificateKey]?: Promise<TestCertificate> };
+  store[certificateKey] ??= (async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-tls-"));
+    process.once("exit", () => fsSync.rmSync(dir, { recursive: true, force: true }));
+    const keyFile = path.join(dir, "key.pem");
+    const certFile = path.join(dir, "cert.pem");
+    await promisify(execFile)("openssl", [
+      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+      "-keyout", keyFile, "-out", certFile, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+    ]);
+    return { keyFile, certFile, ca: await fs.readFile(certFile) };
+  })();
+  return store[certificateKey];
+}
 
 export interface RequestOptions {
   token?: string;
@@ -74,6 +115,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
   /** Default `http/1.1` (see `setDefaultHttpVersion`). */
   http?: HttpVersion;
+  /** Aborting it cancels the request (the client goes away). */
+  signal?: AbortSignal;
 }
 
 let defaultHttp: HttpVersion = "http/1.1";
@@ -81,7 +124,8 @@ let defaultHttp: HttpVersion = "http/1.1";
 /**
  * The HTTP version of `request` calls that do not name one, for the rest of
  * this test file: a suite written once can be run again over h2c by a file
- * that sets this and imports it.
+ * that sets this and imports it. With "h2-tls", servers started afterwards
+ * serve TLS unless told otherwise (`StartOptions.tls`).
  */
 export function setDefaultHttpVersion(http: HttpVersion): void {
   defaultHttp = http;
@@ -91,6 +135,8 @@ export type RequestFn = (method: string, pathname: string, options?: RequestOpti
 
 export interface TestServer {
   readonly url: string;
+  /** Whether the server serves TLS (its url is https). */
+  readonly tls: boolean;
   readonly adminToken: string;
   readonly server: PlatformServer;
   readonly database: TestDatabase;
@@ -102,7 +148,7 @@ export interface TestServer {
   createApp(name?: string): Promise<TestApp>;
   /** `fetch` relative to the server, with JSON in and the bearer token given. */
   request: RequestFn;
-  /** `request` fixed to one HTTP version (h2c requests share one HTTP/2 session per server). */
+  /** `request` fixed to one HTTP version (HTTP/2 requests share one HTTP/2 session per server). */
   rest(http: HttpVersion): RequestFn;
   close(): Promise<void>;
 }
@@ -116,12 +162,15 @@ export interface TestApp {
 }
 
 export interface JsonResponse {
+  /** How the response came: "http/1.1", "h2c", or the protocol ALPN chose on a TLS connection. */
+  protocol: string;
   status: number;
   headers: Headers;
   body: any; // eslint-disable-line @typescript-eslint/no-explicit-any
 }
 
-export function transportFor(url: string, protocol: Protocol, token?: string): Transport {
+/** A Connect, gRPC or gRPC-web transport to `url`; for an https url, trusting `ca` (the test certificate by default). */
+export function transportFor(url: string, protocol: Protocol, token?: string, ca: Buffer | undefined = url.startsWith("https:") ? trustedCa : undefined): Transport {
   const interceptors = token
     ? [
         (next: any) => async (req: any) => { // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -130,17 +179,20 @@ export function transportFor(url: string, protocol: Protocol, token?: string): T
         },
       ]
     : [];
+  const nodeOptions = ca ? { ca } : {};
   switch (protocol) {
     case "connect":
-      return createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
+      return createConnectTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions });
     case "grpc":
-      return createGrpcTransport({ baseUrl: url, interceptors });
+      return createGrpcTransport({ baseUrl: url, interceptors, nodeOptions });
     case "grpc-web":
-      return createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors });
+      return createGrpcWebTransport({ baseUrl: url, httpVersion: "1.1", interceptors, nodeOptions });
   }
 }
 
 let appCounter = 0;
+/** The CA of the test certificate once one was made: what `transportFor` trusts for https urls. */
+let trustedCa: Buffer | undefined;
 
 export interface StartOptions {
   /** Extra environment for `loadConfig` (e.g. MAIL_PROVIDER). */
@@ -153,11 +205,19 @@ export interface StartOptions {
    * PGlite shared by two servers in this process (see `startInstances`).
    */
   openDatabase?: Database;
+  /**
+   * Serve TLS with the test certificate (`testCertificate`), as with
+   * TLS_KEY_FILE/TLS_CERT_FILE in production. Default: whether the file's
+   * default HTTP version is "h2-tls".
+   */
+  tls?: boolean;
 }
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
   const database = options.database ?? (await createTestDatabase());
   const adminToken = options.env?.ADMIN_TOKEN ?? database.adminToken;
+  const certificate = (options.tls ?? defaultHttp === "h2-tls") ? await testCertificate() : undefined;
+  if (certificate) trustedCa = certificate.ca;
   const config = loadConfig({
     PORT: "0",
     HOST: "127.0.0.1",
@@ -166,6 +226,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     ADMIN_TOKEN: adminToken,
     SECRETS_KEY: database.secretsKey,
     LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
+    ...(certificate ? { TLS_KEY_FILE: certificate.keyFile, TLS_CERT_FILE: certificate.certFile } : {}),
     ...options.env,
   });
   const server = await createPlatformServer({
@@ -177,19 +238,41 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   const listened = await server.listen();
   const url = listened;
   const clients: Client<DescService>[] = [];
+  const tls = url.startsWith("https:");
+  const ca = certificate?.ca;
+  // fetch cannot be given a CA to trust, node:https can; offering
+  // "http/1.1" by ALPN is what an HTTP/1.1-only client on TLS does.
+  const httpsAgent = tls ? new https.Agent({ keepAlive: true, ca, ALPNProtocols: ["http/1.1"] }) : undefined;
   const http1Request = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
     const { headers, body } = requestParts(opts);
-    const res = await fetch(url + pathname, { method, headers, body });
-    return { status: res.status, headers: res.headers, body: parseBody(await res.text()) };
+    if (!tls) {
+      const res = await fetch(url + pathname, { method, headers, body, signal: opts.signal });
+      return { protocol: "http/1.1", status: res.status, headers: res.headers, body: parseBody(await res.text()) };
+    }
+    const [res, text] = await new Promise<[import("node:http").IncomingMessage, string]>((resolve, reject) => {
+      const req = https.request(url + pathname, { method, headers, agent: httpsAgent, signal: opts.signal }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (c: Buffer) => chunks.push(c));
+        res.on("end", () => resolve([res, Buffer.concat(chunks).toString("utf8")]));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+    const alpn = (res.socket as import("node:tls").TLSSocket).alpnProtocol;
+    return { protocol: typeof alpn === "string" ? alpn : "none", status: res.statusCode!, headers: toHeaders(res.headers), body: parseBody(text) };
   };
   let h2session: http2.ClientHttp2Session | undefined;
-  const h2cRequest = async (method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+  const h2Request = async (http: "h2c" | "h2-tls", method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
+    if (tls !== (http === "h2-tls")) throw new Error(`${http} needs a ${http === "h2c" ? "cleartext" : "TLS"} server; this one is ${url}`);
     if (!h2session || h2session.closed || h2session.destroyed) {
-      h2session = http2.connect(url);
+      // On TLS, node:http2 offers only "h2" by ALPN: the session exists only if the server chose it.
+      h2session = http2.connect(url, tls ? { ca } : {});
       h2session.on("error", () => {});
     }
+    const session = h2session;
     const { headers, body } = requestParts(opts);
-    const stream = h2session.request({ ":method": method, ":path": pathname, ...headers });
+    const stream = session.request({ ":method": method, ":path": pathname, ...headers }, opts.signal ? { signal: opts.signal } : {});
     stream.end(body);
     const [responseHeaders, text] = await new Promise<[http2.IncomingHttpHeaders, string]>((resolve, reject) => {
       let got: http2.IncomingHttpHeaders = {};
@@ -199,15 +282,16 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       stream.on("end", () => resolve([got, Buffer.concat(chunks).toString("utf8")]));
       stream.on("error", reject);
     });
-    const out = new Headers();
-    for (const [name, value] of Object.entries(responseHeaders)) {
-      if (name.startsWith(":") || value === undefined) continue;
-      out.set(name, Array.isArray(value) ? value.join(", ") : String(value));
-    }
-    return { status: Number(responseHeaders[":status"]), headers: out, body: parseBody(text) };
+    return {
+      protocol: tls ? String(session.alpnProtocol) : "h2c",
+      status: Number(responseHeaders[":status"]),
+      headers: toHeaders(responseHeaders),
+      body: parseBody(text),
+    };
   };
   const self: TestServer = {
     url,
+    tls,
     adminToken,
     server,
     database,
@@ -229,10 +313,14 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
         start: async () => void (await self.admin.updateApp({ appId: app!.id, status: AppStatus.RUNNING })),
       };
     },
-    request: (method, pathname, opts = {}) => ((opts.http ?? defaultHttp) === "h2c" ? h2cRequest : http1Request)(method, pathname, opts),
+    request: (method, pathname, opts = {}) => {
+      const http = opts.http ?? defaultHttp;
+      return http === "http/1.1" ? http1Request(method, pathname, opts) : h2Request(http, method, pathname, opts);
+    },
     rest: (http) => (method, pathname, opts = {}) => self.request(method, pathname, { ...opts, http }),
     async close() {
       h2session?.close();
+      httpsAgent?.destroy();
       await server.close();
       if (!options.database) await database.drop();
     },
@@ -317,6 +405,16 @@ function requestParts(opts: RequestOptions): { headers: Record<string, string>; 
     headers["content-type"] ??= "application/json";
   }
   return { headers, body };
+}
+
+/** Response headers as `Headers`, without HTTP/2 pseudo-headers. */
+function toHeaders(raw: NodeJS.Dict<string | string[]>): Headers {
+  const out = new Headers();
+  for (const [name, value] of Object.entries(raw)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    out.set(name, Array.isArray(value) ? value.join(", ") : String(value));
+  }
+  return out;
 }
 
 function parseBody(text: string): unknown {

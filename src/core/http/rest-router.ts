@@ -93,9 +93,13 @@ export function registerRestRoutes(
         };
         const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
         const abort = new AbortController();
-        // A client that goes away ends its request (a waiting consume stops waiting).
+        // A client that goes away ends its request (a waiting consume stops
+        // waiting). The handler's own end is what tells "went away" from
+        // "answered": over HTTP/2 a stream the client reset already reports
+        // `writableFinished`, so the response's state cannot tell them apart.
+        let handled = false;
         reply.raw.once("close", () => {
-          if (!reply.raw.writableFinished) abort.abort(new PlatformError("internal", "client went away"));
+          if (!handled) abort.abort(new PlatformError("internal", "client went away"));
         });
         const context = createHandlerContext({
           service: spec.rpc.parent,
@@ -107,7 +111,12 @@ export function registerRestRoutes(
           requestSignal: abort.signal,
           contextValues: createContextValues().set(principalKey, principal),
         });
-        const output = await handler.call(impl, message, context);
+        let output: unknown;
+        try {
+          output = await handler.call(impl, message, context);
+        } finally {
+          handled = true;
+        }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
         return reply.code(200).send(spec.response(result));
       },
