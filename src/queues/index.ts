@@ -7,7 +7,7 @@ import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
-import { createQueueSweeper } from "./queue-sweeper.ts";
+import { queueHousekeeping } from "./queue-sweeper.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
@@ -29,7 +29,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const { logger, metrics } = deps;
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
-  const sweeper = createQueueSweeper(store, logger, metrics);
+  const housekeeping = queueHousekeeping(store, metrics);
   const queues = createQueuesService({ store, apps: createAppStore(deps.db), hub, logger, metrics, shutdownSignal: deps.shutdownSignal });
 
   return {
@@ -38,12 +38,11 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     routes: queuesRoutes,
     events: queues.events,
     operator: { peek: (...args) => store.peek(...args), purge: (...args) => store.purge(...args) },
+    housekeeping: () => housekeeping,
     async start() {
       await hub.start();
-      sweeper.start();
     },
     async close() {
-      sweeper.stop();
       await hub.close();
     },
   };

@@ -148,9 +148,13 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
     expect((await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "a@example.com", subject: "s", text: "x" } })).status).toBe(200);
     await t.admin.declareSecrets({ appId: app.id, names: ["KEY"] });
     await t.admin.setSecret({ appId: app.id, name: "KEY", value: "v" });
+    expect((await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } })).status).toBe(200);
     await t.admin.deleteApp({ appId: app.id });
+    // Queue messages have no foreign key (puts must not lock the app's row): the same housekeeping removes them.
+    // Two: the put, and the `secret.set` platform event on `_events`.
+    expect((await t.server.housekeeping.runAll())["queue messages of deleted apps"]).toBe(2);
     const db = tables(t.server.deps.db);
-    for (const table of ["mail_log", "analytics_events", "analytics_hourly", "analytics_daily", "analytics_event_types", "secrets", "app_tokens", "quota_usage"] as const) {
+    for (const table of ["mail_log", "analytics_events", "analytics_hourly", "analytics_daily", "analytics_event_types", "secrets", "app_tokens", "quota_usage", "queue_messages"] as const) {
       const row = await db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as("n")).where("app_id", "=", app.id).executeTakeFirstOrThrow();
       expect([table, Number(row.n)]).toEqual([table, 0]);
     }
