@@ -12,12 +12,8 @@ import { createEventTypeStore } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
 import { createSqlEventStore } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
-import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { retentionTask } from "../core/housekeeping.ts";
 import { createAppStore } from "../core/apps/app-store.ts";
-import { retentionCutoff } from "../core/apps/apps.ts";
-
-/** How often events past their app's retention are deleted (hourly: retention is counted in days). */
-export const RETENTION_INTERVAL_MS = 3_600_000;
 
 export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
   /** Deletes every analytics event of the app (before the app itself is deleted). */
@@ -48,20 +44,7 @@ export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOp
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),
     deleteAppData: (appId) => store.deleteApp(appId),
-    housekeeping: (): HousekeepingTask[] => [
-      {
-        name: "analytics retention",
-        intervalMs: RETENTION_INTERVAL_MS,
-        async run() {
-          let removed = 0;
-          for (const app of await apps.list()) {
-            const before = retentionCutoff(app.limits.retentionDays);
-            removed += await inBatches((batch) => store.deleteBefore(app.id, before, batch));
-          }
-          return removed;
-        },
-      },
-    ],
+    housekeeping: () => [retentionTask("analytics retention", apps, (appId, before, batch) => store.deleteBefore(appId, before, batch))],
     async close() {
       await store.close();
     },

@@ -8,6 +8,7 @@
  */
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "./database/index.ts";
+import { retentionCutoff } from "./apps/apps.ts";
 
 export interface HousekeepingTask {
   /** For the log and the metrics: e.g. `mail retention`. */
@@ -24,6 +25,9 @@ export interface Housekeeping {
   runAll(): Promise<Record<string, number>>;
 }
 
+/** How often retention runs: hourly, since retention is counted in whole days. */
+export const RETENTION_INTERVAL_MS = 3_600_000;
+
 /** Rows one statement of a housekeeping task may touch: small enough to hold no lock for long. */
 export const HOUSEKEEPING_BATCH = 1000;
 
@@ -35,6 +39,29 @@ export async function inBatches(step: (batch: number) => Promise<number>, batch 
     total += n;
   }
   return total;
+}
+
+/**
+ * A retention task: for every app, deletes what is older than the app's
+ * `retentionDays` (from the start of that UTC day), in batches.
+ */
+export function retentionTask(
+  name: string,
+  apps: { list(): Promise<readonly { id: string; limits: { retentionDays: number } }[]> },
+  deleteBefore: (appId: string, before: Date, batch: number) => Promise<number>,
+): HousekeepingTask {
+  return {
+    name,
+    intervalMs: RETENTION_INTERVAL_MS,
+    async run() {
+      let removed = 0;
+      for (const app of await apps.list()) {
+        const before = retentionCutoff(app.limits.retentionDays);
+        removed += await inBatches((batch) => deleteBefore(app.id, before, batch));
+      }
+      return removed;
+    },
+  };
 }
 
 export function createHousekeeping(tasks: readonly HousekeepingTask[], options: { logger: Logger; health: DatabaseHealth }): Housekeeping {

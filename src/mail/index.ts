@@ -12,12 +12,8 @@ import { createMailStore, type MailLogRecord } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { createSesProvider } from "./ses-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
-import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { retentionTask } from "../core/housekeeping.ts";
 import { createAppStore } from "../core/apps/app-store.ts";
-import { retentionCutoff } from "../core/apps/apps.ts";
-
-/** How often mail past its app's retention is deleted (hourly: retention is counted in days). */
-export const RETENTION_INTERVAL_MS = 3_600_000;
 
 export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 
@@ -52,20 +48,7 @@ export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}
     routes: mailRoutes,
     listMail: (appId, limit) => store.list(appId, limit),
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
-    housekeeping: (): HousekeepingTask[] => [
-      {
-        name: "mail retention",
-        intervalMs: RETENTION_INTERVAL_MS,
-        async run() {
-          let removed = 0;
-          for (const app of await apps.list()) {
-            const before = retentionCutoff(app.limits.retentionDays);
-            removed += await inBatches((batch) => store.deleteOlderThan(app.id, before, batch));
-          }
-          return removed;
-        },
-      },
-    ],
+    housekeeping: () => [retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch))],
     getMail: (appId, id) => store.get(appId, id),
     async start() {
       logger.info(`mail provider: ${provider.description}`);
