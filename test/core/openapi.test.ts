@@ -41,8 +41,17 @@ function registeredRoutes(tree: string): { method: string; path: string }[] {
 }
 
 /** Routes that are not the REST API: Connect/gRPC, metrics, the secret-link pages, the document and its page. */
+/** The API the document describes: not Connect paths, operations endpoints (metrics, readiness), pages or the document itself. */
 function isRestApi(path: string): boolean {
-  return !/^\/[a-z]+(\.[a-z0-9]+)+\.[A-Za-z]+\//.test(path) && path !== "/metrics" && !path.startsWith("/secret-links/") && !path.startsWith("/docs") && path !== "/openapi.json";
+  return (
+    !/^\/[a-z]+(\.[a-z0-9]+)+\.[A-Za-z]+\//.test(path) &&
+    path !== "/metrics" &&
+    path !== "/ready" &&
+    !path.startsWith("/dashboard") &&
+    !path.startsWith("/secret-links/") &&
+    !path.startsWith("/docs") &&
+    path !== "/openapi.json"
+  );
 }
 
 const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
