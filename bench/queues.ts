@@ -60,9 +60,12 @@ const STREAM_MAX_OUTSTANDING = 4096;
  * Part 5: put -> deliver -> ack through PutMessages, StreamMessages and
  * AckMessages over gRPC (h2c), for `SECONDS`; returns acked messages per second.
  */
-async function streamThroughput(baseUrl: string, token: string): Promise<number> {
+async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): Promise<number> {
   const transport = createGrpcTransport({
     baseUrl,
+    // An internal service next to the server: gzip of every response (the default when the
+    // client accepts it, from 1 KiB) would cost both sides more CPU than the bytes it saves.
+    acceptCompression: [],
     interceptors: [
       (next) => (req) => {
         req.header.set("authorization", `Bearer ${token}`);
@@ -104,17 +107,66 @@ async function streamThroughput(baseUrl: string, token: string): Promise<number>
     }
   });
   const started = performance.now();
+  const cpu0 = await cpu.read();
   await new Promise((r) => setTimeout(r, SECONDS * 1000));
   const ackedInWindow = acked;
+  const cpu1 = await cpu.read();
   const elapsed = (performance.now() - started) / 1000;
   stop.abort();
   await Promise.all([...producers, ...consumers, ...acks]);
   const perS = ackedInWindow / elapsed;
+  const perMessage = (k: keyof CpuTimes) => round(((cpu1[k] - cpu0[k]) * 1e6) / Math.max(ackedInWindow, 1), 0);
+  log(
+    `   CPU per message: server ${perMessage("server")} µs, PostgreSQL backends ${perMessage("postgres")} µs, ` +
+      `benchmark client ${perMessage("client")} µs (machine: ${os.cpus().length} cores)`,
+  );
   log(`5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`);
   return perS;
 }
 
 
+
+interface CpuTimes {
+  server: number;
+  postgres: number;
+  client: number;
+}
+
+interface CpuMeter {
+  read(): Promise<CpuTimes>;
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc; 0 where it cannot be read. */
+async function processCpuSeconds(pid: number): Promise<number> {
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command (which may hold spaces), from field 3 on: utime and stime are fields 14 and 15.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Where the CPU goes during a part: the service's process, the PostgreSQL
+ * backends serving the benchmark database (when PostgreSQL runs on this
+ * machine; its background writers are not counted) and this process.
+ */
+function cpuMeter(admin: pg.Client, dbName: string, serverPid: number): CpuMeter {
+  return {
+    async read() {
+      const { rows } = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [dbName]);
+      const backends = await Promise.all(rows.map((r) => processCpuSeconds(r.pid)));
+      const own = process.cpuUsage();
+      return {
+        server: await processCpuSeconds(serverPid),
+        postgres: backends.reduce((a, b) => a + b, 0),
+        client: (own.user + own.system) / 1e6,
+      };
+    },
+  };
+}
 
 function percentile(samples: number[], p: number): number {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -324,7 +376,7 @@ async function main(): Promise<void> {
     }
 
     // 5. The streaming fast path over gRPC.
-    if (PARTS.has(5)) streamPerS = await streamThroughput(service.url, token);
+    if (PARTS.has(5)) streamPerS = await streamThroughput(service.url, token, cpuMeter(admin, dbName, service.child.pid!));
 
     // 4. Idle long-polls.
     if (PARTS.has(4)) {

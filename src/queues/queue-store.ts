@@ -251,20 +251,22 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     putAll(appId, queue, maxDepth, items) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
-        const { rows: depthRows } = await sql<Row>`${PREPARED}
-          SELECT count(*)::int AS n FROM (
-            SELECT 1 FROM queue_messages
-            WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
-            LIMIT ${maxDepth}
-          ) w`.execute(trx);
-        const depth = Number(depthRows[0].n);
-        if (depth + items.length > maxDepth) return { inserted: false as const, depth };
+        // One statement after the lock (its snapshot sees every put that held
+        // the lock before): count, and insert all only if they fit.
         const ids = items.map(() => crypto.randomUUID());
         const { rows } = await sql<Row>`${PREPARED}
-          WITH src AS (
-            SELECT * FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
-                                 ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
-                                 ${items.map((i) => i.notify ?? null)}::text[]) AS k (id, payload, delay, ttl, notify)
+          WITH depth AS (
+            SELECT count(*)::int AS n FROM (
+              SELECT 1 FROM queue_messages
+              WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+              LIMIT ${maxDepth}
+            ) w
+          ), src AS (
+            SELECT k.id, k.payload, k.delay, k.ttl, k.notify
+            FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
+                        ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
+                        ${items.map((i) => i.notify ?? null)}::text[]) AS k (id, payload, delay, ttl, notify), depth
+            WHERE depth.n + ${items.length}::int <= ${maxDepth}::int
           ), ins AS (
             INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
             SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
@@ -275,7 +277,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
             WHERE src.notify IS NOT NULL
             GROUP BY src.notify
           )
-          SELECT ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified FROM ins`.execute(trx);
+          SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
+          FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
+        if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
         const expiry = new Map(rows.map((r) => [r.id as string, toDate(r.expires_at)]));
         return { inserted: true as const, messages: ids.map((id) => ({ id, expiresAt: expiry.get(id)! })) };
       });
@@ -328,6 +332,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     async claimMany(appId, queue, leaseSeconds, n) {
       // MATERIALIZED: the locking subquery runs exactly once, so the LIMIT
       // holds (an inlined or semi-joined subquery may be re-run by the planner).
+      // `m.id = ANY (...)` lets the UPDATE find its rows through the primary
+      // key: with the join alone the planner hashes `next` against a scan of
+      // the whole table, whose cost grows with the messages in flight.
       // When fewer than n are claimed, the same round trip tells when the
       // line's next message (other than those just taken) becomes visible (a
       // lease lapses, a delay ends), so a waiting consume can set a timer
@@ -342,7 +349,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         ), claimed AS (
           UPDATE queue_messages m
           SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
-          FROM next WHERE m.id = next.id
+          FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
           RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
         )
         SELECT id, payload, enqueued_at, expires_at, visible_at, deliveries, was_visible_at, NULL::timestamptz AS next_visible_at
@@ -381,11 +388,14 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async ackMany(receipts) {
+      // `m.id = ANY` finds the rows through the primary key; joined with
+      // `unnest` alone, the planner may scan every leased message of the table.
+      const ids = receipts.map((r) => r.id);
       const { rows } = await sql<Row>`${PREPARED}
         DELETE FROM queue_messages m
-        USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${receipts.map((r) => r.id)}::uuid[],
+        USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
                      ${receipts.map((r) => r.deliveries)}::int[]) AS k (app_id, id, deliveries)
-        WHERE m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries AND m.visible_at > now()
+        WHERE m.id = ANY (${ids}::uuid[]) AND m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries AND m.visible_at > now()
         RETURNING m.id, m.app_id, m.deliveries`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
       const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
