@@ -49,10 +49,10 @@ const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
 const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,4").split(",").map(Number));
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
-const STREAM_PRODUCERS = 4;
-const STREAM_CONSUMERS = 4;
-const STREAM_BATCH = 100;
-const STREAM_WINDOW = 256;
+const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
+const STREAM_CONSUMERS = Number(process.env.BENCH_STREAM_CONSUMERS ?? 4);
+const STREAM_BATCH = Number(process.env.BENCH_STREAM_BATCH ?? 100);
+const STREAM_WINDOW = Number(process.env.BENCH_STREAM_WINDOW ?? 256);
 /** Producers of part 5 pause while this many messages are put but not yet acked. */
 const STREAM_MAX_OUTSTANDING = 4096;
 

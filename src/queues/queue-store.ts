@@ -254,6 +254,10 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         // One statement after the lock (its snapshot sees every put that held
         // the lock before): count, and insert all only if they fit.
         const ids = items.map(() => crypto.randomUUID());
+        // One notification per distinct payload with its count, counted here:
+        // a batch mostly repeats one payload, not worth sending per message.
+        const notes = new Map<string, number>();
+        for (const i of items) if (i.notify !== undefined) notes.set(i.notify, (notes.get(i.notify) ?? 0) + 1);
         const { rows } = await sql<Row>`${PREPARED}
           WITH depth AS (
             SELECT count(*)::int AS n FROM (
@@ -262,10 +266,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
               LIMIT ${maxDepth}
             ) w
           ), src AS (
-            SELECT k.id, k.payload, k.delay, k.ttl, k.notify
+            SELECT k.id, k.payload, k.delay, k.ttl
             FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
-                        ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
-                        ${items.map((i) => i.notify ?? null)}::text[]) AS k (id, payload, delay, ttl, notify), depth
+                        ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[]) AS k (id, payload, delay, ttl), depth
             WHERE depth.n + ${items.length}::int <= ${maxDepth}::int
           ), ins AS (
             INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
@@ -273,9 +276,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
             FROM src
             RETURNING id, expires_at
           ), notified AS (
-            SELECT pg_notify(${QUEUE_CHANNEL}, src.notify || '|' || count(*)) FROM src
-            WHERE src.notify IS NOT NULL
-            GROUP BY src.notify
+            SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
+            FROM unnest(${[...notes.keys()]}::text[], ${[...notes.values()]}::int[]) AS n (notify, count)
+            WHERE EXISTS (SELECT 1 FROM ins)
           )
           SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
           FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import pg from "pg";
 import { backend, createTestDatabase, startInstances, startServer, type Instances, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
 import { RECHECK_MS } from "../../src/queues/wake-hub.ts";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 
 const waiting = async (s: TestServer) => {
   const text = await (await fetch(`${s.url}/metrics`)).text();
@@ -53,6 +54,20 @@ describe(`wake-up across instances (${backend})`, () => {
     const got = await Promise.all(consumers);
     expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
     expect(got.map((r) => r.body.message.payload as number).sort()).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it("one PutMessages batch on A (one notification with its count) wakes as many consumers on B; a delayed part wakes none early", async () => {
+    const consumers = Array.from({ length: 4 }, () => b.request("POST", "/v1/queues/batch/consume", { token: app.token, body: { waitSeconds: 20 } }));
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(4));
+    const putAt = Date.now();
+    const number = (value: number) => ({ payload: { kind: { case: "numberValue" as const, value } } });
+    await a.client(QueueService, app.token, "grpc").putMessages({
+      queue: "batch",
+      messages: [number(0), number(1), { ...number(9), delaySeconds: 60 }, number(2), number(3)],
+    });
+    const got = await Promise.all(consumers);
+    expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
+    expect(got.map((r) => r.body.message.payload as number).sort()).toEqual([0, 1, 2, 3]);
   });
 });
 
