@@ -121,10 +121,11 @@ async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): 
   stop.abort();
   await Promise.all([...producers, ...consumers, ...acks]);
   const perS = ackedInWindow / elapsed;
-  const perMessage = (k: keyof CpuTimes) => round(((cpu1[k] - cpu0[k]) * 1e6) / Math.max(ackedInWindow, 1), 0);
+  const perMessage = (k: "server" | "postgres" | "client") => round(((cpu1[k] - cpu0[k]) * 1e6) / Math.max(ackedInWindow, 1), 0);
   log(
     `   CPU per message: server ${perMessage("server")} µs, PostgreSQL backends ${perMessage("postgres")} µs, ` +
-      `benchmark client ${perMessage("client")} µs (machine: ${os.cpus().length} cores)`,
+      `benchmark client ${perMessage("client")} µs (machine: ${os.cpus().length} cores); ` +
+      `about ${round(((cpu1.xacts - cpu0.xacts) * 1000) / Math.max(ackedInWindow, 1), 0)} transactions per 1000 messages`,
   );
   log(`5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`);
   return perS;
@@ -136,6 +137,8 @@ interface CpuTimes {
   server: number;
   postgres: number;
   client: number;
+  /** Transactions of the benchmark database so far (`pg_stat_database`, which backends update about once a second). */
+  xacts: number;
 }
 
 interface CpuMeter {
@@ -165,7 +168,9 @@ function cpuMeter(admin: pg.Client, dbName: string, serverPid: number): CpuMeter
       const { rows } = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [dbName]);
       const backends = await Promise.all(rows.map((r) => processCpuSeconds(r.pid)));
       const own = process.cpuUsage();
+      const { rows: x } = await admin.query<{ n: string }>(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`, [dbName]);
       return {
+        xacts: Number(x[0]?.n ?? 0),
         server: await processCpuSeconds(serverPid),
         postgres: backends.reduce((a, b) => a + b, 0),
         client: (own.user + own.system) / 1e6,
