@@ -10,7 +10,7 @@
  * whose rows the reads return), BASELINE_WRITE_APP_ID (the app the puts write to).
  *
  * The statements are copied from the stores (`event-type-store.ts`,
- * `queue-store.ts` `list` and `put`, `quota-store.ts` `used`); keep them in
+ * `queue-store.ts` `list` and `put`, `quota-store.ts` `usedMany`); keep them in
  * step when those change. One difference on purpose: the put notifies on a
  * channel nobody listens to, so the service under test is not woken by the
  * baseline's puts.
@@ -42,7 +42,7 @@ const LIST_QUEUES = `
   WHERE app_id = $1
   GROUP BY queue
   ORDER BY queue`;
-const USED = `SELECT used FROM quota_usage WHERE app_id = $1 AND day = $2 AND counter = $3`;
+const USED = `SELECT counter, used FROM quota_usage WHERE app_id = $1::uuid AND day = $2::date AND counter = ANY($3::text[])`;
 const PUT = `
   WITH depth AS (
     SELECT count(*)::int AS n FROM (
@@ -84,9 +84,10 @@ fastify.get("/v1/queues", async () => {
 
 fastify.get("/v1/inference/models", async () => {
   const today = day();
-  const used = async (counter: string) => Number((await pool.query<{ used: number }>(USED, [appId, today, counter])).rows[0]?.used ?? 0);
-  const fast = await used("fast_tokens");
-  const embed = await used("embed_tokens");
+  const { rows } = await pool.query<{ counter: string; used: number }>(USED, [appId, today, ["fast_tokens", "embed_tokens"]]);
+  const used = (counter: string) => Number(rows.find((r) => r.counter === counter)?.used ?? 0);
+  const fast = used("fast_tokens");
+  const embed = used("embed_tokens");
   return {
     models: [
       { name: "platform/fast", kind: "generate", tokensPerDay: 200_000, remainingToday: Math.max(0, 200_000 - fast) },

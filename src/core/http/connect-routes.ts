@@ -216,8 +216,11 @@ function contextFor(m: FastMethod, protocolName: string, req: FastifyRequest, re
     responseHeader,
     ...(responseTrailer ? { responseTrailer } : {}),
     contextValues: options.contextValues?.() ?? createContextValues(),
+    // Not the shutdown signal: the context is never aborted at the end of a
+    // call (that costs a DOMException each), so a listener on the server's
+    // long-lived signal would stay behind. As on the REST routes, a waiting
+    // call ends at shutdown through the facility's own signal.
     requestSignal: abort.signal,
-    shutdownSignal: options.shutdownSignal,
   });
   return { context, end: () => void (finished = true) };
 }
