@@ -299,7 +299,7 @@ async function serveGrpc(m: FastMethod, binary: boolean, bytes: Buffer, req: Fas
     { [protoGrpc.headerContentType]: binary ? protoGrpc.contentTypeProto : protoGrpc.contentTypeJson },
     { [protoGrpc.headerGrpcStatus]: protoGrpc.grpcStatusOk },
   );
-  const compression = compressionNegotiate(accept, null, headerValue(req.headers[protoGrpc.headerAcceptEncoding]), protoGrpc.headerAcceptEncoding);
+  const compression = compressionNegotiate(accept, null, headerValue(req.headers["grpc-accept-encoding"]), protoGrpc.headerAcceptEncoding);
   if (compression.response) context.responseHeader.set(protoGrpc.headerEncoding, compression.response.name);
   let frame: Uint8Array | undefined;
   try {
