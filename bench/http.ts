@@ -77,7 +77,7 @@ const OPERATIONS: Operation[] = [
   {
     key: "event_types_list",
     method: "GET",
-    rpc: AnalyticsService.method.listEventTypes as DescMethodUnary,
+    rpc: AnalyticsService.method.listEventTypes,
     rest: () => ({ path: "/v1/analytics/types" }),
     request: () => ({}),
     variants: 1,
@@ -85,7 +85,7 @@ const OPERATIONS: Operation[] = [
   {
     key: "queues_list",
     method: "GET",
-    rpc: QueueService.method.listQueues as DescMethodUnary,
+    rpc: QueueService.method.listQueues,
     rest: () => ({ path: "/v1/queues" }),
     request: () => ({}),
     variants: 1,
@@ -93,7 +93,7 @@ const OPERATIONS: Operation[] = [
   {
     key: "models_list",
     method: "GET",
-    rpc: InferenceService.method.listModels as DescMethodUnary,
+    rpc: InferenceService.method.listModels,
     rest: () => ({ path: "/v1/inference/models" }),
     request: () => ({}),
     variants: 1,
@@ -101,7 +101,7 @@ const OPERATIONS: Operation[] = [
   {
     key: "queue_put",
     method: "POST",
-    rpc: QueueService.method.putMessage as DescMethodUnary,
+    rpc: QueueService.method.putMessage,
     rest: (run, i) => ({ path: `/v1/queues/${putQueue(run, i)}`, body: { payload: PUT_PAYLOAD } }),
     request: (run, i) => ({ queue: putQueue(run, i), payload: fromJson(ValueSchema, PUT_PAYLOAD) }),
     variants: 50,

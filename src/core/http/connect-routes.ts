@@ -116,10 +116,10 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
 /** What `@connectrpc/connect-fastify` does for every request: the general handler. */
 async function general(uHandler: UniversalHandler, req: FastifyRequest, reply: FastifyReply, options: ConnectRoutesOptions, body: AsyncIterable<Uint8Array> | undefined) {
   try {
-    const uReq = universalRequestFromNodeRequest(req.raw as http.IncomingMessage, reply.raw as http.ServerResponse, body as never, options.contextValues?.());
+    const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.());
     const uRes = await uHandler(uReq);
     copyReplyHeaders(reply);
-    await universalResponseToNodeResponse(uRes, reply.raw as http.ServerResponse);
+    await universalResponseToNodeResponse(uRes, reply.raw);
   } catch (e) {
     if (ConnectError.from(e).code == Code.Aborted) return;
     console.error(`handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`, e);
@@ -205,13 +205,13 @@ function contextFor(m: FastMethod, protocolName: string, req: FastifyRequest, re
   reply.raw.once("close", () => {
     if (!finished) abort.abort(new ConnectError("operation was aborted", Code.Aborted));
   });
-  const authority = "authority" in req.raw ? req.raw.authority : (req.headers.host ?? "");
+  const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
   const context = createHandlerContext({
     service: m.method.parent,
     method: m.method,
     protocolName,
     requestMethod: "POST",
-    url: `http://${authority}${req.url}`,
+    url: `${"encrypted" in req.raw.socket && req.raw.socket.encrypted ? "https" : "http"}://${authority}${req.url}`,
     requestHeader: plainHeaders(req.headers),
     responseHeader,
     ...(responseTrailer ? { responseTrailer } : {}),
@@ -243,7 +243,7 @@ function end(nodeResponse: NodeResponse, status: number, headers: Headers, body:
     res.once("close", () => resolve());
     res.writeHead(status, nodeHeaders(headers));
     if (body && body.length > 0) res.write(body);
-    if (trailers) res.addTrailers(nodeHeaders(trailers) as http.OutgoingHttpHeaders);
+    if (trailers) res.addTrailers(nodeHeaders(trailers));
     res.end(() => resolve());
   });
 }
