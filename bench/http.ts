@@ -18,7 +18,10 @@
  * One load generator for all (`http-load.ts`): BENCH_CONCURRENCY (64) requests
  * in flight (HTTP/1.1: as many connections; HTTP/2: over BENCH_H2_SESSIONS (4)
  * sessions), BENCH_WARMUP_SECONDS (1) uncounted, then BENCH_SECONDS (4) counted,
- * one run after the other (the baseline first for each operation).
+ * one run after the other (the baseline first for each operation). Each run's
+ * log line also gives the server's CPU time per request (user + system, from
+ * /proc, warm-up included): on a busy machine a steadier comparison than
+ * requests per second.
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
  * for operations `event_types_list`, `queues_list`, `models_list`, `queue_put`
