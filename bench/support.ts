@@ -36,12 +36,18 @@ export interface ServiceOptions {
  * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR".
  * Resolves once `/health` answers.
  */
+/** The node flags and entry point of `npm start` (`[exec] node <flags> <entry>`: what follows `node`). */
+export async function startCommandArgs(): Promise<{ flags: string[]; entry: string }> {
+  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const words = startScript.split(" ").filter(Boolean);
+  const args = words.slice(words.indexOf("node") + 1);
+  return { flags: args.slice(0, -1), entry: args[args.length - 1] };
+}
+
 export async function startService(options: ServiceOptions): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
-  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
-  // `[exec] node <flags> <entry>`: keep what follows `node`.
-  const words = startScript.split(" ").filter(Boolean);
-  const startArgs = words.slice(words.indexOf("node") + 1);
+  const { flags, entry } = await startCommandArgs();
+  const startArgs = [...flags, entry];
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
     cwd: root,

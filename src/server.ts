@@ -5,7 +5,6 @@
  */
 import fs from "node:fs";
 import type { FastifyInstance } from "fastify";
-import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { AUTH_CHANGED_CHANNEL, createAuthenticator, type Authenticator } from "./core/auth.ts";
@@ -17,6 +16,7 @@ import { createHousekeeping, type Housekeeping } from "./core/housekeeping.ts";
 import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
+import { registerConnectRoutes } from "./core/http/connect-routes.ts";
 import { createHttpServer } from "./core/http/http-server.ts";
 import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
@@ -110,11 +110,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   // Connect first: its scope replaces every content-type parser, which it can
   // only do while the root still has the built-in ones.
-  await fastify.register(fastifyConnectPlugin, {
+  await registerConnectRoutes(fastify, {
     routes: (router: ConnectRouter) => {
       for (const facility of all) router.service(facility.service, facility.impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
     },
+    services: all,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,

@@ -4,7 +4,7 @@
  * store. Every SQL statement on `analytics_event_types` lives here.
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
-import type { Db, Timestamp } from "../core/database/index.ts";
+import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
 
 export interface AnalyticsEventTypesTable {
   app_id: string;
@@ -65,7 +65,7 @@ export function createEventTypeStore(database: Db): EventTypeStore {
     },
 
     async list(appId) {
-      const result = await sql<Row>`
+      const result = await sql<Row>`${PREPARED}
         SELECT name, properties, created_at, updated_at FROM analytics_event_types
         WHERE app_id = ${appId}::uuid ORDER BY name`.execute(db);
       return result.rows.map(fromRow);

@@ -67,16 +67,18 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
   return {
     async listModels(_req: unknown, context: HandlerContext) {
       const app = appOf(context);
-      const entry = async (name: string, kind: ModelKind, counter: "fast_tokens" | "embed_tokens", cap: number) => ({
+      // Both counters in one round trip.
+      const [fastUsed, embedUsed] = await quotas.usedMany(app.id, ["fast_tokens", "embed_tokens"]);
+      const entry = (name: string, kind: ModelKind, cap: number, used: number) => ({
         name,
         kind,
         tokensPerDay: BigInt(cap),
-        remainingToday: BigInt(Math.max(0, cap - (await quotas.used(app.id, counter)))),
+        remainingToday: BigInt(Math.max(0, cap - used)),
       });
       return {
         models: [
-          await entry(FAST_MODEL, ModelKind.GENERATE, "fast_tokens", app.limits.fastTokensPerDay),
-          await entry(EMBED_MODEL, ModelKind.EMBED, "embed_tokens", app.limits.embedTokensPerDay),
+          entry(FAST_MODEL, ModelKind.GENERATE, app.limits.fastTokensPerDay, fastUsed),
+          entry(EMBED_MODEL, ModelKind.EMBED, app.limits.embedTokensPerDay, embedUsed),
         ],
       };
     },

@@ -406,7 +406,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async list(appId) {
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<Row>`${PREPARED}
         SELECT queue,
                count(*) FILTER (WHERE ${WAITING})::int AS depth,
                count(*) FILTER (WHERE deliveries > 0 AND visible_at > now())::int AS in_flight,

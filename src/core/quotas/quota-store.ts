@@ -4,7 +4,7 @@
  * concurrent requests can never overspend a cap.
  */
 import { sql, type Kysely } from "kysely";
-import type { Db } from "../database/index.ts";
+import { PREPARED, type Db } from "../database/index.ts";
 
 export interface QuotaUsageTable {
   app_id: string;
@@ -24,6 +24,8 @@ export interface QuotaStore {
   /** Adds `delta` (may be negative), never going below zero; the new total (0 when there is no row). */
   adjust(appId: string, day: string, counter: string, delta: number): Promise<number>;
   used(appId: string, day: string, counter: string): Promise<number>;
+  /** The named counters of one app and day in one statement (0 for a counter without a row). */
+  usedMany(appId: string, day: string, counters: readonly string[]): Promise<number[]>;
   /** Every app's use on one day (apps without use have no rows). */
   usedOn(day: string): Promise<{ appId: string; counter: string; used: number }[]>;
   /** One app's use per day from `fromDay` on (days without use have no rows). */
@@ -64,6 +66,14 @@ export function createQuotaStore(database: Db): QuotaStore {
         .where("counter", "=", counter)
         .executeTakeFirst();
       return Number(row?.used ?? 0);
+    },
+
+    async usedMany(appId, day, counters) {
+      const { rows } = await sql<{ counter: string; used: number }>`${PREPARED}
+        SELECT counter, used FROM quota_usage
+        WHERE app_id = ${appId}::uuid AND day = ${day}::date AND counter = ANY(${[...counters]}::text[])`.execute(db);
+      const used = new Map(rows.map((r) => [r.counter, Number(r.used)]));
+      return counters.map((c) => used.get(c) ?? 0);
     },
 
     async usedOn(day) {

@@ -35,6 +35,8 @@ export interface Quotas {
   release(reservation: Reservation): Promise<void>;
   /** What was used today. */
   used(appId: string, counter: QuotaCounter): Promise<number>;
+  /** What was used today of each of `counters`, in order, read in one statement. */
+  usedMany(appId: string, counters: readonly QuotaCounter[]): Promise<number[]>;
   /** Today's use of every app that used anything today: app id → counter → used. */
   usedToday(): Promise<Map<string, Map<QuotaCounter, number>>>;
   /**
@@ -143,6 +145,10 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
 
     async used(appId, counter) {
       return store.used(appId, utcDay(clock()), counter);
+    },
+
+    async usedMany(appId, counters) {
+      return store.usedMany(appId, utcDay(clock()), counters);
     },
   };
 }
