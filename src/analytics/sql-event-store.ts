@@ -13,6 +13,10 @@
  *   carries adds one to `(prop, value)`. A count grouped by `p` reads the
  *   totals and the `p` rows: the `null` group is the total less the events
  *   that carry `p`.
+ * - Rollup rows are kept in slots (`slot`, part of the key; see `SlotPicker`):
+ *   concurrent batches of one instance upsert into different slots, so
+ *   batches spread over many days, which share nearly every bucket, do not
+ *   queue on each other's row locks. A bucket's count is the sum of its slots.
  *
  * A query over `[since, until)` is cut into pieces, each read from the
  * coarsest source that is exact for it: whole UTC days from the daily
@@ -45,6 +49,8 @@ export interface AnalyticsHourlyTable {
   hour: Timestamp;
   value: string;
   n: number;
+  /** Which writer's row (see `SlotPicker`); a bucket's count sums its slots. */
+  slot: number;
 }
 
 /** The same per UTC day. */
@@ -55,6 +61,7 @@ export interface AnalyticsDailyTable {
   day: Timestamp;
   value: string;
   n: number;
+  slot: number;
 }
 
 export type AnalyticsEventTables = {
@@ -143,48 +150,97 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   return rows;
 }
 
-export function createSqlEventStore(database: Db): EventStore {
+/** Rollup slots of one instance on PostgreSQL: enough for the pool's concurrent batches to rarely share one. */
+export const POSTGRES_ROLLUP_SLOTS = 8;
+
+export interface SlotPicker {
+  /** The slot with the fewest batches in flight (the lowest such); give it back with `release`. */
+  acquire(): number;
+  release(slot: number): void;
+}
+
+/**
+ * Hands each batch in flight a rollup slot of its own while there are enough:
+ * two batches in the same slot would wait on each other's row locks for the
+ * buckets they share (every bucket, for batches spread over a month). A lone
+ * writer always gets the same slot, so rows multiply only with concurrency.
+ * Slots are numbered from a random offset per instance, so that instances
+ * sharing a database mostly write different slots too.
+ */
+export function createSlotPicker(slots: number, offset = Math.floor(Math.random() * slots)): SlotPicker {
+  const inFlight = new Array<number>(slots).fill(0);
+  return {
+    acquire() {
+      let best = 0;
+      for (let i = 1; i < slots; i++) if (inFlight[i] < inFlight[best]) best = i;
+      inFlight[best]++;
+      return (best + offset) % slots;
+    },
+    release(slot) {
+      inFlight[(slot - offset + slots) % slots]--;
+    },
+  };
+}
+
+export interface SqlEventStoreOptions {
+  /**
+   * How many rollup slots this instance writes (default 1). PostgreSQL:
+   * `POSTGRES_ROLLUP_SLOTS`; PGlite runs one statement at a time, so one slot.
+   */
+  slots?: number;
+}
+
+export function createSqlEventStore(database: Db, options: SqlEventStoreOptions = {}): EventStore {
   const db: EventDb = database.withTables<AnalyticsEventTables>();
+  const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
+  const insertBatch = async (appId: string, events: readonly StoredEvent[], slot: number): Promise<void> => {
+    const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
+    const h = rollupRows(events, HOUR_MS);
+    const d = rollupRows(events, DAY_MS);
+    // One statement, three tables: the inserts run as data-modifying CTEs,
+    // so the batch and its rollups commit together or not at all. Each step
+    // waits for the one before (`count(*)` of its RETURNING): the raw rows go
+    // first, and the rollup rows that concurrent batches share are locked
+    // last, so those locks are held for as short a time as possible.
+    await guarded(() =>
+      sql`
+        WITH raw AS (
+          INSERT INTO analytics_events (app_id, type, at, properties)
+          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
+          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
+          RETURNING 1
+        ), raw_done AS (
+          SELECT count(*) AS c FROM raw
+        ), hourly AS (
+          INSERT INTO analytics_hourly AS r (app_id, type, prop, hour, value, n, slot)
+          SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 hour', x.v, x.n, ${slot}::smallint
+          FROM raw_done, unnest(${h.types}::text[], ${h.props}::text[], ${h.buckets}::bigint[], ${h.values}::text[], ${h.counts}::bigint[])
+            AS x(t, k, b, v, n)
+          ON CONFLICT (app_id, type, prop, hour, value, slot) DO UPDATE SET n = r.n + excluded.n
+          RETURNING 1
+        ), hourly_done AS (
+          SELECT count(*) AS c FROM hourly
+        )
+        INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, n, slot)
+        SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 day', x.v, x.n, ${slot}::smallint
+        FROM hourly_done, unnest(${d.types}::text[], ${d.props}::text[], ${d.buckets}::bigint[], ${d.values}::text[], ${d.counts}::bigint[])
+          AS x(t, k, b, v, n)
+        ON CONFLICT (app_id, type, prop, day, value, slot) DO UPDATE SET n = r.n + excluded.n`.execute(db),
+    );
+  };
+
   return {
     kind: "sql",
 
     async insert(appId, events) {
       if (events.length === 0) return;
-      const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
-      const h = rollupRows(events, HOUR_MS);
-      const d = rollupRows(events, DAY_MS);
-      // One statement, three tables: the inserts run as data-modifying CTEs,
-      // so the batch and its rollups commit together or not at all. Each step
-      // waits for the one before (`count(*)` of its RETURNING): the raw rows go
-      // first, and the rollup rows that concurrent batches share are locked
-      // last, so those locks are held for as short a time as possible.
-      await guarded(() =>
-        sql`
-          WITH raw AS (
-            INSERT INTO analytics_events (app_id, type, at, properties)
-            SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
-            FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
-            RETURNING 1
-          ), raw_done AS (
-            SELECT count(*) AS c FROM raw
-          ), hourly AS (
-            INSERT INTO analytics_hourly AS r (app_id, type, prop, hour, value, n)
-            SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 hour', x.v, x.n
-            FROM raw_done, unnest(${h.types}::text[], ${h.props}::text[], ${h.buckets}::bigint[], ${h.values}::text[], ${h.counts}::bigint[])
-              AS x(t, k, b, v, n)
-            ON CONFLICT (app_id, type, prop, hour, value) DO UPDATE SET n = r.n + excluded.n
-            RETURNING 1
-          ), hourly_done AS (
-            SELECT count(*) AS c FROM hourly
-          )
-          INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, n)
-          SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 day', x.v, x.n
-          FROM hourly_done, unnest(${d.types}::text[], ${d.props}::text[], ${d.buckets}::bigint[], ${d.values}::text[], ${d.counts}::bigint[])
-            AS x(t, k, b, v, n)
-          ON CONFLICT (app_id, type, prop, day, value) DO UPDATE SET n = r.n + excluded.n`.execute(db),
-      );
+      const slot = slots.acquire();
+      try {
+        await insertBatch(appId, events, slot);
+      } finally {
+        slots.release(slot);
+      }
     },
-
     async count(q) {
       return guarded(() => countSql(db, q));
     },
