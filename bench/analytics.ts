@@ -146,7 +146,7 @@ async function main(): Promise<void> {
     const direct = new pg.Client({ connectionString: databaseUrl });
     await direct.connect();
     await direct.query("VACUUM ANALYZE analytics_events");
-    await direct.query("VACUUM ANALYZE analytics_hourly");
+    await direct.query("VACUUM ANALYZE analytics_daily");
 
     const since = Math.floor(oldest / DAY) * DAY;
     const queryBody = JSON.stringify({ type: "pageview", since, until: now, interval: "day", groupBy: "plan" });

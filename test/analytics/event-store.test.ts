@@ -74,6 +74,35 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
     expect(rows.reduce((n, r) => n + r.count, 0)).toBe(2000);
     expect(iso(rows)).toEqual(referenceCount(batches.flat(), { unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" }));
   });
+
+  it("counts exactly while many clients write the same buckets at once, and after retention", async () => {
+    const appId = crypto.randomUUID();
+    // 8 clients with 5 batches each, every batch spread over the same 5 days:
+    // each batch shares nearly every rollup row with every other one.
+    const clients = Array.from({ length: 8 }, (_, c) => Array.from({ length: 5 }, (_, b) => spreadEvents(200, 100 + c * 10 + b)));
+    await Promise.all(
+      clients.map(async (batches) => {
+        for (const batch of batches) await store.insert(appId, batch);
+      }),
+    );
+    const since = T("2024-02-26T07:20:00Z");
+    const until = T("2024-03-03T15:40:00Z");
+    const check = async (events: StoredEvent[]) => {
+      for (const unit of ["hour", "day", "week"] as const) {
+        for (const groupBy of [undefined, "plan"]) {
+          const query = { unit, since, until, groupBy };
+          const rows = await store.count({ appId, type: "signup", ...query });
+          expect(iso(rows), `${unit} ${groupBy}`).toEqual(referenceCount(events, query));
+        }
+      }
+    };
+    const events = clients.flat(2);
+    await check(events);
+    // Retention takes whole UTC days, in batches smaller than what it deletes.
+    const before = new Date(T("2024-02-29T00:00:00Z"));
+    while ((await store.deleteBefore(appId, before, 500)) === 500);
+    await check(events.filter((e) => e.at >= before.getTime()));
+  });
 }
 
 describe(`SQL event store (${backend})`, () => {
@@ -84,7 +113,9 @@ describe(`SQL event store (${backend})`, () => {
     db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
     await migrate(db.db);
     return {
-      store: createSqlEventStore(db.db),
+      // Fewer slots than concurrent batches: batches share slots (and wait on
+      // each other's row locks) as well as write different ones.
+      store: createSqlEventStore(db.db, { slots: 3 }),
       async close() {
         await db.close();
         await database.drop();
