@@ -90,6 +90,12 @@ async function guarded<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
+/**
+ * The element-wise sum of a row's hourly counts and the batch's, spelled out:
+ * a plain expression costs less per row than a subquery over `unnest`.
+ */
+const ADD_HOURS = sql.raw(`ARRAY[${Array.from({ length: 24 }, (_, i) => `r.hours[${i + 1}] + excluded.hours[${i + 1}]`).join(", ")}]`);
+
 export interface RollupRows {
   types: string[];
   props: string[];
@@ -203,7 +209,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     // the batch and its rollups commit together or not at all. The rollup
     // insert waits for the raw rows (`count(*)` of their RETURNING), so the
     // rollup rows are locked last and for as short a time as possible. An
-    // existing row adds the batch's hourly counts element by element.
+    // existing row adds the batch's hourly counts element by element (`ADD_HOURS`).
     await guarded(() =>
       sql`
         WITH raw AS (
@@ -220,7 +226,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
           AS x(t, k, d, v, n, h)
         ON CONFLICT (app_id, type, prop, day, value, slot) DO UPDATE
         SET n = r.n + excluded.n,
-            hours = ARRAY(SELECT a + b FROM unnest(r.hours, excluded.hours) WITH ORDINALITY AS u(a, b, i) ORDER BY i)`.execute(db),
+            hours = ${ADD_HOURS}`.execute(db),
     );
   };
 
