@@ -15,10 +15,10 @@
  *   the events that carry `p`. One row per day rather than one per hour: a
  *   batch spread over a month writes about a quarter as many rows.
  * - Rollup rows are kept in slots (`slot`, part of the key; see
- *   `createSlotPicker`): concurrent batches of one instance upsert into
- *   different slots, so batches spread over many days, which share nearly
- *   every row, do not queue on each other's row locks. A bucket's count is
- *   the sum of its slots.
+ *   `createSlotPicker`): concurrent wide batches (spread over many days, so
+ *   sharing nearly every row) upsert into different slots and do not queue
+ *   on each other's row locks; narrow ones (live traffic) share one slot. A
+ *   bucket's count is the sum of its slots.
  *
  * A query over `[since, until)` is cut into pieces, each read from the
  * coarsest source that is exact for it: whole UTC days from the days' totals
@@ -159,19 +159,30 @@ export function rollupRows(events: readonly StoredEvent[]): RollupRows {
   return rows;
 }
 
-/** Rollup slots of one instance on PostgreSQL: enough for the pool's concurrent batches to rarely share one. */
+/** Rollup slots of one instance on PostgreSQL: the shared one and 7 for wide batches, about the pool's concurrent batches. */
 export const POSTGRES_ROLLUP_SLOTS = 8;
 
+/**
+ * Batches with at most this many rollup rows (live traffic: a day or two,
+ * a few property values) write the shared slot: they hold few row locks for a
+ * short time, and sharing keeps a day's rows few, which keeps queries fast.
+ */
+export const SHARED_SLOT_MAX_ROWS = 100;
+
 export interface SlotPicker {
-  /** The slot with the fewest batches in flight (the lowest such); give it back with `release`. */
-  acquire(): number;
+  /**
+   * The shared slot for a narrow batch; for a wide one, the other slot with the
+   * fewest batches in flight (the lowest such). Give it back with `release`.
+   */
+  acquire(wide: boolean): number;
   release(slot: number): void;
 }
 
 /**
- * Hands each batch in flight a rollup slot of its own while there are enough:
- * two batches in the same slot would wait on each other's row locks for the
- * buckets they share (every bucket, for batches spread over a month). A lone
+ * Picks the rollup slot of a batch. A wide batch (a backfill spread over a
+ * month touches every day's rows) gets a slot of its own while there are
+ * enough: two wide batches in one slot would wait on each other's row locks
+ * for every bucket they share, so more clients would ingest slower. A lone
  * writer always gets the same slot, so rows multiply only with concurrency.
  * Slots are numbered from a random offset per instance, so that instances
  * sharing a database mostly write different slots too.
@@ -179,9 +190,12 @@ export interface SlotPicker {
 export function createSlotPicker(slots: number, offset = Math.floor(Math.random() * slots)): SlotPicker {
   const inFlight = new Array<number>(slots).fill(0);
   return {
-    acquire() {
+    acquire(wide) {
       let best = 0;
-      for (let i = 1; i < slots; i++) if (inFlight[i] < inFlight[best]) best = i;
+      if (wide && slots > 1) {
+        best = 1;
+        for (let i = 2; i < slots; i++) if (inFlight[i] < inFlight[best]) best = i;
+      }
       inFlight[best]++;
       return (best + offset) % slots;
     },
@@ -197,14 +211,25 @@ export interface SqlEventStoreOptions {
    * `POSTGRES_ROLLUP_SLOTS`; PGlite runs one statement at a time, so one slot.
    */
   slots?: number;
+  /** Batches with more rollup rows than this take a slot of their own (default `SHARED_SLOT_MAX_ROWS`). */
+  sharedSlotMaxRows?: number;
 }
 
 export function createSqlEventStore(database: Db, options: SqlEventStoreOptions = {}): EventStore {
   const db: EventDb = database.withTables<AnalyticsEventTables>();
   const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
-  const insertBatch = async (appId: string, events: readonly StoredEvent[], slot: number): Promise<void> => {
+  const sharedSlotMaxRows = options.sharedSlotMaxRows ?? SHARED_SLOT_MAX_ROWS;
+  const insertBatch = async (appId: string, events: readonly StoredEvent[]): Promise<void> => {
     const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
     const r = rollupRows(events);
+    const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
+    try {
+      await insertRows(appId, raw, r, slot);
+    } finally {
+      slots.release(slot);
+    }
+  };
+  const insertRows = async (appId: string, raw: string, r: RollupRows, slot: number): Promise<void> => {
     // One statement, two tables: the inserts run as data-modifying CTEs, so
     // the batch and its rollups commit together or not at all. The rollup
     // insert waits for the raw rows (`count(*)` of their RETURNING), so the
@@ -234,14 +259,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     kind: "sql",
 
     async insert(appId, events) {
-      if (events.length === 0) return;
-      const slot = slots.acquire();
-      try {
-        await insertBatch(appId, events, slot);
-      } finally {
-        slots.release(slot);
-      }
+      if (events.length > 0) await insertBatch(appId, events);
     },
+
     async count(q) {
       return guarded(() => countSql(db, q));
     },

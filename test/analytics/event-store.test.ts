@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
-import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
+import { createSqlEventStore, type AnalyticsEventTables } from "../../src/analytics/sql-event-store.ts";
 import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
 import { STORE_CASES, T, referenceCount, spreadEvents, type StoreCase } from "./store-cases.ts";
@@ -113,14 +113,34 @@ describe(`SQL event store (${backend})`, () => {
     db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
     await migrate(db.db);
     return {
-      // Fewer slots than concurrent batches: batches share slots (and wait on
-      // each other's row locks) as well as write different ones.
-      store: createSqlEventStore(db.db, { slots: 3 }),
+      // Fewer slots than concurrent batches, and a low bar for a wide batch:
+      // the spread batches below write the two wide slots, sharing them (and
+      // waiting on each other's row locks) as well as writing different ones;
+      // the small cases write the shared slot.
+      store: createSqlEventStore(db.db, { slots: 3, sharedSlotMaxRows: 20 }),
       async close() {
         await db.close();
         await database.drop();
       },
     };
+  });
+
+  it("writes concurrent wide batches into slots of their own, narrow ones into the shared slot, and counts each event once", async () => {
+    const store = createSqlEventStore(db.db, { slots: 4, sharedSlotMaxRows: 20 });
+    const appId = crypto.randomUUID();
+    const wide = Array.from({ length: 6 }, (_, i) => spreadEvents(200, 300 + i));
+    const narrow = Array.from({ length: 4 }, (_, i) => spreadEvents(3, 400 + i));
+    await Promise.all([...wide, ...narrow].map((batch) => store.insert(appId, batch)));
+    const slots = await db.db
+      .withTables<AnalyticsEventTables>()
+      .selectFrom("analytics_daily")
+      .select("slot")
+      .distinct()
+      .where("app_id", "=", appId)
+      .execute();
+    expect(slots).toHaveLength(4);
+    const query = { unit: "hour" as const, since: T("2024-02-27T00:00:00Z"), until: T("2024-03-03T00:00:00Z"), groupBy: "plan" };
+    expect(iso(await store.count({ appId, type: "signup", ...query }))).toEqual(referenceCount([...wide, ...narrow].flat(), query));
   });
 });
 

@@ -87,18 +87,25 @@ describe("rollupRows", () => {
 });
 
 describe("createSlotPicker", () => {
-  it("gives concurrent batches different slots, and a lone writer always the same one", () => {
+  it("gives narrow batches the shared slot, concurrent wide ones a slot each, and a lone wide writer always the same one", () => {
     const picker = createSlotPicker(4, 2);
-    const a = picker.acquire();
+    const shared = picker.acquire(false);
+    expect(picker.acquire(false)).toBe(shared);
+    const a = picker.acquire(true);
     picker.release(a);
-    expect(picker.acquire()).toBe(a);
-    const held = [a, picker.acquire(), picker.acquire(), picker.acquire()];
-    expect(new Set(held).size).toBe(4);
-    expect(held.every((s) => s >= 0 && s < 4)).toBe(true);
-    // A fifth batch shares a slot; once one is given back, the next gets that one.
-    const fifth = picker.acquire();
-    expect(held).toContain(fifth);
-    picker.release(held[2]);
-    expect(picker.acquire()).toBe(held[2]);
+    expect(picker.acquire(true)).toBe(a);
+    const wide = [a, picker.acquire(true), picker.acquire(true)];
+    expect(new Set([shared, ...wide]).size).toBe(4);
+    expect(wide.every((s) => s >= 0 && s < 4)).toBe(true);
+    // A fourth wide batch shares a slot (not the shared one); once one is given back, the next gets that one.
+    const fourth = picker.acquire(true);
+    expect(wide).toContain(fourth);
+    picker.release(wide[2]);
+    expect(picker.acquire(true)).toBe(wide[2]);
+  });
+
+  it("has only the shared slot when there is one", () => {
+    const picker = createSlotPicker(1);
+    expect([picker.acquire(true), picker.acquire(false)]).toEqual([0, 0]);
   });
 });
