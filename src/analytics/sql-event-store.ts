@@ -119,16 +119,16 @@ export function rollupRows(events: readonly StoredEvent[]): RollupRows {
   const tree = new Map<string, Map<string, Days>>();
   const bump = (props: Map<string, Days>, prop: string, day: number, hour: number, value: string) => {
     let days = props.get(prop);
-    if (!days) props.set(prop, (days = new Map()));
+    if (!days) props.set(prop, (days = new Map<number, Map<string, number[]>>()));
     let values = days.get(day);
-    if (!values) days.set(day, (values = new Map()));
+    if (!values) days.set(day, (values = new Map<string, number[]>()));
     let hours = values.get(value);
     if (!hours) values.set(value, (hours = new Array<number>(24).fill(0)));
     hours[hour]++;
   };
   for (const e of events) {
     let props = tree.get(e.type);
-    if (!props) tree.set(e.type, (props = new Map()));
+    if (!props) tree.set(e.type, (props = new Map<string, Days>()));
     const day = Math.floor(e.at / DAY_MS);
     const hour = Math.floor((e.at - day * DAY_MS) / HOUR_MS);
     bump(props, "", day, hour, "");
