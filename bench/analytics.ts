@@ -10,9 +10,13 @@
  *    p50 of 50 runs; against the same count by a plain
  *    `SELECT date_trunc('day', at), properties->>'plan', count(*) ... GROUP BY` over the raw
  *    events in the same database, p50 of 50 runs.
+ * 4. Spread ingest: the same number of events, every batch spread over all 30 days (each
+ *    batch touches every day's rollup rows, the worst case), from 8 concurrent clients and
+ *    then from 1, each into an app of its own.
  *
  * The last line of output is one JSON object:
- * {"ingest_events_per_s","query_p50_ms","naive_sql_p50_ms","query_speedup"}.
+ * {"ingest_events_per_s","query_p50_ms","naive_sql_p50_ms","query_speedup",
+ *  "spread_ingest_events_per_s","spread_ingest_1_client_events_per_s"}.
  * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
  * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order).
  */
@@ -88,16 +92,20 @@ async function main(): Promise<void> {
     server = service.child;
     const base = service.url;
     const callAdmin = (rpc: string, body: unknown) => adminCall(base, adminToken, rpc, body);
-    const { app } = await callAdmin("CreateApp", { name: "bench" });
-    await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
-    const { token } = await callAdmin("IssueToken", { appId: app.id });
-    const call = async (method: string, p: string, body?: string) => {
-      const res = await fetch(base + p, { method, headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body });
-      const text = await res.text();
-      if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
-      return JSON.parse(text);
+    /** A new app with a token and the `pageview` type; a caller for its token. */
+    const newApp = async (name: string) => {
+      const { app } = await callAdmin("CreateApp", { name });
+      await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
+      const { token } = await callAdmin("IssueToken", { appId: app.id });
+      const call = async (method: string, p: string, body?: string) => {
+        const res = await fetch(base + p, { method, headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body });
+        const text = await res.text();
+        if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
+        return JSON.parse(text);
+      };
+      await call("POST", "/v1/analytics/types", JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }));
+      return { id: app.id as string, call };
     };
-    await call("POST", "/v1/analytics/types", JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }));
 
     // Every batch generated before the clock starts. As logged live, batches
     // arrive in time order: batch i holds the events of the i-th slice of the
@@ -109,44 +117,53 @@ async function main(): Promise<void> {
     const slice = (now - oldest) / batches;
     const random = process.env.BENCH_SPREAD === "random";
     const plans = Array.from({ length: 20 }, (_, i) => `plan-${String(i).padStart(2, "0")}`);
-    const bodies = Array.from({ length: batches }, (_, b) =>
-      JSON.stringify({
-        events: Array.from({ length: BATCH }, () => ({
-          type: "pageview",
-          at: random ? oldest + Math.floor(Math.random() * (now - oldest)) : Math.floor(oldest + (b + Math.random()) * slice),
-          properties: { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
-        })),
-      }),
-    );
+    const makeBodies = (spread: boolean) =>
+      Array.from({ length: batches }, (_, b) =>
+        JSON.stringify({
+          events: Array.from({ length: BATCH }, () => ({
+            type: "pageview",
+            at: spread ? oldest + Math.floor(Math.random() * (now - oldest)) : Math.floor(oldest + (b + Math.random()) * slice),
+            properties: { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
+          })),
+        }),
+      );
 
-    let next = 0;
-    let recorded = 0;
-    log(`ingesting ${batches * BATCH} events in batches of ${BATCH} over ${CLIENTS} clients...`);
-    const cpuBefore = { server: await cpuSeconds(server.pid!), postgres: await postgresCpuSeconds(), client: process.cpuUsage() };
-    const started = performance.now();
-    await Promise.all(
-      Array.from({ length: CLIENTS }, async () => {
-        while (next < batches) {
-          const i = next++;
-          const res = await call("POST", "/v1/analytics/events", bodies[i]);
-          recorded += res.recorded;
-        }
-      }),
-    );
-    const ingestSeconds = (performance.now() - started) / 1000;
-    const ingestRate = recorded / ingestSeconds;
-    log(`ingested ${recorded} events in ${ingestSeconds.toFixed(1)} s: ${Math.round(ingestRate)} events/s`);
-    const clientCpu = process.cpuUsage(cpuBefore.client);
-    log(
-      `CPU during ingest: service ${((await cpuSeconds(server.pid!)) - cpuBefore.server).toFixed(1)} s, ` +
-        `postgres ${((await postgresCpuSeconds()) - cpuBefore.postgres).toFixed(1)} s, ` +
-        `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0].toFixed(1)})`,
-    );
+    /** Posts every body over `clients` concurrent clients; events per second, with the CPU each side used. */
+    const ingest = async (label: string, call: (method: string, p: string, body?: string) => Promise<any>, bodies: string[], clients: number) => { // eslint-disable-line @typescript-eslint/no-explicit-any
+      let next = 0;
+      let recorded = 0;
+      log(`${label}: ingesting ${bodies.length * BATCH} events in batches of ${BATCH} over ${clients} clients...`);
+      const cpuBefore = { server: await cpuSeconds(server!.pid!), postgres: await postgresCpuSeconds(), client: process.cpuUsage() };
+      const started = performance.now();
+      await Promise.all(
+        Array.from({ length: clients }, async () => {
+          while (next < bodies.length) {
+            const i = next++;
+            const res = (await call("POST", "/v1/analytics/events", bodies[i])) as { recorded: number };
+            recorded += res.recorded;
+          }
+        }),
+      );
+      const seconds = (performance.now() - started) / 1000;
+      const rate = recorded / seconds;
+      log(`${label}: ingested ${recorded} events in ${seconds.toFixed(1)} s: ${Math.round(rate)} events/s`);
+      const clientCpu = process.cpuUsage(cpuBefore.client);
+      log(
+        `${label}: CPU during ingest: service ${((await cpuSeconds(server!.pid!)) - cpuBefore.server).toFixed(1)} s, ` +
+          `postgres ${((await postgresCpuSeconds()) - cpuBefore.postgres).toFixed(1)} s, ` +
+          `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0].toFixed(1)})`,
+      );
+      return rate;
+    };
+
+    const app = await newApp("bench");
+    const call = app.call;
+    const ingestRate = await ingest(random ? "spread" : "time-ordered", call, makeBodies(random), CLIENTS);
 
     const direct = new pg.Client({ connectionString: databaseUrl });
     await direct.connect();
     await direct.query("VACUUM ANALYZE analytics_events");
-    await direct.query("VACUUM ANALYZE analytics_hourly");
+    await direct.query("VACUUM ANALYZE analytics_daily");
 
     const since = Math.floor(oldest / DAY) * DAY;
     const queryBody = JSON.stringify({ type: "pageview", since, until: now, interval: "day", groupBy: "plan" });
@@ -179,6 +196,12 @@ async function main(): Promise<void> {
     log(`naive SQL: p50 ${p50(naiveTimes).toFixed(1)} ms, total ${naiveTotal}, ${RUNS} runs`);
     if (naiveTotal !== apiTotal) throw new Error(`the API counted ${apiTotal} events, plain SQL ${naiveTotal}`);
 
+    // Ingest spread over the 30 days (every batch touches every day: the rollups'
+    // worst case), once over 8 clients and once over 1, each into an app of its own.
+    const spreadBodies = makeBodies(true);
+    const spreadRate = await ingest("spread, 8 clients", (await newApp("bench-spread-8")).call, spreadBodies, 8);
+    const spread1Rate = await ingest("spread, 1 client", (await newApp("bench-spread-1")).call, spreadBodies, 1);
+
     const queryP50 = p50(apiTimes);
     const naiveP50 = p50(naiveTimes);
     const result = {
@@ -186,6 +209,8 @@ async function main(): Promise<void> {
       query_p50_ms: Math.round(queryP50 * 100) / 100,
       naive_sql_p50_ms: Math.round(naiveP50 * 100) / 100,
       query_speedup: Math.round((naiveP50 / queryP50) * 10) / 10,
+      spread_ingest_events_per_s: Math.round(spreadRate),
+      spread_ingest_1_client_events_per_s: Math.round(spread1Rate),
     };
     await cleanup();
     process.stdout.write(`${JSON.stringify(result)}\n`);

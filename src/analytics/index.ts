@@ -10,7 +10,7 @@ import { createAnalyticsService } from "./analytics-service.ts";
 import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore } from "./event-type-store.ts";
 import { createMongoEventStore } from "./mongo-event-store.ts";
-import { createSqlEventStore } from "./sql-event-store.ts";
+import { createSqlEventStore, POSTGRES_ROLLUP_SLOTS } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
 import { createAppStore } from "../core/apps/app-store.ts";
@@ -30,7 +30,7 @@ export function createEventStore(deps: Deps): EventStore {
   const { config } = deps;
   return config.mongodbUrl
     ? createMongoEventStore({ url: config.mongodbUrl, dbName: config.mongodbDb })
-    : createSqlEventStore(deps.db);
+    : createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
 }
 
 export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): AnalyticsFacility {

@@ -2,28 +2,34 @@
  * Events on the platform's Postgres/PGlite: every SQL statement of the
  * analytics events lives here.
  *
- * Three tables, written by ONE statement per batch (so they change together
- * or not at all; one multi-row insert per table):
+ * Two tables, written by ONE statement per batch (so they change together
+ * or not at all; one multi-row insert each):
  * - `analytics_events`: the raw events (app, type, at, properties as jsonb).
  *   Indexed on (app_id, type, at) for the edges of a range and for zones
  *   whose day does not start on a whole UTC hour.
- * - `analytics_hourly` and `analytics_daily`: rollups (app, type, prop,
- *   bucket start, value, n) per UTC hour and per UTC day, upserted from the
- *   same batch. `prop = ''` holds the bucket's total; every property an event
- *   carries adds one to `(prop, value)`. A count grouped by `p` reads the
- *   totals and the `p` rows: the `null` group is the total less the events
- *   that carry `p`.
+ * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
+ *   the day's count `n` and its 24 hourly counts `hours` (index 1 is 00:00
+ *   UTC), upserted from the same batch. `prop = ''` holds the total; every
+ *   property an event carries adds one to `(prop, value)`. A count grouped by
+ *   `p` reads the totals and the `p` rows: the `null` group is the total less
+ *   the events that carry `p`. One row per day rather than one per hour: a
+ *   batch spread over a month writes about a quarter as many rows.
+ * - Rollup rows are kept in slots (`slot`, part of the key; see
+ *   `createSlotPicker`): concurrent wide batches (spread over many days, so
+ *   sharing nearly every row) upsert into different slots and do not queue
+ *   on each other's row locks; narrow ones (live traffic) share one slot. A
+ *   bucket's count is the sum of its slots.
  *
  * A query over `[since, until)` is cut into pieces, each read from the
- * coarsest source that is exact for it: whole UTC days from the daily
- * rollups (UTC day, week and month buckets), whole hours from the hourly
- * rollups, and the partial hours at either end from the raw events. The cost
+ * coarsest source that is exact for it: whole UTC days from the days' totals
+ * (UTC day, week and month buckets), whole hours from the days' hourly
+ * counts, and the partial hours at either end from the raw events. The cost
  * grows with days × values, not with events. Buckets in a zone are sums of
  * whole UTC hours when every bucket boundary in the range falls on a whole
  * UTC hour (true for Europe/Berlin or America/New_York across DST);
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
-import { sql, type ColumnType, type Kysely } from "kysely";
+import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { isUtc } from "./buckets.ts";
@@ -37,29 +43,22 @@ export interface AnalyticsEventsTable {
   properties: ColumnType<Record<string, string>, string, string>;
 }
 
-/** Hourly counts per (type, property, value); `prop = ''` is the hour's total. */
-export interface AnalyticsHourlyTable {
-  app_id: string;
-  type: string;
-  prop: string;
-  hour: Timestamp;
-  value: string;
-  n: number;
-}
-
-/** The same per UTC day. */
+/** Counts per (type, property, UTC day, value); `prop = ''` is the day's total. */
 export interface AnalyticsDailyTable {
   app_id: string;
   type: string;
   prop: string;
   day: Timestamp;
   value: string;
+  /** Which writer's row (see `createSlotPicker`); a bucket's count sums its slots. */
+  slot: number;
   n: number;
+  /** The 24 hourly counts of the day, from 00:00 UTC. */
+  hours: number[];
 }
 
 export type AnalyticsEventTables = {
   analytics_events: AnalyticsEventsTable;
-  analytics_hourly: AnalyticsHourlyTable;
   analytics_daily: AnalyticsDailyTable;
 };
 
@@ -91,51 +90,68 @@ async function guarded<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
-interface RollupRows {
+/**
+ * The element-wise sum of a row's hourly counts and the batch's, spelled out:
+ * a plain expression costs less per row than a subquery over `unnest`.
+ */
+const ADD_HOURS = sql.raw(`ARRAY[${Array.from({ length: 24 }, (_, i) => `r.hours[${i + 1}] + excluded.hours[${i + 1}]`).join(", ")}]`);
+
+export interface RollupRows {
   types: string[];
   props: string[];
-  /** Bucket start as a count of buckets since the epoch. */
-  buckets: number[];
+  /** UTC day as a count of days since the epoch. */
+  days: number[];
   values: string[];
+  /** The day's count. */
   counts: number[];
+  /** The 24 hourly counts, as Postgres array literals (`{0,2,...}`). */
+  hours: string[];
 }
 
 /**
- * The rollup rows of a batch for buckets of `spanMs`, summed and sorted in the
- * primary key's order, so that concurrent batches lock the rows they share in
- * the same order (no deadlocks).
+ * The rollup rows of a batch, summed per (type, property, UTC day, value) and
+ * sorted in the primary key's order, so that batches that do share a slot lock
+ * the rows they share in the same order (no deadlocks).
  */
-export function rollupRows(events: readonly StoredEvent[], spanMs: number): RollupRows {
-  // type -> prop ('' for the total) -> bucket -> value -> n
-  const tree = new Map<string, Map<string, Map<number, Map<string, number>>>>();
-  const bump = (props: Map<string, Map<number, Map<string, number>>>, prop: string, bucket: number, value: string) => {
-    let buckets = props.get(prop);
-    if (!buckets) props.set(prop, (buckets = new Map<number, Map<string, number>>()));
-    let values = buckets.get(bucket);
-    if (!values) buckets.set(bucket, (values = new Map<string, number>()));
-    values.set(value, (values.get(value) ?? 0) + 1);
+export function rollupRows(events: readonly StoredEvent[]): RollupRows {
+  // type -> prop ('' for the total) -> day -> value -> hourly counts
+  type Days = Map<number, Map<string, number[]>>;
+  const tree = new Map<string, Map<string, Days>>();
+  const bump = (props: Map<string, Days>, prop: string, day: number, hour: number, value: string) => {
+    let days = props.get(prop);
+    if (!days) props.set(prop, (days = new Map<number, Map<string, number[]>>()));
+    let values = days.get(day);
+    if (!values) days.set(day, (values = new Map<string, number[]>()));
+    let hours = values.get(value);
+    if (!hours) values.set(value, (hours = new Array<number>(24).fill(0)));
+    hours[hour]++;
   };
   for (const e of events) {
     let props = tree.get(e.type);
-    if (!props) tree.set(e.type, (props = new Map<string, Map<number, Map<string, number>>>()));
-    const bucket = Math.floor(e.at / spanMs);
-    bump(props, "", bucket, "");
-    for (const prop in e.properties) bump(props, prop, bucket, e.properties[prop]);
+    if (!props) tree.set(e.type, (props = new Map<string, Days>()));
+    const day = Math.floor(e.at / DAY_MS);
+    const hour = Math.floor((e.at - day * DAY_MS) / HOUR_MS);
+    bump(props, "", day, hour, "");
+    for (const prop in e.properties) bump(props, prop, day, hour, e.properties[prop]);
   }
-  const rows: RollupRows = { types: [], props: [], buckets: [], values: [], counts: [] };
+  const rows: RollupRows = { types: [], props: [], days: [], values: [], counts: [], hours: [] };
   const byString = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
   for (const type of [...tree.keys()].sort(byString)) {
     const props = tree.get(type)!;
     for (const prop of [...props.keys()].sort(byString)) {
-      const buckets = props.get(prop)!;
-      for (const bucket of [...buckets.keys()].sort((a, b) => a - b)) {
-        const values = buckets.get(bucket)!;
+      const days = props.get(prop)!;
+      for (const day of [...days.keys()].sort((a, b) => a - b)) {
+        const values = days.get(day)!;
         for (const value of [...values.keys()].sort(byString)) {
+          const hours = values.get(value)!;
+          let n = 0;
+          for (const c of hours) n += c;
           rows.types.push(type);
           rows.props.push(prop);
-          rows.buckets.push(bucket);
+          rows.days.push(day);
           rows.values.push(value);
-          rows.counts.push(values.get(value)!);
+          rows.counts.push(n);
+          rows.hours.push(`{${hours.join(",")}}`);
         }
       }
     }
@@ -143,46 +159,107 @@ export function rollupRows(events: readonly StoredEvent[], spanMs: number): Roll
   return rows;
 }
 
-export function createSqlEventStore(database: Db): EventStore {
+/** Rollup slots of one instance on PostgreSQL: the shared one and 7 for wide batches, about the pool's concurrent batches. */
+export const POSTGRES_ROLLUP_SLOTS = 8;
+
+/**
+ * Batches with at most this many rollup rows (live traffic: a day or two,
+ * a few property values) write the shared slot: they hold few row locks for a
+ * short time, and sharing keeps a day's rows few, which keeps queries fast.
+ */
+export const SHARED_SLOT_MAX_ROWS = 100;
+
+export interface SlotPicker {
+  /**
+   * The shared slot for a narrow batch; for a wide one, the other slot with the
+   * fewest batches in flight (the lowest such). Give it back with `release`.
+   */
+  acquire(wide: boolean): number;
+  release(slot: number): void;
+}
+
+/**
+ * Picks the rollup slot of a batch. A wide batch (a backfill spread over a
+ * month touches every day's rows) gets a slot of its own while there are
+ * enough: two wide batches in one slot would wait on each other's row locks
+ * for every bucket they share, so more clients would ingest slower. A lone
+ * writer always gets the same slot, so rows multiply only with concurrency.
+ * Slots are numbered from a random offset per instance, so that instances
+ * sharing a database mostly write different slots too.
+ */
+export function createSlotPicker(slots: number, offset = Math.floor(Math.random() * slots)): SlotPicker {
+  const inFlight = new Array<number>(slots).fill(0);
+  return {
+    acquire(wide) {
+      let best = 0;
+      if (wide && slots > 1) {
+        best = 1;
+        for (let i = 2; i < slots; i++) if (inFlight[i] < inFlight[best]) best = i;
+      }
+      inFlight[best]++;
+      return (best + offset) % slots;
+    },
+    release(slot) {
+      inFlight[(slot - offset + slots) % slots]--;
+    },
+  };
+}
+
+export interface SqlEventStoreOptions {
+  /**
+   * How many rollup slots this instance writes (default 1). PostgreSQL:
+   * `POSTGRES_ROLLUP_SLOTS`; PGlite runs one statement at a time, so one slot.
+   */
+  slots?: number;
+  /** Batches with more rollup rows than this take a slot of their own (default `SHARED_SLOT_MAX_ROWS`). */
+  sharedSlotMaxRows?: number;
+}
+
+export function createSqlEventStore(database: Db, options: SqlEventStoreOptions = {}): EventStore {
   const db: EventDb = database.withTables<AnalyticsEventTables>();
+  const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
+  const sharedSlotMaxRows = options.sharedSlotMaxRows ?? SHARED_SLOT_MAX_ROWS;
+  const insertBatch = async (appId: string, events: readonly StoredEvent[]): Promise<void> => {
+    const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
+    const r = rollupRows(events);
+    const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
+    try {
+      await insertRows(appId, raw, r, slot);
+    } finally {
+      slots.release(slot);
+    }
+  };
+  const insertRows = async (appId: string, raw: string, r: RollupRows, slot: number): Promise<void> => {
+    // One statement, two tables: the inserts run as data-modifying CTEs, so
+    // the batch and its rollups commit together or not at all. The rollup
+    // insert waits for the raw rows (`count(*)` of their RETURNING), so the
+    // rollup rows are locked last and for as short a time as possible. An
+    // existing row adds the batch's hourly counts element by element (`ADD_HOURS`).
+    await guarded(() =>
+      sql`
+        WITH raw AS (
+          INSERT INTO analytics_events (app_id, type, at, properties)
+          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
+          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
+          RETURNING 1
+        ), raw_done AS (
+          SELECT count(*) AS c FROM raw
+        )
+        INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, slot, n, hours)
+        SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.d * interval '1 day', x.v, ${slot}::smallint, x.n, x.h::bigint[]
+        FROM raw_done, unnest(${r.types}::text[], ${r.props}::text[], ${r.days}::bigint[], ${r.values}::text[], ${r.counts}::bigint[], ${r.hours}::text[])
+          AS x(t, k, d, v, n, h)
+        ON CONFLICT (app_id, type, prop, day, value, slot) DO UPDATE
+        SET n = r.n + excluded.n,
+            hours = ${ADD_HOURS}`.execute(db),
+    );
+  };
+
   return {
     kind: "sql",
 
     async insert(appId, events) {
-      if (events.length === 0) return;
-      const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
-      const h = rollupRows(events, HOUR_MS);
-      const d = rollupRows(events, DAY_MS);
-      // One statement, three tables: the inserts run as data-modifying CTEs,
-      // so the batch and its rollups commit together or not at all. Each step
-      // waits for the one before (`count(*)` of its RETURNING): the raw rows go
-      // first, and the rollup rows that concurrent batches share are locked
-      // last, so those locks are held for as short a time as possible.
-      await guarded(() =>
-        sql`
-          WITH raw AS (
-            INSERT INTO analytics_events (app_id, type, at, properties)
-            SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
-            FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
-            RETURNING 1
-          ), raw_done AS (
-            SELECT count(*) AS c FROM raw
-          ), hourly AS (
-            INSERT INTO analytics_hourly AS r (app_id, type, prop, hour, value, n)
-            SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 hour', x.v, x.n
-            FROM raw_done, unnest(${h.types}::text[], ${h.props}::text[], ${h.buckets}::bigint[], ${h.values}::text[], ${h.counts}::bigint[])
-              AS x(t, k, b, v, n)
-            ON CONFLICT (app_id, type, prop, hour, value) DO UPDATE SET n = r.n + excluded.n
-            RETURNING 1
-          ), hourly_done AS (
-            SELECT count(*) AS c FROM hourly
-          )
-          INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, n)
-          SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.b * interval '1 day', x.v, x.n
-          FROM hourly_done, unnest(${d.types}::text[], ${d.props}::text[], ${d.buckets}::bigint[], ${d.values}::text[], ${d.counts}::bigint[])
-            AS x(t, k, b, v, n)
-          ON CONFLICT (app_id, type, prop, day, value) DO UPDATE SET n = r.n + excluded.n`.execute(db),
-      );
+      if (events.length > 0) await insertBatch(appId, events);
     },
 
     async count(q) {
@@ -190,13 +267,12 @@ export function createSqlEventStore(database: Db): EventStore {
     },
 
     async deleteBefore(appId, before, batch) {
-      // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole hours and days after them.
+      // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
       const raw = await sql`
         DELETE FROM analytics_events WHERE ctid = ANY (ARRAY(
           SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(db);
       const removed = Number(raw.numAffectedRows ?? 0);
       if (removed < batch) {
-        await db.deleteFrom("analytics_hourly").where("app_id", "=", appId).where("hour", "<", before).execute();
         await db.deleteFrom("analytics_daily").where("app_id", "=", appId).where("day", "<", before).execute();
       }
       return removed;
@@ -214,18 +290,18 @@ type Range = [number, number];
 /** The non-empty ranges among `ranges`. */
 const nonEmpty = (...ranges: Range[]): Range[] => ranges.filter(([from, to]) => from < to);
 
-/** `(col >= a AND col < b) OR ...` over the given ranges of a timestamptz column. */
-function inRanges(column: "at" | "hour" | "day", ranges: Range[]) {
-  const col = sql.ref(column);
+/** `(x >= a AND x < b) OR ...` over the given ranges of a timestamptz expression (a column or the hour of an hourly count). */
+function inRanges(expression: "at" | "day" | RawBuilder<Date>, ranges: Range[]) {
+  const x = typeof expression === "string" ? sql.ref(expression) : expression;
   return sql.join(
-    ranges.map(([from, to]) => sql`(${col} >= ${new Date(from)} AND ${col} < ${new Date(to)})`),
+    ranges.map(([from, to]) => sql`(${x} >= ${new Date(from)} AND ${x} < ${new Date(to)})`),
     sql` OR `,
   );
 }
 
 /**
  * Cuts `[since, until)` into the pieces each source counts exactly: raw
- * events for the partial hours at the ends, hourly rollups for whole hours,
+ * events for the partial hours at the ends, the days' hourly counts for whole hours,
  * daily rollups for whole UTC days (when the buckets are UTC days or coarser).
  */
 export function planPieces(q: CountQuery, hourlyExact: boolean): { raw: Range[]; hourly: Range[]; daily: Range[] } {
@@ -277,11 +353,15 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
     );
   }
   if (pieces.hourly.length > 0) {
+    // Each hour of the days that hold the pieces, from the days' hourly counts.
+    const hour = sql<Date>`(day + (u.i - 1) * interval '1 hour')`;
+    const days = pieces.hourly.map(([from, to]): Range => [Math.floor(from / DAY_MS) * DAY_MS, to]);
     work.push(
       sql<{ b: Date; prop: string; value: string; n: number }>`
-        SELECT date_trunc(${q.unit}, hour, ${zone}) AS b, prop, value, sum(n)::bigint AS n
-        FROM analytics_hourly
-        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND prop = ANY(${props}::text[]) AND (${inRanges("hour", pieces.hourly)})
+        SELECT date_trunc(${q.unit}, ${hour}, ${zone}) AS b, prop, value, sum(u.n)::bigint AS n
+        FROM analytics_daily, unnest(hours) WITH ORDINALITY AS u(n, i)
+        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND prop = ANY(${props}::text[]) AND (${inRanges("day", days)})
+          AND u.n <> 0 AND (${inRanges(hour, pieces.hourly)})
         GROUP BY 1, 2, 3`
         .execute(db)
         .then((r) => addRollups(r.rows)),
@@ -313,7 +393,7 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
 
 /**
  * True when every bucket boundary of the range, as Postgres computes it in
- * `zone`, is a whole UTC hour, so that buckets are exact sums of hourly rollups.
+ * `zone`, is a whole UTC hour, so that buckets are exact sums of hourly counts.
  */
 async function boundariesOnWholeHours(db: EventDb, q: CountQuery, zone: string): Promise<boolean> {
   const step = `1 ${q.unit}`;

@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
-import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
+import { createSqlEventStore, type AnalyticsEventTables } from "../../src/analytics/sql-event-store.ts";
 import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
 import { STORE_CASES, T, referenceCount, spreadEvents, type StoreCase } from "./store-cases.ts";
@@ -74,6 +74,35 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
     expect(rows.reduce((n, r) => n + r.count, 0)).toBe(2000);
     expect(iso(rows)).toEqual(referenceCount(batches.flat(), { unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" }));
   });
+
+  it("counts exactly while many clients write the same buckets at once, and after retention", async () => {
+    const appId = crypto.randomUUID();
+    // 8 clients with 5 batches each, every batch spread over the same 5 days:
+    // each batch shares nearly every rollup row with every other one.
+    const clients = Array.from({ length: 8 }, (_, c) => Array.from({ length: 5 }, (_, b) => spreadEvents(200, 100 + c * 10 + b)));
+    await Promise.all(
+      clients.map(async (batches) => {
+        for (const batch of batches) await store.insert(appId, batch);
+      }),
+    );
+    const since = T("2024-02-26T07:20:00Z");
+    const until = T("2024-03-03T15:40:00Z");
+    const check = async (events: StoredEvent[]) => {
+      for (const unit of ["hour", "day", "week"] as const) {
+        for (const groupBy of [undefined, "plan"]) {
+          const query = { unit, since, until, groupBy };
+          const rows = await store.count({ appId, type: "signup", ...query });
+          expect(iso(rows), `${unit} ${groupBy}`).toEqual(referenceCount(events, query));
+        }
+      }
+    };
+    const events = clients.flat(2);
+    await check(events);
+    // Retention takes whole UTC days, in batches smaller than what it deletes.
+    const before = new Date(T("2024-02-29T00:00:00Z"));
+    while ((await store.deleteBefore(appId, before, 500)) === 500);
+    await check(events.filter((e) => e.at >= before.getTime()));
+  });
 }
 
 describe(`SQL event store (${backend})`, () => {
@@ -84,12 +113,34 @@ describe(`SQL event store (${backend})`, () => {
     db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
     await migrate(db.db);
     return {
-      store: createSqlEventStore(db.db),
+      // Fewer slots than concurrent batches, and a low bar for a wide batch:
+      // the spread batches below write the two wide slots, sharing them (and
+      // waiting on each other's row locks) as well as writing different ones;
+      // the small cases write the shared slot.
+      store: createSqlEventStore(db.db, { slots: 3, sharedSlotMaxRows: 20 }),
       async close() {
         await db.close();
         await database.drop();
       },
     };
+  });
+
+  it("writes concurrent wide batches into slots of their own, narrow ones into the shared slot, and counts each event once", async () => {
+    const store = createSqlEventStore(db.db, { slots: 4, sharedSlotMaxRows: 20 });
+    const appId = crypto.randomUUID();
+    const wide = Array.from({ length: 6 }, (_, i) => spreadEvents(200, 300 + i));
+    const narrow = Array.from({ length: 4 }, (_, i) => spreadEvents(3, 400 + i));
+    await Promise.all([...wide, ...narrow].map((batch) => store.insert(appId, batch)));
+    const slots = await db.db
+      .withTables<AnalyticsEventTables>()
+      .selectFrom("analytics_daily")
+      .select("slot")
+      .distinct()
+      .where("app_id", "=", appId)
+      .execute();
+    expect(slots).toHaveLength(4);
+    const query = { unit: "hour" as const, since: T("2024-02-27T00:00:00Z"), until: T("2024-03-03T00:00:00Z"), groupBy: "plan" };
+    expect(iso(await store.count({ appId, type: "signup", ...query }))).toEqual(referenceCount([...wide, ...narrow].flat(), query));
   });
 });
 

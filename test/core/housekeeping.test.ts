@@ -154,7 +154,7 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
     // Two: the put, and the `secret.set` platform event on `_events`.
     expect((await t.server.housekeeping.runAll())["queue messages of deleted apps"]).toBe(2);
     const db = tables(t.server.deps.db);
-    for (const table of ["mail_log", "analytics_events", "analytics_hourly", "analytics_daily", "analytics_event_types", "secrets", "app_tokens", "quota_usage", "queue_messages"] as const) {
+    for (const table of ["mail_log", "analytics_events", "analytics_daily", "analytics_event_types", "secrets", "app_tokens", "quota_usage", "queue_messages"] as const) {
       const row = await db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as("n")).where("app_id", "=", app.id).executeTakeFirstOrThrow();
       expect([table, Number(row.n)]).toEqual([table, 0]);
     }
