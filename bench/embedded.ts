@@ -47,6 +47,7 @@ interface Figures {
   first_start_ms: number;
   restart_ms: number;
   queues_msgs_per_s: number;
+  queues_cpu_ms_per_msg: number;
   first_start_cpu_ms: number;
   restart_cpu_ms: number;
   health_ms: number;
@@ -209,8 +210,12 @@ async function lightUse(url: string, adminToken: string): Promise<{ token: strin
   return { token: token as string };
 }
 
-/** Part 4: put -> consume -> ack over REST, as part 1 of bench:queues; acks per second. */
-async function queueThroughput(url: string, token: string): Promise<number> {
+/**
+ * Part 4: put -> consume -> ack over REST, as part 1 of bench:queues; acks per
+ * second, and the server's CPU time per acked message (steadier than the rate
+ * on a machine shared with other work).
+ */
+async function queueThroughput(url: string, token: string, pid: number): Promise<{ perS: number; cpuMsPerMsg: number }> {
   const client = jsonClient(url, token, PRODUCERS + CONSUMERS + 4);
   for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload: PAYLOAD });
   let acked = 0;
@@ -239,14 +244,16 @@ async function queueThroughput(url: string, token: string): Promise<number> {
     }
   });
   const started = performance.now();
+  const cpu0 = await cpuMs(pid);
   await new Promise((r) => setTimeout(r, SECONDS * 1000));
+  const cpu1 = await cpuMs(pid);
   stopped = true;
   const ackedInWindow = acked;
   const elapsed = (performance.now() - started) / 1000;
   await Promise.all([...producers, ...consumers]);
   client.agent.destroy();
   if (errors > 0) log(`   (${errors} errors)`);
-  return ackedInWindow / elapsed;
+  return { perS: ackedInWindow / elapsed, cpuMsPerMsg: (cpu1 - cpu0) / Math.max(ackedInWindow, 1) };
 }
 
 /** Every step on the checkout in `dir`. */
@@ -264,9 +271,12 @@ async function measure(label: string, dir: string): Promise<Figures> {
     await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
     const idle = await procStatus(child.pid!);
     log(`${label} 3. idle ${IDLE_SECONDS} s: RSS ${round(idle.rssMb)} MB (peak so far ${round(idle.hwmMb)} MB)`);
-    const msgsPerS = await queueThroughput(first.url, token);
+    const queues = await queueThroughput(first.url, token, child.pid!);
     const afterLoad = await procStatus(child.pid!);
-    log(`${label} 4. queues on PGlite, REST put->consume->ack: ${round(msgsPerS)} msgs/s; RSS after ${round(afterLoad.rssMb)} MB (peak ${round(afterLoad.hwmMb)} MB)`);
+    log(
+      `${label} 4. queues on PGlite, REST put->consume->ack: ${round(queues.perS)} msgs/s, ${round(queues.cpuMsPerMsg, 2)} ms server CPU per message; ` +
+        `RSS after ${round(afterLoad.rssMb)} MB (peak ${round(afterLoad.hwmMb)} MB)`,
+    );
     // A message acknowledged before a clean stop is there after the restart.
     const client = jsonClient(first.url, token, 1);
     const kept = await expectOk(client, "POST", "/v1/queues/kept", { payload: { kept: true } });
@@ -283,7 +293,8 @@ async function measure(label: string, dir: string): Promise<Figures> {
       idle_rss_mb: round(idle.rssMb),
       first_start_ms: round(first.readyMs),
       restart_ms: round(again.readyMs),
-      queues_msgs_per_s: round(msgsPerS),
+      queues_msgs_per_s: round(queues.perS),
+      queues_cpu_ms_per_msg: round(queues.cpuMsPerMsg, 2),
       first_start_cpu_ms: round(first.cpuMs),
       restart_cpu_ms: round(again.cpuMs),
       health_ms: round(first.healthMs),
