@@ -22,16 +22,16 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
   const events = queues.events;
 
   // analytics
-  const analytics = createAnalyticsFacility(deps);
+  const analytics = await createAnalyticsFacility(deps);
 
   // secrets — sets publish `secret.set` through the queues facility's `events`.
   const secrets = createSecretsFacility(deps, { events });
 
   // mail
-  const mail = createMailFacility(deps);
+  const mail = await createMailFacility(deps);
 
   // inference
-  const inference = createInferenceFacility(deps);
+  const inference = await createInferenceFacility(deps);
 
   return {
     list: [analytics, mail, inference, queues, secrets],

@@ -140,9 +140,9 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     };
   });
   await registerDashboard(fastify);
-  // The document describes the routes just registered, from their own schemas.
-  await registerApiDocs(
-    fastify,
+  // The document describes the routes just registered, from their own schemas
+  // (made at its first request: most starts never serve it).
+  await registerApiDocs(fastify, () =>
     createOpenApiDocument(
       {
         title: "Platform Batteries API",

@@ -9,7 +9,6 @@ import { analyticsRoutes } from "./analytics-routes.ts";
 import { createAnalyticsService } from "./analytics-service.ts";
 import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore } from "./event-type-store.ts";
-import { createMongoEventStore } from "./mongo-event-store.ts";
 import { createSqlEventStore, POSTGRES_ROLLUP_SLOTS } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
@@ -25,17 +24,20 @@ export interface AnalyticsFacilityOptions {
   store?: EventStore;
 }
 
-/** The store of the configuration: MongoDB when MONGODB_URL is set, else the platform database. */
-export function createEventStore(deps: Deps): EventStore {
+/**
+ * The store of the configuration: MongoDB when MONGODB_URL is set, else the
+ * platform database. The MongoDB module (and its driver) is loaded only when configured.
+ */
+export async function createEventStore(deps: Deps): Promise<EventStore> {
   const { config } = deps;
-  return config.mongodbUrl
-    ? createMongoEventStore({ url: config.mongodbUrl, dbName: config.mongodbDb })
-    : createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
+  if (!config.mongodbUrl) return createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
+  const { createMongoEventStore } = await import("./mongo-event-store.ts");
+  return createMongoEventStore({ url: config.mongodbUrl, dbName: config.mongodbDb });
 }
 
-export function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): AnalyticsFacility {
+export async function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): Promise<AnalyticsFacility> {
   const logger = deps.logger.child({ facility: "analytics" });
-  const store = options.store ?? createEventStore(deps);
+  const store = options.store ?? (await createEventStore(deps));
   const apps = createAppStore(deps.db);
   logger.info({ store: store.kind }, "analytics events store");
   return {

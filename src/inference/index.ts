@@ -5,7 +5,6 @@
  */
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
 import type { Deps, Facility } from "../core/facility.ts";
-import { createBedrockProvider } from "./bedrock-provider.ts";
 import type { InferenceProvider } from "./inference-provider.ts";
 import { inferenceRoutes } from "./inference-routes.ts";
 import { createInferenceService } from "./inference-service.ts";
@@ -17,10 +16,11 @@ export interface InferenceFacilityOptions {
   provider?: InferenceProvider;
 }
 
-/** The provider named by the configuration. */
-export function createInferenceProvider(deps: Deps): InferenceProvider {
+/** The provider named by the configuration; the Bedrock module (and the AWS SDK under it) is loaded only when configured. */
+export async function createInferenceProvider(deps: Deps): Promise<InferenceProvider> {
   const { config, logger } = deps;
   if (config.inferenceProvider === "bedrock") {
+    const { createBedrockProvider } = await import("./bedrock-provider.ts");
     return createBedrockProvider({
       region: config.awsRegion,
       endpoint: config.bedrockEndpoint,
@@ -32,9 +32,9 @@ export function createInferenceProvider(deps: Deps): InferenceProvider {
   return createLocalProvider();
 }
 
-export function createInferenceFacility(deps: Deps, options: InferenceFacilityOptions = {}): Facility<typeof InferenceService> {
+export async function createInferenceFacility(deps: Deps, options: InferenceFacilityOptions = {}): Promise<Facility<typeof InferenceService>> {
   const { quotas, logger, metrics } = deps;
-  const provider = options.provider ?? createInferenceProvider(deps);
+  const provider = options.provider ?? (await createInferenceProvider(deps));
   logger.info({ provider: provider.name }, `inference provider: ${provider.description}`);
   return {
     service: InferenceService,

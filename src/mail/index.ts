@@ -10,7 +10,6 @@ import { mailRoutes } from "./mail-routes.ts";
 import { createMailService } from "./mail-service.ts";
 import { createMailStore, type MailLogRecord } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
-import { createSesProvider } from "./ses-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
 import { createAppStore } from "../core/apps/app-store.ts";
@@ -29,17 +28,20 @@ export interface MailFacilityOptions {
   provider?: MailProvider;
 }
 
-/** The provider of `MAIL_PROVIDER`: SES in production, the outbox by default. */
-export function createMailProvider(deps: Deps): MailProvider {
+/**
+ * The provider of `MAIL_PROVIDER`: SES in production, the outbox by default.
+ * The SES module (and the AWS SDK under it) is loaded only when configured.
+ */
+export async function createMailProvider(deps: Deps): Promise<MailProvider> {
   const { config, logger } = deps;
-  return config.mailProvider === "ses"
-    ? createSesProvider({ region: config.awsRegion, endpoint: config.sesEndpoint, logger: logger.child({ facility: "mail" }) })
-    : createOutboxProvider();
+  if (config.mailProvider !== "ses") return createOutboxProvider();
+  const { createSesProvider } = await import("./ses-provider.ts");
+  return createSesProvider({ region: config.awsRegion, endpoint: config.sesEndpoint, logger: logger.child({ facility: "mail" }) });
 }
 
-export function createMailFacility(deps: Deps, options: MailFacilityOptions = {}): MailFacility {
+export async function createMailFacility(deps: Deps, options: MailFacilityOptions = {}): Promise<MailFacility> {
   const logger = deps.logger.child({ facility: "mail" });
-  const provider = options.provider ?? createMailProvider(deps);
+  const provider = options.provider ?? (await createMailProvider(deps));
   const store = createMailStore(deps.db);
   const apps = createAppStore(deps.db);
   return {

@@ -23,6 +23,7 @@ import { createPgNotifications, type Unlisten } from "./notifications.ts";
 import { PreparingClient } from "./prepared.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./health.ts";
+import { seedFromTemplate } from "./pglite-template.ts";
 
 export type { Unlisten } from "./notifications.ts";
 
@@ -70,7 +71,19 @@ export interface DatabaseOptions {
   log?: HealthLog;
   /** How long a new connection may take before the request fails as unreachable. */
   connectTimeoutMs?: number;
+  /** Where a new PGlite directory is copied from (see `pglite-template.ts`); default the installation's cache. */
+  templateCache?: string;
 }
+
+/**
+ * Postgres settings of the embedded database, after PGlite's own. PGlite
+ * allocates `shared_buffers` inside its WebAssembly memory and zeroes it at
+ * start, so every MB of it is a MB resident for the life of the process:
+ * Postgres's default of 128 MB is most of an idle server's memory, while an
+ * embedded database's hot pages (the queue line, the apps, today's counters)
+ * fit in a few MB. Pages beyond it are read back from the OS's file cache.
+ */
+export const PGLITE_SETTINGS = ["-c", "shared_buffers=16MB"];
 
 const INT8_OID = 20;
 const DATE_OID = 1082;
@@ -132,7 +145,11 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
   let pglite: PGlite;
   try {
     await fs.mkdir(dir, { recursive: true });
-    pglite = await PGlite.create(dir, { parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v } });
+    await seedFromTemplate(dir, options.templateCache);
+    pglite = await PGlite.create(dir, {
+      parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v },
+      startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
+    });
   } catch (err) {
     await unlock();
     throw err;

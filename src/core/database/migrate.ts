@@ -1,11 +1,11 @@
 /** Runs the migrations of `migrations/`, in name order. */
 import { inspect } from "node:util";
+import type { Kysely } from "kysely";
 import { Migrator, type Migration } from "kysely/migration";
-import type { Db } from "./database.ts";
 import { migrations } from "./migrations/index.ts";
 
 /** Runs every pending migration; safe to call from several instances at once (Kysely takes a lock). */
-export async function migrate(db: Db): Promise<void> {
+export async function migrate(db: Kysely<Record<never, never>>): Promise<void> {
   const migrator = new Migrator({
     db,
     provider: { getMigrations: (): Promise<Record<string, Migration>> => Promise.resolve(migrations) },

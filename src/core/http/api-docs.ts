@@ -7,8 +7,7 @@
  * Content-Security-Policy holds it to that).
  */
 import { createHash } from "node:crypto";
-import apiReference from "@scalar/fastify-api-reference";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, RouteHandlerMethod, RouteOptions } from "fastify";
 
 export const OPENAPI_PATH = "/openapi.json";
 export const DOCS_PATH = "/docs";
@@ -38,39 +37,75 @@ function contentSecurityPolicy(html: string): string {
   ].join("; ");
 }
 
-/** Serves `document` at `/openapi.json` and the reference page at `/docs`. */
-export async function registerApiDocs(fastify: FastifyInstance, document: object): Promise<void> {
-  const body = JSON.stringify(document);
+/** The routes a Fastify plugin registers, collected instead of registered: method + url -> route options. */
+type CollectedRoutes = Map<string, RouteOptions>;
+
+/**
+ * The Scalar plugin's routes, made on first use. Its module holds the whole
+ * reference page's script (4 MB of source) and pulls in an OpenAPI parser,
+ * YAML and JSON-schema validators: a third of a second of start-up and tens of
+ * MB for a page an operator may never open. So `/docs` is served by routes of
+ * our own that load the plugin at the first request, let it declare its
+ * routes into a stand-in (it only calls `route`), and hand each request to
+ * the one it declared for that path.
+ */
+function lazyScalarRoutes(options: object): () => Promise<CollectedRoutes> {
+  let collected: Promise<CollectedRoutes> | undefined;
+  return () =>
+    (collected ??= import("@scalar/fastify-api-reference").then(({ default: plugin }) => {
+      const routes: CollectedRoutes = new Map();
+      const standIn = {
+        route: (route: RouteOptions) => void routes.set(`${String(route.method)} ${route.url}`, route),
+        hasPlugin: () => false,
+        initialConfig: {},
+        log: { warn: () => {} },
+      };
+      (plugin as unknown as (instance: object, opts: object, next: () => void) => void)(standIn, options, () => {});
+      return routes;
+    }));
+}
+
+/** Serves `document()` (made at the first request, then kept) at `/openapi.json` and the reference page at `/docs`. */
+export async function registerApiDocs(fastify: FastifyInstance, document: () => object): Promise<void> {
+  let body: string | undefined;
   fastify.get(OPENAPI_PATH, async (_req, reply) => {
+    body ??= JSON.stringify(document());
     void reply.header("cache-control", "no-cache");
     return reply.type("application/json; charset=utf-8").send(body);
   });
 
-  await fastify.register(
-    async (scope) => {
-      scope.addHook("onSend", async (_req, reply, payload) => {
-        const type = String(reply.getHeader("content-type") ?? "");
-        if (typeof payload === "string" && type.startsWith("text/html")) {
-          void reply.header("content-security-policy", contentSecurityPolicy(payload));
-          void reply.header("referrer-policy", "no-referrer");
-        }
-        return payload;
-      });
-      await scope.register(apiReference, {
-        routePrefix: DOCS_PATH,
-        logLevel: "warn",
-        configuration: {
-          url: OPENAPI_PATH,
-          pageTitle: "Platform Batteries API",
-          // Offline: no web fonts from a CDN, no request proxy, no telemetry.
-          withDefaultFonts: false,
-          telemetry: false,
-          hideClientButton: true,
-          defaultOpenAllTags: true,
-          showDeveloperTools: "never",
-          agent: { disabled: true },
-        },
-      });
+  const scalarRoutes = lazyScalarRoutes({
+    routePrefix: DOCS_PATH,
+    logLevel: "warn",
+    configuration: {
+      url: OPENAPI_PATH,
+      pageTitle: "Platform Batteries API",
+      // Offline: no web fonts from a CDN, no request proxy, no telemetry.
+      withDefaultFonts: false,
+      telemetry: false,
+      hideClientButton: true,
+      defaultOpenAllTags: true,
+      showDeveloperTools: "never",
+      agent: { disabled: true },
     },
-  );
+  });
+
+  await fastify.register(async (scope) => {
+    scope.addHook("onSend", async (_req, reply, payload) => {
+      const type = String(reply.getHeader("content-type") ?? "");
+      if (typeof payload === "string" && type.startsWith("text/html")) {
+        void reply.header("content-security-policy", contentSecurityPolicy(payload));
+        void reply.header("referrer-policy", "no-referrer");
+      }
+      return payload;
+    });
+    // The paths the plugin serves: the page (and its redirect) and its script.
+    for (const url of [DOCS_PATH, `${DOCS_PATH}/`, `${DOCS_PATH}/js/scalar.js`]) {
+      scope.get(url, { logLevel: "warn" }, async function (request, reply) {
+        const route = (await scalarRoutes()).get(`GET ${url}`);
+        if (!route) return reply.callNotFound();
+        return (route.handler as RouteHandlerMethod).call(this, request, reply);
+      });
+    }
+  });
 }
