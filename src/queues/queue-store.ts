@@ -613,14 +613,14 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
 
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<Row>`
-        SELECT seq::text AS seq, id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size,
-               enqueued_at, deliveries, died_at, expires_at
-        FROM queue_dead_letters
-        WHERE app_id = ${appId} AND queue = ${queue} AND seq > ${afterSeq ?? "0"}::bigint
-        ORDER BY seq
+        SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,
+               d.enqueued_at, d.deliveries, d.died_at, d.expires_at
+        FROM queue_dead_letters d
+        WHERE d.app_id = ${appId} AND d.queue = ${queue} AND d.seq > ${afterSeq ?? "0"}::bigint
+        ORDER BY d.seq
         LIMIT ${limit}`.execute(db);
       return rows.map((r) => ({
-        seq: r.seq as string,
+        seq: r.seq_text as string,
         id: r.id as string,
         payload: r.payload as string,
         sizeBytes: Number(r.size),
