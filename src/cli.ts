@@ -289,8 +289,10 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     case "dead-letters replay":
     case "dead-letters purge": {
       const ids = rest.slice(2);
-      if (values.all === (ids.length > 0)) throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
-      const req = { appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), all: values.all ?? false, ids };
+      const all = values.all ?? false;
+      const named = ids.length > 0;
+      if (all === named) throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
+      const req = { appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), all, ids };
       if (command === "replay") return print(`replayed ${(await admin.replayDeadLetters(req)).replayed} dead letter(s)`);
       return print(`purged ${(await admin.purgeDeadLetters(req)).purged} dead letter(s)`);
     }
