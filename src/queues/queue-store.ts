@@ -298,23 +298,29 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   }
 
   /**
-   * The claim under the dead-letter rule, still one statement: `dead` takes
-   * the line's lapsed messages that had their last delivery (`deliveries >=
-   * maxDeliveries`), moves them to `queue_dead_letters` (delete and insert in
-   * one statement, so a message is in exactly one of the two tables), and
-   * `next` leases only messages below the limit. Both lock with `SKIP LOCKED`,
+   * The claim under the dead-letter rule, still one statement: `dead` takes,
+   * among the head of the line (the next `n + BURY_BATCH` visible messages,
+   * so that a long line costs no longer scan), the lapsed messages that had
+   * their last delivery (`deliveries >= maxDeliveries`), moves them to
+   * `queue_dead_letters` (delete and insert in one statement, so a message is
+   * in exactly one of the two tables), and `next` leases only messages below
+   * the limit (one beyond the head is never leased either: it is buried once
+   * it reaches the head). Both lock with `SKIP LOCKED`,
    * so racing claims never take one message twice, and a lease is checked
    * against the row's latest version when locked: a message leased for its
    * last time is never leased again, by anyone. `buried` counts the moved.
    */
   async function claimManyBurying(appId: string, queue: string, leaseSeconds: number, n: number, rule: DeadLetterRule) {
     const { rows } = await sql<Row>`${PREPARED}
-      WITH dead AS MATERIALIZED (
-        SELECT id FROM queue_messages
+      WITH head AS MATERIALIZED (
+        SELECT id, deliveries FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
-          AND deliveries >= ${rule.maxDeliveries}
         ORDER BY visible_at
-        LIMIT ${BURY_BATCH}
+        LIMIT ${n + BURY_BATCH}
+      ), dead AS MATERIALIZED (
+        SELECT m.id FROM queue_messages m
+        WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${rule.maxDeliveries})
+          AND m.deliveries >= ${rule.maxDeliveries} AND m.visible_at <= now()
         FOR UPDATE SKIP LOCKED
       ), gone AS (
         DELETE FROM queue_messages m USING dead WHERE m.id = dead.id
