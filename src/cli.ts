@@ -19,6 +19,7 @@ import {
   AppSchema,
   type App,
   ListAppsResponseSchema,
+  ListDeadLettersResponseSchema,
   GetUsageResponseSchema,
   ListMailResponseSchema,
   PublishEventResponseSchema,
@@ -66,6 +67,10 @@ const USAGE = `usage: npm run cli -- <command>
   queues list NAME                 the app's queues: depth, in flight, oldest waiting
   queues peek NAME QUEUE [--limit N]  waiting messages, without leasing them
   queues purge NAME QUEUE          delete every message of the queue
+  dead-letters list NAME QUEUE [--limit N] [--page TOKEN]
+                                   the queue's dead letters, in the order they died (a page; --page continues)
+  dead-letters replay NAME QUEUE (--all | ID ...)  put dead letters back in line, deliveries reset
+  dead-letters purge NAME QUEUE (--all | ID ...)   delete dead letters
   secrets list NAME                declared secrets: set or not, version (never a value)
   secrets link NAME SECRET         a one-time link that sets the secret
   mail list NAME [--limit N]       the app's recent mail
@@ -118,6 +123,8 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       interval: { type: "string" },
       "group-by": { type: "string" },
       timezone: { type: "string" },
+      page: { type: "string" },
+      all: { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -273,6 +280,21 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     case "queues purge": {
       const res = await admin.purgeQueue({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE") });
       return print(`purged ${res.purged} message(s)`);
+    }
+    case "dead-letters list": {
+      const pageSize = values.limit?.[0] ? Number(values.limit[0]) : undefined;
+      const res = await admin.listDeadLetters({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), pageSize, pageToken: values.page ?? "" });
+      return print(readableJson(ListDeadLettersResponseSchema, res));
+    }
+    case "dead-letters replay":
+    case "dead-letters purge": {
+      const ids = rest.slice(2);
+      const all = values.all ?? false;
+      const named = ids.length > 0;
+      if (all === named) throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
+      const req = { appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), all, ids };
+      if (command === "replay") return print(`replayed ${(await admin.replayDeadLetters(req)).replayed} dead letter(s)`);
+      return print(`purged ${(await admin.purgeDeadLetters(req)).purged} dead letter(s)`);
     }
     case "secrets list":
       return print(readableJson(AdminListSecretsResponseSchema, await admin.listSecrets({ appId: need(rest[0], "NAME") })));

@@ -45,6 +45,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       getMail: (appId, id) => mail.getMail(appId, id),
       peekMessages: (appId, queue, limit, maxChars) => queues.operator.peek(appId, queue, limit, maxChars),
       purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
+      deadLetters: queues.operator.deadLetters,
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],
     },

@@ -194,6 +194,12 @@ export interface QueueInfo {
   maxDepth: number;
   /** Epoch ms of the oldest waiting message, or null. */
   oldestAt: number | null;
+  /**
+   * Messages that reached the app's `maxDeliveries` and wait for the operator
+   * (replay or purge); not counted in `depth`. Optional: SPEC.md does not
+   * promise this field.
+   */
+  deadLetters?: number;
 }
 
 export interface ListQueuesResponse {

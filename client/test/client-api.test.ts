@@ -189,7 +189,7 @@ describe("queues", () => {
 
     // A delayed message counts as waiting.
     const entry = (await client.queues.list()).find((q) => q.name === "orders");
-    expect(entry).toEqual({ name: "orders", depth: 2, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number) });
+    expect(entry).toEqual({ name: "orders", depth: 2, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number), deadLetters: 0 });
 
     const m = await client.queues.consume<{ order: number; items: string[] }>("orders", { waitSeconds: 0, leaseSeconds: 60 });
     expect(m).toEqual({

@@ -90,6 +90,7 @@ const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
   maxOutstandingLinks: 10_000,
   linkTtlSeconds: 30 * 24 * 3600,
   retentionDays: 3650,
+  maxDeliveries: 1000,
 };
 
 const MAIL_FROM_PATTERN = /^[^\s@<>",;]{1,64}@[A-Za-z0-9.-]{1,253}$/;

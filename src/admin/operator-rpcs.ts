@@ -17,13 +17,13 @@ import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { NAME_PATTERN, NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
-import type { PeekedMessage } from "../queues/index.ts";
+import type { DeadLetterPage, DeadLetterSelection, PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
@@ -31,14 +31,46 @@ const EVENTS_QUEUE = "_events";
 
 export type OperatorRpcs = Pick<
   ServiceImpl<typeof AdminService>,
-  "listTokens" | "getUsageHistory" | "listEventTypes" | "queryAnalytics" | "listQueues" | "peekMessages" | "purgeQueue" | "listSecrets" | "createSecretLink"
+  | "listTokens"
+  | "getUsageHistory"
+  | "listEventTypes"
+  | "queryAnalytics"
+  | "listQueues"
+  | "peekMessages"
+  | "purgeQueue"
+  | "listSecrets"
+  | "createSecretLink"
+  | "listDeadLetters"
+  | "replayDeadLetters"
+  | "purgeDeadLetters"
 >;
+
+/** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
+export const MAX_DEAD_LETTER_IDS = 1_000;
 
 export interface OperatorHooks {
   /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
   appFacilities?: readonly Facility[];
   peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
   purgeQueue?(appId: string, queue: string): Promise<number>;
+  /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
+  deadLetters?: {
+    list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
+    replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
+    purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+  };
+}
+
+/** `all` or `ids`, exactly one: an empty list never means "every one" by accident. */
+function deadLetterSelection(req: { all: boolean; ids: string[] }): DeadLetterSelection {
+  if (req.all && req.ids.length > 0) throw invalidArgument("ids", "must be empty when all is true");
+  if (req.all) return { all: true };
+  if (req.ids.length === 0) throw invalidArgument("ids", "must name 1 to 1000 dead letters, or set all");
+  if (req.ids.length > MAX_DEAD_LETTER_IDS) throw invalidArgument("ids", `must name at most ${MAX_DEAD_LETTER_IDS} dead letters (was ${req.ids.length})`);
+  req.ids.forEach((id, i) => {
+    if (!isUuid(id)) throw invalidArgument(`ids[${i}]`, "must be a dead letter id (a UUID)");
+  });
+  return { ids: [...new Set(req.ids.map((id) => id.toLowerCase()))] };
 }
 
 function checkQueue(name: string): string {
@@ -145,6 +177,46 @@ export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; ho
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
       return { purged: BigInt(await hooks.purgeQueue(app.id, checkQueue(req.queue))) };
+    },
+
+    async listDeadLetters(req) {
+      if (!hooks.deadLetters) unavailable("ListDeadLetters");
+      const app = await load(req.appId);
+      const queue = checkQueue(req.queue);
+      const pageSize = req.pageSize ?? 20;
+      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100) throw invalidArgument("page_size", "must be from 1 to 100");
+      const page = await hooks.deadLetters.list(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
+      return {
+        deadLetters: page.deadLetters.map((d) => {
+          const truncated = d.payload.length > PEEK_PAYLOAD_CHARS;
+          return {
+            id: d.id,
+            payload: truncated ? d.payload.slice(0, PEEK_PAYLOAD_CHARS) : d.payload,
+            truncated,
+            sizeBytes: BigInt(d.sizeBytes),
+            enqueuedAt: timestampFromDate(d.enqueuedAt),
+            deliveries: d.deliveries,
+            diedAt: timestampFromDate(d.diedAt),
+            expiresAt: timestampFromDate(d.expiresAt),
+          };
+        }),
+        nextPageToken: page.nextPageToken,
+      };
+    },
+
+    async replayDeadLetters(req) {
+      if (!hooks.deadLetters) unavailable("ReplayDeadLetters");
+      const app = await load(req.appId);
+      const queue = checkQueue(req.queue);
+      const which = deadLetterSelection(req);
+      return { replayed: BigInt(await hooks.deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+    },
+
+    async purgeDeadLetters(req) {
+      if (!hooks.deadLetters) unavailable("PurgeDeadLetters");
+      const app = await load(req.appId);
+      const queue = checkQueue(req.queue);
+      return { purged: BigInt(await hooks.deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
     },
 
     async listSecrets(req, context) {

@@ -6,6 +6,7 @@
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
+import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
 import { queueHousekeeping } from "./queue-sweeper.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -15,12 +16,14 @@ import { createWakeHub } from "./wake-hub.ts";
 export type { PlatformEvents } from "./queues-service.ts";
 export { EVENTS_QUEUE } from "./queue-limits.ts";
 
-export type { PeekedMessage } from "./queue-store.ts";
+export type { PeekedMessage, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
+export type { DeadLetterPage } from "./dead-letters.ts";
 
 /** What the operator may do to an app's queues that the app itself may not (AdminService). */
 export interface QueueOperator {
   peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
   purge(appId: string, queue: string): Promise<number>;
+  deadLetters: DeadLetterOperator;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents; readonly operator: QueueOperator };
@@ -37,7 +40,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     impl: queues.impl,
     routes: queuesRoutes,
     events: queues.events,
-    operator: { peek: (...args) => store.peek(...args), purge: (...args) => store.purge(...args) },
+    operator: { peek: (...args) => store.peek(...args), purge: (...args) => store.purge(...args), deadLetters: createDeadLetterOperator(store, hub) },
     housekeeping: () => housekeeping,
     async start() {
       await hub.start();

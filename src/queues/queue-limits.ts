@@ -32,6 +32,8 @@ export const ACK_BATCH = 128;
 /** Expiry runs this often on every instance, deleting in batches of `EXPIRE_BATCH`. */
 export const EXPIRE_INTERVAL_MS = 15_000;
 export const EXPIRE_BATCH = 1_000;
+/** How often expired dead letters are deleted (they live days; a minute late is nothing). */
+export const DEAD_LETTER_EXPIRE_INTERVAL_MS = 60_000;
 /** How often messages of deleted apps are removed. */
 export const ORPHAN_INTERVAL_MS = 3_600_000;
 /** Most messages of one `PutMessages` and receipts of one `AckMessages`. */

@@ -34,8 +34,22 @@ export interface QueueMessagesTable {
   deliveries: Generated<number>;
 }
 
+/** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
+export interface QueueDeadLettersTable {
+  seq: Generated<string>;
+  id: string;
+  app_id: string;
+  queue: string;
+  payload: string;
+  enqueued_at: Timestamp;
+  deliveries: number;
+  died_at: Generated<Timestamp>;
+  expires_at: Timestamp;
+}
+
 export type QueueTables = {
   queue_messages: QueueMessagesTable;
+  queue_dead_letters: QueueDeadLettersTable;
 };
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
@@ -43,6 +57,9 @@ export const QUEUE_CHANNEL = "pb_queue_put";
 
 /** A waiting message is one not leased: never delivered, or its lease has lapsed. */
 const WAITING = sql`(deliveries = 0 OR visible_at <= now()) AND expires_at > now()`;
+
+/** Most messages one claim moves to the dead letters (more wait for the next claim). */
+const BURY_BATCH = 256;
 
 export interface StoredMessage {
   id: string;
@@ -100,6 +117,30 @@ export interface PeekedMessage {
   deliveries: number;
 }
 
+/** The dead-letter rule of a claim: a lapsed message with `maxDeliveries` deliveries dies instead of being leased. */
+export interface DeadLetterRule {
+  /** At least 1 (0, unlimited, claims without the rule). */
+  maxDeliveries: number;
+  /** A dead letter is kept this long from its death. */
+  ttlSeconds: number;
+}
+
+export interface DeadLetter {
+  /** Its place in the order of deaths: the listing's page key. */
+  seq: string;
+  id: string;
+  /** The payload's JSON text, cut after the asked length plus one (so a cut can be told). */
+  payload: string;
+  sizeBytes: number;
+  enqueuedAt: Date;
+  deliveries: number;
+  diedAt: Date;
+  expiresAt: Date;
+}
+
+/** Which dead letters of one app's queue: all of them, or those of these ids. */
+export type DeadLetterSelection = { all: true } | { ids: string[] };
+
 export interface QueueStore {
   put(input: PutInput): Promise<PutResult>;
   /**
@@ -132,13 +173,19 @@ export interface QueueStore {
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(input: Omit<PutInput, "depthBelow"> & { keep: number }): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /** Leases the first visible message; when there is none, says when the next one becomes visible (null: none waits). */
-  claim(appId: string, queue: string, leaseSeconds: number): Promise<ClaimResult>;
+  claim(appId: string, queue: string, leaseSeconds: number, deadLetters?: DeadLetterRule): Promise<ClaimResult>;
   /**
    * Leases up to `n` visible messages in one statement, oldest first. When it
    * got fewer than `n`, also says when the next message not taken becomes
    * visible (null: none waits).
    */
-  claimMany(appId: string, queue: string, leaseSeconds: number, n: number): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null }>;
+  claimMany(
+    appId: string,
+    queue: string,
+    leaseSeconds: number,
+    n: number,
+    deadLetters?: DeadLetterRule,
+  ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number }>;
   ack(appId: string, id: string, deliveries: number): Promise<boolean>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
@@ -153,9 +200,62 @@ export interface QueueStore {
   peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   purge(appId: string, queue: string): Promise<number>;
+  /** How many dead letters each of the app's queues holds (queues without any are left out). */
+  deadLetterCounts(appId: string): Promise<Map<string, number>>;
+  /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
+  listDeadLetters(appId: string, queue: string, afterSeq: string | undefined, limit: number, maxChars: number): Promise<DeadLetter[]>;
+  /**
+   * Puts up to `limit` of the selected dead letters back in line (visible now,
+   * deliveries 0, lifetime `ttlSeconds`) in one statement; with `all`, only
+   * those with `seq` up to `upToSeq`. Returns how many; notifies waiting
+   * consumers with one `notify|n`.
+   */
+  replayDeadLetters(
+    appId: string,
+    queue: string,
+    which: DeadLetterSelection & { upToSeq?: string },
+    limit: number,
+    ttlSeconds: number,
+    notify: string | undefined,
+  ): Promise<number>;
+  /** The highest `seq` among one queue's dead letters (undefined: none), so that replaying "all" has an end. */
+  lastDeadLetterSeq(appId: string, queue: string): Promise<string | undefined>;
+  /** Deletes the selected dead letters; how many. */
+  purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+  /** Deletes up to `limit` dead letters past their `expires_at`; how many. */
+  expireDeadLetters(limit: number): Promise<number>;
+  /** Deletes up to `limit` dead letters of apps that no longer exist; how many. */
+  deleteDeadLetterOrphans(limit: number): Promise<number>;
 }
 
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
+
+/** The rows of a claim statement: the leased messages in line order, and the next visibility when fewer were taken. */
+function claimedRows(queue: string, rows: Row[]): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
+  const messages: (StoredMessage & { was: number })[] = [];
+  let nextVisibleAt: Date | null = null;
+  let buried: number | undefined;
+  for (const row of rows) {
+    if (row.buried != null) buried = Number(row.buried);
+    if (!row.id) {
+      nextVisibleAt = row.next_visible_at == null ? null : toDate(row.next_visible_at);
+      continue;
+    }
+    messages.push({
+      id: row.id as string,
+      queue,
+      payload: row.payload as string,
+      enqueuedAt: toDate(row.enqueued_at),
+      expiresAt: toDate(row.expires_at),
+      leaseExpiresAt: toDate(row.visible_at),
+      deliveries: Number(row.deliveries),
+      was: toDate(row.was_visible_at).getTime(),
+    });
+  }
+  // RETURNING has no order: hand out the line's order (oldest first).
+  messages.sort((x, y) => x.was - y.was);
+  return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt, buried };
+}
 
 /**
  * `db` commits synchronously: puts, whose 200 promises the message is kept,
@@ -195,6 +295,67 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     const row = rows[0];
     if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
     return { inserted: false, depth: Number(row.n) };
+  }
+
+  /**
+   * The claim under the dead-letter rule, still one statement: `dead` takes,
+   * among the head of the line (the next `n + BURY_BATCH` visible messages,
+   * so that a long line costs no longer scan), the lapsed messages that had
+   * their last delivery (`deliveries >= maxDeliveries`), moves them to
+   * `queue_dead_letters` (delete and insert in one statement, so a message is
+   * in exactly one of the two tables), and `next` leases only messages below
+   * the limit (one beyond the head is never leased either: it is buried once
+   * it reaches the head). Both lock with `SKIP LOCKED`,
+   * so racing claims never take one message twice, and a lease is checked
+   * against the row's latest version when locked: a message leased for its
+   * last time is never leased again, by anyone. `buried` counts the moved.
+   */
+  async function claimManyBurying(appId: string, queue: string, leaseSeconds: number, n: number, rule: DeadLetterRule) {
+    const { rows } = await sql<Row>`${PREPARED}
+      WITH head AS MATERIALIZED (
+        SELECT id, deliveries FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
+        ORDER BY visible_at
+        LIMIT ${n + BURY_BATCH}
+      ), dead AS MATERIALIZED (
+        SELECT m.id FROM queue_messages m
+        WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${rule.maxDeliveries})
+          AND m.deliveries >= ${rule.maxDeliveries} AND m.visible_at <= now()
+        FOR UPDATE SKIP LOCKED
+      ), gone AS (
+        DELETE FROM queue_messages m USING dead WHERE m.id = dead.id
+        RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
+      ), moved AS (
+        INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
+        SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
+        FROM gone
+        RETURNING 1
+      ), next AS MATERIALIZED (
+        SELECT id, visible_at FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
+          AND deliveries < ${rule.maxDeliveries}
+        ORDER BY visible_at
+        LIMIT ${n}
+        FOR UPDATE SKIP LOCKED
+      ), claimed AS (
+        UPDATE queue_messages m
+        SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
+        FROM next WHERE m.id = next.id
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
+      ), buried AS (
+        SELECT count(*)::int AS n FROM moved
+      )
+      SELECT id, payload, enqueued_at, expires_at, visible_at, deliveries, was_visible_at, NULL::timestamptz AS next_visible_at,
+             (SELECT n FROM buried) AS buried
+      FROM claimed
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+        SELECT min(visible_at) FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
+          AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
+      ), (SELECT n FROM buried)
+      WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
+    return claimedRows(queue, rows);
   }
 
   const store: QueueStore = {
@@ -327,12 +488,13 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
 
-    async claim(appId, queue, leaseSeconds) {
-      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, 1);
+    async claim(appId, queue, leaseSeconds, deadLetters) {
+      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, 1, deadLetters);
       return messages[0] ? { message: messages[0] } : { nextVisibleAt };
     },
 
-    async claimMany(appId, queue, leaseSeconds, n) {
+    async claimMany(appId, queue, leaseSeconds, n, deadLetters) {
+      if (deadLetters && deadLetters.maxDeliveries > 0) return claimManyBurying(appId, queue, leaseSeconds, n, deadLetters);
       // MATERIALIZED: the locking subquery runs exactly once, so the LIMIT
       // holds (an inlined or semi-joined subquery may be re-run by the planner).
       // `m.id = ANY (...)` lets the UPDATE find its rows through the primary
@@ -363,27 +525,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now() AND id NOT IN (SELECT id FROM next)
         )
         WHERE (SELECT count(*) FROM claimed) < ${n}`.execute(db);
-      const messages: (StoredMessage & { was: number })[] = [];
-      let nextVisibleAt: Date | null = null;
-      for (const row of rows) {
-        if (!row.id) {
-          nextVisibleAt = row.next_visible_at == null ? null : toDate(row.next_visible_at);
-          continue;
-        }
-        messages.push({
-          id: row.id as string,
-          queue,
-          payload: row.payload as string,
-          enqueuedAt: toDate(row.enqueued_at),
-          expiresAt: toDate(row.expires_at),
-          leaseExpiresAt: toDate(row.visible_at),
-          deliveries: Number(row.deliveries),
-          was: toDate(row.was_visible_at).getTime(),
-        });
-      }
-      // RETURNING has no order: hand out the line's order (oldest first).
-      messages.sort((x, y) => x.was - y.was);
-      return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt };
+      return claimedRows(queue, rows);
     },
 
     async ack(appId, id, deliveries) {
@@ -481,6 +623,98 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     async purge(appId, queue) {
       const result = await db.deleteFrom("queue_messages").where("app_id", "=", appId).where("queue", "=", queue).executeTakeFirst();
       return Number(result.numDeletedRows);
+    },
+    async deadLetterCounts(appId) {
+      const { rows } = await sql<Row>`${PREPARED}
+        SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue`.execute(db);
+      return new Map(rows.map((r) => [r.queue as string, Number(r.n)]));
+    },
+
+    async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
+      const { rows } = await sql<Row>`
+        SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,
+               d.enqueued_at, d.deliveries, d.died_at, d.expires_at
+        FROM queue_dead_letters d
+        WHERE d.app_id = ${appId} AND d.queue = ${queue} AND d.seq > ${afterSeq ?? "0"}::bigint
+        ORDER BY d.seq
+        LIMIT ${limit}`.execute(db);
+      return rows.map((r) => ({
+        seq: r.seq_text as string,
+        id: r.id as string,
+        payload: r.payload as string,
+        sizeBytes: Number(r.size),
+        enqueuedAt: toDate(r.enqueued_at),
+        deliveries: Number(r.deliveries),
+        diedAt: toDate(r.died_at),
+        expiresAt: toDate(r.expires_at),
+      }));
+    },
+
+    async replayDeadLetters(appId, queue, which, limit, ttlSeconds, notify) {
+      const ids = "ids" in which ? which.ids : null;
+      const upTo = "all" in which ? (which.upToSeq ?? null) : null;
+      // SKIP LOCKED: a dead letter being replayed or purged by another call is
+      // that call's; the DELETE and the INSERT are one statement, so a message
+      // is in line or dead, never both, never neither.
+      const { rows } = await sql<Row>`
+        WITH picked AS (
+          SELECT id FROM queue_dead_letters
+          WHERE app_id = ${appId} AND queue = ${queue}
+            AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))
+            AND (${upTo}::bigint IS NULL OR seq <= ${upTo}::bigint)
+          ORDER BY seq
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        ), back AS (
+          DELETE FROM queue_dead_letters d USING picked WHERE d.id = picked.id
+          RETURNING d.id, d.app_id, d.queue, d.payload, d.enqueued_at, d.seq
+        ), ins AS (
+          INSERT INTO queue_messages (id, app_id, queue, payload, enqueued_at, visible_at, expires_at, deliveries)
+          SELECT id, app_id, queue, payload, enqueued_at, now(), now() + make_interval(secs => ${ttlSeconds}), 0
+          FROM back ORDER BY seq
+          RETURNING 1
+        ), n AS (SELECT count(*)::int AS n FROM ins)
+        SELECT n.n, CASE WHEN n.n > 0 AND ${notify ?? null}::text IS NOT NULL
+                         THEN pg_notify(${QUEUE_CHANNEL}, ${notify ?? null}::text || '|' || n.n) END AS notified
+        FROM n`.execute(db);
+      return Number(rows[0].n);
+    },
+
+    async lastDeadLetterSeq(appId, queue) {
+      const { rows } = await sql<Row>`
+        SELECT max(seq)::text AS seq FROM queue_dead_letters WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
+      return (rows[0]?.seq as string | null) ?? undefined;
+    },
+
+    async purgeDeadLetters(appId, queue, which) {
+      const ids = "ids" in which ? which.ids : null;
+      const result = await sql`
+        DELETE FROM queue_dead_letters
+        WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async expireDeadLetters(limit) {
+      const result = await sql`
+        DELETE FROM queue_dead_letters WHERE id IN (
+          SELECT id FROM queue_dead_letters
+          WHERE expires_at <= now()
+          ORDER BY expires_at
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async deleteDeadLetterOrphans(limit) {
+      const result = await sql`
+        DELETE FROM queue_dead_letters WHERE id IN (
+          SELECT d.id FROM queue_dead_letters d
+          WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = d.app_id)
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
     },
   };
   return store;

@@ -2,13 +2,14 @@
  * The queue's housekeeping, run by the one scheduler of
  * `core/housekeeping.ts` on every instance, beside the other facilities'
  * jobs: expired waiting messages are deleted every `EXPIRE_INTERVAL_MS`,
- * messages of deleted apps every `ORPHAN_INTERVAL_MS`, in batches of
+ * expired dead letters every `DEAD_LETTER_EXPIRE_INTERVAL_MS`, messages and
+ * dead letters of deleted apps every `ORPHAN_INTERVAL_MS`, in batches of
  * `EXPIRE_BATCH` (`SKIP LOCKED`, so instances share the work instead of
  * waiting on each other).
  */
 import type { Metrics } from "../core/metrics.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
-import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, ORPHAN_INTERVAL_MS } from "./queue-limits.ts";
+import { DEAD_LETTER_EXPIRE_INTERVAL_MS, EXPIRE_BATCH, EXPIRE_INTERVAL_MS, ORPHAN_INTERVAL_MS } from "./queue-limits.ts";
 import type { QueueStore } from "./queue-store.ts";
 
 export function queueHousekeeping(store: QueueStore, metrics: Metrics): HousekeepingTask[] {
@@ -24,9 +25,16 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
       },
     },
     {
+      name: "queue dead-letter expiry",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: () => inBatches((batch) => store.expireDeadLetters(batch), EXPIRE_BATCH),
+    },
+    {
       name: "queue messages of deleted apps",
       intervalMs: ORPHAN_INTERVAL_MS,
-      run: () => inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH),
+      run: async () =>
+        (await inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH)) +
+        (await inBatches((batch) => store.deleteDeadLetterOrphans(batch), EXPIRE_BATCH)),
     },
   ];
 }

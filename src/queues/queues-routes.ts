@@ -61,7 +61,16 @@ const NullableMs = EpochMs.nullable();
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
 export const QueueListResponse = z.object({
-  queues: z.array(z.object({ name: z.string(), depth: z.number().int(), inFlight: z.number().int(), maxDepth: z.number().int(), oldestAt: NullableMs })),
+  queues: z.array(
+    z.object({
+      name: z.string(),
+      depth: z.number().int(),
+      inFlight: z.number().int(),
+      maxDepth: z.number().int(),
+      oldestAt: NullableMs,
+      deadLetters: z.number().int().meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
+    }),
+  ),
 });
 export const AckResponse = z.object({ acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }) });
 export const PutResponse = z.object({ id: z.string(), queue: z.string(), expiresAt: NullableMs });
@@ -90,7 +99,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "List every queue with something on it",
       errors: ["app_stopped"],
-      responseExample: { queues: [{ name: "jobs", depth: 3, inFlight: 1, maxDepth: 10000, oldestAt: 1763892000000 }] },
+      responseExample: { queues: [{ name: "jobs", depth: 3, inFlight: 1, maxDepth: 10000, oldestAt: 1763892000000, deadLetters: 0 }] },
     },
     response: (out) => ({
       queues: out.queues.map((q) => ({
@@ -99,6 +108,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         inFlight: Number(q.inFlight),
         maxDepth: Number(q.maxDepth),
         oldestAt: ms(q.oldestAt),
+        deadLetters: Number(q.deadLetters),
       })),
     }),
   }),

@@ -19,6 +19,11 @@
  *   `wake-hub.ts`).
  * - **platform event**: `{ kind, at, data }` put on `_events` by the platform,
  *   never by the app; never refused for depth: the oldest waiting is dropped.
+ * - **dead letter**: a message that had the app's `maxDeliveries` deliveries
+ *   and whose last lease lapsed: instead of being leased again it leaves the
+ *   line for the queue's dead-letter list, where only the operator sees it
+ *   (replay, purge). Moved by the claim that would have leased it, so every
+ *   consume path (unary, REST, streams, `_events`) obeys the rule.
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
@@ -47,7 +52,7 @@ import {
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createStreamWindows } from "./stream-windows.ts";
-import type { ClaimResult, PutItem, PutResult, QueueStore, StoredMessage } from "./queue-store.ts";
+import type { ClaimResult, DeadLetterRule, PutItem, PutResult, QueueStore, StoredMessage } from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
 /**
@@ -111,6 +116,12 @@ function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: num
   return { ttlSeconds, delaySeconds };
 }
 
+/** The app's dead-letter rule for claims, or undefined when its deliveries are unlimited. */
+export function deadLetterRule(app: AppRecord): DeadLetterRule | undefined {
+  const max = app.limits.maxDeliveries;
+  return max > 0 ? { maxDeliveries: max, ttlSeconds: app.limits.messageTtlSeconds } : undefined;
+}
+
 function checkPutQueue(name: string): string {
   const queue = checkQueueName(name, true);
   if (queue === EVENTS_QUEUE) {
@@ -158,17 +169,27 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     maxInFlight: 1,
     run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
   });
-  const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number }, ClaimResult>({
+  const buriedTotal = metrics.counter("queue_dead_letters_total", "Messages moved to a dead-letter list (maxDeliveries reached).", []);
+  const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number; rule: DeadLetterRule | undefined }, ClaimResult>({
     maxBatch: CLAIM_BATCH,
     maxInFlight: 1,
     async run(_key, items) {
-      const { appId, queue, leaseSeconds } = items[0];
-      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, items.length);
+      const { appId, queue, leaseSeconds, rule } = items[0];
+      const { messages, nextVisibleAt, buried } = await store.claimMany(appId, queue, leaseSeconds, items.length, rule);
+      if (buried) buriedTotal.inc(buried);
       return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
     },
   });
-  const claim = (appId: string, queue: string, leaseSeconds: number) =>
-    claimBatcher.call(`${appId}|${queue}|${leaseSeconds}`, { appId, queue, leaseSeconds });
+  /** Claims of one queue share a statement when they share its lease and dead-letter rule. */
+  const claim = (app: AppRecord, queue: string, leaseSeconds: number) => {
+    const rule = deadLetterRule(app);
+    return claimBatcher.call(`${app.id}|${queue}|${leaseSeconds}|${rule ? `${rule.maxDeliveries}|${rule.ttlSeconds}` : ""}`, {
+      appId: app.id,
+      queue,
+      leaseSeconds,
+      rule,
+    });
+  };
   const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
     maxBatch: ACK_BATCH,
     maxInFlight: 1,
@@ -209,7 +230,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   }
 
   async function consume(app: AppRecord, queue: string, waitSeconds: number, leaseSeconds: number, context: HandlerContext) {
-    if (waitSeconds === 0) return (await claim(app.id, queue, leaseSeconds)).message;
+    if (waitSeconds === 0) return (await claim(app, queue, leaseSeconds)).message;
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
     // whose dependants a long-lived signal keeps until collected).
@@ -228,7 +249,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     try {
       for (;;) {
         used = waiter.beforeClaim();
-        const claimed = await claim(app.id, queue, leaseSeconds);
+        const claimed = await claim(app, queue, leaseSeconds);
         if (claimed.message) {
           served = true;
           return claimed.message;
@@ -273,6 +294,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     context.signal.addEventListener("abort", onAbort, { once: true });
     deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
     const window = windows.open();
+    // The app's limits as the call began: a stream keeps the dead-letter rule it started with.
+    const rule = deadLetterRule(app);
     streamsGauge.inc();
     let unsent: StoredMessage[] = [];
     try {
@@ -288,7 +311,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         let used: ReturnType<typeof waiter.beforeClaim>;
         try {
           used = waiter.beforeClaim();
-          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH));
+          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH), rule);
+          if (claimed.buried) buriedTotal.inc(claimed.buried);
           if (claimed.messages.length > 0) {
             served = true;
             unsent = claimed.messages;
@@ -354,16 +378,24 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     impl: {
       async listQueues(_req, context) {
         const app = appOf(context);
-        const queues = await store.list(app.id);
-        return {
-          queues: queues.map((q) => ({
-            name: q.name,
-            depth: BigInt(q.depth),
-            inFlight: BigInt(q.inFlight),
-            maxDepth: BigInt(app.limits.maxQueueDepth),
-            oldestAt: q.oldestAt ? timestampFromMs(q.oldestAt.getTime()) : undefined,
-          })),
-        };
+        const [queues, dead] = await Promise.all([store.list(app.id), store.deadLetterCounts(app.id)]);
+        const listed = queues.map((q) => ({
+          name: q.name,
+          depth: BigInt(q.depth),
+          inFlight: BigInt(q.inFlight),
+          maxDepth: BigInt(app.limits.maxQueueDepth),
+          oldestAt: q.oldestAt ? timestampFromMs(q.oldestAt.getTime()) : undefined,
+          deadLetters: BigInt(dead.get(q.name) ?? 0),
+        }));
+        // A queue holding only dead letters is listed too, so the operator sees it.
+        const names = new Set(queues.map((q) => q.name));
+        const deadOnly = [...dead].filter(([name]) => !names.has(name));
+        if (deadOnly.length === 0) return { queues: listed };
+        for (const [name, n] of deadOnly) {
+          listed.push({ name, depth: 0n, inFlight: 0n, maxDepth: BigInt(app.limits.maxQueueDepth), oldestAt: undefined, deadLetters: BigInt(n) });
+        }
+        listed.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+        return { queues: listed };
       },
 
       async putMessage(req, context) {

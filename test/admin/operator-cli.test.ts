@@ -1,13 +1,16 @@
 /**
  * The command line for the operator RPCs, run as a real child process
  * against the real server: tokens list, usage history, analytics types and
- * query, queues list/peek/purge, secrets list/link, mail get.
+ * query, queues list/peek/purge, dead-letters list/replay/purge, secrets
+ * list/link, mail get.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { sql } from "kysely";
 import { startServer, type TestServer, type TestApp } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const run = promisify(execFile);
 let t: TestServer;
@@ -52,6 +55,32 @@ describe("the operator commands", () => {
     const peek = await cliJson("queues", "peek", "cli-ops", "work");
     expect(JSON.parse(peek.messages[0].payload)).toEqual({ job: 7 });
     expect(await cli("queues", "purge", "cli-ops", "work")).toBe("purged 1 message(s)\n");
+  });
+
+  it("dead-letters list, replay and purge; the maxDeliveries limit", async () => {
+    await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1");
+    expect((await t.admin.getApp({ appId: app.id })).app!.limits!.maxDeliveries).toBe(1);
+    for (const job of [1, 2]) await t.request("POST", "/v1/queues/dq", { token: app.token, body: { payload: { job } } });
+    for (let i = 0; i < 2; i++) expect((await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message).not.toBeNull();
+    // The leases lapse (without waiting for them), and the next consume moves both to the dead letters.
+    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${app.id} AND queue = 'dq'`.execute(tables(t.server.deps.db));
+    expect((await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message).toBeNull();
+    expect((await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq")).toMatchObject({ depth: 0, deadLetters: 2 });
+    const first = await cliJson("dead-letters", "list", "cli-ops", "dq", "--limit", "1");
+    expect(first.deadLetters).toHaveLength(1);
+    expect(first.deadLetters[0]).toMatchObject({ deliveries: 1, sizeBytes: 9 });
+    const second = await cliJson("dead-letters", "list", "cli-ops", "dq", "--limit", "1", "--page", first.nextPageToken);
+    expect(second.nextPageToken).toBe("");
+    expect(await cli("dead-letters", "replay", "cli-ops", "dq", first.deadLetters[0].id)).toBe("replayed 1 dead letter(s)\n");
+    const usage = await cli("dead-letters", "purge", "cli-ops", "dq").then(
+      () => undefined,
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(usage?.code).toBe(2);
+    expect(usage?.stderr).toContain("give --all or one or more dead letter ids");
+    expect(await cli("dead-letters", "purge", "cli-ops", "dq", "--all")).toBe("purged 1 dead letter(s)\n");
+    expect((await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq")).toMatchObject({ depth: 1, deadLetters: 0 });
+    await t.admin.updateApp({ appId: app.id, limits: { maxDeliveries: 0 } });
   });
 
   it("secrets list and link, never a value", async () => {

@@ -13,7 +13,9 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
 import { ensureDashboardBuilt } from "../../src/dashboard/dashboard-build.ts";
+import { sql } from "kysely";
 import { startServer, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard");
@@ -199,6 +201,33 @@ describe("the operator dashboard in Chromium", () => {
     expect(await page.locator(".messages pre").first().textContent()).toBe(JSON.stringify({ order: 1, items: ["a", "b"] }, null, 2));
     expect(Number((await t.admin.listQueues({ appId })).queues[0].depth)).toBe(2);
     await shot("06-queues");
+  });
+
+  it("sets maxDeliveries in the settings, shows a queue's dead letters and replays one", async () => {
+    await tab("Settings");
+    await page.getByLabel("Max deliveries per message (0: unlimited)").fill("1");
+    await page.getByRole("button", { name: "Save settings" }).click();
+    await page.getByText("Saved.").waitFor();
+    expect((await t.admin.getApp({ appId })).app?.limits?.maxDeliveries).toBe(1);
+    const rest = (pathname: string, body: unknown) =>
+      fetch(t.url + pathname, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+    expect((await rest("/v1/queues/jobs", { payload: { job: "resize" } })).status).toBe(200);
+    expect(((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message).not.toBeNull();
+    // The lease lapses (without waiting for it); the next consume moves the message to the dead letters.
+    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(tables(t.server.deps.db));
+    expect(((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message).toBeNull();
+    await tab("Queues");
+    await page.getByRole("button", { name: "Dead letters of jobs" }).click();
+    await page.getByRole("heading", { name: "Dead letters of jobs" }).waitFor();
+    const [dead] = (await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters;
+    expect(await page.locator(".messages pre").first().textContent()).toBe(JSON.stringify({ job: "resize" }, null, 2));
+    await shot("06b-dead-letters");
+    await page.getByRole("button", { name: `Replay ${dead.id}` }).click();
+    await page.getByText("Replayed 1.").waitFor();
+    await eventually(() => page.getByTestId("dead-jobs").textContent()).toBe("0");
+    const jobs = (await t.admin.listQueues({ appId })).queues.find((q) => q.name === "jobs");
+    expect([Number(jobs?.depth), Number(jobs?.deadLetters)]).toEqual([1, 0]);
+    await t.admin.updateApp({ appId, limits: { maxDeliveries: 0 } });
   });
 
   it("reads a sent mail in the outbox", async () => {

@@ -28,7 +28,7 @@ const ack = (receipt: unknown, token = app.token) => t.request("POST", "/v1/queu
 const list = async (token = app.token) => {
   const res = await t.request("GET", "/v1/queues", { token });
   expect(res.status).toBe(200);
-  return res.body.queues as { name: string; depth: number; inFlight: number; maxDepth: number; oldestAt: number | null }[];
+  return res.body.queues as { name: string; depth: number; inFlight: number; maxDepth: number; oldestAt: number | null; deadLetters: number }[];
 };
 const entry = async (queue: string, token = app.token) => (await list(token)).find((q) => q.name === queue);
 
@@ -46,7 +46,7 @@ describe("state table: (none) -> waiting (put)", () => {
     expect(res.body.expiresAt).toBeGreaterThanOrEqual(before + 4 * 86400_000 - 5_000);
     expect(res.body.expiresAt).toBeLessThanOrEqual(Date.now() + 4 * 86400_000 + 5_000);
     const e = await entry(q);
-    expect(e).toEqual({ name: q, depth: 1, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number) });
+    expect(e).toEqual({ name: q, depth: 1, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number), deadLetters: 0 });
   });
 
   it("accepts any JSON value as payload and hands it back unchanged", async () => {

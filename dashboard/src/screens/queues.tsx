@@ -1,14 +1,23 @@
 /**
- * Queues: depth, in flight, max depth and the oldest waiting message's age;
- * peek at waiting messages without leasing them; purge; publish a platform
- * event onto `_events`.
+ * Queues: depth, in flight, max depth, the oldest waiting message's age and
+ * the dead letters; peek at waiting messages without leasing them; purge;
+ * list, replay and purge dead letters; publish a platform event onto
+ * `_events`.
  */
 import { useState } from "react";
 import { useMutation, useQuery } from "@connectrpc/connect-query";
 import { skipToken, useQueryClient } from "@tanstack/react-query";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import { listQueues, peekMessages, publishEvent, purgeQueue } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
+import {
+  listDeadLetters,
+  listQueues,
+  peekMessages,
+  publishEvent,
+  purgeDeadLetters,
+  purgeQueue,
+  replayDeadLetters,
+} from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
 import { formatAge, formatTime } from "../format.ts";
@@ -17,6 +26,7 @@ export function QueuesTab({ app }: { app: App }) {
   const queues = useQuery(listQueues, { appId: app.id });
   const [selected, setSelected] = useState<string | null>(null);
   const [purging, setPurging] = useState<string | null>(null);
+  const [dead, setDead] = useState<string | null>(null);
   const queryClient = useQueryClient();
   const purge = useMutation(purgeQueue, {
     onSuccess: async () => {
@@ -42,6 +52,7 @@ export function QueuesTab({ app }: { app: App }) {
                       <th scope="col" className="right">In flight</th>
                       <th scope="col" className="right hide-narrow">Max depth</th>
                       <th scope="col">Oldest waiting</th>
+                      <th scope="col" className="right">Dead letters</th>
                       <th scope="col"><span className="sr-only">Actions</span></th>
                     </tr>
                   </thead>
@@ -53,6 +64,15 @@ export function QueuesTab({ app }: { app: App }) {
                         <td className="right">{Number(q.inFlight).toLocaleString()}</td>
                         <td className="right hide-narrow">{Number(q.maxDepth).toLocaleString()}</td>
                         <td>{q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}</td>
+                        <td className="right" data-testid={`dead-${q.name}`}>
+                          {q.deadLetters > 0n ? (
+                            <button type="button" className="secondary small" onClick={() => setDead(q.name)} aria-label={`Dead letters of ${q.name}`}>
+                              {Number(q.deadLetters).toLocaleString()}
+                            </button>
+                          ) : (
+                            "0"
+                          )}
+                        </td>
                         <td className="right nowrap">
                           <button type="button" className="secondary small" onClick={() => setSelected(q.name)} aria-label={`Peek at ${q.name}`}>
                             Peek
@@ -71,6 +91,7 @@ export function QueuesTab({ app }: { app: App }) {
         </QueryView>
       </div>
       {selected ? <Peek appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
+      {dead ? <DeadLetters app={app} queue={dead} onClose={() => setDead(null)} /> : null}
       <PublishEvent appId={app.id} />
       <ConfirmDialog
         open={purging !== null}
@@ -125,6 +146,104 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
           )
         }
       </QueryView>
+    </div>
+  );
+}
+
+/**
+ * One queue's dead letters, a page at a time (oldest death first): replay
+ * (back in line, deliveries reset) or purge one, or all of them after a
+ * confirmation.
+ */
+function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose: () => void }) {
+  const [pageToken, setPageToken] = useState("");
+  const [confirm, setConfirm] = useState<"replay" | "purge" | null>(null);
+  const [done, setDone] = useState<string | null>(null);
+  const page = useQuery(listDeadLetters, { appId: app.id, queue, pageSize: 20, pageToken });
+  const queryClient = useQueryClient();
+  const after = async (text: string) => {
+    setConfirm(null);
+    setDone(text);
+    setPageToken("");
+    await queryClient.invalidateQueries();
+  };
+  const replay = useMutation(replayDeadLetters, { onSuccess: (res) => after(`Replayed ${Number(res.replayed).toLocaleString()}.`) });
+  const purge = useMutation(purgeDeadLetters, { onSuccess: (res) => after(`Purged ${Number(res.purged).toLocaleString()}.`) });
+  const busy = replay.isPending || purge.isPending;
+  return (
+    <div className="card">
+      <div className="page-head">
+        <h2>Dead letters of {queue}</h2>
+        <button type="button" className="secondary" onClick={onClose}>
+          Close
+        </button>
+      </div>
+      <p className="muted">
+        Messages whose lease lapsed after their last allowed delivery (the app&apos;s maxDeliveries, now {app.limits?.maxDeliveries ?? 0}). Replay
+        puts them back in line with their deliveries reset to 0.
+      </p>
+      {replay.error ? <ErrorBox error={replay.error} title="Not replayed" /> : null}
+      {purge.error ? <ErrorBox error={purge.error} title="Not purged" /> : null}
+      {done ? <p role="status" className="ok-text">{done}</p> : null}
+      <QueryView query={page} what="dead letters">
+        {(data) =>
+          data.deadLetters.length === 0 ? (
+            <Empty title="No dead letters">Nothing reached the delivery limit on this queue.</Empty>
+          ) : (
+            <>
+              <div className="actions">
+                <button type="button" disabled={busy} onClick={() => setConfirm("replay")}>
+                  Replay all
+                </button>
+                <button type="button" className="danger" disabled={busy} onClick={() => setConfirm("purge")}>
+                  Purge all
+                </button>
+              </div>
+              <ol className="messages">
+                {data.deadLetters.map((d) => (
+                  <li key={d.id}>
+                    <p className="muted">
+                      died {formatTime(d.diedAt)} · delivered {d.deliveries} times · {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
+                    </p>
+                    <pre>{prettyPayload(d.payload, d.truncated)}</pre>
+                    <div className="actions">
+                      <button type="button" className="secondary small" disabled={busy} aria-label={`Replay ${d.id}`} onClick={() => replay.mutate({ appId: app.id, queue, ids: [d.id] })}>
+                        Replay
+                      </button>
+                      <button type="button" className="danger small" disabled={busy} aria-label={`Purge ${d.id}`} onClick={() => purge.mutate({ appId: app.id, queue, ids: [d.id] })}>
+                        Purge
+                      </button>
+                    </div>
+                  </li>
+                ))}
+              </ol>
+              <div className="actions">
+                {pageToken ? (
+                  <button type="button" className="secondary" onClick={() => setPageToken("")}>
+                    First page
+                  </button>
+                ) : null}
+                {data.nextPageToken ? (
+                  <button type="button" className="secondary" onClick={() => setPageToken(data.nextPageToken)}>
+                    Next page
+                  </button>
+                ) : null}
+              </div>
+            </>
+          )
+        }
+      </QueryView>
+      <ConfirmDialog
+        open={confirm !== null}
+        title={confirm === "replay" ? `Replay every dead letter of ${queue}?` : `Purge every dead letter of ${queue}?`}
+        confirmLabel={confirm === "replay" ? "Replay all" : "Purge all"}
+        busy={busy}
+        error={confirm === "replay" ? replay.error : purge.error}
+        onClose={() => setConfirm(null)}
+        onConfirm={() => (confirm === "replay" ? replay.mutate({ appId: app.id, queue, all: true }) : purge.mutate({ appId: app.id, queue, all: true }))}
+      >
+        <p>{confirm === "replay" ? "They go back in line, visible at once, with their deliveries reset to 0." : "They are deleted for good."}</p>
+      </ConfirmDialog>
     </div>
   );
 }

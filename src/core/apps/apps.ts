@@ -18,6 +18,12 @@ export interface AppLimits {
   linkTtlSeconds: number;
   /** Days the mail log and analytics events are kept; older ones are deleted by housekeeping. */
   retentionDays: number;
+  /**
+   * Deliveries a queue message may have: one whose lease lapses after this
+   * many becomes a dead letter instead of going back in line. 0: unlimited
+   * (SPEC.md's behaviour, the default).
+   */
+  maxDeliveries: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
@@ -32,6 +38,7 @@ export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
   maxOutstandingLinks: 10,
   linkTtlSeconds: 24 * 3600,
   retentionDays: 90,
+  maxDeliveries: 0,
 });
 
 /** The start of the UTC day `days` days before `now`: what a retention of `days` keeps is from then on. */

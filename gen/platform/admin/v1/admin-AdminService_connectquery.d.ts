@@ -129,3 +129,21 @@ export const createSecretLink: typeof AdminService["method"]["createSecretLink"]
  * @generated from rpc platform.admin.v1.AdminService.GetMail
  */
 export const getMail: typeof AdminService["method"]["getMail"];
+/**
+ * ListDeadLetters lists one queue's dead letters, in the order they died, a page at a time.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListDeadLetters
+ */
+export const listDeadLetters: typeof AdminService["method"]["listDeadLetters"];
+/**
+ * ReplayDeadLetters puts dead letters back in line with their deliveries reset to 0.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ReplayDeadLetters
+ */
+export const replayDeadLetters: typeof AdminService["method"]["replayDeadLetters"];
+/**
+ * PurgeDeadLetters deletes dead letters.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.PurgeDeadLetters
+ */
+export const purgeDeadLetters: typeof AdminService["method"]["purgeDeadLetters"];

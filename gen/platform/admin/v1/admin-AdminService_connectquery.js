@@ -150,3 +150,24 @@ export const createSecretLink = AdminService.method.createSecretLink;
  * @generated from rpc platform.admin.v1.AdminService.GetMail
  */
 export const getMail = AdminService.method.getMail;
+
+/**
+ * ListDeadLetters lists one queue's dead letters, in the order they died, a page at a time.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListDeadLetters
+ */
+export const listDeadLetters = AdminService.method.listDeadLetters;
+
+/**
+ * ReplayDeadLetters puts dead letters back in line with their deliveries reset to 0.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ReplayDeadLetters
+ */
+export const replayDeadLetters = AdminService.method.replayDeadLetters;
+
+/**
+ * PurgeDeadLetters deletes dead letters.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.PurgeDeadLetters
+ */
+export const purgeDeadLetters = AdminService.method.purgeDeadLetters;

@@ -72,6 +72,14 @@ export declare type AppLimits = Message<"platform.admin.v1.AppLimits"> & {
   linkTtlSeconds?: number | undefined;
 
   /**
+   * Deliveries after which a message whose lease lapses becomes a dead letter
+   * instead of going back in line (0 to 1000; default 0: unlimited).
+   *
+   * @generated from field: optional int32 max_deliveries = 11;
+   */
+  maxDeliveries?: number | undefined;
+
+  /**
    * Days the app's mail log and analytics events are kept (1 to 3650; default 90).
    *
    * @generated from field: optional int32 retention_days = 12;
@@ -1296,6 +1304,229 @@ export declare type GetMailResponse = Message<"platform.admin.v1.GetMailResponse
 export declare const GetMailResponseSchema: GenMessage<GetMailResponse>;
 
 /**
+ * @generated from message platform.admin.v1.ListDeadLettersRequest
+ */
+export declare type ListDeadLettersRequest = Message<"platform.admin.v1.ListDeadLettersRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * 1 to 100, 20 when unset.
+   *
+   * @generated from field: optional int32 page_size = 3;
+   */
+  pageSize?: number | undefined;
+
+  /**
+   * The next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListDeadLettersRequest.
+ * Use `create(ListDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const ListDeadLettersRequestSchema: GenMessage<ListDeadLettersRequest>;
+
+/**
+ * DeadLetter is a message that reached the app's max_deliveries.
+ *
+ * @generated from message platform.admin.v1.DeadLetter
+ */
+export declare type DeadLetter = Message<"platform.admin.v1.DeadLetter"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The payload's JSON text, cut after 4096 characters.
+   *
+   * @generated from field: string payload = 2;
+   */
+  payload: string;
+
+  /**
+   * Whether the payload was cut.
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+
+  /**
+   * The full payload's size in bytes.
+   *
+   * @generated from field: int64 size_bytes = 4;
+   */
+  sizeBytes: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp enqueued_at = 5;
+   */
+  enqueuedAt?: Timestamp | undefined;
+
+  /**
+   * Deliveries it had when it died (the app's max_deliveries then).
+   *
+   * @generated from field: int32 deliveries = 6;
+   */
+  deliveries: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp died_at = 7;
+   */
+  diedAt?: Timestamp | undefined;
+
+  /**
+   * When housekeeping deletes it unless it is replayed or purged first.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 8;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.DeadLetter.
+ * Use `create(DeadLetterSchema)` to create a new message.
+ */
+export declare const DeadLetterSchema: GenMessage<DeadLetter>;
+
+/**
+ * @generated from message platform.admin.v1.ListDeadLettersResponse
+ */
+export declare type ListDeadLettersResponse = Message<"platform.admin.v1.ListDeadLettersResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.DeadLetter dead_letters = 1;
+   */
+  deadLetters: DeadLetter[];
+
+  /**
+   * Empty when this is the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListDeadLettersResponse.
+ * Use `create(ListDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const ListDeadLettersResponseSchema: GenMessage<ListDeadLettersResponse>;
+
+/**
+ * Exactly one of `all` and `ids` says which dead letters of the queue.
+ *
+ * @generated from message platform.admin.v1.ReplayDeadLettersRequest
+ */
+export declare type ReplayDeadLettersRequest = Message<"platform.admin.v1.ReplayDeadLettersRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * Every dead letter of the queue.
+   *
+   * @generated from field: bool all = 3;
+   */
+  all: boolean;
+
+  /**
+   * These dead letters (1 to 1000 ids); ids of other queues or apps are ignored.
+   *
+   * @generated from field: repeated string ids = 4;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ReplayDeadLettersRequest.
+ * Use `create(ReplayDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const ReplayDeadLettersRequestSchema: GenMessage<ReplayDeadLettersRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ReplayDeadLettersResponse
+ */
+export declare type ReplayDeadLettersResponse = Message<"platform.admin.v1.ReplayDeadLettersResponse"> & {
+  /**
+   * @generated from field: int64 replayed = 1;
+   */
+  replayed: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.ReplayDeadLettersResponse.
+ * Use `create(ReplayDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const ReplayDeadLettersResponseSchema: GenMessage<ReplayDeadLettersResponse>;
+
+/**
+ * Exactly one of `all` and `ids` says which dead letters of the queue.
+ *
+ * @generated from message platform.admin.v1.PurgeDeadLettersRequest
+ */
+export declare type PurgeDeadLettersRequest = Message<"platform.admin.v1.PurgeDeadLettersRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: bool all = 3;
+   */
+  all: boolean;
+
+  /**
+   * @generated from field: repeated string ids = 4;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message platform.admin.v1.PurgeDeadLettersRequest.
+ * Use `create(PurgeDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const PurgeDeadLettersRequestSchema: GenMessage<PurgeDeadLettersRequest>;
+
+/**
+ * @generated from message platform.admin.v1.PurgeDeadLettersResponse
+ */
+export declare type PurgeDeadLettersResponse = Message<"platform.admin.v1.PurgeDeadLettersResponse"> & {
+  /**
+   * @generated from field: int64 purged = 1;
+   */
+  purged: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.PurgeDeadLettersResponse.
+ * Use `create(PurgeDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const PurgeDeadLettersResponseSchema: GenMessage<PurgeDeadLettersResponse>;
+
+/**
  * @generated from enum platform.admin.v1.AppStatus
  */
 export enum AppStatus {
@@ -1576,6 +1807,36 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof GetMailRequestSchema;
     output: typeof GetMailResponseSchema;
+  },
+  /**
+   * ListDeadLetters lists one queue's dead letters, in the order they died, a page at a time.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListDeadLetters
+   */
+  listDeadLetters: {
+    methodKind: "unary";
+    input: typeof ListDeadLettersRequestSchema;
+    output: typeof ListDeadLettersResponseSchema;
+  },
+  /**
+   * ReplayDeadLetters puts dead letters back in line with their deliveries reset to 0.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ReplayDeadLetters
+   */
+  replayDeadLetters: {
+    methodKind: "unary";
+    input: typeof ReplayDeadLettersRequestSchema;
+    output: typeof ReplayDeadLettersResponseSchema;
+  },
+  /**
+   * PurgeDeadLetters deletes dead letters.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.PurgeDeadLetters
+   */
+  purgeDeadLetters: {
+    methodKind: "unary";
+    input: typeof PurgeDeadLettersRequestSchema;
+    output: typeof PurgeDeadLettersResponseSchema;
   },
 }>;
 

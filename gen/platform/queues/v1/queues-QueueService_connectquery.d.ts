@@ -5,7 +5,7 @@
 import { QueueService } from "./queues_pb.js";
 
 /**
- * ListQueues lists every queue with something on it.
+ * ListQueues lists every queue with something on it (dead letters included).
  *
  * @generated from rpc platform.queues.v1.QueueService.ListQueues
  */

@@ -43,6 +43,14 @@ export declare type Queue = Message$1<"platform.queues.v1.Queue"> & {
    * @generated from field: google.protobuf.Timestamp oldest_at = 5;
    */
   oldestAt?: Timestamp | undefined;
+
+  /**
+   * Messages that reached the app's maxDeliveries and wait for the operator
+   * (replay or purge); they are not waiting messages and do not count in depth.
+   *
+   * @generated from field: int64 dead_letters = 6;
+   */
+  deadLetters: bigint;
 };
 
 /**
@@ -443,7 +451,7 @@ export declare const StreamMessagesResponseSchema: GenMessage<StreamMessagesResp
  */
 export declare const QueueService: GenService<{
   /**
-   * ListQueues lists every queue with something on it.
+   * ListQueues lists every queue with something on it (dead letters included).
    *
    * @generated from rpc platform.queues.v1.QueueService.ListQueues
    */

@@ -11,6 +11,7 @@ import * as mail from "./0005-mail.ts";
 import * as authChanges from "./0006-auth-changes.ts";
 import * as tokenLastUsed from "./0007-token-last-used.ts";
 import * as platformSettings from "./0008-platform-settings.ts";
+import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -22,5 +23,6 @@ export const migrations: Record<string, Migration> = {
   "0006-auth-changes": authChanges,
   "0007-token-last-used": tokenLastUsed,
   "0008-platform-settings": platformSettings,
+  "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
 };

@@ -1,0 +1,76 @@
+/**
+ * The operator's side of dead letters (AdminService `ListDeadLetters`,
+ * `ReplayDeadLetters`, `PurgeDeadLetters`): paging through one queue's dead
+ * letters, putting them back in line, deleting them. Messages become dead
+ * letters in the claim itself (`queue-store.ts`, `claimMany` with a rule);
+ * this module only handles them afterwards. Every call is scoped by app and
+ * queue, so ids of another app's or queue's dead letters match nothing.
+ */
+import { invalidArgument } from "../core/errors.ts";
+import type { DeadLetter, DeadLetterSelection, QueueStore } from "./queue-store.ts";
+import type { WakeHub } from "./wake-hub.ts";
+
+/** Dead letters replayed per statement when replaying all of a queue's. */
+export const REPLAY_BATCH = 1_000;
+
+export interface DeadLetterPage {
+  deadLetters: DeadLetter[];
+  /** Empty on the last page. */
+  nextPageToken: string;
+}
+
+export interface DeadLetterOperator {
+  list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
+  /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`; wakes waiting consumers. Returns how many. */
+  replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
+  purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+}
+
+/** The token names the last dead letter of a page (its `seq`); opaque to callers. */
+function encodeToken(seq: string): string {
+  return Buffer.from(`dl:${seq}`).toString("base64url");
+}
+
+function decodeToken(token: string): string | undefined {
+  if (token === "") return undefined;
+  const text = /^[A-Za-z0-9_-]{1,40}$/.test(token) ? Buffer.from(token, "base64url").toString() : "";
+  const match = /^dl:([1-9][0-9]{0,18})$/.exec(text);
+  if (!match) throw invalidArgument("page_token", "is not a page token of ListDeadLetters");
+  return match[1];
+}
+
+export function createDeadLetterOperator(store: QueueStore, hub: WakeHub): DeadLetterOperator {
+  return {
+    async list(appId, queue, pageSize, pageToken, maxChars) {
+      const after = decodeToken(pageToken);
+      // One more than asked tells whether another page follows.
+      const rows = await store.listDeadLetters(appId, queue, after, pageSize + 1, maxChars);
+      const page = rows.slice(0, pageSize);
+      return { deadLetters: page, nextPageToken: rows.length > pageSize ? encodeToken(page[page.length - 1].seq) : "" };
+    },
+
+    async replay(appId, queue, which, ttlSeconds) {
+      const notify = hub.payload(appId, queue, 0);
+      let total = 0;
+      if ("ids" in which) {
+        total = await store.replayDeadLetters(appId, queue, which, which.ids.length, ttlSeconds, notify);
+      } else {
+        // Those dead when the call began, in batches: letters that die again
+        // meanwhile (replayed to a consumer that still fails) are not replayed
+        // once more by this call, so it ends.
+        const upToSeq = await store.lastDeadLetterSeq(appId, queue);
+        if (upToSeq === undefined) return 0;
+        for (;;) {
+          const n = await store.replayDeadLetters(appId, queue, { all: true, upToSeq }, REPLAY_BATCH, ttlSeconds, notify);
+          total += n;
+          if (n < REPLAY_BATCH) break;
+        }
+      }
+      // Local waiters now (no more wakes than waiters); other instances through the statement's NOTIFY.
+      for (let n = Math.min(total, hub.waiting()); n > 0; n--) hub.announce(appId, queue, 0);
+      return total;
+    },
+
+    purge: (appId, queue, which) => store.purgeDeadLetters(appId, queue, which),
+  };
+}
