@@ -309,6 +309,8 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
    * so racing claims never take one message twice, and a lease is checked
    * against the row's latest version when locked: a message leased for its
    * last time is never leased again, by anyone. `buried` counts the moved.
+   * The `= ANY` conditions let the DELETE and UPDATE find their rows through
+   * the primary key, as in `claimMany`.
    */
   async function claimManyBurying(appId: string, queue: string, leaseSeconds: number, n: number, rule: DeadLetterRule) {
     const { rows } = await sql<Row>`${PREPARED}
@@ -323,7 +325,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           AND m.deliveries >= ${rule.maxDeliveries} AND m.visible_at <= now()
         FOR UPDATE SKIP LOCKED
       ), gone AS (
-        DELETE FROM queue_messages m USING dead WHERE m.id = dead.id
+        DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
         RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
       ), moved AS (
         INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
@@ -340,7 +342,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       ), claimed AS (
         UPDATE queue_messages m
         SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
-        FROM next WHERE m.id = next.id
+        FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
         RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
       ), buried AS (
         SELECT count(*)::int AS n FROM moved
