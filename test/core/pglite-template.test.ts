@@ -10,7 +10,7 @@ import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate, openDatabase } from "../../src/core/database/index.ts";
-import { buildTemplate, findTemplate, isTemplateCurrent, seedFromTemplate } from "../../src/core/database/pglite-template.ts";
+import { buildTemplate, findTemplate, isMigratablePrefix, isTemplateCurrent, seedFromTemplate } from "../../src/core/database/pglite-template.ts";
 import { migrations } from "../../src/core/database/migrations/index.ts";
 
 let scratch: string;
@@ -82,5 +82,26 @@ describe("the embedded database template", () => {
     await fs.writeFile(manifestFile, JSON.stringify({ ...manifest, migrations: manifest.migrations.slice(0, -1) }));
     expect(await isTemplateCurrent(older)).toBe(false);
     expect(await findTemplate(older)).toBeDefined();
+  });
+
+  it("is not used when it lacks a migration that sorts before one it has (Kysely would refuse to migrate it)", async () => {
+    const gap = path.join(scratch, "gap-cache");
+    await fs.cp(cache, gap, { recursive: true });
+    const [dir] = await fs.readdir(gap);
+    const manifestFile = path.join(gap, dir, "manifest.json");
+    const manifest = JSON.parse(await fs.readFile(manifestFile, "utf8")) as { migrations: string[] };
+    const withGap = manifest.migrations.filter((_, i) => i !== manifest.migrations.length - 2);
+    await fs.writeFile(manifestFile, JSON.stringify({ ...manifest, migrations: withGap }));
+    expect(await findTemplate(gap)).toBeUndefined();
+    expect(await seedFromTemplate(path.join(scratch, "g", "pg"), gap)).toBe(false);
+  });
+
+  it("isMigratablePrefix: only the first migrations of this code, in order", () => {
+    const ours = Object.keys(migrations).sort();
+    expect(isMigratablePrefix([])).toBe(true);
+    expect(isMigratablePrefix(ours)).toBe(true);
+    expect(isMigratablePrefix(ours.slice(0, 3))).toBe(true);
+    expect(isMigratablePrefix([ours[0], ours[2]])).toBe(false);
+    expect(isMigratablePrefix([...ours, "9999-from-the-future"])).toBe(false);
   });
 });

@@ -55,9 +55,20 @@ export async function findTemplate(cache: string = TEMPLATE_CACHE): Promise<stri
   } catch {
     return undefined;
   }
-  // A template with a migration this code does not know (made by newer code) cannot be migrated from.
-  if (!manifest.migrations.every((name) => name in migrations)) return undefined;
+  if (!isMigratablePrefix(manifest.migrations)) return undefined;
   return path.join(dir, "pgdata");
+}
+
+/**
+ * Whether a database with exactly these migrations can be brought up to date
+ * by this code: they must be the first ones of this code's, in order. Kysely
+ * refuses to run a migration that sorts before one already applied, so a
+ * template made by newer code (a migration this code does not know) or by a
+ * branch that lacked an earlier migration cannot be started from.
+ */
+export function isMigratablePrefix(applied: readonly string[]): boolean {
+  const ours = Object.keys(migrations).sort();
+  return applied.length <= ours.length && [...applied].sort().every((name, i) => name === ours[i]);
 }
 
 /** Whether the template has every migration of this code (else building it again saves the missing ones at each new DATA_DIR). */
