@@ -4,6 +4,7 @@
  * hours and days read the same before and after; and back down.
  */
 import crypto from "node:crypto";
+import path from "node:path";
 import { sql } from "kysely";
 import { Migrator, type Migration } from "kysely/migration";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,7 +25,8 @@ describe(`migration 0010-analytics-day-rollups (${backend})`, () => {
   let db: Database;
   beforeAll(async () => {
     database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    // No template: the migrations before 0010 must run here, on a database that has none yet.
+    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir, templateCache: path.join(database.dataDir, "no-template") });
   });
   afterAll(async () => {
     await db?.close();
@@ -32,7 +34,7 @@ describe(`migration 0010-analytics-day-rollups (${backend})`, () => {
   });
 
   it("folds the hourly rows into their day's row and keeps every count", async () => {
-    const before = migratorUpTo(db, "0009");
+    const before = migratorUpTo(db, "0009-~"); // every migration before 0010
     expect((await before.migrateToLatest()).error).toBeUndefined();
     const appId = crypto.randomUUID();
     // Day 2024-03-10: 2 events at 03:xx (one with plan=pro), 1 at 05:xx (plan=basic).
