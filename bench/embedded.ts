@@ -27,10 +27,9 @@
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs/promises";
-import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { adminCall, freePort, log, root } from "./support.ts";
+import { adminCall, freePort, jsonClient, log, root } from "./support.ts";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 10);
@@ -121,47 +120,6 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-/** A small JSON-over-HTTP/1.1 client on a keep-alive agent. */
-function jsonClient(base: string, token: string, maxSockets: number) {
-  const agent = new http.Agent({ keepAlive: true, maxSockets });
-  const url = new URL(base);
-  return {
-    agent,
-    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
-      const data = body === undefined ? undefined : JSON.stringify(body);
-      return new Promise((resolve, reject) => {
-        const req = http.request(
-          {
-            agent,
-            host: url.hostname,
-            port: url.port,
-            method,
-            path: pathname,
-            headers: {
-              authorization: `Bearer ${token}`,
-              ...(data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
-            },
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on("data", (c: Buffer) => chunks.push(c));
-            res.on("end", () => {
-              const text = Buffer.concat(chunks).toString("utf8");
-              try {
-                resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
-              } catch (err) {
-                reject(err instanceof Error ? err : new Error(String(err)));
-              }
-            });
-            res.on("error", reject);
-          },
-        );
-        req.on("error", reject);
-        req.end(data);
-      });
-    },
-  };
-}
 
 type Client = ReturnType<typeof jsonClient>;
 

@@ -28,7 +28,6 @@
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
-import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fromJson } from "@bufbuild/protobuf";
@@ -38,7 +37,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { adminCall, log, startService } from "./support.ts";
+import { adminCall, jsonClient, log, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -186,47 +185,6 @@ function percentile(samples: number[], p: number): number {
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
 
-/** A small JSON-over-HTTP/1.1 client on a keep-alive agent: cheaper per call than fetch. */
-function jsonClient(base: string, token: string, maxSockets: number) {
-  const agent = new http.Agent({ keepAlive: true, maxSockets });
-  const url = new URL(base);
-  return {
-    agent,
-    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
-      const data = body === undefined ? undefined : JSON.stringify(body);
-      return new Promise((resolve, reject) => {
-        const req = http.request(
-          {
-            agent,
-            host: url.hostname,
-            port: url.port,
-            method,
-            path: pathname,
-            headers: {
-              authorization: `Bearer ${token}`,
-              ...(data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
-            },
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on("data", (c: Buffer) => chunks.push(c));
-            res.on("end", () => {
-              const text = Buffer.concat(chunks).toString("utf8");
-              try {
-                resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
-              } catch (err) {
-                reject(err instanceof Error ? err : new Error(String(err)));
-              }
-            });
-            res.on("error", reject);
-          },
-        );
-        req.on("error", reject);
-        req.end(data);
-      });
-    },
-  };
-}
 
 
 
