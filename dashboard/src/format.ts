@@ -18,3 +18,8 @@ export function formatAge(ts: Timestamp | undefined, now = Date.now()): string {
 export function formatNumber(n: number | bigint): string {
   return Number(n).toLocaleString();
 }
+
+/** "delivered once", "delivered 3 times": a count of deliveries as a person would say it. */
+export function formatDeliveries(n: number): string {
+  return n === 1 ? "delivered once" : `delivered ${formatNumber(n)} times`;
+}

@@ -205,7 +205,7 @@ describe("the operator dashboard in Chromium", () => {
 
   it("sets maxDeliveries in the settings, shows a queue's dead letters and replays one", async () => {
     await tab("Settings");
-    await page.getByLabel("Max deliveries per message (0: unlimited)").fill("1");
+    await page.getByLabel("Max deliveries (0 = no limit)").fill("1");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
     expect((await t.admin.getApp({ appId })).app?.limits?.maxDeliveries).toBe(1);

@@ -20,7 +20,7 @@ import {
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
-import { formatAge, formatTime } from "../format.ts";
+import { formatAge, formatDeliveries, formatTime } from "../format.ts";
 
 export function QueuesTab({ app }: { app: App }) {
   const queues = useQuery(listQueues, { appId: app.id });
@@ -49,7 +49,7 @@ export function QueuesTab({ app }: { app: App }) {
                     <tr>
                       <th scope="col">Queue</th>
                       <th scope="col" className="right">Depth</th>
-                      <th scope="col" className="right">In flight</th>
+                      <th scope="col" className="right hide-narrow">In flight</th>
                       <th scope="col" className="right hide-narrow">Max depth</th>
                       <th scope="col">Oldest waiting</th>
                       <th scope="col" className="right">Dead letters</th>
@@ -61,7 +61,7 @@ export function QueuesTab({ app }: { app: App }) {
                       <tr key={q.name} className={q.name === selected ? "selected" : undefined}>
                         <td>{q.name}</td>
                         <td className="right" data-testid={`depth-${q.name}`}>{Number(q.depth).toLocaleString()}</td>
-                        <td className="right">{Number(q.inFlight).toLocaleString()}</td>
+                        <td className="right hide-narrow">{Number(q.inFlight).toLocaleString()}</td>
                         <td className="right hide-narrow">{Number(q.maxDepth).toLocaleString()}</td>
                         <td>{q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}</td>
                         <td className="right" data-testid={`dead-${q.name}`}>
@@ -137,7 +137,7 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
               {data.messages.map((m) => (
                 <li key={m.id}>
                   <p className="muted">
-                    {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes · delivered {m.deliveries} times · id {m.id}
+                    {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes · {formatDeliveries(m.deliveries)} · id {m.id}
                   </p>
                   <pre>{prettyPayload(m.payload, m.truncated)}</pre>
                 </li>
@@ -203,7 +203,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                 {data.deadLetters.map((d) => (
                   <li key={d.id}>
                     <p className="muted">
-                      died {formatTime(d.diedAt)} · delivered {d.deliveries} times · {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
+                      died {formatTime(d.diedAt)} · {formatDeliveries(d.deliveries)} · {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
                     </p>
                     <pre>{prettyPayload(d.payload, d.truncated)}</pre>
                     <div className="actions">

@@ -24,7 +24,7 @@ const LIMITS: { name: LimitName; label: string }[] = [
   { name: "maxOutstandingLinks", label: "Max outstanding secret links" },
   { name: "linkTtlSeconds", label: "Secret link TTL (seconds)" },
   { name: "retentionDays", label: "Mail and analytics kept (days)" },
-  { name: "maxDeliveries", label: "Max deliveries per message (0: unlimited)" },
+  { name: "maxDeliveries", label: "Max deliveries (0 = no limit)" },
 ];
 
 export function SettingsTab({ app }: { app: App }) {
