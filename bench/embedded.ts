@@ -29,7 +29,7 @@ import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { adminCall, freePort, jsonClient, log, root } from "./support.ts";
+import { adminCall, freePort, jsonClient, log, restQueueLoad, root } from "./support.ts";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 10);
@@ -174,44 +174,19 @@ async function lightUse(url: string, adminToken: string): Promise<{ token: strin
  * on a machine shared with other work).
  */
 async function queueThroughput(url: string, token: string, pid: number): Promise<{ perS: number; cpuMsPerMsg: number }> {
-  const client = jsonClient(url, token, PRODUCERS + CONSUMERS + 4);
-  for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload: PAYLOAD });
-  let acked = 0;
-  let putDone = 0;
-  let stopped = false;
-  let errors = 0;
-  const producers = Array.from({ length: PRODUCERS }, async () => {
-    while (!stopped) {
-      if (putDone - acked > MAX_OUTSTANDING) {
-        await new Promise((r) => setTimeout(r, 1));
-        continue;
-      }
-      const res = await client.request("POST", "/v1/queues/bench", { payload: PAYLOAD });
-      if (res.status !== 200) errors++;
-      else putDone++;
-    }
+  let cpu0 = 0;
+  let cpu1 = 0;
+  const { acked, elapsedS, errors } = await restQueueLoad(url, token, {
+    producers: PRODUCERS,
+    consumers: CONSUMERS,
+    maxOutstanding: MAX_OUTSTANDING,
+    payload: PAYLOAD,
+    seconds: SECONDS,
+    atStart: async () => void (cpu0 = await cpuMs(pid)),
+    atEnd: async () => void (cpu1 = await cpuMs(pid)),
   });
-  const consumers = Array.from({ length: CONSUMERS }, async () => {
-    while (!stopped) {
-      const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
-      const m = res.body?.message;
-      if (!m) continue;
-      const a = await client.request("POST", "/v1/queues/_ack", { receipt: m.receipt });
-      if (a.body?.acked) acked++;
-      else errors++;
-    }
-  });
-  const started = performance.now();
-  const cpu0 = await cpuMs(pid);
-  await new Promise((r) => setTimeout(r, SECONDS * 1000));
-  const cpu1 = await cpuMs(pid);
-  stopped = true;
-  const ackedInWindow = acked;
-  const elapsed = (performance.now() - started) / 1000;
-  await Promise.all([...producers, ...consumers]);
-  client.agent.destroy();
   if (errors > 0) log(`   (${errors} errors)`);
-  return { perS: ackedInWindow / elapsed, cpuMsPerMsg: (cpu1 - cpu0) / Math.max(ackedInWindow, 1) };
+  return { perS: acked / elapsedS, cpuMsPerMsg: (cpu1 - cpu0) / Math.max(acked, 1) };
 }
 
 /** Every step on the checkout in `dir`. */

@@ -37,7 +37,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { adminCall, jsonClient, log, startService } from "./support.ts";
+import { adminCall, jsonClient, log, restQueueLoad, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -239,42 +239,15 @@ async function main(): Promise<void> {
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
     if (PARTS.has(1)) {
-    const client = jsonClient(service.url, token, PRODUCERS + CONSUMERS + 4);
-    for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload: PAYLOAD });
-    let acked = 0;
-    let putDone = 0;
-    let stop = false;
-    let errors = 0;
-    const producers = Array.from({ length: PRODUCERS }, async () => {
-      while (!stop) {
-        if (putDone - acked > MAX_OUTSTANDING) {
-          await new Promise((r) => setTimeout(r, 1));
-          continue;
-        }
-        const res = await client.request("POST", "/v1/queues/bench", { payload: PAYLOAD });
-        if (res.status !== 200) errors++;
-        else putDone++;
-      }
+    const { acked, elapsedS, errors } = await restQueueLoad(service.url, token, {
+      producers: PRODUCERS,
+      consumers: CONSUMERS,
+      maxOutstanding: MAX_OUTSTANDING,
+      payload: PAYLOAD,
+      seconds: SECONDS,
     });
-    const consumers = Array.from({ length: CONSUMERS }, async () => {
-      while (!stop) {
-        const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
-        const m = res.body?.message;
-        if (!m) continue;
-        const a = await client.request("POST", "/v1/queues/_ack", { receipt: m.receipt });
-        if (a.body?.acked) acked++;
-        else errors++;
-      }
-    });
-    const started = performance.now();
-    await new Promise((r) => setTimeout(r, SECONDS * 1000));
-    stop = true;
-    const ackedInWindow = acked;
-    const elapsed = (performance.now() - started) / 1000;
-    await Promise.all([...producers, ...consumers]);
-    msgsPerS = ackedInWindow / elapsed;
-    log(`1. REST put->consume->ack: ${round(msgsPerS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors)`);
-    client.agent.destroy();
+    msgsPerS = acked / elapsedS;
+    log(`1. REST put->consume->ack: ${round(msgsPerS, 0)} msgs/s (${acked} in ${round(elapsedS, 1)} s, ${errors} errors)`);
     }
 
     // 2. pg-boss, same work, same PostgreSQL.

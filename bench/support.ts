@@ -129,3 +129,62 @@ export function jsonClient(base: string, token: string, maxSockets: number) {
     },
   };
 }
+
+export interface RestQueueLoadOptions {
+  producers: number;
+  consumers: number;
+  /** Producers pause while more than this many puts are not yet acked, so the line stays short. */
+  maxOutstanding: number;
+  payload: unknown;
+  seconds: number;
+  /** Awaited when the measured window opens and right before it closes (e.g. to read the server's CPU time). */
+  atStart?: () => Promise<void>;
+  atEnd?: () => Promise<void>;
+}
+
+/**
+ * The REST load both queue benchmarks measure: producers `POST /v1/queues/bench`,
+ * consumers `consume` (1 s long-poll) then `_ack`, over keep-alive, for
+ * `seconds` after a warm-up of 200 puts on another queue. Counts acks inside
+ * the window; errors are non-200 puts and acks answered `acked: false`.
+ */
+export async function restQueueLoad(url: string, token: string, options: RestQueueLoadOptions): Promise<{ acked: number; elapsedS: number; errors: number }> {
+  const { producers, consumers, maxOutstanding, payload, seconds } = options;
+  const client = jsonClient(url, token, producers + consumers + 4);
+  for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload });
+  let acked = 0;
+  let putDone = 0;
+  let stopped = false;
+  let errors = 0;
+  const putting = Array.from({ length: producers }, async () => {
+    while (!stopped) {
+      if (putDone - acked > maxOutstanding) {
+        await new Promise((r) => setTimeout(r, 1));
+        continue;
+      }
+      const res = await client.request("POST", "/v1/queues/bench", { payload });
+      if (res.status !== 200) errors++;
+      else putDone++;
+    }
+  });
+  const consuming = Array.from({ length: consumers }, async () => {
+    while (!stopped) {
+      const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
+      const m = res.body?.message;
+      if (!m) continue;
+      const a = await client.request("POST", "/v1/queues/_ack", { receipt: m.receipt });
+      if (a.body?.acked) acked++;
+      else errors++;
+    }
+  });
+  const started = performance.now();
+  await options.atStart?.();
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  await options.atEnd?.();
+  stopped = true;
+  const ackedInWindow = acked;
+  const elapsedS = (performance.now() - started) / 1000;
+  await Promise.all([...putting, ...consuming]);
+  client.agent.destroy();
+  return { acked: ackedInWindow, elapsedS, errors };
+}
