@@ -360,6 +360,18 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     return claimedRows(queue, rows);
   }
 
+  /** Deletes up to `limit` rows of `table` whose app is gone (deleted apps' messages and dead letters follow through housekeeping). */
+  async function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {
+    const result = await sql`
+      DELETE FROM ${sql.table(table)} WHERE id IN (
+        SELECT t.id FROM ${sql.table(table)} t
+        WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      )`.execute(relaxedDb);
+    return Number(result.numAffectedRows ?? 0n);
+  }
+
   const store: QueueStore = {
     put: (input) => put(input, db),
 
@@ -594,16 +606,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return Number(result.numAffectedRows ?? 0n);
     },
 
-    async deleteOrphans(limit) {
-      const result = await sql`
-        DELETE FROM queue_messages WHERE id IN (
-          SELECT q.id FROM queue_messages q
-          WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = q.app_id)
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
 
     async peek(appId, queue, limit, maxChars) {
       const { rows } = await sql<{ id: string; payload: string; size: number; enqueued_at: unknown; expires_at: unknown; deliveries: number }>`
@@ -708,16 +711,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return Number(result.numAffectedRows ?? 0n);
     },
 
-    async deleteDeadLetterOrphans(limit) {
-      const result = await sql`
-        DELETE FROM queue_dead_letters WHERE id IN (
-          SELECT d.id FROM queue_dead_letters d
-          WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = d.app_id)
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    deleteDeadLetterOrphans: (limit) => deleteOrphansOf("queue_dead_letters", limit),
   };
   return store;
 }
