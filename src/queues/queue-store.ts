@@ -78,6 +78,7 @@ export interface QueueStats {
   depth: number;
   inFlight: number;
   oldestAt: Date | null;
+  deadLetters: number;
 }
 
 export interface PutInput {
@@ -189,6 +190,7 @@ export interface QueueStore {
   ack(appId: string, id: string, deliveries: number): Promise<boolean>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
+  /** The app's queues with something on them: waiting, in flight, or dead letters. */
   list(appId: string): Promise<QueueStats[]>;
   /** For the wake-up safety net: of the given queues, the earliest time each has a message visible (past or future). */
   nextVisible(keys: { appId: string; queue: string }[]): Promise<{ appId: string; queue: string; at: Date }[]>;
@@ -200,8 +202,6 @@ export interface QueueStore {
   peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   purge(appId: string, queue: string): Promise<number>;
-  /** How many dead letters each of the app's queues holds (queues without any are left out). */
-  deadLetterCounts(appId: string): Promise<Map<string, number>>;
   /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
   listDeadLetters(appId: string, queue: string, afterSeq: string | undefined, limit: number, maxChars: number): Promise<DeadLetter[]>;
   /**
@@ -562,23 +562,33 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async list(appId) {
+      // One round trip for both tables; a queue holding only dead letters is
+      // listed too (FULL JOIN), so the operator sees it.
       const { rows } = await sql<Row>`${PREPARED}
-        SELECT queue,
-               count(*) FILTER (WHERE ${WAITING})::int AS depth,
-               count(*) FILTER (WHERE deliveries > 0 AND visible_at > now())::int AS in_flight,
-               min(enqueued_at) FILTER (WHERE ${WAITING}) AS oldest_at
-        FROM queue_messages
-        WHERE app_id = ${appId}
-        GROUP BY queue
-        ORDER BY queue`.execute(db);
+        WITH m AS (
+          SELECT queue,
+                 count(*) FILTER (WHERE ${WAITING})::int AS depth,
+                 count(*) FILTER (WHERE deliveries > 0 AND visible_at > now())::int AS in_flight,
+                 min(enqueued_at) FILTER (WHERE ${WAITING}) AS oldest_at
+          FROM queue_messages
+          WHERE app_id = ${appId}
+          GROUP BY queue
+        ), d AS (
+          SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue
+        )
+        SELECT coalesce(m.queue, d.queue) AS queue, coalesce(m.depth, 0) AS depth, coalesce(m.in_flight, 0) AS in_flight,
+               m.oldest_at, coalesce(d.n, 0) AS dead_letters
+        FROM m FULL JOIN d ON d.queue = m.queue
+        ORDER BY 1`.execute(db);
       return rows
         .map((r) => ({
           name: r.queue as string,
           depth: Number(r.depth),
           inFlight: Number(r.in_flight),
           oldestAt: r.oldest_at == null ? null : toDate(r.oldest_at),
+          deadLetters: Number(r.dead_letters),
         }))
-        .filter((q) => q.depth > 0 || q.inFlight > 0);
+        .filter((q) => q.depth > 0 || q.inFlight > 0 || q.deadLetters > 0);
     },
 
     async nextVisible(keys) {
@@ -629,12 +639,6 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       const result = await db.deleteFrom("queue_messages").where("app_id", "=", appId).where("queue", "=", queue).executeTakeFirst();
       return Number(result.numDeletedRows);
     },
-    async deadLetterCounts(appId) {
-      const { rows } = await sql<Row>`${PREPARED}
-        SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue`.execute(db);
-      return new Map(rows.map((r) => [r.queue as string, Number(r.n)]));
-    },
-
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<Row>`
         SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,

@@ -378,24 +378,17 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     impl: {
       async listQueues(_req, context) {
         const app = appOf(context);
-        const [queues, dead] = await Promise.all([store.list(app.id), store.deadLetterCounts(app.id)]);
-        const listed = queues.map((q) => ({
-          name: q.name,
-          depth: BigInt(q.depth),
-          inFlight: BigInt(q.inFlight),
-          maxDepth: BigInt(app.limits.maxQueueDepth),
-          oldestAt: q.oldestAt ? timestampFromMs(q.oldestAt.getTime()) : undefined,
-          deadLetters: BigInt(dead.get(q.name) ?? 0),
-        }));
-        // A queue holding only dead letters is listed too, so the operator sees it.
-        const names = new Set(queues.map((q) => q.name));
-        const deadOnly = [...dead].filter(([name]) => !names.has(name));
-        if (deadOnly.length === 0) return { queues: listed };
-        for (const [name, n] of deadOnly) {
-          listed.push({ name, depth: 0n, inFlight: 0n, maxDepth: BigInt(app.limits.maxQueueDepth), oldestAt: undefined, deadLetters: BigInt(n) });
-        }
-        listed.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-        return { queues: listed };
+        const queues = await store.list(app.id);
+        return {
+          queues: queues.map((q) => ({
+            name: q.name,
+            depth: BigInt(q.depth),
+            inFlight: BigInt(q.inFlight),
+            maxDepth: BigInt(app.limits.maxQueueDepth),
+            oldestAt: q.oldestAt ? timestampFromMs(q.oldestAt.getTime()) : undefined,
+            deadLetters: BigInt(q.deadLetters),
+          })),
+        };
       },
 
       async putMessage(req, context) {
