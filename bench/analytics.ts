@@ -35,8 +35,6 @@ const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
 const DAY = 86_400_000;
 
-
-
 /** CPU seconds used so far by a process (utime + stime from /proc), or NaN where /proc is missing. */
 async function cpuSeconds(pid: number): Promise<number> {
   try {
@@ -98,12 +96,20 @@ async function main(): Promise<void> {
       await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
       const { token } = await callAdmin("IssueToken", { appId: app.id });
       const call = async (method: string, p: string, body?: string) => {
-        const res = await fetch(base + p, { method, headers: { "content-type": "application/json", authorization: `Bearer ${token}` }, body });
+        const res = await fetch(base + p, {
+          method,
+          headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+          body,
+        });
         const text = await res.text();
         if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
         return JSON.parse(text);
       };
-      await call("POST", "/v1/analytics/types", JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }));
+      await call(
+        "POST",
+        "/v1/analytics/types",
+        JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }),
+      );
       return { id: app.id as string, call };
     };
 
@@ -122,18 +128,30 @@ async function main(): Promise<void> {
         JSON.stringify({
           events: Array.from({ length: BATCH }, () => ({
             type: "pageview",
-            at: spread ? oldest + Math.floor(Math.random() * (now - oldest)) : Math.floor(oldest + (b + Math.random()) * slice),
+            at: spread
+              ? oldest + Math.floor(Math.random() * (now - oldest))
+              : Math.floor(oldest + (b + Math.random()) * slice),
             properties: { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
           })),
         }),
       );
 
     /** Posts every body over `clients` concurrent clients; events per second, with the CPU each side used. */
-    const ingest = async (label: string, call: (method: string, p: string, body?: string) => Promise<any>, bodies: string[], clients: number) => { // eslint-disable-line @typescript-eslint/no-explicit-any
+    const ingest = async (
+      label: string,
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      call: (method: string, p: string, body?: string) => Promise<any>,
+      bodies: string[],
+      clients: number,
+    ) => {
       let next = 0;
       let recorded = 0;
       log(`${label}: ingesting ${bodies.length * BATCH} events in batches of ${BATCH} over ${clients} clients...`);
-      const cpuBefore = { server: await cpuSeconds(server!.pid!), postgres: await postgresCpuSeconds(), client: process.cpuUsage() };
+      const cpuBefore = {
+        server: await cpuSeconds(server!.pid!),
+        postgres: await postgresCpuSeconds(),
+        client: process.cpuUsage(),
+      };
       const started = performance.now();
       await Promise.all(
         Array.from({ length: clients }, async () => {

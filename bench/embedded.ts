@@ -85,14 +85,27 @@ interface Started {
  */
 async function start(dir: string, dataDir: string): Promise<Started> {
   const port = await freePort();
-  const startScript = (JSON.parse(await fs.readFile(path.join(dir, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const startScript = (
+    JSON.parse(await fs.readFile(path.join(dir, "package.json"), "utf8")) as { scripts: { start: string } }
+  ).scripts.start;
   const words = startScript.split(" ").filter(Boolean);
   const startArgs = words.slice(words.indexOf("node") + 1);
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   // Nothing inherited that would configure the service: the embedded default.
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DATA_DIR: dataDir, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn" };
+  const env: NodeJS.ProcessEnv = {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    DATA_DIR: dataDir,
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    LOG_LEVEL: "warn",
+  };
   const t0 = performance.now();
-  const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], { cwd: dir, env, stdio: ["ignore", "ignore", "inherit"] });
+  const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
+    cwd: dir,
+    env,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   const url = `http://127.0.0.1:${port}`;
   let healthMs = NaN;
   for (;;) {
@@ -120,10 +133,10 @@ async function stop(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-
 type Client = ReturnType<typeof jsonClient>;
 
-async function expectOk(client: Client, method: string, pathname: string, body?: unknown): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function expectOk(client: Client, method: string, pathname: string, body?: unknown): Promise<any> {
   const res = await client.request(method, pathname, body);
   if (res.status !== 200) throw new Error(`${method} ${pathname}: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body;
@@ -140,12 +153,22 @@ async function lightUse(url: string, adminToken: string): Promise<{ token: strin
   // analytics
   await expectOk(client, "POST", "/v1/analytics/types", { name: "signup", properties: { plan: "string" } });
   const now = Date.now();
-  const events = Array.from({ length: 200 }, (_, i) => ({ type: "signup", at: new Date(now - i * 60_000).toISOString(), properties: { plan: i % 2 ? "pro" : "free" } }));
+  const events = Array.from({ length: 200 }, (_, i) => ({
+    type: "signup",
+    at: new Date(now - i * 60_000).toISOString(),
+    properties: { plan: i % 2 ? "pro" : "free" },
+  }));
   await expectOk(client, "POST", "/v1/analytics/events", { events });
   await expectOk(client, "GET", "/v1/analytics/types");
-  await expectOk(client, "POST", "/v1/analytics/query", { type: "signup", since: new Date(now - 86_400_000).toISOString(), interval: "hour", groupBy: "plan" });
+  await expectOk(client, "POST", "/v1/analytics/query", {
+    type: "signup",
+    since: new Date(now - 86_400_000).toISOString(),
+    interval: "hour",
+    groupBy: "plan",
+  });
   // mail
-  for (let i = 0; i < 3; i++) await expectOk(client, "POST", "/v1/mail/send", { to: "someone@example.com", subject: `hello ${i}`, text: "hi" });
+  for (let i = 0; i < 3; i++)
+    await expectOk(client, "POST", "/v1/mail/send", { to: "someone@example.com", subject: `hello ${i}`, text: "hi" });
   // inference
   await expectOk(client, "GET", "/v1/inference/models");
   await expectOk(client, "POST", "/v1/inference/generate", { prompt: "Say hello", maxTokens: 32 });
@@ -173,7 +196,11 @@ async function lightUse(url: string, adminToken: string): Promise<{ token: strin
  * second, and the server's CPU time per acked message (steadier than the rate
  * on a machine shared with other work).
  */
-async function queueThroughput(url: string, token: string, pid: number): Promise<{ perS: number; cpuMsPerMsg: number }> {
+async function queueThroughput(
+  url: string,
+  token: string,
+  pid: number,
+): Promise<{ perS: number; cpuMsPerMsg: number }> {
   let cpu0 = 0;
   let cpu1 = 0;
   const { acked, elapsedS, errors } = await restQueueLoad(url, token, {
@@ -196,7 +223,9 @@ async function measure(label: string, dir: string): Promise<Figures> {
   try {
     const first = await start(dir, dataDir);
     child = first.child;
-    log(`${label} 1. first start: /health ${round(first.healthMs)} ms, /ready ${round(first.readyMs)} ms, ${round(first.cpuMs)} ms CPU`);
+    log(
+      `${label} 1. first start: /health ${round(first.healthMs)} ms, /ready ${round(first.readyMs)} ms, ${round(first.cpuMs)} ms CPU`,
+    );
     const adminToken = (await fs.readFile(path.join(dataDir, "admin-token"), "utf8")).trim();
     const { token } = await lightUse(first.url, adminToken);
     const used = await procStatus(child.pid!);
@@ -217,11 +246,14 @@ async function measure(label: string, dir: string): Promise<Figures> {
     await stop(child);
     const again = await start(dir, dataDir);
     child = again.child;
-    log(`${label} 5. restart: /health ${round(again.healthMs)} ms, /ready ${round(again.readyMs)} ms, ${round(again.cpuMs)} ms CPU`);
+    log(
+      `${label} 5. restart: /health ${round(again.healthMs)} ms, /ready ${round(again.readyMs)} ms, ${round(again.cpuMs)} ms CPU`,
+    );
     const client2 = jsonClient(again.url, token, 1);
     const { message } = await expectOk(client2, "POST", "/v1/queues/kept/consume", { waitSeconds: 0 });
     client2.agent.destroy();
-    if (message?.id !== kept.id) throw new Error(`the message put before the stop is gone after the restart: ${JSON.stringify(message)}`);
+    if (message?.id !== kept.id)
+      throw new Error(`the message put before the stop is gone after the restart: ${JSON.stringify(message)}`);
     return {
       idle_rss_mb: round(idle.rssMb),
       first_start_ms: round(first.readyMs),

@@ -27,7 +27,11 @@ const pool = new pg.Pool({
   max: 20,
   types: {
     getTypeParser: ((oid: number, format?: "text" | "binary") =>
-      oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
+      oid === INT8_OID
+        ? (v: string) => Number(v)
+        : oid === DATE_OID
+          ? (v: string) => v
+          : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
   },
 });
 
@@ -69,29 +73,59 @@ const day = () => new Date().toISOString().slice(0, 10);
 const fastify = Fastify({ logger: false });
 
 fastify.get("/v1/analytics/types", async () => {
-  const { rows } = await pool.query<{ name: string; properties: Record<string, string>; created_at: Date; updated_at: Date }>(LIST_TYPES, [appId]);
-  return { types: rows.map((r) => ({ name: r.name, properties: r.properties, createdAt: ms(r.created_at), updatedAt: ms(r.updated_at) })) };
+  const { rows } = await pool.query<{
+    name: string;
+    properties: Record<string, string>;
+    created_at: Date;
+    updated_at: Date;
+  }>(LIST_TYPES, [appId]);
+  return {
+    types: rows.map((r) => ({
+      name: r.name,
+      properties: r.properties,
+      createdAt: ms(r.created_at),
+      updatedAt: ms(r.updated_at),
+    })),
+  };
 });
 
 fastify.get("/v1/queues", async () => {
-  const { rows } = await pool.query<{ queue: string; depth: number; in_flight: number; oldest_at: Date | null }>(LIST_QUEUES, [appId]);
+  const { rows } = await pool.query<{ queue: string; depth: number; in_flight: number; oldest_at: Date | null }>(
+    LIST_QUEUES,
+    [appId],
+  );
   return {
     queues: rows
       .filter((r) => r.depth > 0 || r.in_flight > 0)
-      .map((r) => ({ name: r.queue, depth: r.depth, inFlight: r.in_flight, maxDepth: 10_000, oldestAt: ms(r.oldest_at) })),
+      .map((r) => ({
+        name: r.queue,
+        depth: r.depth,
+        inFlight: r.in_flight,
+        maxDepth: 10_000,
+        oldestAt: ms(r.oldest_at),
+      })),
   };
 });
 
 fastify.get("/v1/inference/models", async () => {
   const today = day();
-  const { rows } = await pool.query<{ counter: string; used: number }>(USED, [appId, today, ["fast_tokens", "embed_tokens"]]);
+  const { rows } = await pool.query<{ counter: string; used: number }>(USED, [
+    appId,
+    today,
+    ["fast_tokens", "embed_tokens"],
+  ]);
   const used = (counter: string) => Number(rows.find((r) => r.counter === counter)?.used ?? 0);
   const fast = used("fast_tokens");
   const embed = used("embed_tokens");
   return {
     models: [
       { name: "platform/fast", kind: "generate", tokensPerDay: 200_000, remainingToday: Math.max(0, 200_000 - fast) },
-      { name: "platform/embed", kind: "embed", tokensPerDay: 1_000_000, remainingToday: Math.max(0, 1_000_000 - embed) },
+      {
+        name: "platform/embed",
+        kind: "embed",
+        tokensPerDay: 1_000_000,
+        remainingToday: Math.max(0, 1_000_000 - embed),
+      },
     ],
   };
 });
@@ -102,7 +136,17 @@ fastify.post<{ Params: { queue: string }; Body: { payload: unknown } }>("/v1/que
   const depthBelow = 10_000;
   const ttl = 345_600;
   const { rows } = await pool.query<{ n: number; id: string | null; expires_at: Date | null }>(PUT, [
-    writeAppId, queue, depthBelow, writeAppId, queue, JSON.stringify(req.body.payload), 0, ttl, depthBelow, notify, notify,
+    writeAppId,
+    queue,
+    depthBelow,
+    writeAppId,
+    queue,
+    JSON.stringify(req.body.payload),
+    0,
+    ttl,
+    depthBelow,
+    notify,
+    notify,
   ]);
   const row = rows[0];
   if (!row.id) throw new Error("queue full");
@@ -111,5 +155,8 @@ fastify.post<{ Params: { queue: string }; Body: { payload: unknown } }>("/v1/que
 
 await fastify.listen({ port: Number(process.env.PORT), host: "127.0.0.1" });
 process.on("SIGTERM", () => {
-  void fastify.close().then(() => pool.end()).then(() => process.exit(0));
+  void fastify
+    .close()
+    .then(() => pool.end())
+    .then(() => process.exit(0));
 });

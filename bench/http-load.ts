@@ -61,7 +61,8 @@ interface Counters {
 /** Runs the load for `warmupSeconds` (not counted), then `seconds` (counted). */
 export async function runLoad(target: LoadTarget, options: LoadOptions): Promise<LoadResult> {
   const counters: Counters = { ok: 0, errors: 0, stopped: false };
-  const { loops, close } = target.transport === "h1" ? await h1Loops(target, options, counters) : await h2Loops(target, options, counters);
+  const { loops, close } =
+    target.transport === "h1" ? await h1Loops(target, options, counters) : await h2Loops(target, options, counters);
   await sleep(options.warmupSeconds * 1000);
   const ok0 = counters.ok;
   const errors0 = counters.errors;
@@ -73,7 +74,13 @@ export async function runLoad(target: LoadTarget, options: LoadOptions): Promise
   counters.stopped = true;
   await Promise.all(loops);
   close();
-  return { reqPerS: requests / elapsed, requests, allRequests: counters.ok, errors, ...(counters.firstError === undefined ? {} : { firstError: counters.firstError }) };
+  return {
+    reqPerS: requests / elapsed,
+    requests,
+    allRequests: counters.ok,
+    errors,
+    ...(counters.firstError === undefined ? {} : { firstError: counters.firstError }),
+  };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -95,22 +102,24 @@ async function h1Loops(target: LoadTarget, options: LoadOptions, counters: Count
   });
   const sockets: net.Socket[] = [];
   let next = 0;
-  const connections = await Promise.all(Array.from({ length: options.concurrency }, () => h1Connection(url.hostname, port)));
+  const connections = await Promise.all(
+    Array.from({ length: options.concurrency }, () => h1Connection(url.hostname, port)),
+  );
   const loops = connections.map(async (conn) => {
-      sockets.push(conn.socket);
-      {
-        while (!counters.stopped) {
-          const req = raw[next++ % raw.length];
-          try {
-            const { status, body } = await conn.send(req);
-            if (status === 200) counters.ok++;
-            else fail(counters, `HTTP ${status}: ${body.toString("utf8", 0, 300)}`);
-          } catch (err) {
-            fail(counters, String(err));
-            return;
-          }
+    sockets.push(conn.socket);
+    {
+      while (!counters.stopped) {
+        const req = raw[next++ % raw.length];
+        try {
+          const { status, body } = await conn.send(req);
+          if (status === 200) counters.ok++;
+          else fail(counters, `HTTP ${status}: ${body.toString("utf8", 0, 300)}`);
+        } catch (err) {
+          fail(counters, String(err));
+          return;
         }
       }
+    }
   });
   return { loops, close: () => sockets.forEach((s) => s.destroy()) };
 }
@@ -219,7 +228,11 @@ async function h2Loops(target: LoadTarget, options: LoadOptions, counters: Count
       stream.on("data", (c: Buffer) => void chunks.push(c));
       stream.on("close", () => {
         if (status === 200 && (!grpc || grpcStatus === "0")) counters.ok++;
-        else fail(counters, `HTTP ${status}${grpc ? ` grpc-status ${grpcStatus}` : ""}: ${Buffer.concat(chunks).toString("utf8", 0, 300)}`);
+        else
+          fail(
+            counters,
+            `HTTP ${status}${grpc ? ` grpc-status ${grpcStatus}` : ""}: ${Buffer.concat(chunks).toString("utf8", 0, 300)}`,
+          );
         resolve();
       });
       stream.on("error", () => {});

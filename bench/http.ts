@@ -36,7 +36,14 @@ import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { create, toBinary, toJson, type DescMessage, type DescMethodUnary, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  create,
+  toBinary,
+  toJson,
+  type DescMessage,
+  type DescMethodUnary,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { fromJson } from "@bufbuild/protobuf";
 import pg from "pg";
@@ -57,7 +64,9 @@ const CONNECT_HTTP = process.env.BENCH_CONNECT_HTTP === "2" ? "2" : "1.1";
 /** Operations to run, e.g. BENCH_OPS=queues_list while tuning; all by default. */
 const OPS = new Set((process.env.BENCH_OPS ?? "event_types_list,queues_list,models_list,queue_put").split(","));
 /** Protocols to run (the baseline always runs). */
-const PROTOCOLS = (process.env.BENCH_PROTOCOLS ?? "rest_h1,rest_h2c,connect_json,connect_proto,grpc").split(",") as Protocol[];
+const PROTOCOLS = (process.env.BENCH_PROTOCOLS ?? "rest_h1,rest_h2c,connect_json,connect_proto,grpc").split(
+  ",",
+) as Protocol[];
 
 type Protocol = "rest_h1" | "rest_h2c" | "connect_json" | "connect_proto" | "grpc";
 
@@ -134,7 +143,13 @@ function target(op: Operation, protocol: Protocol | "baseline", url: string, tok
       frame.set(bytes, 5);
       return { path: rpcPath, body: frame };
     });
-    return { transport: "grpc", url, method: "POST", headers: { ...auth, "content-type": "application/grpc", te: "trailers" }, requests };
+    return {
+      transport: "grpc",
+      url,
+      method: "POST",
+      headers: { ...auth, "content-type": "application/grpc", te: "trailers" },
+      requests,
+    };
   }
   const json = protocol === "connect_json";
   const requests = messages.map((m) => ({
@@ -145,7 +160,11 @@ function target(op: Operation, protocol: Protocol | "baseline", url: string, tok
     transport: CONNECT_HTTP === "2" ? "h2" : "h1",
     url,
     method: "POST",
-    headers: { ...auth, "content-type": json ? "application/json" : "application/proto", "connect-protocol-version": "1" },
+    headers: {
+      ...auth,
+      "content-type": json ? "application/json" : "application/proto",
+      "connect-protocol-version": "1",
+    },
     requests,
   };
 }
@@ -155,7 +174,10 @@ const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** di
 async function rest(url: string, token: string, method: string, p: string, body?: unknown): Promise<unknown> {
   const res = await fetch(url + p, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body === undefined ? {} : { "content-type": "application/json" }),
+    },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${await res.text()}`);
@@ -169,14 +191,28 @@ async function cpuMs(pid: number): Promise<number> {
 }
 const CLOCK_TICKS = 100;
 
-async function startBaseline(databaseUrl: string, appId: string, writeAppId: string): Promise<{ url: string; child: ChildProcess }> {
+async function startBaseline(
+  databaseUrl: string,
+  appId: string,
+  writeAppId: string,
+): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
   const { flags } = await startCommandArgs();
-  const child = spawn(path.join(root, "node_modules/.bin/node"), [...flags, path.join(root, "bench/http-baseline.ts")], {
-    cwd: root,
-    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), BASELINE_APP_ID: appId, BASELINE_WRITE_APP_ID: writeAppId },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
+  const child = spawn(
+    path.join(root, "node_modules/.bin/node"),
+    [...flags, path.join(root, "bench/http-baseline.ts")],
+    {
+      cwd: root,
+      env: {
+        ...process.env,
+        DATABASE_URL: databaseUrl,
+        PORT: String(port),
+        BASELINE_APP_ID: appId,
+        BASELINE_WRITE_APP_ID: writeAppId,
+      },
+      stdio: ["ignore", "ignore", "inherit"],
+    },
+  );
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
     if (child.exitCode !== null) throw new Error("the baseline exited at start");
@@ -217,19 +253,27 @@ async function main(): Promise<void> {
     const { app: writer } = await adminCall(url, adminToken, "CreateApp", { name: "bench-writer" });
     const { token: writerToken } = await adminCall(url, adminToken, "IssueToken", { appId: writer.id });
     for (const name of ["signup", "login", "purchase", "page_view", "logout"]) {
-      await rest(url, token, "POST", "/v1/analytics/types", { name, properties: { plan: "string", seats: "number", trial: "boolean" } });
+      await rest(url, token, "POST", "/v1/analytics/types", {
+        name,
+        properties: { plan: "string", seats: "number", trial: "boolean" },
+      });
     }
     await Promise.all(
       Array.from({ length: QUEUES }, async (_, q) => {
-        for (let m = 0; m < QUEUE_MESSAGES; m++) await rest(url, token, "POST", `/v1/queues/jobs-${q}`, { payload: { q, m } });
+        for (let m = 0; m < QUEUE_MESSAGES; m++)
+          await rest(url, token, "POST", `/v1/queues/jobs-${q}`, { payload: { q, m } });
       }),
     );
     const listed = (await rest(url, token, "GET", "/v1/queues")) as { queues: unknown[] };
     if (listed.queues.length !== QUEUES) throw new Error(`expected ${QUEUES} queues, listed ${listed.queues.length}`);
     await admin.query(`VACUUM ANALYZE`).catch(() => undefined);
     baseline = await startBaseline(dbUrl.toString(), app.id, writer.id);
-    log(`service on ${url}, baseline on ${baseline.url}, database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages; Connect over HTTP/${CONNECT_HTTP}`);
-    log(`load: ${CONCURRENCY} in flight (HTTP/2: ${H2_SESSIONS} sessions), ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`);
+    log(
+      `service on ${url}, baseline on ${baseline.url}, database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages; Connect over HTTP/${CONNECT_HTTP}`,
+    );
+    log(
+      `load: ${CONCURRENCY} in flight (HTTP/2: ${H2_SESSIONS} sessions), ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`,
+    );
 
     const figures: Record<string, number> = {};
     let minRatio = Infinity;
@@ -243,11 +287,18 @@ async function main(): Promise<void> {
         const t = target(op, protocol, protocol === "baseline" ? baseline.url : url, opToken, run++);
         const server = protocol === "baseline" ? baseline.child : service.child;
         const cpu0 = await cpuMs(server.pid!);
-        const r = await runLoad(t, { concurrency: CONCURRENCY, h2Sessions: H2_SESSIONS, warmupSeconds: WARMUP_SECONDS, seconds: SECONDS });
+        const r = await runLoad(t, {
+          concurrency: CONCURRENCY,
+          h2Sessions: H2_SESSIONS,
+          warmupSeconds: WARMUP_SECONDS,
+          seconds: SECONDS,
+        });
         results[protocol] = r.reqPerS;
         figures[`${op.key}_${protocol}_req_s`] = round(r.reqPerS, 0);
-        const cpuUs = ((await cpuMs(server.pid!)) - cpu0) * 1000 / r.allRequests;
-        log(`${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`);
+        const cpuUs = (((await cpuMs(server.pid!)) - cpu0) * 1000) / r.allRequests;
+        log(
+          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
+        );
         if (r.errors > 0) throw new Error(`${op.key} over ${protocol}: ${r.errors} errors (${r.firstError})`);
       }
       const base = results.baseline!;
@@ -256,7 +307,9 @@ async function main(): Promise<void> {
       const spread = (Math.max(...perProtocol) - Math.min(...perProtocol)) / Math.max(...perProtocol);
       minRatio = Math.min(minRatio, ...ratios);
       maxSpread = Math.max(maxSpread, spread);
-      log(`${op.key}: ratios vs baseline ${PROTOCOLS.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}`);
+      log(
+        `${op.key}: ratios vs baseline ${PROTOCOLS.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}`,
+      );
     }
     process.stdout.write(
       JSON.stringify({

@@ -120,17 +120,18 @@ async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): 
   stop.abort();
   await Promise.all([...producers, ...consumers, ...acks]);
   const perS = ackedInWindow / elapsed;
-  const perMessage = (k: "server" | "postgres" | "client") => round(((cpu1[k] - cpu0[k]) * 1e6) / Math.max(ackedInWindow, 1), 0);
+  const perMessage = (k: "server" | "postgres" | "client") =>
+    round(((cpu1[k] - cpu0[k]) * 1e6) / Math.max(ackedInWindow, 1), 0);
   log(
     `   CPU per message: server ${perMessage("server")} µs, PostgreSQL backends ${perMessage("postgres")} µs, ` +
       `benchmark client ${perMessage("client")} µs (machine: ${os.cpus().length} cores); ` +
       `about ${round(((cpu1.xacts - cpu0.xacts) * 1000) / Math.max(ackedInWindow, 1), 0)} transactions per 1000 messages`,
   );
-  log(`5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`);
+  log(
+    `5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`,
+  );
   return perS;
 }
-
-
 
 interface CpuTimes {
   server: number;
@@ -164,10 +165,16 @@ async function processCpuSeconds(pid: number): Promise<number> {
 function cpuMeter(admin: pg.Client, dbName: string, serverPid: number): CpuMeter {
   return {
     async read() {
-      const { rows } = await admin.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, [dbName]);
+      const { rows } = await admin.query<{ pid: number }>(
+        `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`,
+        [dbName],
+      );
       const backends = await Promise.all(rows.map((r) => processCpuSeconds(r.pid)));
       const own = process.cpuUsage();
-      const { rows: x } = await admin.query<{ n: string }>(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`, [dbName]);
+      const { rows: x } = await admin.query<{ n: string }>(
+        `SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`,
+        [dbName],
+      );
       return {
         xacts: Number(x[0]?.n ?? 0),
         server: await processCpuSeconds(serverPid),
@@ -184,9 +191,6 @@ function percentile(samples: number[], p: number): number {
 }
 
 const round = (n: number, digits = 2) => Math.round(n * 10 ** digits) / 10 ** digits;
-
-
-
 
 async function rssMb(pid: number): Promise<number> {
   const status = await fs.readFile(`/proc/${pid}/status`, "utf8");
@@ -208,7 +212,10 @@ async function xacts(admin: pg.Client, dbName: string): Promise<number> {
     [dbName],
   );
   await new Promise((r) => setTimeout(r, 300));
-  const { rows } = await admin.query(`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`, [dbName]);
+  const { rows } = await admin.query(
+    `SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`,
+    [dbName],
+  );
   return Number(rows[0].n);
 }
 
@@ -239,111 +246,119 @@ async function main(): Promise<void> {
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
     if (PARTS.has(1)) {
-    const { acked, elapsedS, errors } = await restQueueLoad(service.url, token, {
-      producers: PRODUCERS,
-      consumers: CONSUMERS,
-      maxOutstanding: MAX_OUTSTANDING,
-      payload: PAYLOAD,
-      seconds: SECONDS,
-    });
-    msgsPerS = acked / elapsedS;
-    log(`1. REST put->consume->ack: ${round(msgsPerS, 0)} msgs/s (${acked} in ${round(elapsedS, 1)} s, ${errors} errors)`);
+      const { acked, elapsedS, errors } = await restQueueLoad(service.url, token, {
+        producers: PRODUCERS,
+        consumers: CONSUMERS,
+        maxOutstanding: MAX_OUTSTANDING,
+        payload: PAYLOAD,
+        seconds: SECONDS,
+      });
+      msgsPerS = acked / elapsedS;
+      log(
+        `1. REST put->consume->ack: ${round(msgsPerS, 0)} msgs/s (${acked} in ${round(elapsedS, 1)} s, ${errors} errors)`,
+      );
     }
 
     // 2. pg-boss, same work, same PostgreSQL.
     if (PARTS.has(2)) {
-    const boss = new PgBoss({ connectionString: dbUrl.toString(), max: 20, schedule: false, supervise: false });
-    boss.on("error", (err: Error) => log(`pg-boss error: ${err.message}`));
-    await boss.start();
-    await boss.createQueue("bench");
-    let bossDone = 0;
-    let bossSent = 0;
-    let bossStop = false;
-    const bossProducers = Array.from({ length: PRODUCERS }, async () => {
-      while (!bossStop) {
-        if (bossSent - bossDone > MAX_OUTSTANDING) {
-          await new Promise((r) => setTimeout(r, 1));
-          continue;
+      const boss = new PgBoss({ connectionString: dbUrl.toString(), max: 20, schedule: false, supervise: false });
+      boss.on("error", (err: Error) => log(`pg-boss error: ${err.message}`));
+      await boss.start();
+      await boss.createQueue("bench");
+      let bossDone = 0;
+      let bossSent = 0;
+      let bossStop = false;
+      const bossProducers = Array.from({ length: PRODUCERS }, async () => {
+        while (!bossStop) {
+          if (bossSent - bossDone > MAX_OUTSTANDING) {
+            await new Promise((r) => setTimeout(r, 1));
+            continue;
+          }
+          await boss.send("bench", PAYLOAD);
+          bossSent++;
         }
-        await boss.send("bench", PAYLOAD);
-        bossSent++;
-      }
-    });
-    const bossConsumers = Array.from({ length: CONSUMERS }, async () => {
-      while (!bossStop) {
-        const jobs = await boss.fetch("bench");
-        const job = jobs[0];
-        if (!job) {
-          await new Promise((r) => setTimeout(r, 5));
-          continue;
+      });
+      const bossConsumers = Array.from({ length: CONSUMERS }, async () => {
+        while (!bossStop) {
+          const jobs = await boss.fetch("bench");
+          const job = jobs[0];
+          if (!job) {
+            await new Promise((r) => setTimeout(r, 5));
+            continue;
+          }
+          await boss.complete("bench", job.id);
+          bossDone++;
         }
-        await boss.complete("bench", job.id);
-        bossDone++;
-      }
-    });
-    const bossStarted = performance.now();
-    await new Promise((r) => setTimeout(r, SECONDS * 1000));
-    bossStop = true;
-    const bossInWindow = bossDone;
-    const bossElapsed = (performance.now() - bossStarted) / 1000;
-    await Promise.all([...bossProducers, ...bossConsumers]);
-    await boss.stop({ graceful: false });
-    bossPerS = bossInWindow / bossElapsed;
-    log(`2. pg-boss send->fetch->complete: ${round(bossPerS, 0)} jobs/s (${bossInWindow} in ${round(bossElapsed, 1)} s)`);
-
+      });
+      const bossStarted = performance.now();
+      await new Promise((r) => setTimeout(r, SECONDS * 1000));
+      bossStop = true;
+      const bossInWindow = bossDone;
+      const bossElapsed = (performance.now() - bossStarted) / 1000;
+      await Promise.all([...bossProducers, ...bossConsumers]);
+      await boss.stop({ graceful: false });
+      bossPerS = bossInWindow / bossElapsed;
+      log(
+        `2. pg-boss send->fetch->complete: ${round(bossPerS, 0)} jobs/s (${bossInWindow} in ${round(bossElapsed, 1)} s)`,
+      );
     }
 
     // 3. Put -> delivery to an already waiting consume.
     if (PARTS.has(3)) {
-    const waker = jsonClient(service.url, token, 4);
-    const samples: number[] = [];
-    for (let i = 0; i < 50 + WAKE_SAMPLES; i++) {
-      const delivered = waker.request("POST", "/v1/queues/wake/consume", { waitSeconds: 25 });
-      // Let the consume arrive and start waiting (its first claim finds nothing).
-      await new Promise((r) => setTimeout(r, 8));
-      const t0 = performance.now();
-      const put = waker.request("POST", "/v1/queues/wake", { payload: i });
-      const res = await delivered;
-      const t1 = performance.now();
-      await put;
-      if (res.body?.message?.payload !== i) throw new Error(`wake: got ${JSON.stringify(res.body)} for ${i}`);
-      await waker.request("POST", "/v1/queues/_ack", { receipt: res.body.message.receipt });
-      if (i >= 50) samples.push(t1 - t0);
-    }
-    waker.agent.destroy();
-    wakeP50 = percentile(samples, 50);
-    wakeP99 = percentile(samples, 99);
-    log(`3. wake-up put->delivery: p50 ${round(wakeP50)} ms, p99 ${round(wakeP99)} ms (${samples.length} samples)`);
-
+      const waker = jsonClient(service.url, token, 4);
+      const samples: number[] = [];
+      for (let i = 0; i < 50 + WAKE_SAMPLES; i++) {
+        const delivered = waker.request("POST", "/v1/queues/wake/consume", { waitSeconds: 25 });
+        // Let the consume arrive and start waiting (its first claim finds nothing).
+        await new Promise((r) => setTimeout(r, 8));
+        const t0 = performance.now();
+        const put = waker.request("POST", "/v1/queues/wake", { payload: i });
+        const res = await delivered;
+        const t1 = performance.now();
+        await put;
+        if (res.body?.message?.payload !== i) throw new Error(`wake: got ${JSON.stringify(res.body)} for ${i}`);
+        await waker.request("POST", "/v1/queues/_ack", { receipt: res.body.message.receipt });
+        if (i >= 50) samples.push(t1 - t0);
+      }
+      waker.agent.destroy();
+      wakeP50 = percentile(samples, 50);
+      wakeP99 = percentile(samples, 99);
+      log(`3. wake-up put->delivery: p50 ${round(wakeP50)} ms, p99 ${round(wakeP99)} ms (${samples.length} samples)`);
     }
 
     // 5. The streaming fast path over gRPC.
-    if (PARTS.has(5)) streamPerS = await streamThroughput(service.url, token, cpuMeter(admin, dbName, service.child.pid!));
+    if (PARTS.has(5))
+      streamPerS = await streamThroughput(service.url, token, cpuMeter(admin, dbName, service.child.pid!));
 
     // 4. Idle long-polls.
     if (PARTS.has(4)) {
-    const idle = jsonClient(service.url, token, IDLE_POLLS + 10);
-    let idleAnswers = 0;
-    const polls = Array.from({ length: IDLE_POLLS }, (_, i) =>
-      idle.request("POST", `/v1/queues/idle-${i % IDLE_QUEUES}/consume`, { waitSeconds: 25 }).then(() => idleAnswers++, () => idleAnswers++),
-    );
-    for (;;) {
-      const text = await (await fetch(`${service.url}/metrics`)).text();
-      if (Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0) >= IDLE_POLLS) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const x0 = await xacts(admin, dbName);
-    const t0 = performance.now();
-    await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
-    rss = await rssMb(service.child.pid!);
-    const x1 = await xacts(admin, dbName);
-    const idleSeconds = (performance.now() - t0) / 1000;
-    idleXacts = (x1 - x0) / idleSeconds;
-    if (idleAnswers > 0) log(`   (${idleAnswers} idle polls answered early)`);
-    log(`4. ${IDLE_POLLS} idle long-polls on ${IDLE_QUEUES} queues: ${round(idleXacts)} xacts/s, server RSS ${round(rss, 0)} MB`);
-    child.kill("SIGTERM");
-    await Promise.allSettled(polls);
-    idle.agent.destroy();
+      const idle = jsonClient(service.url, token, IDLE_POLLS + 10);
+      let idleAnswers = 0;
+      const polls = Array.from({ length: IDLE_POLLS }, (_, i) =>
+        idle.request("POST", `/v1/queues/idle-${i % IDLE_QUEUES}/consume`, { waitSeconds: 25 }).then(
+          () => idleAnswers++,
+          () => idleAnswers++,
+        ),
+      );
+      for (;;) {
+        const text = await (await fetch(`${service.url}/metrics`)).text();
+        if (Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0) >= IDLE_POLLS) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const x0 = await xacts(admin, dbName);
+      const t0 = performance.now();
+      await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
+      rss = await rssMb(service.child.pid!);
+      const x1 = await xacts(admin, dbName);
+      const idleSeconds = (performance.now() - t0) / 1000;
+      idleXacts = (x1 - x0) / idleSeconds;
+      if (idleAnswers > 0) log(`   (${idleAnswers} idle polls answered early)`);
+      log(
+        `4. ${IDLE_POLLS} idle long-polls on ${IDLE_QUEUES} queues: ${round(idleXacts)} xacts/s, server RSS ${round(rss, 0)} MB`,
+      );
+      child.kill("SIGTERM");
+      await Promise.allSettled(polls);
+      idle.agent.destroy();
     }
 
     process.stdout.write(

@@ -39,7 +39,9 @@ export interface ServiceOptions {
  */
 /** The node flags and entry point of `npm start` (`[exec] node <flags> <entry>`: what follows `node`). */
 export async function startCommandArgs(): Promise<{ flags: string[]; entry: string }> {
-  const startScript = (JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }).scripts.start;
+  const startScript = (
+    JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as { scripts: { start: string } }
+  ).scripts.start;
   const words = startScript.split(" ").filter(Boolean);
   const args = words.slice(words.indexOf("node") + 1);
   return { flags: args.slice(0, -1), entry: args[args.length - 1] };
@@ -78,7 +80,8 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
 }
 
 /** One AdminService call over Connect JSON. */
-export async function adminCall(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> { // eslint-disable-line @typescript-eslint/no-explicit-any
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function adminCall(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> {
   const res = await fetch(`${url}/platform.admin.v1.AdminService/${rpc}`, {
     method: "POST",
     headers: { authorization: `Bearer ${adminToken}`, "content-type": "application/json" },
@@ -94,7 +97,8 @@ export function jsonClient(base: string, token: string, maxSockets: number) {
   const url = new URL(base);
   return {
     agent,
-    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> { // eslint-disable-line @typescript-eslint/no-explicit-any
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> {
       const data = body === undefined ? undefined : JSON.stringify(body);
       return new Promise((resolve, reject) => {
         const req = http.request(
@@ -106,7 +110,9 @@ export function jsonClient(base: string, token: string, maxSockets: number) {
             path: pathname,
             headers: {
               authorization: `Bearer ${token}`,
-              ...(data === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
+              ...(data === undefined
+                ? {}
+                : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
             },
           },
           (res) => {
@@ -148,7 +154,11 @@ export interface RestQueueLoadOptions {
  * `seconds` after a warm-up of 200 puts on another queue. Counts acks inside
  * the window; errors are non-200 puts and acks answered `acked: false`.
  */
-export async function restQueueLoad(url: string, token: string, options: RestQueueLoadOptions): Promise<{ acked: number; elapsedS: number; errors: number }> {
+export async function restQueueLoad(
+  url: string,
+  token: string,
+  options: RestQueueLoadOptions,
+): Promise<{ acked: number; elapsedS: number; errors: number }> {
   const { producers, consumers, maxOutstanding, payload, seconds } = options;
   const client = jsonClient(url, token, producers + consumers + 4);
   for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload });

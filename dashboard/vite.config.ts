@@ -24,7 +24,9 @@ function reportGzipSize(): Plugin {
         if (file.isEntry) entryGzip += size;
       }
       const kb = (n: number) => (n / 1024).toFixed(1);
-      console.log(`dashboard JS bundle: ${kb(gzip)} kB gzip in all (${kb(raw)} kB raw); ${kb(entryGzip)} kB gzip before sign-in`);
+      console.log(
+        `dashboard JS bundle: ${kb(gzip)} kB gzip in all (${kb(raw)} kB raw); ${kb(entryGzip)} kB gzip before sign-in`,
+      );
     },
   };
 }

@@ -5,9 +5,22 @@
  * count; here they are numbers. The message's internal `$typeName` never
  * shows, and fields at their default value are printed rather than omitted.
  */
-import { ScalarType, toJson, type DescField, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
+import {
+  ScalarType,
+  toJson,
+  type DescField,
+  type DescMessage,
+  type JsonValue,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 
-const INT64_TYPES = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
+const INT64_TYPES = new Set([
+  ScalarType.INT64,
+  ScalarType.UINT64,
+  ScalarType.SINT64,
+  ScalarType.FIXED64,
+  ScalarType.SFIXED64,
+]);
 
 export function readableJson<D extends DescMessage>(schema: D, message: MessageShape<D>): JsonValue {
   return readable(schema, toJson(schema, message, { alwaysEmitImplicit: true }));
@@ -15,7 +28,13 @@ export function readableJson<D extends DescMessage>(schema: D, message: MessageS
 
 function readable(schema: DescMessage, json: JsonValue): JsonValue {
   // Well-known types (Timestamp, Value, ...) already have a readable JSON form.
-  if (schema.typeName.startsWith("google.protobuf.") || json === null || typeof json !== "object" || Array.isArray(json)) return json;
+  if (
+    schema.typeName.startsWith("google.protobuf.") ||
+    json === null ||
+    typeof json !== "object" ||
+    Array.isArray(json)
+  )
+    return json;
   const out: { [key: string]: JsonValue } = { ...json };
   for (const field of schema.fields) {
     const value = out[field.jsonName];
@@ -38,8 +57,10 @@ function readableField(field: DescField, value: JsonValue): JsonValue {
     case "map": {
       if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
       const entries = Object.entries(value);
-      if (field.mapKind === "message") return Object.fromEntries(entries.map(([k, v]) => [k, readable(field.message, v)]));
-      if (field.mapKind === "scalar" && INT64_TYPES.has(field.scalar)) return Object.fromEntries(entries.map(([k, v]) => [k, toNumber(v)]));
+      if (field.mapKind === "message")
+        return Object.fromEntries(entries.map(([k, v]) => [k, readable(field.message, v)]));
+      if (field.mapKind === "scalar" && INT64_TYPES.has(field.scalar))
+        return Object.fromEntries(entries.map(([k, v]) => [k, toNumber(v)]));
       return value;
     }
     default:

@@ -85,7 +85,8 @@ class UsageError extends Error {}
 /** A time given on the command line: epoch milliseconds or an ISO 8601 date-time. */
 function cliTime(text: string, flag: string): Date {
   const date = /^\d+$/.test(text) ? new Date(Number(text)) : new Date(text);
-  if (Number.isNaN(date.getTime())) throw new UsageError(`${flag}: must be epoch milliseconds or an ISO 8601 date-time`);
+  if (Number.isNaN(date.getTime()))
+    throw new UsageError(`${flag}: must be epoch milliseconds or an ISO 8601 date-time`);
   return date;
 }
 
@@ -103,7 +104,9 @@ function onOff(value: string | undefined, flag: string): boolean | undefined {
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString("utf8").replace(/\r?\n$/, "");
+  return Buffer.concat(chunks)
+    .toString("utf8")
+    .replace(/\r?\n$/, "");
 }
 
 export async function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Promise<void> {
@@ -165,8 +168,10 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
 
   const baseUrl = values.url ?? env.PLATFORM_ADMIN_URL ?? config.publicUrl;
   const tokenFile = path.join(config.dataDir, "admin-token");
-  const adminToken = config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
-  if (!adminToken) throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
+  const adminToken =
+    config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
+  if (!adminToken)
+    throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
   const admin = createClient(
     AdminService,
     createConnectTransport({
@@ -245,7 +250,16 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
           throw new UsageError("JSON: not valid JSON");
         }
       }
-      return print(readableJson(PublishEventResponseSchema, await admin.publishEvent({ appId: need(rest[0], "NAME"), kind: need(rest[1], "KIND"), data: fromJson(ValueSchema, data) })));
+      return print(
+        readableJson(
+          PublishEventResponseSchema,
+          await admin.publishEvent({
+            appId: need(rest[0], "NAME"),
+            kind: need(rest[1], "KIND"),
+            data: fromJson(ValueSchema, data),
+          }),
+        ),
+      );
     }
     case "mail list": {
       const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
@@ -254,10 +268,17 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     case "tokens list":
       return print(readableJson(ListTokensResponseSchema, await admin.listTokens({ appId: need(rest[0], "NAME") })));
     case "analytics types":
-      return print(readableJson(ListEventTypesResponseSchema, await admin.listEventTypes({ appId: need(rest[0], "NAME") })));
+      return print(
+        readableJson(ListEventTypesResponseSchema, await admin.listEventTypes({ appId: need(rest[0], "NAME") })),
+      );
     case "analytics query": {
       const interval = values.interval ?? "day";
-      const intervals: Record<string, Interval> = { hour: Interval.HOUR, day: Interval.DAY, week: Interval.WEEK, month: Interval.MONTH };
+      const intervals: Record<string, Interval> = {
+        hour: Interval.HOUR,
+        day: Interval.DAY,
+        week: Interval.WEEK,
+        month: Interval.MONTH,
+      };
       if (!(interval in intervals)) throw new UsageError("--interval: must be hour, day, week or month");
       const res = await admin.queryAnalytics({
         appId: need(rest[0], "NAME"),
@@ -271,7 +292,9 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       return print(readableJson(QueryAnalyticsResponseSchema, res));
     }
     case "queues list":
-      return print(readableJson(AdminListQueuesResponseSchema, await admin.listQueues({ appId: need(rest[0], "NAME") })));
+      return print(
+        readableJson(AdminListQueuesResponseSchema, await admin.listQueues({ appId: need(rest[0], "NAME") })),
+      );
     case "queues peek": {
       const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
       const res = await admin.peekMessages({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), limit });
@@ -283,7 +306,12 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     }
     case "dead-letters list": {
       const pageSize = values.limit?.[0] ? Number(values.limit[0]) : undefined;
-      const res = await admin.listDeadLetters({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), pageSize, pageToken: values.page ?? "" });
+      const res = await admin.listDeadLetters({
+        appId: need(rest[0], "NAME"),
+        queue: need(rest[1], "QUEUE"),
+        pageSize,
+        pageToken: values.page ?? "",
+      });
       return print(readableJson(ListDeadLettersResponseSchema, res));
     }
     case "dead-letters replay":
@@ -291,17 +319,31 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       const ids = rest.slice(2);
       const all = values.all ?? false;
       const named = ids.length > 0;
-      if (all === named) throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
+      if (all === named)
+        throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
       const req = { appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), all, ids };
-      if (command === "replay") return print(`replayed ${(await admin.replayDeadLetters(req)).replayed} dead letter(s)`);
+      if (command === "replay")
+        return print(`replayed ${(await admin.replayDeadLetters(req)).replayed} dead letter(s)`);
       return print(`purged ${(await admin.purgeDeadLetters(req)).purged} dead letter(s)`);
     }
     case "secrets list":
-      return print(readableJson(AdminListSecretsResponseSchema, await admin.listSecrets({ appId: need(rest[0], "NAME") })));
+      return print(
+        readableJson(AdminListSecretsResponseSchema, await admin.listSecrets({ appId: need(rest[0], "NAME") })),
+      );
     case "secrets link":
-      return print(readableJson(AdminCreateSecretLinkResponseSchema, await admin.createSecretLink({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET") })));
+      return print(
+        readableJson(
+          AdminCreateSecretLinkResponseSchema,
+          await admin.createSecretLink({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET") }),
+        ),
+      );
     case "mail get":
-      return print(readableJson(GetMailResponseSchema, await admin.getMail({ appId: need(rest[0], "NAME"), id: need(rest[1], "ID") })));
+      return print(
+        readableJson(
+          GetMailResponseSchema,
+          await admin.getMail({ appId: need(rest[0], "NAME"), id: need(rest[1], "ID") }),
+        ),
+      );
     default:
       throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);
   }
@@ -321,7 +363,11 @@ if (isMain) {
       process.exit(1);
     }
     const code = (err as NodeJS.ErrnoException).code;
-    process.stderr.write(code === "ECONNREFUSED" ? "error: the server is not reachable; start it with npm start\n" : `error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(
+      code === "ECONNREFUSED"
+        ? "error: the server is not reachable; start it with npm start\n"
+        : `error: ${err instanceof Error ? err.message : String(err)}\n`,
+    );
     process.exit(1);
   });
 }

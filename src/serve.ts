@@ -30,7 +30,8 @@ async function main(): Promise<void> {
       database: server.deps.database.kind === "pglite" ? `PGlite in ${resolved.dataDir}/pg` : "PostgreSQL",
       analytics: resolved.mongodbUrl ? "MongoDB" : "SQL store",
       mail: resolved.mailProvider === "ses" ? "Amazon SES v2" : "outbox (stored, never delivered)",
-      inference: resolved.inferenceProvider === "bedrock" ? "Amazon Bedrock" : "built-in offline provider (not a real model)",
+      inference:
+        resolved.inferenceProvider === "bedrock" ? "Amazon Bedrock" : "built-in offline provider (not a real model)",
     },
     "platform batteries listening",
   );

@@ -135,7 +135,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     const failing = Object.entries(report.checks).filter(([, state]) => state !== "ok");
     void reply.code(503).header("retry-after", "5");
     return {
-      ...toEnvelope(new PlatformError("unavailable", `not ready: ${failing.map(([name]) => name).join(", ")}`, { details: failing.map(([n, s]) => `${n}: ${s}`) })),
+      ...toEnvelope(
+        new PlatformError("unavailable", `not ready: ${failing.map(([name]) => name).join(", ")}`, {
+          details: failing.map(([n, s]) => `${n}: ${s}`),
+        }),
+      ),
       checks: report.checks,
     };
   });
@@ -147,7 +151,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       {
         title: "Platform Batteries API",
         version: packageInfo.version,
-        description: "Analytics, mail, inference, queues and secrets for hosted apps, behind one base URL and one service token.",
+        description:
+          "Analytics, mail, inference, queues and secrets for hosted apps, behind one base URL and one service token.",
       },
       all.flatMap((facility) => (facility.routes ? [facility.routes] : [])),
     ),

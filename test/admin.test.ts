@@ -55,7 +55,9 @@ describe("AdminService apps", () => {
     const { app } = await t.admin.createApp({ name: "lookup" });
     expect((await t.admin.getApp({ appId: app!.id })).app?.name).toBe("lookup");
     expect((await t.admin.getApp({ appId: "lookup" })).app?.id).toBe(app!.id);
-    expect((await connectError(t.admin.getApp({ appId: "00000000-0000-0000-0000-000000000000" }))).code).toBe(Code.NotFound);
+    expect((await connectError(t.admin.getApp({ appId: "00000000-0000-0000-0000-000000000000" }))).code).toBe(
+      Code.NotFound,
+    );
     expect((await connectError(t.admin.getApp({ appId: "" }))).code).toBe(Code.InvalidArgument);
     const { apps } = await t.admin.listApps({});
     expect(apps.map((a) => a.name)).toContain("lookup");
@@ -65,7 +67,12 @@ describe("AdminService apps", () => {
     const { app } = await t.admin.createApp({ name: "upd" });
     const id = app!.id;
     await t.admin.updateApp({ appId: id, limits: { eventsPerDay: 5 } });
-    const { app: after } = await t.admin.updateApp({ appId: id, limits: { mailPerDay: 7 }, analyticsEnabled: false, mailFrom: "" });
+    const { app: after } = await t.admin.updateApp({
+      appId: id,
+      limits: { mailPerDay: 7 },
+      analyticsEnabled: false,
+      mailFrom: "",
+    });
     expect(after).toMatchObject({
       status: AppStatus.RUNNING,
       analyticsEnabled: false,
@@ -98,7 +105,11 @@ describe("AdminService apps", () => {
     await t.admin.deleteApp({ appId: app.id });
     expect((await connectError(t.admin.getApp({ appId: app.id }))).code).toBe(Code.NotFound);
     expect((await t.request("GET", "/v1/inference/models", { token: app.token })).status).toBe(401);
-    const rows = await tables(t.server.deps.db).selectFrom("app_tokens").select("id").where("app_id", "=", app.id).execute();
+    const rows = await tables(t.server.deps.db)
+      .selectFrom("app_tokens")
+      .select("id")
+      .where("app_id", "=", app.id)
+      .execute();
     expect(rows).toHaveLength(0);
   });
 });
@@ -110,7 +121,9 @@ describe("AdminService tokens, secrets, usage", () => {
     const b = await t.admin.issueToken({ appId: app!.id, label: "ci" });
     expect(a.token).not.toBe(b.token);
     expect(a.tokenId).not.toBe(b.tokenId);
-    expect((await connectError(t.admin.revokeToken({ tokenId: "00000000-0000-0000-0000-000000000000" }))).code).toBe(Code.NotFound);
+    expect((await connectError(t.admin.revokeToken({ tokenId: "00000000-0000-0000-0000-000000000000" }))).code).toBe(
+      Code.NotFound,
+    );
     expect((await connectError(t.admin.revokeToken({ tokenId: "nope" }))).code).toBe(Code.InvalidArgument);
   });
 
@@ -140,14 +153,23 @@ describe("AdminService tokens, secrets, usage", () => {
     const app = await t.createApp();
     const { id } = await t.admin.publishEvent({ appId: app.id, kind: "deploy.done", data: {} as never });
     expect(id).toBeTruthy();
-    const consumed = await t.request("POST", "/v1/queues/_events/consume", { token: app.token, body: { waitSeconds: 0 } });
+    const consumed = await t.request("POST", "/v1/queues/_events/consume", {
+      token: app.token,
+      body: { waitSeconds: 0 },
+    });
     expect(consumed.body.message.payload).toMatchObject({ kind: "deploy.done", data: null });
     const err = await connectError(
-      t.admin.publishEvent({ appId: app.id, kind: "x", data: { kind: { case: "listValue", value: { values: [{} as never] } } } as never }),
+      t.admin.publishEvent({
+        appId: app.id,
+        kind: "x",
+        data: { kind: { case: "listValue", value: { values: [{} as never] } } } as never,
+      }),
     );
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toMatch(/^data: /);
-    expect((await connectError(t.admin.publishEvent({ appId: app.id, kind: "Bad Kind" }))).code).toBe(Code.InvalidArgument);
+    expect((await connectError(t.admin.publishEvent({ appId: app.id, kind: "Bad Kind" }))).code).toBe(
+      Code.InvalidArgument,
+    );
   });
 
   it("every RPC refuses a missing token, a service token and a wrong admin token", async () => {

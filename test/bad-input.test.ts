@@ -43,12 +43,36 @@ const odd: unknown[] = [
 
 /** Every field name any endpoint reads, so each gets every odd value. */
 const fields = [
-  "name", "properties", "events", "type", "at", "since", "until", "interval", "groupBy", "timezone",
-  "to", "subject", "text", "model", "prompt", "messages", "maxTokens", "temperature", "input",
-  "payload", "delaySeconds", "ttlSeconds", "waitSeconds", "leaseSeconds", "receipt", "value",
+  "name",
+  "properties",
+  "events",
+  "type",
+  "at",
+  "since",
+  "until",
+  "interval",
+  "groupBy",
+  "timezone",
+  "to",
+  "subject",
+  "text",
+  "model",
+  "prompt",
+  "messages",
+  "maxTokens",
+  "temperature",
+  "input",
+  "payload",
+  "delaySeconds",
+  "ttlSeconds",
+  "waitSeconds",
+  "leaseSeconds",
+  "receipt",
+  "value",
 ];
 
-function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) { // eslint-disable-line @typescript-eslint/no-explicit-any
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) {
   expect(res.status, what).not.toBe(500);
   expect(res.status, what).toBeLessThan(502);
   if (res.status >= 400) {
@@ -57,89 +81,123 @@ function expectEnvelopeOrOk(res: { status: number; body: any }, what: string) { 
   }
 }
 
-for (const http of HTTP_VERSIONS) describe(`bad input never answers 500 (REST over ${http})`, () => {
-  const server = http === "h2-tls" ? tlsServer : t;
-  const app = http === "h2-tls" ? tlsApp : plainApp;
-  const request: TestServer["request"] = (method, path, options) => server.rest(http)(method, path, options);
+for (const http of HTTP_VERSIONS)
+  describe(`bad input never answers 500 (REST over ${http})`, () => {
+    const server = http === "h2-tls" ? tlsServer : t;
+    const app = http === "h2-tls" ? tlsApp : plainApp;
+    const request: TestServer["request"] = (method, path, options) => server.rest(http)(method, path, options);
 
-  it("the requests travel as named", async () => {
-    const res = await request("GET", "/health");
-    expect(res.status).toBe(200);
-    expect(res.protocol).toBe(http === "h2-tls" ? "h2" : http);
-  });
-
-  for (const e of endpoints.filter((x) => x.method === "POST")) {
-    it(`${e.method} ${e.path}: whole bodies of the wrong shape`, async () => {
-      for (const body of ["[]", '"s"', "1", "true", "null", "{}", '{"a":', "\u0000", JSON.stringify(odd)]) {
-        const res = await request(e.method, e.path, { token: app.token, body, headers: { "content-type": "application/json" } });
-        expectEnvelopeOrOk(res, `${e.path} ${body.slice(0, 40)}`);
-      }
+    it("the requests travel as named", async () => {
+      const res = await request("GET", "/health");
+      expect(res.status).toBe(200);
+      expect(res.protocol).toBe(http === "h2-tls" ? "h2" : http);
     });
 
-    it(`${e.method} ${e.path}: every field set to every odd value`, async () => {
-      for (const field of fields) {
-        for (const value of odd) {
-          const body = { ...(e.body as object), [field]: value };
-          const res = await request(e.method, e.path, { token: app.token, body: { ...body, waitSeconds: 0 } });
-          expectEnvelopeOrOk(res, `${e.path} ${field}=${JSON.stringify(value)?.slice(0, 40)}`);
+    for (const e of endpoints.filter((x) => x.method === "POST")) {
+      it(`${e.method} ${e.path}: whole bodies of the wrong shape`, async () => {
+        for (const body of ["[]", '"s"', "1", "true", "null", "{}", '{"a":', "\u0000", JSON.stringify(odd)]) {
+          const res = await request(e.method, e.path, {
+            token: app.token,
+            body,
+            headers: { "content-type": "application/json" },
+          });
+          expectEnvelopeOrOk(res, `${e.path} ${body.slice(0, 40)}`);
+        }
+      });
+
+      it(`${e.method} ${e.path}: every field set to every odd value`, async () => {
+        for (const field of fields) {
+          for (const value of odd) {
+            const body = { ...(e.body as object), [field]: value };
+            const res = await request(e.method, e.path, { token: app.token, body: { ...body, waitSeconds: 0 } });
+            expectEnvelopeOrOk(res, `${e.path} ${field}=${JSON.stringify(value)?.slice(0, 40)}`);
+          }
+        }
+      });
+    }
+
+    it("odd path segments", async () => {
+      const segments = [
+        "%00",
+        "%F0%9F%98%80",
+        "%ED%A0%80",
+        "a".repeat(300),
+        "..",
+        "%2F",
+        "_events",
+        "_ack",
+        "A",
+        "a%20b",
+        "%",
+      ];
+      for (const s of segments) {
+        for (const [method, path] of [
+          ["POST", `/v1/queues/${s}`],
+          ["POST", `/v1/queues/${s}/consume`],
+          ["GET", `/v1/secrets/${s}`],
+          ["POST", `/v1/secrets/${s}/link`],
+          ["GET", `/secret-links/${s}`],
+        ] as const) {
+          const res = await request(method, path, {
+            token: app.token,
+            body: method === "POST" ? { payload: 1, waitSeconds: 0 } : undefined,
+          });
+          expect(res.status, `${method} ${path}`).toBeLessThan(500);
+          if (path.startsWith("/v1/") && res.status >= 400)
+            expect(typeof res.body?.error?.code, `${method} ${path}`).toBe("string");
         }
       }
     });
-  }
 
-  it("odd path segments", async () => {
-    const segments = ["%00", "%F0%9F%98%80", "%ED%A0%80", "a".repeat(300), "..", "%2F", "_events", "_ack", "A", "a%20b", "%"];
-    for (const s of segments) {
-      for (const [method, path] of [
-        ["POST", `/v1/queues/${s}`],
-        ["POST", `/v1/queues/${s}/consume`],
-        ["GET", `/v1/secrets/${s}`],
-        ["POST", `/v1/secrets/${s}/link`],
-        ["GET", `/secret-links/${s}`],
-      ] as const) {
-        const res = await request(method, path, { token: app.token, body: method === "POST" ? { payload: 1, waitSeconds: 0 } : undefined });
-        expect(res.status, `${method} ${path}`).toBeLessThan(500);
-        if (path.startsWith("/v1/") && res.status >= 400) expect(typeof res.body?.error?.code, `${method} ${path}`).toBe("string");
+    it("analytics events with odd properties and times", async () => {
+      await request("POST", "/v1/analytics/types", {
+        token: app.token,
+        body: { name: "odd", properties: { n: "number", s: "string", b: "boolean" } },
+      });
+      for (const value of odd) {
+        for (const key of ["n", "s", "b", "at", "__proto__", "constructor", "x".repeat(100)]) {
+          const res = await request("POST", "/v1/analytics/events", {
+            token: app.token,
+            body: { events: [{ type: "odd", ...(key === "at" ? { at: value } : { properties: { [key]: value } }) }] },
+          });
+          expectEnvelopeOrOk(res, `${key}=${JSON.stringify(value)?.slice(0, 40)}`);
+        }
       }
-    }
-  });
+      for (const body of [
+        { type: "odd", since: -8.64e15 },
+        { type: "odd", since: 8.64e15 + 1 },
+        { type: "odd", since: 0, until: 1, interval: "hour", timezone: "Mars/Olympus" },
+        { type: "odd", since: "2024-01-01T00:00:00Z", interval: "month", timezone: "Asia/Kolkata" },
+        { type: "odd", since: 0, groupBy: "__proto__" },
+      ]) {
+        const res = await request("POST", "/v1/analytics/query", { token: app.token, body });
+        expectEnvelopeOrOk(res, JSON.stringify(body));
+      }
+      expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    });
 
-  it("analytics events with odd properties and times", async () => {
-    await request("POST", "/v1/analytics/types", { token: app.token, body: { name: "odd", properties: { n: "number", s: "string", b: "boolean" } } });
-    for (const value of odd) {
-      for (const key of ["n", "s", "b", "at", "__proto__", "constructor", "x".repeat(100)]) {
-        const res = await request("POST", "/v1/analytics/events", {
+    it("inference messages of odd shapes", async () => {
+      for (const messages of [
+        [{}],
+        [{ role: "robot", content: "x" }],
+        [{ role: "user", content: 5 }],
+        Array(65).fill({ role: "user", content: "x" }),
+        [{ role: "system", content: "x" }],
+        [null],
+      ]) {
+        const res = await request("POST", "/v1/inference/generate", {
           token: app.token,
-          body: { events: [{ type: "odd", ...(key === "at" ? { at: value } : { properties: { [key]: value } }) }] },
+          body: { messages, maxTokens: 4 },
         });
-        expectEnvelopeOrOk(res, `${key}=${JSON.stringify(value)?.slice(0, 40)}`);
+        expectEnvelopeOrOk(res, JSON.stringify(messages).slice(0, 60));
       }
-    }
-    for (const body of [
-      { type: "odd", since: -8.64e15 },
-      { type: "odd", since: 8.64e15 + 1 },
-      { type: "odd", since: 0, until: 1, interval: "hour", timezone: "Mars/Olympus" },
-      { type: "odd", since: "2024-01-01T00:00:00Z", interval: "month", timezone: "Asia/Kolkata" },
-      { type: "odd", since: 0, groupBy: "__proto__" },
-    ]) {
-      const res = await request("POST", "/v1/analytics/query", { token: app.token, body });
-      expectEnvelopeOrOk(res, JSON.stringify(body));
-    }
-    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+      for (const input of [[], [""], Array(97).fill("x"), [1], ["x", null], "\ud800"]) {
+        const res = await request("POST", "/v1/inference/embed", { token: app.token, body: { input } });
+        expectEnvelopeOrOk(res, JSON.stringify(input).slice(0, 60));
+        expect(res.status).toBe(400);
+      }
+    });
   });
-
-  it("inference messages of odd shapes", async () => {
-    for (const messages of [[{}], [{ role: "robot", content: "x" }], [{ role: "user", content: 5 }], Array(65).fill({ role: "user", content: "x" }), [{ role: "system", content: "x" }], [null]]) {
-      const res = await request("POST", "/v1/inference/generate", { token: app.token, body: { messages, maxTokens: 4 } });
-      expectEnvelopeOrOk(res, JSON.stringify(messages).slice(0, 60));
-    }
-    for (const input of [[], [""], Array(97).fill("x"), [1], ["x", null], "\ud800"]) {
-      const res = await request("POST", "/v1/inference/embed", { token: app.token, body: { input } });
-      expectEnvelopeOrOk(res, JSON.stringify(input).slice(0, 60));
-      expect(res.status).toBe(400);
-    }
-  });
-});
 
 describe("bad input over Connect never answers Internal", () => {
   it("Values with an unset kind, nested or not, and out-of-range numbers", async () => {
@@ -155,13 +213,22 @@ describe("bad input over Connect never answers Internal", () => {
     const calls: [string, () => Promise<unknown>][] = [
       ["put unset", () => queues.putMessage({ queue: "q", payload: unset })],
       ["put nested", () => queues.putMessage({ queue: "q", payload: nested })],
-      ["put nan", () => queues.putMessage({ queue: "q", payload: { kind: { case: "numberValue", value: NaN } } as never })],
+      [
+        "put nan",
+        () => queues.putMessage({ queue: "q", payload: { kind: { case: "numberValue", value: NaN } } as never }),
+      ],
       ["put negative delay", () => queues.putMessage({ queue: "q", payload: nested, delaySeconds: -5 })],
       ["consume huge lease", () => queues.consumeMessage({ queue: "q", waitSeconds: 0, leaseSeconds: 2 ** 31 - 1 })],
       ["log unset", () => analytics.logEvents({ events: [{ type: "odd", properties: { n: unset } }] })],
       ["log nested", () => analytics.logEvents({ events: [{ type: "odd", properties: { s: nested } }] })],
-      ["log far future", () => analytics.logEvents({ events: [{ type: "odd", at: { seconds: 10n ** 15n, nanos: 0 } }] })],
-      ["query bad timestamp", () => analytics.queryEvents({ type: "odd", since: { seconds: -(10n ** 15n), nanos: 0 } })],
+      [
+        "log far future",
+        () => analytics.logEvents({ events: [{ type: "odd", at: { seconds: 10n ** 15n, nanos: 0 } }] }),
+      ],
+      [
+        "query bad timestamp",
+        () => analytics.queryEvents({ type: "odd", since: { seconds: -(10n ** 15n), nanos: 0 } }),
+      ],
       ["generate nan temperature", () => inference.generate({ prompt: "x", temperature: NaN })],
       ["generate huge maxTokens", () => inference.generate({ prompt: "x", maxTokens: 2 ** 31 - 1 })],
     ];

@@ -76,7 +76,9 @@ describe("cli direct database commands (src/cli.ts, src/data-dir-lock.ts)", () =
     server.child.kill("SIGTERM");
     expect(await server.exited).toBe(0);
     expect((await cli(["migrate"], env)).stdout).toContain("migrations applied");
-    expect((await cli(["secrets", "rotate-key"], env)).stdout).toContain("re-encrypted 0 secret value(s) under the current SECRETS_KEY");
+    expect((await cli(["secrets", "rotate-key"], env)).stdout).toContain(
+      "re-encrypted 0 secret value(s) under the current SECRETS_KEY",
+    );
   });
 
   it("a lock left by a killed process is taken over at once", async () => {
@@ -104,15 +106,23 @@ describe("start-up failures (src/main.ts)", () => {
       expect(await first.exited).toBe(0);
 
       const otherKey = Buffer.alloc(32, 7).toString("base64");
-      const refused = await run(nodeBinary, ["src/main.ts"], { env: { ...base, SECRETS_KEY: otherKey } }).catch((e: Outcome) => e);
+      const refused = await run(nodeBinary, ["src/main.ts"], { env: { ...base, SECRETS_KEY: otherKey } }).catch(
+        (e: Outcome) => e,
+      );
       expect(refused).toMatchObject({ code: 2 });
       expect((refused as Outcome).stderr.trim().split("\n")).toEqual([
-        expect.stringMatching(/^configuration error: SECRETS_KEY: this database's secrets are sealed under key id [0-9a-f]{16}, and this instance has key id [0-9a-f]{16}: /),
+        expect.stringMatching(
+          /^configuration error: SECRETS_KEY: this database's secrets are sealed under key id [0-9a-f]{16}, and this instance has key id [0-9a-f]{16}: /,
+        ),
       ]);
 
       const newToken = "pba_" + "n".repeat(40);
-      const wrongToken = await run(nodeBinary, ["src/main.ts"], { env: { ...base, ADMIN_TOKEN: newToken } }).catch((e: Outcome) => e);
-      expect((wrongToken as Outcome).stderr).toMatch(/^configuration error: ADMIN_TOKEN: another instance on this database uses a different admin token/);
+      const wrongToken = await run(nodeBinary, ["src/main.ts"], { env: { ...base, ADMIN_TOKEN: newToken } }).catch(
+        (e: Outcome) => e,
+      );
+      expect((wrongToken as Outcome).stderr).toMatch(
+        /^configuration error: ADMIN_TOKEN: another instance on this database uses a different admin token/,
+      );
       expect((await cli(["admin-token", "adopt"], { ...base, ADMIN_TOKEN: newToken })).stdout).toContain("adopted");
       const renewed = await startServiceProcess({ ...base, ADMIN_TOKEN: newToken });
       renewed.child.kill("SIGTERM");
@@ -127,6 +137,8 @@ describe("start-up failures (src/main.ts)", () => {
       env: cleanEnv({ DATA_DIR: dataDir, PORT: "0", DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere" }),
     }).catch((e: { code: number; stderr: string }) => e);
     expect(failed).toMatchObject({ code: 1 });
-    expect((failed as { stderr: string }).stderr.trim()).toBe("failed to start: database: cannot run migrations: connect ECONNREFUSED 127.0.0.1:1");
+    expect((failed as { stderr: string }).stderr.trim()).toBe(
+      "failed to start: database: cannot run migrations: connect ECONNREFUSED 127.0.0.1:1",
+    );
   });
 });

@@ -16,7 +16,9 @@ afterAll(() => fs.rm(dataDir, { recursive: true, force: true }));
 
 describe("npm start (src/main.ts)", () => {
   it("a bad value stops the process with one line naming the variable", async () => {
-    const result = await run(nodeBinary, ["src/main.ts"], { env: cleanEnv({ PORT: "eighty", DATA_DIR: dataDir }) }).then(
+    const result = await run(nodeBinary, ["src/main.ts"], {
+      env: cleanEnv({ PORT: "eighty", DATA_DIR: dataDir }),
+    }).then(
       () => ({ code: 0, stderr: "" }),
       (err: { code: number; stderr: string }) => err,
     );
@@ -44,14 +46,18 @@ describe("npm start (src/main.ts)", () => {
       const issued = await run(nodeBinary, ["src/cli.ts", "tokens", "issue", "cli-app"], { env: cliEnv });
       const serviceToken = issued.stdout.trim();
       expect(serviceToken).toMatch(/^pbt_/);
-      const models = await fetch(`${first.url}/v1/inference/models`, { headers: { authorization: `Bearer ${serviceToken}` } });
+      const models = await fetch(`${first.url}/v1/inference/models`, {
+        headers: { authorization: `Bearer ${serviceToken}` },
+      });
       expect(models.status).toBe(200);
 
       const stopped = await run(nodeBinary, ["src/cli.ts", "apps", "stop", "cli-app"], { env: cliEnv });
       expect(JSON.parse(stopped.stdout).status).toBe("APP_STATUS_STOPPED");
       const list = await run(nodeBinary, ["src/cli.ts", "apps", "list"], { env: cliEnv });
       expect(JSON.parse(list.stdout).apps.map((a: { name: string }) => a.name)).toEqual(["cli-app"]);
-      const refused = await run(nodeBinary, ["src/cli.ts", "apps", "create", "Bad Name"], { env: cliEnv }).catch((e: { code: number; stderr: string }) => e);
+      const refused = await run(nodeBinary, ["src/cli.ts", "apps", "create", "Bad Name"], { env: cliEnv }).catch(
+        (e: { code: number; stderr: string }) => e,
+      );
       expect(refused).toMatchObject({ code: 1, stderr: expect.stringContaining("invalid_argument: name:") });
     } finally {
       first.child.kill("SIGTERM");

@@ -46,11 +46,27 @@ describe("TLS", () => {
   beforeAll(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-tls-"));
     await run("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-      "-keyout", path.join(dir, "key.pem"), "-out", path.join(dir, "cert.pem"),
-      "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      path.join(dir, "key.pem"),
+      "-out",
+      path.join(dir, "cert.pem"),
+      "-days",
+      "1",
+      "-subj",
+      "/CN=127.0.0.1",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1",
     ]);
-    t = await startServer({ env: { TLS_KEY_FILE: path.join(dir, "key.pem"), TLS_CERT_FILE: path.join(dir, "cert.pem") } });
+    t = await startServer({
+      env: { TLS_KEY_FILE: path.join(dir, "key.pem"), TLS_CERT_FILE: path.join(dir, "cert.pem") },
+    });
   });
   afterAll(async () => {
     await t?.close();
@@ -61,16 +77,21 @@ describe("TLS", () => {
     expect(t.url.startsWith("https://")).toBe(true);
     const ca = await fs.readFile(path.join(dir, "cert.pem"));
     const body = await new Promise<string>((resolve, reject) => {
-      https.get(`${t.url}/health`, { ca }, (res) => {
-        let text = "";
-        res.on("data", (d: Buffer) => (text += d.toString()));
-        res.on("end", () => resolve(text));
-      }).on("error", reject);
+      https
+        .get(`${t.url}/health`, { ca }, (res) => {
+          let text = "";
+          res.on("data", (d: Buffer) => (text += d.toString()));
+          res.on("end", () => resolve(text));
+        })
+        .on("error", reject);
     });
     expect(JSON.parse(body)).toEqual({ status: "ok" });
     const grpc = createClient(MetaService, createGrpcTransport({ baseUrl: t.url, nodeOptions: { ca } }));
     expect((await grpc.getHealth({})).status).toBe("ok");
-    const connect = createClient(MetaService, createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", nodeOptions: { ca } }));
+    const connect = createClient(
+      MetaService,
+      createConnectTransport({ baseUrl: t.url, httpVersion: "1.1", nodeOptions: { ca } }),
+    );
     expect((await connect.getVersion({})).name).toBe("platform-batteries");
   });
 });

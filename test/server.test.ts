@@ -48,7 +48,10 @@ describe("one port, every protocol", () => {
         err = ConnectError.from(e);
       }
       expect(err?.code).toBe(Code.InvalidArgument);
-      expect(err?.findDetails(ErrorDetailSchema)[0]).toMatchObject({ code: "invalid_argument", details: [expect.stringMatching(/^name: /)] });
+      expect(err?.findDetails(ErrorDetailSchema)[0]).toMatchObject({
+        code: "invalid_argument",
+        details: [expect.stringMatching(/^name: /)],
+      });
     });
   }
 
@@ -61,7 +64,14 @@ describe("one port, every protocol", () => {
       `${t.url}/platform.meta.v1.MetaService/GetVersion`,
     ]);
     expect(JSON.parse(stdout)).toEqual({ name: pkg.name, version: pkg.version });
-    const { stdout: list } = await run("node_modules/.bin/buf", ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", t.url]);
+    const { stdout: list } = await run("node_modules/.bin/buf", [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "--list-methods",
+      t.url,
+    ]);
     expect(list).toContain("platform.admin.v1.AdminService/CreateApp");
     expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
   });
@@ -85,14 +95,25 @@ describe("the error envelope at the edge", () => {
   });
 
   it("a wrong content type is 400", async () => {
-    const res = await t.request("POST", route, { token: app.token, body: "name=x", headers: { "content-type": "text/csv" } });
+    const res = await t.request("POST", route, {
+      token: app.token,
+      body: "name=x",
+      headers: { "content-type": "text/csv" },
+    });
     expect(res.status).toBe(400);
-    expect(res.body.error).toMatchObject({ code: "invalid_argument", message: expect.stringContaining("content-type") });
+    expect(res.body.error).toMatchObject({
+      code: "invalid_argument",
+      message: expect.stringContaining("content-type"),
+    });
   });
 
   it("an empty body of any content type is no body (a consume needs none)", async () => {
     for (let i = 0; i < 3; i++) await t.request("POST", "/v1/queues/idle", { token: app.token, body: { payload: i } });
-    for (const headers of [{ "content-type": "text/plain;charset=UTF-8" }, { "content-type": "application/octet-stream" }, {} as Record<string, string>]) {
+    for (const headers of [
+      { "content-type": "text/plain;charset=UTF-8" },
+      { "content-type": "application/octet-stream" },
+      {} as Record<string, string>,
+    ]) {
       const res = await fetch(`${t.url}/v1/queues/idle/consume`, {
         method: "POST",
         headers: { authorization: `Bearer ${app.token}`, ...headers },

@@ -61,7 +61,9 @@ describe("verifySharedKeys (src/shared-keys.ts)", () => {
     } finally {
       await renewed.close();
     }
-    await expect(startServer({ database })).rejects.toThrow(/^ADMIN_TOKEN: another instance on this database uses a different admin token/);
+    await expect(startServer({ database })).rejects.toThrow(
+      /^ADMIN_TOKEN: another instance on this database uses a different admin token/,
+    );
   });
 });
 
@@ -73,7 +75,11 @@ describe("getSecret (src/secrets/secrets-facility.ts)", () => {
       await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
       await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "v" });
       // As if another instance had sealed it under a key this one was never given.
-      await tables(t.server.deps.db).updateTable("secrets").set({ key_id: "00000000deadbeef" }).where("app_id", "=", app.id).execute();
+      await tables(t.server.deps.db)
+        .updateTable("secrets")
+        .set({ key_id: "00000000deadbeef" })
+        .where("app_id", "=", app.id)
+        .execute();
       const res = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
       expect(res.status).toBe(503);
       expect(res.headers.get("retry-after")).toBe("1");

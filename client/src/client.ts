@@ -180,7 +180,10 @@ export interface PlatformClient {
 
 /** The environment, where there is one (`process.env` on Node and Bun, `Deno.env` on Deno). */
 function env(name: string): string | undefined {
-  const g = globalThis as { process?: { env?: Record<string, string | undefined> }; Deno?: { env?: { get(name: string): string | undefined } } };
+  const g = globalThis as {
+    process?: { env?: Record<string, string | undefined> };
+    Deno?: { env?: { get(name: string): string | undefined } };
+  };
   try {
     const fromProcess = g.process?.env?.[name];
     if (fromProcess !== undefined) return fromProcess;
@@ -196,15 +199,18 @@ const enc = encodeURIComponent;
 export function createClient(options: ClientOptions = {}): PlatformClient {
   const baseUrl = options.baseUrl ?? env(URL_ENV);
   const token = options.token ?? env(TOKEN_ENV);
-  if (!baseUrl) throw new Error(`platform client: no service address: pass baseUrl or set the ${URL_ENV} environment variable`);
-  if (!token) throw new Error(`platform client: no service token: pass token or set the ${TOKEN_ENV} environment variable`);
+  if (!baseUrl)
+    throw new Error(`platform client: no service address: pass baseUrl or set the ${URL_ENV} environment variable`);
+  if (!token)
+    throw new Error(`platform client: no service token: pass token or set the ${TOKEN_ENV} environment variable`);
   try {
     new URL(baseUrl);
   } catch {
     throw new Error(`platform client: the service address is not a URL (baseUrl / ${URL_ENV})`);
   }
   const fetchImpl = options.fetch ?? globalThis.fetch?.bind(globalThis);
-  if (typeof fetchImpl !== "function") throw new Error("platform client: this runtime has no fetch; pass one as options.fetch");
+  if (typeof fetchImpl !== "function")
+    throw new Error("platform client: this runtime has no fetch; pass one as options.fetch");
   const onError = options.onError ?? ((error: unknown) => console.error("platform client:", error));
 
   // Aborted by close() or the caller's signal: ends every loop and every call in flight.
@@ -213,7 +219,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
   const transport = createTransport({ baseUrl, token, fetch: fetchImpl, signal: clientSignal, retry: options.retry });
   // Calls that finish work while the client shuts down (acks of finished handlers, the last analytics flush).
   const detached = createTransport({ baseUrl, token, fetch: fetchImpl, retry: options.retry });
-  const call = <T>(spec: RequestSpec, o?: CallOptions) => transport.request<T>(spec, o ? { signal: o.signal, retry: o.retry } : undefined);
+  const call = <T>(spec: RequestSpec, o?: CallOptions) =>
+    transport.request<T>(spec, o ? { signal: o.signal, retry: o.retry } : undefined);
 
   const consume = (queue: string, o: ConsumeOptions & CallOptions = {}) => {
     const body: ConsumeOptions = {};
@@ -221,16 +228,27 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     if (o.leaseSeconds !== undefined) body.leaseSeconds = o.leaseSeconds;
     return call<ConsumeResponse>({ method: "POST", path: `/v1/queues/${enc(queue)}/consume`, body, retry: "safe" }, o);
   };
-  const ackDetached = (receipt: string) => detached.request<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" });
-  const listSecrets = (o?: CallOptions) => call<ListSecretsResponse>({ method: "GET", path: "/v1/secrets", retry: "safe" }, o);
+  const ackDetached = (receipt: string) =>
+    detached.request<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" });
+  const listSecrets = (o?: CallOptions) =>
+    call<ListSecretsResponse>({ method: "GET", path: "/v1/secrets", retry: "safe" }, o);
   const readSecret = (name: string) => call<Secret>({ method: "GET", path: `/v1/secrets/${enc(name)}`, retry: "safe" });
   const logEvents = (events: AnalyticsEvent[], o?: CallOptions) =>
-    call<LogEventsResponse>({ method: "POST", path: "/v1/analytics/events", body: { events: events.map(wireEvent) }, retry: "spending" }, o);
+    call<LogEventsResponse>(
+      { method: "POST", path: "/v1/analytics/events", body: { events: events.map(wireEvent) }, retry: "spending" },
+      o,
+    );
 
   const secretCache = createSecretCache(() => listSecrets(), readSecret, options.secrets);
   // The tracker's batches outlive the client's signal: the flush on shutdown must still go out.
   const tracker: Tracker = createTracker(
-    (events) => detached.request<LogEventsResponse>({ method: "POST", path: "/v1/analytics/events", body: { events: events.map(wireEvent) }, retry: "spending" }),
+    (events) =>
+      detached.request<LogEventsResponse>({
+        method: "POST",
+        path: "/v1/analytics/events",
+        body: { events: events.map(wireEvent) },
+        retry: "spending",
+      }),
     options.analytics,
   );
   const workers = new Set<Worker>();
@@ -260,7 +278,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     if (!event || typeof event !== "object" || typeof event.kind !== "string") return; // not an event: nothing can handle it
     if (event.kind === "secret.set") {
       const data = event.data as unknown as SecretSetData | null;
-      if (data && typeof data.name === "string" && typeof data.version === "number") await secretCache.refresh(data.name, data.version);
+      if (data && typeof data.name === "string" && typeof data.version === "number")
+        await secretCache.refresh(data.name, data.version);
     }
     const handlers = [...(subscriptions.get(event.kind) ?? []), ...(subscriptions.get("*") ?? [])];
     await Promise.all(handlers.map(async (h) => h(event as never, message as never)));
@@ -271,7 +290,14 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     const worker = work<PlatformEvent>(EVENTS_QUEUE, dispatch, {
       concurrency: eventsOptions.concurrency,
       leaseSeconds: eventsOptions.leaseSeconds,
-      onError: (error, message) => onError(message ? new Error(`event ${message.payload?.kind ?? "?"} (${message.id}) failed; it will come back`, { cause: error }) : error),
+      onError: (error, message) =>
+        onError(
+          message
+            ? new Error(`event ${message.payload?.kind ?? "?"} (${message.id}) failed; it will come back`, {
+                cause: error,
+              })
+            : error,
+        ),
     });
     eventsWorker = worker;
     void worker.done.finally(() => {
@@ -328,8 +354,17 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
 
     analytics: {
       registerType: (request, o) =>
-        call<EventType>({ method: "POST", path: "/v1/analytics/types", body: { name: request.name, properties: request.properties ?? {} }, retry: "safe" }, o),
-      listTypes: async (o) => (await call<ListTypesResponse>({ method: "GET", path: "/v1/analytics/types", retry: "safe" }, o)).types,
+        call<EventType>(
+          {
+            method: "POST",
+            path: "/v1/analytics/types",
+            body: { name: request.name, properties: request.properties ?? {} },
+            retry: "safe",
+          },
+          o,
+        ),
+      listTypes: async (o) =>
+        (await call<ListTypesResponse>({ method: "GET", path: "/v1/analytics/types", retry: "safe" }, o)).types,
       log: logEvents,
       query: (request, o) => {
         const body: Record<string, unknown> = { ...request, since: toEpochMs(request.since) };
@@ -345,25 +380,40 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
 
     mail: {
       send: (request, o) =>
-        call<SendMailResponse>({ method: "POST", path: "/v1/mail/send", body: { to: request.to, subject: request.subject, text: request.text }, retry: "spending" }, o),
+        call<SendMailResponse>(
+          {
+            method: "POST",
+            path: "/v1/mail/send",
+            body: { to: request.to, subject: request.subject, text: request.text },
+            retry: "spending",
+          },
+          o,
+        ),
     },
 
     inference: {
-      models: async (o) => (await call<ListModelsResponse>({ method: "GET", path: "/v1/inference/models", retry: "safe" }, o)).models,
-      generate: (request, o) => call<GenerateResponse>({ method: "POST", path: "/v1/inference/generate", body: request, retry: "spending" }, o),
-      embed: (request, o) => call<EmbedResponse>({ method: "POST", path: "/v1/inference/embed", body: request, retry: "spending" }, o),
+      models: async (o) =>
+        (await call<ListModelsResponse>({ method: "GET", path: "/v1/inference/models", retry: "safe" }, o)).models,
+      generate: (request, o) =>
+        call<GenerateResponse>({ method: "POST", path: "/v1/inference/generate", body: request, retry: "spending" }, o),
+      embed: (request, o) =>
+        call<EmbedResponse>({ method: "POST", path: "/v1/inference/embed", body: request, retry: "spending" }, o),
     },
 
     queues: {
-      list: async (o) => (await call<ListQueuesResponse>({ method: "GET", path: "/v1/queues", retry: "safe" }, o)).queues,
+      list: async (o) =>
+        (await call<ListQueuesResponse>({ method: "GET", path: "/v1/queues", retry: "safe" }, o)).queues,
       put: (queue, payload, o = {}) => {
         const body: Record<string, unknown> = { payload };
         if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
         if (o.ttlSeconds !== undefined) body.ttlSeconds = o.ttlSeconds;
         return call<PutResponse>({ method: "POST", path: `/v1/queues/${enc(queue)}`, body, retry: "refusable" }, o);
       },
-      consume: async <P>(queue: string, o?: ConsumeOptions & CallOptions) => (await consume(queue, o)).message as QueueMessage<P> | null,
-      ack: async (receipt, o) => (await call<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" }, o)).acked,
+      consume: async <P>(queue: string, o?: ConsumeOptions & CallOptions) =>
+        (await consume(queue, o)).message as QueueMessage<P> | null,
+      ack: async (receipt, o) =>
+        (await call<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" }, o))
+          .acked,
       work,
     },
 
@@ -381,7 +431,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     secrets: {
       list: async (o) => (await listSecrets(o)).secrets,
       get: (name, o) => secretCache.get(name, o?.fresh),
-      createLink: (name, o) => call<SecretLink>({ method: "POST", path: `/v1/secrets/${enc(name)}/link`, retry: "refusable" }, o),
+      createLink: (name, o) =>
+        call<SecretLink>({ method: "POST", path: `/v1/secrets/${enc(name)}/link`, retry: "refusable" }, o),
       watch(o = {}) {
         return on<SecretSetData>("secret.set", (event) => {
           // The dispatcher has already refreshed the cache for this event.

@@ -10,7 +10,13 @@
  * never thrown from a timer.
  */
 import { PlatformError } from "./platform-error.ts";
-import { MAX_EVENTS_PER_CALL, type AnalyticsEvent, type LogEventsResponse, type PropertyValue, type TimeInput } from "./types.ts";
+import {
+  MAX_EVENTS_PER_CALL,
+  type AnalyticsEvent,
+  type LogEventsResponse,
+  type PropertyValue,
+  type TimeInput,
+} from "./types.ts";
 
 export type DropReason =
   /** The app's daily event cap is spent (429 `quota_exceeded`). */
@@ -67,15 +73,22 @@ export interface Tracker {
   readonly pending: number;
 }
 
-export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEventsResponse>, options: TrackerOptions = {}): Tracker {
+export function createTracker(
+  log: (events: AnalyticsEvent[]) => Promise<LogEventsResponse>,
+  options: TrackerOptions = {},
+): Tracker {
   const batchSize = options.batchSize ?? 100;
   if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > MAX_EVENTS_PER_CALL) {
-    throw new RangeError(`analytics.batchSize must be an integer from 1 to ${MAX_EVENTS_PER_CALL} (the service's maximum per call)`);
+    throw new RangeError(
+      `analytics.batchSize must be an integer from 1 to ${MAX_EVENTS_PER_CALL} (the service's maximum per call)`,
+    );
   }
   const flushIntervalMs = options.flushIntervalMs ?? 5000;
   const maxBuffer = Math.max(batchSize, options.maxBuffer ?? 10_000);
   const onDrop =
-    options.onDrop ?? ((info: DropInfo) => console.warn(`analytics: dropped ${info.events.length} events (${info.reason})`, info.error ?? ""));
+    options.onDrop ??
+    ((info: DropInfo) =>
+      console.warn(`analytics: dropped ${info.events.length} events (${info.reason})`, info.error ?? ""));
   const buffer: AnalyticsEvent[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
   let closed: Promise<FlushResult> | undefined;
@@ -104,9 +117,11 @@ export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEven
     } catch (error) {
       totals.dropped += batch.length;
       const reason: DropReason =
-        error instanceof PlatformError && error.code === "quota_exceeded" ? "daily_cap"
-        : error instanceof PlatformError && error.status >= 400 && error.status < 500 ? "rejected"
-        : "error";
+        error instanceof PlatformError && error.code === "quota_exceeded"
+          ? "daily_cap"
+          : error instanceof PlatformError && error.status >= 400 && error.status < 500
+            ? "rejected"
+            : "error";
       report({ reason, events: batch, error });
     }
   }
@@ -141,7 +156,8 @@ export function createTracker(log: (events: AnalyticsEvent[]) => Promise<LogEven
       if (properties && Object.keys(properties).length > 0) event.properties = properties;
       if (closed) return report({ reason: "closed", events: [event] });
       buffer.push(event);
-      if (buffer.length > maxBuffer) report({ reason: "buffer_full", events: buffer.splice(0, buffer.length - maxBuffer) });
+      if (buffer.length > maxBuffer)
+        report({ reason: "buffer_full", events: buffer.splice(0, buffer.length - maxBuffer) });
       if (buffer.length >= batchSize) {
         void drain();
       } else if (timer === undefined) {

@@ -135,7 +135,12 @@ export function createTransport(options: TransportOptions): Transport {
 }
 
 /** How long to wait before retrying after `error`, or undefined when it must not be retried. */
-function retryDelay(kind: RetryClass, error: PlatformError, attempt: number, retry: Required<Omit<RetryOptions, "onRetry">>): number | undefined {
+function retryDelay(
+  kind: RetryClass,
+  error: PlatformError,
+  attempt: number,
+  retry: Required<Omit<RetryOptions, "onRetry">>,
+): number | undefined {
   if (kind === "spending") return undefined;
   if (error.status === 429) {
     if (!retry.on429) return undefined;
@@ -196,7 +201,7 @@ export function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal 
 function describe(err: unknown): string {
   if (err instanceof Error) {
     const cause = (err as { cause?: unknown }).cause;
-    const code = cause && typeof cause === "object" && "code" in cause ? String((cause).code) : undefined;
+    const code = cause && typeof cause === "object" && "code" in cause ? String(cause.code) : undefined;
     return code ? `${err.message}: ${code}` : err.message;
   }
   return String(err);

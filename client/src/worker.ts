@@ -72,9 +72,15 @@ export interface WorkerDeps {
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
 
-export function startWorker<P = JsonValue>(deps: WorkerDeps, queue: string, handler: MessageHandler<P>, options: WorkOptions<P> = {}): Worker {
+export function startWorker<P = JsonValue>(
+  deps: WorkerDeps,
+  queue: string,
+  handler: MessageHandler<P>,
+  options: WorkOptions<P> = {},
+): Worker {
   const concurrency = options.concurrency ?? 1;
-  if (!Number.isInteger(concurrency) || concurrency < 1) throw new RangeError("work: concurrency must be an integer of at least 1");
+  if (!Number.isInteger(concurrency) || concurrency < 1)
+    throw new RangeError("work: concurrency must be an integer of at least 1");
   const stopper = new AbortController();
   const stopSignal = stopper.signal;
   const stop = () => stopper.abort(new DOMException("the worker is stopping", "AbortError"));

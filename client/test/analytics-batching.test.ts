@@ -23,14 +23,17 @@ afterAll(() => t?.close());
 /** A fetch that records how many events each log call carried. */
 function recordingFetch(sizes: number[]): typeof fetch {
   return (input, init) => {
-    if (urlOf(input).endsWith("/v1/analytics/events")) sizes.push((JSON.parse(init!.body as string) as { events: unknown[] }).events.length);
+    if (urlOf(input).endsWith("/v1/analytics/events"))
+      sizes.push((JSON.parse(init!.body as string) as { events: unknown[] }).events.length);
     return fetch(input, init);
   };
 }
 
 async function total(token: string, type = "click"): Promise<number> {
   const c = createClient({ baseUrl: t.url, token });
-  return (await c.analytics.query({ type, since: Date.now() - 3_600_000, until: Date.now() + 60_000, interval: "hour" })).total;
+  return (
+    await c.analytics.query({ type, since: Date.now() - 3_600_000, until: Date.now() + 60_000, interval: "hour" })
+  ).total;
 }
 
 describe("analytics.track", () => {
@@ -72,14 +75,21 @@ describe("analytics.track", () => {
   });
 
   it("refuses a batch size above the service's maximum", () => {
-    expect(() => createClient({ baseUrl: t.url, token: app.token, analytics: { batchSize: 1001 } })).toThrow(/1 to 1000/);
+    expect(() => createClient({ baseUrl: t.url, token: app.token, analytics: { batchSize: 1001 } })).toThrow(
+      /1 to 1000/,
+    );
   });
 
   it("sends a partial batch when the time threshold passes", async () => {
     const sizes: number[] = [];
     let onSent!: (info: SentInfo) => void;
     const sentOnce = new Promise<SentInfo>((resolve) => (onSent = resolve));
-    const c = createClient({ baseUrl: t.url, token: app.token, fetch: recordingFetch(sizes), analytics: { batchSize: 100, flushIntervalMs: 50, onSent } });
+    const c = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      fetch: recordingFetch(sizes),
+      analytics: { batchSize: 100, flushIntervalMs: 50, onSent },
+    });
     const before = await total(app.token);
     const at = Date.now() - 60_000;
     c.analytics.track("click", { button: "a" }, at);
@@ -94,7 +104,11 @@ describe("analytics.track", () => {
 
   it("flushes what is waiting on close(), and reports later events as dropped", async () => {
     const drops: DropInfo[] = [];
-    const c = createClient({ baseUrl: t.url, token: app.token, analytics: { flushIntervalMs: 3_600_000, onDrop: (d) => drops.push(d) } });
+    const c = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      analytics: { flushIntervalMs: 3_600_000, onDrop: (d) => drops.push(d) },
+    });
     const before = await total(app.token);
     for (let i = 0; i < 5; i++) c.analytics.track("click", { button: `b${i}` });
     await c.close();
@@ -114,7 +128,12 @@ describe("analytics.track", () => {
     const c = createClient({
       baseUrl: t.url,
       token: a.token,
-      analytics: { batchSize: 3, flushIntervalMs: 3_600_000, onDrop: (d) => drops.push(d), onSent: (s) => sent.push(s) },
+      analytics: {
+        batchSize: 3,
+        flushIntervalMs: 3_600_000,
+        onDrop: (d) => drops.push(d),
+        onSent: (s) => sent.push(s),
+      },
     });
     for (let i = 1; i <= 6; i++) c.analytics.track("click", { button: `b${i}` });
     c.analytics.track("click", { button: "b7" });

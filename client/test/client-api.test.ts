@@ -25,7 +25,6 @@ afterAll(async () => {
   await t?.close();
 });
 
-
 describe("createClient", () => {
   it("reads PLATFORM_ANALYTICS_URL and PLATFORM_SERVICE_TOKEN from the environment", async () => {
     const saved = { url: process.env.PLATFORM_ANALYTICS_URL, token: process.env.PLATFORM_SERVICE_TOKEN };
@@ -37,7 +36,10 @@ describe("createClient", () => {
       expect(Array.isArray(await fromEnv.queues.list())).toBe(true);
       await fromEnv.close();
     } finally {
-      for (const [k, v] of [["PLATFORM_ANALYTICS_URL", saved.url], ["PLATFORM_SERVICE_TOKEN", saved.token]] as const) {
+      for (const [k, v] of [
+        ["PLATFORM_ANALYTICS_URL", saved.url],
+        ["PLATFORM_SERVICE_TOKEN", saved.token],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -103,8 +105,16 @@ describe("errors", () => {
 
 describe("analytics", () => {
   it("registerType, listTypes, log, query (with groupBy and timezone)", async () => {
-    const type = await client.analytics.registerType({ name: "signup", properties: { plan: "string", seats: "number" } });
-    expect(type).toEqual({ name: "signup", properties: { plan: "string", seats: "number" }, createdAt: expect.any(Number), updatedAt: expect.any(Number) });
+    const type = await client.analytics.registerType({
+      name: "signup",
+      properties: { plan: "string", seats: "number" },
+    });
+    expect(type).toEqual({
+      name: "signup",
+      properties: { plan: "string", seats: "number" },
+      createdAt: expect.any(Number),
+      updatedAt: expect.any(Number),
+    });
     expect((await client.analytics.listTypes()).map((x) => x.name)).toContain("signup");
 
     const day = Date.UTC(2026, 0, 15);
@@ -116,7 +126,13 @@ describe("analytics", () => {
     expect(logged.recorded).toBe(3);
     expect(logged.remainingToday).toBe(100000 - 3);
 
-    const q = await client.analytics.query({ type: "signup", since: day, until: new Date(day + 86_400_000), interval: "day", groupBy: "plan" });
+    const q = await client.analytics.query({
+      type: "signup",
+      since: day,
+      until: new Date(day + 86_400_000),
+      interval: "day",
+      groupBy: "plan",
+    });
     expect(q).toEqual({
       type: "signup",
       interval: "day",
@@ -130,7 +146,12 @@ describe("analytics", () => {
       total: 3,
     });
     // Extension: buckets in a time zone (midnight in Paris is 23:00 UTC the day before).
-    const paris = await client.analytics.query({ type: "signup", since: day - 86_400_000, until: day + 86_400_000, timezone: "Europe/Paris" });
+    const paris = await client.analytics.query({
+      type: "signup",
+      since: day - 86_400_000,
+      until: day + 86_400_000,
+      timezone: "Europe/Paris",
+    });
     expect(paris.buckets).toEqual([{ at: day - 3_600_000, group: null, count: 3 }]);
   });
 
@@ -168,7 +189,12 @@ describe("inference", () => {
       remainingToday: expect.any(Number),
     });
     expect(g.text.length).toBeGreaterThan(0);
-    const chat = await client.inference.generate({ messages: [{ role: "system", content: "Be brief" }, { role: "user", content: "Hi" }] });
+    const chat = await client.inference.generate({
+      messages: [
+        { role: "system", content: "Be brief" },
+        { role: "user", content: "Hi" },
+      ],
+    });
     expect(chat.model).toBe("platform/fast");
     const e = await client.inference.embed({ input: ["one", "two"] });
     expect(e.embeddings).toHaveLength(2);
@@ -189,9 +215,19 @@ describe("queues", () => {
 
     // A delayed message counts as waiting.
     const entry = (await client.queues.list()).find((q) => q.name === "orders");
-    expect(entry).toEqual({ name: "orders", depth: 2, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number), deadLetters: 0 });
+    expect(entry).toEqual({
+      name: "orders",
+      depth: 2,
+      inFlight: 0,
+      maxDepth: 10000,
+      oldestAt: expect.any(Number),
+      deadLetters: 0,
+    });
 
-    const m = await client.queues.consume<{ order: number; items: string[] }>("orders", { waitSeconds: 0, leaseSeconds: 60 });
+    const m = await client.queues.consume<{ order: number; items: string[] }>("orders", {
+      waitSeconds: 0,
+      leaseSeconds: 60,
+    });
     expect(m).toEqual({
       id: receipt.id,
       queue: "orders",
@@ -246,10 +282,18 @@ describe("secrets", () => {
     const undeclared = await rejection(client.secrets.get("NOPE"));
     expect([undeclared.status, undeclared.code]).toEqual([404, "not_found"]);
     const link = await client.secrets.createLink("UNSET");
-    expect(link).toEqual({ url: expect.stringContaining("/secret-links/"), name: "UNSET", expiresAt: expect.any(Number) });
+    expect(link).toEqual({
+      url: expect.stringContaining("/secret-links/"),
+      name: "UNSET",
+      expiresAt: expect.any(Number),
+    });
     // The link sets the value; the client then reads it.
     // The server under test listens on a random port; its PUBLIC_URL does not know it.
-    const res = await fetch(new URL(new URL(link.url).pathname, t.url), { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify({ value: "from-link" }) });
+    const res = await fetch(new URL(new URL(link.url).pathname, t.url), {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ value: "from-link" }),
+    });
     expect(res.status).toBeLessThan(300);
     expect((await client.secrets.get("UNSET")).value).toBe("from-link");
   });
@@ -330,9 +374,17 @@ describe("events.on", () => {
     });
     const all: string[] = [];
     const unsubscribeAll = c.events.on("*", (event) => void all.push(event.kind));
-    await t.admin.publishEvent({ appId: other.id, kind: "deploy.done", data: fromJson(ValueSchema, { version: "1.2.3" }) });
+    await t.admin.publishEvent({
+      appId: other.id,
+      kind: "deploy.done",
+      data: fromJson(ValueSchema, { version: "1.2.3" }),
+    });
     await t.admin.publishEvent({ appId: other.id, kind: "other.kind", data: fromJson(ValueSchema, null) });
-    await t.admin.publishEvent({ appId: other.id, kind: "deploy.done", data: fromJson(ValueSchema, { version: "1.2.4" }) });
+    await t.admin.publishEvent({
+      appId: other.id,
+      kind: "deploy.done",
+      data: fromJson(ValueSchema, { version: "1.2.4" }),
+    });
     await got;
     expect(seen).toEqual([
       { kind: "deploy.done", at: expect.any(Number), data: { version: "1.2.3" } },

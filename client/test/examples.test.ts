@@ -17,7 +17,8 @@ const clientDir = path.resolve(import.meta.dirname, "..");
 let t: TestServer;
 
 beforeAll(async () => {
-  if (!fs.existsSync(path.join(clientDir, "dist/index.js"))) throw new Error("the client package is not built: run npm run build:client");
+  if (!fs.existsSync(path.join(clientDir, "dist/index.js")))
+    throw new Error("the client package is not built: run npm run build:client");
   t = await startServer();
 });
 afterAll(() => t?.close());
@@ -89,7 +90,8 @@ describe("examples/worker.ts", () => {
     const c = createClient({ baseUrl: t.url, token: app.token });
     const names = ["Ada", "Grace", "Edsger", "Barbara", "Donald"];
     const ids = [];
-    for (const name of names) ids.push((await c.queues.put("signups", { email: `${name.toLowerCase()}@example.com`, name })).id);
+    for (const name of names)
+      ids.push((await c.queues.put("signups", { email: `${name.toLowerCase()}@example.com`, name })).id);
     for (const id of ids) await worker.line((l) => l.handled === id);
 
     worker.child.kill("SIGTERM");
@@ -122,7 +124,12 @@ describe("examples/tracker.ts", () => {
     expect(await tracker.exited).toEqual({ code: 0, signal: null });
     expect(tracker.lines.filter((l) => "sent" in l)).toEqual([{ sent: 4, remainingToday: 100000 - 4 }]);
     const c = createClient({ baseUrl: t.url, token: app.token });
-    const q = await c.analytics.query({ type: "page.view", since: Date.now() - 3_600_000, interval: "hour", groupBy: "path" });
+    const q = await c.analytics.query({
+      type: "page.view",
+      since: Date.now() - 3_600_000,
+      interval: "hour",
+      groupBy: "path",
+    });
     expect(q.total).toBe(4);
     expect(q.buckets.map((b) => [b.group, b.count])).toEqual([
       ["/", 1],

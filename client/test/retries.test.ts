@@ -29,14 +29,20 @@ beforeAll(async () => {
     hits.set(key, n + 1);
     req.resume();
     req.on("end", () => {
-      const answers = script.get(key) ?? [{ status: 404, body: { error: { code: "not_found", message: "no such route" } } }];
+      const answers = script.get(key) ?? [
+        { status: 404, body: { error: { code: "not_found", message: "no such route" } } },
+      ];
       const answer = answers[Math.min(n, answers.length - 1)];
       if (answer === "drop") return void req.socket.destroy();
       if (answer === "html502") {
         res.writeHead(502, { "content-type": "text/html" });
         return void res.end("<html><body>Bad gateway</body></html>");
       }
-      res.writeHead(answer.status, { "content-type": "application/json", "x-request-id": `req-${n}`, ...answer.headers });
+      res.writeHead(answer.status, {
+        "content-type": "application/json",
+        "x-request-id": `req-${n}`,
+        ...answer.headers,
+      });
       res.end(JSON.stringify(answer.body ?? {}));
     });
   });
@@ -46,14 +52,21 @@ beforeAll(async () => {
 afterAll(() => new Promise<void>((resolve) => stub.close(() => resolve())));
 
 const upstream = { status: 502, body: { error: { code: "upstream_error", message: "provider failed" } } };
-const unavailable = { status: 503, body: { error: { code: "unavailable", message: "database unreachable" } }, headers: { "retry-after": "0" } };
+const unavailable = {
+  status: 503,
+  body: { error: { code: "unavailable", message: "database unreachable" } },
+  headers: { "retry-after": "0" },
+};
 
 function freshClient(retries: RetryInfo[] = []) {
   script.clear();
   hits.clear();
-  return createClient({ baseUrl: stubUrl, token: "pbt_test", retry: { minDelayMs: 5, maxDelayMs: 20, onRetry: (i) => retries.push(i) } });
+  return createClient({
+    baseUrl: stubUrl,
+    token: "pbt_test",
+    retry: { minDelayMs: 5, maxDelayMs: 20, onRetry: (i) => retries.push(i) },
+  });
 }
-
 
 describe("safe operations are retried", () => {
   it("a read answered 502 then 200 succeeds on the second request", async () => {
@@ -70,7 +83,10 @@ describe("safe operations are retried", () => {
     const c = freshClient(retries);
     script.set("POST /v1/queues/jobs/consume", [unavailable, { status: 200, body: { message: null } }]);
     script.set("POST /v1/queues/_ack", ["drop", { status: 200, body: { acked: true } }]);
-    script.set("GET /v1/secrets/KEY", ["html502", { status: 200, body: { name: "KEY", value: "v", version: 1, setAt: 1 } }]);
+    script.set("GET /v1/secrets/KEY", [
+      "html502",
+      { status: 200, body: { name: "KEY", value: "v", version: 1, setAt: 1 } },
+    ]);
     expect(await c.queues.consume("jobs")).toBeNull();
     expect(await c.queues.ack("r1")).toBe(true);
     expect((await c.secrets.get("KEY")).value).toBe("v");
@@ -104,7 +120,10 @@ describe("safe operations are retried", () => {
     hits.clear();
     script.set("GET /v1/analytics/types", [{ ...unavailable, headers: {} }]);
     const controller = new AbortController();
-    const pending = c.analytics.listTypes({ signal: controller.signal, retry: { onRetry: () => controller.abort(new Error("gave up")) } });
+    const pending = c.analytics.listTypes({
+      signal: controller.signal,
+      retry: { onRetry: () => controller.abort(new Error("gave up")) },
+    });
     await expect(pending).rejects.toThrow("gave up");
     expect(hits.get("GET /v1/analytics/types")).toBe(1);
   });
@@ -123,7 +142,8 @@ describe("operations that spend allowance or create things are never repeated", 
 
   it("generate, embed, event logging and put: one request each, even after a dropped connection", async () => {
     const c = freshClient();
-    for (const path of ["/v1/inference/generate", "/v1/inference/embed", "/v1/analytics/events", "/v1/queues/jobs"]) script.set(`POST ${path}`, ["drop"]);
+    for (const path of ["/v1/inference/generate", "/v1/inference/embed", "/v1/analytics/events", "/v1/queues/jobs"])
+      script.set(`POST ${path}`, ["drop"]);
     script.set("POST /v1/secrets/KEY/link", [unavailable]);
     const errors = await Promise.all([
       rejection(c.inference.generate({ prompt: "hi" })),
@@ -132,7 +152,13 @@ describe("operations that spend allowance or create things are never repeated", 
       rejection(c.queues.put("jobs", 1)),
       rejection(c.secrets.createLink("KEY")),
     ]);
-    expect(errors.map((e) => e.code)).toEqual(["unavailable", "unavailable", "unavailable", "unavailable", "unavailable"]);
+    expect(errors.map((e) => e.code)).toEqual([
+      "unavailable",
+      "unavailable",
+      "unavailable",
+      "unavailable",
+      "unavailable",
+    ]);
     expect(errors[0].status).toBe(0);
     expect(errors[0].message).toMatch(/could not be reached/);
     expect([...hits.values()]).toEqual([1, 1, 1, 1, 1]);
@@ -140,7 +166,11 @@ describe("operations that spend allowance or create things are never repeated", 
 });
 
 describe("429", () => {
-  const full = { status: 429, body: { error: { code: "queue_full", message: "queue is full" } }, headers: { "retry-after": "1" } };
+  const full = {
+    status: 429,
+    body: { error: { code: "queue_full", message: "queue is full" } },
+    headers: { "retry-after": "1" },
+  };
 
   it("is thrown with retryAfter unless retries of 429 were asked for", async () => {
     const c = freshClient();
@@ -163,10 +193,16 @@ describe("429", () => {
 
   it("never for mail, and not when Retry-After is beyond maxRetryAfterMs (a daily cap)", async () => {
     const c = freshClient();
-    const cap = { status: 429, body: { error: { code: "quota_exceeded", message: "daily cap" } }, headers: { "retry-after": "36000" } };
+    const cap = {
+      status: 429,
+      body: { error: { code: "quota_exceeded", message: "daily cap" } },
+      headers: { "retry-after": "36000" },
+    };
     script.set("POST /v1/mail/send", [cap]);
     script.set("GET /v1/queues", [cap]);
-    const mail = await rejection(c.mail.send({ to: "x@example.com", subject: "s", text: "t" }, { retry: { on429: true } }));
+    const mail = await rejection(
+      c.mail.send({ to: "x@example.com", subject: "s", text: "t" }, { retry: { on429: true } }),
+    );
     expect([mail.code, mail.retryAfter]).toEqual(["quota_exceeded", 36000]);
     const list = await rejection(c.queues.list({ retry: { on429: true } }));
     expect(list.code).toBe("quota_exceeded");

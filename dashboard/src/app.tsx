@@ -70,7 +70,11 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
       onSignedIn();
     } catch (err) {
       clearToken();
-      setError(isUnauthenticated(err) ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again." : errorMessage(err));
+      setError(
+        isUnauthenticated(err)
+          ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again."
+          : errorMessage(err),
+      );
     } finally {
       setBusy(false);
     }
@@ -89,7 +93,14 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
         {notice ? <p role="status">{notice}</p> : null}
         <label className="field">
           <span>Admin token</span>
-          <input type="password" value={token} onChange={(e) => setTokenText(e.target.value)} autoComplete="off" required autoFocus />
+          <input
+            type="password"
+            value={token}
+            onChange={(e) => setTokenText(e.target.value)}
+            autoComplete="off"
+            required
+            autoFocus
+          />
         </label>
         {error ? (
           <div className="error" role="alert">
@@ -122,7 +133,9 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
         </button>
       </header>
       <main className="content">
-        <Suspense fallback={<Loading what="the screen" />}>{route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}</Suspense>
+        <Suspense fallback={<Loading what="the screen" />}>
+          {route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}
+        </Suspense>
       </main>
     </div>
   );

@@ -13,18 +13,40 @@ export interface Series {
 
 const COLORS = ["#1f6feb", "#d9480f", "#2f9e44", "#ae3ec9", "#f59f00", "#0c8599", "#e64980", "#5c7cfa"];
 
-export function TimeChart({ x, series, height = 260, label }: { x: number[]; series: Series[]; height?: number; label: string }) {
+export function TimeChart({
+  x,
+  series,
+  height = 260,
+  label,
+}: {
+  x: number[];
+  series: Series[];
+  height?: number;
+  label: string;
+}) {
   const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
     const el = box.current;
     if (!el) return;
     const dark = window.matchMedia("(prefers-color-scheme: dark)").matches;
-    const axis = { stroke: dark ? "#c9d1d9" : "#333", grid: { stroke: dark ? "#30363d" : "#e5e5e5" }, ticks: { stroke: dark ? "#30363d" : "#ccc" } };
+    const axis = {
+      stroke: dark ? "#c9d1d9" : "#333",
+      grid: { stroke: dark ? "#30363d" : "#e5e5e5" },
+      ticks: { stroke: dark ? "#30363d" : "#ccc" },
+    };
     const plot = new uPlot(
       {
         width: Math.max(280, el.clientWidth),
         height,
-        series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLORS[i % COLORS.length], width: 2, points: { show: x.length < 60 } }))],
+        series: [
+          {},
+          ...series.map((s, i) => ({
+            label: s.label,
+            stroke: COLORS[i % COLORS.length],
+            width: 2,
+            points: { show: x.length < 60 },
+          })),
+        ],
         axes: [axis, axis],
         scales: { x: { time: true } },
       },

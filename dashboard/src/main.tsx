@@ -17,7 +17,8 @@ const queryClient = new QueryClient({
       refetchInterval: 5000,
       refetchIntervalInBackground: false,
       refetchOnWindowFocus: true,
-      retry: (failures, err) => failures < 2 && !(err instanceof Error && /unauthenticated|invalid|not found|not_found/i.test(err.message)),
+      retry: (failures, err) =>
+        failures < 2 && !(err instanceof Error && /unauthenticated|invalid|not found|not_found/i.test(err.message)),
       staleTime: 2000,
     },
   },

@@ -5,9 +5,7 @@
  */
 import { useSyncExternalStore } from "react";
 
-export type Route =
-  | { screen: "apps" }
-  | { screen: "app"; appId: string; tab: AppTab };
+export type Route = { screen: "apps" } | { screen: "app"; appId: string; tab: AppTab };
 
 export const APP_TABS = ["settings", "tokens", "usage", "analytics", "queues", "mail", "secrets"] as const;
 export type AppTab = (typeof APP_TABS)[number];

@@ -31,7 +31,15 @@ export function Empty({ title, children }: { title: string; children?: ReactNode
 }
 
 /** Renders the loading or error state of a query, or its data. */
-export function QueryView<T>({ query, what, children }: { query: { data?: T; error: unknown; isPending: boolean }; what: string; children: (data: T) => ReactNode }) {
+export function QueryView<T>({
+  query,
+  what,
+  children,
+}: {
+  query: { data?: T; error: unknown; isPending: boolean };
+  what: string;
+  children: (data: T) => ReactNode;
+}) {
   if (query.isPending) return <Loading what={what} />;
   if (query.error || query.data === undefined) return <ErrorBox error={query.error} title={`Could not load ${what}`} />;
   return <>{children(query.data)}</>;
@@ -48,7 +56,14 @@ export function Meter({ label, used, cap }: { label: string; used: number; cap: 
           {used.toLocaleString()} / {cap.toLocaleString()}
         </span>
       </div>
-      <div className={`meter-bar meter-${level}`} role="meter" aria-label={label} aria-valuemin={0} aria-valuemax={cap} aria-valuenow={used}>
+      <div
+        className={`meter-bar meter-${level}`}
+        role="meter"
+        aria-label={label}
+        aria-valuemin={0}
+        aria-valuemax={cap}
+        aria-valuenow={used}
+      >
         <span style={{ width: `${(ratio * 100).toFixed(1)}%` }} />
       </div>
     </div>
@@ -148,7 +163,12 @@ export function usePages<T>(rows: readonly T[], size = 50) {
           <span>
             Page {current + 1} of {pages} ({rows.length.toLocaleString()} in all)
           </span>
-          <button type="button" className="secondary" disabled={current >= pages - 1} onClick={() => setPage(current + 1)}>
+          <button
+            type="button"
+            className="secondary"
+            disabled={current >= pages - 1}
+            onClick={() => setPage(current + 1)}
+          >
             Next
           </button>
         </nav>

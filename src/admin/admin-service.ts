@@ -15,7 +15,16 @@ import {
   type AppLimits as AppLimitsMessage,
   type MailSchema,
 } from "../../gen/platform/admin/v1/admin_pb.js";
-import { LIMIT_NAMES, NAME_PATTERN, NAME_RULE, SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppLimits, type AppRecord } from "../core/apps/apps.ts";
+import {
+  LIMIT_NAMES,
+  NAME_PATTERN,
+  NAME_RULE,
+  SECRET_NAME_PATTERN,
+  SECRET_NAME_RULE,
+  isUuid,
+  type AppLimits,
+  type AppRecord,
+} from "../core/apps/apps.ts";
 import type { AppChanges, AppStore } from "../core/apps/app-store.ts";
 import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
@@ -127,7 +136,14 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
     if (!Number.isInteger(value) || value < 0 || value > LIMIT_MAXIMUMS[name]) {
       throw invalidArgument(`limits.${name}`, `must be an integer from 0 to ${LIMIT_MAXIMUMS[name]}`);
     }
-    if ((name === "leaseSeconds" || name === "messageTtlSeconds" || name === "linkTtlSeconds" || name === "maxPayloadBytes" || name === "retentionDays") && value < 1) {
+    if (
+      (name === "leaseSeconds" ||
+        name === "messageTtlSeconds" ||
+        name === "linkTtlSeconds" ||
+        name === "maxPayloadBytes" ||
+        name === "retentionDays") &&
+      value < 1
+    ) {
       throw invalidArgument(`limits.${name}`, "must be at least 1");
     }
     out[name] = value;
@@ -147,7 +163,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
   return {
     async createApp(req) {
       if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
-      if (await apps.nameTaken(req.name)) throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
+      if (await apps.nameTaken(req.name))
+        throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
       const app = await apps.create(req.name, options.mailDomain ? `${req.name}@${options.mailDomain}` : "");
       if (!app) throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
       return { app: appMessage(app, []) };
@@ -161,7 +178,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const all = await apps.list();
       const secrets = await hooks.declaredNames();
       const today = await quotas.usedToday();
-      const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({ used: BigInt(used.get(name) ?? 0), cap: BigInt(cap) });
+      const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({
+        used: BigInt(used.get(name) ?? 0),
+        cap: BigInt(cap),
+      });
       return {
         apps: all.map((app) => appMessage(app, secrets.get(app.id) ?? [])),
         usageToday: all.flatMap((app) => {
@@ -190,7 +210,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         changes.status = req.status === AppStatus.RUNNING ? "running" : "stopped";
       }
       if (req.mailFrom !== undefined) {
-        if (req.mailFrom !== "" && !MAIL_FROM_PATTERN.test(req.mailFrom)) throw invalidArgument("mail_from", "must be an email address or empty");
+        if (req.mailFrom !== "" && !MAIL_FROM_PATTERN.test(req.mailFrom))
+          throw invalidArgument("mail_from", "must be an email address or empty");
         changes.mailFrom = req.mailFrom;
       }
       if (req.analyticsEnabled !== undefined) changes.analyticsEnabled = req.analyticsEnabled;
@@ -265,7 +286,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
 
     async getUsage(req) {
       const app = await getApp(req.appId);
-      const counter = async (name: QuotaCounter, cap: number) => ({ used: BigInt(await quotas.used(app.id, name)), cap: BigInt(cap) });
+      const counter = async (name: QuotaCounter, cap: number) => ({
+        used: BigInt(await quotas.used(app.id, name)),
+        cap: BigInt(cap),
+      });
       return {
         day: utcDay(),
         events: await counter("events", app.limits.eventsPerDay),
@@ -279,7 +303,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       if (!hooks.listMail) unimplemented("ListMail");
       const app = await getApp(req.appId);
       const limit = req.limit ?? 50;
-      if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidArgument("limit", "must be from 1 to 1000");
+      if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+        throw invalidArgument("limit", "must be from 1 to 1000");
       return { mails: (await hooks.listMail(app.id, limit)).map(mailMessage) };
     },
 

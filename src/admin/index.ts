@@ -15,9 +15,19 @@ export type { AdminHooks } from "./admin-service.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
 
 /** `onAuthChanged` runs after every change to an app or a token (see `AdminServiceOptions`). */
-export function createAdminFacility(deps: Deps, hooks: AdminHooks, onAuthChanged: () => void = () => {}): Facility<typeof AdminService> {
+export function createAdminFacility(
+  deps: Deps,
+  hooks: AdminHooks,
+  onAuthChanged: () => void = () => {},
+): Facility<typeof AdminService> {
   return {
     service: AdminService,
-    impl: createAdminService({ apps: createAppStore(deps.db), quotas: deps.quotas, hooks, mailDomain: deps.config.mailDomain, onAuthChanged }),
+    impl: createAdminService({
+      apps: createAppStore(deps.db),
+      quotas: deps.quotas,
+      hooks,
+      mailDomain: deps.config.mailDomain,
+      onAuthChanged,
+    }),
   };
 }

@@ -66,7 +66,8 @@ function deadLetterSelection(req: { all: boolean; ids: string[] }): DeadLetterSe
   if (req.all && req.ids.length > 0) throw invalidArgument("ids", "must be empty when all is true");
   if (req.all) return { all: true };
   if (req.ids.length === 0) throw invalidArgument("ids", "must name 1 to 1000 dead letters, or set all");
-  if (req.ids.length > MAX_DEAD_LETTER_IDS) throw invalidArgument("ids", `must name at most ${MAX_DEAD_LETTER_IDS} dead letters (was ${req.ids.length})`);
+  if (req.ids.length > MAX_DEAD_LETTER_IDS)
+    throw invalidArgument("ids", `must name at most ${MAX_DEAD_LETTER_IDS} dead letters (was ${req.ids.length})`);
   req.ids.forEach((id, i) => {
     if (!isUuid(id)) throw invalidArgument(`ids[${i}]`, "must be a dead letter id (a UUID)");
   });
@@ -74,7 +75,8 @@ function deadLetterSelection(req: { all: boolean; ids: string[] }): DeadLetterSe
 }
 
 function checkQueue(name: string): string {
-  if (name !== EVENTS_QUEUE && !NAME_PATTERN.test(name)) throw invalidArgument("queue", `${NAME_RULE} or be ${EVENTS_QUEUE}`);
+  if (name !== EVENTS_QUEUE && !NAME_PATTERN.test(name))
+    throw invalidArgument("queue", `${NAME_RULE} or be ${EVENTS_QUEUE}`);
   return name;
 }
 
@@ -82,13 +84,25 @@ function unavailable(what: string): never {
   throw new PlatformError("not_configured", `${what} is not available in this deployment`);
 }
 
-export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; hooks: OperatorHooks; getApp: (appId: string) => Promise<AppRecord> }): OperatorRpcs {
+export function createOperatorRpcs(options: {
+  apps: AppStore;
+  quotas: Quotas;
+  hooks: OperatorHooks;
+  getApp: (appId: string) => Promise<AppRecord>;
+}): OperatorRpcs {
   const { apps, quotas, hooks, getApp: load } = options;
 
   /** Calls a facility's own implementation of `method` as `app` would. */
-  async function asApp<I, O>(app: AppRecord, service: DescService, method: DescMethod, request: I, signal: AbortSignal): Promise<O> {
+  async function asApp<I, O>(
+    app: AppRecord,
+    service: DescService,
+    method: DescMethod,
+    request: I,
+    signal: AbortSignal,
+  ): Promise<O> {
     const facility = hooks.appFacilities?.find((f) => f.service.typeName === service.typeName);
-    const impl = facility?.impl as Record<string, ((req: I, ctx: HandlerContext) => Promise<O>) | undefined> | undefined;
+    const impl = facility?.impl as
+      Record<string, ((req: I, ctx: HandlerContext) => Promise<O>) | undefined> | undefined;
     const fn = impl?.[method.localName];
     if (!fn) unavailable(`${service.name}.${method.name}`);
     const context = createHandlerContext({
@@ -142,7 +156,13 @@ export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; ho
     async queryAnalytics(req, context) {
       const app = await load(req.appId);
       const { type, since, until, interval, groupBy, timezone } = req;
-      return asApp(app, AnalyticsService, AnalyticsService.method.queryEvents, { type, since, until, interval, groupBy, timezone }, context.signal);
+      return asApp(
+        app,
+        AnalyticsService,
+        AnalyticsService.method.queryEvents,
+        { type, since, until, interval, groupBy, timezone },
+        context.signal,
+      );
     },
 
     async listQueues(req, context) {
@@ -184,7 +204,8 @@ export function createOperatorRpcs(options: { apps: AppStore; quotas: Quotas; ho
       const app = await load(req.appId);
       const queue = checkQueue(req.queue);
       const pageSize = req.pageSize ?? 20;
-      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100) throw invalidArgument("page_size", "must be from 1 to 100");
+      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100)
+        throw invalidArgument("page_size", "must be from 1 to 100");
       const page = await hooks.deadLetters.list(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
       return {
         deadLetters: page.deadLetters.map((d) => {

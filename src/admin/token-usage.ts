@@ -11,7 +11,12 @@ import type { AppStore } from "../core/apps/app-store.ts";
 
 export type TokenUsageRecorder = (tokenId: string) => void;
 
-export function createTokenUsageRecorder(apps: AppStore, logger: Logger, intervalMs = 60_000, clock: () => number = Date.now): TokenUsageRecorder {
+export function createTokenUsageRecorder(
+  apps: AppStore,
+  logger: Logger,
+  intervalMs = 60_000,
+  clock: () => number = Date.now,
+): TokenUsageRecorder {
   const written = new Map<string, number>();
   return (tokenId) => {
     const now = clock();

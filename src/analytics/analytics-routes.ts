@@ -8,7 +8,13 @@
 import { create } from "@bufbuild/protobuf";
 import { ListValueSchema, NullValue, StructSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
-import { AnalyticsService, Interval, PropertyKind, type Event, type EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import {
+  AnalyticsService,
+  Interval,
+  PropertyKind,
+  type Event,
+  type EventType,
+} from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { epochMs, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
@@ -39,13 +45,19 @@ export function parseTime(value: unknown): Timestamp | undefined {
 /** An optional JSON time (`null` is absent). */
 const JsonTime = z
   .unknown()
-  .meta({ anyOf: [{ type: "integer", description: "epoch ms" }, { type: "string", format: "date-time", description: "ISO 8601 ending in Z" }, { type: "null" }] })
+  .meta({
+    anyOf: [
+      { type: "integer", description: "epoch ms" },
+      { type: "string", format: "date-time", description: "ISO 8601 ending in Z" },
+      { type: "null" },
+    ],
+  })
   .transform((value, ctx): Timestamp | undefined => {
-  if (value === undefined || value === null) return undefined;
-  const t = parseTime(value);
-  if (!t) ctx.addIssue({ code: "custom", message: TIME_RULE, input: value });
-  return t;
-});
+    if (value === undefined || value === null) return undefined;
+    const t = parseTime(value);
+    if (!t) ctx.addIssue({ code: "custom", message: TIME_RULE, input: value });
+    return t;
+  });
 
 /** Any JSON value as a google.protobuf.Value; kinds other than string/number/boolean are refused by the implementation. */
 function jsonValue(v: unknown): Value {
@@ -57,7 +69,8 @@ function jsonValue(v: unknown): Value {
     case "boolean":
       return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: v } };
     default:
-      if (v === null) return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
+      if (v === null)
+        return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
       return Array.isArray(v)
         ? { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: create(ListValueSchema) } }
         : { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: create(StructSchema) } };
@@ -106,7 +119,9 @@ export const LogEventsBody = jsonObject({
 
 export const QueryBody = jsonObject({
   interval: z
-    .enum(["hour", "day", "week", "month"], { error: (issue) => (typeof issue.input === "string" ? INTERVAL_RULE : "must be a string") })
+    .enum(["hour", "day", "week", "month"], {
+      error: (issue) => (typeof issue.input === "string" ? INTERVAL_RULE : "must be a string"),
+    })
     .nullish()
     .transform((v) => v ?? undefined),
   type: optionalString(),
@@ -148,13 +163,19 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
       summary: "Register (or replace) an event type",
       errors: ["app_stopped"],
       requestExample: { name: "signup", properties: { plan: "string", seats: "number" } },
-      responseExample: { name: "signup", properties: { plan: "string", seats: "number" }, createdAt: 1763892000000, updatedAt: 1763892000000 },
+      responseExample: {
+        name: "signup",
+        properties: { plan: "string", seats: "number" },
+        createdAt: 1763892000000,
+        updatedAt: 1763892000000,
+      },
     },
     body: RegisterTypeBody,
     request: ({ body }) => {
       // No prototype: a key such as "__proto__" stays a key, and is refused by the name rule.
       const properties: Record<string, PropertyKind> = Object.create(null) as Record<string, PropertyKind>;
-      for (const [name, kind] of Object.entries(body.properties)) properties[name] = KIND_OF[kind as keyof typeof KIND_OF];
+      for (const [name, kind] of Object.entries(body.properties))
+        properties[name] = KIND_OF[kind as keyof typeof KIND_OF];
       return { name: body.name ?? "", properties };
     },
     response: (res) => eventTypeJson(res.eventType),
@@ -168,7 +189,9 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "List the registered event types",
       errors: [],
-      responseExample: { types: [{ name: "signup", properties: { plan: "string" }, createdAt: 1763892000000, updatedAt: 1763892000000 }] },
+      responseExample: {
+        types: [{ name: "signup", properties: { plan: "string" }, createdAt: 1763892000000, updatedAt: 1763892000000 }],
+      },
     },
     response: (res) => ({ types: res.types.map(eventTypeJson) }),
   }),
@@ -209,7 +232,13 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
       summary: "Count events over a range",
       description: "`timezone` (an IANA zone) sets where day, week and month buckets start; UTC otherwise.",
       errors: ["not_configured", "upstream_error"],
-      requestExample: { type: "signup", since: "2026-11-01T00:00:00Z", interval: "day", groupBy: "plan", timezone: "Europe/Berlin" },
+      requestExample: {
+        type: "signup",
+        since: "2026-11-01T00:00:00Z",
+        interval: "day",
+        groupBy: "plan",
+        timezone: "Europe/Berlin",
+      },
       responseExample: {
         type: "signup",
         interval: "day",
@@ -235,7 +264,11 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
       since: ms(res.since),
       until: ms(res.until),
       groupBy: res.groupBy ?? null,
-      buckets: res.buckets.map((bucket) => ({ at: ms(bucket.at), group: bucket.group ?? null, count: Number(bucket.count) })),
+      buckets: res.buckets.map((bucket) => ({
+        at: ms(bucket.at),
+        group: bucket.group ?? null,
+        count: Number(bucket.count),
+      })),
       total: Number(res.total),
     }),
   }),

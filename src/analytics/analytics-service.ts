@@ -19,11 +19,7 @@
  *   the app's `eventsPerDay`; a batch that does not fit is refused whole.
  */
 import { timestampFromDate, timestampFromMs } from "@bufbuild/protobuf/wkt";
-import {
-  AnalyticsService,
-  PropertyKind,
-  type EventTypeSchema,
-} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { AnalyticsService, PropertyKind, type EventTypeSchema } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -36,7 +32,14 @@ import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc } from "./buckets.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
-import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, MAX_TIME_MS, quoted, timestampToMs, validateEvents } from "./validate-events.ts";
+import {
+  MAX_EVENTS_PER_CALL,
+  MAX_PROPERTIES,
+  MAX_TIME_MS,
+  quoted,
+  timestampToMs,
+  validateEvents,
+} from "./validate-events.ts";
 
 export interface AnalyticsServiceOptions {
   types: EventTypeStore;
@@ -49,12 +52,20 @@ export interface AnalyticsServiceOptions {
 function eventTypeMessage(t: EventTypeRecord): MessageInitShape<typeof EventTypeSchema> {
   const properties: Record<string, PropertyKind> = {};
   for (const [name, kind] of Object.entries(t.properties)) properties[name] = KIND_OF[kind];
-  return { name: t.name, properties, createdAt: timestampFromDate(t.createdAt), updatedAt: timestampFromDate(t.updatedAt) };
+  return {
+    name: t.name,
+    properties,
+    createdAt: timestampFromDate(t.createdAt),
+    updatedAt: timestampFromDate(t.updatedAt),
+  };
 }
 
 function requireAnalytics(app: AppRecord): void {
   if (!app.analyticsEnabled) {
-    throw new PlatformError("not_configured", "analytics is not enabled for this app; the platform operator enables it");
+    throw new PlatformError(
+      "not_configured",
+      "analytics is not enabled for this app; the platform operator enables it",
+    );
   }
 }
 
@@ -66,7 +77,9 @@ function instant(ts: Parameters<typeof timestampToMs>[0], field: string): number
 
 export function createAnalyticsService(options: AnalyticsServiceOptions): ServiceImpl<typeof AnalyticsService> {
   const { types, store, quotas, logger } = options;
-  const recorded = options.metrics.counter("analytics_events_recorded_total", "Events stored, by event store.", ["store"] as const);
+  const recorded = options.metrics.counter("analytics_events_recorded_total", "Events stored, by event store.", [
+    "store",
+  ] as const);
 
   return {
     async registerEventType(req, context) {
@@ -74,10 +87,12 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       if (!req.name) throw invalidArgument("name", "is required");
       if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
       const names = Object.keys(req.properties);
-      if (names.length > MAX_PROPERTIES) throw invalidArgument("properties", `must declare at most ${MAX_PROPERTIES} properties`);
+      if (names.length > MAX_PROPERTIES)
+        throw invalidArgument("properties", `must declare at most ${MAX_PROPERTIES} properties`);
       const properties: Record<string, PropertyKindName> = {};
       for (const name of names.sort()) {
-        if (!NAME_PATTERN.test(name)) throw invalidArgument(`properties.${quoted(name).slice(1, -1)}`, `the name ${NAME_RULE}`);
+        if (!NAME_PATTERN.test(name))
+          throw invalidArgument(`properties.${quoted(name).slice(1, -1)}`, `the name ${NAME_RULE}`);
         const kind = KIND_NAME[req.properties[name]];
         if (!kind) throw invalidArgument(`properties.${name}`, "must be string, number or boolean");
         properties[name] = kind;
@@ -98,7 +113,10 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       const names = new Set<string>();
       for (const e of req.events) if (NAME_PATTERN.test(e.type)) names.add(e.type);
       // An oversized batch is refused by validateEvents without reading types.
-      const known = req.events.length <= MAX_EVENTS_PER_CALL ? await types.get(app.id, [...names]) : new Map<string, EventTypeRecord>();
+      const known =
+        req.events.length <= MAX_EVENTS_PER_CALL
+          ? await types.get(app.id, [...names])
+          : new Map<string, EventTypeRecord>();
       const events = validateEvents(req.events, known, now);
       const { remaining } = await withReservation(
         quotas,
@@ -109,7 +127,8 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
           cap: app.limits.eventsPerDay,
           onReleaseError: (e) => logger.error({ err: e }, "could not release an events reservation"),
           onFailure: (err) => {
-            if (err instanceof PlatformError && err.code === "upstream_error") logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
+            if (err instanceof PlatformError && err.code === "upstream_error")
+              logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
           },
         },
         () => store.insert(app.id, events),
@@ -145,7 +164,15 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       if (req.groupBy !== undefined && !Object.hasOwn(type.properties, req.groupBy)) {
         throw invalidArgument("groupBy", `${quoted(req.groupBy)} is not a property of type ${quoted(type.name)}`);
       }
-      const rows = await store.count({ appId: app.id, type: type.name, since, until, unit, groupBy: req.groupBy, timezone });
+      const rows = await store.count({
+        appId: app.id,
+        type: type.name,
+        since,
+        until,
+        unit,
+        groupBy: req.groupBy,
+        timezone,
+      });
       let total = 0;
       for (const r of rows) total += r.count;
       return {

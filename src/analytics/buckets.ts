@@ -47,7 +47,8 @@ function formatter(zone: string): Intl.DateTimeFormat {
  * sign, and a zone must mean the same thing to every store.
  */
 export function checkTimezone(zone: string, field = "timezone"): string {
-  if (zone.length > 64 || !ZONE_PATTERN.test(zone)) throw invalidArgument(field, "must be an IANA time zone name such as Europe/Berlin");
+  if (zone.length > 64 || !ZONE_PATTERN.test(zone))
+    throw invalidArgument(field, "must be an IANA time zone name such as Europe/Berlin");
   try {
     formatter(zone);
   } catch {
@@ -102,7 +103,7 @@ export function utcBucketStart(ms: number, unit: Unit): number {
       return Math.floor(ms / DAY_MS) * DAY_MS;
     case "week": {
       const day = Math.floor(ms / DAY_MS);
-      return (day - (((day + 3) % 7) + 7) % 7) * DAY_MS;
+      return (day - ((((day + 3) % 7) + 7) % 7)) * DAY_MS;
     }
     case "month": {
       const d = new Date(ms);

@@ -38,7 +38,10 @@ interface Row {
 function fromRow(row: Row): EventTypeRecord {
   return {
     name: row.name,
-    properties: typeof row.properties === "string" ? (JSON.parse(row.properties) as Record<string, PropertyKindName>) : row.properties,
+    properties:
+      typeof row.properties === "string"
+        ? (JSON.parse(row.properties) as Record<string, PropertyKindName>)
+        : row.properties,
     createdAt: new Date(row.created_at),
     updatedAt: new Date(row.updated_at),
   };

@@ -30,23 +30,35 @@ export interface AnalyticsFacilityOptions {
  */
 export async function createEventStore(deps: Deps): Promise<EventStore> {
   const { config } = deps;
-  if (!config.mongodbUrl) return createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
+  if (!config.mongodbUrl)
+    return createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
   const { createMongoEventStore } = await import("./mongo-event-store.ts");
   return createMongoEventStore({ url: config.mongodbUrl, dbName: config.mongodbDb });
 }
 
-export async function createAnalyticsFacility(deps: Deps, options: AnalyticsFacilityOptions = {}): Promise<AnalyticsFacility> {
+export async function createAnalyticsFacility(
+  deps: Deps,
+  options: AnalyticsFacilityOptions = {},
+): Promise<AnalyticsFacility> {
   const logger = deps.logger.child({ facility: "analytics" });
   const store = options.store ?? (await createEventStore(deps));
   const apps = createAppStore(deps.db);
   logger.info({ store: store.kind }, "analytics events store");
   return {
     service: AnalyticsService,
-    impl: createAnalyticsService({ types: createEventTypeStore(deps.db), store, quotas: deps.quotas, logger, metrics: deps.metrics }),
+    impl: createAnalyticsService({
+      types: createEventTypeStore(deps.db),
+      store,
+      quotas: deps.quotas,
+      logger,
+      metrics: deps.metrics,
+    }),
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),
     deleteAppData: (appId) => store.deleteApp(appId),
-    housekeeping: () => [retentionTask("analytics retention", apps, (appId, before, batch) => store.deleteBefore(appId, before, batch))],
+    housekeeping: () => [
+      retentionTask("analytics retention", apps, (appId, before, batch) => store.deleteBefore(appId, before, batch)),
+    ],
     async close() {
       await store.close();
     },

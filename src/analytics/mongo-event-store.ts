@@ -21,7 +21,14 @@ import crypto from "node:crypto";
 import { MongoClient, MongoError, type Collection, type Document } from "mongodb";
 import type { Unit } from "./buckets.ts";
 import { isUtc } from "./buckets.ts";
-import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+import {
+  compareBuckets,
+  upstreamError,
+  type CountBucket,
+  type CountQuery,
+  type EventStore,
+  type StoredEvent,
+} from "./event-store.ts";
 
 export const COLLECTION = "analytics_events";
 
@@ -103,7 +110,11 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
           timeseries: { timeField: "at", metaField: "meta", bucketMaxSpanSeconds: 3600, bucketRoundingSeconds: 3600 },
         });
       } catch (err) {
-        if (!(err instanceof MongoError && (err.code === 48 || (err as { codeName?: string }).codeName === "NamespaceExists"))) throw err;
+        if (!(
+          err instanceof MongoError &&
+          (err.code === 48 || (err as { codeName?: string }).codeName === "NamespaceExists")
+        ))
+          throw err;
       }
       return db.collection<EventDocument>(name);
     })().catch((err: unknown) => {
@@ -137,8 +148,12 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
     async count(q) {
       try {
         const coll = await collection();
-        const rows = await coll.aggregate<{ at: Date; group: string | null; count: number }>(buildCountPipeline(q)).toArray();
-        return rows.map((r): CountBucket => ({ at: r.at.getTime(), group: r.group ?? null, count: Number(r.count) })).sort(compareBuckets);
+        const rows = await coll
+          .aggregate<{ at: Date; group: string | null; count: number }>(buildCountPipeline(q))
+          .toArray();
+        return rows
+          .map((r): CountBucket => ({ at: r.at.getTime(), group: r.group ?? null, count: Number(r.count) }))
+          .sort(compareBuckets);
       } catch (err) {
         throw upstreamError(err);
       }

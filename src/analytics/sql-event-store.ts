@@ -33,7 +33,14 @@ import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { isUtc } from "./buckets.ts";
-import { compareBuckets, upstreamError, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+import {
+  compareBuckets,
+  upstreamError,
+  type CountBucket,
+  type CountQuery,
+  type EventStore,
+  type StoredEvent,
+} from "./event-store.ts";
 
 /** Raw events (property values are strings). */
 export interface AnalyticsEventsTable {
@@ -72,7 +79,9 @@ function isUnreachable(err: unknown): boolean {
   const e = err as { code?: string; message?: string } | undefined;
   const code = e?.code ?? "";
   return (
-    ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENOTFOUND", "EPIPE", "57P01", "57P02", "57P03", "53300"].includes(code) ||
+    ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENOTFOUND", "EPIPE", "57P01", "57P02", "57P03", "53300"].includes(
+      code,
+    ) ||
     code.startsWith("08") ||
     /Connection terminated|connection timeout|Client has encountered a connection error/i.test(e?.message ?? "")
   );
@@ -94,7 +103,9 @@ async function guarded<T>(work: () => Promise<T>): Promise<T> {
  * The element-wise sum of a row's hourly counts and the batch's, spelled out:
  * a plain expression costs less per row than a subquery over `unnest`.
  */
-const ADD_HOURS = sql.raw(`ARRAY[${Array.from({ length: 24 }, (_, i) => `r.hours[${i + 1}] + excluded.hours[${i + 1}]`).join(", ")}]`);
+const ADD_HOURS = sql.raw(
+  `ARRAY[${Array.from({ length: 24 }, (_, i) => `r.hours[${i + 1}] + excluded.hours[${i + 1}]`).join(", ")}]`,
+);
 
 export interface RollupRows {
   types: string[];
@@ -270,7 +281,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
       // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
       const raw = await sql`
         DELETE FROM analytics_events WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(db);
+          SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(
+        db,
+      );
       const removed = Number(raw.numAffectedRows ?? 0);
       if (removed < batch) {
         await db.deleteFrom("analytics_daily").where("app_id", "=", appId).where("day", "<", before).execute();
@@ -311,7 +324,8 @@ export function planPieces(q: CountQuery, hourlyExact: boolean): { raw: Range[];
   const raw = nonEmpty([q.since, firstHour], [lastHour, q.until]);
   const firstDay = Math.ceil(firstHour / DAY_MS) * DAY_MS;
   const lastDay = Math.floor(lastHour / DAY_MS) * DAY_MS;
-  if (q.unit === "hour" || !isUtc(q.timezone) || firstDay >= lastDay) return { raw, hourly: [[firstHour, lastHour]], daily: [] };
+  if (q.unit === "hour" || !isUtc(q.timezone) || firstDay >= lastDay)
+    return { raw, hourly: [[firstHour, lastHour]], daily: [] };
   return { raw, hourly: nonEmpty([firstHour, firstDay], [lastDay, lastHour]), daily: [[firstDay, lastDay]] };
 }
 
@@ -368,7 +382,8 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
     );
   }
   if (pieces.raw.length > 0) {
-    const group = q.groupBy === undefined ? sql<string | null>`NULL::text` : sql<string | null>`properties->>${q.groupBy}`;
+    const group =
+      q.groupBy === undefined ? sql<string | null>`NULL::text` : sql<string | null>`properties->>${q.groupBy}`;
     work.push(
       sql<{ b: Date; g: string | null; n: number }>`
         SELECT date_trunc(${q.unit}, at, ${zone}) AS b, ${group} AS g, count(*)::bigint AS n

@@ -23,7 +23,6 @@ export const MAX_VALUE_BYTES = 1024;
 export const MIN_TIME_MS = -62_135_596_800_000;
 export const MAX_TIME_MS = 253_402_300_799_999;
 
-
 /** The shape of an event as both protocols deliver it. */
 export interface EventInput {
   type: string;
@@ -53,7 +52,8 @@ function storedValue(value: Value | undefined, kind: PropertyKindName): string |
   switch (kind) {
     case "string":
       if (v?.case !== "stringValue") return { rule: "must be a string (declared string)" };
-      if (!isWellFormed(v.value) || v.value.includes("\u0000")) return { rule: "must be valid Unicode without NUL characters" };
+      if (!isWellFormed(v.value) || v.value.includes("\u0000"))
+        return { rule: "must be valid Unicode without NUL characters" };
       if (v.value.length > MAX_VALUE_BYTES / 3 && Buffer.byteLength(v.value, "utf8") > MAX_VALUE_BYTES) {
         return { rule: `must be at most ${MAX_VALUE_BYTES} bytes of UTF-8` };
       }
@@ -78,7 +78,11 @@ export function timestampToMs(ts: Timestamp): number | undefined {
  * Validates a batch against the app's types; returns the events as stored or
  * throws one 400 naming the first bad event (and up to 20 issues in details).
  */
-export function validateEvents(events: readonly EventInput[], types: ReadonlyMap<string, EventTypeRecord>, now: number): StoredEvent[] {
+export function validateEvents(
+  events: readonly EventInput[],
+  types: ReadonlyMap<string, EventTypeRecord>,
+  now: number,
+): StoredEvent[] {
   checkBatchSize(events.length);
   const issues: string[] = [];
   const out = new Array<StoredEvent>(events.length);

@@ -20,10 +20,7 @@ import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.t
 import { createBatcher } from "./batcher.ts";
 import type { Db } from "./database/index.ts";
 
-export type Principal =
-  | { kind: "public" }
-  | { kind: "admin" }
-  | { kind: "app"; app: AppRecord; tokenId: string };
+export type Principal = { kind: "public" } | { kind: "admin" } | { kind: "app"; app: AppRecord; tokenId: string };
 
 /** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
 export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });

@@ -49,18 +49,24 @@ export function createBatcher<I, O>(options: BatcherOptions<I, O>): Batcher<I, O
     while (group.queued.length > 0 && group.inFlight < options.maxInFlight) {
       const batch = group.queued.splice(0, options.maxBatch);
       group.inFlight++;
-      options.run(key, batch.map((p) => p.item)).then(
-        (results) => {
-          for (let i = 0; i < batch.length; i++) batch[i].resolve(results[i]);
-        },
-        (err: unknown) => {
-          for (const p of batch) p.reject(err);
-        },
-      ).finally(() => {
-        group.inFlight--;
-        if (group.queued.length > 0) flush(key, group);
-        else if (group.inFlight === 0 && !group.scheduled) groups.delete(key);
-      });
+      options
+        .run(
+          key,
+          batch.map((p) => p.item),
+        )
+        .then(
+          (results) => {
+            for (let i = 0; i < batch.length; i++) batch[i].resolve(results[i]);
+          },
+          (err: unknown) => {
+            for (const p of batch) p.reject(err);
+          },
+        )
+        .finally(() => {
+          group.inFlight--;
+          if (group.queued.length > 0) flush(key, group);
+          else if (group.inFlight === 0 && !group.scheduled) groups.delete(key);
+        });
     }
   };
 

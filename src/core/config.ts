@@ -76,7 +76,8 @@ function milliseconds(env: Env, name: string, fallback: number): number {
   const text = optional(env, name);
   if (text === undefined) return fallback;
   const value = Number(text);
-  if (!/^\d+$/.test(text) || value < 100 || value > 3_600_000) throw new ConfigError(name, "must be a whole number of milliseconds from 100 to 3600000");
+  if (!/^\d+$/.test(text) || value < 100 || value > 3_600_000)
+    throw new ConfigError(name, "must be a whole number of milliseconds from 100 to 3600000");
   return value;
 }
 
@@ -107,7 +108,8 @@ export function loadConfig(env: Env = process.env): Config {
   const dataDir = path.resolve(optional(env, "DATA_DIR") ?? "./data");
   const mongodbUrl = url(env, "MONGODB_URL", ["mongodb:", "mongodb+srv:"]);
   const mongodbDb = optional(env, "MONGODB_DB") ?? "platform_batteries";
-  if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDb)) throw new ConfigError("MONGODB_DB", "must be 1 to 63 letters, digits, _ or -");
+  if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDb))
+    throw new ConfigError("MONGODB_DB", "must be 1 to 63 letters, digits, _ or -");
 
   const adminToken = optional(env, "ADMIN_TOKEN");
   if (adminToken !== undefined && adminToken.length < 32) {
@@ -130,23 +132,32 @@ export function loadConfig(env: Env = process.env): Config {
     .map((text) => {
       const key = Buffer.from(text, "base64");
       if (key.length !== 32 || !/^[A-Za-z0-9+/]+={0,2}$/.test(text)) {
-        throw new ConfigError("SECRETS_OLD_KEYS", "must be a comma-separated list of base64 keys of exactly 32 bytes each");
+        throw new ConfigError(
+          "SECRETS_OLD_KEYS",
+          "must be a comma-separated list of base64 keys of exactly 32 bytes each",
+        );
       }
       return key;
     });
 
-  const publicUrl = (url(env, "PUBLIC_URL", ["http:", "https:"]) ?? `http://${host.includes(":") ? `[${host}]` : host}:${port}`).replace(/\/+$/, "");
+  const publicUrl = (
+    url(env, "PUBLIC_URL", ["http:", "https:"]) ?? `http://${host.includes(":") ? `[${host}]` : host}:${port}`
+  ).replace(/\/+$/, "");
 
   const mailProvider = oneOf(env, "MAIL_PROVIDER", ["ses", "outbox"] as const, "outbox");
   const mailDomain = optional(env, "MAIL_DOMAIN");
-  if (mailDomain !== undefined && !namePattern.test(mailDomain)) throw new ConfigError("MAIL_DOMAIN", "must be a domain name such as mail.example.com");
+  if (mailDomain !== undefined && !namePattern.test(mailDomain))
+    throw new ConfigError("MAIL_DOMAIN", "must be a domain name such as mail.example.com");
 
   const inferenceProvider = oneOf(env, "INFERENCE_PROVIDER", ["bedrock", "local"] as const, "local");
   const bedrockFastModel = optional(env, "BEDROCK_FAST_MODEL") ?? "amazon.nova-micro-v1:0";
   const bedrockEmbedModel = optional(env, "BEDROCK_EMBED_MODEL") ?? "amazon.titan-embed-text-v2:0";
   const awsRegion = optional(env, "AWS_REGION") ?? optional(env, "AWS_DEFAULT_REGION");
   if (awsRegion === undefined && (mailProvider === "ses" || inferenceProvider === "bedrock")) {
-    throw new ConfigError("AWS_REGION", `must be set when ${mailProvider === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`);
+    throw new ConfigError(
+      "AWS_REGION",
+      `must be set when ${mailProvider === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`,
+    );
   }
   const sesEndpoint = url(env, "AWS_ENDPOINT_URL_SES", ["http:", "https:"]);
   const bedrockEndpoint = url(env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", ["http:", "https:"]);
@@ -154,7 +165,10 @@ export function loadConfig(env: Env = process.env): Config {
   const keyFile = optional(env, "TLS_KEY_FILE");
   const certFile = optional(env, "TLS_CERT_FILE");
   if ((keyFile === undefined) !== (certFile === undefined)) {
-    throw new ConfigError(keyFile === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE", "TLS_KEY_FILE and TLS_CERT_FILE must be set together");
+    throw new ConfigError(
+      keyFile === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE",
+      "TLS_KEY_FILE and TLS_CERT_FILE must be set together",
+    );
   }
   const http: HttpTimeouts = {
     headersTimeoutMs: milliseconds(env, "HTTP_HEADERS_TIMEOUT_MS", 10_000),
@@ -162,9 +176,17 @@ export function loadConfig(env: Env = process.env): Config {
     keepAliveTimeoutMs: milliseconds(env, "HTTP_KEEPALIVE_TIMEOUT_MS", 5_000),
   };
   if (http.requestTimeoutMs < http.headersTimeoutMs) {
-    throw new ConfigError("HTTP_REQUEST_TIMEOUT_MS", "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)");
+    throw new ConfigError(
+      "HTTP_REQUEST_TIMEOUT_MS",
+      "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)",
+    );
   }
-  const logLevel = oneOf(env, "LOG_LEVEL", ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const, "info");
+  const logLevel = oneOf(
+    env,
+    "LOG_LEVEL",
+    ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const,
+    "info",
+  );
 
   return {
     port,

@@ -35,15 +35,21 @@ export async function resolveDataDirSecrets(config: Config): Promise<Resolution>
   let adminToken = config.adminToken;
   let generatedAdminToken: string | undefined;
   if (adminToken === undefined) {
-    const r = await readOrCreate(path.join(config.dataDir, "admin-token"), () => "pba_" + crypto.randomBytes(32).toString("base64url"));
+    const r = await readOrCreate(
+      path.join(config.dataDir, "admin-token"),
+      () => "pba_" + crypto.randomBytes(32).toString("base64url"),
+    );
     adminToken = r.value;
     if (r.created) generatedAdminToken = r.value;
   }
   let secretsKey = config.secretsKey;
   if (secretsKey === undefined) {
-    const r = await readOrCreate(path.join(config.dataDir, "secrets-key"), () => crypto.randomBytes(32).toString("base64"));
+    const r = await readOrCreate(path.join(config.dataDir, "secrets-key"), () =>
+      crypto.randomBytes(32).toString("base64"),
+    );
     secretsKey = Buffer.from(r.value, "base64");
-    if (secretsKey.length !== 32) throw new Error(`${path.join(config.dataDir, "secrets-key")}: must hold the base64 of 32 bytes`);
+    if (secretsKey.length !== 32)
+      throw new Error(`${path.join(config.dataDir, "secrets-key")}: must hold the base64 of 32 bytes`);
   }
   return { config: { ...config, adminToken, secretsKey }, generatedAdminToken };
 }

@@ -106,7 +106,10 @@ export function secondsToUtcMidnight(now: Date = new Date()): number {
 export function toPlatformError(err: unknown): PlatformError {
   if (err instanceof PlatformError) return err;
   if (isDatabaseUnreachable(err)) {
-    return new PlatformError("unavailable", "the database cannot be reached right now; retry shortly", { retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS, cause: err });
+    return new PlatformError("unavailable", "the database cannot be reached right now; retry shortly", {
+      retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS,
+      cause: err,
+    });
   }
   if (err instanceof ConnectError) {
     const fromDetail = err.findDetails(ErrorDetailSchema)[0];
@@ -142,5 +145,7 @@ export function toConnectError(err: PlatformError): ConnectError {
   });
   const metadata = new Headers();
   if (err.retryAfterSeconds !== undefined) metadata.set("retry-after", String(err.retryAfterSeconds));
-  return new ConnectError(err.message, mapping[err.code].connect, metadata, [{ desc: ErrorDetailSchema, value: detail }]);
+  return new ConnectError(err.message, mapping[err.code].connect, metadata, [
+    { desc: ErrorDetailSchema, value: detail },
+  ]);
 }

@@ -34,7 +34,7 @@ export const HOUSEKEEPING_BATCH = 1000;
 /** Calls `step(batch)` until it removes fewer than a batch; the total removed. */
 export async function inBatches(step: (batch: number) => Promise<number>, batch = HOUSEKEEPING_BATCH): Promise<number> {
   let total = 0;
-  for (let n = batch; n === batch; ) {
+  for (let n = batch; n === batch;) {
     n = await step(batch);
     total += n;
   }
@@ -64,7 +64,10 @@ export function retentionTask(
   };
 }
 
-export function createHousekeeping(tasks: readonly HousekeepingTask[], options: { logger: Logger; health: DatabaseHealth }): Housekeeping {
+export function createHousekeeping(
+  tasks: readonly HousekeepingTask[],
+  options: { logger: Logger; health: DatabaseHealth },
+): Housekeeping {
   const timers: NodeJS.Timeout[] = [];
   const running = new Set<string>();
   const runOne = async (task: HousekeepingTask): Promise<number> => {
@@ -75,7 +78,11 @@ export function createHousekeeping(tasks: readonly HousekeepingTask[], options: 
       if (removed > 0) options.logger.info({ task: task.name, removed }, "housekeeping");
       return removed;
     } catch (err) {
-      if (!options.health.failed(err)) options.logger.warn({ task: task.name, err: err instanceof Error ? err.message : String(err) }, "housekeeping task failed");
+      if (!options.health.failed(err))
+        options.logger.warn(
+          { task: task.name, err: err instanceof Error ? err.message : String(err) },
+          "housekeeping task failed",
+        );
       return 0;
     } finally {
       running.delete(task.name);

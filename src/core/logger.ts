@@ -9,7 +9,10 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   const options = {
     level,
     base: { service: "platform-batteries" },
-    redact: { paths: ["req.headers", "headers.authorization", "token", "value", "*.token", "*.value"], censor: "[redacted]" },
+    redact: {
+      paths: ["req.headers", "headers.authorization", "token", "value", "*.token", "*.value"],
+      censor: "[redacted]",
+    },
   };
   return destination ? pino(options, destination) : pino(options);
 }

@@ -23,14 +23,19 @@ export function readinessOf(name: string, ping: ReadinessCheck | undefined): Rec
 /** How long one check may take before it counts as not answering. */
 export const READINESS_TIMEOUT_MS = 2000;
 
-export async function checkReadiness(checks: Record<string, ReadinessCheck>, timeoutMs = READINESS_TIMEOUT_MS): Promise<ReadinessReport> {
+export async function checkReadiness(
+  checks: Record<string, ReadinessCheck>,
+  timeoutMs = READINESS_TIMEOUT_MS,
+): Promise<ReadinessReport> {
   const entries = await Promise.all(
     Object.entries(checks).map(async ([name, check]): Promise<[string, string]> => {
       const signal = AbortSignal.timeout(timeoutMs);
       try {
         await Promise.race([
           check(signal),
-          new Promise<never>((_, reject) => signal.addEventListener("abort", () => reject(new Error("timeout")), { once: true })),
+          new Promise<never>((_, reject) =>
+            signal.addEventListener("abort", () => reject(new Error("timeout")), { once: true }),
+          ),
         ]);
         return [name, "ok"];
       } catch (err) {

@@ -39,7 +39,9 @@ export async function registerDashboard(fastify: FastifyInstance, root: string =
         .code(503)
         .headers(SECURITY_HEADERS)
         .type("text/plain; charset=utf-8")
-        .send("The dashboard is not built. Run `npm run build:dashboard` (npm start does it) and restart the service.\n");
+        .send(
+          "The dashboard is not built. Run `npm run build:dashboard` (npm start does it) and restart the service.\n",
+        );
     });
     fastify.get("/dashboard", async (_req, reply) => reply.redirect("/dashboard/", 301));
     return;

@@ -29,7 +29,9 @@ import {
   InvokeModelCommand,
   type ContentBlock,
   type Message,
-  type SystemContentBlock, ListAsyncInvokesCommand } from "@aws-sdk/client-bedrock-runtime";
+  type SystemContentBlock,
+  ListAsyncInvokesCommand,
+} from "@aws-sdk/client-bedrock-runtime";
 import { awsAnswers } from "../core/readiness.ts";
 import type { Logger } from "pino";
 import { PlatformError } from "../core/errors.ts";
@@ -70,7 +72,8 @@ const STOP_REASONS: Record<string, FinishReason> = {
 };
 
 /** Validation messages that are about our configuration, not about what the app sent. */
-const CONFIGURATION_FAULT = /model identifier|model id|on-demand throughput|inference profile|not supported|doesn't support|does not support|maximum tokens|max_tokens|maxtokens|access/i;
+const CONFIGURATION_FAULT =
+  /model identifier|model id|on-demand throughput|inference profile|not supported|doesn't support|does not support|maximum tokens|max_tokens|maxtokens|access/i;
 
 /** Bedrock errors that mean "busy": worth retrying shortly. */
 const BUSY = new Set(["ThrottlingException", "ServiceQuotaExceededException", "TooManyRequestsException"]);
@@ -112,13 +115,28 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
   /** Turns whatever the SDK threw into our error, logging Bedrock's own words for the operator. */
   function mapError(err: unknown, operation: string, signal: AbortSignal): PlatformError {
     if (err instanceof PlatformError) return err;
-    if (signal.aborted) return new PlatformError("upstream_error", "the request was cancelled before the model answered", { cause: err });
+    if (signal.aborted)
+      return new PlatformError("upstream_error", "the request was cancelled before the model answered", { cause: err });
     const name = errorName(err);
     const meta = (err as { $metadata?: { httpStatusCode?: number; requestId?: string } }).$metadata;
     const providerMessage = err instanceof Error ? err.message.slice(0, 300) : String(err).slice(0, 300);
-    logger.warn({ provider: "bedrock", operation, error: name, status: meta?.httpStatusCode, awsRequestId: meta?.requestId, providerMessage }, "bedrock call failed");
+    logger.warn(
+      {
+        provider: "bedrock",
+        operation,
+        error: name,
+        status: meta?.httpStatusCode,
+        awsRequestId: meta?.requestId,
+        providerMessage,
+      },
+      "bedrock call failed",
+    );
     if (name === "ValidationException" && !CONFIGURATION_FAULT.test(providerMessage)) {
-      return new PlatformError("invalid_argument", "the model refused the input as invalid (for example: too long for the model, or a conversation it cannot take)", { cause: err });
+      return new PlatformError(
+        "invalid_argument",
+        "the model refused the input as invalid (for example: too long for the model, or a conversation it cannot take)",
+        { cause: err },
+      );
     }
     if (BUSY.has(name)) {
       return new PlatformError("upstream_error", "the inference provider is busy; retry in a few seconds", {
@@ -126,7 +144,8 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         cause: err,
       });
     }
-    if (name === "ModelTimeoutException") return new PlatformError("upstream_error", "the model took too long to answer", { cause: err });
+    if (name === "ModelTimeoutException")
+      return new PlatformError("upstream_error", "the model took too long to answer", { cause: err });
     return new PlatformError("upstream_error", "the inference provider failed; nothing was charged", { cause: err });
   }
 
@@ -136,7 +155,10 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
   }
 
   /** One InvokeModel call: the parsed JSON body and the input token count header, if any. */
-  async function invokeJson(body: unknown, signal: AbortSignal): Promise<{ json: unknown; headerTokens: number | undefined }> {
+  async function invokeJson(
+    body: unknown,
+    signal: AbortSignal,
+  ): Promise<{ json: unknown; headerTokens: number | undefined }> {
     const command = new InvokeModelCommand({
       modelId: embedModel,
       contentType: "application/json",
@@ -165,10 +187,15 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
   }
 
   function vectorOf(value: unknown): number[] | undefined {
-    return Array.isArray(value) && value.length > 0 && value.every((v) => typeof v === "number" && Number.isFinite(v)) ? value : undefined;
+    return Array.isArray(value) && value.length > 0 && value.every((v) => typeof v === "number" && Number.isFinite(v))
+      ? value
+      : undefined;
   }
 
-  async function embedTitan(inputs: readonly string[], signal: AbortSignal): Promise<{ embeddings: number[][]; tokens: number }> {
+  async function embedTitan(
+    inputs: readonly string[],
+    signal: AbortSignal,
+  ): Promise<{ embeddings: number[][]; tokens: number }> {
     const embeddings = new Array<number[]>(inputs.length);
     let tokens = 0;
     let next = 0;
@@ -196,12 +223,17 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
     );
     const settled = await Promise.allSettled(workers);
     // Report the first real failure, not the aborts it caused in the other workers.
-    const failures = settled.filter((s): s is PromiseRejectedResult => s.status === "rejected").map((s) => s.reason as unknown);
+    const failures = settled
+      .filter((s): s is PromiseRejectedResult => s.status === "rejected")
+      .map((s) => s.reason as unknown);
     if (failures.length > 0) throw failures.find((f) => errorName(f) !== "AbortError") ?? failures[0];
     return { embeddings, tokens };
   }
 
-  async function embedCohere(inputs: readonly string[], signal: AbortSignal): Promise<{ embeddings: number[][]; tokens: number }> {
+  async function embedCohere(
+    inputs: readonly string[],
+    signal: AbortSignal,
+  ): Promise<{ embeddings: number[][]; tokens: number }> {
     const embeddings: number[][] = [];
     let tokens = 0;
     for (let start = 0; start < inputs.length; start += COHERE_BATCH) {
@@ -210,7 +242,8 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
       const raw = (json as { embeddings?: unknown }).embeddings;
       // `embeddings` is a list of vectors, or `{ float: [...] }` when embedding types were asked for.
       const list = Array.isArray(raw) ? raw : (raw as { float?: unknown } | undefined)?.float;
-      if (!Array.isArray(list) || list.length !== batch.length) throw malformed("Cohere answer has the wrong number of embeddings");
+      if (!Array.isArray(list) || list.length !== batch.length)
+        throw malformed("Cohere answer has the wrong number of embeddings");
       for (const item of list) {
         const vector = vectorOf(item);
         if (!vector) throw malformed("Cohere answer has a malformed embedding");
@@ -266,7 +299,8 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
     },
 
     // The cheapest call of the runtime API; any answer, an error included, proves Bedrock is reachable.
-    ping: (signal) => awsAnswers(() => client.send(new ListAsyncInvokesCommand({ maxResults: 1 }), { abortSignal: signal })),
+    ping: (signal) =>
+      awsAnswers(() => client.send(new ListAsyncInvokesCommand({ maxResults: 1 }), { abortSignal: signal })),
 
     close() {
       client.destroy();

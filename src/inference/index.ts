@@ -32,7 +32,10 @@ export async function createInferenceProvider(deps: Deps): Promise<InferenceProv
   return createLocalProvider();
 }
 
-export async function createInferenceFacility(deps: Deps, options: InferenceFacilityOptions = {}): Promise<Facility<typeof InferenceService>> {
+export async function createInferenceFacility(
+  deps: Deps,
+  options: InferenceFacilityOptions = {},
+): Promise<Facility<typeof InferenceService>> {
   const { quotas, logger, metrics } = deps;
   const provider = options.provider ?? (await createInferenceProvider(deps));
   logger.info({ provider: provider.name }, `inference provider: ${provider.description}`);

@@ -53,7 +53,9 @@ function checkModel(given: string | undefined, wanted: LogicalModel): LogicalMod
   if (model === FAST_MODEL || model === EMBED_MODEL) {
     throw invalidArgument(
       "model",
-      wanted === FAST_MODEL ? `${EMBED_MODEL} is an embedding model; generate takes ${FAST_MODEL}` : `${FAST_MODEL} is a generation model; embed takes ${EMBED_MODEL}`,
+      wanted === FAST_MODEL
+        ? `${EMBED_MODEL} is an embedding model; generate takes ${FAST_MODEL}`
+        : `${FAST_MODEL} is a generation model; embed takes ${EMBED_MODEL}`,
     );
   }
   throw invalidArgument("model", `unknown model; the models are ${FAST_MODEL} (generate) and ${EMBED_MODEL} (embed)`);
@@ -65,14 +67,18 @@ export function validateGenerate(req: GenerateRequest): { model: LogicalModel; c
   const hasPrompt = req.prompt !== undefined;
   const hasMessages = req.messages.length > 0;
   if (hasPrompt === hasMessages) {
-    throw invalidArgument("prompt, messages", hasPrompt ? "give either prompt or messages, not both" : "give exactly one of prompt and messages");
+    throw invalidArgument(
+      "prompt, messages",
+      hasPrompt ? "give either prompt or messages, not both" : "give exactly one of prompt and messages",
+    );
   }
   let messages: ChatTurn[];
   if (hasPrompt) {
     checkText("prompt", req.prompt!);
     messages = [{ role: "user", content: req.prompt! }];
   } else {
-    if (req.messages.length > LIMITS.messagesMax) throw invalidArgument("messages", `must have 1 to ${LIMITS.messagesMax} items`);
+    if (req.messages.length > LIMITS.messagesMax)
+      throw invalidArgument("messages", `must have 1 to ${LIMITS.messagesMax} items`);
     messages = req.messages.map((m, i) => {
       const role = ROLES.get(m.role);
       if (!role) throw invalidArgument(`messages[${i}].role`, "must be system, user or assistant");
@@ -85,7 +91,8 @@ export function validateGenerate(req: GenerateRequest): { model: LogicalModel; c
   }
   let maxTokens: number = LIMITS.maxTokensDefault;
   if (req.maxTokens !== undefined) {
-    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1) throw invalidArgument("maxTokens", "must be an integer of at least 1");
+    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 1)
+      throw invalidArgument("maxTokens", "must be an integer of at least 1");
     maxTokens = Math.min(req.maxTokens, LIMITS.maxTokensCeiling);
   }
   let temperature: number = LIMITS.temperatureDefault;
@@ -103,7 +110,8 @@ export function validateGenerate(req: GenerateRequest): { model: LogicalModel; c
 export function validateEmbed(req: EmbedRequest): { model: LogicalModel; inputs: string[] } {
   const model = checkModel(req.model, EMBED_MODEL);
   if (req.input.length === 0) throw invalidArgument("input", "is required: a string or an array of 1 or more strings");
-  if (req.input.length > LIMITS.embedBatchMax) throw invalidArgument("input", `must have at most ${LIMITS.embedBatchMax} items`);
+  if (req.input.length > LIMITS.embedBatchMax)
+    throw invalidArgument("input", `must have at most ${LIMITS.embedBatchMax} items`);
   req.input.forEach((text, i) => checkText(req.input.length === 1 ? "input" : `input[${i}]`, text));
   return { model, inputs: [...req.input] };
 }

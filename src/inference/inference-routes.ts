@@ -6,7 +6,13 @@
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { z } from "zod";
-import { FinishReason as FinishReasonEnum, InferenceService, ModelKind, Role, type ChatMessageSchema } from "../../gen/platform/inference/v1/inference_pb.js";
+import {
+  FinishReason as FinishReasonEnum,
+  InferenceService,
+  ModelKind,
+  Role,
+  type ChatMessageSchema,
+} from "../../gen/platform/inference/v1/inference_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { isJsonObject } from "../core/http/validation.ts";
 import type { FinishReason } from "./inference-provider.ts";
@@ -57,7 +63,11 @@ export const GenerateBody = z.preprocess(
     .superRefine((body, ctx) => {
       // An empty `messages` array cannot be told from a missing one in the RPC message.
       if (body.prompt !== undefined && body.messages !== undefined) {
-        ctx.addIssue({ code: "custom", path: ["prompt, messages"], message: "give either prompt or messages, not both" });
+        ctx.addIssue({
+          code: "custom",
+          path: ["prompt, messages"],
+          message: "give either prompt or messages, not both",
+        });
         return;
       }
       if (body.messages !== undefined && (body.messages.length < 1 || body.messages.length > LIMITS.messagesMax)) {
@@ -69,7 +79,8 @@ export const GenerateBody = z.preprocess(
         return;
       }
       body.messages?.forEach((m, i) => {
-        if (!Object.hasOwn(ROLE_FROM_JSON, m.role)) ctx.addIssue({ code: "custom", path: ["messages", i, "role"], message: "must be system, user or assistant" });
+        if (!Object.hasOwn(ROLE_FROM_JSON, m.role))
+          ctx.addIssue({ code: "custom", path: ["messages", i, "role"], message: "must be system, user or assistant" });
       });
     }),
 );
@@ -81,7 +92,12 @@ export const EmbedBody = z.preprocess(
       {
         model: z.string({ error: "must be a string" }).optional(),
         /** A string or an array of strings; checked below, so each case gets its own message. */
-        input: z.unknown().meta({ anyOf: [{ type: "string", minLength: 1 }, { type: "array", items: { type: "string", minLength: 1 }, minItems: 1 }] }),
+        input: z.unknown().meta({
+          anyOf: [
+            { type: "string", minLength: 1 },
+            { type: "array", items: { type: "string", minLength: 1 }, minItems: 1 },
+          ],
+        }),
       },
       { error: "must be a JSON object" },
     )
@@ -94,14 +110,20 @@ export const EmbedBody = z.preprocess(
         if (bad >= 0) ctx.addIssue({ code: "custom", path: ["input", bad], message: "must be a string" });
         return;
       }
-      const message = input === undefined ? "is required: a string or an array of 1 or more strings" : "must be a string or an array of strings";
+      const message =
+        input === undefined
+          ? "is required: a string or an array of 1 or more strings"
+          : "must be a string or an array of strings";
       ctx.addIssue({ code: "custom", path: ["input"], message });
     }),
 );
 
 /** SPEC.md's generate body as a `GenerateRequest`. */
 export function generateRequest(body: z.output<typeof GenerateBody>) {
-  const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({ role: ROLE_FROM_JSON[m.role], content: m.content }));
+  const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({
+    role: ROLE_FROM_JSON[m.role],
+    content: m.content,
+  }));
   return {
     model: body.model,
     prompt: body.prompt,
@@ -114,7 +136,14 @@ export function generateRequest(body: z.output<typeof GenerateBody>) {
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
 export const ModelsResponse = z.object({
-  models: z.array(z.object({ name: z.string(), kind: z.enum(["generate", "embed"]), tokensPerDay: z.number().int(), remainingToday: z.number().int() })),
+  models: z.array(
+    z.object({
+      name: z.string(),
+      kind: z.enum(["generate", "embed"]),
+      tokensPerDay: z.number().int(),
+      remainingToday: z.number().int(),
+    }),
+  ),
 });
 export const GenerateResponse = z.object({
   text: z.string(),
@@ -140,7 +169,9 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "List the models and what is left today",
       errors: [],
-      responseExample: { models: [{ name: "platform/fast", kind: "generate", tokensPerDay: 200000, remainingToday: 199000 }] },
+      responseExample: {
+        models: [{ name: "platform/fast", kind: "generate", tokensPerDay: 200000, remainingToday: 199000 }],
+      },
     },
     response: (res) => ({
       models: res.models.map((m) => ({
@@ -161,7 +192,13 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
       description: "Exactly one of `prompt` and `messages`.",
       errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
       requestExample: { model: "platform/fast", prompt: "Say hello", maxTokens: 64, temperature: 0.7 },
-      responseExample: { text: "Hello!", model: "platform/fast", finishReason: "stop", usage: { inputTokens: 3, outputTokens: 2 }, remainingToday: 199995 },
+      responseExample: {
+        text: "Hello!",
+        model: "platform/fast",
+        finishReason: "stop",
+        usage: { inputTokens: 3, outputTokens: 2 },
+        remainingToday: 199995,
+      },
     },
     body: GenerateBody,
     request: ({ body }) => generateRequest(body),
@@ -182,10 +219,22 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
       summary: "Embed text as vectors",
       errors: ["app_stopped", "quota_exceeded", "not_configured", "upstream_error"],
       requestExample: { model: "platform/embed", input: ["first text", "second text"] },
-      responseExample: { embeddings: [[0.12, -0.03, 0.5], [0.08, 0.11, -0.2]], model: "platform/embed", dimensions: 3, usage: { tokens: 4 }, remainingToday: 199996 },
+      responseExample: {
+        embeddings: [
+          [0.12, -0.03, 0.5],
+          [0.08, 0.11, -0.2],
+        ],
+        model: "platform/embed",
+        dimensions: 3,
+        usage: { tokens: 4 },
+        remainingToday: 199996,
+      },
     },
     body: EmbedBody,
-    request: ({ body }) => ({ model: body.model, input: typeof body.input === "string" ? [body.input] : (body.input as string[]) }),
+    request: ({ body }) => ({
+      model: body.model,
+      input: typeof body.input === "string" ? [body.input] : (body.input as string[]),
+    }),
     response: (res) => ({
       embeddings: res.embeddings.map((e) => e.values.map(roundForJson)),
       model: res.model,

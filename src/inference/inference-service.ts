@@ -18,7 +18,11 @@
  */
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { FinishReason as FinishReasonEnum, InferenceService, ModelKind } from "../../gen/platform/inference/v1/inference_pb.js";
+import {
+  FinishReason as FinishReasonEnum,
+  InferenceService,
+  ModelKind,
+} from "../../gen/platform/inference/v1/inference_pb.js";
 import { appOf } from "../core/auth.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
@@ -42,11 +46,27 @@ const FINISH_TO_ENUM: Record<FinishReason, FinishReasonEnum> = {
 export function createInferenceService(options: InferenceServiceOptions): ServiceImpl<typeof InferenceService> {
   const { provider, quotas, logger, metrics } = options;
 
-  const tokensUsed = metrics.counter("inference_tokens_total", "Tokens charged to apps' daily allowances, by logical model.", ["model"] as const);
-  const failures = metrics.counter("inference_provider_failures_total", "Provider calls that failed, by logical model and error code.", ["model", "code"] as const);
+  const tokensUsed = metrics.counter(
+    "inference_tokens_total",
+    "Tokens charged to apps' daily allowances, by logical model.",
+    ["model"] as const,
+  );
+  const failures = metrics.counter(
+    "inference_provider_failures_total",
+    "Provider calls that failed, by logical model and error code.",
+    ["model", "code"] as const,
+  );
 
   /** Calls the provider under a reservation: settled to `actual` on success, released on failure. */
-  async function reserved<T>(appId: string, counter: QuotaCounter, estimate: number, cap: number, model: string, work: () => Promise<T>, actual: (result: T) => number) {
+  async function reserved<T>(
+    appId: string,
+    counter: QuotaCounter,
+    estimate: number,
+    cap: number,
+    model: string,
+    work: () => Promise<T>,
+    actual: (result: T) => number,
+  ) {
     const out = await withReservation(
       quotas,
       {

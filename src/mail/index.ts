@@ -36,7 +36,11 @@ export async function createMailProvider(deps: Deps): Promise<MailProvider> {
   const { config, logger } = deps;
   if (config.mailProvider !== "ses") return createOutboxProvider();
   const { createSesProvider } = await import("./ses-provider.ts");
-  return createSesProvider({ region: config.awsRegion, endpoint: config.sesEndpoint, logger: logger.child({ facility: "mail" }) });
+  return createSesProvider({
+    region: config.awsRegion,
+    endpoint: config.sesEndpoint,
+    logger: logger.child({ facility: "mail" }),
+  });
 }
 
 export async function createMailFacility(deps: Deps, options: MailFacilityOptions = {}): Promise<MailFacility> {
@@ -50,7 +54,9 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
     routes: mailRoutes,
     listMail: (appId, limit) => store.list(appId, limit),
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
-    housekeeping: () => [retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch))],
+    housekeeping: () => [
+      retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch)),
+    ],
     getMail: (appId, id) => store.get(appId, id),
     async start() {
       logger.info(`mail provider: ${provider.description}`);

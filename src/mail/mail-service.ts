@@ -42,7 +42,10 @@ function errorText(err: unknown): string {
 
 export function createMailService(options: MailServiceOptions): ServiceImpl<typeof MailService> {
   const { provider, store, quotas, logger, metrics } = options;
-  const sends = metrics.counter("mail_sends_total", "Mail send attempts, by provider and outcome.", ["provider", "status"] as const);
+  const sends = metrics.counter("mail_sends_total", "Mail send attempts, by provider and outcome.", [
+    "provider",
+    "status",
+  ] as const);
 
   /** Logs one attempt and counts it in the metrics. */
   const record = async (appId: string, entry: MailLogEntry) => {
@@ -56,38 +59,51 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
       const app = appOf(context);
       validateMail(req);
       if (!app.mailFrom) {
-        throw new PlatformError("not_configured", "mail is not configured for this app: it has no sender address yet; the platform operator assigns one");
+        throw new PlatformError(
+          "not_configured",
+          "mail is not configured for this app: it has no sender address yet; the platform operator assigns one",
+        );
       }
       const mail = { appId: app.id, from: app.mailFrom, to: req.to, subject: req.subject, text: req.text };
       const entry = { to: mail.to, from: mail.from, subject: mail.subject, provider: provider.name };
       // Released whole when the work throws: the provider refused, or (outbox) the row that is the message was not stored.
-      const { remaining } = await withReservation(quotas, { appId: app.id, counter: "mail", amount: 1, cap: app.limits.mailPerDay, onReleaseError: releaseFailed }, async () => {
-        let messageId: string;
-        try {
-          // Not tied to the request's signal: once handed over, a message may leave even if the
-          // caller goes away, so the attempt runs to its end and is counted and logged as it ended.
-          ({ messageId } = await provider.send(mail));
-        } catch (err) {
-          const error = err instanceof PlatformError ? err : new PlatformError("upstream_error", "the mail provider failed; retry later", { cause: err });
-          await record(app.id, { ...entry, text: null, status: "failed", providerMessageId: "" }).catch((e: unknown) =>
-            logger.error({ err: errorText(e), appId: app.id }, "could not log a failed mail"),
-          );
-          throw error;
-        }
-        try {
-          await record(app.id, {
-            ...entry,
-            text: provider.delivers ? null : mail.text,
-            status: provider.delivers ? "sent" : "stored",
-            providerMessageId: messageId,
-          });
-        } catch (err) {
-          // For the outbox the row is the message: not stored means not sent.
-          if (!provider.delivers) throw toPlatformError(err);
-          // The message has left; answering an error would invite a duplicate send.
-          logger.error({ err: errorText(err), appId: app.id, providerMessageId: messageId }, "mail sent but not logged");
-        }
-      });
+      const { remaining } = await withReservation(
+        quotas,
+        { appId: app.id, counter: "mail", amount: 1, cap: app.limits.mailPerDay, onReleaseError: releaseFailed },
+        async () => {
+          let messageId: string;
+          try {
+            // Not tied to the request's signal: once handed over, a message may leave even if the
+            // caller goes away, so the attempt runs to its end and is counted and logged as it ended.
+            ({ messageId } = await provider.send(mail));
+          } catch (err) {
+            const error =
+              err instanceof PlatformError
+                ? err
+                : new PlatformError("upstream_error", "the mail provider failed; retry later", { cause: err });
+            await record(app.id, { ...entry, text: null, status: "failed", providerMessageId: "" }).catch(
+              (e: unknown) => logger.error({ err: errorText(e), appId: app.id }, "could not log a failed mail"),
+            );
+            throw error;
+          }
+          try {
+            await record(app.id, {
+              ...entry,
+              text: provider.delivers ? null : mail.text,
+              status: provider.delivers ? "sent" : "stored",
+              providerMessageId: messageId,
+            });
+          } catch (err) {
+            // For the outbox the row is the message: not stored means not sent.
+            if (!provider.delivers) throw toPlatformError(err);
+            // The message has left; answering an error would invite a duplicate send.
+            logger.error(
+              { err: errorText(err), appId: app.id, providerMessageId: messageId },
+              "mail sent but not logged",
+            );
+          }
+        },
+      );
       return { sent: true, from: app.mailFrom, remainingToday: BigInt(remaining) };
     },
   };

@@ -54,7 +54,17 @@ export interface MailStore {
   get(appId: string, id: string): Promise<MailLogRecord | undefined>;
 }
 
-const COLUMNS = ["id", "to_address", "from_address", "subject", "body_text", "status", "provider", "provider_message_id", "created_at"] as const;
+const COLUMNS = [
+  "id",
+  "to_address",
+  "from_address",
+  "subject",
+  "body_text",
+  "status",
+  "provider",
+  "provider_message_id",
+  "created_at",
+] as const;
 
 function recordFromRow(r: {
   id: string | number | bigint;
@@ -103,19 +113,37 @@ export function createMailStore(database: Db): MailStore {
       const result = await db
         .deleteFrom("mail_log")
         .where("id", "in", (eb) =>
-          eb.selectFrom("mail_log").select("id").where("app_id", "=", appId).where("created_at", "<", before).limit(batch).forUpdate().skipLocked(),
+          eb
+            .selectFrom("mail_log")
+            .select("id")
+            .where("app_id", "=", appId)
+            .where("created_at", "<", before)
+            .limit(batch)
+            .forUpdate()
+            .skipLocked(),
         )
         .executeTakeFirst();
       return Number(result.numDeletedRows);
     },
 
     async list(appId, limit) {
-      const rows = await db.selectFrom("mail_log").select(COLUMNS).where("app_id", "=", appId).orderBy("id", "desc").limit(limit).execute();
+      const rows = await db
+        .selectFrom("mail_log")
+        .select(COLUMNS)
+        .where("app_id", "=", appId)
+        .orderBy("id", "desc")
+        .limit(limit)
+        .execute();
       return rows.map(recordFromRow);
     },
 
     async get(appId, id) {
-      const row = await db.selectFrom("mail_log").select(COLUMNS).where("app_id", "=", appId).where("id", "=", id as never).executeTakeFirst();
+      const row = await db
+        .selectFrom("mail_log")
+        .select(COLUMNS)
+        .where("app_id", "=", appId)
+        .where("id", "=", id as never)
+        .executeTakeFirst();
       return row ? recordFromRow(row) : undefined;
     },
   };

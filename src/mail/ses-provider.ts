@@ -54,7 +54,10 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
       } catch (err) {
         const error = describeSesError(err);
         // The provider's own message may name the account, region or identities: log only its kind.
-        options.logger.warn({ appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus }, "SES did not accept a message");
+        options.logger.warn(
+          { appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus },
+          "SES did not accept a message",
+        );
         throw new PlatformError("upstream_error", error.message, { cause: err });
       }
     },
@@ -104,5 +107,9 @@ export function describeSesError(err: unknown): SesErrorDescription {
   }
   // No HTTP answer: refused or reset connection, DNS, timeout (the SDK names several of these TimeoutError).
   const kind = err instanceof Error ? ((err as NodeJS.ErrnoException).code ?? err.name) : "unknown";
-  return { kind, httpStatus: undefined, message: "the mail provider could not be reached or did not answer; retry later" };
+  return {
+    kind,
+    httpStatus: undefined,
+    message: "the mail provider could not be reached or did not answer; retry later",
+  };
 }

@@ -43,7 +43,8 @@ export function addressProblem(to: string): string | undefined {
   if (to === "") return "is required";
   // The length first: it is cheap, and it bounds the regular expression's work.
   if (to.length > 254) return "must be at most 254 characters";
-  if (!WHATWG_EMAIL.test(to)) return "must be an email address (local@domain, ASCII, as in HTML's valid e-mail address)";
+  if (!WHATWG_EMAIL.test(to))
+    return "must be an email address (local@domain, ASCII, as in HTML's valid e-mail address)";
   if (to.indexOf("@") > 64) return "must have at most 64 characters before the @";
   return undefined;
 }
@@ -62,7 +63,9 @@ export function validateMail(fields: MailFields): void {
   const problems: string[] = [];
   const to = addressProblem(fields.to);
   if (to) problems.push(`to: ${to}`);
-  const subject = textProblem(fields.subject, SUBJECT_MAX) ?? (/[\r\n]/.test(fields.subject) ? "must not contain CR or LF (line breaks in a header are refused)" : undefined);
+  const subject =
+    textProblem(fields.subject, SUBJECT_MAX) ??
+    (/[\r\n]/.test(fields.subject) ? "must not contain CR or LF (line breaks in a header are refused)" : undefined);
   if (subject) problems.push(`subject: ${subject}`);
   const text = textProblem(fields.text, TEXT_MAX);
   if (text) problems.push(`text: ${text}`);

@@ -21,7 +21,12 @@ export const metaRoutes: readonly AnyRestRoute[] = [
     url: "/version",
     rpc: MetaService.method.getVersion,
     responseSchema: VersionResponse,
-    doc: { summary: "Package name and version", public: true, errors: [], responseExample: { name: "platform-batteries", version: "0.1.0" } },
+    doc: {
+      summary: "Package name and version",
+      public: true,
+      errors: [],
+      responseExample: { name: "platform-batteries", version: "0.1.0" },
+    },
     response: (res) => ({ name: res.name, version: res.version }),
   }),
 ];

@@ -57,7 +57,17 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
         };
       case "fileByFilename": {
         const file = files.get(r.value);
-        return { ...base, ...(file ? { messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: withDependencies(file) } } } : notFound(`no file ${r.value}`)) };
+        return {
+          ...base,
+          ...(file
+            ? {
+                messageResponse: {
+                  case: "fileDescriptorResponse",
+                  value: { fileDescriptorProto: withDependencies(file) },
+                },
+              }
+            : notFound(`no file ${r.value}`)),
+        };
       }
       case "fileContainingSymbol": {
         const symbol = r.value.replace(/^\./, "");
@@ -69,10 +79,26 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
           if (parent?.methods.some((m) => m.name === symbol.slice(cut + 1))) desc = parent;
         }
         const file = desc && "file" in desc ? desc.file : undefined;
-        return { ...base, ...(file ? { messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: withDependencies(file) } } } : notFound(`no symbol ${symbol}`)) };
+        return {
+          ...base,
+          ...(file
+            ? {
+                messageResponse: {
+                  case: "fileDescriptorResponse",
+                  value: { fileDescriptorProto: withDependencies(file) },
+                },
+              }
+            : notFound(`no symbol ${symbol}`)),
+        };
       }
       case "allExtensionNumbersOfType":
-        return { ...base, messageResponse: { case: "allExtensionNumbersResponse", value: { baseTypeName: r.value, extensionNumber: [] } } };
+        return {
+          ...base,
+          messageResponse: {
+            case: "allExtensionNumbersResponse",
+            value: { baseTypeName: r.value, extensionNumber: [] },
+          },
+        };
       default:
         return { ...base, ...notFound("unsupported reflection request") };
     }

@@ -61,7 +61,14 @@ export function createDeadLetterOperator(store: QueueStore, hub: WakeHub): DeadL
         const upToSeq = await store.lastDeadLetterSeq(appId, queue);
         if (upToSeq === undefined) return 0;
         for (;;) {
-          const n = await store.replayDeadLetters(appId, queue, { all: true, upToSeq }, REPLAY_BATCH, ttlSeconds, notify);
+          const n = await store.replayDeadLetters(
+            appId,
+            queue,
+            { all: true, upToSeq },
+            REPLAY_BATCH,
+            ttlSeconds,
+            notify,
+          );
           total += n;
           if (n < REPLAY_BATCH) break;
         }

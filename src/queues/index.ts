@@ -26,21 +26,35 @@ export interface QueueOperator {
   deadLetters: DeadLetterOperator;
 }
 
-export type QueuesFacility = Facility<typeof QueueService> & { readonly events: PlatformEvents; readonly operator: QueueOperator };
+export type QueuesFacility = Facility<typeof QueueService> & {
+  readonly events: PlatformEvents;
+  readonly operator: QueueOperator;
+};
 
 export function createQueuesFacility(deps: Deps): QueuesFacility {
   const { logger, metrics } = deps;
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
-  const queues = createQueuesService({ store, apps: createAppStore(deps.db), hub, logger, metrics, shutdownSignal: deps.shutdownSignal });
+  const queues = createQueuesService({
+    store,
+    apps: createAppStore(deps.db),
+    hub,
+    logger,
+    metrics,
+    shutdownSignal: deps.shutdownSignal,
+  });
 
   return {
     service: QueueService,
     impl: queues.impl,
     routes: queuesRoutes,
     events: queues.events,
-    operator: { peek: (...args) => store.peek(...args), purge: (...args) => store.purge(...args), deadLetters: createDeadLetterOperator(store, hub) },
+    operator: {
+      peek: (...args) => store.peek(...args),
+      purge: (...args) => store.purge(...args),
+      deadLetters: createDeadLetterOperator(store, hub),
+    },
     housekeeping: () => housekeeping,
     async start() {
       await hub.start();

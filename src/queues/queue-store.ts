@@ -163,7 +163,12 @@ export interface QueueStore {
    * statement only if the waiting messages plus the batch stay within
    * `maxDepth`; otherwise nothing, and says how many wait.
    */
-  putAll(appId: string, queue: string, maxDepth: number, items: PutItem[]): Promise<{ inserted: true; messages: { id: string; expiresAt: Date }[] } | { inserted: false; depth: number }>;
+  putAll(
+    appId: string,
+    queue: string,
+    maxDepth: number,
+    items: PutItem[],
+  ): Promise<{ inserted: true; messages: { id: string; expiresAt: Date }[] } | { inserted: false; depth: number }>;
   /**
    * Undoes leases that were taken but never handed to a consumer (a stream
    * ended between its claim and its send): each message goes back to its
@@ -172,7 +177,9 @@ export interface QueueStore {
    */
   release(appId: string, leases: { id: string; deliveries: number; visibleBefore: Date }[]): Promise<number>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
-  putDroppingOldest(input: Omit<PutInput, "depthBelow"> & { keep: number }): Promise<{ id: string; expiresAt: Date; dropped: number }>;
+  putDroppingOldest(
+    input: Omit<PutInput, "depthBelow"> & { keep: number },
+  ): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /** Leases the first visible message; when there is none, says when the next one becomes visible (null: none waits). */
   claim(appId: string, queue: string, leaseSeconds: number, deadLetters?: DeadLetterRule): Promise<ClaimResult>;
   /**
@@ -203,7 +210,13 @@ export interface QueueStore {
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   purge(appId: string, queue: string): Promise<number>;
   /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
-  listDeadLetters(appId: string, queue: string, afterSeq: string | undefined, limit: number, maxChars: number): Promise<DeadLetter[]>;
+  listDeadLetters(
+    appId: string,
+    queue: string,
+    afterSeq: string | undefined,
+    limit: number,
+    maxChars: number,
+  ): Promise<DeadLetter[]>;
   /**
    * Puts up to `limit` of the selected dead letters back in line (visible now,
    * deliveries 0, lifetime `ttlSeconds`) in one statement; with `all`, only
@@ -231,7 +244,10 @@ export interface QueueStore {
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
 
 /** The rows of a claim statement: the leased messages in line order, and the next visibility when fewer were taken. */
-function claimedRows(queue: string, rows: Row[]): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
+function claimedRows(
+  queue: string,
+  rows: Row[],
+): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
   const messages: (StoredMessage & { was: number })[] = [];
   let nextVisibleAt: Date | null = null;
   let buried: number | undefined;
@@ -377,7 +393,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
 
     putSerialized(input) {
       return db.transaction().execute(async (trx) => {
-        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(trx);
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(
+          trx,
+        );
         return put(input, trx);
       });
     },
@@ -508,7 +526,8 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async claimMany(appId, queue, leaseSeconds, n, deadLetters) {
-      if (deadLetters && deadLetters.maxDeliveries > 0) return claimManyBurying(appId, queue, leaseSeconds, n, deadLetters);
+      if (deadLetters && deadLetters.maxDeliveries > 0)
+        return claimManyBurying(appId, queue, leaseSeconds, n, deadLetters);
       // MATERIALIZED: the locking subquery runs exactly once, so the LIMIT
       // holds (an inlined or semi-joined subquery may be re-run by the planner).
       // `m.id = ANY (...)` lets the UPDATE find its rows through the primary
@@ -619,7 +638,14 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
 
     async peek(appId, queue, limit, maxChars) {
-      const { rows } = await sql<{ id: string; payload: string; size: number; enqueued_at: unknown; expires_at: unknown; deliveries: number }>`
+      const { rows } = await sql<{
+        id: string;
+        payload: string;
+        size: number;
+        enqueued_at: unknown;
+        expires_at: unknown;
+        deliveries: number;
+      }>`
         SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries
         FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
@@ -636,7 +662,11 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async purge(appId, queue) {
-      const result = await db.deleteFrom("queue_messages").where("app_id", "=", appId).where("queue", "=", queue).executeTakeFirst();
+      const result = await db
+        .deleteFrom("queue_messages")
+        .where("app_id", "=", appId)
+        .where("queue", "=", queue)
+        .executeTakeFirst();
       return Number(result.numDeletedRows);
     },
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
@@ -699,7 +729,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       const ids = "ids" in which ? which.ids : null;
       const result = await sql`
         DELETE FROM queue_dead_letters
-        WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(db);
+        WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(
+        db,
+      );
       return Number(result.numAffectedRows ?? 0n);
     },
 

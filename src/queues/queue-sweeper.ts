@@ -9,7 +9,12 @@
  */
 import type { Metrics } from "../core/metrics.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
-import { DEAD_LETTER_EXPIRE_INTERVAL_MS, EXPIRE_BATCH, EXPIRE_INTERVAL_MS, ORPHAN_INTERVAL_MS } from "./queue-limits.ts";
+import {
+  DEAD_LETTER_EXPIRE_INTERVAL_MS,
+  EXPIRE_BATCH,
+  EXPIRE_INTERVAL_MS,
+  ORPHAN_INTERVAL_MS,
+} from "./queue-limits.ts";
 import type { QueueStore } from "./queue-store.ts";
 
 export function queueHousekeeping(store: QueueStore, metrics: Metrics): HousekeepingTask[] {

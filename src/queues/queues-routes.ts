@@ -37,7 +37,9 @@ export const AckBody = jsonObject({
 
 export const PutBody = jsonObject({
   // Any parsed JSON value; taken as it is (not copied: payloads can be large).
-  payload: z.custom<JsonValue>((v) => v !== undefined, { error: "is required" }).meta({ description: "Any JSON value; the service does not read into it." }),
+  payload: z
+    .custom<JsonValue>((v) => v !== undefined, { error: "is required" })
+    .meta({ description: "Any JSON value; the service does not read into it." }),
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
 });
@@ -68,11 +70,16 @@ export const QueueListResponse = z.object({
       inFlight: z.number().int(),
       maxDepth: z.number().int(),
       oldestAt: NullableMs,
-      deadLetters: z.number().int().meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
+      deadLetters: z
+        .number()
+        .int()
+        .meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
     }),
   ),
 });
-export const AckResponse = z.object({ acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }) });
+export const AckResponse = z.object({
+  acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }),
+});
 export const PutResponse = z.object({ id: z.string(), queue: z.string(), expiresAt: NullableMs });
 export const ConsumeResponse = z.object({
   message: z
@@ -99,7 +106,9 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "List every queue with something on it",
       errors: ["app_stopped"],
-      responseExample: { queues: [{ name: "jobs", depth: 3, inFlight: 1, maxDepth: 10000, oldestAt: 1763892000000, deadLetters: 0 }] },
+      responseExample: {
+        queues: [{ name: "jobs", depth: 3, inFlight: 1, maxDepth: 10000, oldestAt: 1763892000000, deadLetters: 0 }],
+      },
     },
     response: (out) => ({
       queues: out.queues.map((q) => ({

@@ -89,7 +89,8 @@ function checkQueueName(name: string, allowEvents: boolean): string {
 
 function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
   if (value === undefined) return fallback;
-  if (!Number.isInteger(value) || value < min || value > max) throw invalidArgument(field, `must be an integer from ${min} to ${max}`);
+  if (!Number.isInteger(value) || value < min || value > max)
+    throw invalidArgument(field, `must be an integer from ${min} to ${max}`);
   return value;
 }
 
@@ -110,9 +111,16 @@ function payloadText(payload: Value | undefined, app: AppRecord, field = "payloa
 
 /** The put's lifetime and delay, checked against the app's limits; `prefix` names the message in a batch. */
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
-  const ttlSeconds = checkRange(`${prefix}ttlSeconds`, req.ttlSeconds, 1, app.limits.messageTtlSeconds, app.limits.messageTtlSeconds);
+  const ttlSeconds = checkRange(
+    `${prefix}ttlSeconds`,
+    req.ttlSeconds,
+    1,
+    app.limits.messageTtlSeconds,
+    app.limits.messageTtlSeconds,
+  );
   const delaySeconds = checkRange(`${prefix}delaySeconds`, req.delaySeconds, 0, MAX_DELAY_SECONDS, 0);
-  if (delaySeconds >= ttlSeconds) throw invalidArgument(`${prefix}delaySeconds`, "must be less than the message's lifetime (ttlSeconds)");
+  if (delaySeconds >= ttlSeconds)
+    throw invalidArgument(`${prefix}delaySeconds`, "must be less than the message's lifetime (ttlSeconds)");
   return { ttlSeconds, delaySeconds };
 }
 
@@ -125,13 +133,17 @@ export function deadLetterRule(app: AppRecord): DeadLetterRule | undefined {
 function checkPutQueue(name: string): string {
   const queue = checkQueueName(name, true);
   if (queue === EVENTS_QUEUE) {
-    throw new PlatformError("permission_denied", `${EVENTS_QUEUE} is the platform's events queue; apps cannot put on it`);
+    throw new PlatformError(
+      "permission_denied",
+      `${EVENTS_QUEUE} is the platform's events queue; apps cannot put on it`,
+    );
   }
   return queue;
 }
 
 function checkCount(field: string, n: number): void {
-  if (n < 1 || n > MAX_BATCH_MESSAGES) throw invalidArgument(field, `must hold 1 to ${MAX_BATCH_MESSAGES} entries (was ${n})`);
+  if (n < 1 || n > MAX_BATCH_MESSAGES)
+    throw invalidArgument(field, `must hold 1 to ${MAX_BATCH_MESSAGES} entries (was ${n})`);
 }
 
 function receiptAt(receipts: string[], i: number): Receipt {
@@ -143,10 +155,14 @@ function receiptAt(receipts: string[], i: number): Receipt {
 }
 
 function batchTooDeep(queue: string, depth: number, n: number, max: number): PlatformError {
-  return new PlatformError("queue_full", `queue ${queue} has ${depth} messages waiting; ${n} more would exceed its maxDepth ${max}`, {
-    details: [`depth: ${depth} of maxDepth ${max}`, `messages: ${n}`],
-    retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
-  });
+  return new PlatformError(
+    "queue_full",
+    `queue ${queue} has ${depth} messages waiting; ${n} more would exceed its maxDepth ${max}`,
+    {
+      details: [`depth: ${depth} of maxDepth ${max}`, `messages: ${n}`],
+      retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
+    },
+  );
 }
 
 function toMessage(m: StoredMessage) {
@@ -169,8 +185,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     maxInFlight: 1,
     run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
   });
-  const buriedTotal = metrics.counter("queue_dead_letters_total", "Messages moved to a dead-letter list (maxDeliveries reached).", []);
-  const claimBatcher = createBatcher<{ appId: string; queue: string; leaseSeconds: number; rule: DeadLetterRule | undefined }, ClaimResult>({
+  const buriedTotal = metrics.counter(
+    "queue_dead_letters_total",
+    "Messages moved to a dead-letter list (maxDeliveries reached).",
+    [],
+  );
+  const claimBatcher = createBatcher<
+    { appId: string; queue: string; leaseSeconds: number; rule: DeadLetterRule | undefined },
+    ClaimResult
+  >({
     maxBatch: CLAIM_BATCH,
     maxInFlight: 1,
     async run(_key, items) {
@@ -183,12 +206,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   /** Claims of one queue share a statement when they share its lease and dead-letter rule. */
   const claim = (app: AppRecord, queue: string, leaseSeconds: number) => {
     const rule = deadLetterRule(app);
-    return claimBatcher.call(`${app.id}|${queue}|${leaseSeconds}|${rule ? `${rule.maxDeliveries}|${rule.ttlSeconds}` : ""}`, {
-      appId: app.id,
-      queue,
-      leaseSeconds,
-      rule,
-    });
+    return claimBatcher.call(
+      `${app.id}|${queue}|${leaseSeconds}|${rule ? `${rule.maxDeliveries}|${rule.ttlSeconds}` : ""}`,
+      {
+        appId: app.id,
+        queue,
+        leaseSeconds,
+        rule,
+      },
+    );
   };
   const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
     maxBatch: ACK_BATCH,
@@ -197,17 +223,30 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   });
   const windows = createStreamWindows();
   const streamsGauge = metrics.gauge("queue_streams", "StreamMessages calls open on this instance.", []);
-  const streamSent = metrics.counter("queue_stream_messages_sent_total", "Messages leased and sent by StreamMessages.", []);
+  const streamSent = metrics.counter(
+    "queue_stream_messages_sent_total",
+    "Messages leased and sent by StreamMessages.",
+    [],
+  );
   const streamReleased = metrics.counter(
     "queue_stream_leases_released_total",
     "Leases a StreamMessages call took but did not send (it ended first) and gave back.",
     [],
   );
-  const dropped = metrics.counter("queue_events_dropped_total", "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.", []);
-  const waitingGauge = metrics.gauge("queue_waiting_consumers", "Consumes waiting (long-polling) on this instance.", []);
+  const dropped = metrics.counter(
+    "queue_events_dropped_total",
+    "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.",
+    [],
+  );
+  const waitingGauge = metrics.gauge(
+    "queue_waiting_consumers",
+    "Consumes waiting (long-polling) on this instance.",
+    [],
+  );
 
   /** After a put committed: local waiters now, other instances through the NOTIFY sent by the statement. */
-  const announced = (appId: string, queue: string, delaySeconds: number) => hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
+  const announced = (appId: string, queue: string, delaySeconds: number) =>
+    hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
 
   async function put(app: AppRecord, queue: string, payload: string, delaySeconds: number, ttlSeconds: number) {
     const max = app.limits.maxQueueDepth;
@@ -229,7 +268,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     return result;
   }
 
-  async function consume(app: AppRecord, queue: string, waitSeconds: number, leaseSeconds: number, context: HandlerContext) {
+  async function consume(
+    app: AppRecord,
+    queue: string,
+    waitSeconds: number,
+    leaseSeconds: number,
+    context: HandlerContext,
+  ) {
     if (waitSeconds === 0) return (await claim(app, queue, leaseSeconds)).message;
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
@@ -255,7 +300,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           return claimed.message;
         }
         if (signal.aborted || Date.now() >= deadline) return undefined;
-        if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
+        if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline)
+          hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
         if (!counted) {
           counted = true;
           waitingGauge.inc();
@@ -286,7 +332,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
    * `finally` undoes those leases (`release`), so they go back in line as if
    * never claimed. Messages already sent keep their lease and receipt.
    */
-  async function* stream(app: AppRecord, queue: string, windowSize: number, leaseSeconds: number, context: HandlerContext) {
+  async function* stream(
+    app: AppRecord,
+    queue: string,
+    windowSize: number,
+    leaseSeconds: number,
+    context: HandlerContext,
+  ) {
     const stop = new AbortController();
     const onAbort = () => stop.abort();
     const { signal } = stop;
@@ -339,12 +391,19 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       deps.shutdownSignal.removeEventListener("abort", onAbort);
       // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
       if (unsent.length > 0) {
-        const leases = unsent.map((m) => ({ id: m.id, deliveries: m.deliveries, visibleBefore: m.visibleBefore ?? new Date() }));
+        const leases = unsent.map((m) => ({
+          id: m.id,
+          deliveries: m.deliveries,
+          visibleBefore: m.visibleBefore ?? new Date(),
+        }));
         try {
           streamReleased.inc(await store.release(app.id, leases));
         } catch (err) {
           // The leases then simply lapse: a delay, not a lost message.
-          logger.warn({ err: (err as Error).message, appId: app.id, count: leases.length }, "could not release unsent stream leases");
+          logger.warn(
+            { err: (err as Error).message, appId: app.id, count: leases.length },
+            "could not release unsent stream leases",
+          );
         }
       }
       streamsGauge.dec();
@@ -405,7 +464,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         const queue = checkQueueName(req.queue, true);
         const waitSeconds = checkRange("waitSeconds", req.waitSeconds, 0, MAX_WAIT_SECONDS, MAX_WAIT_SECONDS);
-        const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS));
+        const leaseSeconds = checkRange(
+          "leaseSeconds",
+          req.leaseSeconds,
+          1,
+          MAX_LEASE_SECONDS,
+          Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
+        );
         const message = await consume(app, queue, waitSeconds, leaseSeconds, context);
         return message ? { message: toMessage(message) } : {};
       },
@@ -426,7 +491,12 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const items = req.messages.map((m, i) => {
           const payload = payloadText(m.payload, app, `messages[${i}].payload`);
           const { ttlSeconds, delaySeconds } = putTimes(app, m, `messages[${i}].`);
-          return { payload, ttlSeconds, delaySeconds, notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0) };
+          return {
+            payload,
+            ttlSeconds,
+            delaySeconds,
+            notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
+          };
         });
         const max = app.limits.maxQueueDepth;
         const result = await store.putAll(app.id, queue, max, items);
@@ -434,8 +504,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
         const visibleNow = items.filter((i) => i.delaySeconds === 0).length;
         for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
-        for (const delay of new Set(items.map((i) => i.delaySeconds).filter((d) => d > 0))) announced(app.id, queue, delay);
-        return { messages: result.messages.map((m) => ({ id: m.id, queue, expiresAt: timestampFromMs(m.expiresAt.getTime()) })) };
+        for (const delay of new Set(items.map((i) => i.delaySeconds).filter((d) => d > 0)))
+          announced(app.id, queue, delay);
+        return {
+          messages: result.messages.map((m) => ({
+            id: m.id,
+            queue,
+            expiresAt: timestampFromMs(m.expiresAt.getTime()),
+          })),
+        };
       },
 
       async ackMessages(req, context) {
@@ -451,11 +528,18 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const app = appOf(context);
           const queue = checkQueueName(req.queue, true);
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
-          const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS));
+          const leaseSeconds = checkRange(
+            "leaseSeconds",
+            req.leaseSeconds,
+            1,
+            MAX_LEASE_SECONDS,
+            Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
+          );
           yield* stream(app, queue, windowSize, leaseSeconds, context);
         } catch (err) {
           const platformError = toPlatformError(err);
-          if (platformError.code === "internal") logger.error({ err, rpc: "QueueService/StreamMessages" }, "unexpected error");
+          if (platformError.code === "internal")
+            logger.error({ err, rpc: "QueueService/StreamMessages" }, "unexpected error");
           throw toConnectError(platformError);
         }
       },

@@ -88,7 +88,10 @@ export function createStreamWindows(): StreamWindows {
           resolve();
         };
         // +1 ms: the lease has lapsed (not merely reached) when the timer fires.
-        const timer = setTimeout(finish, Number.isFinite(earliest) ? Math.max(0, earliest - Date.now()) + 1 : 2 ** 31 - 1);
+        const timer = setTimeout(
+          finish,
+          Number.isFinite(earliest) ? Math.max(0, earliest - Date.now()) + 1 : 2 ** 31 - 1,
+        );
         signal.addEventListener("abort", finish, { once: true });
         this.wake = finish;
       });

@@ -211,10 +211,13 @@ class WakeHubImpl implements WakeHub {
     const existing = this.timers.get(key);
     if (existing && existing.at <= atMs) return;
     if (existing) clearTimeout(existing.timer);
-    const timer = setTimeout(() => {
-      this.timers.delete(key);
-      this.wakeOne(key, "sweep");
-    }, Math.max(0, atMs - Date.now()) + 1);
+    const timer = setTimeout(
+      () => {
+        this.timers.delete(key);
+        this.wakeOne(key, "sweep");
+      },
+      Math.max(0, atMs - Date.now()) + 1,
+    );
     timer.unref();
     this.timers.set(key, { at: atMs, timer });
   }

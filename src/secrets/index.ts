@@ -51,11 +51,18 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
     async start() {
       const unknown = (await store.keyIds()).filter((id) => !keyring.has(id));
       if (unknown.length > 0) {
-        logger.warn({ keyIds: unknown }, "some secret values are sealed under keys that are not configured: add them to SECRETS_OLD_KEYS");
+        logger.warn(
+          { keyIds: unknown },
+          "some secret values are sealed under keys that are not configured: add them to SECRETS_OLD_KEYS",
+        );
       }
     },
     housekeeping: (): HousekeepingTask[] => [
-      { name: "secret links", intervalMs: LINK_SWEEP_INTERVAL_MS, run: () => inBatches((batch) => store.deleteDeadLinks(batch)) },
+      {
+        name: "secret links",
+        intervalMs: LINK_SWEEP_INTERVAL_MS,
+        run: () => inBatches((batch) => store.deleteDeadLinks(batch)),
+      },
     ],
     declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
     declaredNames: (appId) => secrets.declaredNames(appId),

@@ -93,7 +93,9 @@ export function createKeyring(current: Buffer, old: readonly Buffer[] = []): Key
       const decipher = crypto.createDecipheriv("aes-256-gcm", key, iv);
       decipher.setAAD(aad(context));
       decipher.setAuthTag(tag);
-      return Buffer.concat([decipher.update(value.sealed.subarray(IV_BYTES + TAG_BYTES)), decipher.final()]).toString("utf8");
+      return Buffer.concat([decipher.update(value.sealed.subarray(IV_BYTES + TAG_BYTES)), decipher.final()]).toString(
+        "utf8",
+      );
     },
     deriveKey: (purpose) => derive(current, purpose),
     deriveKeys: (purpose) => [current, ...old].map((key) => derive(key, purpose)),
@@ -101,7 +103,11 @@ export function createKeyring(current: Buffer, old: readonly Buffer[] = []): Key
 }
 
 /** The keyring of a resolved configuration: `SECRETS_KEY` seals, `SECRETS_OLD_KEYS` still open. */
-export function keyringFromConfig(config: { secretsKey: Buffer | undefined; secretsOldKeys?: readonly Buffer[] | undefined }): Keyring {
-  if (!config.secretsKey) throw new Error("SECRETS_KEY is not resolved (set it, or let the server generate it into DATA_DIR)");
+export function keyringFromConfig(config: {
+  secretsKey: Buffer | undefined;
+  secretsOldKeys?: readonly Buffer[] | undefined;
+}): Keyring {
+  if (!config.secretsKey)
+    throw new Error("SECRETS_KEY is not resolved (set it, or let the server generate it into DATA_DIR)");
   return createKeyring(config.secretsKey, config.secretsOldKeys ?? []);
 }

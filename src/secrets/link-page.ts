@@ -139,7 +139,10 @@ function badFormPage(message: string): string {
 
 export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOptions): void {
   const csrfWith = (key: Buffer, token: string) =>
-    crypto.createHmac("sha256", key).update(`secret-link-form\0${hashLinkToken(token)}`).digest();
+    crypto
+      .createHmac("sha256", key)
+      .update(`secret-link-form\0${hashLinkToken(token)}`)
+      .digest();
   const csrfFor = (token: string) => csrfWith(options.csrfKeys[0], token).toString("base64url");
   const csrfMatches = (token: string, given: unknown) => {
     if (typeof given !== "string") return false;
@@ -204,7 +207,9 @@ export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOpti
       const token = tokenOf(req);
       const body = req.body;
       if (body === null || typeof body !== "object" || Array.isArray(body)) {
-        throw new PlatformError("invalid_argument", "body: must be a JSON object { value }", { details: ["body: must be a JSON object"] });
+        throw new PlatformError("invalid_argument", "body: must be a JSON object { value }", {
+          details: ["body: must be a JSON object"],
+        });
       }
       const value = (body as Record<string, unknown>).value;
       const problem = options.valueProblem(value);

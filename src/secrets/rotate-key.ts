@@ -79,7 +79,9 @@ export async function rotateSecretsKey(db: Db, keyring: Keyring): Promise<Rotati
     if (batchUpdated === 0) {
       // Every row changed under us and is still not under the current key: some
       // instance keeps sealing with an old key. Stop rather than loop forever.
-      throw new Error("values keep being set under an old key: configure every instance with the new SECRETS_KEY first");
+      throw new Error(
+        "values keep being set under an old key: configure every instance with the new SECRETS_KEY first",
+      );
     }
     reencrypted += batchUpdated;
   }

@@ -141,7 +141,8 @@ export function createSecretStore(database: Db) {
         name: row.name,
         version: row.version,
         setAt: row.set_at ? new Date(row.set_at) : null,
-        value: row.value_encrypted && row.key_id ? { sealed: Buffer.from(row.value_encrypted), keyId: row.key_id } : null,
+        value:
+          row.value_encrypted && row.key_id ? { sealed: Buffer.from(row.value_encrypted), keyId: row.key_id } : null,
       };
     },
 
@@ -162,7 +163,9 @@ export function createSecretStore(database: Db) {
       tokenHash: string,
       ttlSeconds: number,
       maxOutstanding: number,
-    ): Promise<{ kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }> {
+    ): Promise<
+      { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }
+    > {
       return db.transaction().execute(async (trx) => {
         await trx.selectFrom("apps").select("id").where("id", "=", appId).forNoKeyUpdate().executeTakeFirst();
         const declared = await trx
@@ -225,7 +228,10 @@ export function createSecretStore(database: Db) {
      * exactly one sees the row still unused and unexpired; the rest get
      * undefined, as do unknown and expired links.
      */
-    async useLink(tokenHash: string, seal: (appId: string, name: string, version: number) => SealedValue): Promise<SetResult | undefined> {
+    async useLink(
+      tokenHash: string,
+      seal: (appId: string, name: string, version: number) => SealedValue,
+    ): Promise<SetResult | undefined> {
       return db.transaction().execute(async (trx) => {
         const link = await trx
           .updateTable("secret_links")
@@ -234,7 +240,13 @@ export function createSecretStore(database: Db) {
           .where("used_at", "is", null)
           .where("expires_at", ">", sql<Date>`now()`)
           .where((eb) =>
-            eb.exists(eb.selectFrom("apps").select("apps.id").whereRef("apps.id", "=", "secret_links.app_id").where("apps.secrets_enabled", "=", true)),
+            eb.exists(
+              eb
+                .selectFrom("apps")
+                .select("apps.id")
+                .whereRef("apps.id", "=", "secret_links.app_id")
+                .where("apps.secrets_enabled", "=", true),
+            ),
           )
           .returning(["app_id", "name"])
           .executeTakeFirst();
@@ -257,7 +269,16 @@ export function createSecretStore(database: Db) {
         if (names.length > 0) {
           await trx
             .insertInto("secrets")
-            .values(names.map((name) => ({ app_id: appId, name, value_encrypted: null, key_id: null, version: null, set_at: null })))
+            .values(
+              names.map((name) => ({
+                app_id: appId,
+                name,
+                value_encrypted: null,
+                key_id: null,
+                version: null,
+                set_at: null,
+              })),
+            )
             .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
             .execute();
         }
@@ -300,7 +321,12 @@ export function createSecretStore(database: Db) {
         .orderBy("name")
         .limit(limit)
         .execute();
-      return rows.map((r) => ({ appId: r.app_id, name: r.name, version: r.version, value: { sealed: r.value_encrypted!, keyId: r.key_id! } }));
+      return rows.map((r) => ({
+        appId: r.app_id,
+        name: r.name,
+        version: r.version,
+        value: { sealed: r.value_encrypted!, keyId: r.key_id! },
+      }));
     },
 
     /** Replaces a value re-sealed under another key, only if the row still holds what was read; true when it did. */

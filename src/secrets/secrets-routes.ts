@@ -14,9 +14,16 @@ const NullableMs = z.number().int().nullable().meta({ description: "Epoch millis
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
 export const SecretListResponse = z.object({
-  secrets: z.array(z.object({ name: z.string(), set: z.boolean(), version: z.number().int().nullable(), setAt: NullableMs })),
+  secrets: z.array(
+    z.object({ name: z.string(), set: z.boolean(), version: z.number().int().nullable(), setAt: NullableMs }),
+  ),
 });
-export const SecretResponse = z.object({ name: z.string(), value: z.string(), version: z.number().int(), setAt: NullableMs });
+export const SecretResponse = z.object({
+  name: z.string(),
+  value: z.string(),
+  version: z.number().int(),
+  setAt: NullableMs,
+});
 export const SecretLinkResponse = z.object({ url: z.string(), name: z.string(), expiresAt: NullableMs });
 
 export const secretsRoutes: readonly AnyRestRoute[] = [
@@ -28,7 +35,12 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "List the secrets the app may read (never values)",
       errors: ["app_stopped", "not_configured"],
-      responseExample: { secrets: [{ name: "STRIPE_KEY", set: true, version: 2, setAt: 1763892000000 }, { name: "SMTP_PASSWORD", set: false, version: null, setAt: null }] },
+      responseExample: {
+        secrets: [
+          { name: "STRIPE_KEY", set: true, version: 2, setAt: 1763892000000 },
+          { name: "SMTP_PASSWORD", set: false, version: null, setAt: null },
+        ],
+      },
     },
     response: (res) => ({
       secrets: res.secrets.map((s) => ({
@@ -61,10 +73,18 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
     doc: {
       summary: "Create a single-use link that sets this secret",
       errors: ["app_stopped", "not_found", "too_many_links", "not_configured"],
-      responseExample: { url: "https://platform.example/secret-links/3q2-7wE…", name: "STRIPE_KEY", expiresAt: 1763895600000 },
+      responseExample: {
+        url: "https://platform.example/secret-links/3q2-7wE…",
+        name: "STRIPE_KEY",
+        expiresAt: 1763895600000,
+      },
     },
     params: SecretPath,
     request: ({ params }) => ({ name: params.name }),
-    response: (res) => ({ url: res.url, name: res.name, expiresAt: res.expiresAt ? timestampDate(res.expiresAt).getTime() : null }),
+    response: (res) => ({
+      url: res.url,
+      name: res.name,
+      expiresAt: res.expiresAt ? timestampDate(res.expiresAt).getTime() : null,
+    }),
   }),
 ];

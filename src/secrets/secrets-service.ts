@@ -75,25 +75,32 @@ export function valueProblem(value: unknown): string | undefined {
 }
 
 function requireEnabled(app: AppRecord): void {
-  if (!app.secretsEnabled) throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
+  if (!app.secretsEnabled)
+    throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
 }
 
 export function createSecretsService(options: SecretsServiceOptions): SecretsImplementation {
   const { store, keyring, logger } = options;
 
-  const seal = (appId: string, name: string, value: string) => (version: number) => keyring.seal(value, { appId, name, version });
+  const seal = (appId: string, name: string, value: string) => (version: number) =>
+    keyring.seal(value, { appId, name, version });
 
   /** After the set is committed: the event is best effort, the set stands either way. */
   async function announce(result: SetResult): Promise<void> {
     try {
       await options.events.publish(result.appId, "secret.set", { name: result.name, version: result.version });
     } catch (err) {
-      logger.warn({ err: err instanceof Error ? err.message : String(err), appId: result.appId, secret: result.name }, "secret.set event not published");
+      logger.warn(
+        { err: err instanceof Error ? err.message : String(err), appId: result.appId, secret: result.name },
+        "secret.set event not published",
+      );
     }
   }
 
   async function useLink(token: string, value: string): Promise<SetResult | undefined> {
-    const result = await store.useLink(hashLinkToken(token), (appId, name, version) => keyring.seal(value, { appId, name, version }));
+    const result = await store.useLink(hashLinkToken(token), (appId, name, version) =>
+      keyring.seal(value, { appId, name, version }),
+    );
     if (result) await announce(result);
     return result;
   }
@@ -128,12 +135,17 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
           value = keyring.open(secret.value, { appId: app.id, name: secret.name, version: secret.version });
         } catch (err) {
           // Never the value, never key material: only which key id is missing.
-          const reason = err instanceof UnknownKeyError ? `sealed under unknown key id ${err.keyId}` : "does not authenticate";
+          const reason =
+            err instanceof UnknownKeyError ? `sealed under unknown key id ${err.keyId}` : "does not authenticate";
           logger.error({ appId: app.id, secret: secret.name, reason }, "secret value cannot be opened");
           // Another instance may have the key (a rotation under way): this one cannot answer, the service may.
-          throw new PlatformError("unavailable", `secret ${secret.name} cannot be read right now: its value is sealed under a key this instance is not configured with`, {
-            retryAfterSeconds: 1,
-          });
+          throw new PlatformError(
+            "unavailable",
+            `secret ${secret.name} cannot be read right now: its value is sealed under a key this instance is not configured with`,
+            {
+              retryAfterSeconds: 1,
+            },
+          );
         }
         return { name: secret.name, value, version: BigInt(secret.version), setAt: timestampFromDate(secret.setAt) };
       },
@@ -143,14 +155,29 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
         requireEnabled(app);
         checkName(req.name);
         const token = crypto.randomBytes(32).toString("base64url");
-        const result = await store.createLink(app.id, req.name, hashLinkToken(token), app.limits.linkTtlSeconds, app.limits.maxOutstandingLinks);
-        if (result.kind === "undeclared") throw new PlatformError("not_found", `secret ${req.name} is not declared by the app's blueprint`);
+        const result = await store.createLink(
+          app.id,
+          req.name,
+          hashLinkToken(token),
+          app.limits.linkTtlSeconds,
+          app.limits.maxOutstandingLinks,
+        );
+        if (result.kind === "undeclared")
+          throw new PlatformError("not_found", `secret ${req.name} is not declared by the app's blueprint`);
         if (result.kind === "too_many") {
-          throw new PlatformError("too_many_links", `at most ${app.limits.maxOutstandingLinks} links may be outstanding; wait for one to be used or to expire`, {
-            retryAfterSeconds: result.retryAfterSeconds,
-          });
+          throw new PlatformError(
+            "too_many_links",
+            `at most ${app.limits.maxOutstandingLinks} links may be outstanding; wait for one to be used or to expire`,
+            {
+              retryAfterSeconds: result.retryAfterSeconds,
+            },
+          );
         }
-        return { url: `${options.publicUrl}/secret-links/${token}`, name: req.name, expiresAt: timestampFromDate(result.expiresAt) };
+        return {
+          url: `${options.publicUrl}/secret-links/${token}`,
+          name: req.name,
+          expiresAt: timestampFromDate(result.expiresAt),
+        };
       },
     },
 

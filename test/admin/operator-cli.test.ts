@@ -40,11 +40,35 @@ describe("the operator commands", () => {
   });
 
   it("analytics types and query", async () => {
-    await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "visit", properties: { page: "string" } } });
-    await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events: [{ type: "visit", properties: { page: "home" } }, { type: "visit", properties: { page: "home" } }] } });
-    expect((await cliJson("analytics", "types", "cli-ops")).types.map((x: { name: string }) => x.name)).toEqual(["visit"]);
+    await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: { name: "visit", properties: { page: "string" } },
+    });
+    await t.request("POST", "/v1/analytics/events", {
+      token: app.token,
+      body: {
+        events: [
+          { type: "visit", properties: { page: "home" } },
+          { type: "visit", properties: { page: "home" } },
+        ],
+      },
+    });
+    expect((await cliJson("analytics", "types", "cli-ops")).types.map((x: { name: string }) => x.name)).toEqual([
+      "visit",
+    ]);
     const since = new Date(Date.now() - 86_400_000).toISOString();
-    const result = await cliJson("analytics", "query", "cli-ops", "visit", "--since", since, "--interval", "hour", "--group-by", "page");
+    const result = await cliJson(
+      "analytics",
+      "query",
+      "cli-ops",
+      "visit",
+      "--since",
+      since,
+      "--interval",
+      "hour",
+      "--group-by",
+      "page",
+    );
     expect(result.total).toBe(2);
     expect(result.buckets[0].group).toBe("home");
   });
@@ -60,18 +84,39 @@ describe("the operator commands", () => {
   it("dead-letters list, replay and purge; the maxDeliveries limit", async () => {
     await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1");
     expect((await t.admin.getApp({ appId: app.id })).app!.limits!.maxDeliveries).toBe(1);
-    for (const job of [1, 2]) await t.request("POST", "/v1/queues/dq", { token: app.token, body: { payload: { job } } });
-    for (let i = 0; i < 2; i++) expect((await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message).not.toBeNull();
+    for (const job of [1, 2])
+      await t.request("POST", "/v1/queues/dq", { token: app.token, body: { payload: { job } } });
+    for (let i = 0; i < 2; i++)
+      expect(
+        (await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message,
+      ).not.toBeNull();
     // The leases lapse (without waiting for them), and the next consume moves both to the dead letters.
-    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${app.id} AND queue = 'dq'`.execute(tables(t.server.deps.db));
-    expect((await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message).toBeNull();
-    expect((await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq")).toMatchObject({ depth: 0, deadLetters: 2 });
+    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${app.id} AND queue = 'dq'`.execute(
+      tables(t.server.deps.db),
+    );
+    expect(
+      (await t.request("POST", "/v1/queues/dq/consume", { token: app.token, body: { waitSeconds: 0 } })).body.message,
+    ).toBeNull();
+    expect(
+      (await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq"),
+    ).toMatchObject({ depth: 0, deadLetters: 2 });
     const first = await cliJson("dead-letters", "list", "cli-ops", "dq", "--limit", "1");
     expect(first.deadLetters).toHaveLength(1);
     expect(first.deadLetters[0]).toMatchObject({ deliveries: 1, sizeBytes: 9 });
-    const second = await cliJson("dead-letters", "list", "cli-ops", "dq", "--limit", "1", "--page", first.nextPageToken);
+    const second = await cliJson(
+      "dead-letters",
+      "list",
+      "cli-ops",
+      "dq",
+      "--limit",
+      "1",
+      "--page",
+      first.nextPageToken,
+    );
     expect(second.nextPageToken).toBe("");
-    expect(await cli("dead-letters", "replay", "cli-ops", "dq", first.deadLetters[0].id)).toBe("replayed 1 dead letter(s)\n");
+    expect(await cli("dead-letters", "replay", "cli-ops", "dq", first.deadLetters[0].id)).toBe(
+      "replayed 1 dead letter(s)\n",
+    );
     const usage = await cli("dead-letters", "purge", "cli-ops", "dq").then(
       () => undefined,
       (e: { code: number; stderr: string }) => e,
@@ -79,7 +124,9 @@ describe("the operator commands", () => {
     expect(usage?.code).toBe(2);
     expect(usage?.stderr).toContain("give --all or one or more dead letter ids");
     expect(await cli("dead-letters", "purge", "cli-ops", "dq", "--all")).toBe("purged 1 dead letter(s)\n");
-    expect((await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq")).toMatchObject({ depth: 1, deadLetters: 0 });
+    expect(
+      (await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq"),
+    ).toMatchObject({ depth: 1, deadLetters: 0 });
     await t.admin.updateApp({ appId: app.id, limits: { maxDeliveries: 0 } });
   });
 
@@ -94,7 +141,10 @@ describe("the operator commands", () => {
 
   it("mail get", async () => {
     await t.admin.updateApp({ appId: app.id, mailFrom: "ops@example.com" });
-    await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "bo@example.org", subject: "Report", text: "All good." } });
+    await t.request("POST", "/v1/mail/send", {
+      token: app.token,
+      body: { to: "bo@example.org", subject: "Report", text: "All good." },
+    });
     const { mails } = await t.admin.listMail({ appId: app.id });
     const got = await cliJson("mail", "get", "cli-ops", mails[0].id);
     expect(got.mail).toMatchObject({ subject: "Report", text: "All good.", id: mails[0].id });

@@ -44,7 +44,10 @@ describe("ListTokens", () => {
     expect((await t.request("GET", "/v1/queues", { token: app.token })).status).toBe(200);
     // The mark is written after the answer (not awaited by the request): poll the admin API for it.
     await expect
-      .poll(async () => (await t.admin.listTokens({ appId: app.id })).tokens.find((x) => x.id !== tokenId)?.lastUsedAt, { timeout: 5000, interval: 50 })
+      .poll(
+        async () => (await t.admin.listTokens({ appId: app.id })).tokens.find((x) => x.id !== tokenId)?.lastUsedAt,
+        { timeout: 5000, interval: 50 },
+      )
       .toBeDefined();
     ({ tokens } = await t.admin.listTokens({ appId: app.id }));
     const used = tokens.find((x) => x.id !== tokenId)!;
@@ -62,7 +65,10 @@ describe("GetUsageHistory and ListApps' usage", () => {
   it("has one row per day, oldest first, today's use last, and ListApps shows today's use", async () => {
     const app = await t.createApp();
     await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "signup" } });
-    const logged = await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events: [{ type: "signup" }, { type: "signup" }] } });
+    const logged = await t.request("POST", "/v1/analytics/events", {
+      token: app.token,
+      body: { events: [{ type: "signup" }, { type: "signup" }] },
+    });
     expect(logged.status).toBe(200);
     const { days, limits } = await t.admin.getUsageHistory({ appId: app.id });
     expect(days).toHaveLength(30);
@@ -72,7 +78,9 @@ describe("GetUsageHistory and ListApps' usage", () => {
     expect(days.slice(0, -1).every((d) => d.events === 0n)).toBe(true);
     expect(limits?.eventsPerDay).toBeGreaterThan(0);
     expect((await t.admin.getUsageHistory({ appId: app.id, days: 1 })).days).toHaveLength(1);
-    expect((await connectError(t.admin.getUsageHistory({ appId: app.id, days: 0 }))).rawMessage).toBe("days: must be from 1 to 366");
+    expect((await connectError(t.admin.getUsageHistory({ appId: app.id, days: 0 }))).rawMessage).toBe(
+      "days: must be from 1 to 366",
+    );
 
     const list = await t.admin.listApps({});
     const today = list.usageToday.find((u) => u.appId === app.id);
@@ -83,11 +91,20 @@ describe("GetUsageHistory and ListApps' usage", () => {
 describe("ListEventTypes and QueryAnalytics", () => {
   it("answers what the app's own query answers", async () => {
     const app = await t.createApp();
-    await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "click", properties: { plan: "string" } } });
+    await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: { name: "click", properties: { plan: "string" } },
+    });
     const at = Date.now() - 3600_000;
     await t.request("POST", "/v1/analytics/events", {
       token: app.token,
-      body: { events: [{ type: "click", at, properties: { plan: "pro" } }, { type: "click", at, properties: { plan: "free" } }, { type: "click", at, properties: { plan: "pro" } }] },
+      body: {
+        events: [
+          { type: "click", at, properties: { plan: "pro" } },
+          { type: "click", at, properties: { plan: "free" } },
+          { type: "click", at, properties: { plan: "pro" } },
+        ],
+      },
     });
     const types = await t.admin.listEventTypes({ appId: app.id });
     expect(types.types.map((x) => x.name)).toEqual(["click"]);
@@ -99,14 +116,27 @@ describe("ListEventTypes and QueryAnalytics", () => {
       interval: Interval.DAY,
       groupBy: "plan",
     });
-    const own = await t.request("POST", "/v1/analytics/query", { token: app.token, body: { type: "click", since, interval: "day", groupBy: "plan" } });
+    const own = await t.request("POST", "/v1/analytics/query", {
+      token: app.token,
+      body: { type: "click", since, interval: "day", groupBy: "plan" },
+    });
     expect(Number(admin.total)).toBe(3);
     expect(own.body.total).toBe(3);
     const groups = Object.fromEntries(admin.buckets.map((b) => [b.group, Number(b.count)]));
-    expect(groups).toEqual(Object.fromEntries(own.body.buckets.map((b: { group: string; count: number }) => [b.group, b.count])));
+    expect(groups).toEqual(
+      Object.fromEntries(own.body.buckets.map((b: { group: string; count: number }) => [b.group, b.count])),
+    );
     expect(groups).toEqual({ pro: 2, free: 1 });
     // The app's own validation, message and all.
-    const err = await connectError(t.admin.queryAnalytics({ appId: app.id, type: "click", since: timestampFromDate(new Date(since)), interval: Interval.DAY, groupBy: "nope" }));
+    const err = await connectError(
+      t.admin.queryAnalytics({
+        appId: app.id,
+        type: "click",
+        since: timestampFromDate(new Date(since)),
+        interval: Interval.DAY,
+        groupBy: "nope",
+      }),
+    );
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toMatch(/groupBy/);
   });
@@ -136,8 +166,12 @@ describe("ListQueues, PeekMessages, PurgeQueue", () => {
     const consumed = await t.request("POST", "/v1/queues/jobs/consume", { token: app.token, body: { waitSeconds: 0 } });
     expect(consumed.body.payload ?? consumed.body.message?.payload).toEqual({ n: 1 });
 
-    expect((await connectError(t.admin.peekMessages({ appId: app.id, queue: "Bad Name" }))).code).toBe(Code.InvalidArgument);
-    expect((await connectError(t.admin.peekMessages({ appId: app.id, queue: "jobs", limit: 0 }))).rawMessage).toBe("limit: must be from 1 to 100");
+    expect((await connectError(t.admin.peekMessages({ appId: app.id, queue: "Bad Name" }))).code).toBe(
+      Code.InvalidArgument,
+    );
+    expect((await connectError(t.admin.peekMessages({ appId: app.id, queue: "jobs", limit: 0 }))).rawMessage).toBe(
+      "limit: must be from 1 to 100",
+    );
 
     const purged = await t.admin.purgeQueue({ appId: app.id, queue: "jobs" });
     expect(Number(purged.purged)).toBe(3);
@@ -162,7 +196,9 @@ describe("ListSecrets and CreateSecretLink", () => {
     const link = await t.admin.createSecretLink({ appId: app.id, name: "DB_URL" });
     expect(link.url).toMatch(/\/secret-links\/[A-Za-z0-9_-]{20,}$/);
     expect(timestampDate(link.expiresAt!).getTime()).toBeGreaterThan(Date.now());
-    expect((await connectError(t.admin.createSecretLink({ appId: app.id, name: "NOT_DECLARED" }))).code).toBe(Code.NotFound);
+    expect((await connectError(t.admin.createSecretLink({ appId: app.id, name: "NOT_DECLARED" }))).code).toBe(
+      Code.NotFound,
+    );
   });
 });
 
@@ -171,15 +207,26 @@ describe("GetMail", () => {
     const app = await t.createApp();
     const other = await t.createApp();
     await t.admin.updateApp({ appId: app.id, mailFrom: "hello@example.com" });
-    const sent = await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "ann@example.org", subject: "Welcome", text: "Hi Ann" } });
+    const sent = await t.request("POST", "/v1/mail/send", {
+      token: app.token,
+      body: { to: "ann@example.org", subject: "Welcome", text: "Hi Ann" },
+    });
     expect(sent.status).toBe(200);
     const { mails } = await t.admin.listMail({ appId: app.id });
     expect(mails).toHaveLength(1);
     expect(mails[0].id).toMatch(/^\d+$/);
     const { mail } = await t.admin.getMail({ appId: app.id, id: mails[0].id });
-    expect(mail).toMatchObject({ subject: "Welcome", text: "Hi Ann", to: "ann@example.org", from: "hello@example.com", status: MailStatus.STORED });
+    expect(mail).toMatchObject({
+      subject: "Welcome",
+      text: "Hi Ann",
+      to: "ann@example.org",
+      from: "hello@example.com",
+      status: MailStatus.STORED,
+    });
     expect((await connectError(t.admin.getMail({ appId: other.id, id: mails[0].id }))).code).toBe(Code.NotFound);
-    expect((await connectError(t.admin.getMail({ appId: app.id, id: "abc" }))).rawMessage).toBe("id: must be a mail id from ListMail");
+    expect((await connectError(t.admin.getMail({ appId: app.id, id: "abc" }))).rawMessage).toBe(
+      "id: must be a mail id from ListMail",
+    );
   });
 });
 

@@ -18,7 +18,8 @@ afterAll(() => t?.close());
 
 const tables = () => t.server.deps.db.withTables<AppTables>();
 const lastUsed = async (tokenId: string) =>
-  (await tables().selectFrom("app_tokens").select("last_used_at").where("id", "=", tokenId).executeTakeFirstOrThrow()).last_used_at;
+  (await tables().selectFrom("app_tokens").select("last_used_at").where("id", "=", tokenId).executeTakeFirstOrThrow())
+    .last_used_at;
 
 describe("createTokenUsageRecorder", () => {
   it("writes at most once per interval per token", async () => {
@@ -26,7 +27,12 @@ describe("createTokenUsageRecorder", () => {
     const { tokenId } = await t.admin.issueToken({ appId: app.id });
     let now = 1_000_000;
     const db = tables();
-    const record = createTokenUsageRecorder(createAppStore(t.server.deps.db), pino({ level: "silent" }), 60_000, () => now);
+    const record = createTokenUsageRecorder(
+      createAppStore(t.server.deps.db),
+      pino({ level: "silent" }),
+      60_000,
+      () => now,
+    );
     record(tokenId);
     await expect.poll(() => lastUsed(tokenId)).not.toBeNull();
 
@@ -54,7 +60,9 @@ describe("createTokenUsageRecorder", () => {
     expect((await t.request("GET", "/v1/queues", { token: app.token })).status).toBe(200);
     const { tokens } = await t.admin.listTokens({ appId: app.id });
     await expect
-      .poll(async () => (await t.admin.listTokens({ appId: app.id })).tokens.filter((x) => x.lastUsedAt).map((x) => x.id))
+      .poll(async () =>
+        (await t.admin.listTokens({ appId: app.id })).tokens.filter((x) => x.lastUsedAt).map((x) => x.id),
+      )
       .toEqual(tokens.filter((x) => x.id !== unused.tokenId).map((x) => x.id));
   });
 });

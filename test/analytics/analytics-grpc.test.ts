@@ -72,7 +72,11 @@ describe("AnalyticsService over gRPC", () => {
     });
     expect(res.recorded).toBe(3n);
     expect(res.remainingToday).toBe(100_000n - 3n);
-    const range = { type: "signup", since: timestampFromMs(T("2024-02-29T00:00:00Z")), until: timestampFromMs(T("2024-03-02T00:00:00Z")) };
+    const range = {
+      type: "signup",
+      since: timestampFromMs(T("2024-02-29T00:00:00Z")),
+      until: timestampFromMs(T("2024-03-02T00:00:00Z")),
+    };
     const bySeats = await client.queryEvents({ ...range, groupBy: "seats" });
     expect(bySeats.interval).toBe(Interval.DAY);
     expect(bySeats.groupBy).toBe("seats");
@@ -94,10 +98,12 @@ describe("AnalyticsService over gRPC", () => {
   it("buckets in a time zone (America/New_York, 25-hour day)", async () => {
     const { client } = await newClient();
     await client.logEvents({
-      events: ["2024-11-03T03:59:00Z", "2024-11-03T04:00:00Z", "2024-11-04T04:30:00Z", "2024-11-04T05:00:00Z"].map((iso) => ({
-        type: "signup",
-        at: timestampFromMs(T(iso)),
-      })),
+      events: ["2024-11-03T03:59:00Z", "2024-11-03T04:00:00Z", "2024-11-04T04:30:00Z", "2024-11-04T05:00:00Z"].map(
+        (iso) => ({
+          type: "signup",
+          at: timestampFromMs(T(iso)),
+        }),
+      ),
     });
     const res = await client.queryEvents({
       type: "signup",
@@ -117,17 +123,27 @@ describe("AnalyticsService over gRPC", () => {
     const at = timestampFromMs(T("2024-03-10T10:00:00Z"));
     const good = { type: "signup", at, properties: { plan: str("pro") } };
     const bad = await failure(
-      client.logEvents({ events: [good, good, { type: "signup", at, properties: { plan: num(3) } }, { type: "nope" }] }),
+      client.logEvents({
+        events: [good, good, { type: "signup", at, properties: { plan: num(3) } }, { type: "nope" }],
+      }),
     );
     expect(bad).toMatchObject({ code: Code.InvalidArgument, stringCode: "invalid_argument" });
     expect(bad.message).toMatch(/^events\[2\]\.properties\.plan: must be a string/);
-    const nan = await failure(client.logEvents({ events: [{ type: "signup", properties: { seats: num(Number.NaN) } }] }));
+    const nan = await failure(
+      client.logEvents({ events: [{ type: "signup", properties: { seats: num(Number.NaN) } }] }),
+    );
     expect(nan.message).toMatch(/^events\[0\]\.properties\.seats: must be a finite number/);
-    const future = await failure(client.logEvents({ events: [{ type: "signup", at: timestampFromMs(Date.now() + 25 * 3_600_000) }] }));
+    const future = await failure(
+      client.logEvents({ events: [{ type: "signup", at: timestampFromMs(Date.now() + 25 * 3_600_000) }] }),
+    );
     expect(future.message).toMatch(/^events\[0\]\.at: /);
     const empty = await failure(client.logEvents({ events: [] }));
     expect(empty.message).toMatch(/^events: /);
-    const res = await client.queryEvents({ type: "signup", since: timestampFromMs(T("2024-03-10T00:00:00Z")), until: timestampFromMs(T("2024-03-11T00:00:00Z")) });
+    const res = await client.queryEvents({
+      type: "signup",
+      since: timestampFromMs(T("2024-03-10T00:00:00Z")),
+      until: timestampFromMs(T("2024-03-11T00:00:00Z")),
+    });
     expect(res.total).toBe(0n);
   });
 
@@ -135,13 +151,19 @@ describe("AnalyticsService over gRPC", () => {
     const { client } = await newClient();
     const since = timestampFromMs(Date.now() - 86_400_000);
     expect((await failure(client.queryEvents({ type: "nope", since }))).message).toMatch(/^type: /);
-    expect((await failure(client.queryEvents({ type: "signup", since, groupBy: "country" }))).message).toMatch(/^groupBy: /);
+    expect((await failure(client.queryEvents({ type: "signup", since, groupBy: "country" }))).message).toMatch(
+      /^groupBy: /,
+    );
     expect((await failure(client.queryEvents({ type: "signup" }))).message).toMatch(/^since: is required/);
     expect((await failure(client.queryEvents({ type: "signup", since, until: since }))).message).toMatch(/^since: /);
-    const wide = await failure(client.queryEvents({ type: "signup", since: timestampFromMs(0), interval: Interval.HOUR }));
+    const wide = await failure(
+      client.queryEvents({ type: "signup", since: timestampFromMs(0), interval: Interval.HOUR }),
+    );
     expect(wide).toMatchObject({ code: Code.InvalidArgument });
     expect(wide.message).toMatch(/at most 1000/);
-    expect((await failure(client.queryEvents({ type: "signup", since, interval: 9 as Interval }))).message).toMatch(/^interval: /);
+    expect((await failure(client.queryEvents({ type: "signup", since, interval: 9 as Interval }))).message).toMatch(
+      /^interval: /,
+    );
   });
 
   it("answers ResourceExhausted quota_exceeded once the cap is spent", async () => {
@@ -155,13 +177,19 @@ describe("AnalyticsService over gRPC", () => {
   it("records exactly the cap when 200 single-event calls race over gRPC against a cap of 100", async () => {
     const { app, client } = await newClient();
     await t.admin.updateApp({ appId: app.id, limits: { eventsPerDay: 100 } });
-    const results = await Promise.allSettled(Array.from({ length: 200 }, () => client.logEvents({ events: [{ type: "signup" }] })));
+    const results = await Promise.allSettled(
+      Array.from({ length: 200 }, () => client.logEvents({ events: [{ type: "signup" }] })),
+    );
     const ok = results.filter((r) => r.status === "fulfilled");
     const refused = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
     expect(ok).toHaveLength(100);
     expect(refused).toHaveLength(100);
     for (const r of refused) expect((r.reason as ConnectError).code).toBe(Code.ResourceExhausted);
-    const res = await client.queryEvents({ type: "signup", since: timestampFromMs(Date.now() - 3_600_000), until: timestampFromMs(Date.now() + 1000) });
+    const res = await client.queryEvents({
+      type: "signup",
+      since: timestampFromMs(Date.now() - 3_600_000),
+      until: timestampFromMs(Date.now() + 1000),
+    });
     expect(res.total).toBe(100n);
   });
 
@@ -188,10 +216,16 @@ describe("AnalyticsService over gRPC", () => {
   it("answers Unimplemented when analytics is disabled and PermissionDenied to a stopped app", async () => {
     const { app, client } = await newClient();
     await t.admin.updateApp({ appId: app.id, analyticsEnabled: false });
-    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({ code: Code.Unimplemented, stringCode: "not_configured" });
+    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({
+      code: Code.Unimplemented,
+      stringCode: "not_configured",
+    });
     await t.admin.updateApp({ appId: app.id, analyticsEnabled: true });
     await app.stop();
-    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({ code: Code.PermissionDenied, stringCode: "app_stopped" });
+    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({
+      code: Code.PermissionDenied,
+      stringCode: "app_stopped",
+    });
     expect(await failure(client.registerEventType({ name: "other" }))).toMatchObject({ code: Code.PermissionDenied });
     expect((await client.listEventTypes({})).types).toHaveLength(1);
     await client.queryEvents({ type: "signup", since: timestampFromMs(Date.now() - 3_600_000) });
@@ -202,7 +236,11 @@ describe("AnalyticsService over gRPC", () => {
     const a = await newClient();
     const b = await newClient("connect");
     await a.client.logEvents({ events: [{ type: "signup", at: timestampFromMs(T("2024-03-10T10:00:00Z")) }] });
-    const range = { type: "signup", since: timestampFromMs(T("2024-03-10T00:00:00Z")), until: timestampFromMs(T("2024-03-11T00:00:00Z")) };
+    const range = {
+      type: "signup",
+      since: timestampFromMs(T("2024-03-10T00:00:00Z")),
+      until: timestampFromMs(T("2024-03-11T00:00:00Z")),
+    };
     expect((await b.client.queryEvents(range)).total).toBe(0n);
     expect((await a.client.queryEvents(range)).total).toBe(1n);
   });
@@ -216,7 +254,9 @@ describe("AnalyticsService over gRPC", () => {
 describe("AnalyticsService with an unreachable store", () => {
   let down: TestServer;
   beforeAll(async () => {
-    down = await startServer({ env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" } });
+    down = await startServer({
+      env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" },
+    });
   });
   afterAll(async () => {
     await down?.close();
@@ -227,7 +267,12 @@ describe("AnalyticsService with an unreachable store", () => {
     const client = down.client(AnalyticsService, app.token, "grpc");
     await client.registerEventType({ name: "signup" });
     expect((await client.listEventTypes({})).types).toHaveLength(1);
-    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({ code: Code.Unavailable, stringCode: "upstream_error" });
-    expect(await failure(client.queryEvents({ type: "signup", since: timestampFromMs(Date.now() - 3_600_000) }))).toMatchObject({ code: Code.Unavailable });
+    expect(await failure(client.logEvents({ events: [{ type: "signup" }] }))).toMatchObject({
+      code: Code.Unavailable,
+      stringCode: "upstream_error",
+    });
+    expect(
+      await failure(client.queryEvents({ type: "signup", since: timestampFromMs(Date.now() - 3_600_000) })),
+    ).toMatchObject({ code: Code.Unavailable });
   });
 });

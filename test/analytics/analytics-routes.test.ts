@@ -15,7 +15,10 @@ const RECENT = Date.now() - 2 * 86_400_000;
 function api(app: TestApp) {
   return {
     register: (name: string, properties?: Record<string, string>) =>
-      t.request("POST", "/v1/analytics/types", { token: app.token, body: properties === undefined ? { name } : { name, properties } }),
+      t.request("POST", "/v1/analytics/types", {
+        token: app.token,
+        body: properties === undefined ? { name } : { name, properties },
+      }),
     list: () => t.request("GET", "/v1/analytics/types", { token: app.token }),
     log: (events: unknown[]) => t.request("POST", "/v1/analytics/events", { token: app.token, body: { events } }),
     query: (body: Record<string, unknown>) => t.request("POST", "/v1/analytics/query", { token: app.token, body }),
@@ -84,7 +87,10 @@ describe("POST /v1/analytics/types", () => {
 
   it("refuses a property named __proto__ instead of dropping it", async () => {
     const { app } = await newApp();
-    const res = await t.request("POST", "/v1/analytics/types", { token: app.token, body: '{"name":"signup","properties":{"__proto__":"string"}}' });
+    const res = await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: '{"name":"signup","properties":{"__proto__":"string"}}',
+    });
     expect(res.status).toBe(400);
     expect(res.body.error.message).toMatch(/^properties\.__proto__: /);
   });
@@ -102,14 +108,23 @@ describe("GET /v1/analytics/types", () => {
     const res = await list();
     expect(res.status).toBe(200);
     expect(res.body.types.map((x: { name: string }) => x.name)).toEqual(["checkout", "signup"]);
-    expect(res.body.types[0]).toEqual({ name: "checkout", properties: { amount: "number" }, createdAt: expect.any(Number), updatedAt: expect.any(Number) });
+    expect(res.body.types[0]).toEqual({
+      name: "checkout",
+      properties: { amount: "number" },
+      createdAt: expect.any(Number),
+      updatedAt: expect.any(Number),
+    });
   });
 });
 
 describe("POST /v1/analytics/events", () => {
   it("stores a batch and answers recorded and remainingToday", async () => {
     const { log } = await newApp({ signup: { plan: "string" } });
-    const res = await log([{ type: "signup", properties: { plan: "pro" } }, { type: "signup" }, { type: "signup", properties: {} }]);
+    const res = await log([
+      { type: "signup", properties: { plan: "pro" } },
+      { type: "signup" },
+      { type: "signup", properties: {} },
+    ]);
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ recorded: 3, remainingToday: 100_000 - 3 });
   });
@@ -117,9 +132,22 @@ describe("POST /v1/analytics/events", () => {
   it("takes at as epoch ms or ISO 8601 ending in Z, and now when left out", async () => {
     const { log, query } = await newApp({ signup: {} });
     const now = Date.now();
-    expect((await log([{ type: "signup", at: T("2024-02-29T12:00:00Z") }, { type: "signup", at: "2024-02-29T13:30:00.250Z" }, { type: "signup", at: "2024-02-29T14:00Z" }])).status).toBe(200);
+    expect(
+      (
+        await log([
+          { type: "signup", at: T("2024-02-29T12:00:00Z") },
+          { type: "signup", at: "2024-02-29T13:30:00.250Z" },
+          { type: "signup", at: "2024-02-29T14:00Z" },
+        ])
+      ).status,
+    ).toBe(200);
     expect((await log([{ type: "signup" }])).status).toBe(200);
-    const past = await query({ type: "signup", since: "2024-02-29T00:00:00Z", until: "2024-03-01T00:00:00Z", interval: "hour" });
+    const past = await query({
+      type: "signup",
+      since: "2024-02-29T00:00:00Z",
+      until: "2024-03-01T00:00:00Z",
+      interval: "hour",
+    });
     expect(past.body.buckets).toEqual([
       { at: T("2024-02-29T12:00:00Z"), group: null, count: 1 },
       { at: T("2024-02-29T13:00:00Z"), group: null, count: 1 },
@@ -166,7 +194,10 @@ describe("POST /v1/analytics/events", () => {
       const res = await t.request("POST", "/v1/analytics/events", { token: app.token, body });
       expect(res.status).toBe(400);
     }
-    const notObject = await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events: [{ type: "signup" }, 5] } });
+    const notObject = await t.request("POST", "/v1/analytics/events", {
+      token: app.token,
+      body: { events: [{ type: "signup" }, 5] },
+    });
     expect(notObject.body.error.message).toMatch(/^events\[1\]: /);
   });
 
@@ -174,14 +205,30 @@ describe("POST /v1/analytics/events", () => {
     ["an unregistered type", { type: "nope" }, "events[3].type: "],
     ["a type that breaks the name pattern", { type: "Nope" }, "events[3].type: "],
     ["an undeclared property", { type: "signup", properties: { coupon: "x" } }, "events[3].properties.coupon: "],
-    ["a number for a string property", { type: "signup", properties: { plan: 3 } }, "events[3].properties.plan: must be a string"],
-    ["a string for a number property", { type: "signup", properties: { seats: "3" } }, "events[3].properties.seats: must be a number"],
-    ["a string for a boolean property", { type: "signup", properties: { paid: "true" } }, "events[3].properties.paid: must be a boolean"],
+    [
+      "a number for a string property",
+      { type: "signup", properties: { plan: 3 } },
+      "events[3].properties.plan: must be a string",
+    ],
+    [
+      "a string for a number property",
+      { type: "signup", properties: { seats: "3" } },
+      "events[3].properties.seats: must be a number",
+    ],
+    [
+      "a string for a boolean property",
+      { type: "signup", properties: { paid: "true" } },
+      "events[3].properties.paid: must be a boolean",
+    ],
     ["null as a value", { type: "signup", properties: { plan: null } }, "events[3].properties.plan: "],
     ["an object as a value", { type: "signup", properties: { plan: { a: 1 } } }, "events[3].properties.plan: "],
     ["a value with NUL", { type: "signup", properties: { plan: "a\u0000b" } }, "events[3].properties.plan: "],
     ["a lone surrogate", { type: "signup", properties: { plan: "\ud800" } }, "events[3].properties.plan: "],
-    ["a value over 1024 bytes", { type: "signup", properties: { plan: "é".repeat(513) } }, "events[3].properties.plan: "],
+    [
+      "a value over 1024 bytes",
+      { type: "signup", properties: { plan: "é".repeat(513) } },
+      "events[3].properties.plan: ",
+    ],
     ["properties that are not an object", { type: "signup", properties: [1] }, "events[3].properties: "],
   ])("refuses the whole batch for %s, naming the first bad event by index", async (_, bad, prefix) => {
     const { log, query } = await newApp({ signup: { plan: "string", seats: "number", paid: "boolean" } });
@@ -204,7 +251,7 @@ describe("POST /v1/analytics/events", () => {
     expect(res.body.error.message).toMatch(/^events\[0\]\.properties\.__proto__: is not declared/);
   });
 
-  it("stores values as strings: numbers and booleans group as \"3\" and \"true\"", async () => {
+  it('stores values as strings: numbers and booleans group as "3" and "true"', async () => {
     const { log, query } = await newApp({ signup: { seats: "number", paid: "boolean", ratio: "number" } });
     const at = T("2024-03-10T10:00:00Z");
     await log([
@@ -259,7 +306,9 @@ describe("POST /v1/analytics/events", () => {
     expect(refused).toHaveLength(100);
     expect(refused[0].body.error.code).toBe("quota_exceeded");
     expect(Number(refused[0].headers.get("retry-after"))).toBeGreaterThan(0);
-    expect(ok.map((r) => r.body.remainingToday).sort((a, b) => a - b)).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    expect(ok.map((r) => r.body.remainingToday).sort((a, b) => a - b)).toEqual(
+      Array.from({ length: 100 }, (_, i) => i),
+    );
     const counted = await query({ type: "signup", since: Date.now() - 2 * HOUR, until: Date.now() + 1000 });
     expect(counted.body.total).toBe(100);
   });
@@ -267,11 +316,17 @@ describe("POST /v1/analytics/events", () => {
   it("refuses a batch that does not fit the cap whole", async () => {
     const { app, log, query } = await newApp({ signup: {} });
     await t.admin.updateApp({ appId: app.id, limits: { eventsPerDay: 10 } });
-    expect((await log(Array.from({ length: 8 }, () => ({ type: "signup" })))).body).toEqual({ recorded: 8, remainingToday: 2 });
+    expect((await log(Array.from({ length: 8 }, () => ({ type: "signup" })))).body).toEqual({
+      recorded: 8,
+      remainingToday: 2,
+    });
     const over = await log(Array.from({ length: 3 }, () => ({ type: "signup" })));
     expect(over.status).toBe(429);
     expect(over.body.error.code).toBe("quota_exceeded");
-    expect((await log(Array.from({ length: 2 }, () => ({ type: "signup" })))).body).toEqual({ recorded: 2, remainingToday: 0 });
+    expect((await log(Array.from({ length: 2 }, () => ({ type: "signup" })))).body).toEqual({
+      recorded: 2,
+      remainingToday: 0,
+    });
     expect((await log([{ type: "signup" }])).status).toBe(429);
     expect((await query({ type: "signup", since: Date.now() - HOUR, until: Date.now() + 1000 })).body.total).toBe(10);
   });
@@ -333,7 +388,12 @@ describe("POST /v1/analytics/query", () => {
       { type: "signup", at: "2024-03-01T00:00:00Z", properties: { plan: "team" } },
       { type: "signup", at: "2024-03-04T00:00:00Z", properties: { plan: "team" } },
     ]);
-    const res = await query({ type: "signup", since: "2024-02-28T23:59:59.999Z", until: "2024-03-04T00:00:00Z", groupBy: "plan" });
+    const res = await query({
+      type: "signup",
+      since: "2024-02-28T23:59:59.999Z",
+      until: "2024-03-04T00:00:00Z",
+      groupBy: "plan",
+    });
     expect(res.body.buckets).toEqual([
       { at: T("2024-02-28T00:00:00Z"), group: "pro", count: 1 },
       { at: T("2024-02-29T00:00:00Z"), group: null, count: 1 },
@@ -343,18 +403,33 @@ describe("POST /v1/analytics/query", () => {
     ]);
     expect(res.body.total).toBe(5);
     expect(res.body.groupBy).toBe("plan");
-    const weeks = await query({ type: "signup", since: "2024-02-01T00:00:00Z", until: "2024-04-01T00:00:00Z", interval: "week" });
+    const weeks = await query({
+      type: "signup",
+      since: "2024-02-01T00:00:00Z",
+      until: "2024-04-01T00:00:00Z",
+      interval: "week",
+    });
     // 2024-02-26 and 2024-03-04 are Mondays.
     expect(weeks.body.buckets).toEqual([
       { at: T("2024-02-26T00:00:00Z"), group: null, count: 5 },
       { at: T("2024-03-04T00:00:00Z"), group: null, count: 1 },
     ]);
-    const months = await query({ type: "signup", since: "2024-02-01T00:00:00Z", until: "2024-04-01T00:00:00Z", interval: "month" });
+    const months = await query({
+      type: "signup",
+      since: "2024-02-01T00:00:00Z",
+      until: "2024-04-01T00:00:00Z",
+      interval: "month",
+    });
     expect(months.body.buckets).toEqual([
       { at: T("2024-02-01T00:00:00Z"), group: null, count: 4 },
       { at: T("2024-03-01T00:00:00Z"), group: null, count: 2 },
     ]);
-    const hours = await query({ type: "signup", since: "2024-02-29T00:00:00Z", until: "2024-02-29T11:00:00Z", interval: "hour" });
+    const hours = await query({
+      type: "signup",
+      since: "2024-02-29T00:00:00Z",
+      until: "2024-02-29T11:00:00Z",
+      interval: "hour",
+    });
     expect(hours.body.buckets).toEqual([
       { at: T("2024-02-29T00:00:00Z"), group: null, count: 1 },
       { at: T("2024-02-29T10:00:00Z"), group: null, count: 1 },
@@ -369,14 +444,24 @@ describe("POST /v1/analytics/query", () => {
       { type: "signup", at: "2024-03-31T21:59:00Z" },
       { type: "signup", at: "2024-03-31T22:00:00Z" },
     ]);
-    const res = await query({ type: "signup", since: "2024-03-29T00:00:00Z", until: "2024-04-02T00:00:00Z", timezone: "Europe/Berlin" });
+    const res = await query({
+      type: "signup",
+      since: "2024-03-29T00:00:00Z",
+      until: "2024-04-02T00:00:00Z",
+      timezone: "Europe/Berlin",
+    });
     expect(res.status).toBe(200);
     expect(res.body.buckets).toEqual([
       { at: T("2024-03-29T23:00:00Z"), group: null, count: 1 },
       { at: T("2024-03-30T23:00:00Z"), group: null, count: 2 },
       { at: T("2024-03-31T22:00:00Z"), group: null, count: 1 },
     ]);
-    const kolkata = await query({ type: "signup", since: "2024-03-29T00:00:00Z", until: "2024-04-02T00:00:00Z", timezone: "Asia/Kolkata" });
+    const kolkata = await query({
+      type: "signup",
+      since: "2024-03-29T00:00:00Z",
+      until: "2024-04-02T00:00:00Z",
+      timezone: "Asia/Kolkata",
+    });
     expect(kolkata.body.buckets).toEqual([
       { at: T("2024-03-30T18:30:00Z"), group: null, count: 2 },
       { at: T("2024-03-31T18:30:00Z"), group: null, count: 2 },
@@ -391,14 +476,26 @@ describe("POST /v1/analytics/query", () => {
     ["a missing since", { type: "signup" }, "since"],
     ["since equal to until", { type: "signup", since: 1000, until: 1000 }, "since"],
     ["since after until", { type: "signup", since: 2000, until: 1000 }, "since"],
-    ["more than 1000 buckets", { type: "signup", since: "2024-01-01T00:00:00Z", until: "2024-02-12T16:00:00Z", interval: "hour" }, "since"],
-    ["more than 1000 day buckets", { type: "signup", since: "2020-01-01T00:00:00Z", until: "2023-01-01T00:00:00Z" }, "since"],
+    [
+      "more than 1000 buckets",
+      { type: "signup", since: "2024-01-01T00:00:00Z", until: "2024-02-12T16:00:00Z", interval: "hour" },
+      "since",
+    ],
+    [
+      "more than 1000 day buckets",
+      { type: "signup", since: "2020-01-01T00:00:00Z", until: "2023-01-01T00:00:00Z" },
+      "since",
+    ],
     ["an unknown interval", { type: "signup", since: RECENT, interval: "minute" }, "interval"],
     ["a malformed since", { type: "signup", since: "yesterday" }, "since"],
     ["a malformed until", { type: "signup", since: RECENT, until: "2024-01-01" }, "until"],
     ["an unknown time zone", { type: "signup", since: RECENT, timezone: "Mars/Olympus" }, "timezone"],
     ["an offset instead of a zone", { type: "signup", since: RECENT, timezone: "+03:00" }, "timezone"],
-    ["a time zone on hour buckets", { type: "signup", since: 0, until: 3_600_000, interval: "hour", timezone: "Europe/Berlin" }, "timezone"],
+    [
+      "a time zone on hour buckets",
+      { type: "signup", since: 0, until: 3_600_000, interval: "hour", timezone: "Europe/Berlin" },
+      "timezone",
+    ],
     ["a non-string groupBy", { type: "signup", since: RECENT, groupBy: 3 }, "groupBy"],
   ])("answers 400 for %s", async (_, body, field) => {
     const { query } = await newApp({ signup: { plan: "string" } });
@@ -410,7 +507,12 @@ describe("POST /v1/analytics/query", () => {
 
   it("allows exactly 1000 buckets", async () => {
     const { query } = await newApp({ signup: {} });
-    const res = await query({ type: "signup", since: "2024-01-01T00:00:00Z", until: "2024-02-11T16:00:00Z", interval: "hour" });
+    const res = await query({
+      type: "signup",
+      since: "2024-01-01T00:00:00Z",
+      until: "2024-02-11T16:00:00Z",
+      interval: "hour",
+    });
     expect(res.status).toBe(200);
   });
 });
@@ -440,7 +542,9 @@ describe("an unreachable analytics store", () => {
   let down: TestServer;
   beforeAll(async () => {
     // MongoDB configured where nothing listens: events fail, types do not.
-    down = await startServer({ env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" } });
+    down = await startServer({
+      env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" },
+    });
   });
   afterAll(async () => {
     await down?.close();
@@ -448,7 +552,8 @@ describe("an unreachable analytics store", () => {
 
   it("answers 502 upstream_error on log and query, spends nothing, and still registers and lists types", async () => {
     const app = await down.createApp();
-    const call = (method: string, path: string, body?: unknown) => down.request(method, path, { token: app.token, body });
+    const call = (method: string, path: string, body?: unknown) =>
+      down.request(method, path, { token: app.token, body });
     expect((await call("POST", "/v1/analytics/types", { name: "signup" })).status).toBe(200);
     expect((await call("GET", "/v1/analytics/types")).body.types).toHaveLength(1);
     const logged = await call("POST", "/v1/analytics/events", { events: [{ type: "signup" }] });

@@ -17,7 +17,12 @@ import { T } from "./store-cases.ts";
 const migratorUpTo = (db: Database, last: string) =>
   new Migrator({
     db: db.db,
-    provider: { getMigrations: () => Promise.resolve(Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= last)) as Record<string, Migration>) },
+    provider: {
+      getMigrations: () =>
+        Promise.resolve(
+          Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= last)) as Record<string, Migration>,
+        ),
+    },
   });
 
 describe(`migration 0010-analytics-day-rollups (${backend})`, () => {
@@ -26,7 +31,11 @@ describe(`migration 0010-analytics-day-rollups (${backend})`, () => {
   beforeAll(async () => {
     database = await createTestDatabase();
     // No template: the migrations before 0010 must run here, on a database that has none yet.
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir, templateCache: path.join(database.dataDir, "no-template") });
+    db = await openDatabase({
+      databaseUrl: database.url,
+      dataDir: database.dataDir,
+      templateCache: path.join(database.dataDir, "no-template"),
+    });
   });
   afterAll(async () => {
     await db?.close();
@@ -73,7 +82,9 @@ describe(`migration 0010-analytics-day-rollups (${backend})`, () => {
     const { error } = await migratorUpTo(db, "0010-analytics-day-rollups").migrateDown();
     expect(error).toBeUndefined();
     const hourly = await sql<{ hour: Date; prop: string; value: string; n: number }>`
-      SELECT hour, prop, value, n FROM analytics_hourly WHERE app_id = ${appId}::uuid ORDER BY hour, prop, value`.execute(db.db);
+      SELECT hour, prop, value, n FROM analytics_hourly WHERE app_id = ${appId}::uuid ORDER BY hour, prop, value`.execute(
+      db.db,
+    );
     expect(hourly.rows.map((r) => [new Date(r.hour).toISOString(), r.prop, r.value, Number(r.n)])).toEqual([
       ["2024-03-10T03:00:00.000Z", "", "", 2],
       ["2024-03-10T03:00:00.000Z", "plan", "pro", 1],

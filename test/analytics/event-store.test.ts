@@ -38,7 +38,10 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
     const otherApp = crypto.randomUUID();
     await store.insert(appId, c.events);
     await store.insert(otherApp, c.events);
-    await store.insert(appId, c.events.map((e): StoredEvent => ({ ...e, type: "other" })));
+    await store.insert(
+      appId,
+      c.events.map((e): StoredEvent => ({ ...e, type: "other" })),
+    );
     const rows = await store.count({ appId, type: "signup", ...c.query });
     expect(iso(rows)).toEqual(c.expected);
   };
@@ -63,23 +66,47 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
   });
 
   it("counts nothing for an app without events", async () => {
-    expect(await store.count({ appId: crypto.randomUUID(), type: "signup", unit: "day", since: 0, until: T("2030-01-01T00:00:00Z") })).toEqual([]);
+    expect(
+      await store.count({
+        appId: crypto.randomUUID(),
+        type: "signup",
+        unit: "day",
+        since: 0,
+        until: T("2030-01-01T00:00:00Z"),
+      }),
+    ).toEqual([]);
   });
 
   it("keeps concurrent batches whole and counts every event once", async () => {
     const appId = crypto.randomUUID();
     const batches = Array.from({ length: 8 }, (_, i) => spreadEvents(250, i + 1));
     await Promise.all(batches.map((b) => store.insert(appId, b)));
-    const rows = await store.count({ appId, type: "signup", unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" });
+    const rows = await store.count({
+      appId,
+      type: "signup",
+      unit: "day",
+      since: T("2024-02-01T00:00:00Z"),
+      until: T("2024-04-01T00:00:00Z"),
+      groupBy: "plan",
+    });
     expect(rows.reduce((n, r) => n + r.count, 0)).toBe(2000);
-    expect(iso(rows)).toEqual(referenceCount(batches.flat(), { unit: "day", since: T("2024-02-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z"), groupBy: "plan" }));
+    expect(iso(rows)).toEqual(
+      referenceCount(batches.flat(), {
+        unit: "day",
+        since: T("2024-02-01T00:00:00Z"),
+        until: T("2024-04-01T00:00:00Z"),
+        groupBy: "plan",
+      }),
+    );
   });
 
   it("counts exactly while many clients write the same buckets at once, and after retention", async () => {
     const appId = crypto.randomUUID();
     // 8 clients with 5 batches each, every batch spread over the same 5 days:
     // each batch shares nearly every rollup row with every other one.
-    const clients = Array.from({ length: 8 }, (_, c) => Array.from({ length: 5 }, (_, b) => spreadEvents(200, 100 + c * 10 + b)));
+    const clients = Array.from({ length: 8 }, (_, c) =>
+      Array.from({ length: 5 }, (_, b) => spreadEvents(200, 100 + c * 10 + b)),
+    );
     await Promise.all(
       clients.map(async (batches) => {
         for (const batch of batches) await store.insert(appId, batch);
@@ -139,25 +166,39 @@ describe(`SQL event store (${backend})`, () => {
       .where("app_id", "=", appId)
       .execute();
     expect(slots).toHaveLength(4);
-    const query = { unit: "hour" as const, since: T("2024-02-27T00:00:00Z"), until: T("2024-03-03T00:00:00Z"), groupBy: "plan" };
-    expect(iso(await store.count({ appId, type: "signup", ...query }))).toEqual(referenceCount([...wide, ...narrow].flat(), query));
+    const query = {
+      unit: "hour" as const,
+      since: T("2024-02-27T00:00:00Z"),
+      until: T("2024-03-03T00:00:00Z"),
+      groupBy: "plan",
+    };
+    expect(iso(await store.count({ appId, type: "signup", ...query }))).toEqual(
+      referenceCount([...wide, ...narrow].flat(), query),
+    );
   });
 });
 
-describe.skipIf(!process.env.MONGODB_URL)("MongoDB event store (real server; SKIPPED unless MONGODB_URL is set)", () => {
-  storeSuite(async () => {
-    const collection = `analytics_events_test_${crypto.randomBytes(4).toString("hex")}`;
-    const dbName = process.env.MONGODB_DB ?? "platform_batteries_test";
-    const store = createMongoEventStore({ url: process.env.MONGODB_URL!, dbName, collection });
-    return {
-      store,
-      async close() {
-        const { MongoClient } = await import("mongodb");
-        const client = new MongoClient(process.env.MONGODB_URL!);
-        await client.db(dbName).collection(collection).drop().catch(() => {});
-        await client.close();
-        await store.close();
-      },
-    };
-  });
-});
+describe.skipIf(!process.env.MONGODB_URL)(
+  "MongoDB event store (real server; SKIPPED unless MONGODB_URL is set)",
+  () => {
+    storeSuite(async () => {
+      const collection = `analytics_events_test_${crypto.randomBytes(4).toString("hex")}`;
+      const dbName = process.env.MONGODB_DB ?? "platform_batteries_test";
+      const store = createMongoEventStore({ url: process.env.MONGODB_URL!, dbName, collection });
+      return {
+        store,
+        async close() {
+          const { MongoClient } = await import("mongodb");
+          const client = new MongoClient(process.env.MONGODB_URL!);
+          await client
+            .db(dbName)
+            .collection(collection)
+            .drop()
+            .catch(() => {});
+          await client.close();
+          await store.close();
+        },
+      };
+    });
+  },
+);

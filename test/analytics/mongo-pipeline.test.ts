@@ -19,7 +19,11 @@ function countWithMingo(events: StoredEvent[], query: CountQuery) {
   const docs = [
     ...toDocuments(APP, events, "batch-1"),
     ...toDocuments(OTHER, events, "batch-2"),
-    ...toDocuments(APP, events.map((e) => ({ ...e, type: "other" })), "batch-3"),
+    ...toDocuments(
+      APP,
+      events.map((e) => ({ ...e, type: "other" })),
+      "batch-3",
+    ),
   ];
   const rows = aggregate(docs, buildCountPipeline(query)) as { at: Date; group: string | null; count: number }[];
   return rows.map((r) => [r.at.toISOString(), r.group ?? null, r.count]);
@@ -37,15 +41,25 @@ describe("buildCountPipeline on mingo (UTC cases of the store suite)", () => {
     for (const unit of ["hour", "day", "week", "month"] as const) {
       for (const groupBy of [undefined, "plan", "paid"]) {
         const query = { unit, since: T("2024-02-27T07:20:00Z"), until: T("2024-03-03T15:40:00Z"), groupBy };
-        expect(countWithMingo(events, { appId: APP, type: "signup", ...query }), `${unit} ${groupBy}`).toEqual(referenceCount(events, query));
+        expect(countWithMingo(events, { appId: APP, type: "signup", ...query }), `${unit} ${groupBy}`).toEqual(
+          referenceCount(events, query),
+        );
       }
     }
   });
 });
 
 describe("buildCountPipeline shape", () => {
-  const base: CountQuery = { appId: APP, type: "signup", unit: "day", since: T("2024-03-01T00:00:00Z"), until: T("2024-04-01T00:00:00Z") };
-  const truncOf = (q: CountQuery) => (buildCountPipeline(q)[1] as { $group: { _id: { at: { $dateTrunc: Record<string, unknown> } } } }).$group._id.at.$dateTrunc;
+  const base: CountQuery = {
+    appId: APP,
+    type: "signup",
+    unit: "day",
+    since: T("2024-03-01T00:00:00Z"),
+    until: T("2024-04-01T00:00:00Z"),
+  };
+  const truncOf = (q: CountQuery) =>
+    (buildCountPipeline(q)[1] as { $group: { _id: { at: { $dateTrunc: Record<string, unknown> } } } }).$group._id.at
+      .$dateTrunc;
 
   it("matches on the meta field and the time range first, so MongoDB can use its bucket index", () => {
     expect(buildCountPipeline(base)[0]).toEqual({

@@ -9,7 +9,8 @@ import { createSlotPicker, planPieces, rollupRows } from "../../src/analytics/sq
 import type { CountQuery, StoredEvent } from "../../src/analytics/event-store.ts";
 import { T } from "./store-cases.ts";
 
-const iso = (ranges: [number, number][]) => ranges.map(([a, b]) => [new Date(a).toISOString(), new Date(b).toISOString()]);
+const iso = (ranges: [number, number][]) =>
+  ranges.map(([a, b]) => [new Date(a).toISOString(), new Date(b).toISOString()]);
 const plan = (q: Partial<CountQuery> & { since: number; until: number }, hourlyExact = true) => {
   const p = planPieces({ appId: "a", type: "t", unit: "day", ...q }, hourlyExact);
   return { raw: iso(p.raw), hourly: iso(p.hourly), daily: iso(p.daily) };
@@ -41,14 +42,26 @@ describe("planPieces", () => {
   it("uses no daily rollups for hour buckets or in a time zone", () => {
     const range = { since: T("2024-03-10T00:00:00Z"), until: T("2024-03-12T00:00:00Z") };
     expect(plan({ ...range, unit: "hour" }).daily).toEqual([]);
-    expect(plan({ ...range, timezone: "Europe/Berlin" })).toEqual({ raw: [], hourly: [["2024-03-10T00:00:00.000Z", "2024-03-12T00:00:00.000Z"]], daily: [] });
+    expect(plan({ ...range, timezone: "Europe/Berlin" })).toEqual({
+      raw: [],
+      hourly: [["2024-03-10T00:00:00.000Z", "2024-03-12T00:00:00.000Z"]],
+      daily: [],
+    });
   });
 
   it("counts raw events when the range holds no whole hour or the zone is not on whole hours", () => {
     const inside = { since: T("2024-03-10T10:15:00Z"), until: T("2024-03-10T10:45:00Z") };
-    expect(plan(inside)).toEqual({ raw: [["2024-03-10T10:15:00.000Z", "2024-03-10T10:45:00.000Z"]], hourly: [], daily: [] });
+    expect(plan(inside)).toEqual({
+      raw: [["2024-03-10T10:15:00.000Z", "2024-03-10T10:45:00.000Z"]],
+      hourly: [],
+      daily: [],
+    });
     const kolkata = { since: T("2024-03-10T00:00:00Z"), until: T("2024-03-12T00:00:00Z"), timezone: "Asia/Kolkata" };
-    expect(plan(kolkata, false)).toEqual({ raw: [["2024-03-10T00:00:00.000Z", "2024-03-12T00:00:00.000Z"]], hourly: [], daily: [] });
+    expect(plan(kolkata, false)).toEqual({
+      raw: [["2024-03-10T00:00:00.000Z", "2024-03-12T00:00:00.000Z"]],
+      hourly: [],
+      daily: [],
+    });
   });
 });
 
@@ -63,8 +76,16 @@ describe("rollupRows", () => {
   it("sums a total row ('' property) and one row per property value, per UTC day, in key order, with the hourly counts", () => {
     const rows = rollupRows(events);
     const day = T("2024-03-10T00:00:00Z") / 86_400_000;
-    const hours = (h10: number, h11: number) => `{${[...Array<number>(10).fill(0), h10, h11, ...Array<number>(12).fill(0)].join(",")}}`;
-    const table = rows.types.map((t, i) => [t, rows.props[i], rows.days[i], rows.values[i], rows.counts[i], rows.hours[i]]);
+    const hours = (h10: number, h11: number) =>
+      `{${[...Array<number>(10).fill(0), h10, h11, ...Array<number>(12).fill(0)].join(",")}}`;
+    const table = rows.types.map((t, i) => [
+      t,
+      rows.props[i],
+      rows.days[i],
+      rows.values[i],
+      rows.counts[i],
+      rows.hours[i],
+    ]);
     expect(table).toEqual([
       ["a", "", day, "", 3, hours(1, 2)],
       ["a", "paid", day, "true", 1, hours(0, 1)],

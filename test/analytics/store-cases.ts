@@ -22,8 +22,17 @@ export interface StoreCase {
   expected: [string, string | null, number][];
 }
 
-const ev = (iso: string, properties: Record<string, string> = {}): StoredEvent => ({ type: "signup", at: T(iso), properties });
-const q = (unit: Unit, since: string, until: string, extra: Partial<CountQuery> = {}) => ({ unit, since: T(since), until: T(until), ...extra });
+const ev = (iso: string, properties: Record<string, string> = {}): StoredEvent => ({
+  type: "signup",
+  at: T(iso),
+  properties,
+});
+const q = (unit: Unit, since: string, until: string, extra: Partial<CountQuery> = {}) => ({
+  unit,
+  since: T(since),
+  until: T(until),
+  ...extra,
+});
 
 export const STORE_CASES: StoreCase[] = [
   {
@@ -47,7 +56,12 @@ export const STORE_CASES: StoreCase[] = [
   {
     name: "weeks start on Monday and the first bucket may start before since",
     // 2024-03-01 is a Friday, 2024-03-10 a Sunday, 2024-03-11 a Monday.
-    events: [ev("2024-03-01T00:00:00Z"), ev("2024-03-10T23:00:00Z"), ev("2024-03-11T00:00:00Z"), ev("2024-03-17T10:00:00Z")],
+    events: [
+      ev("2024-03-01T00:00:00Z"),
+      ev("2024-03-10T23:00:00Z"),
+      ev("2024-03-11T00:00:00Z"),
+      ev("2024-03-17T10:00:00Z"),
+    ],
     query: q("week", "2024-03-01T00:00:00Z", "2024-03-31T00:00:00Z"),
     expected: [
       ["2024-02-26T00:00:00.000Z", null, 1],
@@ -57,7 +71,12 @@ export const STORE_CASES: StoreCase[] = [
   },
   {
     name: "month starts and the leap day (months)",
-    events: [ev("2024-01-31T23:59:59.999Z"), ev("2024-02-29T00:00:00Z"), ev("2024-02-29T23:59:59.999Z"), ev("2024-03-01T00:00:00Z")],
+    events: [
+      ev("2024-01-31T23:59:59.999Z"),
+      ev("2024-02-29T00:00:00Z"),
+      ev("2024-02-29T23:59:59.999Z"),
+      ev("2024-03-01T00:00:00Z"),
+    ],
     query: q("month", "2024-01-01T00:00:00Z", "2024-04-01T00:00:00Z"),
     expected: [
       ["2024-01-01T00:00:00.000Z", null, 1],
@@ -67,7 +86,12 @@ export const STORE_CASES: StoreCase[] = [
   },
   {
     name: "the leap day is a day bucket of its own",
-    events: [ev("2024-02-28T23:59:59.999Z"), ev("2024-02-29T00:00:00Z"), ev("2024-02-29T23:59:59.999Z"), ev("2024-03-01T00:00:00Z")],
+    events: [
+      ev("2024-02-28T23:59:59.999Z"),
+      ev("2024-02-29T00:00:00Z"),
+      ev("2024-02-29T23:59:59.999Z"),
+      ev("2024-03-01T00:00:00Z"),
+    ],
     query: q("day", "2024-02-28T00:00:00Z", "2024-03-02T00:00:00Z"),
     expected: [
       ["2024-02-28T00:00:00.000Z", null, 1],
@@ -91,7 +115,13 @@ export const STORE_CASES: StoreCase[] = [
   },
   {
     name: "hour buckets with both ends inside an hour",
-    events: [ev("2024-03-10T10:10:00Z"), ev("2024-03-10T10:50:00Z"), ev("2024-03-10T11:20:00Z"), ev("2024-03-10T13:10:00Z"), ev("2024-03-10T13:50:00Z")],
+    events: [
+      ev("2024-03-10T10:10:00Z"),
+      ev("2024-03-10T10:50:00Z"),
+      ev("2024-03-10T11:20:00Z"),
+      ev("2024-03-10T13:10:00Z"),
+      ev("2024-03-10T13:50:00Z"),
+    ],
     query: q("hour", "2024-03-10T10:30:00Z", "2024-03-10T13:30:00Z"),
     expected: [
       ["2024-03-10T10:00:00.000Z", null, 1],
@@ -151,7 +181,11 @@ export const STORE_CASES: StoreCase[] = [
   },
   {
     name: "groupBy a property whose name contains a dot",
-    events: [ev("2024-03-10T10:00:00Z", { "utm.source": "mail" }), ev("2024-03-10T10:20:00Z", { "utm.source": "ads" }), ev("2024-03-10T10:40:00Z")],
+    events: [
+      ev("2024-03-10T10:00:00Z", { "utm.source": "mail" }),
+      ev("2024-03-10T10:20:00Z", { "utm.source": "ads" }),
+      ev("2024-03-10T10:40:00Z"),
+    ],
     query: q("day", "2024-03-10T00:00:00Z", "2024-03-11T00:00:00Z", { groupBy: "utm.source" }),
     expected: [
       ["2024-03-10T00:00:00.000Z", null, 1],
@@ -189,7 +223,12 @@ export const STORE_CASES: StoreCase[] = [
   {
     name: "America/New_York day buckets across the autumn DST change (2024-11-03 has 25 hours)",
     zoned: true,
-    events: [ev("2024-11-03T03:59:00Z"), ev("2024-11-03T04:00:00Z"), ev("2024-11-04T04:30:00Z"), ev("2024-11-04T05:00:00Z")],
+    events: [
+      ev("2024-11-03T03:59:00Z"),
+      ev("2024-11-03T04:00:00Z"),
+      ev("2024-11-04T04:30:00Z"),
+      ev("2024-11-04T05:00:00Z"),
+    ],
     query: q("day", "2024-11-02T04:00:00Z", "2024-11-05T05:00:00Z", { timezone: "America/New_York" }),
     expected: [
       ["2024-11-02T04:00:00.000Z", null, 1],
@@ -210,7 +249,12 @@ export const STORE_CASES: StoreCase[] = [
   {
     name: "America/New_York months start on local midnight",
     zoned: true,
-    events: [ev("2024-03-01T04:59:00Z"), ev("2024-03-01T05:00:00Z"), ev("2024-04-01T03:59:00Z"), ev("2024-04-01T04:00:00Z")],
+    events: [
+      ev("2024-03-01T04:59:00Z"),
+      ev("2024-03-01T05:00:00Z"),
+      ev("2024-04-01T03:59:00Z"),
+      ev("2024-04-01T04:00:00Z"),
+    ],
     query: q("month", "2024-02-10T00:00:00Z", "2024-04-10T00:00:00Z", { timezone: "America/New_York" }),
     expected: [
       ["2024-02-01T05:00:00.000Z", null, 1],
@@ -221,7 +265,11 @@ export const STORE_CASES: StoreCase[] = [
   {
     name: "Asia/Kolkata (+05:30) days start on a half hour",
     zoned: true,
-    events: [ev("2024-03-10T18:29:00Z", { plan: "pro" }), ev("2024-03-10T18:30:00Z", { plan: "pro" }), ev("2024-03-11T18:29:59.999Z")],
+    events: [
+      ev("2024-03-10T18:29:00Z", { plan: "pro" }),
+      ev("2024-03-10T18:30:00Z", { plan: "pro" }),
+      ev("2024-03-11T18:29:59.999Z"),
+    ],
     query: q("day", "2024-03-09T00:00:00Z", "2024-03-13T00:00:00Z", { timezone: "Asia/Kolkata", groupBy: "plan" }),
     expected: [
       ["2024-03-09T18:30:00.000Z", "pro", 1],
@@ -234,7 +282,7 @@ export const STORE_CASES: StoreCase[] = [
 /** A seeded spread of events over a few days, for comparing a store with the reference count. */
 export function spreadEvents(count: number, seed = 7): StoredEvent[] {
   let x = seed;
-  const next = () => ((x = (x * 1103515245 + 12345) % 2147483648) / 2147483648);
+  const next = () => (x = (x * 1103515245 + 12345) % 2147483648) / 2147483648;
   const start = T("2024-02-27T00:00:00Z");
   const plans = ["basic", "pro", "team", "free"];
   const out: StoredEvent[] = [];
@@ -249,7 +297,10 @@ export function spreadEvents(count: number, seed = 7): StoredEvent[] {
 }
 
 /** The reference count in UTC: plain arithmetic over the events, no store. */
-export function referenceCount(events: readonly StoredEvent[], query: StoreCase["query"]): [string, string | null, number][] {
+export function referenceCount(
+  events: readonly StoredEvent[],
+  query: StoreCase["query"],
+): [string, string | null, number][] {
   const counts = new Map<string, number>();
   for (const e of events) {
     if (e.at < query.since || e.at >= query.until) continue;

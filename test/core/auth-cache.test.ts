@@ -4,7 +4,14 @@ import { createAuthenticator } from "../../src/core/auth.ts";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
-import { backend, createTestDatabase, startInstances, type Instances, type TestDatabase, type TestServer } from "../support/harness.ts";
+import {
+  backend,
+  createTestDatabase,
+  startInstances,
+  type Instances,
+  type TestDatabase,
+  type TestServer,
+} from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
 const generate = InferenceService.method.generate;
@@ -23,10 +30,17 @@ describe("createAuthenticator: remembered tokens", () => {
   });
 
   async function appWithToken(name: string) {
-    const app = await tables(database.db).insertInto("apps").values({ name, status: "running", mail_from: "", limits: "{}" }).returning("id").executeTakeFirstOrThrow();
+    const app = await tables(database.db)
+      .insertInto("apps")
+      .values({ name, status: "running", mail_from: "", limits: "{}" })
+      .returning("id")
+      .executeTakeFirstOrThrow();
     const { generateServiceToken, hashToken } = await import("../../src/core/auth.ts");
     const token = generateServiceToken();
-    await tables(database.db).insertInto("app_tokens").values({ app_id: app.id, token_hash: hashToken(token), label: "" }).execute();
+    await tables(database.db)
+      .insertInto("app_tokens")
+      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
+      .execute();
     return { id: app.id, token };
   }
 

@@ -73,7 +73,14 @@ describe("tokens", () => {
 
   it("concurrent requests whose lookups share one query each get their own token's answer", async () => {
     const other = await t.createApp();
-    const calls = [running.token, other.token, stopped.token, "pbt_" + "B".repeat(43), running.token, other.token].flatMap((token) =>
+    const calls = [
+      running.token,
+      other.token,
+      stopped.token,
+      "pbt_" + "B".repeat(43),
+      running.token,
+      other.token,
+    ].flatMap((token) =>
       Array.from({ length: 5 }, () => t.request("POST", "/v1/queues/_ack", { token, body: { receipt: "nope" } })),
     );
     const statuses = (await Promise.all(calls)).map((r) => r.status);

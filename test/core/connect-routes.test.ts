@@ -8,7 +8,11 @@
 import http2 from "node:http2";
 import { describe, expect, it } from "vitest";
 import { create, toBinary } from "@bufbuild/protobuf";
-import { AnalyticsService, PropertyKind, RegisterEventTypeRequestSchema } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import {
+  AnalyticsService,
+  PropertyKind,
+  RegisterEventTypeRequestSchema,
+} from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { useTestServer } from "../support/harness.ts";
 
 const t = useTestServer();
@@ -16,7 +20,11 @@ const t = useTestServer();
 const PER_REQUEST = new Set(["date", "x-request-id", "connection", "keep-alive", ":status"]);
 
 function comparable(headers: Record<string, unknown>) {
-  return Object.fromEntries(Object.entries(headers).filter(([k]) => !PER_REQUEST.has(k)).sort(([a], [b]) => a.localeCompare(b)));
+  return Object.fromEntries(
+    Object.entries(headers)
+      .filter(([k]) => !PER_REQUEST.has(k))
+      .sort(([a], [b]) => a.localeCompare(b)),
+  );
 }
 
 /** One request over HTTP/1.1: status, headers, raw body. */
@@ -31,21 +39,35 @@ async function connectCall(path: string, body: Uint8Array | string, headers: Rec
 async function grpcCall(path: string, message: Uint8Array, headers: Record<string, string>) {
   const session = http2.connect(t.url);
   try {
-    return await new Promise<{ headers: Record<string, unknown>; body: string; trailers: Record<string, unknown> }>((resolve, reject) => {
-      const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
-      let head: Record<string, unknown> = {};
-      let trailers: Record<string, unknown> = {};
-      const chunks: Buffer[] = [];
-      stream.on("response", (h) => (head = { ...h }));
-      stream.on("trailers", (h) => (trailers = { ...h }));
-      stream.on("data", (c: Buffer) => chunks.push(c));
-      stream.on("end", () => resolve({ headers: comparable(head), body: Buffer.concat(chunks).toString("base64"), trailers: comparable(trailers) }));
-      stream.on("error", reject);
-      const frame = Buffer.alloc(5 + message.length);
-      frame.writeUInt32BE(message.length, 1);
-      frame.set(message, 5);
-      stream.end(frame);
-    });
+    return await new Promise<{ headers: Record<string, unknown>; body: string; trailers: Record<string, unknown> }>(
+      (resolve, reject) => {
+        const stream = session.request({
+          ":method": "POST",
+          ":path": path,
+          "content-type": "application/grpc",
+          te: "trailers",
+          ...headers,
+        });
+        let head: Record<string, unknown> = {};
+        let trailers: Record<string, unknown> = {};
+        const chunks: Buffer[] = [];
+        stream.on("response", (h) => (head = { ...h }));
+        stream.on("trailers", (h) => (trailers = { ...h }));
+        stream.on("data", (c: Buffer) => chunks.push(c));
+        stream.on("end", () =>
+          resolve({
+            headers: comparable(head),
+            body: Buffer.concat(chunks).toString("base64"),
+            trailers: comparable(trailers),
+          }),
+        );
+        stream.on("error", reject);
+        const frame = Buffer.alloc(5 + message.length);
+        frame.writeUInt32BE(message.length, 1);
+        frame.set(message, 5);
+        stream.end(frame);
+      },
+    );
   } finally {
     session.close();
   }
@@ -77,7 +99,15 @@ describe("unary Connect and gRPC calls: the short path answers as the general ha
     const json = { ...auth, "content-type": "application/json" };
     const proto = { ...auth, "content-type": "application/proto" };
     // Registering changes `updatedAt`: sent once; the listings after it are compared.
-    expect((await connectCall(REGISTER, JSON.stringify({ name: "signup", properties: { plan: "PROPERTY_KIND_STRING" } }), json)).status).toBe(200);
+    expect(
+      (
+        await connectCall(
+          REGISTER,
+          JSON.stringify({ name: "signup", properties: { plan: "PROPERTY_KIND_STRING" } }),
+          json,
+        )
+      ).status,
+    ).toBe(200);
     expect((await bothConnect(LIST, "{}", json)).status).toBe(200);
     expect((await bothConnect(LIST, new Uint8Array(), proto)).status).toBe(200);
     expect((await bothConnect(LIST, "{}", { "content-type": "application/json" })).status).toBe(401);
@@ -87,7 +117,14 @@ describe("unary Connect and gRPC calls: the short path answers as the general ha
     expect((await bothConnect(REGISTER, bad, proto)).status).toBe(400);
     // Large enough to be compressed when the client accepts it.
     for (let i = 0; i < 30; i++) {
-      await connectCall(REGISTER, JSON.stringify({ name: `type_${i}`, properties: { plan: "PROPERTY_KIND_STRING", seats: "PROPERTY_KIND_NUMBER" } }), json);
+      await connectCall(
+        REGISTER,
+        JSON.stringify({
+          name: `type_${i}`,
+          properties: { plan: "PROPERTY_KIND_STRING", seats: "PROPERTY_KIND_NUMBER" },
+        }),
+        json,
+      );
     }
     const gzipped = await bothConnect(LIST, "{}", { ...json, "accept-encoding": "gzip" });
     expect(gzipped.headers["content-encoding"]).toBe("gzip");
@@ -97,7 +134,10 @@ describe("unary Connect and gRPC calls: the short path answers as the general ha
     const app = await t.createApp();
     const auth = { authorization: `Bearer ${app.token}` };
     const register = (name: string) =>
-      toBinary(RegisterEventTypeRequestSchema, create(RegisterEventTypeRequestSchema, { name, properties: { plan: PropertyKind.STRING } }));
+      toBinary(
+        RegisterEventTypeRequestSchema,
+        create(RegisterEventTypeRequestSchema, { name, properties: { plan: PropertyKind.STRING } }),
+      );
     expect((await grpcCall(REGISTER, register("signup"), auth)).trailers["grpc-status"]).toBe("0");
     expect((await bothGrpc(LIST, new Uint8Array(), auth)).trailers["grpc-status"]).toBe("0");
     const refused = await bothGrpc(REGISTER, register("Bad"), auth);

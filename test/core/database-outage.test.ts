@@ -79,7 +79,8 @@ describe.runIf(run)("a database outage (src/core/database/health.ts, src/core/er
           await queues.listQueues({});
         } catch (err) {
           const e = ConnectError.from(err);
-          if (e.code !== Code.Unavailable || e.findDetails(ErrorDetailSchema)[0]?.code !== "unavailable") bad.push(e.message);
+          if (e.code !== Code.Unavailable || e.findDetails(ErrorDetailSchema)[0]?.code !== "unavailable")
+            bad.push(e.message);
         }
       }
     };

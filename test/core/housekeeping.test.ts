@@ -18,11 +18,19 @@ const DAY = 86_400_000;
 const t = useTestServer({ env: { MAIL_DOMAIN: "apps.example.net" } });
 
 async function logAt(app: TestApp, ats: number[]) {
-  const res = await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events: ats.map((at) => ({ type: "visit", at, properties: { page: "home" } })) } });
+  const res = await t.request("POST", "/v1/analytics/events", {
+    token: app.token,
+    body: { events: ats.map((at) => ({ type: "visit", at, properties: { page: "home" } })) },
+  });
   expect(res.status).toBe(200);
 }
 const total = async (app: TestApp, since: number) =>
-  (await t.request("POST", "/v1/analytics/query", { token: app.token, body: { type: "visit", since, interval: "day" } })).body.total as number;
+  (
+    await t.request("POST", "/v1/analytics/query", {
+      token: app.token,
+      body: { type: "visit", since, interval: "day" },
+    })
+  ).body.total as number;
 
 describe("retentionCutoff (src/core/apps/apps.ts)", () => {
   it("is the start of the UTC day so many days back", () => {
@@ -39,14 +47,32 @@ describe("housekeeping (src/core/housekeeping.ts)", () => {
     const now = Date.now();
     const old = now - 5 * DAY;
     for (const app of [short, normal]) {
-      expect((await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "visit", properties: { page: "string" } } })).status).toBe(200);
+      expect(
+        (
+          await t.request("POST", "/v1/analytics/types", {
+            token: app.token,
+            body: { name: "visit", properties: { page: "string" } },
+          })
+        ).status,
+      ).toBe(200);
       await logAt(app, [old, old + 1000, now - 1000, now - 2000, now - 3000]);
       for (const subject of ["old", "new"]) {
-        expect((await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "a@example.com", subject, text: "x" } })).status).toBe(200);
+        expect(
+          (
+            await t.request("POST", "/v1/mail/send", {
+              token: app.token,
+              body: { to: "a@example.com", subject, text: "x" },
+            })
+          ).status,
+        ).toBe(200);
       }
     }
     // The "old" mails as if sent five days ago.
-    await tables(t.server.deps.db).updateTable("mail_log").set({ created_at: new Date(old) }).where("subject", "=", "old").execute();
+    await tables(t.server.deps.db)
+      .updateTable("mail_log")
+      .set({ created_at: new Date(old) })
+      .where("subject", "=", "old")
+      .execute();
 
     const removed = await t.server.housekeeping.runAll();
     expect(removed["analytics retention"]).toBe(2);
@@ -54,13 +80,21 @@ describe("housekeeping (src/core/housekeeping.ts)", () => {
 
     expect(await total(short, old - DAY)).toBe(3);
     expect(await total(normal, old - DAY)).toBe(5);
-    const mails = async (app: TestApp) => (await t.admin.listMail({ appId: app.id })).mails.map((m) => m.subject).sort();
+    const mails = async (app: TestApp) =>
+      (await t.admin.listMail({ appId: app.id })).mails.map((m) => m.subject).sort();
     expect(await mails(short)).toEqual(["new"]);
     expect(await mails(normal)).toEqual(["new", "old"]);
     // The rollups went with their events: the grouped query over the rollups agrees with the raw rows.
-    const raw = await tables(t.server.deps.db).selectFrom("analytics_events").select((eb) => eb.fn.countAll<number>().as("n")).where("app_id", "=", short.id).executeTakeFirstOrThrow();
+    const raw = await tables(t.server.deps.db)
+      .selectFrom("analytics_events")
+      .select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("app_id", "=", short.id)
+      .executeTakeFirstOrThrow();
     expect(Number(raw.n)).toBe(3);
-    const grouped = await t.request("POST", "/v1/analytics/query", { token: short.token, body: { type: "visit", since: old - DAY, interval: "hour", groupBy: "page" } });
+    const grouped = await t.request("POST", "/v1/analytics/query", {
+      token: short.token,
+      body: { type: "visit", since: old - DAY, interval: "hour", groupBy: "page" },
+    });
     expect(grouped.body.total).toBe(3);
 
     expect(Object.values(await t.server.housekeeping.runAll()).every((n) => n === 0)).toBe(true);
@@ -69,7 +103,9 @@ describe("housekeeping (src/core/housekeeping.ts)", () => {
   it("retentionDays is a limit like the others: at least 1, at most 3650", async () => {
     const app = await t.createApp();
     for (const bad of [0, 3651]) {
-      const err = await t.admin.updateApp({ appId: app.id, limits: { retentionDays: bad } }).catch((e: unknown) => ConnectError.from(e));
+      const err = await t.admin
+        .updateApp({ appId: app.id, limits: { retentionDays: bad } })
+        .catch((e: unknown) => ConnectError.from(e));
       expect(err).toBeInstanceOf(ConnectError);
       expect((err as ConnectError).code).toBe(Code.InvalidArgument);
       expect((err as ConnectError).rawMessage).toMatch(/^limits\.retentionDays: /);
@@ -102,10 +138,33 @@ describe("secret link sweep (src/secrets/secret-store.ts deleteDeadLinks)", () =
       // One used, two expired, one outstanding.
       expect((await a.request("PUT", paths[0], { body: { value: `v${i}` } })).status).toBe(200);
       outstanding.push(app.id);
-      const expire = await links.selectFrom("secret_links").select("token_hash").where("app_id", "=", app.id).where("used_at", "is", null).limit(2).execute();
-      await links.updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1000) }).where("token_hash", "in", expire.map((r) => r.token_hash)).execute();
+      const expire = await links
+        .selectFrom("secret_links")
+        .select("token_hash")
+        .where("app_id", "=", app.id)
+        .where("used_at", "is", null)
+        .limit(2)
+        .execute();
+      await links
+        .updateTable("secret_links")
+        .set({ expires_at: new Date(Date.now() - 1000) })
+        .where(
+          "token_hash",
+          "in",
+          expire.map((r) => r.token_hash),
+        )
+        .execute();
     }
-    expect(Number((await links.selectFrom("secret_links").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow()).n)).toBe(12);
+    expect(
+      Number(
+        (
+          await links
+            .selectFrom("secret_links")
+            .select((eb) => eb.fn.countAll<number>().as("n"))
+            .executeTakeFirstOrThrow()
+        ).n,
+      ),
+    ).toBe(12);
 
     const [ra, rb] = await Promise.all([a.server.housekeeping.runAll(), b.server.housekeeping.runAll()]);
     expect(ra["secret links"] + rb["secret links"]).toBe(9);
@@ -123,13 +182,16 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
       { meta: { app: "a", type: "y" }, at: new Date("2026-11-01T00:00:00Z"), p: {}, b: "1" },
       { meta: { app: "b", type: "x" }, at: new Date("2026-10-01T00:00:00Z"), p: {}, b: "2" },
     ];
-    const pick = (filter: object) => docs.filter((d) => new Query(filter as never).test(d)).map((d) => `${d.meta.app}/${d.meta.type}`);
+    const pick = (filter: object) =>
+      docs.filter((d) => new Query(filter as never).test(d)).map((d) => `${d.meta.app}/${d.meta.type}`);
     expect(pick(eventsFilter("a", cutoff))).toEqual(["a/x"]);
     expect(pick(eventsFilter("a"))).toEqual(["a/x", "a/y"]);
   });
 
   it("fails whole, keeping the app, while the analytics store cannot be reached", async () => {
-    const down = await startServer({ env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" } });
+    const down = await startServer({
+      env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" },
+    });
     try {
       const app = await down.createApp();
       const err = await down.admin.deleteApp({ appId: app.id }).catch((e: unknown) => ConnectError.from(e));
@@ -143,9 +205,23 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
 
   it("removes the app's rows from every table of the platform database", async () => {
     const app = await t.createApp();
-    expect((await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "visit", properties: { page: "string" } } })).status).toBe(200);
+    expect(
+      (
+        await t.request("POST", "/v1/analytics/types", {
+          token: app.token,
+          body: { name: "visit", properties: { page: "string" } },
+        })
+      ).status,
+    ).toBe(200);
     await logAt(app, [Date.now() - 1000]);
-    expect((await t.request("POST", "/v1/mail/send", { token: app.token, body: { to: "a@example.com", subject: "s", text: "x" } })).status).toBe(200);
+    expect(
+      (
+        await t.request("POST", "/v1/mail/send", {
+          token: app.token,
+          body: { to: "a@example.com", subject: "s", text: "x" },
+        })
+      ).status,
+    ).toBe(200);
     await t.admin.declareSecrets({ appId: app.id, names: ["KEY"] });
     await t.admin.setSecret({ appId: app.id, name: "KEY", value: "v" });
     expect((await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } })).status).toBe(200);
@@ -154,8 +230,21 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
     // Two: the put, and the `secret.set` platform event on `_events`.
     expect((await t.server.housekeeping.runAll())["queue messages of deleted apps"]).toBe(2);
     const db = tables(t.server.deps.db);
-    for (const table of ["mail_log", "analytics_events", "analytics_daily", "analytics_event_types", "secrets", "app_tokens", "quota_usage", "queue_messages"] as const) {
-      const row = await db.selectFrom(table).select((eb) => eb.fn.countAll<number>().as("n")).where("app_id", "=", app.id).executeTakeFirstOrThrow();
+    for (const table of [
+      "mail_log",
+      "analytics_events",
+      "analytics_daily",
+      "analytics_event_types",
+      "secrets",
+      "app_tokens",
+      "quota_usage",
+      "queue_messages",
+    ] as const) {
+      const row = await db
+        .selectFrom(table)
+        .select((eb) => eb.fn.countAll<number>().as("n"))
+        .where("app_id", "=", app.id)
+        .executeTakeFirstOrThrow();
       expect([table, Number(row.n)]).toEqual([table, 0]);
     }
   });

@@ -25,7 +25,11 @@ const KEEPALIVE_TIMEOUT_MS = 500;
 let t: TestServer;
 beforeAll(async () => {
   t = await startServer({
-    env: { HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS), HTTP_REQUEST_TIMEOUT_MS: "1000", HTTP_KEEPALIVE_TIMEOUT_MS: String(KEEPALIVE_TIMEOUT_MS) },
+    env: {
+      HTTP_HEADERS_TIMEOUT_MS: String(HEADERS_TIMEOUT_MS),
+      HTTP_REQUEST_TIMEOUT_MS: "1000",
+      HTTP_KEEPALIVE_TIMEOUT_MS: String(KEEPALIVE_TIMEOUT_MS),
+    },
   });
 });
 afterAll(() => t?.close());
@@ -59,7 +63,12 @@ describe("createOnePortServer timeouts (src/core/http/one-port.ts)", () => {
     const session = http2.connect(t.url);
     const goaway = once(session, "goaway");
     // A consume that waits 2 s: four keep-alive timeouts with no frame on the session.
-    const stream = session.request({ ":method": "POST", ":path": "/v1/queues/jobs/consume", authorization: `Bearer ${app.token}`, "content-type": "application/json" });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/v1/queues/jobs/consume",
+      authorization: `Bearer ${app.token}`,
+      "content-type": "application/json",
+    });
     stream.end(JSON.stringify({ waitSeconds: 2 }));
     const [headers] = (await once(stream, "response")) as [http2.IncomingHttpHeaders];
     let body = "";
@@ -90,10 +99,14 @@ describe("graceful shutdown (src/main.ts, src/core/http/one-port.ts)", () => {
       let signalled = false;
       const get = () =>
         new Promise<number>((resolve, reject) => {
-          const req = http.get(`${service.url}/v1/queues`, { agent, headers: { authorization: `Bearer ${token}` } }, (res) => {
-            res.resume();
-            res.once("end", () => resolve(res.statusCode!));
-          });
+          const req = http.get(
+            `${service.url}/v1/queues`,
+            { agent, headers: { authorization: `Bearer ${token}` } },
+            (res) => {
+              res.resume();
+              res.once("end", () => resolve(res.statusCode!));
+            },
+          );
           req.once("error", reject);
         });
       const loop = async () => {

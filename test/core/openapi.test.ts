@@ -93,7 +93,9 @@ describe("GET /openapi.json", () => {
     expect(served).toContain("GET /health");
     expect(served.size).toBe(17);
     const documented = new Set(
-      Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`)),
+      Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
+        Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),
+      ),
     );
     expect([...documented].sort()).toEqual([...served].sort());
   });
@@ -103,11 +105,26 @@ describe("GET /openapi.json", () => {
     expect(Object.keys(body("/v1/queues/{queue}").properties)).toEqual(["payload", "delaySeconds", "ttlSeconds"]);
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds"]);
-    expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual(["groupBy", "interval", "since", "timezone", "type", "until"]);
+    expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual([
+      "groupBy",
+      "interval",
+      "since",
+      "timezone",
+      "type",
+      "until",
+    ]);
     expect(body("/v1/analytics/query").properties.interval.anyOf[0].enum).toEqual(["hour", "day", "week", "month"]);
     expect(Object.keys(body("/v1/mail/send").properties)).toEqual(["to", "subject", "text"]);
-    expect(Object.keys(body("/v1/inference/generate").properties)).toEqual(["model", "prompt", "messages", "maxTokens", "temperature"]);
-    expect(doc.paths["/v1/secrets/{name}"].get.parameters).toEqual([{ name: "name", in: "path", required: true, schema: { type: "string" } }]);
+    expect(Object.keys(body("/v1/inference/generate").properties)).toEqual([
+      "model",
+      "prompt",
+      "messages",
+      "maxTokens",
+      "temperature",
+    ]);
+    expect(doc.paths["/v1/secrets/{name}"].get.parameters).toEqual([
+      { name: "name", in: "path", required: true, schema: { type: "string" } },
+    ]);
 
     expect(doc.components.securitySchemes.serviceToken).toMatchObject({ type: "http", scheme: "bearer" });
     expect(doc.paths["/health"].get.security).toEqual([]);
@@ -121,7 +138,8 @@ describe("GET /openapi.json", () => {
 
   it("lists every status and error code of the spec per operation", () => {
     const codes = (path: string, method: string, status: number): string[] =>
-      doc.paths[path][method].responses[String(status)]?.content["application/json"].schema.properties.error.properties.code.enum ?? [];
+      doc.paths[path][method].responses[String(status)]?.content["application/json"].schema.properties.error.properties
+        .code.enum ?? [];
     expect(codes("/v1/queues/{queue}", "post", 403).sort()).toEqual(["app_stopped", "permission_denied"]);
     expect(codes("/v1/queues/{queue}", "post", 429)).toEqual(["queue_full"]);
     expect(codes("/v1/secrets/{name}", "get", 404)).toEqual(["not_found"]);
@@ -163,7 +181,12 @@ describe("GET /openapi.json", () => {
 describe("real responses conform to the document", () => {
   it("successes and errors of every operation", async () => {
     const token = app.token;
-    const call = async (method: string, path: string, url: string, options: { body?: unknown; token?: string } = {}) => {
+    const call = async (
+      method: string,
+      path: string,
+      url: string,
+      options: { body?: unknown; token?: string } = {},
+    ) => {
       const res = await t.request(method, url, { token: options.token, body: options.body });
       expectConforms(method, path, res);
       return res;
@@ -174,38 +197,112 @@ describe("real responses conform to the document", () => {
     expect((await call("GET", "/version", "/version")).status).toBe(200);
 
     // Queues: put, list, consume (a message and then none), ack; bad input, no token, the events queue.
-    expect((await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", { token, body: { payload: { n: 1 }, ttlSeconds: 600 } })).status).toBe(200);
+    expect(
+      (
+        await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", {
+          token,
+          body: { payload: { n: 1 }, ttlSeconds: 600 },
+        })
+      ).status,
+    ).toBe(200);
     expect((await call("GET", "/v1/queues", "/v1/queues", { token })).body.queues).toHaveLength(1);
-    const consumed = await call("POST", "/v1/queues/{queue}/consume", "/v1/queues/jobs/consume", { token, body: { waitSeconds: 0, leaseSeconds: 30 } });
+    const consumed = await call("POST", "/v1/queues/{queue}/consume", "/v1/queues/jobs/consume", {
+      token,
+      body: { waitSeconds: 0, leaseSeconds: 30 },
+    });
     expect(consumed.body.message.payload).toEqual({ n: 1 });
-    expect((await call("POST", "/v1/queues/{queue}/consume", "/v1/queues/jobs/consume", { token, body: { waitSeconds: 0 } })).body).toEqual({ message: null });
-    expect((await call("POST", "/v1/queues/_ack", "/v1/queues/_ack", { token, body: { receipt: consumed.body.message.receipt } })).body).toEqual({ acked: true });
-    expect((await call("POST", "/v1/queues/_ack", "/v1/queues/_ack", { token, body: { receipt: 5 } })).status).toBe(400);
+    expect(
+      (await call("POST", "/v1/queues/{queue}/consume", "/v1/queues/jobs/consume", { token, body: { waitSeconds: 0 } }))
+        .body,
+    ).toEqual({ message: null });
+    expect(
+      (
+        await call("POST", "/v1/queues/_ack", "/v1/queues/_ack", {
+          token,
+          body: { receipt: consumed.body.message.receipt },
+        })
+      ).body,
+    ).toEqual({ acked: true });
+    expect((await call("POST", "/v1/queues/_ack", "/v1/queues/_ack", { token, body: { receipt: 5 } })).status).toBe(
+      400,
+    );
     expect((await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", { body: { payload: 1 } })).status).toBe(401);
-    expect((await call("POST", "/v1/queues/{queue}", "/v1/queues/_events", { token, body: { payload: 1 } })).status).toBe(403);
-    expect((await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", { token, body: { payload: 1, delaySeconds: "soon" } })).status).toBe(400);
+    expect(
+      (await call("POST", "/v1/queues/{queue}", "/v1/queues/_events", { token, body: { payload: 1 } })).status,
+    ).toBe(403);
+    expect(
+      (
+        await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", {
+          token,
+          body: { payload: 1, delaySeconds: "soon" },
+        })
+      ).status,
+    ).toBe(400);
 
     // Analytics: register, list, log, query; an unregistered type.
-    expect((await call("POST", "/v1/analytics/types", "/v1/analytics/types", { token, body: { name: "signup", properties: { plan: "string" } } })).status).toBe(200);
+    expect(
+      (
+        await call("POST", "/v1/analytics/types", "/v1/analytics/types", {
+          token,
+          body: { name: "signup", properties: { plan: "string" } },
+        })
+      ).status,
+    ).toBe(200);
     expect((await call("GET", "/v1/analytics/types", "/v1/analytics/types", { token })).body.types).toHaveLength(1);
-    const logged = await call("POST", "/v1/analytics/events", "/v1/analytics/events", { token, body: { events: [{ type: "signup", properties: { plan: "pro" } }] } });
+    const logged = await call("POST", "/v1/analytics/events", "/v1/analytics/events", {
+      token,
+      body: { events: [{ type: "signup", properties: { plan: "pro" } }] },
+    });
     expect([200, 501]).toContain(logged.status);
-    const queried = await call("POST", "/v1/analytics/query", "/v1/analytics/query", { token, body: { type: "signup", since: 0, groupBy: "plan", timezone: "Europe/Berlin" } });
+    const queried = await call("POST", "/v1/analytics/query", "/v1/analytics/query", {
+      token,
+      body: { type: "signup", since: 0, groupBy: "plan", timezone: "Europe/Berlin" },
+    });
     expect([200, 400, 501]).toContain(queried.status);
-    expect((await call("POST", "/v1/analytics/events", "/v1/analytics/events", { token, body: { events: [{ type: "nope" }] } })).status).toBe(400);
+    expect(
+      (
+        await call("POST", "/v1/analytics/events", "/v1/analytics/events", {
+          token,
+          body: { events: [{ type: "nope" }] },
+        })
+      ).status,
+    ).toBe(400);
 
     // Inference: models, generate, embed; both prompt and messages.
     expect((await call("GET", "/v1/inference/models", "/v1/inference/models", { token })).status).toBe(200);
-    const generated = await call("POST", "/v1/inference/generate", "/v1/inference/generate", { token, body: { prompt: "Say hello", maxTokens: 8 } });
+    const generated = await call("POST", "/v1/inference/generate", "/v1/inference/generate", {
+      token,
+      body: { prompt: "Say hello", maxTokens: 8 },
+    });
     expect([200, 501, 502]).toContain(generated.status);
-    const embedded = await call("POST", "/v1/inference/embed", "/v1/inference/embed", { token, body: { input: ["a", "b"] } });
+    const embedded = await call("POST", "/v1/inference/embed", "/v1/inference/embed", {
+      token,
+      body: { input: ["a", "b"] },
+    });
     expect([200, 501, 502]).toContain(embedded.status);
-    expect((await call("POST", "/v1/inference/generate", "/v1/inference/generate", { token, body: { prompt: "x", messages: [] } })).status).toBe(400);
+    expect(
+      (
+        await call("POST", "/v1/inference/generate", "/v1/inference/generate", {
+          token,
+          body: { prompt: "x", messages: [] },
+        })
+      ).status,
+    ).toBe(400);
 
     // Mail: the app has no address yet, or bad input.
-    const mailed = await call("POST", "/v1/mail/send", "/v1/mail/send", { token, body: { to: "user@example.com", subject: "Hi", text: "Hello" } });
+    const mailed = await call("POST", "/v1/mail/send", "/v1/mail/send", {
+      token,
+      body: { to: "user@example.com", subject: "Hi", text: "Hello" },
+    });
     expect([200, 501]).toContain(mailed.status);
-    expect((await call("POST", "/v1/mail/send", "/v1/mail/send", { token, body: { to: "not an address", subject: "Hi", text: "Hello" } })).status).toBe(400);
+    expect(
+      (
+        await call("POST", "/v1/mail/send", "/v1/mail/send", {
+          token,
+          body: { to: "not an address", subject: "Hi", text: "Hello" },
+        })
+      ).status,
+    ).toBe(400);
 
     // Secrets: list, not declared, declared but not set, set and read, link.
     await t.admin.declareSecrets({ appId: app.id, names: ["STRIPE_KEY"] });

@@ -10,7 +10,13 @@ import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate, openDatabase } from "../../src/core/database/index.ts";
-import { buildTemplate, findTemplate, isMigratablePrefix, isTemplateCurrent, seedFromTemplate } from "../../src/core/database/pglite-template.ts";
+import {
+  buildTemplate,
+  findTemplate,
+  isMigratablePrefix,
+  isTemplateCurrent,
+  seedFromTemplate,
+} from "../../src/core/database/pglite-template.ts";
 import { migrations } from "../../src/core/database/migrations/index.ts";
 
 let scratch: string;
@@ -68,7 +74,10 @@ describe("the embedded database template", () => {
     const [dir] = await fs.readdir(other);
     const manifestFile = path.join(other, dir, "manifest.json");
     const manifest = JSON.parse(await fs.readFile(manifestFile, "utf8")) as { migrations: string[] };
-    await fs.writeFile(manifestFile, JSON.stringify({ ...manifest, migrations: [...manifest.migrations, "9999-from-the-future"] }));
+    await fs.writeFile(
+      manifestFile,
+      JSON.stringify({ ...manifest, migrations: [...manifest.migrations, "9999-from-the-future"] }),
+    );
     expect(await findTemplate(other)).toBeUndefined();
     expect(await seedFromTemplate(path.join(scratch, "d", "pg"), other)).toBe(false);
   });

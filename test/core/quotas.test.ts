@@ -9,7 +9,8 @@ let tdb: TestDatabase;
 let database: Database;
 
 async function newApp(): Promise<string> {
-  const row = await tables(database.db).insertInto("apps")
+  const row = await tables(database.db)
+    .insertInto("apps")
     .values({ name: `q-${Math.random().toString(36).slice(2)}`, status: "running", mail_from: "", limits: "{}" })
     .returning("id")
     .executeTakeFirstOrThrow();
@@ -30,13 +31,15 @@ describe(`quotas on ${backend}`, () => {
   it("reserve: 200 concurrent reservations against a cap of 100 accept exactly 100", async () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
-    const results = await Promise.allSettled(Array.from({ length: 200 }, () => quotas.reserve(appId, "events", 1, 100)));
+    const results = await Promise.allSettled(
+      Array.from({ length: 200 }, () => quotas.reserve(appId, "events", 1, 100)),
+    );
     const accepted = results.filter((r) => r.status === "fulfilled");
     const refused = results.filter((r) => r.status === "rejected");
     expect(accepted).toHaveLength(100);
     expect(refused).toHaveLength(100);
     for (const r of refused) {
-      const err = (r).reason as PlatformError;
+      const err = r.reason as PlatformError;
       expect(err).toBeInstanceOf(PlatformError);
       expect(err.code).toBe("quota_exceeded");
       expect(err.retryAfterSeconds).toBeGreaterThan(0);
@@ -77,7 +80,10 @@ describe(`quotas on ${backend}`, () => {
     const quotas = createQuotas(database.db, () => now);
     const appId = await newApp();
     await quotas.reserve(appId, "events", 10, 10);
-    await expect(quotas.reserve(appId, "events", 1, 10)).rejects.toMatchObject({ code: "quota_exceeded", retryAfterSeconds: 1 });
+    await expect(quotas.reserve(appId, "events", 1, 10)).rejects.toMatchObject({
+      code: "quota_exceeded",
+      retryAfterSeconds: 1,
+    });
     now = new Date("2026-03-02T00:00:00.000Z");
     await expect(quotas.reserve(appId, "events", 10, 10)).resolves.toMatchObject({ remaining: 0, day: "2026-03-02" });
   });
@@ -96,11 +102,15 @@ describe(`withReservation on ${backend}`, () => {
   it("settles to the actual amount when the work succeeds, and answers what is left", async () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
-    const { result, remaining } = await withReservation(quotas, { appId, counter: "fast_tokens", amount: 50, cap: 100, actual: (r: number) => r }, async (reservation) => {
-      expect(reservation.amount).toBe(50);
-      expect(await quotas.used(appId, "fast_tokens")).toBe(50); // taken before the work
-      return 20;
-    });
+    const { result, remaining } = await withReservation(
+      quotas,
+      { appId, counter: "fast_tokens", amount: 50, cap: 100, actual: (r: number) => r },
+      async (reservation) => {
+        expect(reservation.amount).toBe(50);
+        expect(await quotas.used(appId, "fast_tokens")).toBe(50); // taken before the work
+        return 20;
+      },
+    );
     expect(result).toBe(20);
     expect(remaining).toBe(80);
     expect(await quotas.used(appId, "fast_tokens")).toBe(20);
@@ -112,10 +122,14 @@ describe(`withReservation on ${backend}`, () => {
     const failures: unknown[] = [];
     const boom = new Error("provider down");
     await expect(
-      withReservation(quotas, { appId, counter: "mail", amount: 1, cap: 5, onFailure: (err) => failures.push(err) }, async () => {
-        expect(await quotas.used(appId, "mail")).toBe(1);
-        throw boom;
-      }),
+      withReservation(
+        quotas,
+        { appId, counter: "mail", amount: 1, cap: 5, onFailure: (err) => failures.push(err) },
+        async () => {
+          expect(await quotas.used(appId, "mail")).toBe(1);
+          throw boom;
+        },
+      ),
     ).rejects.toBe(boom);
     expect(failures).toEqual([boom]);
     expect(await quotas.used(appId, "mail")).toBe(0);

@@ -43,7 +43,10 @@ afterAll(async () => {
 describe("GET /ready (src/core/readiness.ts)", () => {
   it("is ready on the embedded default, with the database checked", async () => {
     const t = await start();
-    expect(await t.request("GET", "/ready")).toMatchObject({ status: 200, body: { status: "ready", checks: { database: "ok" } } });
+    expect(await t.request("GET", "/ready")).toMatchObject({
+      status: 200,
+      body: { status: "ready", checks: { database: "ok" } },
+    });
   });
 
   it("is not ready while MongoDB, SES or Bedrock cannot be reached, and names which; /health stays ok", async () => {
@@ -61,13 +64,25 @@ describe("GET /ready (src/core/readiness.ts)", () => {
     expect(res.headers.get("retry-after")).toBe("5");
     expect(res.body.error.code).toBe("unavailable");
     expect(res.body.error.message).toBe("not ready: analytics, mail, inference");
-    expect(res.body.checks).toEqual({ database: "ok", analytics: expect.not.stringMatching(/^ok$/), mail: "unreachable", inference: "unreachable" });
+    expect(res.body.checks).toEqual({
+      database: "ok",
+      analytics: expect.not.stringMatching(/^ok$/),
+      mail: "unreachable",
+      inference: "unreachable",
+    });
     expect(JSON.stringify(res.body)).not.toContain(String(port));
     expect((await t.request("GET", "/health")).status).toBe(200);
   });
 
   it("is ready when Bedrock answers, even with an error for the call itself", async () => {
-    const t = await start({ INFERENCE_PROVIDER: "bedrock", AWS_REGION: "us-east-1", AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url });
-    expect(await t.request("GET", "/ready")).toMatchObject({ status: 200, body: { checks: { database: "ok", inference: "ok" } } });
+    const t = await start({
+      INFERENCE_PROVIDER: "bedrock",
+      AWS_REGION: "us-east-1",
+      AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
+    });
+    expect(await t.request("GET", "/ready")).toMatchObject({
+      status: 200,
+      body: { checks: { database: "ok", inference: "ok" } },
+    });
   });
 });

@@ -13,7 +13,14 @@ import { queuesRoutes } from "../../src/queues/queues-routes.ts";
 import { secretsRoutes } from "../../src/secrets/secrets-routes.ts";
 import { endpoints } from "../support/endpoints.ts";
 
-const all: AnyRestRoute[] = [...analyticsRoutes, ...inferenceRoutes, ...mailRoutes, ...metaRoutes, ...queuesRoutes, ...secretsRoutes];
+const all: AnyRestRoute[] = [
+  ...analyticsRoutes,
+  ...inferenceRoutes,
+  ...mailRoutes,
+  ...metaRoutes,
+  ...queuesRoutes,
+  ...secretsRoutes,
+];
 const key = (r: { method: string; url: string }) => `${r.method} ${r.url}`;
 /** `/v1/queues/jobs` matches `/v1/queues/:queue`. */
 const matches = (url: string, path: string) => new RegExp(`^${url.replace(/:[^/]+/g, "[^/]+")}$`).test(path);
@@ -34,7 +41,8 @@ describe("REST route tables", () => {
       if (r.url.includes(":")) expect(r.params, key(r)).toBeDefined();
       // Creating a secret link reads no body: its only input is the path.
       if (r.method === "POST" && !r.url.endsWith("/link")) expect(r.body, key(r)).toBeDefined();
-      for (const schema of [r.body, r.params, r.query]) if (schema) expect(typeof schema.safeParse, key(r)).toBe("function");
+      for (const schema of [r.body, r.params, r.query])
+        if (schema) expect(typeof schema.safeParse, key(r)).toBe("function");
     }
   });
 

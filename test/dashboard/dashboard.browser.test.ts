@@ -33,7 +33,16 @@ beforeAll(async () => {
   t = await startServer();
   browser = await chromium.launch({
     executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"],
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      "--no-first-run",
+      "--disable-quic",
+    ],
   });
   context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   context.setDefaultTimeout(15_000);
@@ -53,7 +62,7 @@ afterAll(async () => {
 });
 
 /** Waits (up to 15 s) for what the page shows, which changes on the page's own schedule. */
-const eventually = <T,>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
+const eventually = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
 const shot = async (name: string, p: Page = page) => {
   await p.evaluate(() => window.scrollTo(0, 0));
   await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
@@ -127,13 +136,18 @@ describe("the operator dashboard in Chromium", () => {
 
     await page.getByLabel("Events per day").fill("-5");
     await page.getByRole("button", { name: "Save settings" }).click();
-    await eventually(() => page.getByRole("alert").textContent()).toContain("limits.eventsPerDay: must be an integer from 0 to");
+    await eventually(() => page.getByRole("alert").textContent()).toContain(
+      "limits.eventsPerDay: must be an integer from 0 to",
+    );
     await page.getByLabel("Events per day").fill("5000");
     await page.getByLabel("Mail sender (mailFrom)").fill("hello@shop.example");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
     // The two refusals above, and nothing else.
-    expect(consoleErrors.filter((e) => !e.startsWith("("))).toEqual([expect.stringContaining("400"), expect.stringContaining("400")]);
+    expect(consoleErrors.filter((e) => !e.startsWith("("))).toEqual([
+      expect.stringContaining("400"),
+      expect.stringContaining("400"),
+    ]);
     consoleErrors.length = 0;
     const { app } = await t.admin.getApp({ appId });
     expect(app?.limits?.eventsPerDay).toBe(5000);
@@ -153,7 +167,9 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByRole("button", { name: "Done" }).click();
     expect(await page.getByTestId("issued-token").count()).toBe(0);
     // The last-use mark shows on the next refresh of the list.
-    await eventually(() => page.locator(".table-wrap tbody tr").first().locator("td").nth(2).textContent()).not.toBe("never");
+    await eventually(() => page.locator(".table-wrap tbody tr").first().locator("td").nth(2).textContent()).not.toBe(
+      "never",
+    );
     expect(await page.locator(".table-wrap tbody").textContent()).toContain("production");
     await shot("04-tokens");
   });
@@ -165,7 +181,11 @@ describe("the operator dashboard in Chromium", () => {
       body: JSON.stringify({ name: "signup", properties: { plan: "string" } }),
     });
     const at = Date.now() - 2 * 3600_000;
-    const events = [..."ppfpfp"].map((c, i) => ({ type: "signup", at: at - i * 86_400_000, properties: { plan: c === "p" ? "pro" : "free" } }));
+    const events = [..."ppfpfp"].map((c, i) => ({
+      type: "signup",
+      at: at - i * 86_400_000,
+      properties: { plan: c === "p" ? "pro" : "free" },
+    }));
     const logged = await fetch(t.url + "/v1/analytics/events", {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
@@ -198,7 +218,9 @@ describe("the operator dashboard in Chromium", () => {
     await eventually(() => page.getByTestId("depth-orders").textContent()).toBe("2");
     await page.getByRole("button", { name: "Peek at orders" }).click();
     await page.locator(".messages pre").first().waitFor();
-    expect(await page.locator(".messages pre").first().textContent()).toBe(JSON.stringify({ order: 1, items: ["a", "b"] }, null, 2));
+    expect(await page.locator(".messages pre").first().textContent()).toBe(
+      JSON.stringify({ order: 1, items: ["a", "b"] }, null, 2),
+    );
     expect(Number((await t.admin.listQueues({ appId })).queues[0].depth)).toBe(2);
     await shot("06-queues");
   });
@@ -210,12 +232,22 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByText("Saved.").waitFor();
     expect((await t.admin.getApp({ appId })).app?.limits?.maxDeliveries).toBe(1);
     const rest = (pathname: string, body: unknown) =>
-      fetch(t.url + pathname, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+      fetch(t.url + pathname, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
     expect((await rest("/v1/queues/jobs", { payload: { job: "resize" } })).status).toBe(200);
-    expect(((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message).not.toBeNull();
+    expect(
+      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
+    ).not.toBeNull();
     // The lease lapses (without waiting for it); the next consume moves the message to the dead letters.
-    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(tables(t.server.deps.db));
-    expect(((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message).toBeNull();
+    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(
+      tables(t.server.deps.db),
+    );
+    expect(
+      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
+    ).toBeNull();
     await tab("Queues");
     await page.getByRole("button", { name: "Dead letters of jobs" }).click();
     await page.getByRole("heading", { name: "Dead letters of jobs" }).waitFor();
@@ -300,7 +332,9 @@ describe("the operator dashboard in Chromium", () => {
     await p.getByLabel("Admin token").fill(t.adminToken);
     await p.getByRole("button", { name: "Sign in" }).click();
     await p.getByRole("link", { name: "shop" }).waitFor();
-    const overflow = await p.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+    const overflow = await p.evaluate(
+      () => document.documentElement.scrollWidth - document.documentElement.clientWidth,
+    );
     expect(overflow).toBeLessThanOrEqual(0);
     const background = await p.evaluate(() => getComputedStyle(document.body).backgroundColor);
     expect(background).toBe("rgb(13, 17, 23)");
@@ -328,7 +362,9 @@ describe("the operator dashboard in Chromium", () => {
 
   it("pages through 1000 apps, filters them, and makes no requests while the tab is hidden", async () => {
     for (let i = 0; i < 1000; i += 50) {
-      await Promise.all(Array.from({ length: 50 }, (_, j) => t.admin.createApp({ name: `bulk-${String(i + j).padStart(4, "0")}` })));
+      await Promise.all(
+        Array.from({ length: 50 }, (_, j) => t.admin.createApp({ name: `bulk-${String(i + j).padStart(4, "0")}` })),
+      );
     }
     await page.getByLabel("Admin token").fill(t.adminToken);
     const started = Date.now();

@@ -50,7 +50,11 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
     url: "",
     requests: [] as FixtureRequest[],
     maxInFlight: 0,
-    handle: (() => ({ error: "InternalServerException", status: 500, message: "no handler set" })) as BedrockFixture["handle"],
+    handle: (() => ({
+      error: "InternalServerException",
+      status: 500,
+      message: "no handler set",
+    })) as BedrockFixture["handle"],
     reset() {
       fixture.requests.length = 0;
       fixture.maxInFlight = 0;
@@ -72,7 +76,11 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
     const answerStream = async () => {
       const match = PATH.exec(String(headers[":path"]));
       if (headers[":method"] !== "POST" || !match) {
-        stream.respond({ ":status": 404, "content-type": "application/json", "x-amzn-errortype": "UnknownOperationException" });
+        stream.respond({
+          ":status": 404,
+          "content-type": "application/json",
+          "x-amzn-errortype": "UnknownOperationException",
+        });
         stream.end(JSON.stringify({ message: "unknown operation" }));
         return;
       }
@@ -82,7 +90,9 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
         modelId: decodeURIComponent(match[1]),
         headers,
         body: text ? JSON.parse(text) : undefined,
-        closed: stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once("close", () => resolve())),
+        closed: stream.closed
+          ? Promise.resolve()
+          : new Promise<void>((resolve) => stream.once("close", () => resolve())),
       };
       fixture.requests.push(req);
       // In flight until answered or closed, so a request the client cancelled stops counting.
@@ -99,7 +109,11 @@ export async function startBedrockFixture(): Promise<BedrockFixture> {
       done();
       if (stream.destroyed) return;
       if ("error" in answer) {
-        stream.respond({ ":status": answer.status, "content-type": "application/json", "x-amzn-errortype": answer.error });
+        stream.respond({
+          ":status": answer.status,
+          "content-type": "application/json",
+          "x-amzn-errortype": answer.error,
+        });
         stream.end(JSON.stringify({ message: answer.message }));
       } else if ("breakMidway" in answer) {
         stream.respond({ ":status": 200, "content-type": "application/json" });

@@ -43,7 +43,11 @@ beforeEach(() => fixture.reset());
 const generate = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/generate", { token, body });
 const embed = (body: unknown, token = app.token) => t.request("POST", "/v1/inference/embed", { token, body });
 
-function converseAnswer(text: string[] | string, stopReason = "end_turn", usage = { inputTokens: 17, outputTokens: 5 }) {
+function converseAnswer(
+  text: string[] | string,
+  stopReason = "end_turn",
+  usage = { inputTokens: 17, outputTokens: 5 },
+) {
   const blocks = (Array.isArray(text) ? text : [text]).map((t) => ({ text: t }));
   return {
     json: {
@@ -72,24 +76,29 @@ describe("generate through Converse", () => {
   it("maps system messages to system, merges same-role turns, and sends inferenceConfig", async () => {
     fixture.handle = () => converseAnswer(["Paris", " is the capital."]);
     const fresh = await t.createApp();
-    const res = await generate({
-      messages: [
-        { role: "system", content: "You are terse." },
-        { role: "user", content: "Capital of France?" },
-        { role: "assistant", content: "Which France?" },
-        { role: "system", content: "Answer in English." },
-        { role: "user", content: "The country." },
-        { role: "user", content: "Please." },
-      ],
-      maxTokens: 200,
-      temperature: 0.3,
-    }, fresh.token);
+    const res = await generate(
+      {
+        messages: [
+          { role: "system", content: "You are terse." },
+          { role: "user", content: "Capital of France?" },
+          { role: "assistant", content: "Which France?" },
+          { role: "system", content: "Answer in English." },
+          { role: "user", content: "The country." },
+          { role: "user", content: "Please." },
+        ],
+        maxTokens: 200,
+        temperature: 0.3,
+      },
+      fresh.token,
+    );
     expect(res.status).toBe(200);
     expect(fixture.requests).toHaveLength(1);
     const req = fixture.requests[0];
     expect(req.operation).toBe("converse");
     expect(req.modelId).toBe(FAST_MODEL_ID);
-    expect(String(req.headers.authorization)).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDPLATFORMTEST\/\d{8}\/us-east-1\/bedrock\//);
+    expect(String(req.headers.authorization)).toMatch(
+      /^AWS4-HMAC-SHA256 Credential=AKIDPLATFORMTEST\/\d{8}\/us-east-1\/bedrock\//,
+    );
     expect(req.body).toEqual({
       system: [{ text: "You are terse." }, { text: "Answer in English." }],
       messages: [
@@ -182,18 +191,30 @@ describe("Bedrock errors", () => {
   }
 
   it("a ValidationException about the input is 400, without Bedrock's wording", async () => {
-    fixture.handle = () => ({ error: "ValidationException", status: 400, message: `Input is too long for requested model ${LEAKY}.` });
+    fixture.handle = () => ({
+      error: "ValidationException",
+      status: 400,
+      message: `Input is too long for requested model ${LEAKY}.`,
+    });
     const res = await expectNothingCharged({ prompt: "hello" }, 400, "invalid_argument");
     expect(res.body.error.message).toMatch(/refused the input/);
   });
 
   it("a ValidationException about the configured model is 502: not the app's fault", async () => {
-    fixture.handle = () => ({ error: "ValidationException", status: 400, message: "The provided model identifier is invalid." });
+    fixture.handle = () => ({
+      error: "ValidationException",
+      status: 400,
+      message: "The provided model identifier is invalid.",
+    });
     await expectNothingCharged({ prompt: "hello" }, 502, "upstream_error");
   });
 
   it("a ThrottlingException is 502 with a short Retry-After, and releases the allowance", async () => {
-    fixture.handle = () => ({ error: "ThrottlingException", status: 429, message: `Too many requests, please wait. ${LEAKY}` });
+    fixture.handle = () => ({
+      error: "ThrottlingException",
+      status: 429,
+      message: `Too many requests, please wait. ${LEAKY}`,
+    });
     const res = await expectNothingCharged({ prompt: "hello" }, 502, "upstream_error");
     expect(res.body.error.message).toMatch(/busy/);
     expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
@@ -252,7 +273,10 @@ describe("Bedrock errors", () => {
 
   it("is Unavailable over gRPC", async () => {
     fixture.handle = () => ({ error: "InternalServerException", status: 500, message: LEAKY });
-    const err = await t.client(InferenceService, app.token, "grpc").generate({ prompt: "x" }).catch((e: unknown) => ConnectError.from(e));
+    const err = await t
+      .client(InferenceService, app.token, "grpc")
+      .generate({ prompt: "x" })
+      .catch((e: unknown) => ConnectError.from(e));
     expect((err as ConnectError).code).toBe(Code.Unavailable);
     expect((err as ConnectError).rawMessage).not.toContain("123456789012");
   });
@@ -300,7 +324,11 @@ describe("embed through InvokeModel on Titan Text Embeddings", () => {
   });
 
   it("a ValidationException on an input is 400", async () => {
-    fixture.handle = () => ({ error: "ValidationException", status: 400, message: "400 Bad Request: Too many input tokens." });
+    fixture.handle = () => ({
+      error: "ValidationException",
+      status: 400,
+      message: "400 Bad Request: Too many input tokens.",
+    });
     const res = await embed({ input: "hello" });
     expect(res.status).toBe(400);
     expect(res.body.error.code).toBe("invalid_argument");
@@ -324,7 +352,12 @@ describe("embed on Cohere Embed (the provider alone, with the real client)", () 
 
   it("sends batches of up to 96 texts and counts tokens from the response header", async () => {
     fixture.handle = (req) => ({
-      json: { id: "x", response_type: "embeddings_floats", texts: req.body.texts, embeddings: req.body.texts.map((s: string) => [s.length, 0, 1]) },
+      json: {
+        id: "x",
+        response_type: "embeddings_floats",
+        texts: req.body.texts,
+        embeddings: req.body.texts.map((s: string) => [s.length, 0, 1]),
+      },
       headers: { "x-amzn-bedrock-input-token-count": String(req.body.texts.length * 3) },
     });
     const p = provider();
@@ -347,7 +380,10 @@ describe("embed on Cohere Embed (the provider alone, with the real client)", () 
     const p = provider();
     try {
       const result = await p.embed(["abcdefgh", "ab"], new AbortController().signal);
-      expect(result.embeddings).toEqual([[0.5, 0.5], [0.5, 0.5]]);
+      expect(result.embeddings).toEqual([
+        [0.5, 0.5],
+        [0.5, 0.5],
+      ]);
       expect(result.tokens).toBe(estimateTokens("abcdefgh") + estimateTokens("ab"));
     } finally {
       p.close?.();
@@ -361,8 +397,13 @@ describe("caps under concurrency on Bedrock", () => {
     const cap = 2000;
     await t.admin.updateApp({ appId: fresh.id, limits: { fastTokensPerDay: cap } });
     // Reserved per request: 3 (estimate) + 50 = 53; Bedrock reports 4 + 20 = 24.
-    fixture.handle = () => ({ ...converseAnswer("y".repeat(80), "end_turn", { inputTokens: 4, outputTokens: 20 }), delayMs: 5 });
-    const results = await Promise.all(Array.from({ length: 200 }, () => generate({ prompt: "hello world", maxTokens: 50 }, fresh.token)));
+    fixture.handle = () => ({
+      ...converseAnswer("y".repeat(80), "end_turn", { inputTokens: 4, outputTokens: 20 }),
+      delayMs: 5,
+    });
+    const results = await Promise.all(
+      Array.from({ length: 200 }, () => generate({ prompt: "hello world", maxTokens: 50 }, fresh.token)),
+    );
     const ok = results.filter((r) => r.status === 200);
     const refused = results.filter((r) => r.status !== 200);
     expect(refused.every((r) => r.status === 429 && r.body.error.code === "quota_exceeded")).toBe(true);
@@ -372,4 +413,3 @@ describe("caps under concurrency on Bedrock", () => {
     expect(used).toBeLessThanOrEqual(cap);
   });
 });
-

@@ -81,7 +81,10 @@ describe("POST /v1/inference/generate on the local provider", () => {
     expect(res.body.text).toContain("not from a language model");
     expect(res.body.text).toContain(prompt);
     expect(res.body.finishReason).toBe("stop");
-    expect(res.body.usage).toEqual({ inputTokens: estimateTokens(prompt), outputTokens: estimateTokens(res.body.text) });
+    expect(res.body.usage).toEqual({
+      inputTokens: estimateTokens(prompt),
+      outputTokens: estimateTokens(res.body.text),
+    });
     const spent = res.body.usage.inputTokens + res.body.usage.outputTokens;
     expect(res.body.remainingToday).toBe(200000 - spent);
     expect((await usage(fresh.id)).fast).toBe(spent);
@@ -124,7 +127,9 @@ describe("POST /v1/inference/generate on the local provider", () => {
     expect(res.status).toBe(200);
     expect(res.body.text).toContain("4 messages");
     expect(res.body.text).toContain("second question");
-    expect(res.body.usage.inputTokens).toBe(["be brief", "first question", "first answer", "second question"].reduce((n, s) => n + estimateTokens(s), 0));
+    expect(res.body.usage.inputTokens).toBe(
+      ["be brief", "first question", "first answer", "second question"].reduce((n, s) => n + estimateTokens(s), 0),
+    );
   });
 
   const bad: [string, unknown, RegExp][] = [
@@ -132,15 +137,40 @@ describe("POST /v1/inference/generate on the local provider", () => {
     ["both prompt and messages", { prompt: "a", messages: [{ role: "user", content: "b" }] }, /not both/],
     ["both, with empty messages", { prompt: "a", messages: [] }, /not both/],
     ["empty messages", { messages: [] }, /messages: must have 1 to 64/],
-    ["65 messages", { messages: Array.from({ length: 65 }, () => ({ role: "user", content: "x" })) }, /messages: must have 1 to 64/],
+    [
+      "65 messages",
+      { messages: Array.from({ length: 65 }, () => ({ role: "user", content: "x" })) },
+      /messages: must have 1 to 64/,
+    ],
     ["empty prompt", { prompt: "" }, /prompt: must be 1 to 100000/],
     ["too long a prompt", { prompt: "x".repeat(100001) }, /prompt: must be 1 to 100000/],
     ["prompt not a string", { prompt: 42 }, /prompt: must be a string/],
-    ["unknown role", { messages: [{ role: "tool", content: "x" }] }, /messages\[0\]\.role: must be system, user or assistant/],
-    ["empty content", { messages: [{ role: "user", content: "ok" }, { role: "user", content: "" }] }, /messages\[1\]\.content: must be 1 to 100000/],
+    [
+      "unknown role",
+      { messages: [{ role: "tool", content: "x" }] },
+      /messages\[0\]\.role: must be system, user or assistant/,
+    ],
+    [
+      "empty content",
+      {
+        messages: [
+          { role: "user", content: "ok" },
+          { role: "user", content: "" },
+        ],
+      },
+      /messages\[1\]\.content: must be 1 to 100000/,
+    ],
     ["too long content", { messages: [{ role: "user", content: "x".repeat(100001) }] }, /messages\[0\]\.content/],
-    ["a lone surrogate", { messages: [{ role: "user", content: "ok \ud800" }] }, /messages\[0\]\.content: must be text/],
-    ["content not a string", { messages: [{ role: "user", content: ["x"] }] }, /messages\[0\]\.content: must be a string/],
+    [
+      "a lone surrogate",
+      { messages: [{ role: "user", content: "ok \ud800" }] },
+      /messages\[0\]\.content: must be text/,
+    ],
+    [
+      "content not a string",
+      { messages: [{ role: "user", content: ["x"] }] },
+      /messages\[0\]\.content: must be a string/,
+    ],
     ["a message that is not an object", { messages: ["hi"] }, /messages\[0\]/],
     ["only system messages", { messages: [{ role: "system", content: "x" }] }, /at least one user or assistant/],
     ["temperature above 2", { prompt: "x", temperature: 2.01 }, /temperature: must be a number from 0 to 2/],
@@ -198,7 +228,9 @@ describe("POST /v1/inference/generate on the local provider", () => {
     const cap = 1000;
     await t.admin.updateApp({ appId: fresh.id, limits: { fastTokensPerDay: cap } });
     // Each reserves 1 + 40 = 41 and spends 41 (cut at maxTokens): at most 24 fit.
-    const results = await Promise.all(Array.from({ length: 200 }, () => generate({ prompt: "go", maxTokens: 40 }, fresh.token)));
+    const results = await Promise.all(
+      Array.from({ length: 200 }, () => generate({ prompt: "go", maxTokens: 40 }, fresh.token)),
+    );
     const ok = results.filter((r) => r.status === 200);
     const refused = results.filter((r) => r.status !== 200);
     expect(refused.every((r) => r.status === 429 && r.body.error.code === "quota_exceeded")).toBe(true);
@@ -242,7 +274,10 @@ describe("POST /v1/inference/generate on the local provider", () => {
     const res = await generate({ prompt: "x" }, stopped.token);
     expect(res.status).toBe(403);
     expect(res.body.error.code).toBe("app_stopped");
-    const err = await t.client(InferenceService, stopped.token, "grpc").generate({ prompt: "x" }).catch((e: unknown) => ConnectError.from(e));
+    const err = await t
+      .client(InferenceService, stopped.token, "grpc")
+      .generate({ prompt: "x" })
+      .catch((e: unknown) => ConnectError.from(e));
     expect((err as ConnectError).code).toBe(Code.PermissionDenied);
   });
 });
@@ -342,7 +377,9 @@ describe("POST /v1/inference/embed on the local provider", () => {
       expect(res.embeddings.map((e) => e.values.length)).toEqual([256, 256]);
       const err = await client.embed({ input: [] }).catch((e: unknown) => ConnectError.from(e));
       expect((err as ConnectError).code).toBe(Code.InvalidArgument);
-      const wrong = await client.embed({ input: ["a"], model: "platform/fast" }).catch((e: unknown) => ConnectError.from(e));
+      const wrong = await client
+        .embed({ input: ["a"], model: "platform/fast" })
+        .catch((e: unknown) => ConnectError.from(e));
       expect((wrong as ConnectError).rawMessage).toMatch(/generation model/);
     }
   });

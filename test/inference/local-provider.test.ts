@@ -27,7 +27,11 @@ describe("hashEmbedding", () => {
   it.each([
     ["the cat sat on the mat", "a cat was sitting on the mat", "quarterly revenue grew by ten percent"],
     ["how to cook pasta al dente", "cooking pasta until al dente", "the train to Berlin leaves at noon"],
-    ["database connection pool exhausted", "the connection pool of the database is exhausted", "happy birthday to my sister"],
+    [
+      "database connection pool exhausted",
+      "the connection pool of the database is exhausted",
+      "happy birthday to my sister",
+    ],
     ["reset my password", "password reset", "weather forecast for tomorrow"],
   ])("ranks %j closer to %j than to %j", (anchor, similar, different) => {
     const a = hashEmbedding(anchor);
@@ -46,7 +50,10 @@ describe("the local provider", () => {
   const provider = createLocalProvider();
 
   it("says plainly that it is the offline provider", async () => {
-    const r = await provider.generate({ messages: [{ role: "user", content: "Who are you?" }], maxTokens: 1024, temperature: 0.7 }, signal);
+    const r = await provider.generate(
+      { messages: [{ role: "user", content: "Who are you?" }], maxTokens: 1024, temperature: 0.7 },
+      signal,
+    );
     expect(r.text).toMatch(/^\[offline provider\]/);
     expect(r.text).toMatch(/not from a language model/);
     expect(r.finishReason).toBe("stop");
@@ -56,7 +63,10 @@ describe("the local provider", () => {
   });
 
   it.each([1, 2, 7, 30])("never answers more than maxTokens=%i, and says length when cut", async (maxTokens) => {
-    const r = await provider.generate({ messages: [{ role: "user", content: "long question ".repeat(50) }], maxTokens, temperature: 0 }, signal);
+    const r = await provider.generate(
+      { messages: [{ role: "user", content: "long question ".repeat(50) }], maxTokens, temperature: 0 },
+      signal,
+    );
     expect(r.outputTokens).toBe(maxTokens);
     expect(estimateTokens(r.text)).toBe(maxTokens);
     expect(r.finishReason).toBe("length");
@@ -72,7 +82,9 @@ describe("the local provider", () => {
 
 describe("token estimator", () => {
   it("is ceil(length / 4), so at least 1 for any non-empty text", () => {
-    expect([estimateTokens("a"), estimateTokens("abcd"), estimateTokens("abcde"), estimateTokens("")]).toEqual([1, 1, 2, 0]);
+    expect([estimateTokens("a"), estimateTokens("abcd"), estimateTokens("abcde"), estimateTokens("")]).toEqual([
+      1, 1, 2, 0,
+    ]);
   });
 
   it("truncates without splitting a surrogate pair", () => {

@@ -17,7 +17,9 @@ const app = useTestApp(t);
 const send = (token: string, body: unknown) => t.request("POST", "/v1/mail/send", { token, body });
 const used = async (appId: string) => Number((await t.admin.getUsage({ appId })).mail!.used);
 
-async function grpcError(promise: Promise<unknown>): Promise<{ code: Code; stringCode: string | undefined; message: string }> {
+async function grpcError(
+  promise: Promise<unknown>,
+): Promise<{ code: Code; stringCode: string | undefined; message: string }> {
   try {
     await promise;
   } catch (err) {
@@ -31,7 +33,11 @@ async function grpcError(promise: Promise<unknown>): Promise<{ code: Code; strin
 describe("POST /v1/mail/send on the outbox", () => {
   it("sends from the app's platform-assigned address and answers SPEC.md's shape", async () => {
     const a = await t.createApp();
-    const res = await send(a.token, { to: "reader@example.com", subject: "Welcome", text: "Hello there,\nthanks for signing up." });
+    const res = await send(a.token, {
+      to: "reader@example.com",
+      subject: "Welcome",
+      text: "Hello there,\nthanks for signing up.",
+    });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ sent: true, from: `${a.name}@${DOMAIN}`, remainingToday: 99 });
     const again = await send(a.token, { to: "reader@example.com", subject: "Again", text: "x" });
@@ -56,7 +62,13 @@ describe("POST /v1/mail/send on the outbox", () => {
     const { mails } = await t.admin.listMail({ appId: a.id });
     expect(mails.map((m) => m.subject)).toEqual(["Second ✓", "First"]);
     const first = mails[1];
-    expect(first).toMatchObject({ to: "first@example.com", from: `${a.name}@${DOMAIN}`, subject: "First", text, status: MailStatus.STORED });
+    expect(first).toMatchObject({
+      to: "first@example.com",
+      from: `${a.name}@${DOMAIN}`,
+      subject: "First",
+      text,
+      status: MailStatus.STORED,
+    });
     expect(first.providerMessageId).toMatch(/^[0-9a-f-]{36}$/);
     const at = Number(first.at!.seconds) * 1000;
     expect(Math.abs(at - Date.now())).toBeLessThan(60_000);
@@ -96,16 +108,36 @@ describe("POST /v1/mail/send on the outbox", () => {
 describe("validation over REST", () => {
   const cases: [string, unknown, RegExp][] = [
     ["a malformed address", { to: "not-an-address", subject: "s", text: "t" }, /^to: must be an email address/],
-    ["a display-name address", { to: "Eve <eve@example.com>", subject: "s", text: "t" }, /^to: must be an email address/],
+    [
+      "a display-name address",
+      { to: "Eve <eve@example.com>", subject: "s", text: "t" },
+      /^to: must be an email address/,
+    ],
     ["an address with a line break", { to: "a@example.com\r\nBcc: b@example.com", subject: "s", text: "t" }, /^to: /],
     ["a missing address", { subject: "s", text: "t" }, /^to: is required/],
     ["an empty subject", { to: "a@example.com", subject: "", text: "t" }, /^subject: is required/],
-    ["a 201-character subject", { to: "a@example.com", subject: "s".repeat(201), text: "t" }, /^subject: must be 1 to 200 characters/],
-    ["CRLF in the subject", { to: "a@example.com", subject: "Hi\r\nBcc: victim@example.com", text: "t" }, /^subject: must not contain CR or LF/],
-    ["LF in the subject", { to: "a@example.com", subject: "Hi\nthere", text: "t" }, /^subject: must not contain CR or LF/],
+    [
+      "a 201-character subject",
+      { to: "a@example.com", subject: "s".repeat(201), text: "t" },
+      /^subject: must be 1 to 200 characters/,
+    ],
+    [
+      "CRLF in the subject",
+      { to: "a@example.com", subject: "Hi\r\nBcc: victim@example.com", text: "t" },
+      /^subject: must not contain CR or LF/,
+    ],
+    [
+      "LF in the subject",
+      { to: "a@example.com", subject: "Hi\nthere", text: "t" },
+      /^subject: must not contain CR or LF/,
+    ],
     ["NUL in the subject", { to: "a@example.com", subject: "a\u0000b", text: "t" }, /^subject: must not contain NUL/],
     ["an empty text", { to: "a@example.com", subject: "s", text: "" }, /^text: is required/],
-    ["a 100001-character text", { to: "a@example.com", subject: "s", text: "t".repeat(100_001) }, /^text: must be 1 to 100000 characters/],
+    [
+      "a 100001-character text",
+      { to: "a@example.com", subject: "s", text: "t".repeat(100_001) },
+      /^text: must be 1 to 100000 characters/,
+    ],
     ["a number for to", { to: 42, subject: "s", text: "t" }, /^to: /],
     ["null for text", { to: "a@example.com", subject: "s", text: null }, /^text: /],
     ["an array body", [], /^body: must be a JSON object/],
@@ -122,7 +154,10 @@ describe("validation over REST", () => {
   it("refuses malformed JSON and a lone surrogate with 400", async () => {
     const bad = await t.request("POST", "/v1/mail/send", { token: app.token, body: "{not json" });
     expect(bad.status).toBe(400);
-    const lone = await t.request("POST", "/v1/mail/send", { token: app.token, body: '{"to":"a@example.com","subject":"\\ud800","text":"t"}' });
+    const lone = await t.request("POST", "/v1/mail/send", {
+      token: app.token,
+      body: '{"to":"a@example.com","subject":"\\ud800","text":"t"}',
+    });
     expect(lone.status).toBe(400);
     expect(lone.body.error.message).toMatch(/^subject: must be valid Unicode/);
   });
@@ -149,7 +184,12 @@ describe("MailService over gRPC", () => {
     expect(res).toMatchObject({ sent: true, from: `${a.name}@${DOMAIN}`, remainingToday: 99n });
     const { mails } = await t.admin.listMail({ appId: a.id });
     expect(mails).toHaveLength(1);
-    expect(mails[0]).toMatchObject({ to: "grpc@example.com", subject: "Over gRPC", text: "hello", status: MailStatus.STORED });
+    expect(mails[0]).toMatchObject({
+      to: "grpc@example.com",
+      subject: "Over gRPC",
+      text: "hello",
+      status: MailStatus.STORED,
+    });
   });
 
   it("refuses the same inputs with InvalidArgument and the invalid_argument detail", async () => {
@@ -212,7 +252,9 @@ describe("the daily cap", () => {
     expect(accepted).toHaveLength(100);
     expect(refused.every((r) => r.status === 429 && r.body.error.code === "quota_exceeded")).toBe(true);
     // Each accepted send saw its own place in the allowance.
-    expect(accepted.map((r) => r.body.remainingToday).sort((x, y) => x - y)).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    expect(accepted.map((r) => r.body.remainingToday).sort((x, y) => x - y)).toEqual(
+      Array.from({ length: 100 }, (_, i) => i),
+    );
     expect(await used(a.id)).toBe(100);
     expect((await t.admin.listMail({ appId: a.id, limit: 1000 })).mails).toHaveLength(100);
   });
@@ -236,7 +278,10 @@ describe("AdminService.ListMail", () => {
     expect(bad.code).toBe(Code.InvalidArgument);
     const unknown = await grpcError(t.admin.listMail({ appId: "00000000-0000-4000-8000-000000000000" }));
     expect(unknown.code).toBe(Code.NotFound);
-    const res = await t.request("POST", "/platform.admin.v1.AdminService/ListMail", { token: app.token, body: { appId: app.id } });
+    const res = await t.request("POST", "/platform.admin.v1.AdminService/ListMail", {
+      token: app.token,
+      body: { appId: app.id },
+    });
     expect(res.status).toBe(401);
   });
 });

@@ -32,7 +32,9 @@ async function startSesLocal(): Promise<{ url: string; child: ChildProcess }> {
   const require = createRequire(import.meta.url);
   const pkg = require.resolve("aws-ses-v2-local/package.json");
   const cli = path.join(path.dirname(pkg), (require(pkg) as { bin: Record<string, string> }).bin["aws-ses-v2-local"]);
-  const child = spawn(process.execPath, [cli, "--host", "127.0.0.1", "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [cli, "--host", "127.0.0.1", "--port", "0"], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";
     child.stdout.on("data", (chunk: Buffer) => {
@@ -54,7 +56,11 @@ function startSesFixture() {
   let answer: Answer = "accept";
   let n = 0;
   const error = (res: http.ServerResponse, status: number, type: string, message: string) => {
-    res.writeHead(status, { "content-type": "application/json", "x-amzn-errortype": type, "x-amzn-requestid": "req-1" });
+    res.writeHead(status, {
+      "content-type": "application/json",
+      "x-amzn-errortype": type,
+      "x-amzn-requestid": "req-1",
+    });
     res.end(JSON.stringify({ message }));
   };
   const server = http.createServer((req, res) => {
@@ -68,9 +74,19 @@ function startSesFixture() {
           res.end(JSON.stringify({ MessageId: `fixture-${++n}` }));
           return;
         case "reject":
-          return error(res, 400, "MessageRejected", "Email address is not verified. The following identities failed the check in region US-EAST-1: arn:aws:ses:us-east-1:123456789012:identity/secret.example");
+          return error(
+            res,
+            400,
+            "MessageRejected",
+            "Email address is not verified. The following identities failed the check in region US-EAST-1: arn:aws:ses:us-east-1:123456789012:identity/secret.example",
+          );
         case "unverified":
-          return error(res, 400, "MailFromDomainNotVerifiedException", "MAIL FROM domain secret.example not verified for account 123456789012");
+          return error(
+            res,
+            400,
+            "MailFromDomainNotVerifiedException",
+            "MAIL FROM domain secret.example not verified for account 123456789012",
+          );
         case "throttle":
           return error(res, 429, "TooManyRequestsException", "Maximum sending rate exceeded for account 123456789012");
         case "fail":
@@ -112,7 +128,12 @@ beforeAll(async () => {
   fixture = startSesFixture();
   const [ses, fixtureUrl] = await Promise.all([startSesLocal(), fixture.listen()]);
   sesLocal = ses;
-  const env = (endpoint: string) => ({ MAIL_PROVIDER: "ses", MAIL_DOMAIN: DOMAIN, AWS_REGION: "us-east-1", AWS_ENDPOINT_URL_SES: endpoint });
+  const env = (endpoint: string) => ({
+    MAIL_PROVIDER: "ses",
+    MAIL_DOMAIN: DOMAIN,
+    AWS_REGION: "us-east-1",
+    AWS_ENDPOINT_URL_SES: endpoint,
+  });
   // One database for both servers keeps this file to one fresh database.
   database = await createTestDatabase();
   local = await startServer({ env: env(sesLocal.url), database });
@@ -137,24 +158,39 @@ describe("SES v2 against aws-ses-v2-local", () => {
   it("delivers over REST from the app's address; the stand-in stores exactly that mail", async () => {
     const a = await local.createApp();
     const text = "Hello,\r\nthis is plain text — ünïcödé 😀\n";
-    const res = await local.request("POST", "/v1/mail/send", { token: a.token, body: { to: "reader@example.com", subject: "Welcome ✓", text } });
+    const res = await local.request("POST", "/v1/mail/send", {
+      token: a.token,
+      body: { to: "reader@example.com", subject: "Welcome ✓", text },
+    });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ sent: true, from: `${a.name}@${DOMAIN}`, remainingToday: 99 });
 
     const { mails } = await local.admin.listMail({ appId: a.id });
     expect(mails).toHaveLength(1);
     const logged = mails[0];
-    expect(logged).toMatchObject({ to: "reader@example.com", from: `${a.name}@${DOMAIN}`, subject: "Welcome ✓", status: MailStatus.SENT, text: "" });
+    expect(logged).toMatchObject({
+      to: "reader@example.com",
+      from: `${a.name}@${DOMAIN}`,
+      subject: "Welcome ✓",
+      status: MailStatus.SENT,
+      text: "",
+    });
     const stored = (await store()).find((m) => m.messageId === logged.providerMessageId);
     expect(stored, "the provider message id of the log is the one SES gave").toBeDefined();
-    expect(stored).toMatchObject({ from: `${a.name}@${DOMAIN}`, destination: { to: ["reader@example.com"], cc: [], bcc: [] }, subject: "Welcome ✓" });
+    expect(stored).toMatchObject({
+      from: `${a.name}@${DOMAIN}`,
+      destination: { to: ["reader@example.com"], cc: [], bcc: [] },
+      subject: "Welcome ✓",
+    });
     expect(stored!.body.text).toBe(text);
     expect(stored!.body.html).toBeUndefined();
   });
 
   it("delivers over gRPC", async () => {
     const a = await local.createApp();
-    const res = await local.client(MailService, a.token, "grpc").sendMail({ to: "grpc@example.com", subject: "Over gRPC", text: "hi" });
+    const res = await local
+      .client(MailService, a.token, "grpc")
+      .sendMail({ to: "grpc@example.com", subject: "Over gRPC", text: "hi" });
     expect(res).toMatchObject({ sent: true, from: `${a.name}@${DOMAIN}`, remainingToday: 99n });
     const { mails } = await local.admin.listMail({ appId: a.id });
     const stored = (await store()).find((m) => m.messageId === mails[0].providerMessageId);
@@ -166,16 +202,23 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
   it("sends SendEmail with simple content, the app id as an email tag, and a SigV4 signature", async () => {
     fixture.set("accept");
     const a = await refusing.createApp();
-    const res = await refusing.request("POST", "/v1/mail/send", { token: a.token, body: { to: "x@example.com", subject: "Tagged", text: "body" } });
+    const res = await refusing.request("POST", "/v1/mail/send", {
+      token: a.token,
+      body: { to: "x@example.com", subject: "Tagged", text: "body" },
+    });
     expect(res.status).toBe(200);
     expect(fixture.requests).toHaveLength(1);
     const req = fixture.requests[0];
     expect(req.url).toBe("/v2/email/outbound-emails");
-    expect(req.headers.authorization).toMatch(/^AWS4-HMAC-SHA256 Credential=AKIDTESTTESTTEST\/\d{8}\/us-east-1\/ses\/aws4_request/);
+    expect(req.headers.authorization).toMatch(
+      /^AWS4-HMAC-SHA256 Credential=AKIDTESTTESTTEST\/\d{8}\/us-east-1\/ses\/aws4_request/,
+    );
     expect(req.body).toEqual({
       FromEmailAddress: `${a.name}@${DOMAIN}`,
       Destination: { ToAddresses: ["x@example.com"] },
-      Content: { Simple: { Subject: { Data: "Tagged", Charset: "UTF-8" }, Body: { Text: { Data: "body", Charset: "UTF-8" } } } },
+      Content: {
+        Simple: { Subject: { Data: "Tagged", Charset: "UTF-8" }, Body: { Text: { Data: "body", Charset: "UTF-8" } } },
+      },
       EmailTags: [{ Name: "app_id", Value: a.id }],
     });
     expect((await refusing.admin.listMail({ appId: a.id })).mails[0].providerMessageId).toBe("fixture-1");
@@ -193,11 +236,16 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
       const a = await refusing.createApp();
       await refusing.admin.updateApp({ appId: a.id, limits: { mailPerDay: 1 } });
       fixture.set(answer);
-      const res = await refusing.request("POST", "/v1/mail/send", { token: a.token, body: { to: "x@example.com", subject: "s", text: "t" } });
+      const res = await refusing.request("POST", "/v1/mail/send", {
+        token: a.token,
+        body: { to: "x@example.com", subject: "s", text: "t" },
+      });
       expect(res.status).toBe(502);
       expect(res.body.error.code).toBe("upstream_error");
       expect(res.body.error.message).toMatch(message);
-      expect(JSON.stringify(res.body)).not.toMatch(/123456789012|arn:|secret\.example|US-EAST-1|ip-10|Exception|MessageRejected/);
+      expect(JSON.stringify(res.body)).not.toMatch(
+        /123456789012|arn:|secret\.example|US-EAST-1|ip-10|Exception|MessageRejected/,
+      );
       expect(fixture.requests).toHaveLength(attempts);
 
       // The refusal is logged as failed, and the whole allowance is still there.
@@ -206,7 +254,10 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
       expect(mails[0]).toMatchObject({ status: MailStatus.FAILED, providerMessageId: "", subject: "s" });
       expect(Number((await refusing.admin.getUsage({ appId: a.id })).mail!.used)).toBe(0);
       fixture.set("accept");
-      const ok = await refusing.request("POST", "/v1/mail/send", { token: a.token, body: { to: "x@example.com", subject: "s", text: "t" } });
+      const ok = await refusing.request("POST", "/v1/mail/send", {
+        token: a.token,
+        body: { to: "x@example.com", subject: "s", text: "t" },
+      });
       expect(ok.status).toBe(200);
       expect(ok.body.remainingToday).toBe(0);
     });

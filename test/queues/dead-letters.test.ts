@@ -14,7 +14,11 @@ import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
 
-const err = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => ConnectError.from(e));
+const err = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => ConnectError.from(e),
+  );
 const num = (v: number) => ({ kind: { case: "numberValue" as const, value: v } });
 const payloads = (n: number, from = 0) => Array.from({ length: n }, (_, i) => ({ payload: num(from + i) }));
 
@@ -38,7 +42,9 @@ async function lapse(appId: string, queue: string) {
 async function restQueue(app: TestApp, queue: string) {
   const res = await t.request("GET", "/v1/queues", { token: app.token });
   expect(res.status).toBe(200);
-  return (res.body.queues as { name: string; depth: number; inFlight: number; deadLetters: number }[]).find((q) => q.name === queue);
+  return (res.body.queues as { name: string; depth: number; inFlight: number; deadLetters: number }[]).find(
+    (q) => q.name === queue,
+  );
 }
 
 async function allDeadLetters(appId: string, queue: string, pageSize = 100) {
@@ -86,10 +92,22 @@ describe("the rule", () => {
     expect(await restQueue(app, "work")).toMatchObject({ depth: 0, inFlight: 1, deadLetters: 0 });
     await lapse(app.id, "work");
     // The lease lapsed after the last delivery: the next consume buries it instead of leasing it.
-    expect((await t.request("POST", "/v1/queues/work/consume", { token: app.token, body: { waitSeconds: 0 } })).body).toEqual({ message: null });
-    expect((await t.request("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: second.message!.receipt } })).body).toEqual({ acked: false });
+    expect(
+      (await t.request("POST", "/v1/queues/work/consume", { token: app.token, body: { waitSeconds: 0 } })).body,
+    ).toEqual({ message: null });
+    expect(
+      (await t.request("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: second.message!.receipt } }))
+        .body,
+    ).toEqual({ acked: false });
     // A queue that holds only dead letters is listed, with depth 0 (dead letters do not count toward maxDepth).
-    expect(await restQueue(app, "work")).toEqual({ name: "work", depth: 0, inFlight: 0, maxDepth: 10000, oldestAt: null, deadLetters: 1 });
+    expect(await restQueue(app, "work")).toEqual({
+      name: "work",
+      depth: 0,
+      inFlight: 0,
+      maxDepth: 10000,
+      oldestAt: null,
+      deadLetters: 1,
+    });
     const admin = await t.admin.listQueues({ appId: app.id });
     expect(admin.queues.map((q) => [q.name, Number(q.depth), Number(q.deadLetters)])).toEqual([["work", 0, 1]]);
     const [dead] = await allDeadLetters(app.id, "work");
@@ -126,7 +144,10 @@ describe("the rule", () => {
     const app = await appWith(1);
     await app.c.putMessage({ queue: "s", payload: num(1) });
     const stop = new AbortController();
-    for await (const res of app.c.streamMessages({ queue: "s", window: 1, leaseSeconds: 120 }, { signal: stop.signal })) {
+    for await (const res of app.c.streamMessages(
+      { queue: "s", window: 1, leaseSeconds: 120 },
+      { signal: stop.signal },
+    )) {
       expect(res.messages[0].deliveries).toBe(1);
       break;
     }
@@ -164,10 +185,18 @@ describe("under concurrency", () => {
       };
       const rest = Array.from({ length: 4 }, async () => {
         while (!stop.aborted) {
-          const res = await t.request("POST", `/v1/queues/${queue}/consume`, { token: app.token, body: { waitSeconds: 1, leaseSeconds: mode.leaseSeconds } });
+          const res = await t.request("POST", `/v1/queues/${queue}/consume`, {
+            token: app.token,
+            body: { waitSeconds: 1, leaseSeconds: mode.leaseSeconds },
+          });
           const m = res.body.message as { id: string; deliveries: number; receipt: string; payload: number } | null;
           if (!m) continue;
-          const msg = { id: m.id, deliveries: m.deliveries, receipt: m.receipt, payload: num(m.payload) } as unknown as Message;
+          const msg = {
+            id: m.id,
+            deliveries: m.deliveries,
+            receipt: m.receipt,
+            payload: num(m.payload),
+          } as unknown as Message;
           record(msg);
           await settle([msg]);
         }
@@ -182,7 +211,10 @@ describe("under concurrency", () => {
       });
       const streams = Array.from({ length: 2 }, async () => {
         try {
-          for await (const res of app.c.streamMessages({ queue, window: 16, leaseSeconds: mode.leaseSeconds }, { signal: stop })) {
+          for await (const res of app.c.streamMessages(
+            { queue, window: 16, leaseSeconds: mode.leaseSeconds },
+            { signal: stop },
+          )) {
             res.messages.forEach(record);
             await settle(res.messages);
           }
@@ -198,9 +230,14 @@ describe("under concurrency", () => {
     // end acked and which dead is read from the answers, and each must be one or the other.
     const stop1 = new AbortController();
     const acked1 = () => [...acked].filter((k) => k.startsWith("1|")).length;
-    const running1 = consumers({ leaseSeconds: 1, ack: (m) => (m.payload!.kind.value as number) % 4 === 0 && m.deliveries >= 2, phase: 1 }, stop1.signal);
+    const running1 = consumers(
+      { leaseSeconds: 1, ack: (m) => (m.payload!.kind.value as number) % 4 === 0 && m.deliveries >= 2, phase: 1 },
+      stop1.signal,
+    );
     try {
-      await Promise.all(Array.from({ length: 4 }, (_, p) => app.c.putMessages({ queue, messages: payloads(total / 4, p * 1000) })));
+      await Promise.all(
+        Array.from({ length: 4 }, (_, p) => app.c.putMessages({ queue, messages: payloads(total / 4, p * 1000) })),
+      );
       await vi.waitFor(
         async () => {
           const entry = await restQueue(app, queue);
@@ -247,7 +284,10 @@ describe("under concurrency", () => {
       const replayed = await t.admin.replayDeadLetters({ appId: app.id, queue, all: true });
       expect(Number(replayed.replayed)).toBe(expectedDead);
       await vi.waitFor(() => expect(replaySeen.size).toBe(expectedDead), { timeout: 20_000, interval: 100 });
-      await vi.waitFor(async () => expect(await restQueue(app, queue)).toBeUndefined(), { timeout: 10_000, interval: 100 });
+      await vi.waitFor(async () => expect(await restQueue(app, queue)).toBeUndefined(), {
+        timeout: 10_000,
+        interval: 100,
+      });
     } finally {
       stop2.abort();
       await running2;
@@ -311,8 +351,12 @@ describe("the operator's calls", () => {
     } while (pageToken);
     expect(pages.map((p) => p.length)).toEqual([10, 10, 5]);
     expect(new Set(pages.flat())).toEqual(new Set(ids));
-    expect(Number((await t.admin.purgeDeadLetters({ appId: app.id, queue: "pages", ids: ids.slice(0, 5) })).purged)).toBe(5);
-    expect(Number((await t.admin.purgeDeadLetters({ appId: app.id, queue: "pages", ids: ids.slice(0, 5) })).purged)).toBe(0);
+    expect(
+      Number((await t.admin.purgeDeadLetters({ appId: app.id, queue: "pages", ids: ids.slice(0, 5) })).purged),
+    ).toBe(5);
+    expect(
+      Number((await t.admin.purgeDeadLetters({ appId: app.id, queue: "pages", ids: ids.slice(0, 5) })).purged),
+    ).toBe(0);
     expect((await restQueue(app, "pages"))?.deadLetters).toBe(20);
     expect(Number((await t.admin.purgeDeadLetters({ appId: app.id, queue: "pages", all: true })).purged)).toBe(20);
     expect(await restQueue(app, "pages")).toBeUndefined();
@@ -332,7 +376,11 @@ describe("the operator's calls", () => {
     expect(Number((await t.admin.replayDeadLetters({ appId: b.id, queue: "other", ids: bIds })).replayed)).toBe(0);
     expect((await restQueue(b, "shared"))?.deadLetters).toBe(3);
     // A service token is refused on AdminService.
-    const asApp = await err(t.client((await import("../../gen/platform/admin/v1/admin_pb.js")).AdminService, a.token).listDeadLetters({ appId: b.id, queue: "shared" }));
+    const asApp = await err(
+      t
+        .client((await import("../../gen/platform/admin/v1/admin_pb.js")).AdminService, a.token)
+        .listDeadLetters({ appId: b.id, queue: "shared" }),
+    );
     expect(asApp?.code).toBe(Code.Unauthenticated);
   });
 
@@ -340,7 +388,11 @@ describe("the operator's calls", () => {
     const app = await appWith(1);
     const [id] = await makeDead(app, "old", 2);
     const db = tables(t.server.deps.db);
-    await db.updateTable("queue_dead_letters").set({ expires_at: sql`now() - interval '1 second'` as never }).where("id", "=", id).execute();
+    await db
+      .updateTable("queue_dead_letters")
+      .set({ expires_at: sql`now() - interval '1 second'` as never })
+      .where("id", "=", id)
+      .execute();
     expect((await t.server.housekeeping.runAll())["queue dead-letter expiry"]).toBeGreaterThanOrEqual(1);
     expect((await allDeadLetters(app.id, "old")).map((d) => d.id)).not.toContain(id);
     await t.admin.deleteApp({ appId: app.id });
@@ -363,18 +415,43 @@ describe("the operator's calls", () => {
       body: JSON.stringify({ appId: app.id, limits: { maxDeliveries: -3 } }),
     });
     expect(res.status).toBe(400);
-    expect(await res.json()).toMatchObject({ code: "invalid_argument", message: "limits.maxDeliveries: must be an integer from 0 to 1000" });
+    expect(await res.json()).toMatchObject({
+      code: "invalid_argument",
+      message: "limits.maxDeliveries: must be an integer from 0 to 1000",
+    });
     expect((await t.admin.getApp({ appId: app.id })).app!.limits!.maxDeliveries).toBe(0);
-    expect((await t.admin.updateApp({ appId: app.id, limits: { maxDeliveries: 5 } })).app!.limits!.maxDeliveries).toBe(5);
+    expect((await t.admin.updateApp({ appId: app.id, limits: { maxDeliveries: 5 } })).app!.limits!.maxDeliveries).toBe(
+      5,
+    );
 
     const cases: [() => Promise<unknown>, string][] = [
       [() => t.admin.listDeadLetters({ appId: app.id, queue: "Bad!" }), "queue: "],
       [() => t.admin.listDeadLetters({ appId: app.id, queue: "q", pageSize: 0 }), "page_size: must be from 1 to 100"],
-      [() => t.admin.listDeadLetters({ appId: app.id, queue: "q", pageToken: "nope" }), "page_token: is not a page token of ListDeadLetters"],
-      [() => t.admin.replayDeadLetters({ appId: app.id, queue: "q" }), "ids: must name 1 to 1000 dead letters, or set all"],
-      [() => t.admin.replayDeadLetters({ appId: app.id, queue: "q", all: true, ids: [crypto.randomUUID()] }), "ids: must be empty when all is true"],
-      [() => t.admin.purgeDeadLetters({ appId: app.id, queue: "q", ids: [crypto.randomUUID(), "x"] }), "ids[1]: must be a dead letter id (a UUID)"],
-      [() => t.admin.purgeDeadLetters({ appId: app.id, queue: "q", ids: Array.from({ length: 1001 }, () => crypto.randomUUID()) }), "ids: must name at most 1000"],
+      [
+        () => t.admin.listDeadLetters({ appId: app.id, queue: "q", pageToken: "nope" }),
+        "page_token: is not a page token of ListDeadLetters",
+      ],
+      [
+        () => t.admin.replayDeadLetters({ appId: app.id, queue: "q" }),
+        "ids: must name 1 to 1000 dead letters, or set all",
+      ],
+      [
+        () => t.admin.replayDeadLetters({ appId: app.id, queue: "q", all: true, ids: [crypto.randomUUID()] }),
+        "ids: must be empty when all is true",
+      ],
+      [
+        () => t.admin.purgeDeadLetters({ appId: app.id, queue: "q", ids: [crypto.randomUUID(), "x"] }),
+        "ids[1]: must be a dead letter id (a UUID)",
+      ],
+      [
+        () =>
+          t.admin.purgeDeadLetters({
+            appId: app.id,
+            queue: "q",
+            ids: Array.from({ length: 1001 }, () => crypto.randomUUID()),
+          }),
+        "ids: must name at most 1000",
+      ],
     ];
     for (const [call, message] of cases) {
       const e = await err(call());

@@ -44,7 +44,11 @@ it("puts answered 200 survive kill -9 of the server, and are consumed after a re
   const puts = Array.from({ length: 8 }, async (_, w) => {
     for (let i = 0; ; i++) {
       try {
-        const res = await fetch(`${server!.url}/v1/queues/jobs`, { method: "POST", headers, body: JSON.stringify({ payload: { w, i } }) });
+        const res = await fetch(`${server!.url}/v1/queues/jobs`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify({ payload: { w, i } }),
+        });
         if (res.status !== 200) return;
         answered.add(((await res.json()) as { id: string }).id);
         if (answered.size === 200) reached200();
@@ -62,7 +66,11 @@ it("puts answered 200 survive kill -9 of the server, and are consumed after a re
   server = await startServiceProcess(env);
   const got = new Set<string>();
   for (;;) {
-    const res = await fetch(`${server.url}/v1/queues/jobs/consume`, { method: "POST", headers, body: JSON.stringify({ waitSeconds: 0 }) });
+    const res = await fetch(`${server.url}/v1/queues/jobs/consume`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ waitSeconds: 0 }),
+    });
     const { message } = (await res.json()) as { message: { id: string } | null };
     if (!message) break;
     got.add(message.id);

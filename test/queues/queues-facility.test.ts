@@ -21,14 +21,22 @@ const json = (v: JsonValue) => fromJson(ValueSchema, v);
 let queueCounter = 0;
 const freshQueue = () => `q${++queueCounter}.${process.pid}`;
 
-const put = (queue: string, body: unknown, token = app.token) => t.request("POST", `/v1/queues/${queue}`, { token, body });
+const put = (queue: string, body: unknown, token = app.token) =>
+  t.request("POST", `/v1/queues/${queue}`, { token, body });
 const consume = (queue: string, body: unknown = { waitSeconds: 0 }, token = app.token) =>
   t.request("POST", `/v1/queues/${queue}/consume`, { token, body });
 const ack = (receipt: unknown, token = app.token) => t.request("POST", "/v1/queues/_ack", { token, body: { receipt } });
 const list = async (token = app.token) => {
   const res = await t.request("GET", "/v1/queues", { token });
   expect(res.status).toBe(200);
-  return res.body.queues as { name: string; depth: number; inFlight: number; maxDepth: number; oldestAt: number | null; deadLetters: number }[];
+  return res.body.queues as {
+    name: string;
+    depth: number;
+    inFlight: number;
+    maxDepth: number;
+    oldestAt: number | null;
+    deadLetters: number;
+  }[];
 };
 const entry = async (queue: string, token = app.token) => (await list(token)).find((q) => q.name === queue);
 
@@ -46,12 +54,28 @@ describe("state table: (none) -> waiting (put)", () => {
     expect(res.body.expiresAt).toBeGreaterThanOrEqual(before + 4 * 86400_000 - 5_000);
     expect(res.body.expiresAt).toBeLessThanOrEqual(Date.now() + 4 * 86400_000 + 5_000);
     const e = await entry(q);
-    expect(e).toEqual({ name: q, depth: 1, inFlight: 0, maxDepth: 10000, oldestAt: expect.any(Number), deadLetters: 0 });
+    expect(e).toEqual({
+      name: q,
+      depth: 1,
+      inFlight: 0,
+      maxDepth: 10000,
+      oldestAt: expect.any(Number),
+      deadLetters: 0,
+    });
   });
 
   it("accepts any JSON value as payload and hands it back unchanged", async () => {
     const q = freshQueue();
-    const payloads = [0, -1.5, "text with \u0000 and emoji \u{1F600}", null, false, [], {}, { a: { b: [1, { c: "d" }] } }];
+    const payloads = [
+      0,
+      -1.5,
+      "text with \u0000 and emoji \u{1F600}",
+      null,
+      false,
+      [],
+      {},
+      { a: { b: [1, { c: "d" }] } },
+    ];
     for (const payload of payloads) expect((await put(q, { payload })).status).toBe(200);
     for (const payload of payloads) {
       const res = await consume(q);
@@ -151,8 +175,23 @@ describe("state table: waiting -> leased (consume)", () => {
     const res = await consume(q);
     expect(res.status).toBe(200);
     const m = res.body.message;
-    expect(Object.keys(m).sort()).toEqual(["deliveries", "enqueuedAt", "expiresAt", "id", "leaseExpiresAt", "payload", "queue", "receipt"]);
-    expect(m).toMatchObject({ id: p.body.id, queue: q, payload: { job: 1 }, deliveries: 1, expiresAt: p.body.expiresAt });
+    expect(Object.keys(m).sort()).toEqual([
+      "deliveries",
+      "enqueuedAt",
+      "expiresAt",
+      "id",
+      "leaseExpiresAt",
+      "payload",
+      "queue",
+      "receipt",
+    ]);
+    expect(m).toMatchObject({
+      id: p.body.id,
+      queue: q,
+      payload: { job: 1 },
+      deliveries: 1,
+      expiresAt: p.body.expiresAt,
+    });
     expect(typeof m.receipt).toBe("string");
     expect(m.enqueuedAt).toBeLessThanOrEqual(Date.now());
     // Default lease: 30 s.
@@ -216,7 +255,14 @@ describe("state table: waiting -> leased (consume)", () => {
 
   it("refuses waitSeconds and leaseSeconds out of range with 400", async () => {
     const q = freshQueue();
-    for (const body of [{ waitSeconds: 26 }, { waitSeconds: -1 }, { waitSeconds: 1.5 }, { waitSeconds: "1" }, { leaseSeconds: 0 }, { leaseSeconds: 43201 }]) {
+    for (const body of [
+      { waitSeconds: 26 },
+      { waitSeconds: -1 },
+      { waitSeconds: 1.5 },
+      { waitSeconds: "1" },
+      { leaseSeconds: 0 },
+      { leaseSeconds: 43201 },
+    ]) {
       const res = await consume(q, body);
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(res.body.error.code).toBe("invalid_argument");
@@ -284,7 +330,10 @@ describe("state table: leased -> waiting (lease lapses)", () => {
     const q = freshQueue();
     await put(q, { payload: "x" });
     const m = (await consume(q, { waitSeconds: 0, leaseSeconds: 1 })).body.message;
-    await vi.waitFor(async () => expect(await entry(q)).toMatchObject({ depth: 1, inFlight: 0 }), { timeout: 5000, interval: 100 });
+    await vi.waitFor(async () => expect(await entry(q)).toMatchObject({ depth: 1, inFlight: 0 }), {
+      timeout: 5000,
+      interval: 100,
+    });
     expect((await ack(m.receipt)).body).toEqual({ acked: false });
     expect((await consume(q)).body.message).toMatchObject({ id: m.id, deliveries: 2 });
   });
@@ -299,7 +348,11 @@ describe("state table: waiting -> dropped (expiry)", () => {
     expect((await consume(q)).body).toEqual({ message: null });
     const store = createQueueStore(t.server.deps.db);
     expect(await store.expire(1000)).toBeGreaterThanOrEqual(1);
-    const left = await tables(t.server.deps.db).selectFrom("queue_messages").select("id").where("id", "=", p.body.id).execute();
+    const left = await tables(t.server.deps.db)
+      .selectFrom("queue_messages")
+      .select("id")
+      .where("id", "=", p.body.id)
+      .execute();
     expect(left).toEqual([]);
   });
 
@@ -331,7 +384,13 @@ describe("extensions", () => {
     const res = await put(q, { payload: 1, ttlSeconds: 60 });
     expect(res.body.expiresAt - Date.now()).toBeGreaterThan(55_000);
     expect(res.body.expiresAt - Date.now()).toBeLessThanOrEqual(60_000);
-    for (const body of [{ payload: 1, ttlSeconds: 0 }, { payload: 1, ttlSeconds: 4 * 86400 + 1 }, { payload: 1, delaySeconds: -1 }, { payload: 1, delaySeconds: 10, ttlSeconds: 10 }, { payload: 1, ttlSeconds: "60" }]) {
+    for (const body of [
+      { payload: 1, ttlSeconds: 0 },
+      { payload: 1, ttlSeconds: 4 * 86400 + 1 },
+      { payload: 1, delaySeconds: -1 },
+      { payload: 1, delaySeconds: 10, ttlSeconds: 10 },
+      { payload: 1, ttlSeconds: "60" },
+    ]) {
       const bad = await put(q, body);
       expect(bad.status, JSON.stringify(body)).toBe(400);
       expect(bad.body.error.code).toBe("invalid_argument");
@@ -393,7 +452,10 @@ describe("the _events queue", () => {
     const short = await t.createApp();
     await t.admin.updateApp({ appId: short.id, limits: { messageTtlSeconds: 1 } });
     await t.admin.publishEvent({ appId: short.id, kind: "soon.gone", data: json({}) });
-    await vi.waitFor(async () => expect(await entry("_events", short.token)).toBeUndefined(), { timeout: 5000, interval: 100 });
+    await vi.waitFor(async () => expect(await entry("_events", short.token)).toBeUndefined(), {
+      timeout: 5000,
+      interval: 100,
+    });
     expect((await consume("_events", undefined, short.token)).body).toEqual({ message: null });
   });
 });
@@ -426,7 +488,12 @@ describe("tenant isolation", () => {
     await put(q, { payload: 1 }, stopped.token);
     const m = (await consume(q, undefined, stopped.token)).body.message;
     await stopped.stop();
-    for (const res of [await t.request("GET", "/v1/queues", { token: stopped.token }), await put(q, { payload: 1 }, stopped.token), await consume(q, undefined, stopped.token), await ack(m.receipt, stopped.token)]) {
+    for (const res of [
+      await t.request("GET", "/v1/queues", { token: stopped.token }),
+      await put(q, { payload: 1 }, stopped.token),
+      await consume(q, undefined, stopped.token),
+      await ack(m.receipt, stopped.token),
+    ]) {
       expect(res.status).toBe(403);
       expect(res.body.error.code).toBe("app_stopped");
     }
@@ -438,7 +505,9 @@ describe("waiting consumes end promptly", () => {
     const q = freshQueue();
     const before = await waitingConsumers();
     const abort = new AbortController();
-    const pending = t.request("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 25 }, signal: abort.signal }).catch(() => "aborted");
+    const pending = t
+      .request("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 25 }, signal: abort.signal })
+      .catch(() => "aborted");
     await vi.waitFor(async () => expect(await waitingConsumers()).toBe(before + 1));
     abort.abort();
     expect(await pending).toBe("aborted");
@@ -451,7 +520,9 @@ describe("waiting consumes end promptly", () => {
   it("when the server shuts down", async () => {
     const s = await startServer();
     const a = await s.createApp();
-    const pending = s.request("POST", "/v1/queues/jobs/consume", { token: a.token, body: { waitSeconds: 25 } }).catch((err: Error) => err);
+    const pending = s
+      .request("POST", "/v1/queues/jobs/consume", { token: a.token, body: { waitSeconds: 25 } })
+      .catch((err: Error) => err);
     await vi.waitFor(async () => {
       const text = (await s.request("GET", "/metrics")).body as string;
       expect(text).toMatch(/^queue_waiting_consumers 1$/m);
@@ -469,7 +540,10 @@ describe("QueueService over Connect and gRPC", () => {
     it(`${protocol}: put, list, consume, ack, lapse`, async () => {
       const client = t.client(QueueService, app.token, protocol);
       const q = freshQueue();
-      const { id, queue, expiresAt } = await client.putMessage({ queue: q, payload: { kind: { case: "stringValue", value: "hi" } } });
+      const { id, queue, expiresAt } = await client.putMessage({
+        queue: q,
+        payload: { kind: { case: "stringValue", value: "hi" } },
+      });
       expect(queue).toBe(q);
       expect(timestampMs(expiresAt!)).toBeGreaterThan(Date.now());
       const { queues } = await client.listQueues({});
@@ -486,8 +560,14 @@ describe("QueueService over Connect and gRPC", () => {
 
     it(`${protocol}: errors carry the matching code and our string code`, async () => {
       const client = t.client(QueueService, app.token, protocol);
-      const err = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => ConnectError.from(e));
-      const events = await err(client.putMessage({ queue: "_events", payload: { kind: { case: "numberValue", value: 1 } } }));
+      const err = (p: Promise<unknown>) =>
+        p.then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
+      const events = await err(
+        client.putMessage({ queue: "_events", payload: { kind: { case: "numberValue", value: 1 } } }),
+      );
       expect(events?.code).toBe(Code.PermissionDenied);
       expect(events?.findDetails(ErrorDetailSchema)[0]?.code).toBe("permission_denied");
       const name = await err(client.putMessage({ queue: "Bad", payload: { kind: { case: "numberValue", value: 1 } } }));
@@ -502,7 +582,11 @@ describe("QueueService over Connect and gRPC", () => {
       expect(receipt?.code).toBe(Code.InvalidArgument);
       const capped = await t.createApp();
       await t.admin.updateApp({ appId: capped.id, limits: { maxQueueDepth: 0 } });
-      const full = await err(t.client(QueueService, capped.token, protocol).putMessage({ queue: "ok", payload: { kind: { case: "numberValue", value: 1 } } }));
+      const full = await err(
+        t
+          .client(QueueService, capped.token, protocol)
+          .putMessage({ queue: "ok", payload: { kind: { case: "numberValue", value: 1 } } }),
+      );
       expect(full?.code).toBe(Code.ResourceExhausted);
       expect(full?.findDetails(ErrorDetailSchema)[0]?.code).toBe("queue_full");
     });
@@ -539,7 +623,10 @@ describe("REST over HTTP/2 (h2c with prior knowledge; h2 by ALPN on TLS)", () =>
     const consumed = await h2("POST", `/v1/queues/${q}/consume`, { token: app.token, body: { waitSeconds: 0 } });
     expect(consumed.status).toBe(200);
     expect(consumed.body.message.payload).toEqual({ over: "h2c" });
-    const acked = await h2("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: consumed.body.message.receipt } });
+    const acked = await h2("POST", "/v1/queues/_ack", {
+      token: app.token,
+      body: { receipt: consumed.body.message.receipt },
+    });
     expect(acked.status).toBe(200);
     expect(acked.body).toEqual({ acked: true });
     expect(acked.headers.get("x-request-id")).toBeTruthy();

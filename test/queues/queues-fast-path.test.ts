@@ -14,7 +14,11 @@ const app = useTestApp(t);
 
 type Queues = Client<typeof QueueService>;
 
-const err = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => ConnectError.from(e));
+const err = (p: Promise<unknown>) =>
+  p.then(
+    () => undefined,
+    (e: unknown) => ConnectError.from(e),
+  );
 
 /** The sum of a metric's values on a server. */
 async function metric(server: TestServer, name: string): Promise<number> {
@@ -29,7 +33,8 @@ async function stats(client: Queues, queue: string) {
   return { depth: Number(q?.depth ?? 0n), inFlight: Number(q?.inFlight ?? 0n) };
 }
 
-const payloads = (n: number, from = 0) => Array.from({ length: n }, (_, i) => ({ payload: { kind: { case: "numberValue" as const, value: from + i } } }));
+const payloads = (n: number, from = 0) =>
+  Array.from({ length: n }, (_, i) => ({ payload: { kind: { case: "numberValue" as const, value: from + i } } }));
 
 describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
   const q = (name: string) => `${name}-${protocol}`;
@@ -51,7 +56,12 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
 
   it("PutMessages is all or nothing: one bad message or the depth cap stores none", async () => {
     const c = client();
-    const bad = await err(c.putMessages({ queue: q("all"), messages: [...payloads(3), { ttlSeconds: 0, payload: payloads(1)[0].payload }, ...payloads(3)] }));
+    const bad = await err(
+      c.putMessages({
+        queue: q("all"),
+        messages: [...payloads(3), { ttlSeconds: 0, payload: payloads(1)[0].payload }, ...payloads(3)],
+      }),
+    );
     expect(bad?.code).toBe(Code.InvalidArgument);
     expect(bad?.rawMessage).toContain("messages[3].ttlSeconds");
     const missing = await err(c.putMessages({ queue: q("all"), messages: [...payloads(2), {}] }));
@@ -67,7 +77,12 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const capped = await t.createApp();
     await t.admin.updateApp({ appId: capped.id, limits: { maxQueueDepth: 10, maxPayloadBytes: 64 } });
     const cc = t.client(QueueService, capped.token, protocol);
-    const big = await err(cc.putMessages({ queue: "cap", messages: [...payloads(2), { payload: { kind: { case: "stringValue", value: "x".repeat(100) } } }] }));
+    const big = await err(
+      cc.putMessages({
+        queue: "cap",
+        messages: [...payloads(2), { payload: { kind: { case: "stringValue", value: "x".repeat(100) } } }],
+      }),
+    );
     expect(big?.rawMessage).toContain("messages[2].payload: must be at most 64 bytes");
     await cc.putMessages({ queue: "cap", messages: payloads(7) });
     const full = await err(cc.putMessages({ queue: "cap", messages: payloads(4) }));
@@ -79,7 +94,14 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const c2 = await t.createApp();
     await t.admin.updateApp({ appId: c2.id, limits: { maxQueueDepth: 25 } });
     const cc2 = t.client(QueueService, c2.token, protocol);
-    const outcomes = await Promise.all(Array.from({ length: 8 }, () => cc2.putMessages({ queue: "cap", messages: payloads(6) }).then(() => true, () => false)));
+    const outcomes = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        cc2.putMessages({ queue: "cap", messages: payloads(6) }).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
     expect(outcomes.filter(Boolean)).toHaveLength(4);
     expect(await stats(cc2, "cap")).toEqual({ depth: 24, inFlight: 0 });
   });
@@ -95,7 +117,9 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     expect(again.id).toBe(lapsing.id);
     expect(again.deliveries).toBe(2);
     const unknown = Buffer.alloc(20, 7).toString("base64url");
-    const { acked } = await c.ackMessages({ receipts: [a.receipt, a.receipt, unknown, lapsing.receipt, b.receipt, again.receipt] });
+    const { acked } = await c.ackMessages({
+      receipts: [a.receipt, a.receipt, unknown, lapsing.receipt, b.receipt, again.receipt],
+    });
     expect(acked).toEqual([true, false, false, false, true, true]);
     expect((await c.ackMessages({ receipts: [a.receipt, b.receipt] })).acked).toEqual([false, false]);
     const bad = await err(c.ackMessages({ receipts: [a.receipt, "nope"] }));
@@ -105,7 +129,9 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const other = await t.createApp();
     await c.putMessages({ queue: q("ack"), messages: payloads(1) });
     const mine = (await c.consumeMessage({ queue: q("ack"), waitSeconds: 0 })).message!;
-    expect((await t.client(QueueService, other.token, protocol).ackMessages({ receipts: [mine.receipt] })).acked).toEqual([false]);
+    expect(
+      (await t.client(QueueService, other.token, protocol).ackMessages({ receipts: [mine.receipt] })).acked,
+    ).toEqual([false]);
     expect((await c.ackMessages({ receipts: [mine.receipt] })).acked).toEqual([true]);
   });
 
@@ -113,7 +139,8 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const c = client();
     await c.putMessages({ queue: q("ackrace"), messages: payloads(100) });
     const receipts: string[] = [];
-    for (let i = 0; i < 100; i++) receipts.push((await c.consumeMessage({ queue: q("ackrace"), waitSeconds: 0 })).message!.receipt);
+    for (let i = 0; i < 100; i++)
+      receipts.push((await c.consumeMessage({ queue: q("ackrace"), waitSeconds: 0 })).message!.receipt);
     const answers = await Promise.all(Array.from({ length: 6 }, () => c.ackMessages({ receipts })));
     for (let i = 0; i < 100; i++) expect(answers.filter((a) => a.acked[i]).length).toBe(1);
     expect(await stats(c, q("ackrace"))).toEqual({ depth: 0, inFlight: 0 });
@@ -146,7 +173,10 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     };
     const streams = Array.from({ length: 4 }, async (_, s) => {
       try {
-        for await (const res of c.streamMessages({ queue, window: 8 + s * 8, leaseSeconds: 120 }, { signal: done.signal })) {
+        for await (const res of c.streamMessages(
+          { queue, window: 8 + s * 8, leaseSeconds: 120 },
+          { signal: done.signal },
+        )) {
           await handle(`stream${s}`, res.messages, async (receipts) => (await c.ackMessages({ receipts })).acked);
         }
       } catch (e) {
@@ -159,7 +189,9 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
         if (message) await handle(`unary${u}`, [message], async ([r]) => [(await c.ackMessage({ receipt: r })).acked]);
       }
     });
-    await Promise.all(Array.from({ length: 6 }, (_, p) => c.putMessages({ queue, messages: payloads(total / 6, p * 1000) })));
+    await Promise.all(
+      Array.from({ length: 6 }, (_, p) => c.putMessages({ queue, messages: payloads(total / 6, p * 1000) })),
+    );
     await allAcked;
     done.abort();
     await Promise.all([...streams, ...unary]);
@@ -179,16 +211,26 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     expect(got).toHaveLength(10);
     // The window is full: nothing more is leased until an ack.
     expect(await stats(c, queue)).toEqual({ depth: 20, inFlight: 10 });
-    expect((await c.ackMessages({ receipts: got.slice(0, 4).map((m) => m.receipt) })).acked).toEqual([true, true, true, true]);
+    expect((await c.ackMessages({ receipts: got.slice(0, 4).map((m) => m.receipt) })).acked).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
     const more: Message[] = [];
     while (more.length < 4) more.push(...(await it.next()).value!.messages);
     expect(more.map((m) => m.payload!.kind.value)).toEqual([10, 11, 12, 13]);
     expect(await stats(c, queue)).toEqual({ depth: 16, inFlight: 10 });
     stop.abort();
-    await it.next().then(() => undefined, () => undefined);
-    const bad = await err((async () => {
-      for await (const _ of c.streamMessages({ queue, window: 0 })) break;
-    })());
+    await it.next().then(
+      () => undefined,
+      () => undefined,
+    );
+    const bad = await err(
+      (async () => {
+        for await (const _ of c.streamMessages({ queue, window: 0 })) break;
+      })(),
+    );
     expect(bad?.code).toBe(Code.InvalidArgument);
     expect(bad?.rawMessage).toContain("window: must be an integer from 1 to 1000");
   });
@@ -199,13 +241,23 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     await c.putMessages({ queue, messages: payloads(20) });
     const stop = new AbortController();
     const got: Message[] = [];
-    const it = c.streamMessages({ queue, window: 5, leaseSeconds: 120 }, { signal: stop.signal })[Symbol.asyncIterator]();
+    const stream = c.streamMessages({ queue, window: 5, leaseSeconds: 120 }, { signal: stop.signal });
+    const it = stream[Symbol.asyncIterator]();
     while (got.length < 5) got.push(...(await it.next()).value!.messages);
     stop.abort();
-    await it.next().then(() => undefined, () => undefined);
+    await it.next().then(
+      () => undefined,
+      () => undefined,
+    );
     await vi.waitFor(async () => expect(await metric(t, "queue_streams")).toBe(0));
     expect(await stats(c, queue)).toEqual({ depth: 15, inFlight: 5 });
-    expect((await c.ackMessages({ receipts: got.map((m) => m.receipt) })).acked).toEqual([true, true, true, true, true]);
+    expect((await c.ackMessages({ receipts: got.map((m) => m.receipt) })).acked).toEqual([
+      true,
+      true,
+      true,
+      true,
+      true,
+    ]);
 
     // Streams cancelled at random moments, while claims are under way: every
     // lease in the store is one a stream sent (the others were given back).
@@ -215,7 +267,8 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
       Array.from({ length: 20 }, async (_, i) => {
         const abort = new AbortController();
         const run = (async () => {
-          for await (const _ of c.streamMessages({ queue, window: 20, leaseSeconds: 120 }, { signal: abort.signal })) void 0;
+          for await (const _ of c.streamMessages({ queue, window: 20, leaseSeconds: 120 }, { signal: abort.signal }))
+            void 0;
         })().catch(() => undefined);
         for (let k = 0; k < i % 5; k++) await new Promise((r) => setImmediate(r));
         abort.abort();

@@ -9,7 +9,16 @@
  */
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import pg from "pg";
-import { backend, createTestDatabase, startInstances, startServer, type Instances, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import {
+  backend,
+  createTestDatabase,
+  startInstances,
+  startServer,
+  type Instances,
+  type TestApp,
+  type TestDatabase,
+  type TestServer,
+} from "../support/harness.ts";
 import { RECHECK_MS } from "../../src/queues/wake-hub.ts";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 
@@ -46,10 +55,16 @@ describe(`wake-up across instances (${backend})`, () => {
   });
 
   it("concurrent puts on A that share one statement (one notification with a count) wake as many consumers on B", async () => {
-    const consumers = Array.from({ length: 6 }, () => b.request("POST", "/v1/queues/many/consume", { token: app.token, body: { waitSeconds: 20 } }));
+    const consumers = Array.from({ length: 6 }, () =>
+      b.request("POST", "/v1/queues/many/consume", { token: app.token, body: { waitSeconds: 20 } }),
+    );
     await vi.waitFor(async () => expect(await waiting(b)).toBe(6));
     const putAt = Date.now();
-    const puts = await Promise.all(Array.from({ length: 6 }, (_, i) => a.request("POST", "/v1/queues/many", { token: app.token, body: { payload: i } })));
+    const puts = await Promise.all(
+      Array.from({ length: 6 }, (_, i) =>
+        a.request("POST", "/v1/queues/many", { token: app.token, body: { payload: i } }),
+      ),
+    );
     expect(puts.map((p) => p.status)).toEqual([200, 200, 200, 200, 200, 200]);
     const got = await Promise.all(consumers);
     expect(Date.now() - putAt).toBeLessThan(Math.min(1000, RECHECK_MS / 2));
@@ -57,7 +72,9 @@ describe(`wake-up across instances (${backend})`, () => {
   });
 
   it("one PutMessages batch on A (one notification with its count) wakes as many consumers on B; a delayed part wakes none early", async () => {
-    const consumers = Array.from({ length: 4 }, () => b.request("POST", "/v1/queues/batch/consume", { token: app.token, body: { waitSeconds: 20 } }));
+    const consumers = Array.from({ length: 4 }, () =>
+      b.request("POST", "/v1/queues/batch/consume", { token: app.token, body: { waitSeconds: 20 } }),
+    );
     await vi.waitFor(async () => expect(await waiting(b)).toBe(4));
     const number = (value: number) => ({ payload: { kind: { case: "numberValue" as const, value } } });
     await a.client(QueueService, app.token, "grpc").putMessages({
@@ -72,53 +89,58 @@ describe(`wake-up across instances (${backend})`, () => {
   });
 });
 
-describe.skipIf(backend !== "postgres")(`LISTEN connection lost under a waiting consumer (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`, () => {
-  let database: TestDatabase;
-  let a: TestServer;
-  let b: TestServer;
-  let app: TestApp;
-  let sql: pg.Client;
+describe.skipIf(backend !== "postgres")(
+  `LISTEN connection lost under a waiting consumer (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`,
+  () => {
+    let database: TestDatabase;
+    let a: TestServer;
+    let b: TestServer;
+    let app: TestApp;
+    let sql: pg.Client;
 
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    a = await startServer({ database });
-    b = await startServer({ database });
-    app = await a.createApp();
-    sql = new pg.Client({ connectionString: database.url });
-    await sql.connect();
-  });
-  afterAll(async () => {
-    await sql?.end();
-    await a?.close();
-    await b?.close();
-    await database?.drop();
-  });
-
-  const listeners = async () =>
-    (await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)).rows.map((r) => r.pid as number);
-
-  it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
-    const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
-    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
-    const before = await listeners();
-    expect(before.length).toBe(2); // one per instance
-    await sql.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [before]);
-    // A put while the connections are down: its notification is lost, the re-check on reconnect finds it.
-    const put = await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "while down" } });
-    expect(put.status).toBe(200);
-    const res = await consume;
-    expect(res.body.message.payload).toBe("while down");
-    await vi.waitFor(async () => {
-      const now = await listeners();
-      expect(now.length).toBe(2);
-      expect(now.filter((pid) => before.includes(pid))).toEqual([]);
+    beforeAll(async () => {
+      database = await createTestDatabase();
+      a = await startServer({ database });
+      b = await startServer({ database });
+      app = await a.createApp();
+      sql = new pg.Client({ connectionString: database.url });
+      await sql.connect();
     });
-    // And notifications flow again over the new connections.
-    const again = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
-    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
-    const putAt = Date.now();
-    await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "after" } });
-    expect((await again).body.message.payload).toBe("after");
-    expect(Date.now() - putAt).toBeLessThan(1000);
-  });
-});
+    afterAll(async () => {
+      await sql?.end();
+      await a?.close();
+      await b?.close();
+      await database?.drop();
+    });
+
+    const listeners = async () =>
+      (
+        await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)
+      ).rows.map((r) => r.pid as number);
+
+    it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
+      const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+      await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+      const before = await listeners();
+      expect(before.length).toBe(2); // one per instance
+      await sql.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [before]);
+      // A put while the connections are down: its notification is lost, the re-check on reconnect finds it.
+      const put = await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "while down" } });
+      expect(put.status).toBe(200);
+      const res = await consume;
+      expect(res.body.message.payload).toBe("while down");
+      await vi.waitFor(async () => {
+        const now = await listeners();
+        expect(now.length).toBe(2);
+        expect(now.filter((pid) => before.includes(pid))).toEqual([]);
+      });
+      // And notifications flow again over the new connections.
+      const again = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+      await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+      const putAt = Date.now();
+      await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "after" } });
+      expect((await again).body.message.payload).toBe("after");
+      expect(Date.now() - putAt).toBeLessThan(1000);
+    });
+  },
+);

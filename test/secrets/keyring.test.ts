@@ -11,7 +11,13 @@ import { ConfigError, loadConfig } from "../../src/core/config.ts";
 import { openDatabase } from "../../src/core/database/index.ts";
 import { createKeyring, keyIdOf, keyringFromConfig, UnknownKeyError } from "../../src/secrets/keyring.ts";
 import { rotateSecretsKey } from "../../src/secrets/rotate-key.ts";
-import { createTestDatabase, startServer, type TestApp, type TestDatabase, type TestServer } from "../support/harness.ts";
+import {
+  createTestDatabase,
+  startServer,
+  type TestApp,
+  type TestDatabase,
+  type TestServer,
+} from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
 const newKey = () => crypto.randomBytes(32);
@@ -110,16 +116,21 @@ describe("rotateSecretsKey", () => {
     expect(await readAll(t)).toEqual(expected);
     const pendingLink = await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[0].token });
     // A form made while key A was current, submitted after the switch to key B.
-    const formLink = new URL((await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[1].token })).body.url).pathname;
+    const formLink = new URL((await t.request("POST", "/v1/secrets/UNSET/link", { token: apps[1].token })).body.url)
+      .pathname;
     const formHtml = await fetch(t.url + formLink).then((r) => r.text());
     const csrf = /name="csrf" value="([^"]+)"/.exec(formHtml)![1];
     await stop(t);
 
     // Without key A the instance refuses to start (its values are sealed under A), and so does a rotation.
-    await expect(start({ SECRETS_KEY: keyB })).rejects.toThrow(/^SECRETS_KEY: this database's secrets are sealed under key id /);
+    await expect(start({ SECRETS_KEY: keyB })).rejects.toThrow(
+      /^SECRETS_KEY: this database's secrets are sealed under key id /,
+    );
     const direct = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
     try {
-      await expect(rotateSecretsKey(direct.db, createKeyring(Buffer.from(keyB, "base64")))).rejects.toThrow(UnknownKeyError);
+      await expect(rotateSecretsKey(direct.db, createKeyring(Buffer.from(keyB, "base64")))).rejects.toThrow(
+        UnknownKeyError,
+      );
     } finally {
       await direct.close();
     }
@@ -140,8 +151,17 @@ describe("rotateSecretsKey", () => {
     expect(keyring.currentKeyId).toBe(keyIdOf(Buffer.from(keyB, "base64")));
     const report = await rotateSecretsKey(t.server.deps.db, keyring);
     expect(report).toEqual({ keyId: keyring.currentKeyId, reencrypted: 3, alreadyCurrent: 2 });
-    expect(await rotateSecretsKey(t.server.deps.db, keyring)).toEqual({ keyId: keyring.currentKeyId, reencrypted: 0, alreadyCurrent: 5 });
-    const keyIds = await tables(t.server.deps.db).selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();
+    expect(await rotateSecretsKey(t.server.deps.db, keyring)).toEqual({
+      keyId: keyring.currentKeyId,
+      reencrypted: 0,
+      alreadyCurrent: 5,
+    });
+    const keyIds = await tables(t.server.deps.db)
+      .selectFrom("secrets")
+      .select("key_id")
+      .distinct()
+      .where("key_id", "is not", null)
+      .execute();
     expect(keyIds.map((r) => r.key_id)).toEqual([keyring.currentKeyId]);
     expect(await readAll(t)).toEqual(expected);
     await stop(t);

@@ -32,7 +32,8 @@ describe("the secret-link page in Chromium", () => {
     const consoleErrors: string[] = [];
     page.on("request", (req) => requests.push(req.url()));
     page.on("console", (msg) => {
-      if (msg.type() === "error" && !/favicon|404 \(Not Found\)/.test(msg.text() + (msg.location().url ?? ""))) consoleErrors.push(msg.text());
+      if (msg.type() === "error" && !/favicon|404 \(Not Found\)/.test(msg.text() + (msg.location().url ?? "")))
+        consoleErrors.push(msg.text());
     });
 
     // Open it twice: both show the form; the link stays usable.
@@ -55,7 +56,9 @@ describe("the secret-link page in Chromium", () => {
     expect(await field.getAttribute("type")).toBe("password");
     expect(await page.locator("input[type=password]").count()).toBe(1);
     // The inline style applied (the CSP allows it by hash): the button is styled.
-    const background = await page.getByRole("button", { name: "Set secret" }).evaluate((el) => getComputedStyle(el).backgroundColor);
+    const background = await page
+      .getByRole("button", { name: "Set secret" })
+      .evaluate((el) => getComputedStyle(el).backgroundColor);
     expect(background).toBe("rgb(31, 111, 235)");
 
     const value = "sk_live_browser_" + Date.now();

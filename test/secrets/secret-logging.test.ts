@@ -86,9 +86,19 @@ describe("the server's log", () => {
       body: JSON.stringify({ value: putValue }),
     });
     expect(put.status).toBe(200);
-    expect((await fetch(`${url}/secret-links/${links[1]}`, { method: "PUT", headers: { "content-type": "application/json" }, body: "{oops" })).status).toBe(400);
+    expect(
+      (
+        await fetch(`${url}/secret-links/${links[1]}`, {
+          method: "PUT",
+          headers: { "content-type": "application/json" },
+          body: "{oops",
+        })
+      ).status,
+    ).toBe(400);
     expect((await secrets.getSecret({ name: "API_KEY" })).value).toBe(formValue);
-    const rest = await fetch(`${url}/v1/secrets/OTHER`, { headers: { authorization: `Bearer ${serviceToken}` } }).then((r) => r.json());
+    const rest = await fetch(`${url}/v1/secrets/OTHER`, { headers: { authorization: `Bearer ${serviceToken}` } }).then(
+      (r) => r.json(),
+    );
     expect(rest.value).toBe(putValue);
 
     child.kill("SIGTERM");

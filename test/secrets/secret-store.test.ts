@@ -21,7 +21,9 @@ async function dumpDatabase(): Promise<string> {
   expect(tables.rows.map((r) => r.table_name)).toEqual(expect.arrayContaining(["secrets", "secret_links"]));
   const parts: string[] = [];
   for (const { table_name } of tables.rows) {
-    const rows = await sql<{ row: string }>`SELECT row_to_json(t)::text AS row FROM ${sql.table(table_name)} t`.execute(db);
+    const rows = await sql<{ row: string }>`SELECT row_to_json(t)::text AS row FROM ${sql.table(table_name)} t`.execute(
+      db,
+    );
     parts.push(`-- ${table_name}`, ...rows.rows.map((r) => r.row));
   }
   return parts.join("\n");
@@ -59,7 +61,11 @@ describe("the database at rest", () => {
     for (const token of tokens) expect(dump).toContain(crypto.createHash("sha256").update(token).digest("hex"));
     // Two sets of one value do not give the same ciphertext (a fresh IV each time).
     await t.admin.setSecret({ appId: app.id, name: "BY_OWNER", value: ownerValue });
-    const rows = await tables(t.server.deps.db).selectFrom("secrets").select(["name", "value_encrypted", "key_id"]).where("app_id", "=", app.id).execute();
+    const rows = await tables(t.server.deps.db)
+      .selectFrom("secrets")
+      .select(["name", "value_encrypted", "key_id"])
+      .where("app_id", "=", app.id)
+      .execute();
     const byOwner = rows.find((r) => r.name === "BY_OWNER")!;
     expect(Buffer.from(byOwner.value_encrypted!).length).toBe(12 + 16 + Buffer.byteLength(ownerValue));
     expect(byOwner.key_id).toMatch(/^[0-9a-f]{16}$/);

@@ -81,7 +81,12 @@ describe("GET /v1/secrets/{name}", () => {
     expect(first.version).toBe(1n);
     let res = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ name: "API_KEY", value: "first ✓ value", version: 1, setAt: Number(first.setAt!.seconds) * 1000 + Math.floor(first.setAt!.nanos / 1e6) });
+    expect(res.body).toEqual({
+      name: "API_KEY",
+      value: "first ✓ value",
+      version: 1,
+      setAt: Number(first.setAt!.seconds) * 1000 + Math.floor(first.setAt!.nanos / 1e6),
+    });
     const second = await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "second" });
     expect(second.version).toBe(2n);
     res = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
@@ -141,7 +146,9 @@ describe("the facility disabled for an app", () => {
       expect(res.status, path).toBe(501);
       expect(res.body.error.code).toBe("not_configured");
     }
-    expect(await connectCode(t.client(SecretsService, app.token, "grpc").getSecret({ name: "API_KEY" }))).toBe(Code.Unimplemented);
+    expect(await connectCode(t.client(SecretsService, app.token, "grpc").getSecret({ name: "API_KEY" }))).toBe(
+      Code.Unimplemented,
+    );
     // A link of a disabled app sets nothing.
     expect((await t.request("PUT", `/secret-links/${token}`, { body: { value: "x" } })).status).toBe(404);
     await t.admin.updateApp({ appId: app.id, secretsEnabled: true });
@@ -209,7 +216,9 @@ describe("POST /v1/secrets/{name}/link", () => {
     const app = await appWith(["A", "B"]);
     await t.admin.updateApp({ appId: app.id, limits: { maxOutstandingLinks: 4 } });
     const results = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => t.request("POST", `/v1/secrets/${i % 2 ? "A" : "B"}/link`, { token: app.token })),
+      Array.from({ length: 20 }, (_, i) =>
+        t.request("POST", `/v1/secrets/${i % 2 ? "A" : "B"}/link`, { token: app.token }),
+      ),
     );
     const statuses = results.map((r) => r.status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(4);
@@ -223,7 +232,9 @@ describe("POST /v1/secrets/{name}/link", () => {
     expect((await t.request("PUT", `/secret-links/${token}`, { body: { value: "v" } })).status).toBe(200);
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(200);
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(429);
-    expect(await connectCode(t.client(SecretsService, app.token, "grpc").createSecretLink({ name: "A" }))).toBe(Code.ResourceExhausted);
+    expect(await connectCode(t.client(SecretsService, app.token, "grpc").createSecretLink({ name: "A" }))).toBe(
+      Code.ResourceExhausted,
+    );
   });
 
   it("counts only unexpired links as outstanding", async () => {
@@ -231,7 +242,11 @@ describe("POST /v1/secrets/{name}/link", () => {
     await t.admin.updateApp({ appId: app.id, limits: { maxOutstandingLinks: 1 } });
     await linkToken(app, "A");
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(429);
-    await tables(t.server.deps.db).updateTable("secret_links").set({ expires_at: new Date(Date.now() - 1000) }).where("app_id", "=", app.id).execute();
+    await tables(t.server.deps.db)
+      .updateTable("secret_links")
+      .set({ expires_at: new Date(Date.now() - 1000) })
+      .where("app_id", "=", app.id)
+      .execute();
     expect((await t.request("POST", "/v1/secrets/A/link", { token: app.token })).status).toBe(200);
   });
 });
@@ -239,9 +254,15 @@ describe("POST /v1/secrets/{name}/link", () => {
 describe("admin SetSecret and DeclareSecrets", () => {
   it("validates the name and the value, and needs a declared name", async () => {
     const app = await appWith(["API_KEY"]);
-    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "bad-name", value: "v" }))).toBe(Code.InvalidArgument);
-    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "" }))).toBe(Code.InvalidArgument);
-    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "x".repeat(65_537) }))).toBe(Code.InvalidArgument);
+    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "bad-name", value: "v" }))).toBe(
+      Code.InvalidArgument,
+    );
+    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "" }))).toBe(
+      Code.InvalidArgument,
+    );
+    expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "x".repeat(65_537) }))).toBe(
+      Code.InvalidArgument,
+    );
     expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "UNDECLARED", value: "v" }))).toBe(Code.NotFound);
     const ok = await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "x".repeat(65_536) });
     expect(ok.version).toBe(1n);
@@ -256,9 +277,14 @@ describe("admin SetSecret and DeclareSecrets", () => {
     const declared = await t.admin.declareSecrets({ appId: app.id, names: ["KEEP", "NEW"] });
     expect(declared.app!.declaredSecrets).toEqual(["KEEP", "NEW"]);
     expect((await t.request("GET", "/v1/secrets/DROP", { token: app.token })).status).toBe(404);
-    expect((await t.request("GET", "/v1/secrets/KEEP", { token: app.token })).body).toMatchObject({ value: "kept", version: 1 });
+    expect((await t.request("GET", "/v1/secrets/KEEP", { token: app.token })).body).toMatchObject({
+      value: "kept",
+      version: 1,
+    });
     expect((await t.request("GET", `/secret-links/${dropLink}`)).status).toBe(404);
-    expect(await tables(t.server.deps.db).selectFrom("secret_links").selectAll().where("app_id", "=", app.id).execute()).toEqual([]);
+    expect(
+      await tables(t.server.deps.db).selectFrom("secret_links").selectAll().where("app_id", "=", app.id).execute(),
+    ).toEqual([]);
     // Declaring the name again starts from scratch: unset, and the old link stays dead.
     await t.admin.declareSecrets({ appId: app.id, names: ["KEEP", "NEW", "DROP"] });
     expect((await t.request("GET", "/v1/secrets/DROP", { token: app.token })).status).toBe(409);

@@ -31,7 +31,8 @@ export function launchChromium(): Promise<Browser> {
 /** Makes sure `CHROMIUM_PATH` exists, installing Debian's package when it is missing and that is possible. */
 export function ensureChromium(log: (line: string) => void = (line) => process.stderr.write(line + "\n")): void {
   if (fs.existsSync(CHROMIUM_PATH)) return;
-  const canInstall = process.env.CHROMIUM_PATH === undefined && process.getuid?.() === 0 && fs.existsSync("/usr/bin/apt-get");
+  const canInstall =
+    process.env.CHROMIUM_PATH === undefined && process.getuid?.() === 0 && fs.existsSync("/usr/bin/apt-get");
   if (!canInstall) {
     throw new Error(
       `The browser tests need Chromium at ${CHROMIUM_PATH}: install it (Debian/Ubuntu: apt-get install chromium) or set CHROMIUM_PATH.`,
@@ -41,5 +42,6 @@ export function ensureChromium(log: (line: string) => void = (line) => process.s
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
   execFileSync("apt-get", ["update", "-qq"], { stdio: ["ignore", "ignore", "inherit"], env });
   execFileSync("apt-get", ["install", "-y", "-qq", "chromium"], { stdio: ["ignore", "ignore", "inherit"], env });
-  if (!fs.existsSync(CHROMIUM_PATH)) throw new Error(`apt-get install chromium finished but ${CHROMIUM_PATH} does not exist`);
+  if (!fs.existsSync(CHROMIUM_PATH))
+    throw new Error(`apt-get install chromium finished but ${CHROMIUM_PATH} does not exist`);
 }

@@ -16,7 +16,12 @@ export const endpoints: Endpoint[] = [
   { method: "GET", path: "/v1/analytics/types", stoppedGets403: false },
   { method: "POST", path: "/v1/analytics/events", body: { events: [{ type: "signup" }] }, stoppedGets403: true },
   { method: "POST", path: "/v1/analytics/query", body: { type: "signup", since: 0 }, stoppedGets403: false },
-  { method: "POST", path: "/v1/mail/send", body: { to: "a@example.com", subject: "s", text: "t" }, stoppedGets403: true },
+  {
+    method: "POST",
+    path: "/v1/mail/send",
+    body: { to: "a@example.com", subject: "s", text: "t" },
+    stoppedGets403: true,
+  },
   { method: "GET", path: "/v1/inference/models", stoppedGets403: false },
   { method: "POST", path: "/v1/inference/generate", body: { prompt: "hi", maxTokens: 8 }, stoppedGets403: true },
   // SPEC.md leaves embed's other errors "not shown"; a stopped app must not spend its allowance.

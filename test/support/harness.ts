@@ -39,7 +39,10 @@ export interface TestDatabase {
 /** A fresh, empty database for one test file (a new PostgreSQL database, or a new PGlite directory). */
 export async function createTestDatabase(): Promise<TestDatabase> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-test-"));
-  const shared = { adminToken: "pba_test_" + crypto.randomBytes(24).toString("base64url"), secretsKey: crypto.randomBytes(32).toString("base64") };
+  const shared = {
+    adminToken: "pba_test_" + crypto.randomBytes(24).toString("base64url"),
+    secretsKey: crypto.randomBytes(32).toString("base64"),
+  };
   const base = process.env.DATABASE_URL;
   if (!base) {
     return { url: undefined, dataDir, ...shared, drop: () => fs.rm(dataDir, { recursive: true, force: true }) };
@@ -101,8 +104,23 @@ export function testCertificate(): Promise<TestCertificate> {
     const keyFile = path.join(dir, "key.pem");
     const certFile = path.join(dir, "cert.pem");
     await promisify(execFile)("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-      "-keyout", keyFile, "-out", certFile, "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      keyFile,
+      "-out",
+      certFile,
+      "-days",
+      "1",
+      "-subj",
+      "/CN=127.0.0.1",
+      "-addext",
+      "subjectAltName=IP:127.0.0.1",
     ]);
     return { keyFile, certFile, ca: await fs.readFile(certFile) };
   })();
@@ -170,10 +188,16 @@ export interface JsonResponse {
 }
 
 /** A Connect, gRPC or gRPC-web transport to `url`; for an https url, trusting `ca` (the test certificate by default). */
-export function transportFor(url: string, protocol: Protocol, token?: string, ca: Buffer | undefined = url.startsWith("https:") ? trustedCa : undefined): Transport {
+export function transportFor(
+  url: string,
+  protocol: Protocol,
+  token?: string,
+  ca: Buffer | undefined = url.startsWith("https:") ? trustedCa : undefined,
+): Transport {
   const interceptors = token
     ? [
-        (next: any) => async (req: any) => { // eslint-disable-line @typescript-eslint/no-explicit-any
+        // eslint-disable-next-line @typescript-eslint/no-explicit-any
+        (next: any) => async (req: any) => {
           req.header.set("authorization", `Bearer ${token}`);
           return next(req);
         },
@@ -231,7 +255,10 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
   });
   const server = await createPlatformServer({
     config: { ...config, adminToken, secretsKey: config.secretsKey! },
-    logger: createLogger(config.logLevel, options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined),
+    logger: createLogger(
+      config.logLevel,
+      options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined,
+    ),
     adminToken,
     ...(options.openDatabase ? { database: options.openDatabase } : {}),
   });
@@ -260,11 +287,22 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       req.end(body);
     });
     const alpn = (res.socket as import("node:tls").TLSSocket).alpnProtocol;
-    return { protocol: typeof alpn === "string" ? alpn : "none", status: res.statusCode!, headers: toHeaders(res.headers), body: parseBody(text) };
+    return {
+      protocol: typeof alpn === "string" ? alpn : "none",
+      status: res.statusCode!,
+      headers: toHeaders(res.headers),
+      body: parseBody(text),
+    };
   };
   let h2session: http2.ClientHttp2Session | undefined;
-  const h2Request = async (http: "h2c" | "h2-tls", method: string, pathname: string, opts: RequestOptions): Promise<JsonResponse> => {
-    if (tls !== (http === "h2-tls")) throw new Error(`${http} needs a ${http === "h2c" ? "cleartext" : "TLS"} server; this one is ${url}`);
+  const h2Request = async (
+    http: "h2c" | "h2-tls",
+    method: string,
+    pathname: string,
+    opts: RequestOptions,
+  ): Promise<JsonResponse> => {
+    if (tls !== (http === "h2-tls"))
+      throw new Error(`${http} needs a ${http === "h2c" ? "cleartext" : "TLS"} server; this one is ${url}`);
     if (!h2session || h2session.closed || h2session.destroyed) {
       // On TLS, node:http2 offers only "h2" by ALPN: the session exists only if the server chose it.
       h2session = http2.connect(url, tls ? { ca } : {});
@@ -272,7 +310,10 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
     }
     const session = h2session;
     const { headers, body } = requestParts(opts);
-    const stream = session.request({ ":method": method, ":path": pathname, ...headers }, opts.signal ? { signal: opts.signal } : {});
+    const stream = session.request(
+      { ":method": method, ":path": pathname, ...headers },
+      opts.signal ? { signal: opts.signal } : {},
+    );
     stream.end(body);
     const [responseHeaders, text] = await new Promise<[http2.IncomingHttpHeaders, string]>((resolve, reject) => {
       let got: http2.IncomingHttpHeaders = {};
@@ -317,7 +358,10 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       const http = opts.http ?? defaultHttp;
       return http === "http/1.1" ? http1Request(method, pathname, opts) : h2Request(http, method, pathname, opts);
     },
-    rest: (http) => (method, pathname, opts = {}) => self.request(method, pathname, { ...opts, http }),
+    rest:
+      (http) =>
+      (method, pathname, opts = {}) =>
+        self.request(method, pathname, { ...opts, http }),
     async close() {
       h2session?.close();
       httpsAgent?.destroy();
@@ -361,7 +405,10 @@ export async function startInstances(n: number, options: StartOptions = {}): Pro
  * server; using it before `beforeAll` ran throws. `setup` runs once the
  * server is up (e.g. to declare secrets).
  */
-export function useTestServer(options: StartOptions | (() => StartOptions) = {}, setup?: (t: TestServer) => Promise<void>): TestServer {
+export function useTestServer(
+  options: StartOptions | (() => StartOptions) = {},
+  setup?: (t: TestServer) => Promise<void>,
+): TestServer {
   let server: TestServer | undefined;
   beforeAll(async () => {
     server = await startServer(typeof options === "function" ? options() : options);

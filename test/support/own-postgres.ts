@@ -47,14 +47,17 @@ export async function startOwnPostgres(): Promise<OwnPostgres> {
   const asRoot = process.getuid?.() === 0;
   if (asRoot) await run("chown", ["postgres", dir]);
   const pgRun = (tool: string, args: string[]) =>
-    asRoot ? run("runuser", ["-u", "postgres", "--", path.join(bin, tool), ...args], { cwd: "/" }) : run(path.join(bin, tool), args);
+    asRoot
+      ? run("runuser", ["-u", "postgres", "--", path.join(bin, tool), ...args], { cwd: "/" })
+      : run(path.join(bin, tool), args);
   const data = path.join(dir, "data");
   await pgRun("initdb", ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync"]);
   const port = await freePort();
   const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off`;
   const self: OwnPostgres = {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
-    start: async () => void (await pgRun("pg_ctl", ["-D", data, "-o", options, "-l", path.join(dir, "log"), "-w", "start"])),
+    start: async () =>
+      void (await pgRun("pg_ctl", ["-D", data, "-o", options, "-l", path.join(dir, "log"), "-w", "start"])),
     stop: async () => void (await pgRun("pg_ctl", ["-D", data, "-m", "fast", "-w", "stop"])),
     async destroy() {
       await self.stop().catch(() => {});

@@ -37,9 +37,12 @@ export function startWithNpm(env: NodeJS.ProcessEnv): Promise<ServiceProcess> {
 function awaitListening(child: ChildProcessByStdio<null, Readable, Readable>): Promise<ServiceProcess> {
   let out = "";
   let err = "";
-  const exited = new Promise<number | NodeJS.Signals>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal!)));
+  const exited = new Promise<number | NodeJS.Signals>((resolve) =>
+    child.once("exit", (code, signal) => resolve(code ?? signal!)),
+  );
   return new Promise((resolve, reject) => {
-    const onExit = (code: number | NodeJS.Signals) => reject(new Error(`service exited (${code}) before listening: ${err}${out}`));
+    const onExit = (code: number | NodeJS.Signals) =>
+      reject(new Error(`service exited (${code}) before listening: ${err}${out}`));
     void exited.then(onExit);
     child.stderr.on("data", (d: Buffer) => (err += d.toString()));
     child.stdout.on("data", (d: Buffer) => {
@@ -47,7 +50,10 @@ function awaitListening(child: ChildProcessByStdio<null, Readable, Readable>): P
       for (const line of out.split("\n")) {
         if (!line.includes('"platform batteries listening"')) continue;
         const { url } = JSON.parse(line) as { url: string };
-        exited.then(() => {}, () => {});
+        exited.then(
+          () => {},
+          () => {},
+        );
         resolve({ child, url, stdout: () => out, exited });
         return;
       }

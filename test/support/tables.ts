@@ -12,7 +12,13 @@ import type { MailTables } from "../../src/mail/mail-store.ts";
 import type { QueueTables } from "../../src/queues/queue-store.ts";
 import type { SecretTables } from "../../src/secrets/secret-store.ts";
 
-export type AllTables = AppTables & QuotaTables & EventTypeTables & AnalyticsEventTables & MailTables & QueueTables & SecretTables;
+export type AllTables = AppTables &
+  QuotaTables &
+  EventTypeTables &
+  AnalyticsEventTables &
+  MailTables &
+  QueueTables &
+  SecretTables;
 
 export function tables(db: Db): Kysely<AllTables> {
   return db.withTables<AllTables>();

@@ -56,7 +56,11 @@ export function AnalyticsTab({ app }: { app: App }) {
       <form className="card filters" onSubmit={(e) => e.preventDefault()}>
         <label className="field">
           <span>Event type</span>
-          <select value={chosen} onChange={(e) => (setType(e.target.value), setGroupBy(""))} disabled={!types.data?.types.length}>
+          <select
+            value={chosen}
+            onChange={(e) => (setType(e.target.value), setGroupBy(""))}
+            disabled={!types.data?.types.length}
+          >
             {(types.data?.types ?? []).map((t) => (
               <option key={t.name}>{t.name}</option>
             ))}
@@ -99,11 +103,19 @@ export function AnalyticsTab({ app }: { app: App }) {
       <QueryView query={types} what="event types">
         {(t) =>
           t.types.length === 0 ? (
-            <Empty title="No event types yet">The app registers event types (PUT /v1/analytics/event-types/:name) and logs events; they appear here.</Empty>
+            <Empty title="No event types yet">
+              The app registers event types (PUT /v1/analytics/event-types/:name) and logs events; they appear here.
+            </Empty>
           ) : (
             <div className="card">
               <QueryView query={query} what="the buckets">
-                {(result) => <Buckets buckets={result.buckets} total={Number(result.total)} grouped={result.groupBy !== undefined} />}
+                {(result) => (
+                  <Buckets
+                    buckets={result.buckets}
+                    total={Number(result.total)}
+                    grouped={result.groupBy !== undefined}
+                  />
+                )}
               </QueryView>
             </div>
           )
@@ -126,7 +138,8 @@ function Buckets({ buckets, total, grouped }: { buckets: Bucket[]; total: number
     return { x: times, series };
   }, [buckets, grouped]);
   const { rows, pager } = usePages(buckets, 100);
-  if (buckets.length === 0) return <Empty title="No events in this range">Widen the range, or log events of this type.</Empty>;
+  if (buckets.length === 0)
+    return <Empty title="No events in this range">Widen the range, or log events of this type.</Empty>;
   return (
     <>
       <p>

@@ -73,7 +73,11 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
       {update.error ? <ErrorBox error={update.error} /> : null}
       <nav className="tabs" aria-label="App sections">
         {APP_TABS.map((t) => (
-          <a key={t} href={href({ screen: "app", appId: app.id, tab: t })} aria-current={t === tab ? "page" : undefined}>
+          <a
+            key={t}
+            href={href({ screen: "app", appId: app.id, tab: t })}
+            aria-current={t === tab ? "page" : undefined}
+          >
             {TAB_LABELS[t]}
           </a>
         ))}

@@ -25,7 +25,12 @@ export function AppsScreen() {
             <>
               <label className="field inline">
                 <span>Filter</span>
-                <input type="search" value={filter} onChange={(e) => setFilter(e.target.value)} placeholder="app name" />
+                <input
+                  type="search"
+                  value={filter}
+                  onChange={(e) => setFilter(e.target.value)}
+                  placeholder="app name"
+                />
               </label>
               <AppTable apps={data.apps.filter((a) => a.name.includes(filter.trim()))} usage={data.usageToday} />
             </>
@@ -85,8 +90,12 @@ function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
               <th scope="col">Status</th>
               <th scope="col">Events today</th>
               <th scope="col">Mail today</th>
-              <th scope="col" className="hide-narrow">Tokens (fast / embed)</th>
-              <th scope="col" className="hide-narrow">Created</th>
+              <th scope="col" className="hide-narrow">
+                Tokens (fast / embed)
+              </th>
+              <th scope="col" className="hide-narrow">
+                Created
+              </th>
             </tr>
           </thead>
           <tbody>
@@ -103,7 +112,8 @@ function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
                   <td>{ratio(u?.events, app.limits?.eventsPerDay)}</td>
                   <td>{ratio(u?.mail, app.limits?.mailPerDay)}</td>
                   <td className="hide-narrow">
-                    {Number(u?.fastTokens?.used ?? 0).toLocaleString()} / {Number(u?.embedTokens?.used ?? 0).toLocaleString()}
+                    {Number(u?.fastTokens?.used ?? 0).toLocaleString()} /{" "}
+                    {Number(u?.embedTokens?.used ?? 0).toLocaleString()}
                   </td>
                   <td className="hide-narrow">{formatTime(app.createdAt)}</td>
                 </tr>

@@ -21,9 +21,17 @@ export function MailTab({ app }: { app: App }) {
     <div className="split">
       <div className="card">
         <h2>Mail log</h2>
-        {!app.mailFrom ? <p className="muted">This app has no sender address: set mailFrom on the Settings tab before it can send.</p> : null}
+        {!app.mailFrom ? (
+          <p className="muted">This app has no sender address: set mailFrom on the Settings tab before it can send.</p>
+        ) : null}
         <QueryView query={mails} what="the mail log">
-          {(data) => (data.mails.length === 0 ? <Empty title="No mail yet">Mail the app sends (POST /v1/mail) is listed here, newest first.</Empty> : <MailList mails={data.mails} open={open} onOpen={setOpen} />)}
+          {(data) =>
+            data.mails.length === 0 ? (
+              <Empty title="No mail yet">Mail the app sends (POST /v1/mail) is listed here, newest first.</Empty>
+            ) : (
+              <MailList mails={data.mails} open={open} onOpen={setOpen} />
+            )
+          }
         </QueryView>
       </div>
       {open ? <MailView appId={app.id} id={open} onClose={() => setOpen(null)} /> : null}
@@ -31,7 +39,21 @@ export function MailTab({ app }: { app: App }) {
   );
 }
 
-function MailList({ mails, open, onOpen }: { mails: { id: string; to: string; subject: string; status: MailStatus; at?: import("@bufbuild/protobuf/wkt").Timestamp }[]; open: string | null; onOpen: (id: string) => void }) {
+function MailList({
+  mails,
+  open,
+  onOpen,
+}: {
+  mails: {
+    id: string;
+    to: string;
+    subject: string;
+    status: MailStatus;
+    at?: import("@bufbuild/protobuf/wkt").Timestamp;
+  }[];
+  open: string | null;
+  onOpen: (id: string) => void;
+}) {
   const { rows, pager } = usePages(mails, 50);
   return (
     <>
@@ -56,7 +78,9 @@ function MailList({ mails, open, onOpen }: { mails: { id: string; to: string; su
                   </button>
                 </td>
                 <td>
-                  <span className={`badge ${m.status === MailStatus.FAILED ? "stopped" : "ok"}`}>{STATUS[m.status]}</span>
+                  <span className={`badge ${m.status === MailStatus.FAILED ? "stopped" : "ok"}`}>
+                    {STATUS[m.status]}
+                  </span>
                 </td>
               </tr>
             ))}
@@ -100,7 +124,9 @@ function MailView({ appId, id, onClose }: { appId: string; id: string; onClose: 
                   </>
                 ) : null}
               </dl>
-              <pre className="mail-body" data-testid="mail-body">{m.text || "(the text is not kept for mail the provider accepted)"}</pre>
+              <pre className="mail-body" data-testid="mail-body">
+                {m.text || "(the text is not kept for mail the provider accepted)"}
+              </pre>
             </>
           ) : null
         }

@@ -41,32 +41,51 @@ export function QueuesTab({ app }: { app: App }) {
         <QueryView query={queues} what="queues">
           {(data) =>
             data.queues.length === 0 ? (
-              <Empty title="No messages waiting">A queue appears here once the app puts a message on it (POST /v1/queues/:name/messages).</Empty>
+              <Empty title="No messages waiting">
+                A queue appears here once the app puts a message on it (POST /v1/queues/:name/messages).
+              </Empty>
             ) : (
               <div className="table-wrap">
                 <table>
                   <thead>
                     <tr>
                       <th scope="col">Queue</th>
-                      <th scope="col" className="right">Depth</th>
-                      <th scope="col" className="right hide-narrow">In flight</th>
-                      <th scope="col" className="right hide-narrow">Max depth</th>
+                      <th scope="col" className="right">
+                        Depth
+                      </th>
+                      <th scope="col" className="right hide-narrow">
+                        In flight
+                      </th>
+                      <th scope="col" className="right hide-narrow">
+                        Max depth
+                      </th>
                       <th scope="col">Oldest waiting</th>
-                      <th scope="col" className="right">Dead letters</th>
-                      <th scope="col"><span className="sr-only">Actions</span></th>
+                      <th scope="col" className="right">
+                        Dead letters
+                      </th>
+                      <th scope="col">
+                        <span className="sr-only">Actions</span>
+                      </th>
                     </tr>
                   </thead>
                   <tbody>
                     {data.queues.map((q) => (
                       <tr key={q.name} className={q.name === selected ? "selected" : undefined}>
                         <td>{q.name}</td>
-                        <td className="right" data-testid={`depth-${q.name}`}>{Number(q.depth).toLocaleString()}</td>
+                        <td className="right" data-testid={`depth-${q.name}`}>
+                          {Number(q.depth).toLocaleString()}
+                        </td>
                         <td className="right hide-narrow">{Number(q.inFlight).toLocaleString()}</td>
                         <td className="right hide-narrow">{Number(q.maxDepth).toLocaleString()}</td>
                         <td>{q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}</td>
                         <td className="right" data-testid={`dead-${q.name}`}>
                           {q.deadLetters > 0n ? (
-                            <button type="button" className="secondary small" onClick={() => setDead(q.name)} aria-label={`Dead letters of ${q.name}`}>
+                            <button
+                              type="button"
+                              className="secondary small"
+                              onClick={() => setDead(q.name)}
+                              aria-label={`Dead letters of ${q.name}`}
+                            >
                               {Number(q.deadLetters).toLocaleString()}
                             </button>
                           ) : (
@@ -74,10 +93,20 @@ export function QueuesTab({ app }: { app: App }) {
                           )}
                         </td>
                         <td className="right nowrap">
-                          <button type="button" className="secondary small" onClick={() => setSelected(q.name)} aria-label={`Peek at ${q.name}`}>
+                          <button
+                            type="button"
+                            className="secondary small"
+                            onClick={() => setSelected(q.name)}
+                            aria-label={`Peek at ${q.name}`}
+                          >
                             Peek
                           </button>{" "}
-                          <button type="button" className="danger small" onClick={() => setPurging(q.name)} aria-label={`Purge ${q.name}`}>
+                          <button
+                            type="button"
+                            className="danger small"
+                            onClick={() => setPurging(q.name)}
+                            aria-label={`Purge ${q.name}`}
+                          >
                             Purge
                           </button>
                         </td>
@@ -137,7 +166,8 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
               {data.messages.map((m) => (
                 <li key={m.id}>
                   <p className="muted">
-                    {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes · {formatDeliveries(m.deliveries)} · id {m.id}
+                    {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes ·{" "}
+                    {formatDeliveries(m.deliveries)} · id {m.id}
                   </p>
                   <pre>{prettyPayload(m.payload, m.truncated)}</pre>
                 </li>
@@ -167,8 +197,12 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
     setPageToken("");
     await queryClient.invalidateQueries();
   };
-  const replay = useMutation(replayDeadLetters, { onSuccess: (res) => after(`Replayed ${Number(res.replayed).toLocaleString()}.`) });
-  const purge = useMutation(purgeDeadLetters, { onSuccess: (res) => after(`Purged ${Number(res.purged).toLocaleString()}.`) });
+  const replay = useMutation(replayDeadLetters, {
+    onSuccess: (res) => after(`Replayed ${Number(res.replayed).toLocaleString()}.`),
+  });
+  const purge = useMutation(purgeDeadLetters, {
+    onSuccess: (res) => after(`Purged ${Number(res.purged).toLocaleString()}.`),
+  });
   const busy = replay.isPending || purge.isPending;
   return (
     <div className="card">
@@ -179,12 +213,16 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
         </button>
       </div>
       <p className="muted">
-        Messages whose lease lapsed after their last allowed delivery (the app&apos;s maxDeliveries, now {app.limits?.maxDeliveries ?? 0}). Replay
-        puts them back in line with their deliveries reset to 0.
+        Messages whose lease lapsed after their last allowed delivery (the app&apos;s maxDeliveries, now{" "}
+        {app.limits?.maxDeliveries ?? 0}). Replay puts them back in line with their deliveries reset to 0.
       </p>
       {replay.error ? <ErrorBox error={replay.error} title="Not replayed" /> : null}
       {purge.error ? <ErrorBox error={purge.error} title="Not purged" /> : null}
-      {done ? <p role="status" className="ok-text">{done}</p> : null}
+      {done ? (
+        <p role="status" className="ok-text">
+          {done}
+        </p>
+      ) : null}
       <QueryView query={page} what="dead letters">
         {(data) =>
           data.deadLetters.length === 0 ? (
@@ -203,14 +241,27 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                 {data.deadLetters.map((d) => (
                   <li key={d.id}>
                     <p className="muted">
-                      died {formatTime(d.diedAt)} · {formatDeliveries(d.deliveries)} · {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
+                      died {formatTime(d.diedAt)} · {formatDeliveries(d.deliveries)} ·{" "}
+                      {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
                     </p>
                     <pre>{prettyPayload(d.payload, d.truncated)}</pre>
                     <div className="actions">
-                      <button type="button" className="secondary small" disabled={busy} aria-label={`Replay ${d.id}`} onClick={() => replay.mutate({ appId: app.id, queue, ids: [d.id] })}>
+                      <button
+                        type="button"
+                        className="secondary small"
+                        disabled={busy}
+                        aria-label={`Replay ${d.id}`}
+                        onClick={() => replay.mutate({ appId: app.id, queue, ids: [d.id] })}
+                      >
                         Replay
                       </button>
-                      <button type="button" className="danger small" disabled={busy} aria-label={`Purge ${d.id}`} onClick={() => purge.mutate({ appId: app.id, queue, ids: [d.id] })}>
+                      <button
+                        type="button"
+                        className="danger small"
+                        disabled={busy}
+                        aria-label={`Purge ${d.id}`}
+                        onClick={() => purge.mutate({ appId: app.id, queue, ids: [d.id] })}
+                      >
                         Purge
                       </button>
                     </div>
@@ -240,9 +291,17 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
         busy={busy}
         error={confirm === "replay" ? replay.error : purge.error}
         onClose={() => setConfirm(null)}
-        onConfirm={() => (confirm === "replay" ? replay.mutate({ appId: app.id, queue, all: true }) : purge.mutate({ appId: app.id, queue, all: true }))}
+        onConfirm={() =>
+          confirm === "replay"
+            ? replay.mutate({ appId: app.id, queue, all: true })
+            : purge.mutate({ appId: app.id, queue, all: true })
+        }
       >
-        <p>{confirm === "replay" ? "They go back in line, visible at once, with their deliveries reset to 0." : "They are deleted for good."}</p>
+        <p>
+          {confirm === "replay"
+            ? "They go back in line, visible at once, with their deliveries reset to 0."
+            : "They are deleted for good."}
+        </p>
       </ConfirmDialog>
     </div>
   );
@@ -291,9 +350,17 @@ function PublishEvent({ appId }: { appId: string }) {
           <textarea value={data} onChange={(e) => setData(e.target.value)} rows={3} spellCheck={false} />
         </label>
       </div>
-      {parseError ? <div className="error" role="alert">{parseError}</div> : null}
+      {parseError ? (
+        <div className="error" role="alert">
+          {parseError}
+        </div>
+      ) : null}
       {publish.error ? <ErrorBox error={publish.error} title="Not published" /> : null}
-      {published ? <p role="status" className="ok-text">Published (id {published}).</p> : null}
+      {published ? (
+        <p role="status" className="ok-text">
+          Published (id {published}).
+        </p>
+      ) : null}
       <div className="actions">
         <button type="submit" disabled={publish.isPending || kind.trim() === ""}>
           Publish event

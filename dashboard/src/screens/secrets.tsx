@@ -6,7 +6,12 @@
 import { useState } from "react";
 import { useMutation, useQuery } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
-import { createSecretLink, declareSecrets, listSecrets, setSecret } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
+import {
+  createSecretLink,
+  declareSecrets,
+  listSecrets,
+  setSecret,
+} from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, CopyButton, Empty, ErrorBox, QueryView } from "../ui.tsx";
 import { formatTime } from "../format.ts";
@@ -31,7 +36,9 @@ export function SecretsTab({ app }: { app: App }) {
   const declared = app.declaredSecrets;
   return (
     <>
-      {!app.secretsEnabled ? <p className="error">Secrets are switched off for this app (Settings); the app cannot read them.</p> : null}
+      {!app.secretsEnabled ? (
+        <p className="error">Secrets are switched off for this app (Settings); the app cannot read them.</p>
+      ) : null}
       <form
         className="card row-form"
         onSubmit={(e) => {
@@ -41,7 +48,12 @@ export function SecretsTab({ app }: { app: App }) {
       >
         <label className="field">
           <span>Declare a secret name</span>
-          <input value={newName} onChange={(e) => setNewName(e.target.value)} placeholder="STRIPE_KEY" autoComplete="off" />
+          <input
+            value={newName}
+            onChange={(e) => setNewName(e.target.value)}
+            placeholder="STRIPE_KEY"
+            autoComplete="off"
+          />
         </label>
         <button type="submit" disabled={declare.isPending || newName.trim() === ""}>
           Declare
@@ -51,7 +63,8 @@ export function SecretsTab({ app }: { app: App }) {
       {link ? (
         <div className="card notice" role="status">
           <p>
-            <strong>One-time link for {link.name}</strong> (expires {link.expires}). Whoever opens it can set the value once; it cannot read it.
+            <strong>One-time link for {link.name}</strong> (expires {link.expires}). Whoever opens it can set the value
+            once; it cannot read it.
           </p>
           <div className="secret-line">
             <code data-testid="secret-link">{link.url}</code>
@@ -68,7 +81,9 @@ export function SecretsTab({ app }: { app: App }) {
         <QueryView query={secrets} what="secrets">
           {(data) =>
             data.secrets.length === 0 ? (
-              <Empty title="No secrets declared">Declare the names the app needs above; then set each value or send someone a one-time link.</Empty>
+              <Empty title="No secrets declared">
+                Declare the names the app needs above; then set each value or send someone a one-time link.
+              </Empty>
             ) : (
               <div className="table-wrap">
                 <table>
@@ -76,22 +91,52 @@ export function SecretsTab({ app }: { app: App }) {
                     <tr>
                       <th scope="col">Name</th>
                       <th scope="col">Status</th>
-                      <th scope="col" className="right">Version</th>
+                      <th scope="col" className="right">
+                        Version
+                      </th>
                       <th scope="col">Set at</th>
-                      <th scope="col"><span className="sr-only">Actions</span></th>
+                      <th scope="col">
+                        <span className="sr-only">Actions</span>
+                      </th>
                     </tr>
                   </thead>
                   <tbody>
                     {data.secrets.map((s) => (
                       <tr key={s.name} data-testid={`secret-${s.name}`}>
-                        <td><code>{s.name}</code></td>
-                        <td><span className={`badge ${s.set ? "ok" : "stopped"}`}>{s.set ? "set" : "not set"}</span></td>
+                        <td>
+                          <code>{s.name}</code>
+                        </td>
+                        <td>
+                          <span className={`badge ${s.set ? "ok" : "stopped"}`}>{s.set ? "set" : "not set"}</span>
+                        </td>
                         <td className="right">{s.version !== undefined ? String(s.version) : "—"}</td>
                         <td>{formatTime(s.setAt)}</td>
                         <td className="right nowrap">
-                          <button type="button" className="secondary small" onClick={() => setSetting(s.name)} aria-label={`Set value of ${s.name}`}>Set value</button>{" "}
-                          <button type="button" className="secondary small" disabled={createLink.isPending} onClick={() => createLink.mutate({ appId: app.id, name: s.name })} aria-label={`Create a link for ${s.name}`}>Create link</button>{" "}
-                          <button type="button" className="danger small" onClick={() => setDropping(s.name)} aria-label={`Drop ${s.name}`}>Drop</button>
+                          <button
+                            type="button"
+                            className="secondary small"
+                            onClick={() => setSetting(s.name)}
+                            aria-label={`Set value of ${s.name}`}
+                          >
+                            Set value
+                          </button>{" "}
+                          <button
+                            type="button"
+                            className="secondary small"
+                            disabled={createLink.isPending}
+                            onClick={() => createLink.mutate({ appId: app.id, name: s.name })}
+                            aria-label={`Create a link for ${s.name}`}
+                          >
+                            Create link
+                          </button>{" "}
+                          <button
+                            type="button"
+                            className="danger small"
+                            onClick={() => setDropping(s.name)}
+                            aria-label={`Drop ${s.name}`}
+                          >
+                            Drop
+                          </button>
                         </td>
                       </tr>
                     ))}
@@ -144,8 +189,12 @@ function SetValue({ appId, name, onDone }: { appId: string; name: string; onDone
       </label>
       {set.error ? <ErrorBox error={set.error} title="Not set" /> : null}
       <div className="actions">
-        <button type="button" className="secondary" onClick={onDone}>Cancel</button>
-        <button type="submit" disabled={set.isPending || value === ""}>Set value</button>
+        <button type="button" className="secondary" onClick={onDone}>
+          Cancel
+        </button>
+        <button type="submit" disabled={set.isPending || value === ""}>
+          Set value
+        </button>
       </div>
     </form>
   );

@@ -33,7 +33,8 @@ export function SettingsTab({ app }: { app: App }) {
   const [analytics, setAnalytics] = useState(app.analyticsEnabled);
   const [secrets, setSecrets] = useState(app.secretsEnabled);
   const [limits, setLimits] = useState<Record<LimitName, string>>(
-    () => Object.fromEntries(LIMITS.map((l) => [l.name, String(app.limits?.[l.name] ?? "")])) as Record<LimitName, string>,
+    () =>
+      Object.fromEntries(LIMITS.map((l) => [l.name, String(app.limits?.[l.name] ?? "")])) as Record<LimitName, string>,
   );
   const [saved, setSaved] = useState(false);
   const update = useMutation(updateApp, {
@@ -75,13 +76,20 @@ export function SettingsTab({ app }: { app: App }) {
       <h2>Settings</h2>
       <label className="field">
         <span>Mail sender (mailFrom)</span>
-        <input type="email" value={mailFrom} onChange={(e) => setMailFrom(e.target.value)} placeholder="app@example.com" autoComplete="off" />
+        <input
+          type="email"
+          value={mailFrom}
+          onChange={(e) => setMailFrom(e.target.value)}
+          placeholder="app@example.com"
+          autoComplete="off"
+        />
         <small className="muted">Mail cannot be sent until the app has a sender address.</small>
       </label>
       <fieldset className="switches">
         <legend>Facilities</legend>
         <label className="check">
-          <input type="checkbox" checked={analytics} onChange={(e) => setAnalytics(e.target.checked)} /> Analytics enabled
+          <input type="checkbox" checked={analytics} onChange={(e) => setAnalytics(e.target.checked)} /> Analytics
+          enabled
         </label>
         <label className="check">
           <input type="checkbox" checked={secrets} onChange={(e) => setSecrets(e.target.checked)} /> Secrets enabled
@@ -93,7 +101,11 @@ export function SettingsTab({ app }: { app: App }) {
           {LIMITS.map((l) => (
             <label className="field" key={l.name}>
               <span>{l.label}</span>
-              <input inputMode="numeric" value={limits[l.name]} onChange={(e) => setLimits({ ...limits, [l.name]: e.target.value })} />
+              <input
+                inputMode="numeric"
+                value={limits[l.name]}
+                onChange={(e) => setLimits({ ...limits, [l.name]: e.target.value })}
+              />
             </label>
           ))}
         </div>

@@ -109,7 +109,12 @@ function TokenTable({ tokens, onRevoke }: { tokens: Token[]; onRevoke: (t: Token
                 <td>{formatTime(t.createdAt)}</td>
                 <td>{t.lastUsedAt ? formatTime(t.lastUsedAt) : <span className="muted">never</span>}</td>
                 <td className="right">
-                  <button type="button" className="danger small" onClick={() => onRevoke(t)} aria-label={`Revoke token ${t.label || t.id}`}>
+                  <button
+                    type="button"
+                    className="danger small"
+                    onClick={() => onRevoke(t)}
+                    aria-label={`Revoke token ${t.label || t.id}`}
+                  >
                     Revoke
                   </button>
                 </td>

@@ -25,7 +25,12 @@ export function UsageTab({ app }: { app: App }) {
               <h2>Today ({u.day}, UTC)</h2>
               <div className="meters">
                 {COUNTERS.map((c) => (
-                  <Meter key={c.key} label={c.label} used={Number(u[c.key]?.used ?? 0)} cap={Number(u[c.key]?.cap ?? 0)} />
+                  <Meter
+                    key={c.key}
+                    label={c.label}
+                    used={Number(u[c.key]?.used ?? 0)}
+                    cap={Number(u[c.key]?.cap ?? 0)}
+                  />
                 ))}
               </div>
             </>

@@ -111,7 +111,16 @@ export function createAppStore(database: Db): AppStore {
         .insertInto("apps")
         .values({ name, status: "running", mail_from: mailFrom, limits: "{}" })
         .onConflict((oc) => oc.column("name").doNothing())
-        .returning(["id", "name", "status", "mail_from", "analytics_enabled", "secrets_enabled", "limits", "created_at"])
+        .returning([
+          "id",
+          "name",
+          "status",
+          "mail_from",
+          "analytics_enabled",
+          "secrets_enabled",
+          "limits",
+          "created_at",
+        ])
         .executeTakeFirst();
       return row ? appFromRow(row) : undefined;
     },
@@ -131,7 +140,11 @@ export function createAppStore(database: Db): AppStore {
         set.limits = sql`apps.limits || ${JSON.stringify(changes.limits)}::jsonb`;
       }
       if (Object.keys(set).length === 0) return;
-      await db.updateTable("apps").set(set as never).where("id", "=", appId).execute();
+      await db
+        .updateTable("apps")
+        .set(set as never)
+        .where("id", "=", appId)
+        .execute();
     },
 
     async delete(appId) {
@@ -139,7 +152,11 @@ export function createAppStore(database: Db): AppStore {
     },
 
     async insertToken(appId, tokenHash, label) {
-      const row = await db.insertInto("app_tokens").values({ app_id: appId, token_hash: tokenHash, label }).returning("id").executeTakeFirstOrThrow();
+      const row = await db
+        .insertInto("app_tokens")
+        .values({ app_id: appId, token_hash: tokenHash, label })
+        .returning("id")
+        .executeTakeFirstOrThrow();
       return row.id;
     },
 
@@ -179,7 +196,12 @@ export function createAppStore(database: Db): AppStore {
         .updateTable("app_tokens")
         .set({ last_used_at: sql<Date>`now()` })
         .where("id", "=", tokenId)
-        .where((eb) => eb.or([eb("last_used_at", "is", null), eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`)]))
+        .where((eb) =>
+          eb.or([
+            eb("last_used_at", "is", null),
+            eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`),
+          ]),
+        )
         .execute();
     },
   };

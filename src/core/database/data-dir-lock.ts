@@ -16,7 +16,9 @@ export class DataDirInUseError extends Error {
   override readonly name = "DataDirInUseError";
   readonly pid: number;
   constructor(dir: string, pid: number) {
-    super(`DATA_DIR ${dir} is in use by another process (pid ${pid}, e.g. a running server): stop it first, or use the running server's API`);
+    super(
+      `DATA_DIR ${dir} is in use by another process (pid ${pid}, e.g. a running server): stop it first, or use the running server's API`,
+    );
     this.pid = pid;
   }
 }

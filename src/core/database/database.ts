@@ -95,14 +95,24 @@ export async function openDatabase(options: DatabaseOptions): Promise<Database> 
 async function openPostgres(connectionString: string, options: DatabaseOptions): Promise<Database> {
   const types = {
     getTypeParser: ((oid: number, format?: "text" | "binary") =>
-      oid === INT8_OID ? (v: string) => Number(v) : oid === DATE_OID ? (v: string) => v : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
+      oid === INT8_OID
+        ? (v: string) => Number(v)
+        : oid === DATE_OID
+          ? (v: string) => v
+          : (pg.types.getTypeParser(oid, format) as (v: string) => unknown)) as typeof pg.types.getTypeParser,
   };
   const health = createDatabaseHealth(options.log);
   const onError = (err: Error) => {
     if (!health.failed(err)) options.onError?.(err);
   };
   const connectionTimeoutMillis = options.connectTimeoutMs ?? 5000;
-  const pool = new pg.Pool({ connectionString, max: options.poolSize ?? 20, types, Client: PreparingClient, connectionTimeoutMillis });
+  const pool = new pg.Pool({
+    connectionString,
+    max: options.poolSize ?? 20,
+    types,
+    Client: PreparingClient,
+    connectionTimeoutMillis,
+  });
   pool.on("error", onError);
   // A checked-out client has no pool listener: without its own, a connection
   // ended by the server (a restart) between two queries would crash the process.

@@ -22,7 +22,17 @@ export interface DatabaseHealth {
 }
 
 /** Network errors of a connection, and the server refusing or ending connections. */
-const NETWORK_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"]);
+const NETWORK_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ECONNABORTED",
+]);
 /** SQLSTATEs of a server that is shutting down, starting up, crashed, or full (class 08: connection exceptions). */
 const SERVER_STATES = new Set(["57P01", "57P02", "57P03", "53300"]);
 const DRIVER_MESSAGES = [
@@ -37,7 +47,8 @@ export function isDatabaseUnreachable(err: unknown): boolean {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
     if (e instanceof AggregateError && e.errors.some((inner) => isDatabaseUnreachable(inner))) return true;
     const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code.startsWith("08"))) return true;
+    if (typeof code === "string" && (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code.startsWith("08")))
+      return true;
     if (DRIVER_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return true;
   }
   return false;
@@ -50,7 +61,10 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       if (!isDatabaseUnreachable(err)) return false;
       if (downSince === undefined) {
         downSince = Date.now();
-        log?.warn({ err: err instanceof Error ? err.message || (err as NodeJS.ErrnoException).code : String(err) }, "database unreachable: answering 503 until it is back");
+        log?.warn(
+          { err: err instanceof Error ? err.message || (err as NodeJS.ErrnoException).code : String(err) },
+          "database unreachable: answering 503 until it is back",
+        );
       }
       return true;
     },

@@ -1,5 +1,13 @@
 /** The database concern of the core: open, migrate, listen, prepare. */
-export { openDatabase, type Database, type DatabaseOptions, type Db, type Timestamp, type Transaction, type Unlisten } from "./database.ts";
+export {
+  openDatabase,
+  type Database,
+  type DatabaseOptions,
+  type Db,
+  type Timestamp,
+  type Transaction,
+  type Unlisten,
+} from "./database.ts";
 export { migrate } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";

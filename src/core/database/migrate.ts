@@ -15,7 +15,9 @@ export async function migrate(db: Kysely<Record<never, never>>): Promise<void> {
     const failed = results?.find((r) => r.status === "Error")?.migrationName;
     const reason = describeError(error);
     // No migration ran: the database itself could not be reached.
-    throw new Error(failed ? `migration ${failed} failed: ${reason}` : `database: cannot run migrations: ${reason}`, { cause: error });
+    throw new Error(failed ? `migration ${failed} failed: ${reason}` : `database: cannot run migrations: ${reason}`, {
+      cause: error,
+    });
   }
 }
 

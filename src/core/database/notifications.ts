@@ -15,7 +15,11 @@ export interface Notifications {
   stop(): Promise<void>;
 }
 
-export function createPgNotifications(connectionString: string, onError?: (err: Error) => void, onConnect?: () => void): Notifications {
+export function createPgNotifications(
+  connectionString: string,
+  onError?: (err: Error) => void,
+  onConnect?: () => void,
+): Notifications {
   return new PgNotifications(connectionString, onError, onConnect);
 }
 
@@ -23,14 +27,21 @@ class PgNotifications implements Notifications {
   private client: pg.Client | undefined;
   private connecting: Promise<void> | undefined;
   private listening = new Set<string>();
-  private readonly subscribers = new Map<string, Set<{ onNotify: (payload: string) => void; onReconnect?: (() => void) | undefined }>>();
+  private readonly subscribers = new Map<
+    string,
+    Set<{ onNotify: (payload: string) => void; onReconnect?: (() => void) | undefined }>
+  >();
   private stopped = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private readonly connectionString: string;
   private readonly onError: ((err: Error) => void) | undefined;
   private readonly onConnect: (() => void) | undefined;
 
-  constructor(connectionString: string, onError: ((err: Error) => void) | undefined, onConnect: (() => void) | undefined) {
+  constructor(
+    connectionString: string,
+    onError: ((err: Error) => void) | undefined,
+    onConnect: (() => void) | undefined,
+  ) {
     this.connectionString = connectionString;
     this.onError = onError;
     this.onConnect = onConnect;
@@ -50,7 +61,8 @@ class PgNotifications implements Notifications {
       set.delete(subscriber);
       if (set.size === 0 && this.subscribers.get(channel) === set) {
         this.subscribers.delete(channel);
-        if (this.listening.delete(channel)) await this.client?.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => {});
+        if (this.listening.delete(channel))
+          await this.client?.query(`UNLISTEN ${pg.escapeIdentifier(channel)}`).catch(() => {});
       }
     };
   }

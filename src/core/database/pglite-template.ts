@@ -38,7 +38,9 @@ interface Manifest {
 async function pgliteVersion(): Promise<string> {
   // The package's exports hide package.json; its entry point sits in dist/.
   const entry = require.resolve("@electric-sql/pglite");
-  const pkg = JSON.parse(await fs.readFile(path.join(path.dirname(entry), "..", "package.json"), "utf8")) as { version: string };
+  const pkg = JSON.parse(await fs.readFile(path.join(path.dirname(entry), "..", "package.json"), "utf8")) as {
+    version: string;
+  };
   return pkg.version;
 }
 
@@ -74,7 +76,9 @@ export function isMigratablePrefix(applied: readonly string[]): boolean {
 /** Whether the template has every migration of this code (else building it again saves the missing ones at each new DATA_DIR). */
 export async function isTemplateCurrent(cache: string = TEMPLATE_CACHE): Promise<boolean> {
   try {
-    const manifest = JSON.parse(await fs.readFile(path.join(await templateDir(cache), "manifest.json"), "utf8")) as Manifest;
+    const manifest = JSON.parse(
+      await fs.readFile(path.join(await templateDir(cache), "manifest.json"), "utf8"),
+    ) as Manifest;
     return Object.keys(migrations).every((name) => manifest.migrations.includes(name));
   } catch {
     return false;
@@ -143,13 +147,19 @@ async function exists(p: string): Promise<boolean> {
 if (import.meta.main) {
   const ifNeeded = process.argv.includes("--if-needed");
   const dataDir = process.env.DATA_DIR || "./data";
-  const needed = !ifNeeded || (!process.env.DATABASE_URL && !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) && !(await isTemplateCurrent()));
+  const needed =
+    !ifNeeded ||
+    (!process.env.DATABASE_URL &&
+      !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
+      !(await isTemplateCurrent()));
   if (needed) {
     try {
       const dir = await buildTemplate();
       process.stderr.write(`embedded database template ready in ${path.relative(process.cwd(), dir)}\n`);
     } catch (err) {
-      process.stderr.write(`embedded database template not built (a new DATA_DIR will run initdb instead): ${err instanceof Error ? err.message : String(err)}\n`);
+      process.stderr.write(
+        `embedded database template not built (a new DATA_DIR will run initdb instead): ${err instanceof Error ? err.message : String(err)}\n`,
+      );
     }
   }
 }

@@ -16,7 +16,11 @@ export const DOCS_PATH = "/docs";
 function inlineScriptHashes(html: string): string[] {
   const hashes: string[] = [];
   for (const match of html.matchAll(/<script(?![^>]*\bsrc=)[^>]*>([\s\S]*?)<\/script>/g)) {
-    hashes.push(`'sha256-${createHash("sha256").update(match[1] ?? "").digest("base64")}'`);
+    hashes.push(
+      `'sha256-${createHash("sha256")
+        .update(match[1] ?? "")
+        .digest("base64")}'`,
+    );
   }
   return hashes;
 }

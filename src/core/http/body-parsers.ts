@@ -22,10 +22,16 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
     try {
       value = JSON.parse(body);
     } catch {
-      return done(new PlatformError("invalid_argument", "body: malformed JSON", { details: ["body: is not valid JSON"] }), undefined);
+      return done(
+        new PlatformError("invalid_argument", "body: malformed JSON", { details: ["body: is not valid JSON"] }),
+        undefined,
+      );
     }
     if (jsonDepth(value) > MAX_JSON_DEPTH) {
-      return done(new PlatformError("invalid_argument", `body: nested deeper than ${MAX_JSON_DEPTH} levels`), undefined);
+      return done(
+        new PlatformError("invalid_argument", `body: nested deeper than ${MAX_JSON_DEPTH} levels`),
+        undefined,
+      );
     }
     done(null, value);
   });
@@ -34,7 +40,12 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
   });
   fastify.addContentTypeParser("*", { parseAs: "string" }, (_req, text, done) => {
     if (String(text).trim() === "") return done(null, undefined);
-    done(new PlatformError("invalid_argument", "content-type: must be application/json", { details: ["content-type: must be application/json"] }), undefined);
+    done(
+      new PlatformError("invalid_argument", "content-type: must be application/json", {
+        details: ["content-type: must be application/json"],
+      }),
+      undefined,
+    );
   });
 }
 

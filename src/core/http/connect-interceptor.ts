@@ -9,7 +9,11 @@ import { principalKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
-export function createConnectInterceptor(authenticator: Authenticator, logger: Logger, health: DatabaseHealth): Interceptor {
+export function createConnectInterceptor(
+  authenticator: Authenticator,
+  logger: Logger,
+  health: DatabaseHealth,
+): Interceptor {
   return (next) => async (req) => {
     try {
       const principal = await authenticator.authenticate(req.header.get("authorization"), req.method);

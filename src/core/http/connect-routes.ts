@@ -23,7 +23,16 @@
  */
 import type http from "node:http";
 import type http2 from "node:http2";
-import { Code, ConnectError, createConnectRouter, createContextValues, createHandlerContext, type ConnectRouter, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import {
+  Code,
+  ConnectError,
+  createConnectRouter,
+  createContextValues,
+  createHandlerContext,
+  type ConnectRouter,
+  type ContextValues,
+  type Interceptor,
+} from "@connectrpc/connect";
 import {
   compressionNegotiate,
   createMethodSerializationLookup,
@@ -36,7 +45,12 @@ import {
 import * as protoConnect from "@connectrpc/connect/protocol-connect";
 import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
 import * as protoGrpcWeb from "@connectrpc/connect/protocol-grpc-web";
-import { compressionBrotli, compressionGzip, universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { plainHeaders } from "./rest-router.ts";
@@ -100,8 +114,26 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
           const read = await readBody(req.raw, FAST_MAX_BYTES);
           if (read.complete) {
             const done = await (kind.grpc
-              ? serveGrpc(shortPath, kind.binary, read.bytes, req, reply, options, acceptCompression, opt.compressMinBytes)
-              : serveConnect(shortPath, kind.binary, read.bytes, req, reply, options, acceptCompression, opt.compressMinBytes));
+              ? serveGrpc(
+                  shortPath,
+                  kind.binary,
+                  read.bytes,
+                  req,
+                  reply,
+                  options,
+                  acceptCompression,
+                  opt.compressMinBytes,
+                )
+              : serveConnect(
+                  shortPath,
+                  kind.binary,
+                  read.bytes,
+                  req,
+                  reply,
+                  options,
+                  acceptCompression,
+                  opt.compressMinBytes,
+                ));
             if (done) return;
           }
           return general(uHandler, req, reply, options, bodyAgain(read, req.raw));
@@ -114,7 +146,13 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
 }
 
 /** What `@connectrpc/connect-fastify` does for every request: the general handler. */
-async function general(uHandler: UniversalHandler, req: FastifyRequest, reply: FastifyReply, options: ConnectRoutesOptions, body: AsyncIterable<Uint8Array> | undefined) {
+async function general(
+  uHandler: UniversalHandler,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  options: ConnectRoutesOptions,
+  body: AsyncIterable<Uint8Array> | undefined,
+) {
   try {
     const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.());
     const uRes = await uHandler(uReq);
@@ -142,8 +180,12 @@ function fastKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boolea
   else if (type === "application/grpc" || type === "application/grpc+proto") kind = { grpc: true, binary: true };
   else return undefined;
   if (kind.grpc) {
-    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity")) return undefined;
-  } else if (h["connect-timeout-ms"] !== undefined || (h["content-encoding"] !== undefined && h["content-encoding"] !== "identity")) {
+    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity"))
+      return undefined;
+  } else if (
+    h["connect-timeout-ms"] !== undefined ||
+    (h["content-encoding"] !== undefined && h["content-encoding"] !== "identity")
+  ) {
     return undefined;
   }
   const length = h["content-length"];
@@ -176,7 +218,8 @@ function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
     // An error or a close before the end: the general handler meets it again on the stream and answers as it does.
     const onEnd = () => {
       cleanup();
-      if (raw.readableEnded) resolve({ complete: true, bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
+      if (raw.readableEnded)
+        resolve({ complete: true, bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
       else resolve({ complete: false, chunks });
     };
     raw.on("data", onData);
@@ -198,7 +241,15 @@ async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uin
 }
 
 /** The handler context and the request's abort signal, as the general handler builds them. */
-function contextFor(m: FastMethod, protocolName: string, req: FastifyRequest, reply: FastifyReply, options: ConnectRoutesOptions, responseHeader: Record<string, string>, responseTrailer?: Record<string, string>) {
+function contextFor(
+  m: FastMethod,
+  protocolName: string,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  options: ConnectRoutesOptions,
+  responseHeader: Record<string, string>,
+  responseTrailer?: Record<string, string>,
+) {
   const abort = new AbortController();
   let finished = false;
   // A client that goes away ends the call (a waiting consume stops waiting).
@@ -236,7 +287,13 @@ function nodeHeaders(headers: Headers): Record<string, string | string[]> {
   return out;
 }
 
-function end(nodeResponse: NodeResponse, status: number, headers: Headers, body: Uint8Array | undefined, trailers?: Headers): Promise<void> {
+function end(
+  nodeResponse: NodeResponse,
+  status: number,
+  headers: Headers,
+  body: Uint8Array | undefined,
+  trailers?: Headers,
+): Promise<void> {
   // One shape for both: the HTTP/2 compatibility response has the same methods.
   const res = nodeResponse as http.ServerResponse;
   return new Promise((resolve) => {
@@ -252,16 +309,35 @@ function end(nodeResponse: NodeResponse, status: number, headers: Headers, body:
  * A unary Connect call: the body is the message. Answers as the general
  * handler's `createUnaryHandler` does; returns true (it always answers).
  */
-async function serveConnect(m: FastMethod, binary: boolean, bytes: Buffer, req: FastifyRequest, reply: FastifyReply, options: ConnectRoutesOptions, accept: Compression[], compressMinBytes: number): Promise<boolean> {
+async function serveConnect(
+  m: FastMethod,
+  binary: boolean,
+  bytes: Buffer,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  options: ConnectRoutesOptions,
+  accept: Compression[],
+  compressMinBytes: number,
+): Promise<boolean> {
   const { context, end: ended } = contextFor(m, "connect", req, reply, options, {
     [protoConnect.headerContentType]: binary ? protoConnect.contentTypeUnaryProto : protoConnect.contentTypeUnaryJson,
   });
-  const compression = compressionNegotiate(accept, null, req.headers["accept-encoding"] ?? null, protoConnect.headerUnaryAcceptEncoding);
+  const compression = compressionNegotiate(
+    accept,
+    null,
+    req.headers["accept-encoding"] ?? null,
+    protoConnect.headerUnaryAcceptEncoding,
+  );
   let status = 200;
   let body: Uint8Array;
   try {
     const input = m.serialization.getI(binary).parse(bytes);
-    const output = await invokeUnaryImplementation({ kind: "unary", method: m.method, impl: m.impl } as never, context, input, options.interceptors);
+    const output = await invokeUnaryImplementation(
+      { kind: "unary", method: m.method, impl: m.impl } as never,
+      context,
+      input,
+      options.interceptors,
+    );
     body = m.serialization.getO(binary).serialize(output);
   } catch (e) {
     const error = toConnectErrorOf(e);
@@ -288,7 +364,16 @@ async function serveConnect(m: FastMethod, binary: boolean, bytes: Buffer, req: 
  * (otherwise false: the general handler takes it, with its own errors).
  * Answers as the general handler's gRPC handler does.
  */
-async function serveGrpc(m: FastMethod, binary: boolean, bytes: Buffer, req: FastifyRequest, reply: FastifyReply, options: ConnectRoutesOptions, accept: Compression[], compressMinBytes: number): Promise<boolean> {
+async function serveGrpc(
+  m: FastMethod,
+  binary: boolean,
+  bytes: Buffer,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  options: ConnectRoutesOptions,
+  accept: Compression[],
+  compressMinBytes: number,
+): Promise<boolean> {
   if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
   const { context, end: ended } = contextFor(
     m,
@@ -299,12 +384,22 @@ async function serveGrpc(m: FastMethod, binary: boolean, bytes: Buffer, req: Fas
     { [protoGrpc.headerContentType]: binary ? protoGrpc.contentTypeProto : protoGrpc.contentTypeJson },
     { [protoGrpc.headerGrpcStatus]: protoGrpc.grpcStatusOk },
   );
-  const compression = compressionNegotiate(accept, null, headerValue(req.headers["grpc-accept-encoding"]), protoGrpc.headerAcceptEncoding);
+  const compression = compressionNegotiate(
+    accept,
+    null,
+    headerValue(req.headers["grpc-accept-encoding"]),
+    protoGrpc.headerAcceptEncoding,
+  );
   if (compression.response) context.responseHeader.set(protoGrpc.headerEncoding, compression.response.name);
   let frame: Uint8Array | undefined;
   try {
     const input = m.serialization.getI(binary).parse(bytes.subarray(5));
-    const output = await invokeUnaryImplementation({ kind: "unary", method: m.method, impl: m.impl } as never, context, input, options.interceptors);
+    const output = await invokeUnaryImplementation(
+      { kind: "unary", method: m.method, impl: m.impl } as never,
+      context,
+      input,
+      options.interceptors,
+    );
     let data = m.serialization.getO(binary).serialize(output);
     let flags = 0;
     if (compression.response && data.byteLength >= compressMinBytes) {

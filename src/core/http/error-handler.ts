@@ -18,7 +18,8 @@ export function registerErrorHandlers(fastify: FastifyInstance, health: Database
       // One warning per outage, not one per request.
       health.failed(platformError.cause);
     }
-    if (platformError.retryAfterSeconds !== undefined) void reply.header("retry-after", String(platformError.retryAfterSeconds));
+    if (platformError.retryAfterSeconds !== undefined)
+      void reply.header("retry-after", String(platformError.retryAfterSeconds));
     return reply.code(platformError.status).send(toEnvelope(platformError));
   });
   fastify.setNotFoundHandler((req, reply) => {
@@ -29,7 +30,11 @@ export function registerErrorHandlers(fastify: FastifyInstance, health: Database
 
 /** fastify's `frameworkErrors`: a path that is not valid percent-encoding never reaches a route; answer it with the envelope too. */
 export function renderFrameworkError(err: FastifyError, req: FastifyRequest, reply: FastifyReply): void {
-  const body = toEnvelope(new PlatformError("invalid_argument", "path: not a valid URL (bad percent-encoding)", { details: [`path: ${err.code}`] }));
+  const body = toEnvelope(
+    new PlatformError("invalid_argument", "path: not a valid URL (bad percent-encoding)", {
+      details: [`path: ${err.code}`],
+    }),
+  );
   void reply.code(400).header("x-request-id", req.id).send(body);
 }
 

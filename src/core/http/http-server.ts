@@ -52,7 +52,10 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     metrics.httpRequests.inc(labels);
     metrics.httpDuration.observe(labels, seconds);
     // The route template, never the raw URL: a secret link's token is in its path.
-    req.log.info({ method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, "request");
+    req.log.info(
+      { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      "request",
+    );
   });
   registerErrorHandlers(fastify, options.databaseHealth);
   return fastify;

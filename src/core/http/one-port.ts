@@ -30,7 +30,10 @@ import http2 from "node:http2";
 import net from "node:net";
 import type { HttpTimeouts } from "../config.ts";
 
-type Handler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
+type Handler = (
+  req: http.IncomingMessage | http2.Http2ServerRequest,
+  res: http.ServerResponse | http2.Http2ServerResponse,
+) => void;
 
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
@@ -83,7 +86,13 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   if (options.tls) {
     // A TLS handshake that never completes is dropped like a header that never ends.
     const secure = http2.createSecureServer(
-      { key: options.tls.key, cert: options.tls.cert, allowHTTP1: true, handshakeTimeout: timeouts.headersTimeoutMs, ...h1Options },
+      {
+        key: options.tls.key,
+        cert: options.tls.cert,
+        allowHTTP1: true,
+        handshakeTimeout: timeouts.headersTimeoutMs,
+        ...h1Options,
+      },
       handler as never,
     );
     trackSessions(secure);
@@ -120,7 +129,8 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       if (left > 0) busy.set(socket, left);
       else busy.delete(socket);
       if (closing && left <= 0) socket.end();
-      else if (left <= 0 && !socket.destroyed) expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
+      else if (left <= 0 && !socket.destroyed)
+        expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
     });
     handler(req, res);
   });

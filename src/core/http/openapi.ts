@@ -122,7 +122,11 @@ function errorResponses(codes: readonly ErrorCode[]): Record<string, Json> {
 function operation(route: AnyRestRoute): Json {
   const doc = route.doc;
   const isPublic = doc?.public === true;
-  const codes = [...(doc?.errors ?? []), ...(route.body ? BODY_ERRORS : []), ...(isPublic ? COMMON_ERRORS : AUTHENTICATED_ERRORS)];
+  const codes = [
+    ...(doc?.errors ?? []),
+    ...(route.body ? BODY_ERRORS : []),
+    ...(isPublic ? COMMON_ERRORS : AUTHENTICATED_ERRORS),
+  ];
   if (route.params || route.query) codes.push("invalid_argument");
   const op: Json = {
     operationId: route.rpc.localName,
@@ -149,7 +153,7 @@ function operation(route: AnyRestRoute): Json {
   if (route.body) {
     op.requestBody = {
       // A body that may be left out (consume) accepts `null`/absent too.
-      required: !(route.url.endsWith("/consume")),
+      required: !route.url.endsWith("/consume"),
       content: {
         "application/json": {
           schema: inputSchema(route.body),

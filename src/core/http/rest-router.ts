@@ -10,7 +10,13 @@
  * caller, and maps the answer. Errors are thrown as `PlatformError` and
  * rendered by the server's one error handler.
  */
-import { create, type DescMethodUnary, type DescMessage, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
+import {
+  create,
+  type DescMethodUnary,
+  type DescMessage,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
 import { createContextValues, createHandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
@@ -25,7 +31,13 @@ export interface RestInput<B, Q, P> {
   params: P;
 }
 
-export interface RestRoute<I extends DescMessage = DescMessage, O extends DescMessage = DescMessage, B = unknown, Q = unknown, P = Record<string, string>> {
+export interface RestRoute<
+  I extends DescMessage = DescMessage,
+  O extends DescMessage = DescMessage,
+  B = unknown,
+  Q = unknown,
+  P = Record<string, string>,
+> {
   method: "GET" | "POST" | "PUT" | "DELETE";
   url: string;
   rpc: DescMethodUnary<I, O>;
@@ -63,9 +75,13 @@ export interface RouteDoc {
 export type AnyRestRoute = RestRoute<DescMessage, DescMessage, unknown, unknown, unknown>;
 
 /** Declares one route, typed against its RPC and schemas; the table keeps it untyped. */
-export function defineRoute<I extends DescMessage, O extends DescMessage, B = unknown, Q = unknown, P = Record<string, string>>(
-  route: RestRoute<I, O, B, Q, P>,
-): AnyRestRoute {
+export function defineRoute<
+  I extends DescMessage,
+  O extends DescMessage,
+  B = unknown,
+  Q = unknown,
+  P = Record<string, string>,
+>(route: RestRoute<I, O, B, Q, P>): AnyRestRoute {
   return route as unknown as AnyRestRoute;
 }
 
@@ -80,7 +96,8 @@ export function registerRestRoutes(
 ): void {
   for (const spec of routes) {
     const handler = (impl as Record<string, unknown>)[spec.rpc.localName] as Handler | undefined;
-    if (typeof handler !== "function") throw new Error(`no implementation of ${spec.rpc.parent.typeName}/${spec.rpc.name} for ${spec.url}`);
+    if (typeof handler !== "function")
+      throw new Error(`no implementation of ${spec.rpc.parent.typeName}/${spec.rpc.name} for ${spec.url}`);
     fastify.route({
       method: spec.method,
       url: spec.url,

@@ -56,12 +56,14 @@ export function passthroughObject(rule = "must be an object") {
 
 /** An integer when present; JSON `null` means absent. */
 export function optionalInteger(rule = "must be an integer") {
-  return z
-    .custom<number>((v) => typeof v === "number" && Number.isInteger(v), { error: rule })
-    // A custom check has no JSON Schema of its own; this is what it admits (for the OpenAPI document).
-    .meta({ type: "integer" })
-    .nullish()
-    .transform((v) => v ?? undefined);
+  return (
+    z
+      .custom<number>((v) => typeof v === "number" && Number.isInteger(v), { error: rule })
+      // A custom check has no JSON Schema of its own; this is what it admits (for the OpenAPI document).
+      .meta({ type: "integer" })
+      .nullish()
+      .transform((v) => v ?? undefined)
+  );
 }
 
 /** A string when present; JSON `null` means absent. */

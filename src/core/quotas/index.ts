@@ -1,1 +1,9 @@
-export { createQuotas, utcDay, withReservation, type QuotaCounter, type Quotas, type Reservation, type ReservationOptions } from "./quotas.ts";
+export {
+  createQuotas,
+  utcDay,
+  withReservation,
+  type QuotaCounter,
+  type Quotas,
+  type Reservation,
+  type ReservationOptions,
+} from "./quotas.ts";

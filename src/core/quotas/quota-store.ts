@@ -77,7 +77,11 @@ export function createQuotaStore(database: Db): QuotaStore {
     },
 
     async usedOn(day) {
-      const rows = await db.selectFrom("quota_usage").select(["app_id", "counter", "used"]).where("day", "=", day).execute();
+      const rows = await db
+        .selectFrom("quota_usage")
+        .select(["app_id", "counter", "used"])
+        .where("day", "=", day)
+        .execute();
       return rows.map((r) => ({ appId: r.app_id, counter: r.counter, used: Number(r.used) }));
     },
 

@@ -70,7 +70,11 @@ export interface ReservationOptions<T> {
  * release it whole when the work threw, so an error costs nothing.
  * Resolves to the work's result and what is left today.
  */
-export async function withReservation<T>(quotas: Quotas, options: ReservationOptions<T>, work: (reservation: Reservation) => Promise<T>): Promise<{ result: T; remaining: number }> {
+export async function withReservation<T>(
+  quotas: Quotas,
+  options: ReservationOptions<T>,
+  work: (reservation: Reservation) => Promise<T>,
+): Promise<{ result: T; remaining: number }> {
   const reservation = await quotas.reserve(options.appId, options.counter, options.amount, options.cap);
   let result: T;
   try {
@@ -84,7 +88,9 @@ export async function withReservation<T>(quotas: Quotas, options: ReservationOpt
     options.onFailure?.(err);
     throw err;
   }
-  const remaining = options.actual ? await quotas.settle(reservation, options.actual(result), options.cap) : reservation.remaining;
+  const remaining = options.actual
+    ? await quotas.settle(reservation, options.actual(result), options.cap)
+    : reservation.remaining;
   return { result, remaining };
 }
 
@@ -111,7 +117,9 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
       const used = await store.adjust(reservation.appId, reservation.day, reservation.counter, delta);
-      return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : cap - (await this.used(reservation.appId, reservation.counter));
+      return reservation.day === utcDay(clock())
+        ? Math.max(0, cap - used)
+        : cap - (await this.used(reservation.appId, reservation.counter));
     },
 
     async release(reservation) {
@@ -139,7 +147,15 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
       return Array.from({ length: days }, (_, i) => {
         const day = utcDay(new Date(first + i * 86_400_000));
         const d = byDay.get(day) ?? {};
-        return { day, used: { events: d.events ?? 0, mail: d.mail ?? 0, fast_tokens: d.fast_tokens ?? 0, embed_tokens: d.embed_tokens ?? 0 } };
+        return {
+          day,
+          used: {
+            events: d.events ?? 0,
+            mail: d.mail ?? 0,
+            fast_tokens: d.fast_tokens ?? 0,
+            embed_tokens: d.embed_tokens ?? 0,
+          },
+        };
       });
     },
 

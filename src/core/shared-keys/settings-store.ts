@@ -27,8 +27,16 @@ export function createSettingsStore(database: Db): SettingsStore {
   const db: Kysely<SettingsTables> = database.withTables<SettingsTables>();
   return {
     async recordOrRead(name, value) {
-      await db.insertInto("platform_settings").values({ name, value, updated_at: new Date() }).onConflict((oc) => oc.column("name").doNothing()).execute();
-      const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirstOrThrow();
+      await db
+        .insertInto("platform_settings")
+        .values({ name, value, updated_at: new Date() })
+        .onConflict((oc) => oc.column("name").doNothing())
+        .execute();
+      const row = await db
+        .selectFrom("platform_settings")
+        .select("value")
+        .where("name", "=", name)
+        .executeTakeFirstOrThrow();
       return row.value;
     },
     async put(name, value) {

@@ -12,8 +12,12 @@ export async function up(db: Kysely<unknown>): Promise<void> {
       PERFORM pg_notify('pb_auth_changed', TG_TABLE_NAME);
       RETURN NULL;
     END $$`.execute(db);
-  await sql`CREATE TRIGGER apps_auth_changed AFTER UPDATE OR DELETE ON apps FOR EACH STATEMENT EXECUTE FUNCTION pb_auth_changed()`.execute(db);
-  await sql`CREATE TRIGGER app_tokens_auth_changed AFTER UPDATE OR DELETE ON app_tokens FOR EACH STATEMENT EXECUTE FUNCTION pb_auth_changed()`.execute(db);
+  await sql`CREATE TRIGGER apps_auth_changed AFTER UPDATE OR DELETE ON apps FOR EACH STATEMENT EXECUTE FUNCTION pb_auth_changed()`.execute(
+    db,
+  );
+  await sql`CREATE TRIGGER app_tokens_auth_changed AFTER UPDATE OR DELETE ON app_tokens FOR EACH STATEMENT EXECUTE FUNCTION pb_auth_changed()`.execute(
+    db,
+  );
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {

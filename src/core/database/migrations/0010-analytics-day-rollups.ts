@@ -14,13 +14,17 @@
 import { sql, type Kysely } from "kysely";
 
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await sql`ALTER TABLE analytics_daily ADD COLUMN slot smallint NOT NULL DEFAULT 0, ADD COLUMN hours bigint[]`.execute(db);
+  await sql`ALTER TABLE analytics_daily ADD COLUMN slot smallint NOT NULL DEFAULT 0, ADD COLUMN hours bigint[]`.execute(
+    db,
+  );
   await sql`
     UPDATE analytics_daily d SET hours = (
       SELECT array_agg(coalesce(h.n, 0) ORDER BY i)
       FROM generate_series(0, 23) AS i
       LEFT JOIN analytics_hourly h
-        ON h.app_id = d.app_id AND h.type = d.type AND h.prop = d.prop AND h.value = d.value AND h.hour = d.day + i * interval '1 hour')`.execute(db);
+        ON h.app_id = d.app_id AND h.type = d.type AND h.prop = d.prop AND h.value = d.value AND h.hour = d.day + i * interval '1 hour')`.execute(
+    db,
+  );
   await sql`
     ALTER TABLE analytics_daily
       ALTER COLUMN hours SET NOT NULL,
