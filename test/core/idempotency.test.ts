@@ -12,8 +12,10 @@ import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import {
   createTestDatabase,
+  startInstances,
   startServer,
   useTestServer,
+  type Instances,
   type TestApp,
   type TestDatabase,
   type TestServer,
@@ -198,6 +200,50 @@ describe("Idempotency-Key over REST", () => {
     expect((await t.admin.listSecrets({ appId: app.id })).secrets).toHaveLength(1);
   });
 
+  it("replays a batch of analytics events without storing or counting them twice", async () => {
+    const app = await t.createApp();
+    expect(
+      (await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "signup" } })).status,
+    ).toBe(200);
+    const key = newKey();
+    const log = () =>
+      t.request("POST", "/v1/analytics/events", {
+        token: app.token,
+        body: { events: [{ type: "signup" }, { type: "signup" }] },
+        headers: { "idempotency-key": key },
+      });
+    const first = await log();
+    const again = await log();
+    expect([first.status, again.status, again.headers.get("idempotent-replayed")]).toEqual([200, 200, "true"]);
+    expect(again.body).toEqual(first.body);
+    expect(Number((await t.admin.getUsage({ appId: app.id })).events!.used)).toBe(2);
+  });
+
+  it("answers 409 while a run holds the key, and lets a repeat take over the key of a run that died", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const first = await put(t, app, "jobs", { payload: 1 }, key);
+    const db = tables(t.server.deps.db);
+    // The row as a run left it that had claimed the key and not finished (its process is gone).
+    const running = (lockedFor: string) =>
+      sql`UPDATE idempotency_keys SET state = 'running', response = NULL, status = NULL,
+            locked_until = now() + ${lockedFor}::interval WHERE app_id = ${app.id}`.execute(db);
+    await running("1 hour");
+    const busy = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([busy.status, busy.body.error.code, busy.headers.get("retry-after")]).toEqual([
+      409,
+      "idempotency_key_in_use",
+      "1",
+    ]);
+    // Another request under the key is still refused as such.
+    expect((await put(t, app, "jobs", { payload: 2 }, key)).status).toBe(422);
+    await running("-1 second");
+    const retaken = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([retaken.status, retaken.headers.get("idempotent-replayed")]).toEqual([200, null]);
+    expect(retaken.body.id).not.toBe(first.body.id);
+    expect((await put(t, app, "jobs", { payload: 1 }, key)).body.id).toBe(retaken.body.id);
+  });
+
   it("forgets a key after 24 hours: the request runs again, and housekeeping deletes the row", async () => {
     const app = await t.createApp();
     const key = newKey();
@@ -269,6 +315,39 @@ describe("Idempotency-Key over Connect and gRPC", () => {
       expect(e.findDetails(ErrorDetailSchema)[0]?.code).toBe("idempotency_key_in_use");
     }
     expect(await depth(t, app, "race")).toBe(1);
+  });
+});
+
+describe("Idempotency-Key across two instances on one database", () => {
+  let pair: Instances;
+  beforeAll(async () => {
+    pair = await startInstances(2, { env: { MAIL_DOMAIN: DOMAIN } });
+  });
+  afterAll(() => pair.close());
+
+  it("runs 20 repeats racing over both instances once: one message, one mail", async () => {
+    const [one, two] = pair.servers as [TestServer, TestServer];
+    const app = await one.createApp();
+    const putKey = newKey();
+    const puts = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => put(i % 2 ? two : one, app, "race", { payload: "x" }, putKey)),
+    );
+    expect(puts.every((a) => a.status === 200 || a.status === 409)).toBe(true);
+    expect(new Set(puts.filter((a) => a.status === 200).map((a) => a.body.id as string)).size).toBe(1);
+    expect(await depth(one, app, "race")).toBe(1);
+
+    const mailKey = newKey();
+    const sends = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        (i % 2 ? two : one).request("POST", "/v1/mail/send", {
+          token: app.token,
+          body: { to: "reader@example.com", subject: "Once", text: "x" },
+          headers: { "idempotency-key": mailKey },
+        }),
+      ),
+    );
+    expect(sends.every((a) => a.status === 200 || a.status === 409)).toBe(true);
+    expect((await one.admin.listMail({ appId: app.id })).mails).toHaveLength(1);
   });
 });
 
