@@ -219,6 +219,29 @@ describe("Idempotency-Key over REST", () => {
     expect(Number((await t.admin.getUsage({ appId: app.id })).events!.used)).toBe(2);
   });
 
+  it("replays a generate and an embed without charging tokens twice", async () => {
+    const app = await t.createApp();
+    const used = async () => {
+      const u = await t.admin.getUsage({ appId: app.id });
+      return [Number(u.fastTokens!.used), Number(u.embedTokens!.used)];
+    };
+    for (const [path, body] of [
+      ["/v1/inference/generate", { prompt: "hello there", maxTokens: 16 }],
+      ["/v1/inference/embed", { input: "hello there" }],
+    ] as const) {
+      const key = newKey();
+      const call = () => t.request("POST", path, { token: app.token, body, headers: { "idempotency-key": key } });
+      const first = await call();
+      expect(first.status, JSON.stringify(first.body)).toBe(200);
+      const charged = await used();
+      const again = await call();
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+      expect(again.body).toEqual(first.body);
+      expect(await used()).toEqual(charged);
+    }
+    expect((await used()).every((n) => n > 0)).toBe(true);
+  });
+
   it("answers 409 while a run holds the key, and lets a repeat take over the key of a run that died", async () => {
     const app = await t.createApp();
     const key = newKey();
