@@ -66,9 +66,9 @@ export function createEventFeedStore(database: Db): EventFeedStore {
 
     async read(appId, after, limit) {
       const { rows } = await sql<{ id: string; kind: string; at: Date | string; data: string }>`
-        SELECT id::text AS id, kind, at, data FROM queue_event_feed
-        WHERE app_id = ${appId} AND id > ${after.toString()}::bigint AND expires_at > now()
-        ORDER BY id
+        SELECT f.id::text AS id, f.kind, f.at, f.data FROM queue_event_feed f
+        WHERE f.app_id = ${appId} AND f.id > ${after.toString()}::bigint AND f.expires_at > now()
+        ORDER BY f.id -- the bigint: the output column of that name is text, which sorts "10" before "9"
         LIMIT ${limit}`.execute(db);
       return rows.map((r) => ({ id: r.id, kind: r.kind, at: new Date(r.at), data: r.data }));
     },

@@ -126,6 +126,35 @@ describe("the event feed", () => {
     expect(answer.events.map((e) => e.data)).toEqual([{ name: "API_KEY", version: 2 }]);
   });
 
+  it("gives each of two readers every one of 40 concurrently published events once, in cursor order", async () => {
+    const app = await t.createApp();
+    const { cursor: start } = await feed(t, app);
+    const total = 40;
+    const readAll = async () => {
+      const seen: { cursor: string; n: number }[] = [];
+      let cursor = start;
+      while (seen.length < total) {
+        const answer = await feed(t, app, `?after=${cursor}&waitSeconds=10`);
+        for (const e of answer.events) seen.push({ cursor: e.cursor, n: e.data as number });
+        cursor = answer.cursor;
+      }
+      return seen;
+    };
+    const readers = [readAll(), readAll()];
+    await Promise.all(
+      Array.from({ length: total }, (_, n) =>
+        t.admin.publishEvent({ appId: app.id, kind: "tick", data: { kind: { case: "numberValue", value: n } } }),
+      ),
+    );
+    const [one, two] = await Promise.all(readers);
+    for (const seen of [one, two]) {
+      expect(seen.map((e) => e.n).sort((x, y) => x - y)).toEqual(Array.from({ length: total }, (_, n) => n));
+      const cursors = seen.map((e) => BigInt(e.cursor));
+      expect(cursors.every((c, i) => i === 0 || c > cursors[i - 1])).toBe(true);
+    }
+    expect(one).toEqual(two);
+  });
+
   it("keeps apps apart", async () => {
     const a = await t.createApp();
     const b = await t.createApp();
