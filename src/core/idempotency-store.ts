@@ -7,12 +7,14 @@ import type { Db, Timestamp } from "./database/index.ts";
 
 export interface IdempotencyKeyTable {
   app_id: string;
+  /** The SHA-256 (hex) of the client's key. */
   key: string;
   operation: string;
   fingerprint: string;
   state: "running" | "done";
   attempt: string;
   status: number | null;
+  /** The answer, sealed by the caller. */
   response: Uint8Array | null;
   created_at: Timestamp;
   locked_until: Timestamp;
@@ -32,6 +34,7 @@ export interface StoredKey {
 
 export interface BeginInput {
   appId: string;
+  /** As stored: the SHA-256 of the client's key. */
   key: string;
   operation: string;
   fingerprint: string;

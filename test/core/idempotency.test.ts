@@ -198,6 +198,18 @@ describe("Idempotency-Key over REST", () => {
     expect([first.status, again.status]).toEqual([200, 200]);
     expect(again.body).toEqual(first.body);
     expect((await t.admin.listSecrets({ appId: app.id })).secrets).toHaveLength(1);
+    // Neither the key nor the link's token is readable in the database.
+    const linkToken = new URL(first.body.url as string).pathname.split("/").pop()!;
+    expect(linkToken.length).toBeGreaterThan(16);
+    const { rows } = await sql<{
+      key: string;
+      response: Uint8Array;
+    }>`SELECT key, response FROM idempotency_keys WHERE app_id = ${app.id}`.execute(tables(t.server.deps.db));
+    expect(rows).toHaveLength(1);
+    expect(rows[0].key).toBe(crypto.createHash("sha256").update(key).digest("hex"));
+    const raw = Buffer.from(rows[0].response);
+    expect(raw.includes(key)).toBe(false);
+    expect(raw.includes(linkToken)).toBe(false);
   });
 
   it("replays a batch of analytics events without storing or counting them twice", async () => {

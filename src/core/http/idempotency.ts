@@ -21,6 +21,11 @@
  * - a run whose process dies holds the key `RUN_LOCK_SECONDS`, after which a
  *   repeat of the same request runs it again.
  * Without the header nothing changes.
+ *
+ * The database never holds a key or an answer in the clear: a key is stored
+ * as its SHA-256, and the answer (a secret link's URL, say) sealed with
+ * AES-256-GCM under a key derived from the Idempotency-Key itself, which only
+ * the client knows; so the rows are of no use to whoever reads the database.
  */
 import crypto from "node:crypto";
 import {
@@ -81,9 +86,10 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
       const operation = `${method.parent.typeName}/${method.name}`;
       const fingerprint = crypto.createHash("sha256").update(toBinary(method.input, req)).digest("hex");
       const attempt = crypto.randomUUID();
+      const stored = crypto.createHash("sha256").update(key).digest("hex");
       const input = {
         appId: app.id,
-        key,
+        key: stored,
         operation,
         fingerprint,
         attempt,
@@ -109,7 +115,7 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
         if (existing.state === "running" || !existing.response) throw inUse();
         replays.inc();
         context.responseHeader.set(REPLAYED_HEADER, "true");
-        return fromBinary(method.output, existing.response);
+        return fromBinary(method.output, open(key, existing.response));
       }
 
       let output: MessageShape<typeof method.output>;
@@ -117,7 +123,7 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
         output = create(method.output, await handler());
       } catch (err) {
         await store
-          .release(app.id, key, attempt)
+          .release(app.id, stored, attempt)
           .catch((releaseErr: unknown) =>
             logger.warn(
               { err: releaseErr instanceof Error ? releaseErr.message : String(releaseErr), appId: app.id, operation },
@@ -127,7 +133,7 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
         throw err;
       }
       try {
-        await store.finish(app.id, key, attempt, 200, toBinary(method.output, output));
+        await store.finish(app.id, stored, attempt, 200, seal(key, toBinary(method.output, output)));
       } catch (err) {
         // The work is done and answered; a repeat gets 409 until the run's lock lapses, then runs again.
         logger.warn(
@@ -144,6 +150,26 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
       run: () => inBatches((batch) => store.expire(batch), HOUSEKEEPING_BATCH),
     }),
   };
+}
+
+/** The AES-256-GCM key of a stored answer: derived from the Idempotency-Key, which is stored only hashed. */
+function answerKey(key: string): Buffer {
+  return Buffer.from(crypto.hkdfSync("sha256", key, Buffer.alloc(0), "platform-batteries idempotent answer", 32));
+}
+
+/** `iv (12) | tag (16) | ciphertext`. */
+function seal(key: string, plain: Uint8Array): Uint8Array {
+  const iv = crypto.randomBytes(12);
+  const cipher = crypto.createCipheriv("aes-256-gcm", answerKey(key), iv);
+  const body = Buffer.concat([cipher.update(plain), cipher.final()]);
+  return Buffer.concat([iv, cipher.getAuthTag(), body]);
+}
+
+function open(key: string, sealed: Uint8Array): Uint8Array {
+  const data = Buffer.from(sealed);
+  const decipher = crypto.createDecipheriv("aes-256-gcm", answerKey(key), data.subarray(0, 12));
+  decipher.setAuthTag(data.subarray(12, 28));
+  return Buffer.concat([decipher.update(data.subarray(28)), decipher.final()]);
 }
 
 function inUse(): PlatformError {

@@ -5,6 +5,8 @@ import { sql, type Kysely } from "kysely";
  * inserted as `running` before the work (so concurrent repeats race on the
  * primary key and exactly one runs it) and made `done` with the answer (the
  * RPC's response message, protobuf binary) after it.
+ * - `key` is the SHA-256 (hex) of the client's key, and `response` is sealed
+ *   under a key derived from the client's key: neither is readable here;
  * - `operation` (the RPC) and `fingerprint` (SHA-256 of the request message)
  *   tell a repeat from another request under the same key;
  * - `attempt` names the run that owns a `running` row, so only it finishes
