@@ -65,9 +65,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       dataDir: config.dataDir,
       onError: (err) => logger.warn({ err: err.message }, "database connection error"),
       log: logger,
+      statementTimeoutMs: config.databaseTimeouts.statementMs,
+      poolWaitMs: config.databaseTimeouts.poolWaitMs,
     }));
   try {
-    await migrate(database.db);
+    await migrate(database.unboundedDb);
     await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: options.adminToken });
   } catch (err) {
     if (ownsDatabase) await database.close();
