@@ -1,12 +1,14 @@
 /**
  * Values the embedded default generates once into DATA_DIR when the
  * environment does not give them: the admin token and the secrets key.
- * Files are created with mode 0600 and never overwritten.
+ * Files are created with mode 0600 (DATA_DIR 0700, see `owner-only.ts`) and
+ * never overwritten.
  */
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import path from "node:path";
 import type { Config } from "./config.ts";
+import { ownerOnlyDir } from "./owner-only.ts";
 
 export interface ResolvedConfig extends Config {
   adminToken: string;
@@ -20,7 +22,7 @@ export interface Resolution {
 }
 
 async function readOrCreate(file: string, make: () => string): Promise<{ value: string; created: boolean }> {
-  await fs.mkdir(path.dirname(file), { recursive: true });
+  await ownerOnlyDir(path.dirname(file));
   const value = make();
   try {
     await fs.writeFile(file, value + "\n", { mode: 0o600, flag: "wx" });

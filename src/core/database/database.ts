@@ -13,7 +13,6 @@
  * - **service token**: an app's bearer token; stored only as its SHA-256.
  * - **day**: a UTC calendar day, the period of every daily cap.
  */
-import fs from "node:fs/promises";
 import path from "node:path";
 import { Kysely, PostgresDialect, type ColumnType } from "kysely";
 import pg from "pg";
@@ -24,6 +23,7 @@ import { boundedPool, statementTimeoutOption } from "./pg-pool.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./health.ts";
 import { seedFromTemplate } from "./pglite-template.ts";
+import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
 export type { Unlisten } from "./notifications.ts";
 
@@ -169,8 +169,10 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
   const unlock = await lockDataDir(options.dataDir);
   let pglite: PGlite;
   try {
-    await fs.mkdir(dir, { recursive: true });
+    await ownerOnlyDir(dir);
     await seedFromTemplate(dir, options.templateCache);
+    // A copied template, or files PGlite made 0666 (it ignores the umask), become owner-only.
+    await makeOwnerOnly(dir);
     pglite = await PGlite.create(dir, {
       parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v },
       startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
@@ -191,6 +193,8 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     },
     async close() {
       await db.destroy();
+      // The files PGlite made while running.
+      await makeOwnerOnly(dir).catch(() => undefined);
       await unlock();
     },
   };

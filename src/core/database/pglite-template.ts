@@ -24,6 +24,7 @@ import { Kysely } from "kysely";
 import { PGliteDialect } from "kysely-pglite-dialect";
 import { migrate } from "./migrate.ts";
 import { migrations } from "./migrations/index.ts";
+import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
 const require = createRequire(import.meta.url);
 
@@ -111,7 +112,8 @@ export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<str
   const dir = await templateDir(cache);
   const work = `${dir}.building-${process.pid}`;
   await fs.rm(work, { recursive: true, force: true });
-  await fs.mkdir(work, { recursive: true });
+  await ownerOnlyDir(cache);
+  await ownerOnlyDir(work);
   const pglite = await PGlite.create(path.join(work, "pgdata"));
   const db = new Kysely<Record<never, never>>({ dialect: new PGliteDialect(pglite) });
   try {
@@ -121,6 +123,8 @@ export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<str
   }
   const manifest: Manifest = { pglite: await pgliteVersion(), migrations: Object.keys(migrations) };
   await fs.writeFile(path.join(work, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
+  // PGlite makes its files 0666; the copies of the template start as owner-only as it is.
+  await makeOwnerOnly(work);
   const old = `${dir}.old-${process.pid}`;
   await fs.rename(dir, old).catch(() => undefined);
   await fs.rename(work, dir);
