@@ -1,5 +1,6 @@
 /**
- * Serves the operator dashboard's build at `/dashboard/`. Hashed assets are
+ * Serves the operator dashboard's build at `/dashboard/`, precompressed
+ * (brotli or gzip, as the client accepts, made at build time). Hashed assets are
  * cached for good (a new build has new names); `index.html` is revalidated
  * every time so a new build is picked up at once. Every response carries a
  * strict CSP: scripts, styles and requests only to this origin, no inline
@@ -9,7 +10,9 @@ import fs from "node:fs";
 import path from "node:path";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import fastifyStatic from "@fastify/static";
-import { DASHBOARD_DIST } from "./dashboard-build.ts";
+
+/** The build `npm run build` (scripts/build-dashboard.ts) makes, with a `.br` and a `.gz` beside each text file. */
+export const DASHBOARD_DIST = path.resolve(import.meta.dirname, "../../dashboard/dist");
 
 export const DASHBOARD_CSP = [
   "default-src 'none'",
@@ -40,7 +43,7 @@ export async function registerDashboard(fastify: FastifyInstance, root: string =
         .headers(SECURITY_HEADERS)
         .type("text/plain; charset=utf-8")
         .send(
-          "The dashboard is not built. Run `npm run build:dashboard` (npm start does it) and restart the service.\n",
+          "The dashboard is not built. Run `npm run build` (npm start does it where dev dependencies are installed) and restart the service.\n",
         );
     });
     fastify.get("/dashboard", async (_req, reply) => reply.redirect("/dashboard/", 301));
@@ -56,6 +59,8 @@ export async function registerDashboard(fastify: FastifyInstance, root: string =
     cacheControl: false,
     etag: true,
     lastModified: true,
+    // The build's brotli and gzip files, for clients that accept them: no compression per request.
+    preCompressed: true,
     setHeaders(reply: FastifyReply, filePath: string) {
       reply.headers(SECURITY_HEADERS);
       const hashed = path.relative(root, filePath).startsWith(`assets${path.sep}`);

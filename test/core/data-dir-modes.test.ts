@@ -12,7 +12,7 @@ import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase } from "../../src/core/database/index.ts";
-import { buildTemplate } from "../../src/core/database/pglite-template.ts";
+import { buildTemplate } from "../../scripts/build-embedded-template.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { loadConfig } from "../../src/core/config.ts";
 
