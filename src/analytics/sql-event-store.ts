@@ -32,7 +32,7 @@
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
-import { isUtc } from "./buckets.ts";
+import { DAY_MS, HOUR_MS, isUtc } from "./buckets.ts";
 import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 
 /** Raw events (property values are strings). */
@@ -63,9 +63,6 @@ export type AnalyticsEventTables = {
 };
 
 type EventDb = Kysely<AnalyticsEventTables>;
-
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
 
 /**
  * A statement of this store, with the one error that is the analytics
