@@ -37,11 +37,11 @@ describe("ARCHITECTURE.md's folder map of src/core", () => {
       const parts = file.split(path.sep);
       if (parts[0] === "database" && parts[1] === "migrations")
         return !bySection.get("database")?.includes("migrations/");
-      const section = parts.length > 1 ? parts[0]! : "";
+      const section = parts.length > 1 ? parts[0] : "";
       return !new RegExp(`(^|[\\s(,])${parts.at(-1)!.replace(".", "\\.")}\\b`).test(bySection.get(section) ?? "");
     });
     expect(unlisted).toEqual([]);
-    const named = [...map.matchAll(/([a-z0-9-]+\.ts)\b/g)].map((m) => m[1]!);
+    const named = [...map.matchAll(/([a-z0-9-]+\.ts)\b/g)].map((m) => m[1]);
     const existing = new Set(files.map((file) => path.basename(file)));
     expect(named.filter((name) => !existing.has(name))).toEqual([]);
   });
