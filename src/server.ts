@@ -49,6 +49,8 @@ export interface PlatformServer {
   readonly authenticator: Authenticator;
   /** The periodic jobs of every facility (`runAll` runs each once, now). */
   readonly housekeeping: Housekeeping;
+  /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
+  readonly facilities: readonly Facility[];
   /** Listens on the configured port; resolves to the base URL. */
   listen(): Promise<string>;
   /** Graceful: ends long-polls, finishes requests in flight, closes the database. */
@@ -177,6 +179,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     deps,
     authenticator,
     housekeeping,
+    facilities: all,
     async listen() {
       await fastify.listen({ port: config.port, host: config.host });
       const address = fastify.server.address();
