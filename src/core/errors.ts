@@ -44,6 +44,9 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   internal: { status: 500, connect: Code.Internal },
 };
 
+/** Every code, in the order of the error table (the app client keeps a copy; a test ties the two). */
+export const ERROR_CODES = Object.keys(mapping) as readonly ErrorCode[];
+
 const codeByConnect = new Map<Code, ErrorCode>([
   [Code.InvalidArgument, "invalid_argument"],
   [Code.Unauthenticated, "unauthenticated"],
