@@ -33,6 +33,29 @@ async function readOrCreate(file: string, make: () => string): Promise<{ value: 
   }
 }
 
+/** Where the generated secrets key is kept. */
+export function secretsKeyFile(dataDir: string): string {
+  return path.join(dataDir, "secrets-key");
+}
+
+/** The key in `secretsKeyFile`, checked; undefined when there is no such file. Never generates one. */
+export async function readSecretsKeyFile(dataDir: string): Promise<Buffer | undefined> {
+  let text: string;
+  try {
+    text = await fs.readFile(secretsKeyFile(dataDir), "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+  return decodeSecretsKey(dataDir, text);
+}
+
+function decodeSecretsKey(dataDir: string, text: string): Buffer {
+  const key = Buffer.from(text.trim(), "base64");
+  if (key.length !== 32) throw new Error(`${secretsKeyFile(dataDir)}: must hold the base64 of 32 bytes`);
+  return key;
+}
+
 export async function resolveDataDirSecrets(config: Config): Promise<Resolution> {
   let adminToken = config.adminToken;
   let generatedAdminToken: string | undefined;
@@ -46,12 +69,8 @@ export async function resolveDataDirSecrets(config: Config): Promise<Resolution>
   }
   let secretsKey = config.secretsKey;
   if (secretsKey === undefined) {
-    const r = await readOrCreate(path.join(config.dataDir, "secrets-key"), () =>
-      crypto.randomBytes(32).toString("base64"),
-    );
-    secretsKey = Buffer.from(r.value, "base64");
-    if (secretsKey.length !== 32)
-      throw new Error(`${path.join(config.dataDir, "secrets-key")}: must hold the base64 of 32 bytes`);
+    const r = await readOrCreate(secretsKeyFile(config.dataDir), () => crypto.randomBytes(32).toString("base64"));
+    secretsKey = decodeSecretsKey(config.dataDir, r.value);
   }
   return { config: { ...config, adminToken, secretsKey }, generatedAdminToken };
 }
