@@ -80,19 +80,22 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const shutdown = new AbortController();
   const metrics = createMetrics();
+  const apps = createAppStore(database.db);
   const deps: Deps = {
     config,
     database,
     db: database.db,
     quotas: createQuotas(database.db),
+    apps,
     logger,
     metrics,
     shutdownSignal: shutdown.signal,
   };
   const authenticator = createAuthenticator({
     db: database.db,
+    apps,
     adminToken: options.adminToken,
-    onTokenLookedUp: createTokenUsageRecorder(createAppStore(database.db), logger),
+    onTokenLookedUp: createTokenUsageRecorder(apps, logger),
   });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.

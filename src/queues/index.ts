@@ -4,7 +4,6 @@
  * facilities use only what this file exports (`PlatformEvents`).
  */
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
@@ -38,7 +37,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const housekeeping = queueHousekeeping(store, metrics);
   const queues = createQueuesService({
     store,
-    apps: createAppStore(deps.db),
+    apps: deps.apps,
     hub,
     logger,
     metrics,
