@@ -45,7 +45,7 @@ function packagesReachedFrom(entries: string[]): Map<string, string> {
     const source = fs.readFileSync(file, "utf8").replace(/^\s*(\/\/.*|\*.*|\/\*\*.*)$/gm, "");
     const from = path.relative(root, file);
     for (const match of source.matchAll(IMPORT)) {
-      const specifier = (match[1] ?? match[2] ?? match[3]);
+      const specifier = match[1] ?? match[2] ?? match[3];
       if (specifier.startsWith(".")) {
         const target = path.resolve(path.dirname(file), specifier);
         // Generated code is imported as .js and stored as .ts.
