@@ -76,7 +76,11 @@ if (import.meta.main) {
     (!process.env.DATABASE_URL &&
       !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
       !(await isTemplateCurrent()));
-  if (needed) {
+  if (!needed) {
+    // A template built before templates were made owner-only becomes so (the copies are made so anyway).
+    const dir = await templateDir(TEMPLATE_CACHE);
+    if (await exists(dir)) await makeOwnerOnly(dir).catch(() => undefined);
+  } else {
     try {
       const dir = await buildTemplate();
       process.stderr.write(`embedded database template ready in ${path.relative(process.cwd(), dir)}\n`);

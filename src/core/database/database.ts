@@ -123,7 +123,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   };
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
-  const onAnswer = () => health.succeeded();
+  const onAnswer = (sentAt: number) => health.succeeded(sentAt);
   const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined) => {
     const pool = new pg.Pool({
       connectionString,

@@ -16,8 +16,12 @@ export interface DatabaseHealth {
    * reported, once); false for any other error, which the caller handles.
    */
   failed(err: unknown): boolean;
-  /** A connection was made or a statement answered: an outage, if there was one, is over. */
-  succeeded(): void;
+  /**
+   * A connection was made, or a statement sent at `sentAt` (epoch ms) answered:
+   * an outage, if there was one, is over. A statement sent before the outage
+   * began proves nothing (it may answer while the server is going down).
+   */
+  succeeded(sentAt?: number): void;
   readonly reachable: boolean;
 }
 
@@ -90,8 +94,8 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       }
       return true;
     },
-    succeeded() {
-      if (downSince === undefined) return;
+    succeeded(sentAt) {
+      if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince)) return;
       log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
       downSince = undefined;
     },

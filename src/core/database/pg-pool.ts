@@ -30,8 +30,8 @@ const NO_ANSWER_GRACE_MS = 1000;
 export interface BoundedPoolOptions {
   /** The longest a statement may run (server-side `statement_timeout`); undefined: unbounded (migrations, the CLI). */
   statementTimeoutMs: number | undefined;
-  /** A statement answered: the database is reachable. */
-  onAnswer(): void;
+  /** A statement sent at `sentAt` (epoch ms) answered: the database is reachable. */
+  onAnswer(sentAt: number): void;
 }
 
 /** `pool` for Kysely's `PostgresDialect`. */
@@ -46,9 +46,12 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
       let abandoned: Error | undefined;
       const run = async <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
+        // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
+        if (abandoned) throw abandoned;
         const name = preparedNameOf(text);
+        const sentAt = Date.now();
         const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
-        if (bound === undefined) return answered(await pending);
+        if (bound === undefined) return answered(await pending, sentAt);
         let timer: NodeJS.Timeout | undefined;
         const noAnswer = new Promise<never>((_, reject) => {
           timer = setTimeout(() => {
@@ -59,13 +62,13 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
           }, bound);
         });
         try {
-          return answered(await Promise.race([pending, noAnswer]));
+          return answered(await Promise.race([pending, noAnswer]), sentAt);
         } finally {
           clearTimeout(timer);
         }
       };
-      const answered = <R>(result: pg.QueryResult): PostgresQueryResult<R> => {
-        options.onAnswer();
+      const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
+        options.onAnswer(sentAt);
         return result as unknown as PostgresQueryResult<R>;
       };
       return {
