@@ -25,10 +25,10 @@ module.exports = {
     {
       name: "service-without-http",
       comment:
-        "A service implementation (*-service.ts) is protocol-neutral: it never imports HTTP code (fastify, the Connect-fastify adapter, core/http).",
+        "A service implementation (*-service.ts) is protocol-neutral: it never imports HTTP code (fastify, the Connect Node adapter, core/http).",
       severity: "error",
       from: { path: "-service\\.ts$" },
-      to: { path: ["(^|/)node_modules/fastify/", "(^|/)node_modules/@connectrpc/connect-fastify/", "^src/core/http/"] },
+      to: { path: ["(^|/)node_modules/fastify/", "(^|/)node_modules/@connectrpc/connect-node/", "^src/core/http/"] },
     },
     {
       name: "sql-only-in-stores",

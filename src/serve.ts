@@ -4,6 +4,7 @@
  * everything runs embedded (PGlite, SQL analytics, mail outbox, offline
  * inference).
  */
+import path from "node:path";
 import { ConfigError, loadConfig } from "./core/config.ts";
 import { resolveDataDirSecrets } from "./core/data-dir.ts";
 import { createLogger } from "./core/logger.ts";
@@ -22,6 +23,9 @@ async function main(): Promise<void> {
   }
   const logger = createLogger(config.logLevel);
   const { config: resolved, generatedAdminToken } = await resolveDataDirSecrets(config);
+  // The log stays JSON lines a collector can parse, and never carries the token: it says where the
+  // token is kept; only a person at a terminal is shown the token itself, once listening.
+  if (generatedAdminToken) logger.info({ file: path.join(resolved.dataDir, "admin-token") }, "admin token generated");
   const server = await createPlatformServer({ config: resolved, logger, adminToken: resolved.adminToken });
   const url = await server.listen();
   logger.info(
@@ -36,8 +40,9 @@ async function main(): Promise<void> {
     "platform batteries listening",
   );
   if (generatedAdminToken) {
-    process.stdout.write(
-      `\nAdmin token (shown once; kept in ${resolved.dataDir}/admin-token):\n  ${generatedAdminToken}\n` +
+    const terminal = process.stderr.isTTY ? process.stderr : process.stdout.isTTY ? process.stdout : undefined;
+    terminal?.write(
+      `\nAdmin token (shown once; kept in ${path.join(resolved.dataDir, "admin-token")}):\n  ${generatedAdminToken}\n` +
         `Next: npm run cli -- apps create my-app && npm run cli -- tokens issue my-app\n\n`,
     );
   }

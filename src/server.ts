@@ -51,6 +51,8 @@ export interface PlatformServer {
   readonly authenticator: Authenticator;
   /** The periodic jobs of every facility (`runAll` runs each once, now). */
   readonly housekeeping: Housekeeping;
+  /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
+  readonly facilities: readonly Facility[];
   /** Listens on the configured port; resolves to the base URL. */
   listen(): Promise<string>;
   /** Graceful: ends long-polls, finishes requests in flight, closes the database. */
@@ -67,9 +69,11 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       dataDir: config.dataDir,
       onError: (err) => logger.warn({ err: err.message }, "database connection error"),
       log: logger,
+      statementTimeoutMs: config.databaseTimeouts.statementMs,
+      poolWaitMs: config.databaseTimeouts.poolWaitMs,
     }));
   try {
-    await migrate(database.db);
+    await migrate(database.unboundedDb);
     await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: options.adminToken });
   } catch (err) {
     if (ownsDatabase) await database.close();
@@ -78,19 +82,22 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const shutdown = new AbortController();
   const metrics = createMetrics();
+  const apps = createAppStore(database.db);
   const deps: Deps = {
     config,
     database,
     db: database.db,
     quotas: createQuotas(database.db),
+    apps,
     logger,
     metrics,
     shutdownSignal: shutdown.signal,
   };
   const authenticator = createAuthenticator({
     db: database.db,
+    apps,
     adminToken: options.adminToken,
-    onTokenLookedUp: createTokenUsageRecorder(createAppStore(database.db), logger),
+    onTokenLookedUp: createTokenUsageRecorder(apps, logger),
   });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
@@ -185,6 +192,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     deps,
     authenticator,
     housekeeping,
+    facilities: all,
     async listen() {
       await fastify.listen({ port: config.port, host: config.host });
       const address = fastify.server.address();

@@ -26,14 +26,23 @@ describe("npm start (src/main.ts)", () => {
     expect(result.stderr.trim().split("\n")).toEqual([expect.stringMatching(/^configuration error: PORT: /)]);
   });
 
-  it("with no configuration: embedded database, admin token printed once, CLI app + token work on /v1, SIGTERM exits 0", async () => {
+  it("with no configuration: embedded database, admin token generated once (in DATA_DIR, not in the log), CLI app + token work on /v1, SIGTERM exits 0", async () => {
     const env = cleanEnv({ DATA_DIR: dataDir, PORT: "0" });
     const first = await startServiceProcess(env);
     try {
       expect(first.stdout()).toContain("PGlite");
-      const token = /Admin token[^\n]*\n\s+(\S+)/.exec(first.stdout())?.[1];
+      const token = (await fs.readFile(path.join(dataDir, "admin-token"), "utf8")).trim();
       expect(token).toMatch(/^pba_/);
-      expect((await fs.readFile(path.join(dataDir, "admin-token"), "utf8")).trim()).toBe(token);
+      // stdout is a pipe, not a terminal: every line is JSON, one says where the token is, none carries it.
+      const logged = first
+        .stdout()
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line) as { msg: string; file?: string });
+      expect(logged).toContainEqual(
+        expect.objectContaining({ msg: "admin token generated", file: path.join(dataDir, "admin-token") }),
+      );
+      expect(first.stdout()).not.toContain(token);
       expect((await fs.stat(path.join(dataDir, "admin-token"))).mode & 0o777).toBe(0o600);
       expect((await fs.stat(path.join(dataDir, "secrets-key"))).mode & 0o777).toBe(0o600);
 
@@ -66,7 +75,7 @@ describe("npm start (src/main.ts)", () => {
 
     const second = await startServiceProcess(env);
     try {
-      expect(second.stdout()).not.toContain("Admin token");
+      expect(second.stdout()).not.toContain("admin token generated");
       const cliEnv = { ...env, PLATFORM_ADMIN_URL: second.url };
       const got = await run(nodeBinary, ["src/cli.ts", "apps", "get", "cli-app"], { env: cliEnv });
       expect(JSON.parse(got.stdout).name).toBe("cli-app");

@@ -7,7 +7,6 @@
  * composition root. It has no REST routes: only Connect and gRPC.
  */
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
-import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createAdminService, type AdminHooks } from "./admin-service.ts";
 
@@ -23,7 +22,7 @@ export function createAdminFacility(
   return {
     service: AdminService,
     impl: createAdminService({
-      apps: createAppStore(deps.db),
+      apps: deps.apps,
       quotas: deps.quotas,
       hooks,
       mailDomain: deps.config.mailDomain,

@@ -15,8 +15,8 @@ export const UNITS: readonly Unit[] = ["hour", "day", "week", "month"];
 /** At most this many buckets between `since` and `until` (DESIGN.md section 4). */
 export const MAX_BUCKETS = 1000;
 
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
+export const HOUR_MS = 3_600_000;
+export const DAY_MS = 86_400_000;
 
 const ZONE_PATTERN = /^[A-Za-z][A-Za-z0-9_+-]*(\/[A-Za-z0-9_+-]+){0,3}$/;
 

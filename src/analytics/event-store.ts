@@ -2,8 +2,10 @@
  * The one interface in front of the two places events can live: the SQL
  * store (the platform's Postgres/PGlite, the default) and the MongoDB store
  * (a time-series collection, when MONGODB_URL is set). The facility validates
- * everything before a store sees it, so a store only stores and counts; a
- * store that cannot be reached throws `upstream_error` (502).
+ * everything before a store sees it, so a store only stores and counts. A
+ * MongoDB store that cannot be reached throws `upstream_error` (502); the SQL
+ * store lives in the platform database, whose outage is answered 503
+ * `unavailable` everywhere.
  */
 import { PlatformError } from "../core/errors.ts";
 import type { Unit } from "./buckets.ts";

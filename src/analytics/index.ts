@@ -12,7 +12,6 @@ import { createEventTypeStore } from "./event-type-store.ts";
 import { createSqlEventStore, POSTGRES_ROLLUP_SLOTS } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
-import { createAppStore } from "../core/apps/app-store.ts";
 
 export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
   /** Deletes every analytics event of the app (before the app itself is deleted). */
@@ -42,7 +41,7 @@ export async function createAnalyticsFacility(
 ): Promise<AnalyticsFacility> {
   const logger = deps.logger.child({ facility: "analytics" });
   const store = options.store ?? (await createEventStore(deps));
-  const apps = createAppStore(deps.db);
+  const apps = deps.apps;
   logger.info({ store: store.kind }, "analytics events store");
   return {
     service: AnalyticsService,

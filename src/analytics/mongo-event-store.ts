@@ -55,17 +55,17 @@ export function toDocuments(appId: string, events: readonly StoredEvent[], batch
   });
 }
 
+/** The app's events before `before` (retention), or all of them. */
+export function eventsFilter(appId: string, before?: Date): Document {
+  return before ? { "meta.app": appId, at: { $lt: before } } : { "meta.app": appId };
+}
+
 /**
  * The aggregation pipeline that counts one query. Pure: the same input gives
  * the same pipeline, which tests run against fixture events.
  * Output documents: `{ at: Date, group: string | null, count: number }`,
  * sorted by `at`, then `group` (null first).
  */
-/** The app's events before `before` (retention), or all of them. */
-export function eventsFilter(appId: string, before?: Date): Document {
-  return before ? { "meta.app": appId, at: { $lt: before } } : { "meta.app": appId };
-}
-
 export function buildCountPipeline(q: CountQuery): Document[] {
   const trunc: Record<string, unknown> = { date: "$at", unit: q.unit satisfies Unit, binSize: 1 };
   if (q.unit === "week") trunc.startOfWeek = "monday";

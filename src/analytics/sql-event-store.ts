@@ -32,15 +32,8 @@
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
-import { isUtc } from "./buckets.ts";
-import {
-  compareBuckets,
-  upstreamError,
-  type CountBucket,
-  type CountQuery,
-  type EventStore,
-  type StoredEvent,
-} from "./event-store.ts";
+import { DAY_MS, HOUR_MS, isUtc } from "./buckets.ts";
+import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 
 /** Raw events (property values are strings). */
 export interface AnalyticsEventsTable {
@@ -71,27 +64,17 @@ export type AnalyticsEventTables = {
 
 type EventDb = Kysely<AnalyticsEventTables>;
 
-const HOUR_MS = 3_600_000;
-const DAY_MS = 86_400_000;
-
-/** Errors that mean "the database is not there", as opposed to a bug. */
-function isUnreachable(err: unknown): boolean {
-  const e = err as { code?: string; message?: string } | undefined;
-  const code = e?.code ?? "";
-  return (
-    ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENOTFOUND", "EPIPE", "57P01", "57P02", "57P03", "53300"].includes(
-      code,
-    ) ||
-    code.startsWith("08") ||
-    /Connection terminated|connection timeout|Client has encountered a connection error/i.test(e?.message ?? "")
-  );
-}
-
+/**
+ * A statement of this store, with the one error that is the analytics
+ * request's fault named. These tables live in the platform database, so its
+ * outage is the platform's: the error goes on as it is, and `toPlatformError`
+ * answers it 503 `unavailable` like every other path (not 502, which is for
+ * a separate analytics store, MongoDB).
+ */
 async function guarded<T>(work: () => Promise<T>): Promise<T> {
   try {
     return await work();
   } catch (err) {
-    if (isUnreachable(err)) throw upstreamError(err);
     if ((err as { code?: string }).code === "22023" && /time zone/i.test((err as Error).message)) {
       throw invalidArgument("timezone", "is not a time zone the analytics store knows");
     }

@@ -8,6 +8,7 @@ import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
+import { isWellFormedText } from "../core/text.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 
@@ -41,18 +42,13 @@ export function quoted(name: string): string {
   return JSON.stringify(name.length > 64 ? `${name.slice(0, 64)}…` : name);
 }
 
-/** No lone surrogates: Postgres (and JSON in general) cannot store them. */
-function isWellFormed(s: string): boolean {
-  return (s as unknown as { isWellFormed(): boolean }).isWellFormed();
-}
-
 /** A property value as stored, or the rule it breaks. */
 function storedValue(value: Value | undefined, kind: PropertyKindName): string | { rule: string } {
   const v = value?.kind;
   switch (kind) {
     case "string":
       if (v?.case !== "stringValue") return { rule: "must be a string (declared string)" };
-      if (!isWellFormed(v.value) || v.value.includes("\u0000"))
+      if (!isWellFormedText(v.value) || v.value.includes("\u0000"))
         return { rule: "must be valid Unicode without NUL characters" };
       if (v.value.length > MAX_VALUE_BYTES / 3 && Buffer.byteLength(v.value, "utf8") > MAX_VALUE_BYTES) {
         return { rule: `must be at most ${MAX_VALUE_BYTES} bytes of UTF-8` };

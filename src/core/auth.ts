@@ -95,6 +95,8 @@ function createTokenLookup(apps: AppStore): (hash: string) => Promise<TokenRow |
 
 export interface AuthenticatorOptions {
   db: Db;
+  /** The app store to read tokens through; default one on `db`. */
+  apps?: AppStore;
   adminToken: string;
   /**
    * How long a found token (with its app's status, flags and limits) is
@@ -110,7 +112,7 @@ export interface AuthenticatorOptions {
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
-  const lookup = createTokenLookup(createAppStore(options.db));
+  const lookup = createTokenLookup(options.apps ?? createAppStore(options.db));
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
   const cache = new Map<string, { row: TokenRow; until: number }>();

@@ -45,6 +45,8 @@ export interface Config {
   tls: { keyFile: string; certFile: string } | undefined;
   /** Connection timeouts of the one port (src/core/http/one-port.ts). */
   http: HttpTimeouts;
+  /** Bounds of the platform database's statements and pool (src/core/database/pg-pool.ts). */
+  databaseTimeouts: DatabaseTimeouts;
   logLevel: string;
 }
 
@@ -55,6 +57,13 @@ export interface HttpTimeouts {
   requestTimeoutMs: number;
   /** `HTTP_KEEPALIVE_TIMEOUT_MS`: an idle kept-alive connection (or an HTTP/2 session with no stream) is closed after this. */
   keepAliveTimeoutMs: number;
+}
+
+export interface DatabaseTimeouts {
+  /** `DATABASE_STATEMENT_TIMEOUT_MS`: a statement running longer fails (503 `unavailable`); a long-poll's wait is not a statement. */
+  statementMs: number;
+  /** `DATABASE_POOL_WAIT_MS`: a request waiting longer for a pool connection (or a new one) fails the same way. */
+  poolWaitMs: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -181,6 +190,10 @@ export function loadConfig(env: Env = process.env): Config {
       "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)",
     );
   }
+  const databaseTimeouts: DatabaseTimeouts = {
+    statementMs: milliseconds(env, "DATABASE_STATEMENT_TIMEOUT_MS", 10_000),
+    poolWaitMs: milliseconds(env, "DATABASE_POOL_WAIT_MS", 5_000),
+  };
   const logLevel = oneOf(
     env,
     "LOG_LEVEL",
@@ -209,6 +222,7 @@ export function loadConfig(env: Env = process.env): Config {
     bedrockEndpoint,
     tls: keyFile && certFile ? { keyFile, certFile } : undefined,
     http,
+    databaseTimeouts,
     logLevel,
   };
 }

@@ -1,12 +1,14 @@
 /**
  * Values the embedded default generates once into DATA_DIR when the
  * environment does not give them: the admin token and the secrets key.
- * Files are created with mode 0600 and never overwritten.
+ * Files are created with mode 0600 (DATA_DIR 0700, see `owner-only.ts`) and
+ * never overwritten.
  */
 import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import path from "node:path";
 import type { Config } from "./config.ts";
+import { ownerOnlyDir } from "./owner-only.ts";
 
 export interface ResolvedConfig extends Config {
   adminToken: string;
@@ -20,7 +22,7 @@ export interface Resolution {
 }
 
 async function readOrCreate(file: string, make: () => string): Promise<{ value: string; created: boolean }> {
-  await fs.mkdir(path.dirname(file), { recursive: true });
+  await ownerOnlyDir(path.dirname(file));
   const value = make();
   try {
     await fs.writeFile(file, value + "\n", { mode: 0o600, flag: "wx" });
@@ -29,6 +31,29 @@ async function readOrCreate(file: string, make: () => string): Promise<{ value: 
     if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
     return { value: (await fs.readFile(file, "utf8")).trim(), created: false };
   }
+}
+
+/** Where the generated secrets key is kept. */
+export function secretsKeyFile(dataDir: string): string {
+  return path.join(dataDir, "secrets-key");
+}
+
+/** The key in `secretsKeyFile`, checked; undefined when there is no such file. Never generates one. */
+export async function readSecretsKeyFile(dataDir: string): Promise<Buffer | undefined> {
+  let text: string;
+  try {
+    text = await fs.readFile(secretsKeyFile(dataDir), "utf8");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
+  return decodeSecretsKey(dataDir, text);
+}
+
+function decodeSecretsKey(dataDir: string, text: string): Buffer {
+  const key = Buffer.from(text.trim(), "base64");
+  if (key.length !== 32) throw new Error(`${secretsKeyFile(dataDir)}: must hold the base64 of 32 bytes`);
+  return key;
 }
 
 export async function resolveDataDirSecrets(config: Config): Promise<Resolution> {
@@ -44,12 +69,8 @@ export async function resolveDataDirSecrets(config: Config): Promise<Resolution>
   }
   let secretsKey = config.secretsKey;
   if (secretsKey === undefined) {
-    const r = await readOrCreate(path.join(config.dataDir, "secrets-key"), () =>
-      crypto.randomBytes(32).toString("base64"),
-    );
-    secretsKey = Buffer.from(r.value, "base64");
-    if (secretsKey.length !== 32)
-      throw new Error(`${path.join(config.dataDir, "secrets-key")}: must hold the base64 of 32 bytes`);
+    const r = await readOrCreate(secretsKeyFile(config.dataDir), () => crypto.randomBytes(32).toString("base64"));
+    secretsKey = decodeSecretsKey(config.dataDir, r.value);
   }
   return { config: { ...config, adminToken, secretsKey }, generatedAdminToken };
 }

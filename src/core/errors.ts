@@ -48,6 +48,9 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   internal: { status: 500, connect: Code.Internal },
 };
 
+/** Every code, in the order of the error table (the app client keeps a copy; a test ties the two). */
+export const ERROR_CODES = Object.keys(mapping) as readonly ErrorCode[];
+
 const codeByConnect = new Map<Code, ErrorCode>([
   [Code.InvalidArgument, "invalid_argument"],
   [Code.Unauthenticated, "unauthenticated"],
@@ -86,20 +89,14 @@ export class PlatformError extends Error {
   }
 }
 
-/** A 400 whose message names the field and the rule, e.g. `invalidArgument("subject", "must be 1 to 200 characters")`. */
 /** The HTTP status of a code (used by the OpenAPI document, so it lists what the router sends). */
 export function statusOf(code: ErrorCode): number {
   return mapping[code].status;
 }
 
+/** A 400 whose message names the field and the rule, e.g. `invalidArgument("subject", "must be 1 to 200 characters")`. */
 export function invalidArgument(field: string, rule: string): PlatformError {
   return new PlatformError("invalid_argument", `${field}: ${rule}`, { details: [`${field}: ${rule}`] });
-}
-
-/** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
-export function secondsToUtcMidnight(now: Date = new Date()): number {
-  const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
-  return Math.max(1, Math.ceil((next - now.getTime()) / 1000));
 }
 
 /**

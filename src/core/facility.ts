@@ -17,12 +17,15 @@ import type { Metrics } from "./metrics.ts";
 import type { AnyRestRoute } from "./http/rest-router.ts";
 import type { ReadinessCheck } from "./readiness.ts";
 import type { HousekeepingTask } from "./housekeeping.ts";
+import type { AppStore } from "./apps/app-store.ts";
 
 export interface Deps {
   readonly config: Config;
   readonly database: Database;
   readonly db: Db;
   readonly quotas: Quotas;
+  /** The apps and tokens SQL (`apps/app-store.ts`), built once for everyone. */
+  readonly apps: AppStore;
   readonly logger: Logger;
   readonly metrics: Metrics;
   /** Aborted when the server starts shutting down: long-polls end at once. */

@@ -32,7 +32,7 @@ import {
   type SystemContentBlock,
   ListAsyncInvokesCommand,
 } from "@aws-sdk/client-bedrock-runtime";
-import { awsAnswers } from "../core/readiness.ts";
+import { awsAnswers } from "../core/aws-answers.ts";
 import type { Logger } from "pino";
 import { PlatformError } from "../core/errors.ts";
 import type {

@@ -8,6 +8,7 @@
 import type { EmbedRequest, GenerateRequest } from "../../gen/platform/inference/v1/inference_pb.js";
 import { Role } from "../../gen/platform/inference/v1/inference_pb.js";
 import { invalidArgument } from "../core/errors.ts";
+import { characterCount, isWellFormedText } from "../core/text.ts";
 import type { ChatRole, ChatTurn, GenerateCall } from "./inference-provider.ts";
 
 export const FAST_MODEL = "platform/fast";
@@ -35,16 +36,14 @@ const ROLES: ReadonlyMap<Role, ChatRole> = new Map([
 function characters(text: string): number {
   // Code points never outnumber code units, so short strings need no count.
   if (text.length <= LIMITS.textMaxChars) return text.length;
-  let count = 0;
-  for (const _ of text) count++;
-  return count;
+  return characterCount(text);
 }
 
 function checkText(field: string, text: string): void {
   const n = characters(text);
   if (n < 1 || n > LIMITS.textMaxChars) throw invalidArgument(field, `must be 1 to ${LIMITS.textMaxChars} characters`);
   // JSON can spell a lone surrogate (`"\ud800"`); it is not text, and no provider can take it.
-  if (/\p{Cs}/u.test(text)) throw invalidArgument(field, "must be text (it has a lone UTF-16 surrogate)");
+  if (!isWellFormedText(text)) throw invalidArgument(field, "must be text (it has a lone UTF-16 surrogate)");
 }
 
 function checkModel(given: string | undefined, wanted: LogicalModel): LogicalModel {

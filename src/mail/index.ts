@@ -12,7 +12,6 @@ import { createMailStore, type MailLogRecord } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
-import { createAppStore } from "../core/apps/app-store.ts";
 
 export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 
@@ -47,7 +46,7 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
   const logger = deps.logger.child({ facility: "mail" });
   const provider = options.provider ?? (await createMailProvider(deps));
   const store = createMailStore(deps.db);
-  const apps = createAppStore(deps.db);
+  const apps = deps.apps;
   return {
     service: MailService,
     impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),

@@ -7,7 +7,7 @@
  * points the client at a stand-in through `AWS_ENDPOINT_URL_SES`.
  */
 import { GetAccountCommand, SESv2Client, SendEmailCommand, SESv2ServiceException } from "@aws-sdk/client-sesv2";
-import { awsAnswers } from "../core/readiness.ts";
+import { awsAnswers } from "../core/aws-answers.ts";
 import type { Logger } from "pino";
 import { PlatformError } from "../core/errors.ts";
 import type { MailProvider } from "./mail-provider.ts";

@@ -16,12 +16,10 @@
  */
 import { z } from "zod";
 import { PlatformError } from "../core/errors.ts";
+import { characterCount, isWellFormedText } from "../core/text.ts";
 
 /** The WHATWG "valid e-mail address" production, as zod ships it. */
 export const WHATWG_EMAIL = z.regexes.html5Email;
-
-/** A UTF-16 surrogate not paired: not a character, and not storable as UTF-8. */
-const LONE_SURROGATE = /\p{Surrogate}/u;
 
 export const SUBJECT_MAX = 200;
 export const TEXT_MAX = 100_000;
@@ -30,12 +28,6 @@ export interface MailFields {
   to: string;
   subject: string;
   text: string;
-}
-
-function characters(value: string): number {
-  let n = 0;
-  for (const _ of value) n++;
-  return n;
 }
 
 /** Why `to` is not an address we send to, or undefined when it is one. */
@@ -51,8 +43,8 @@ export function addressProblem(to: string): string | undefined {
 
 function textProblem(value: string, max: number): string | undefined {
   if (value === "") return "is required (1 to " + max + " characters)";
-  if (LONE_SURROGATE.test(value)) return "must be valid Unicode text (it has a lone surrogate)";
-  const n = characters(value);
+  if (!isWellFormedText(value)) return "must be valid Unicode text (it has a lone surrogate)";
+  const n = characterCount(value);
   if (n > max) return `must be 1 to ${max} characters (got ${n})`;
   if (value.includes("\0")) return "must not contain NUL characters";
   return undefined;

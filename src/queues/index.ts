@@ -4,7 +4,6 @@
  * facilities use only what this file exports (`PlatformEvents`).
  */
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createEventFeed } from "./event-feed.ts";
@@ -39,10 +38,9 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
-  const apps = createAppStore(deps.db);
   const queues = createQueuesService({
     store,
-    apps,
+    apps: deps.apps,
     hub,
     logger,
     metrics,
@@ -51,7 +49,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
 
   const feed = createEventFeed({
     store: createEventFeedStore(deps.db),
-    apps,
+    apps: deps.apps,
     database: deps.database,
     logger,
     metrics,

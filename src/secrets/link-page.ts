@@ -17,6 +17,7 @@
 import crypto from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { PlatformError } from "../core/errors.ts";
+import { registerSecurityHeaders, type CspDirectives } from "../core/http/security-headers.ts";
 import type { LinkInfo, SetResult } from "./secret-store.ts";
 import { hashLinkToken } from "./secret-store.ts";
 
@@ -51,24 +52,19 @@ button{margin-top:1rem;padding:.5rem 1.25rem;font:inherit;color:#fff;background:
 
 const STYLE_HASH = crypto.createHash("sha256").update(STYLE, "utf8").digest("base64");
 
-const CONTENT_SECURITY_POLICY = [
-  "default-src 'none'",
-  `style-src 'sha256-${STYLE_HASH}'`,
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-  "base-uri 'none'",
-].join("; ");
+/** Nothing loads; the one inline style by its hash; the form posts only here (helmet's other headers come with it). */
+const CONTENT_SECURITY_POLICY: CspDirectives = {
+  "default-src": ["'none'"],
+  "style-src": [`'sha256-${STYLE_HASH}'`],
+  "form-action": ["'self'"],
+  "base-uri": ["'none'"],
+};
 
-function securityHeaders(reply: FastifyReply): void {
+/** What helmet does not set: a page holding a one-time link is never cached or indexed. */
+function privacyHeaders(reply: FastifyReply): void {
   reply.header("cache-control", "no-store");
   reply.header("pragma", "no-cache");
-  reply.header("referrer-policy", "no-referrer");
-  reply.header("content-security-policy", CONTENT_SECURITY_POLICY);
-  reply.header("x-frame-options", "DENY");
-  reply.header("x-content-type-options", "nosniff");
   reply.header("x-robots-tag", "noindex, nofollow");
-  reply.header("cross-origin-opener-policy", "same-origin");
-  reply.header("cross-origin-resource-policy", "same-origin");
 }
 
 const escapeHtml = (text: string) =>
@@ -138,6 +134,13 @@ function badFormPage(message: string): string {
 }
 
 export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOptions): void {
+  void fastify.register(async (scope) => {
+    await registerSecurityHeaders(scope, CONTENT_SECURITY_POLICY);
+    registerLinkRoutes(scope, options);
+  });
+}
+
+function registerLinkRoutes(fastify: FastifyInstance, options: LinkPageOptions): void {
   const csrfWith = (key: Buffer, token: string) =>
     crypto
       .createHmac("sha256", key)
@@ -158,7 +161,7 @@ export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOpti
     const token = (req.params as { token?: string }).token ?? "";
     return TOKEN_PATTERN.test(token) ? token : undefined;
   };
-  const onRequest = async (_req: FastifyRequest, reply: FastifyReply) => securityHeaders(reply);
+  const onRequest = async (_req: FastifyRequest, reply: FastifyReply) => privacyHeaders(reply);
 
   fastify.route({
     method: "GET",

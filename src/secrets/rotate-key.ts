@@ -5,9 +5,8 @@
  * opening the old ones with `SECRETS_OLD_KEYS`. See docs/secrets.md for the
  * whole procedure.
  */
-import fs from "node:fs/promises";
-import path from "node:path";
 import type { Config } from "../core/config.ts";
+import { readSecretsKeyFile, secretsKeyFile } from "../core/data-dir.ts";
 import { openDatabase, type Db } from "../core/database/index.ts";
 import { createKeyring, UnknownKeyError, type Keyring } from "./keyring.ts";
 import { createSecretStore } from "./secret-store.ts";
@@ -16,15 +15,11 @@ import { recordSecretsKey } from "../core/shared-keys/index.ts";
 /** The current key: `SECRETS_KEY`, else the key the server generated into DATA_DIR. Never generates one. */
 async function currentKey(config: Config): Promise<Buffer> {
   if (config.secretsKey) return config.secretsKey;
-  const file = path.join(config.dataDir, "secrets-key");
-  let text: string;
-  try {
-    text = (await fs.readFile(file, "utf8")).trim();
-  } catch {
-    throw new Error(`SECRETS_KEY is not set and ${file} does not exist: nothing to rotate to`);
-  }
-  const key = Buffer.from(text, "base64");
-  if (key.length !== 32) throw new Error(`${file}: must hold the base64 of 32 bytes`);
+  const key = await readSecretsKeyFile(config.dataDir);
+  if (!key)
+    throw new Error(
+      `SECRETS_KEY is not set and ${secretsKeyFile(config.dataDir)} does not exist: nothing to rotate to`,
+    );
   return key;
 }
 

@@ -24,6 +24,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
+import { isWellFormedText } from "../core/text.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { PlatformEvents } from "../queues/index.ts";
 import { UnknownKeyError, type Keyring } from "./keyring.ts";
@@ -69,7 +70,7 @@ export function valueProblem(value: unknown): string | undefined {
   if (typeof value !== "string") return "must be a string";
   if (value.length === 0) return "must not be empty";
   // A lone UTF-16 surrogate cannot be stored as UTF-8 without changing the value.
-  if (/\p{Cs}/u.test(value)) return "must be valid Unicode text (no lone surrogate)";
+  if (!isWellFormedText(value)) return "must be valid Unicode text (no lone surrogate)";
   if (Buffer.byteLength(value, "utf8") > MAX_VALUE_BYTES) return `must be at most ${MAX_VALUE_BYTES} bytes (UTF-8)`;
   return undefined;
 }

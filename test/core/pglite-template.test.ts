@@ -10,13 +10,8 @@ import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate, openDatabase } from "../../src/core/database/index.ts";
-import {
-  buildTemplate,
-  findTemplate,
-  isMigratablePrefix,
-  isTemplateCurrent,
-  seedFromTemplate,
-} from "../../src/core/database/pglite-template.ts";
+import { findTemplate, isMigratablePrefix, seedFromTemplate } from "../../src/core/database/pglite-template.ts";
+import { buildTemplate, isTemplateCurrent } from "../../scripts/build-embedded-template.ts";
 import { migrations } from "../../src/core/database/migrations/index.ts";
 
 let scratch: string;

@@ -171,8 +171,25 @@ describe("validation over REST", () => {
   });
 
   it("a refused request consumes none of the allowance and is not logged", async () => {
-    expect(await used(app.id)).toBe(0);
-    expect((await t.admin.listMail({ appId: app.id })).mails).toEqual([]);
+    const a = await t.createApp();
+    const refused = [
+      { to: "nope", subject: "s", text: "t" },
+      { to: "a@example.com", subject: "a\r\nBcc: b@example.com", text: "t" },
+      { to: "a@example.com", subject: "s".repeat(201), text: "t" },
+      { to: "a@example.com", subject: "s", text: "" },
+      { to: "a@example.com", subject: "s", text: "t".repeat(100_001) },
+    ];
+    for (const body of refused) expect((await send(a.token, body)).status).toBe(400);
+    await a.stop();
+    expect((await send(a.token, { to: "a@example.com", subject: "s", text: "t" })).status).toBe(403);
+    expect(await used(a.id)).toBe(0);
+    expect((await t.admin.listMail({ appId: a.id })).mails).toEqual([]);
+
+    // The same app's accepted request is counted and logged: the two checks above can see a send.
+    await a.start();
+    expect((await send(a.token, { to: "a@example.com", subject: "s", text: "t" })).status).toBe(200);
+    expect(await used(a.id)).toBe(1);
+    expect((await t.admin.listMail({ appId: a.id })).mails).toHaveLength(1);
   });
 });
 

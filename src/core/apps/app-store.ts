@@ -1,7 +1,9 @@
 /**
- * Every SQL statement on apps and their service tokens, and the two tables'
- * types. The authenticator reads through it (`lookupTokens`), the admin API
- * writes through it; no other module touches `apps` or `app_tokens`.
+ * Every SQL statement that writes apps and their service tokens, and the two
+ * tables' types. The authenticator reads through it (`lookupTokens`), the
+ * admin API writes through it. Two stores only read `apps` in their own
+ * statements: `secrets/secret-store.ts` joins it (an app's flag, its row
+ * lock), and `queues/queue-store.ts` finds the rows of apps that are gone.
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import { PREPARED, type Db, type Timestamp } from "../database/index.ts";

@@ -11,6 +11,7 @@
  */
 import fs from "node:fs/promises";
 import path from "node:path";
+import { ownerOnlyDir } from "../owner-only.ts";
 
 export class DataDirInUseError extends Error {
   override readonly name = "DataDirInUseError";
@@ -36,7 +37,7 @@ function isRunning(pid: number): boolean {
 /** Takes the lock of `dataDir`; resolves to its release. Throws `DataDirInUseError` while another live process holds it. */
 export async function lockDataDir(dataDir: string): Promise<() => Promise<void>> {
   const file = path.join(dataDir, "pg.lock");
-  await fs.mkdir(dataDir, { recursive: true });
+  await ownerOnlyDir(dataDir);
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
       await fs.writeFile(file, `${process.pid}\n`, { flag: "wx", mode: 0o600 });

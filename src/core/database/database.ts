@@ -13,17 +13,17 @@
  * - **service token**: an app's bearer token; stored only as its SHA-256.
  * - **day**: a UTC calendar day, the period of every daily cap.
  */
-import fs from "node:fs/promises";
 import path from "node:path";
 import { Kysely, PostgresDialect, type ColumnType } from "kysely";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
 import { PGliteDialect } from "kysely-pglite-dialect";
 import { createPgNotifications, type Unlisten } from "./notifications.ts";
-import { PreparingClient } from "./prepared.ts";
+import { boundedPool, statementTimeoutOption } from "./pg-pool.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./health.ts";
 import { seedFromTemplate } from "./pglite-template.ts";
+import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
 export type { Unlisten } from "./notifications.ts";
 
@@ -48,6 +48,13 @@ export interface Database {
    * for writes whose success was promised durable. On PGlite it is `db`.
    */
   readonly relaxedDb: Db;
+  /**
+   * The same database with no statement bound (see `pg-pool.ts`), over one
+   * connection, for statements that may rightly run long: migrations, and
+   * waiting for another instance's migration lock. Never for a request. On
+   * PGlite it is `db`.
+   */
+  readonly unboundedDb: Db;
   readonly kind: "postgres" | "pglite";
   /** Whether the database can be reached right now (see `health.ts`); PGlite, in-process, always can. */
   readonly health: DatabaseHealth;
@@ -69,8 +76,17 @@ export interface DatabaseOptions {
   onError?: (err: Error) => void;
   /** Where the outage warnings of `health` go. */
   log?: HealthLog;
-  /** How long a new connection may take before the request fails as unreachable. */
-  connectTimeoutMs?: number;
+  /**
+   * How long a request may wait for a pool connection (a free one, or a new one
+   * being made) before it fails as unreachable; default 5000.
+   */
+  poolWaitMs?: number;
+  /**
+   * The longest a statement may run before it fails as unreachable (see
+   * `pg-pool.ts`); undefined: unbounded (the CLI's commands, which an operator
+   * watches).
+   */
+  statementTimeoutMs?: number | undefined;
   /** Where a new PGlite directory is copied from (see `pglite-template.ts`); default the installation's cache. */
   templateCache?: string;
 }
@@ -105,46 +121,45 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   const onError = (err: Error) => {
     if (!health.failed(err)) options.onError?.(err);
   };
-  const connectionTimeoutMillis = options.connectTimeoutMs ?? 5000;
-  const pool = new pg.Pool({
-    connectionString,
-    max: options.poolSize ?? 20,
-    types,
-    Client: PreparingClient,
-    connectionTimeoutMillis,
-  });
-  pool.on("error", onError);
-  // A checked-out client has no pool listener: without its own, a connection
-  // ended by the server (a restart) between two queries would crash the process.
-  pool.on("connect", (client) => {
-    health.succeeded();
-    client.on("error", onError);
-  });
-  const db: Db = new Kysely({ dialect: new PostgresDialect({ pool }) });
-  const relaxedPool = new pg.Pool({
-    connectionString,
-    max: Math.ceil((options.poolSize ?? 20) / 2),
-    types,
-    options: "-c synchronous_commit=off",
-    Client: PreparingClient,
-    connectionTimeoutMillis,
-  });
-  relaxedPool.on("error", onError);
-  relaxedPool.on("connect", (client) => {
-    health.succeeded();
-    client.on("error", onError);
-  });
-  const relaxedDb: Db = new Kysely({ dialect: new PostgresDialect({ pool: relaxedPool }) });
+  const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
+  const bound = options.statementTimeoutMs;
+  const onAnswer = (sentAt: number) => health.succeeded(sentAt);
+  const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined) => {
+    const pool = new pg.Pool({
+      connectionString,
+      max,
+      types,
+      connectionTimeoutMillis,
+      ...(settings || statementTimeoutMs !== undefined
+        ? { options: [settings, statementTimeoutOption(statementTimeoutMs)].filter(Boolean).join(" ") }
+        : {}),
+    });
+    pool.on("error", onError);
+    // A checked-out client has no pool listener: without its own, a connection
+    // ended by the server (a restart) between two queries would crash the process.
+    pool.on("connect", (client) => {
+      health.succeeded();
+      client.on("error", onError);
+    });
+    return new Kysely<Record<never, never>>({
+      dialect: new PostgresDialect({ pool: boundedPool(pool, { statementTimeoutMs, onAnswer }) }),
+    });
+  };
+  const poolSize = options.poolSize ?? 20;
+  const db: Db = openPool(poolSize, "", bound);
+  const relaxedDb: Db = openPool(Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
+  const unboundedDb: Db = openPool(2, "", undefined);
   const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
   return {
     db,
     relaxedDb,
+    unboundedDb,
     kind: "postgres",
     health,
     listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
     async close() {
       await notifications.stop();
-      await Promise.all([db.destroy(), relaxedDb.destroy()]);
+      await Promise.all([db.destroy(), relaxedDb.destroy(), unboundedDb.destroy()]);
     },
   };
 }
@@ -154,8 +169,10 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
   const unlock = await lockDataDir(options.dataDir);
   let pglite: PGlite;
   try {
-    await fs.mkdir(dir, { recursive: true });
+    await ownerOnlyDir(dir);
     await seedFromTemplate(dir, options.templateCache);
+    // A copied template, or files PGlite made 0666 (it ignores the umask), become owner-only.
+    await makeOwnerOnly(dir);
     pglite = await PGlite.create(dir, {
       parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v },
       startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
@@ -168,6 +185,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
   return {
     db,
     relaxedDb: db,
+    unboundedDb: db,
     kind: "pglite",
     health: createDatabaseHealth(options.log),
     async listen(channel, onNotify) {
@@ -175,6 +193,8 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     },
     async close() {
       await db.destroy();
+      // The files PGlite made while running.
+      await makeOwnerOnly(dir).catch(() => undefined);
       await unlock();
     },
   };

@@ -16,9 +16,24 @@ export interface DatabaseHealth {
    * reported, once); false for any other error, which the caller handles.
    */
   failed(err: unknown): boolean;
-  /** A connection was made: an outage, if there was one, is over. */
-  succeeded(): void;
+  /**
+   * A connection was made, or a statement sent at `sentAt` (epoch ms) answered:
+   * an outage, if there was one, is over. A statement sent before the outage
+   * began proves nothing (it may answer while the server is going down).
+   */
+  succeeded(sentAt?: number): void;
   readonly reachable: boolean;
+}
+
+/**
+ * A statement the database did not answer within its bound (see `pg-pool.ts`):
+ * for the caller, the database is as unreachable as when it refuses connections.
+ */
+export class DatabaseNoAnswerError extends Error {
+  override readonly name = "DatabaseNoAnswerError";
+  constructor(boundMs: number) {
+    super(`the database did not answer a statement within ${boundMs} ms`);
+  }
 }
 
 /** Network errors of a connection, and the server refusing or ending connections. */
@@ -35,6 +50,8 @@ const NETWORK_CODES = new Set([
 ]);
 /** SQLSTATEs of a server that is shutting down, starting up, crashed, or full (class 08: connection exceptions). */
 const SERVER_STATES = new Set(["57P01", "57P02", "57P03", "53300"]);
+/** `query_canceled`: only the server's own `statement_timeout` cancels statements of this service (`pg-pool.ts`). */
+const STATEMENT_TIMEOUT = "57014";
 const DRIVER_MESSAGES = [
   "Connection terminated",
   "connection error and is not queryable",
@@ -42,12 +59,21 @@ const DRIVER_MESSAGES = [
   "Client was closed and is not queryable",
 ];
 
-/** Is `err` (or what caused it) the database being unreachable, rather than a statement's fault? */
+/**
+ * Is `err` (or what caused it) the database being unreachable or not
+ * answering in time, rather than a statement's fault? The one test of it:
+ * `toPlatformError` answers such an error 503 `unavailable` with
+ * `Retry-After`, whichever store or path met it.
+ */
 export function isDatabaseUnreachable(err: unknown): boolean {
   for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
     if (e instanceof AggregateError && e.errors.some((inner) => isDatabaseUnreachable(inner))) return true;
+    if (e instanceof DatabaseNoAnswerError) return true;
     const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code.startsWith("08")))
+    if (
+      typeof code === "string" &&
+      (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code === STATEMENT_TIMEOUT || code.startsWith("08"))
+    )
       return true;
     if (DRIVER_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return true;
   }
@@ -68,8 +94,8 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       }
       return true;
     },
-    succeeded() {
-      if (downSince === undefined) return;
+    succeeded(sentAt) {
+      if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince)) return;
       log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
       downSince = undefined;
     },

@@ -3,9 +3,10 @@
  * its first start an `initdb` (the whole system catalog built by a second
  * WebAssembly Postgres, several seconds of CPU and a few hundred MB at peak)
  * and then every migration. Both always produce the same files, so they are
- * made once per installation (`npm install` runs this file; so does `npm start`
- * when its DATA_DIR has no database yet) into `node_modules/.cache/`, and a new
- * DATA_DIR starts as a copy of them.
+ * made once per installation (`npm install` runs
+ * `scripts/build-embedded-template.ts`; so does `npm start` when its DATA_DIR
+ * has no database yet) into `node_modules/.cache/`, and a new DATA_DIR starts
+ * as a copy of them.
  *
  * The template is keyed by the PGlite version (the files are Postgres's
  * on-disk format of that build) and records which migrations it has; it is
@@ -19,10 +20,6 @@
 import { createRequire } from "node:module";
 import fs from "node:fs/promises";
 import path from "node:path";
-import { PGlite } from "@electric-sql/pglite";
-import { Kysely } from "kysely";
-import { PGliteDialect } from "kysely-pglite-dialect";
-import { migrate } from "./migrate.ts";
 import { migrations } from "./migrations/index.ts";
 
 const require = createRequire(import.meta.url);
@@ -30,12 +27,14 @@ const require = createRequire(import.meta.url);
 /** Where templates are kept: the package cache of this installation. */
 export const TEMPLATE_CACHE = path.resolve(import.meta.dirname, "../../../node_modules/.cache/platform-batteries");
 
-interface Manifest {
+/** What `manifest.json` beside a template records. */
+export interface Manifest {
   pglite: string;
   migrations: string[];
 }
 
-async function pgliteVersion(): Promise<string> {
+/** The installed PGlite version: templates are Postgres files of that build. */
+export async function pgliteVersion(): Promise<string> {
   // The package's exports hide package.json; its entry point sits in dist/.
   const entry = require.resolve("@electric-sql/pglite");
   const pkg = JSON.parse(await fs.readFile(path.join(path.dirname(entry), "..", "package.json"), "utf8")) as {
@@ -44,7 +43,8 @@ async function pgliteVersion(): Promise<string> {
   return pkg.version;
 }
 
-async function templateDir(cache: string): Promise<string> {
+/** The template of this PGlite version in `cache`. */
+export async function templateDir(cache: string): Promise<string> {
   return path.join(cache, `pglite-${await pgliteVersion()}`);
 }
 
@@ -73,18 +73,6 @@ export function isMigratablePrefix(applied: readonly string[]): boolean {
   return applied.length <= ours.length && [...applied].sort().every((name, i) => name === ours[i]);
 }
 
-/** Whether the template has every migration of this code (else building it again saves the missing ones at each new DATA_DIR). */
-export async function isTemplateCurrent(cache: string = TEMPLATE_CACHE): Promise<boolean> {
-  try {
-    const manifest = JSON.parse(
-      await fs.readFile(path.join(await templateDir(cache), "manifest.json"), "utf8"),
-    ) as Manifest;
-    return Object.keys(migrations).every((name) => manifest.migrations.includes(name));
-  } catch {
-    return false;
-  }
-}
-
 /**
  * Makes `pgDir` (DATA_DIR/pg) a copy of the template when it holds no
  * database yet. The copy is made beside it and renamed into place, so an
@@ -102,64 +90,11 @@ export async function seedFromTemplate(pgDir: string, cache: string = TEMPLATE_C
   return true;
 }
 
-/**
- * Builds the template: a new PGlite database with every migration, closed
- * cleanly, written beside the old one and renamed into place (a concurrent
- * start reads either the old template or the new one, never a partial one).
- */
-export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<string> {
-  const dir = await templateDir(cache);
-  const work = `${dir}.building-${process.pid}`;
-  await fs.rm(work, { recursive: true, force: true });
-  await fs.mkdir(work, { recursive: true });
-  const pglite = await PGlite.create(path.join(work, "pgdata"));
-  const db = new Kysely<Record<never, never>>({ dialect: new PGliteDialect(pglite) });
-  try {
-    await migrate(db);
-  } finally {
-    await db.destroy(); // closes PGlite: a clean shutdown, so the copies need no recovery
-  }
-  const manifest: Manifest = { pglite: await pgliteVersion(), migrations: Object.keys(migrations) };
-  await fs.writeFile(path.join(work, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
-  const old = `${dir}.old-${process.pid}`;
-  await fs.rename(dir, old).catch(() => undefined);
-  await fs.rename(work, dir);
-  await fs.rm(old, { recursive: true, force: true });
-  return dir;
-}
-
 async function exists(p: string): Promise<boolean> {
   try {
     await fs.access(p);
     return true;
   } catch {
     return false;
-  }
-}
-
-/**
- * `node src/core/database/pglite-template.ts [--if-needed]`: builds the
- * template (`npm install`). With `--if-needed` (`npm start`), only when the
- * embedded database is the one configured, DATA_DIR has none yet and the
- * template is missing or lacks a migration; a failure is reported and the
- * start goes on (the server then runs `initdb` itself).
- */
-if (import.meta.main) {
-  const ifNeeded = process.argv.includes("--if-needed");
-  const dataDir = process.env.DATA_DIR || "./data";
-  const needed =
-    !ifNeeded ||
-    (!process.env.DATABASE_URL &&
-      !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
-      !(await isTemplateCurrent()));
-  if (needed) {
-    try {
-      const dir = await buildTemplate();
-      process.stderr.write(`embedded database template ready in ${path.relative(process.cwd(), dir)}\n`);
-    } catch (err) {
-      process.stderr.write(
-        `embedded database template not built (a new DATA_DIR will run initdb instead): ${err instanceof Error ? err.message : String(err)}\n`,
-      );
-    }
   }
 }

@@ -8,6 +8,7 @@
  */
 import { createHash } from "node:crypto";
 import type { FastifyInstance, RouteHandlerMethod, RouteOptions } from "fastify";
+import { cspHeader, registerSecurityHeaders, type CspDirectives } from "./security-headers.ts";
 
 export const OPENAPI_PATH = "/openapi.json";
 export const DOCS_PATH = "/docs";
@@ -25,20 +26,22 @@ function inlineScriptHashes(html: string): string[] {
   return hashes;
 }
 
+/** The reference page's policy; `script-src` also admits the page's inline scripts, by hash, once the page is known. */
+const DOCS_CSP: CspDirectives = {
+  "default-src": ["'self'"],
+  "script-src": ["'self'"],
+  // The reference sets style attributes and injects style sheets at run time.
+  "style-src": ["'self'", "'unsafe-inline'"],
+  "img-src": ["'self'", "data:", "blob:"],
+  "font-src": ["'self'", "data:"],
+  "connect-src": ["'self'"],
+  "worker-src": ["'self'", "blob:"],
+  "object-src": ["'none'"],
+  "base-uri": ["'none'"],
+};
+
 function contentSecurityPolicy(html: string): string {
-  return [
-    "default-src 'self'",
-    `script-src 'self' ${inlineScriptHashes(html).join(" ")}`.trim(),
-    // The reference sets style attributes and injects style sheets at run time.
-    "style-src 'self' 'unsafe-inline'",
-    "img-src 'self' data: blob:",
-    "font-src 'self' data:",
-    "connect-src 'self'",
-    "worker-src 'self' blob:",
-    "object-src 'none'",
-    "base-uri 'none'",
-    "frame-ancestors 'none'",
-  ].join("; ");
+  return cspHeader({ ...DOCS_CSP, "script-src": [...DOCS_CSP["script-src"], ...inlineScriptHashes(html)] });
 }
 
 /** The routes a Fastify plugin registers, collected instead of registered: method + url -> route options. */
@@ -95,12 +98,12 @@ export async function registerApiDocs(fastify: FastifyInstance, document: () => 
   });
 
   await fastify.register(async (scope) => {
+    await registerSecurityHeaders(scope, DOCS_CSP);
     scope.addHook("onSend", async (_req, reply, payload) => {
       const type = String(reply.getHeader("content-type") ?? "");
-      if (typeof payload === "string" && type.startsWith("text/html")) {
-        void reply.header("content-security-policy", contentSecurityPolicy(payload));
-        void reply.header("referrer-policy", "no-referrer");
-      }
+      // helmet set the policy before the page was made; the page's own inline scripts are known only now.
+      if (typeof payload === "string" && type.startsWith("text/html"))
+        reply.raw.setHeader("content-security-policy", contentSecurityPolicy(payload));
       return payload;
     });
     // The paths the plugin serves: the page (and its redirect) and its script.

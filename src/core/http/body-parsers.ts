@@ -12,7 +12,7 @@ export const BODY_LIMIT_BYTES = 32 * 1024 * 1024;
 /** JSON nested deeper than this is refused before anything walks it recursively. */
 export const MAX_JSON_DEPTH = 64;
 
-/** Replaces fastify's parsers by ours; call after the Connect plugin is registered. */
+/** Replaces fastify's parsers by ours; call after the Connect routes (`connect-routes.ts`) are registered. */
 export function registerBodyParsers(fastify: FastifyInstance): void {
   fastify.removeContentTypeParser(["application/json", "text/plain"]);
   fastify.addContentTypeParser("application/json", { parseAs: "string" }, (_req, text, done) => {

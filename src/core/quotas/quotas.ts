@@ -13,7 +13,13 @@
  */
 import type { Db } from "../database/index.ts";
 import { createQuotaStore } from "./quota-store.ts";
-import { PlatformError, secondsToUtcMidnight } from "../errors.ts";
+import { PlatformError } from "../errors.ts";
+
+/** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
+export function secondsToUtcMidnight(now: Date = new Date()): number {
+  const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
+  return Math.max(1, Math.ceil((next - now.getTime()) / 1000));
+}
 
 export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
 

@@ -1,0 +1,93 @@
+/**
+ * Builds the embedded database's template (see
+ * `src/core/database/pglite-template.ts`, which starts a new DATA_DIR from it)
+ * into the installation's cache: a new PGlite database with every migration.
+ *
+ * `node scripts/build-embedded-template.ts [--if-needed]`: `npm install` runs
+ * it (`prepare`), and so does `npm run build:embedded-template` after a new
+ * migration. With `--if-needed` (`npm start`), only when the embedded database
+ * is the one configured, DATA_DIR has none yet and the template is missing or
+ * lacks a migration; a failure is reported and the start goes on (the server
+ * then runs `initdb` itself).
+ */
+import fs from "node:fs/promises";
+import path from "node:path";
+import { PGlite } from "@electric-sql/pglite";
+import { Kysely } from "kysely";
+import { PGliteDialect } from "kysely-pglite-dialect";
+import { migrate } from "../src/core/database/migrate.ts";
+import { migrations } from "../src/core/database/migrations/index.ts";
+import { pgliteVersion, templateDir, TEMPLATE_CACHE, type Manifest } from "../src/core/database/pglite-template.ts";
+import { makeOwnerOnly, ownerOnlyDir } from "../src/core/owner-only.ts";
+
+/** Whether the template has every migration of this code (else building it again saves the missing ones at each new DATA_DIR). */
+export async function isTemplateCurrent(cache: string = TEMPLATE_CACHE): Promise<boolean> {
+  try {
+    const manifest = JSON.parse(
+      await fs.readFile(path.join(await templateDir(cache), "manifest.json"), "utf8"),
+    ) as Manifest;
+    return Object.keys(migrations).every((name) => manifest.migrations.includes(name));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Builds the template: a new PGlite database with every migration, closed
+ * cleanly, written beside the old one and renamed into place (a concurrent
+ * start reads either the old template or the new one, never a partial one).
+ */
+export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<string> {
+  const dir = await templateDir(cache);
+  const work = `${dir}.building-${process.pid}`;
+  await fs.rm(work, { recursive: true, force: true });
+  await ownerOnlyDir(cache);
+  await ownerOnlyDir(work);
+  const pglite = await PGlite.create(path.join(work, "pgdata"));
+  const db = new Kysely<Record<never, never>>({ dialect: new PGliteDialect(pglite) });
+  try {
+    await migrate(db);
+  } finally {
+    await db.destroy(); // closes PGlite: a clean shutdown, so the copies need no recovery
+  }
+  const manifest: Manifest = { pglite: await pgliteVersion(), migrations: Object.keys(migrations) };
+  await fs.writeFile(path.join(work, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
+  // PGlite makes its files 0666; the copies of the template start as owner-only as it is.
+  await makeOwnerOnly(work);
+  const old = `${dir}.old-${process.pid}`;
+  await fs.rename(dir, old).catch(() => undefined);
+  await fs.rename(work, dir);
+  await fs.rm(old, { recursive: true, force: true });
+  return dir;
+}
+
+async function exists(p: string): Promise<boolean> {
+  return fs.access(p).then(
+    () => true,
+    () => false,
+  );
+}
+
+if (import.meta.main) {
+  const ifNeeded = process.argv.includes("--if-needed");
+  const dataDir = process.env.DATA_DIR || "./data";
+  const needed =
+    !ifNeeded ||
+    (!process.env.DATABASE_URL &&
+      !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
+      !(await isTemplateCurrent()));
+  if (!needed) {
+    // A template built before templates were made owner-only becomes so (the copies are made so anyway).
+    const dir = await templateDir(TEMPLATE_CACHE);
+    if (await exists(dir)) await makeOwnerOnly(dir).catch(() => undefined);
+  } else {
+    try {
+      const dir = await buildTemplate();
+      process.stderr.write(`embedded database template ready in ${path.relative(process.cwd(), dir)}\n`);
+    } catch (err) {
+      process.stderr.write(
+        `embedded database template not built (a new DATA_DIR will run initdb instead): ${err instanceof Error ? err.message : String(err)}\n`,
+      );
+    }
+  }
+}

@@ -1,0 +1,93 @@
+/**
+ * The `pg` pool as Kysely sees it, with two things added on the way:
+ *
+ * - Every statement is bounded. A database that stops answering (a hung
+ *   server, a network that drops packets without resetting the connection)
+ *   would otherwise hold each request, and the pool connection it took, for
+ *   as long as the hang lasts; a full pool then holds every other request too.
+ *   The server cancels a statement that runs longer than the bound
+ *   (`statement_timeout`, set on each connection); a statement the server does
+ *   not answer at all shortly after is given up on here, and its connection
+ *   is destroyed (it may still be mid-statement, so it cannot be reused). The
+ *   caller gets `DatabaseNoAnswerError`, answered 503 `unavailable` like any
+ *   other outage. Waiting for a free connection is bounded by the pool's
+ *   `connectionTimeoutMillis`. A consumer's long-poll waits outside any
+ *   statement (for a wake-up), so it is not cut short by the bound.
+ * - Statements marked with `PREPARED` are sent as named prepared statements,
+ *   through pg's `{ name, text, values }` query config.
+ *
+ * Every statement that answers tells `onAnswer`, so an outage is over as soon
+ * as the database answers again, not only when a new connection is made.
+ */
+import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryResult } from "kysely";
+import pg from "pg";
+import { DatabaseNoAnswerError } from "./health.ts";
+import { preparedNameOf } from "./prepared.ts";
+
+/** How long after the server-side bound a statement without any answer is given up on. */
+const NO_ANSWER_GRACE_MS = 1000;
+
+export interface BoundedPoolOptions {
+  /** The longest a statement may run (server-side `statement_timeout`); undefined: unbounded (migrations, the CLI). */
+  statementTimeoutMs: number | undefined;
+  /** A statement sent at `sentAt` (epoch ms) answered: the database is reachable. */
+  onAnswer(sentAt: number): void;
+}
+
+/** `pool` for Kysely's `PostgresDialect`. */
+export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): PostgresPool {
+  const bound = options.statementTimeoutMs === undefined ? undefined : options.statementTimeoutMs + NO_ANSWER_GRACE_MS;
+  return {
+    options: pool.options,
+    Client: (pool as unknown as { Client: PostgresPool["Client"] }).Client,
+    end: () => pool.end(),
+    async connect(): Promise<PostgresPoolClient> {
+      const client = await pool.connect();
+      /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
+      let abandoned: Error | undefined;
+      const run = async <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
+        // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
+        if (abandoned) throw abandoned;
+        const name = preparedNameOf(text);
+        const sentAt = Date.now();
+        const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
+        if (bound === undefined) return answered(await pending, sentAt);
+        let timer: NodeJS.Timeout | undefined;
+        const noAnswer = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            abandoned = new DatabaseNoAnswerError(bound);
+            // The statement may still settle (or fail when the connection is destroyed): nobody waits for it now.
+            pending.catch(() => {});
+            reject(abandoned);
+          }, bound);
+        });
+        try {
+          return answered(await Promise.race([pending, noAnswer]), sentAt);
+        } finally {
+          clearTimeout(timer);
+        }
+      };
+      const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
+        options.onAnswer(sentAt);
+        return result as unknown as PostgresQueryResult<R>;
+      };
+      return {
+        get processID() {
+          return (client as unknown as { processID?: number }).processID;
+        },
+        query: ((textOrCursor: string | PostgresCursor<unknown>, values: readonly unknown[]) =>
+          typeof textOrCursor === "string"
+            ? run(textOrCursor, values)
+            : client.query(textOrCursor as never)) as PostgresPoolClient["query"],
+        release(destroy?: boolean) {
+          client.release(abandoned ?? destroy);
+        },
+      };
+    },
+  };
+}
+
+/** The connection options that make the server enforce the bound itself (`statement_timeout`). */
+export function statementTimeoutOption(statementTimeoutMs: number | undefined): string {
+  return statementTimeoutMs === undefined ? "" : `-c statement_timeout=${statementTimeoutMs}`;
+}

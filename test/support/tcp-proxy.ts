@@ -1,0 +1,58 @@
+/**
+ * A TCP proxy a test puts between the service and its PostgreSQL, to make the
+ * database hang without stopping it: `hold()` stops forwarding bytes either
+ * way (connections stay open, new ones are accepted, nothing answers), as a
+ * stopped server or a network that drops packets would; `release()` forwards
+ * what was held and carries on.
+ */
+import net from "node:net";
+
+export interface TcpProxy {
+  /** `url` with its host and port replaced by the proxy's. */
+  readonly url: string;
+  hold(): void;
+  release(): void;
+  close(): Promise<void>;
+}
+
+export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
+  const target = new URL(targetUrl);
+  let held = false;
+  const pending: (() => void)[] = [];
+  const sockets = new Set<net.Socket>();
+  const forward = (from: net.Socket, to: net.Socket) => {
+    from.on("data", (chunk: Buffer) => {
+      if (held) pending.push(() => to.write(chunk));
+      else to.write(chunk);
+    });
+    from.on("close", () => to.destroy());
+    from.on("error", () => to.destroy());
+  };
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 5432), target.hostname);
+    sockets.add(client).add(upstream);
+    client.on("close", () => sockets.delete(client));
+    upstream.on("close", () => sockets.delete(upstream));
+    forward(client, upstream);
+    forward(upstream, client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  const url = new URL(targetUrl);
+  url.hostname = "127.0.0.1";
+  url.port = String(port);
+  return {
+    url: url.toString(),
+    hold() {
+      held = true;
+    },
+    release() {
+      held = false;
+      for (const write of pending.splice(0)) write();
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
