@@ -482,9 +482,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         throw invalidArgument("page_size", "must be from 1 to 500");
       if (req.pageToken !== "" && !/^[1-9][0-9]{0,18}$/.test(req.pageToken))
         throw invalidArgument("page_token", "must be the next_page_token of the previous page");
-      const app = req.appId ? await getApp(req.appId) : undefined;
+      // By id also once the app is gone (its entries outlive it); a name is looked up.
+      const appId = !req.appId ? undefined : isUuid(req.appId) ? req.appId.toLowerCase() : (await getApp(req.appId)).id;
       const entries = await auditStore.list({
-        appId: app?.id,
+        appId,
         operatorId: req.operatorId || undefined,
         action: req.action || undefined,
         since: req.since ? timestampDate(req.since) : undefined,
