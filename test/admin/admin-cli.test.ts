@@ -7,9 +7,12 @@
  */
 import { execFile } from "node:child_process";
 import net from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { cleanEnv, nodeBinary } from "../support/service-process.ts";
 import { startServer, type TestServer } from "../support/harness.ts";
+
+// Every test spawns the CLI several times; on a busy machine a spawn takes seconds.
+vi.setConfig({ testTimeout: 180_000 });
 
 type Outcome = { code: number; stdout: string; stderr: string };
 let t: TestServer;
@@ -58,7 +61,7 @@ describe("secrets declare / undeclare", () => {
     const done = await run(["secrets", "undeclare", "cli-names", "DB_URL", "API_KEY", "--yes"]);
     expect(done.code).toBe(0);
     expect(done.stderr).toContain("destroyed the value(s) of DB_URL");
-    expect(JSON.parse(done.stdout).declaredSecrets).toEqual([]);
+    expect(JSON.parse(done.stdout)).toMatchObject({ app: { declaredSecrets: [] }, destroyedValues: ["DB_URL"] });
   });
 });
 
@@ -81,21 +84,29 @@ describe("a server that does not answer", () => {
 
 describe("operators, audit and whoami", () => {
   it("creates a viewer whose token reads but cannot write, and the audit log shows who did what", async () => {
-    expect(JSON.parse(await ok("whoami")).operator).toMatchObject({ id: "owner", role: "OPERATOR_ROLE_ADMIN" });
+    expect(JSON.parse(await ok("whoami")).operator).toMatchObject({ id: "owner", role: "admin" });
     const created = await run(["operators", "create", "cli-viewer", "--role", "viewer"]);
     expect(created.code, created.stderr).toBe(0);
     const token = created.stdout.trim();
     expect(token).toMatch(/^pbo_/);
     const asViewer = (...args: string[]) => run(args, { ADMIN_TOKEN: token });
     const me = JSON.parse((await asViewer("whoami")).stdout).operator;
-    expect(me).toMatchObject({ name: "cli-viewer", role: "OPERATOR_ROLE_VIEWER" });
+    expect(me).toMatchObject({ name: "cli-viewer", role: "viewer" });
     expect((await asViewer("apps", "list")).code).toBe(0);
     const write = await asViewer("apps", "create", "by-viewer");
     expect(write.code).toBe(1);
     expect(write.stderr).toContain("permission_denied");
+  });
 
+  it("lists operators, issues and revokes their tokens, changes a role, and filters the audit log", async () => {
+    const created = await run(["operators", "create", "cli-second", "--role", "viewer"]);
+    expect(created.code, created.stderr).toBe(0);
+    const token = created.stdout.trim();
+    const asViewer = (...args: string[]) => run(args, { ADMIN_TOKEN: token });
+    const me = JSON.parse((await asViewer("whoami")).stdout).operator;
+    expect((await asViewer("apps", "create", "by-second")).code).toBe(1);
     const list = JSON.parse(await ok("operators", "list")).operators;
-    expect(list.map((o: { name: string }) => o.name)).toContain("cli-viewer");
+    expect(list.map((o: { name: string }) => o.name)).toEqual(expect.arrayContaining(["cli-viewer", "cli-second"]));
     expect((await run(["operators", "tokens", "issue", me.id, "--label", "laptop"])).stdout).toMatch(/^pbo_/);
     const tokens = JSON.parse(await ok("operators", "tokens", "list", me.id)).tokens;
     expect(tokens.map((x: { label: string }) => x.label).sort()).toEqual(["", "laptop"]);
@@ -115,12 +126,27 @@ describe("operators, audit and whoami", () => {
   });
 });
 
+describe("output", () => {
+  it("reads as people read it (short enum names, numbers), and --json is the canonical form for scripts", async () => {
+    await ok("apps", "create", "cli-output");
+    const readable = JSON.parse(await ok("apps", "get", "cli-output"));
+    expect(readable).toMatchObject({ status: "running", revision: 1 });
+    const canonical = JSON.parse(await ok("apps", "get", "cli-output", "--json"));
+    expect(canonical).toMatchObject({ status: "APP_STATUS_RUNNING", revision: "1" });
+    // Common options may come first.
+    expect(JSON.parse(await ok("--url", t.url, "apps", "get", "cli-output")).name).toBe("cli-output");
+  });
+});
+
 describe("usage errors", () => {
   it("an unknown flag is a usage error (exit 2), and the usage names --url", async () => {
     const out = await run(["apps", "list", "--frobnicate"]);
     expect(out.code).toBe(2);
     expect(out.stderr).toContain("--frobnicate");
+    expect(out.stderr).toContain("usage: npm run cli -- apps list");
     expect(out.stderr).not.toContain("TypeError");
+    // An option of another command is unknown here: --limit is a page size in mail list, not NAME=VALUE.
+    expect((await run(["apps", "get", "x", "--limit", "3"])).code).toBe(2);
     expect(await ok("--help")).toContain("--url");
   });
 
