@@ -757,7 +757,7 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
     show: (schema, message) => print(json ? toJson(schema, message) : readableJson(schema, message)),
     admin() {
       if (client) return client;
-      const baseUrl = str(parsed.values, "url") ?? env.PLATFORM_ADMIN_URL ?? config.publicUrl;
+      const baseUrl = str(parsed.values, "url") ?? config.adminUrl ?? config.publicUrl;
       serverUrl = baseUrl;
       const tokenFile = path.join(config.dataDir, "admin-token");
       const adminToken =

@@ -46,6 +46,8 @@ export interface Config {
   /** Connection timeouts of the one port (src/core/http/one-port.ts). */
   http: HttpTimeouts;
   logLevel: string;
+  /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
+  adminUrl: string | undefined;
   /** `AUDIT_RETENTION_DAYS`: days the admin API's audit log is kept (1 to 3650, default 90). */
   auditRetentionDays: number;
 }
@@ -195,7 +197,10 @@ export function loadConfig(env: Env = process.env): Config {
   if (!/^\d+$/.test(auditText) || auditRetentionDays < 1 || auditRetentionDays > 3650)
     throw new ConfigError("AUDIT_RETENTION_DAYS", "must be a whole number of days from 1 to 3650");
 
+  const adminUrl = url(env, "PLATFORM_ADMIN_URL", ["http:", "https:"]);
+
   return {
+    adminUrl,
     auditRetentionDays,
     port,
     host,

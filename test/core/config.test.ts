@@ -86,6 +86,7 @@ describe("loadConfig", () => {
     [{ TLS_KEY_FILE: "/k.pem" }, "TLS_CERT_FILE"],
     [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
     [{ AUDIT_RETENTION_DAYS: "0" }, "AUDIT_RETENTION_DAYS"],
+    [{ PLATFORM_ADMIN_URL: "127.0.0.1:8080" }, "PLATFORM_ADMIN_URL"],
     [{ AUDIT_RETENTION_DAYS: "ninety" }, "AUDIT_RETENTION_DAYS"],
   ];
 

@@ -19,6 +19,7 @@
 import { createRequire } from "node:module";
 import fs from "node:fs/promises";
 import path from "node:path";
+import { ConfigError, loadConfig, type Config } from "../config.ts";
 import { PGlite } from "@electric-sql/pglite";
 import { Kysely } from "kysely";
 import { PGliteDialect } from "kysely-pglite-dialect";
@@ -146,11 +147,19 @@ async function exists(p: string): Promise<boolean> {
  */
 if (import.meta.main) {
   const ifNeeded = process.argv.includes("--if-needed");
-  const dataDir = process.env.DATA_DIR || "./data";
+  // The environment is read as the server reads it (`loadConfig`); a bad variable is the
+  // server's to report, with the rest of the configuration, so the template step skips.
+  let config: Config | undefined;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+  }
   const needed =
     !ifNeeded ||
-    (!process.env.DATABASE_URL &&
-      !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
+    (config !== undefined &&
+      !config.databaseUrl &&
+      !(await exists(path.join(config.dataDir, "pg", "PG_VERSION"))) &&
       !(await isTemplateCurrent()));
   if (needed) {
     try {
