@@ -44,7 +44,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
       expiringLinks: (seconds) => secrets.expiringLinks(seconds),
       declaredNames: (appId) => secrets.declaredNames(appId),
-      setSecret: (app, name, value) => secrets.setSecret(app, name, value),
+      setSecret: (app, name, value, within) => secrets.setSecret(app, name, value, within),
       listMail: (appId, limit) => mail.listMail(appId, limit),
       searchMail: (appId, search) => mail.searchMail(appId, search),
       deleteAppData: (appId) => analytics.deleteAppData(appId),

@@ -56,7 +56,12 @@ export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
   revokeLink?(appId: string, linkId: string, within?: InTransaction): Promise<string>;
   /** The declared secret names of one app, or of every app, by app id, in name order. */
   declaredNames(appId?: string): Promise<Map<string, string[]>>;
-  setSecret?(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
+  setSecret?(
+    app: AppRecord,
+    name: string,
+    value: string,
+    within?: InTransaction,
+  ): Promise<{ version: number; setAt: Date }>;
   publishEvent?(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
   listMail?(appId: string, limit: number): Promise<MailLogRecord[]>;
   /** The mail log searched, newest first (ListMail's query, status, dates and pages). */
@@ -434,8 +439,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       if (!hooks.setSecret) unimplemented("SetSecret");
       const app = await getApp(req.appId);
       // The value is never part of the record, nor its length.
-      const result = await auditor.audited(context, "secret.set", app, { name: req.name }, () =>
-        hooks.setSecret!(app, req.name, req.value),
+      const result = await auditor.audited(context, "secret.set", app, { name: req.name }, (within) =>
+        hooks.setSecret!(app, req.name, req.value, within),
       );
       return { name: req.name, version: BigInt(result.version), setAt: timestampFromDate(result.setAt) };
     },

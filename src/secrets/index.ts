@@ -71,6 +71,6 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
     expiringLinks: (seconds) => secrets.expiringLinks(seconds),
     revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
     declaredNames: (appId) => secrets.declaredNames(appId),
-    setSecret: (app, name, value) => secrets.setSecret(app, name, value),
+    setSecret: (app, name, value, within) => secrets.setSecret(app, name, value, within),
   };
 }

@@ -155,8 +155,12 @@ export function createSecretStore(database: Db) {
     },
 
     /** The owner's set: a new version of a declared secret. Undefined when undeclared. */
-    async set(appId: string, name: string, seal: Sealer): Promise<SetResult | undefined> {
-      return db.transaction().execute((trx) => setInTransaction(trx, appId, name, seal));
+    async set(appId: string, name: string, seal: Sealer, within?: InTransaction): Promise<SetResult | undefined> {
+      return db.transaction().execute(async (trx) => {
+        const result = await setInTransaction(trx, appId, name, seal);
+        if (result) await within?.(transactionAsDb(trx));
+        return result;
+      });
     },
 
     /**

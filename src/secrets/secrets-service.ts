@@ -68,7 +68,12 @@ export interface SecretsAdmin {
   /** The declared names of one app, or of every app (by app id), in name order. */
   declaredNames(appId?: string): Promise<Map<string, string[]>>;
   /** Admin `SetSecret`: the owner sets a value; a new version and a `secret.set` event. */
-  setSecret(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
+  setSecret(
+    app: AppRecord,
+    name: string,
+    value: string,
+    within?: InTransaction,
+  ): Promise<{ version: number; setAt: Date }>;
 }
 
 export interface SecretsImplementation extends SecretsAdmin {
@@ -230,11 +235,11 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
       return name;
     },
 
-    async setSecret(app, name, value) {
+    async setSecret(app, name, value, within) {
       checkName(name);
       const problem = valueProblem(value);
       if (problem) throw invalidArgument("value", problem);
-      const result = await store.set(app.id, name, seal(app.id, name, value));
+      const result = await store.set(app.id, name, seal(app.id, name, value), within);
       if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
       await announce(result);
       return { version: result.version, setAt: result.setAt };
