@@ -15,6 +15,7 @@ import path from "node:path";
 import { PGlite } from "@electric-sql/pglite";
 import { Kysely } from "kysely";
 import { PGliteDialect } from "kysely-pglite-dialect";
+import { ConfigError, loadConfig, type Config } from "../src/core/config.ts";
 import { migrate } from "../src/core/database/migrate.ts";
 import { migrations } from "../src/core/database/migrations/index.ts";
 import { pgliteVersion, templateDir, TEMPLATE_CACHE, type Manifest } from "../src/core/database/pglite-template.ts";
@@ -70,11 +71,19 @@ async function exists(p: string): Promise<boolean> {
 
 if (import.meta.main) {
   const ifNeeded = process.argv.includes("--if-needed");
-  const dataDir = process.env.DATA_DIR || "./data";
+  // The environment is read as the server reads it (`loadConfig`); a bad variable is the
+  // server's to report, with the rest of the configuration, so the template step skips.
+  let config: Config | undefined;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+  }
   const needed =
     !ifNeeded ||
-    (!process.env.DATABASE_URL &&
-      !(await exists(path.join(dataDir, "pg", "PG_VERSION"))) &&
+    (config !== undefined &&
+      !config.databaseUrl &&
+      !(await exists(path.join(config.dataDir, "pg", "PG_VERSION"))) &&
       !(await isTemplateCurrent()));
   if (!needed) {
     // A template built before templates were made owner-only becomes so (the copies are made so anyway).

@@ -2,12 +2,17 @@
  * What the CLI prints: a message's proto3 JSON, as a person reads it. The
  * canonical JSON writes 64-bit integers as strings ("version": "3"), which is
  * right for machines that may exceed 2^53 and odd for a person reading a
- * count; here they are numbers. The message's internal `$typeName` never
- * shows, and fields at their default value are printed rather than omitted.
+ * count; here they are numbers. Enum values are their short names in lower
+ * case (`string`, not `PROPERTY_KIND_STRING`), and a message's JSON payload
+ * (a peeked message, a dead letter) is shown as JSON, not as an escaped
+ * string. The message's internal `$typeName` never shows, and fields at their
+ * default value are printed rather than omitted. (`--json` prints the
+ * canonical form for scripts.)
  */
 import {
   ScalarType,
   toJson,
+  type DescEnum,
   type DescField,
   type DescMessage,
   type JsonValue,
@@ -40,6 +45,14 @@ function readable(schema: DescMessage, json: JsonValue): JsonValue {
     const value = out[field.jsonName];
     if (value !== undefined) out[field.jsonName] = readableField(field, value);
   }
+  // A JSON payload kept as text, shown as the JSON it is (unless it was cut).
+  if (typeof out.payload === "string" && schema.field.truncated && out.truncated !== true) {
+    try {
+      out.payload = JSON.parse(out.payload) as JsonValue;
+    } catch {
+      // Not JSON after all: shown as the text it is.
+    }
+  }
   return out;
 }
 
@@ -47,12 +60,15 @@ function readableField(field: DescField, value: JsonValue): JsonValue {
   switch (field.fieldKind) {
     case "scalar":
       return INT64_TYPES.has(field.scalar) ? toNumber(value) : value;
+    case "enum":
+      return enumName(field.enum, value);
     case "message":
       return readable(field.message, value);
     case "list":
       if (!Array.isArray(value)) return value;
       if (field.listKind === "message") return value.map((v) => readable(field.message, v));
       if (field.listKind === "scalar" && INT64_TYPES.has(field.scalar)) return value.map(toNumber);
+      if (field.listKind === "enum") return value.map((v) => enumName(field.enum, v));
       return value;
     case "map": {
       if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
@@ -66,6 +82,13 @@ function readableField(field: DescField, value: JsonValue): JsonValue {
     default:
       return value;
   }
+}
+
+/** An enum value's name without the enum's prefix, in lower case: `APP_STATUS_RUNNING` is `running`. */
+function enumName(desc: DescEnum, value: JsonValue): JsonValue {
+  if (typeof value !== "string") return value;
+  const found = desc.values.find((v) => v.name === value);
+  return found ? found.localName.toLowerCase() : value;
 }
 
 /** A 64-bit integer string as a number while it is exact; beyond 2^53 the string stays. */

@@ -1,17 +1,24 @@
 /**
  * `npm run cli -- <command>`: the admin API from a shell. Every command but
- * `migrate` and `secrets rotate-key` is an AdminService call to the running
- * server (the same code path as any other admin client; with the embedded
- * database only the server may open DATA_DIR). The server's address comes
- * from PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT; the admin token
- * from ADMIN_TOKEN, else DATA_DIR/admin-token.
+ * `migrate`, `secrets rotate-key` and `admin-token adopt` is an AdminService
+ * call to the running server (the same code path as any other admin client;
+ * with the embedded database only the server may open DATA_DIR). The server's
+ * address comes from `--url`, else PLATFORM_ADMIN_URL, else PUBLIC_URL, else
+ * HOST:PORT; the operator's token from ADMIN_TOKEN, else DATA_DIR/admin-token.
+ *
+ * The commands are a table (`COMMANDS`): each has its own options, so an
+ * option means one thing per command and an unknown one is a usage error
+ * (exit 2), and the usage text is made from the table. Output is JSON as a
+ * person reads it (`src/cli-format.ts`); `--json` prints the canonical proto3
+ * JSON for scripts.
  */
 import fs from "node:fs";
 import path from "node:path";
-import { parseArgs } from "node:util";
-import { createClient, ConnectError } from "@connectrpc/connect";
+import readline from "node:readline/promises";
+import { parseArgs, type ParseArgsOptionDescriptor } from "node:util";
+import { Code, createClient, ConnectError, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { fromJson, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import {
   AdminService,
@@ -33,10 +40,20 @@ import {
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
   CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
   GetMailResponseSchema,
+  ListAuditEntriesResponseSchema,
+  ListOperatorsResponseSchema,
+  ListOperatorTokensResponseSchema,
+  ListSecretLinksResponseSchema,
+  MailStatus,
+  OperatorRole,
+  RemoveSecretNamesResponseSchema,
+  UpdateOperatorResponseSchema,
+  WhoAmIResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
-import { ConfigError, loadConfig } from "./core/config.ts";
+import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
+import { ConfigError, loadConfig, type Config } from "./core/config.ts";
 import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
@@ -44,43 +61,36 @@ import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 
-const USAGE = `usage: npm run cli -- <command>
-
-  apps create NAME                 create an app
-  apps list                        list apps
-  apps get NAME                    show one app
-  apps stop NAME | apps start NAME stop or start an app
-  apps delete NAME                 delete an app and everything it owns
-  apps set NAME [--mail-from ADDR] [--analytics on|off] [--secrets on|off] [--limit NAME=VALUE ...]
-  tokens issue NAME [--label TEXT] issue a service token (printed once)
-  tokens revoke TOKEN_ID           revoke a token
-  secrets declare NAME [SECRET ...] set the blueprint's secret names
-  secrets set NAME SECRET          set a secret's value, read from standard input
-  secrets rotate-key               re-encrypt every secret under SECRETS_KEY (direct database access)
-  events publish NAME KIND [JSON]  put a platform event on the app's _events queue
-  usage NAME                       today's use and caps
-  usage history NAME [--days N]    use per UTC day, oldest first (default 30 days)
-  tokens list NAME                 the app's tokens: label, created, last used
-  analytics types NAME             the app's event types
-  analytics query NAME TYPE --since TIME [--until TIME] [--interval hour|day|week|month] [--group-by PROP] [--timezone TZ]
-                                   the app's QueryEvents (TIME: ISO 8601 or epoch ms)
-  queues list NAME                 the app's queues: depth, in flight, oldest waiting
-  queues peek NAME QUEUE [--limit N]  waiting messages, without leasing them
-  queues purge NAME QUEUE          delete every message of the queue
-  dead-letters list NAME QUEUE [--limit N] [--page TOKEN]
-                                   the queue's dead letters, in the order they died (a page; --page continues)
-  dead-letters replay NAME QUEUE (--all | ID ...)  put dead letters back in line, deliveries reset
-  dead-letters purge NAME QUEUE (--all | ID ...)   delete dead letters
-  secrets list NAME                declared secrets: set or not, version (never a value)
-  secrets link NAME SECRET         a one-time link that sets the secret
-  mail list NAME [--limit N]       the app's recent mail
-  mail get NAME ID                 one mail of the app's log
-  migrate                          run database migrations (direct database access)
-  admin-token adopt                make ADMIN_TOKEN the admin token every instance must use (direct database access)
-
-Limits: ${LIMIT_NAMES.join(", ")}`;
-
 class UsageError extends Error {}
+
+type Env = Record<string, string | undefined>;
+type Values = Record<string, string | boolean | string[] | undefined>;
+
+interface Context {
+  /** The positional arguments after the command's name. */
+  args: string[];
+  values: Values;
+  config: Config;
+  env: Env;
+  /** The AdminService client (built on first use: direct-database commands never need a server). */
+  admin(): Client<typeof AdminService>;
+  /** Prints a message: readable JSON, or canonical proto3 JSON with --json. */
+  show<D extends DescMessage>(schema: D, message: MessageShape<D>): void;
+}
+
+interface Command {
+  /** The words that name it, e.g. "operators tokens issue". */
+  name: string;
+  /** Its arguments and options, as the usage shows them. */
+  synopsis: string;
+  summary: string;
+  options?: Record<string, ParseArgsOptionDescriptor>;
+  run(ctx: Context): Promise<void>;
+}
+
+function print(value: unknown): void {
+  process.stdout.write((typeof value === "string" ? value : JSON.stringify(value, null, 2)) + "\n");
+}
 
 /** A time given on the command line: epoch milliseconds or an ISO 8601 date-time. */
 function cliTime(text: string, flag: string): Date {
@@ -90,16 +100,31 @@ function cliTime(text: string, flag: string): Date {
   return date;
 }
 
-function print(value: unknown): void {
-  process.stdout.write((typeof value === "string" ? value : JSON.stringify(value, null, 2)) + "\n");
-}
-
 function onOff(value: string | undefined, flag: string): boolean | undefined {
   if (value === undefined) return undefined;
   if (value === "on" || value === "true") return true;
   if (value === "off" || value === "false") return false;
   throw new UsageError(`${flag}: must be on or off`);
 }
+
+function count(value: string | undefined, flag: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(value)) throw new UsageError(`${flag}: must be a whole number`);
+  return Number(value);
+}
+
+function operatorRole(text: string): OperatorRole {
+  if (text === "admin") return OperatorRole.ADMIN;
+  if (text === "viewer") return OperatorRole.VIEWER;
+  throw new UsageError("--role: must be admin or viewer");
+}
+
+const need = (value: string | undefined, what: string): string => {
+  if (!value) throw new UsageError(`missing ${what}`);
+  return value;
+};
+const str = (values: Values, name: string) => values[name] as string | undefined;
+const flag = (values: Values, name: string) => (values[name] as boolean | undefined) ?? false;
 
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
@@ -109,170 +134,276 @@ async function readStdin(): Promise<string> {
     .replace(/\r?\n$/, "");
 }
 
-export async function runCli(argv: string[], env: Record<string, string | undefined> = process.env): Promise<void> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      "mail-from": { type: "string" },
-      analytics: { type: "string" },
-      secrets: { type: "string" },
-      limit: { type: "string", multiple: true },
-      label: { type: "string" },
-      url: { type: "string" },
-      days: { type: "string" },
-      since: { type: "string" },
-      until: { type: "string" },
-      interval: { type: "string" },
-      "group-by": { type: "string" },
-      timezone: { type: "string" },
-      page: { type: "string" },
-      all: { type: "boolean" },
-      help: { type: "boolean", short: "h" },
+/** Asks on the terminal; false without one (a script must say --yes). */
+async function confirm(question: string, expected: string): Promise<boolean> {
+  if (!process.stdin.isTTY) return false;
+  const rl = readline.createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return (await rl.question(question)).trim() === expected;
+  } finally {
+    rl.close();
+  }
+}
+
+const showApp = (ctx: Context, res: { app?: App }) => (res.app ? ctx.show(AppSchema, res.app) : print({}));
+
+const STRING = { type: "string" } as const;
+const BOOLEAN = { type: "boolean" } as const;
+
+const COMMANDS: Command[] = [
+  {
+    name: "apps create",
+    synopsis: "NAME",
+    summary: "create an app",
+    run: async (ctx) => showApp(ctx, await ctx.admin().createApp({ name: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "apps list",
+    synopsis:
+      "[--filter TEXT] [--status running|stopped] [--order-by name|-name|created_at|-created_at] [--page-size N] [--page TOKEN]",
+    summary: "list apps (every app unless --page-size)",
+    options: { filter: STRING, status: STRING, "order-by": STRING, "page-size": STRING, page: STRING },
+    async run(ctx) {
+      const status = str(ctx.values, "status");
+      if (status !== undefined && status !== "running" && status !== "stopped")
+        throw new UsageError("--status: must be running or stopped");
+      const res = await ctx.admin().listApps({
+        filter: str(ctx.values, "filter"),
+        status: status === undefined ? undefined : status === "running" ? AppStatus.RUNNING : AppStatus.STOPPED,
+        orderBy: str(ctx.values, "order-by"),
+        pageSize: count(str(ctx.values, "page-size"), "--page-size"),
+        pageToken: str(ctx.values, "page") ?? "",
+      });
+      ctx.show(ListAppsResponseSchema, res);
     },
-  });
-  const [group, command, ...rest] = positionals;
-  if (values.help || !group) {
-    print(USAGE);
-    return;
-  }
-  const config = loadConfig(env);
-
-  if (group === "migrate") {
-    const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir });
-    try {
-      await migrate(database.db);
-      print("migrations applied");
-    } finally {
-      await database.close();
-    }
-    return;
-  }
-  if (group === "admin-token" && command === "adopt") {
-    if (!config.adminToken) throw new UsageError("admin-token adopt: set ADMIN_TOKEN to the new admin token");
-    const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: 2 });
-    try {
-      await migrate(database.db);
-      await adoptAdminToken(database.db, config.adminToken);
-    } finally {
-      await database.close();
-    }
-    print("adopted: every instance on this database must now start with this ADMIN_TOKEN");
-    return;
-  }
-  if (group === "secrets" && command === "rotate-key") {
-    const { reencrypted } = await rotateSecretsKeyFromConfig(config);
-    print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
-    return;
-  }
-
-  const baseUrl = values.url ?? env.PLATFORM_ADMIN_URL ?? config.publicUrl;
-  const tokenFile = path.join(config.dataDir, "admin-token");
-  const adminToken =
-    config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
-  if (!adminToken)
-    throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
-  const admin = createClient(
-    AdminService,
-    createConnectTransport({
-      baseUrl,
-      httpVersion: "1.1",
-      interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
-    }),
-  );
-  const need = (value: string | undefined, what: string): string => {
-    if (!value) throw new UsageError(`missing ${what}`);
-    return value;
-  };
-  const showApp = (res: { app?: App }) => print(res.app ? readableJson(AppSchema, res.app) : {});
-
-  if (group === "usage" && command === "history" && rest[0]) {
-    const days = values.days === undefined ? undefined : Number(values.days);
-    return print(readableJson(GetUsageHistoryResponseSchema, await admin.getUsageHistory({ appId: rest[0], days })));
-  }
-  if (group === "usage") {
-    return print(readableJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") })));
-  }
-  switch (`${group} ${command ?? ""}`) {
-    case "apps create":
-      return showApp(await admin.createApp({ name: need(rest[0], "NAME") }));
-    case "apps list":
-      return print(readableJson(ListAppsResponseSchema, await admin.listApps({})));
-    case "apps get":
-      return showApp(await admin.getApp({ appId: need(rest[0], "NAME") }));
-    case "apps stop":
-      return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.STOPPED }));
-    case "apps start":
-      return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.RUNNING }));
-    case "apps delete":
-      await admin.deleteApp({ appId: need(rest[0], "NAME") });
-      return print(`deleted ${rest[0]}`);
-    case "apps set": {
+  },
+  {
+    name: "apps get",
+    synopsis: "NAME",
+    summary: "show one app",
+    run: async (ctx) => showApp(ctx, await ctx.admin().getApp({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "apps stop",
+    synopsis: "NAME",
+    summary: "stop an app (its service tokens are refused)",
+    run: async (ctx) =>
+      showApp(ctx, await ctx.admin().updateApp({ appId: need(ctx.args[0], "NAME"), status: AppStatus.STOPPED })),
+  },
+  {
+    name: "apps start",
+    synopsis: "NAME",
+    summary: "start a stopped app",
+    run: async (ctx) =>
+      showApp(ctx, await ctx.admin().updateApp({ appId: need(ctx.args[0], "NAME"), status: AppStatus.RUNNING })),
+  },
+  {
+    name: "apps delete",
+    synopsis: "NAME [--yes]",
+    summary: "delete an app and everything it owns (asks first unless --yes)",
+    options: { yes: BOOLEAN },
+    async run(ctx) {
+      const name = need(ctx.args[0], "NAME");
+      if (
+        !flag(ctx.values, "yes") &&
+        !(await confirm(`delete ${name} and everything it owns? type its name to confirm: `, name))
+      )
+        throw new UsageError(`apps delete ${name}: not confirmed (type the app's name, or pass --yes)`);
+      await ctx.admin().deleteApp({ appId: name });
+      print(`deleted ${name}`);
+    },
+  },
+  {
+    name: "apps set",
+    synopsis: "NAME [--mail-from ADDR] [--analytics on|off] [--secrets on|off] [--limit NAME=VALUE ...]",
+    summary: "change an app's settings and limits (only those given)",
+    options: { "mail-from": STRING, analytics: STRING, secrets: STRING, limit: { type: "string", multiple: true } },
+    async run(ctx) {
       const limits: Partial<Record<keyof AppLimits, number>> = {};
-      for (const item of values.limit ?? []) {
+      for (const item of (ctx.values.limit as string[] | undefined) ?? []) {
         const [name, value] = item.split("=");
         if (!(LIMIT_NAMES as string[]).includes(name ?? "") || !/^\d+$/.test(value ?? "")) {
           throw new UsageError(`--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}`);
         }
         limits[name as keyof AppLimits] = Number(value);
       }
-      return showApp(
-        await admin.updateApp({
-          appId: need(rest[0], "NAME"),
-          mailFrom: values["mail-from"],
-          analyticsEnabled: onOff(values.analytics, "--analytics"),
-          secretsEnabled: onOff(values.secrets, "--secrets"),
+      showApp(
+        ctx,
+        await ctx.admin().updateApp({
+          appId: need(ctx.args[0], "NAME"),
+          mailFrom: str(ctx.values, "mail-from"),
+          analyticsEnabled: onOff(str(ctx.values, "analytics"), "--analytics"),
+          secretsEnabled: onOff(str(ctx.values, "secrets"), "--secrets"),
           limits: limits as never,
         }),
       );
-    }
-    case "tokens issue": {
-      const res = await admin.issueToken({ appId: need(rest[0], "NAME"), label: values.label });
+    },
+  },
+  {
+    name: "tokens issue",
+    synopsis: "NAME [--label TEXT]",
+    summary: "issue a service token (printed once)",
+    options: { label: STRING },
+    async run(ctx) {
+      const res = await ctx.admin().issueToken({ appId: need(ctx.args[0], "NAME"), label: str(ctx.values, "label") });
       process.stderr.write(`token id ${res.tokenId}; the token is shown once, now:\n`);
-      return print(res.token);
-    }
-    case "tokens revoke":
-      await admin.revokeToken({ tokenId: need(rest[0], "TOKEN_ID") });
-      return print("revoked");
-    case "secrets declare":
-      return showApp(await admin.declareSecrets({ appId: need(rest[0], "NAME"), names: rest.slice(1) }));
-    case "secrets set": {
+      print(res.token);
+    },
+  },
+  {
+    name: "tokens revoke",
+    synopsis: "TOKEN_ID",
+    summary: "revoke a service token",
+    async run(ctx) {
+      await ctx.admin().revokeToken({ tokenId: need(ctx.args[0], "TOKEN_ID") });
+      print("revoked");
+    },
+  },
+  {
+    name: "tokens list",
+    synopsis: "NAME",
+    summary: "the app's tokens: label, created, last used",
+    run: async (ctx) =>
+      ctx.show(ListTokensResponseSchema, await ctx.admin().listTokens({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "secrets declare",
+    synopsis: "NAME SECRET ...",
+    summary: "declare more secret names (names already declared keep their value)",
+    async run(ctx) {
+      const appId = need(ctx.args[0], "NAME");
+      need(ctx.args[1], "SECRET");
+      showApp(ctx, await ctx.admin().addSecretNames({ appId, names: ctx.args.slice(1) }));
+    },
+  },
+  {
+    name: "secrets undeclare",
+    synopsis: "NAME SECRET ... [--yes]",
+    summary: "remove secret names; one with a value only with --yes (which destroys it)",
+    options: { yes: BOOLEAN },
+    async run(ctx) {
+      const appId = need(ctx.args[0], "NAME");
+      need(ctx.args[1], "SECRET");
+      const res = await ctx.admin().removeSecretNames({
+        appId,
+        names: ctx.args.slice(1),
+        confirmDestroyValues: flag(ctx.values, "yes"),
+      });
+      if (res.destroyedValues.length > 0)
+        process.stderr.write(`destroyed the value(s) of ${res.destroyedValues.join(", ")}\n`);
+      ctx.show(RemoveSecretNamesResponseSchema, res);
+    },
+  },
+  {
+    name: "secrets set",
+    synopsis: "NAME SECRET < value",
+    summary: "set a secret's value, read from standard input",
+    async run(ctx) {
+      const appId = need(ctx.args[0], "NAME");
+      const name = need(ctx.args[1], "SECRET");
       const value = await readStdin();
-      const res = await admin.setSecret({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET"), value });
-      return print(readableJson(SetSecretResponseSchema, res));
-    }
-    case "events publish": {
+      ctx.show(SetSecretResponseSchema, await ctx.admin().setSecret({ appId, name, value }));
+    },
+  },
+  {
+    name: "secrets list",
+    synopsis: "NAME",
+    summary: "declared secrets: set or not, version (never a value)",
+    run: async (ctx) =>
+      ctx.show(AdminListSecretsResponseSchema, await ctx.admin().listSecrets({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "secrets link",
+    synopsis: "NAME SECRET",
+    summary: "a one-time link that sets the secret",
+    run: async (ctx) =>
+      ctx.show(
+        AdminCreateSecretLinkResponseSchema,
+        await ctx.admin().createSecretLink({ appId: need(ctx.args[0], "NAME"), name: need(ctx.args[1], "SECRET") }),
+      ),
+  },
+  {
+    name: "secrets links",
+    synopsis: "NAME",
+    summary: "the app's outstanding links (never their URL)",
+    run: async (ctx) =>
+      ctx.show(ListSecretLinksResponseSchema, await ctx.admin().listSecretLinks({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "secrets unlink",
+    synopsis: "NAME LINK_ID",
+    summary: "revoke an outstanding link",
+    async run(ctx) {
+      await ctx.admin().revokeSecretLink({ appId: need(ctx.args[0], "NAME"), linkId: need(ctx.args[1], "LINK_ID") });
+      print("revoked");
+    },
+  },
+  {
+    name: "secrets rotate-key",
+    synopsis: "",
+    summary: "re-encrypt every secret under SECRETS_KEY (direct database access)",
+    async run(ctx) {
+      const { reencrypted } = await rotateSecretsKeyFromConfig(ctx.config);
+      print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
+    },
+  },
+  {
+    name: "events publish",
+    synopsis: "NAME KIND [JSON]",
+    summary: "put a platform event on the app's _events queue",
+    async run(ctx) {
       let data: JsonValue = null;
-      if (rest[2] !== undefined) {
+      if (ctx.args[2] !== undefined) {
         try {
-          data = JSON.parse(rest[2]) as JsonValue;
+          data = JSON.parse(ctx.args[2]) as JsonValue;
         } catch {
           throw new UsageError("JSON: not valid JSON");
         }
       }
-      return print(
-        readableJson(
-          PublishEventResponseSchema,
-          await admin.publishEvent({
-            appId: need(rest[0], "NAME"),
-            kind: need(rest[1], "KIND"),
-            data: fromJson(ValueSchema, data),
-          }),
-        ),
-      );
-    }
-    case "mail list": {
-      const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
-      return print(readableJson(ListMailResponseSchema, await admin.listMail({ appId: need(rest[0], "NAME"), limit })));
-    }
-    case "tokens list":
-      return print(readableJson(ListTokensResponseSchema, await admin.listTokens({ appId: need(rest[0], "NAME") })));
-    case "analytics types":
-      return print(
-        readableJson(ListEventTypesResponseSchema, await admin.listEventTypes({ appId: need(rest[0], "NAME") })),
-      );
-    case "analytics query": {
-      const interval = values.interval ?? "day";
+      const res = await ctx.admin().publishEvent({
+        appId: need(ctx.args[0], "NAME"),
+        kind: need(ctx.args[1], "KIND"),
+        data: fromJson(ValueSchema, data),
+      });
+      ctx.show(PublishEventResponseSchema, res);
+    },
+  },
+  {
+    name: "usage history",
+    synopsis: "NAME [--days N]",
+    summary: "use per UTC day, oldest first (default 30 days)",
+    options: { days: STRING },
+    run: async (ctx) =>
+      ctx.show(
+        GetUsageHistoryResponseSchema,
+        await ctx.admin().getUsageHistory({
+          appId: need(ctx.args[0], "NAME"),
+          days: count(str(ctx.values, "days"), "--days"),
+        }),
+      ),
+  },
+  {
+    name: "usage",
+    synopsis: "NAME",
+    summary: "today's use and caps",
+    run: async (ctx) =>
+      ctx.show(GetUsageResponseSchema, await ctx.admin().getUsage({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "analytics types",
+    synopsis: "NAME",
+    summary: "the app's event types",
+    run: async (ctx) =>
+      ctx.show(ListEventTypesResponseSchema, await ctx.admin().listEventTypes({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "analytics query",
+    synopsis:
+      "NAME TYPE --since TIME [--until TIME] [--interval hour|day|week|month] [--group-by PROP] [--timezone TZ]",
+    summary: "the app's QueryEvents (TIME: ISO 8601 or epoch ms)",
+    options: { since: STRING, until: STRING, interval: STRING, "group-by": STRING, timezone: STRING },
+    async run(ctx) {
+      const interval = str(ctx.values, "interval") ?? "day";
       const intervals: Record<string, Interval> = {
         hour: Interval.HOUR,
         day: Interval.DAY,
@@ -280,73 +411,396 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
         month: Interval.MONTH,
       };
       if (!(interval in intervals)) throw new UsageError("--interval: must be hour, day, week or month");
-      const res = await admin.queryAnalytics({
-        appId: need(rest[0], "NAME"),
-        type: need(rest[1], "TYPE"),
-        since: timestampFromDate(cliTime(need(values.since, "--since"), "--since")),
-        until: values.until === undefined ? undefined : timestampFromDate(cliTime(values.until, "--until")),
+      const until = str(ctx.values, "until");
+      const res = await ctx.admin().queryAnalytics({
+        appId: need(ctx.args[0], "NAME"),
+        type: need(ctx.args[1], "TYPE"),
+        since: timestampFromDate(cliTime(need(str(ctx.values, "since"), "--since"), "--since")),
+        until: until === undefined ? undefined : timestampFromDate(cliTime(until, "--until")),
         interval: intervals[interval],
-        groupBy: values["group-by"],
-        timezone: values.timezone,
+        groupBy: str(ctx.values, "group-by"),
+        timezone: str(ctx.values, "timezone"),
       });
-      return print(readableJson(QueryAnalyticsResponseSchema, res));
-    }
-    case "queues list":
-      return print(
-        readableJson(AdminListQueuesResponseSchema, await admin.listQueues({ appId: need(rest[0], "NAME") })),
-      );
-    case "queues peek": {
-      const limit = values.limit?.[0] ? Number(values.limit[0]) : undefined;
-      const res = await admin.peekMessages({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), limit });
-      return print(readableJson(PeekMessagesResponseSchema, res));
-    }
-    case "queues purge": {
-      const res = await admin.purgeQueue({ appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE") });
-      return print(`purged ${res.purged} message(s)`);
-    }
-    case "dead-letters list": {
-      const pageSize = values.limit?.[0] ? Number(values.limit[0]) : undefined;
-      const res = await admin.listDeadLetters({
-        appId: need(rest[0], "NAME"),
-        queue: need(rest[1], "QUEUE"),
-        pageSize,
-        pageToken: values.page ?? "",
+      ctx.show(QueryAnalyticsResponseSchema, res);
+    },
+  },
+  {
+    name: "queues list",
+    synopsis: "NAME",
+    summary: "the app's queues: depth, in flight, oldest waiting",
+    run: async (ctx) =>
+      ctx.show(AdminListQueuesResponseSchema, await ctx.admin().listQueues({ appId: need(ctx.args[0], "NAME") })),
+  },
+  {
+    name: "queues peek",
+    synopsis: "NAME QUEUE [--limit N]",
+    summary: "waiting messages, without leasing them",
+    options: { limit: STRING },
+    run: async (ctx) =>
+      ctx.show(
+        PeekMessagesResponseSchema,
+        await ctx.admin().peekMessages({
+          appId: need(ctx.args[0], "NAME"),
+          queue: need(ctx.args[1], "QUEUE"),
+          limit: count(str(ctx.values, "limit"), "--limit"),
+        }),
+      ),
+  },
+  {
+    name: "queues purge",
+    synopsis: "NAME QUEUE",
+    summary: "delete every message of the queue",
+    async run(ctx) {
+      const res = await ctx.admin().purgeQueue({ appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE") });
+      print(`purged ${res.purged} message(s)`);
+    },
+  },
+  {
+    name: "dead-letters list",
+    synopsis: "NAME QUEUE [--limit N] [--page TOKEN]",
+    summary: "the queue's dead letters, in the order they died (a page; --page continues)",
+    options: { limit: STRING, page: STRING },
+    run: async (ctx) =>
+      ctx.show(
+        ListDeadLettersResponseSchema,
+        await ctx.admin().listDeadLetters({
+          appId: need(ctx.args[0], "NAME"),
+          queue: need(ctx.args[1], "QUEUE"),
+          pageSize: count(str(ctx.values, "limit"), "--limit"),
+          pageToken: str(ctx.values, "page") ?? "",
+        }),
+      ),
+  },
+  ...(["replay", "purge"] as const).map((verb): Command => ({
+    name: `dead-letters ${verb}`,
+    synopsis: "NAME QUEUE (--all | ID ...)",
+    summary: verb === "replay" ? "put dead letters back in line, deliveries reset" : "delete dead letters",
+    options: { all: BOOLEAN },
+    async run(ctx) {
+      const ids = ctx.args.slice(2);
+      const all = flag(ctx.values, "all");
+      if (all === ids.length > 0)
+        throw new UsageError(`dead-letters ${verb}: give --all or one or more dead letter ids, not both`);
+      const req = { appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE"), all, ids };
+      if (verb === "replay") print(`replayed ${(await ctx.admin().replayDeadLetters(req)).replayed} dead letter(s)`);
+      else print(`purged ${(await ctx.admin().purgeDeadLetters(req)).purged} dead letter(s)`);
+    },
+  })),
+  {
+    name: "mail list",
+    synopsis:
+      "NAME [--limit N] [--query TEXT] [--status sent|stored|failed] [--since TIME] [--until TIME] [--page TOKEN]",
+    summary: "the app's mail, newest first (a page; --page continues)",
+    options: { limit: STRING, query: STRING, status: STRING, since: STRING, until: STRING, page: STRING },
+    async run(ctx) {
+      const statuses: Record<string, MailStatus> = {
+        sent: MailStatus.SENT,
+        stored: MailStatus.STORED,
+        failed: MailStatus.FAILED,
+      };
+      const status = str(ctx.values, "status");
+      if (status !== undefined && !(status in statuses))
+        throw new UsageError("--status: must be sent, stored or failed");
+      const since = str(ctx.values, "since");
+      const until = str(ctx.values, "until");
+      const res = await ctx.admin().listMail({
+        appId: need(ctx.args[0], "NAME"),
+        limit: count(str(ctx.values, "limit"), "--limit"),
+        query: str(ctx.values, "query"),
+        status: status === undefined ? undefined : statuses[status],
+        since: since === undefined ? undefined : timestampFromDate(cliTime(since, "--since")),
+        until: until === undefined ? undefined : timestampFromDate(cliTime(until, "--until")),
+        pageToken: str(ctx.values, "page") ?? "",
       });
-      return print(readableJson(ListDeadLettersResponseSchema, res));
-    }
-    case "dead-letters replay":
-    case "dead-letters purge": {
-      const ids = rest.slice(2);
-      const all = values.all ?? false;
-      const named = ids.length > 0;
-      if (all === named)
-        throw new UsageError(`dead-letters ${command}: give --all or one or more dead letter ids, not both`);
-      const req = { appId: need(rest[0], "NAME"), queue: need(rest[1], "QUEUE"), all, ids };
-      if (command === "replay")
-        return print(`replayed ${(await admin.replayDeadLetters(req)).replayed} dead letter(s)`);
-      return print(`purged ${(await admin.purgeDeadLetters(req)).purged} dead letter(s)`);
-    }
-    case "secrets list":
-      return print(
-        readableJson(AdminListSecretsResponseSchema, await admin.listSecrets({ appId: need(rest[0], "NAME") })),
-      );
-    case "secrets link":
-      return print(
-        readableJson(
-          AdminCreateSecretLinkResponseSchema,
-          await admin.createSecretLink({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET") }),
-        ),
-      );
-    case "mail get":
-      return print(
-        readableJson(
-          GetMailResponseSchema,
-          await admin.getMail({ appId: need(rest[0], "NAME"), id: need(rest[1], "ID") }),
-        ),
-      );
-    default:
-      throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);
+      ctx.show(ListMailResponseSchema, res);
+    },
+  },
+  {
+    name: "mail get",
+    synopsis: "NAME ID",
+    summary: "one mail of the app's log, with its raw message and headers",
+    run: async (ctx) =>
+      ctx.show(
+        GetMailResponseSchema,
+        await ctx.admin().getMail({ appId: need(ctx.args[0], "NAME"), mailId: need(ctx.args[1], "ID") }),
+      ),
+  },
+  {
+    name: "whoami",
+    synopsis: "",
+    summary: "the operator of the token used",
+    run: async (ctx) => ctx.show(WhoAmIResponseSchema, await ctx.admin().whoAmI({})),
+  },
+  {
+    name: "operators list",
+    synopsis: "",
+    summary: "named operators: role, last use",
+    run: async (ctx) => ctx.show(ListOperatorsResponseSchema, await ctx.admin().listOperators({})),
+  },
+  {
+    name: "operators create",
+    synopsis: "NAME [--role admin|viewer]",
+    summary: "add an operator (a viewer unless --role admin); prints its token once",
+    options: { role: STRING },
+    async run(ctx) {
+      const res = await ctx.admin().createOperator({
+        name: need(ctx.args[0], "NAME"),
+        role: operatorRole(str(ctx.values, "role") ?? "viewer"),
+      });
+      process.stderr.write(`operator ${res.operator?.id} (token id ${res.tokenId}); the token is shown once, now:\n`);
+      print(res.token);
+    },
+  },
+  {
+    name: "operators update",
+    synopsis: "ID [--role admin|viewer] [--disable | --enable]",
+    summary: "change an operator's role, or disable or enable all its tokens",
+    options: { role: STRING, disable: BOOLEAN, enable: BOOLEAN },
+    async run(ctx) {
+      if (flag(ctx.values, "disable") && flag(ctx.values, "enable"))
+        throw new UsageError("operators update: --disable or --enable, not both");
+      const role = str(ctx.values, "role");
+      const res = await ctx.admin().updateOperator({
+        operatorId: need(ctx.args[0], "ID"),
+        role: role === undefined ? undefined : operatorRole(role),
+        disabled: flag(ctx.values, "disable") ? true : flag(ctx.values, "enable") ? false : undefined,
+      });
+      ctx.show(UpdateOperatorResponseSchema, res);
+    },
+  },
+  {
+    name: "operators delete",
+    synopsis: "ID",
+    summary: "delete an operator and its tokens",
+    async run(ctx) {
+      await ctx.admin().deleteOperator({ operatorId: need(ctx.args[0], "ID") });
+      print(`deleted operator ${ctx.args[0]}`);
+    },
+  },
+  {
+    name: "operators tokens list",
+    synopsis: "ID",
+    summary: "an operator's tokens: label, created, last used",
+    run: async (ctx) =>
+      ctx.show(
+        ListOperatorTokensResponseSchema,
+        await ctx.admin().listOperatorTokens({ operatorId: need(ctx.args[0], "ID") }),
+      ),
+  },
+  {
+    name: "operators tokens issue",
+    synopsis: "ID [--label TEXT]",
+    summary: "one more token of an operator (printed once)",
+    options: { label: STRING },
+    async run(ctx) {
+      const res = await ctx
+        .admin()
+        .issueOperatorToken({ operatorId: need(ctx.args[0], "ID"), label: str(ctx.values, "label") });
+      process.stderr.write(`token id ${res.tokenId}; the token is shown once, now:\n`);
+      print(res.token);
+    },
+  },
+  {
+    name: "operators tokens revoke",
+    synopsis: "TOKEN_ID",
+    summary: "revoke an operator token",
+    async run(ctx) {
+      await ctx.admin().revokeOperatorToken({ tokenId: need(ctx.args[0], "TOKEN_ID") });
+      print("revoked");
+    },
+  },
+  {
+    name: "audit list",
+    synopsis: "[--app NAME] [--operator ID] [--action ACTION] [--since TIME] [--until TIME] [--limit N] [--page TOKEN]",
+    summary: "the audit log, newest first (a page; --page continues)",
+    options: {
+      app: STRING,
+      operator: STRING,
+      action: STRING,
+      since: STRING,
+      until: STRING,
+      limit: STRING,
+      page: STRING,
+    },
+    async run(ctx) {
+      const since = str(ctx.values, "since");
+      const until = str(ctx.values, "until");
+      const res = await ctx.admin().listAuditEntries({
+        appId: str(ctx.values, "app"),
+        operatorId: str(ctx.values, "operator"),
+        action: str(ctx.values, "action"),
+        since: since === undefined ? undefined : timestampFromDate(cliTime(since, "--since")),
+        until: until === undefined ? undefined : timestampFromDate(cliTime(until, "--until")),
+        pageSize: count(str(ctx.values, "limit"), "--limit") ?? 0,
+        pageToken: str(ctx.values, "page") ?? "",
+      });
+      ctx.show(ListAuditEntriesResponseSchema, res);
+    },
+  },
+  {
+    name: "migrate",
+    synopsis: "",
+    summary: "run database migrations (direct database access)",
+    async run(ctx) {
+      const database = await openDatabase({ databaseUrl: ctx.config.databaseUrl, dataDir: ctx.config.dataDir });
+      try {
+        await migrate(database.db);
+        print("migrations applied");
+      } finally {
+        await database.close();
+      }
+    },
+  },
+  {
+    name: "admin-token adopt",
+    synopsis: "",
+    summary: "make ADMIN_TOKEN the admin token every instance must use (direct database access)",
+    async run(ctx) {
+      const adminToken = ctx.config.adminToken;
+      if (!adminToken) throw new UsageError("admin-token adopt: set ADMIN_TOKEN to the new admin token");
+      const database = await openDatabase({
+        databaseUrl: ctx.config.databaseUrl,
+        dataDir: ctx.config.dataDir,
+        poolSize: 2,
+      });
+      try {
+        await migrate(database.db);
+        await adoptAdminToken(database.db, adminToken);
+      } finally {
+        await database.close();
+      }
+      print("adopted: every instance on this database must now start with this ADMIN_TOKEN");
+    },
+  },
+];
+
+/** Options every command takes. */
+const COMMON_OPTIONS: Record<string, ParseArgsOptionDescriptor> = {
+  url: STRING,
+  json: BOOLEAN,
+  help: { type: "boolean", short: "h" },
+};
+
+const usageLine = (c: Command) => `${c.name}${c.synopsis ? ` ${c.synopsis}` : ""}`;
+
+export const USAGE = `usage: npm run cli -- <command> [--url URL] [--json]
+
+${COMMANDS.map((c) => {
+  const line = usageLine(c);
+  return line.length <= 40 ? `  ${line.padEnd(40)} ${c.summary}` : `  ${line}\n  ${"".padEnd(40)} ${c.summary}`;
+}).join("\n")}
+
+--url URL   the server (else PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT)
+--json      canonical proto3 JSON (64-bit integers as strings, enum names in full) for scripts
+Limits: ${LIMIT_NAMES.join(", ")}`;
+
+/** The command named by the first words of `argv` (the longest name that matches), and the rest. */
+function findCommand(words: string[]): { command: Command; rest: string[] } | undefined {
+  for (let n = 3; n >= 1; n--) {
+    const name = words.slice(0, n).join(" ");
+    const command = COMMANDS.find((c) => c.name === name);
+    if (command && words.length >= n) return { command, rest: words.slice(n) };
   }
+  return undefined;
+}
+
+/** The server the last command talked to, for the message when it did not answer. */
+let serverUrl = "";
+
+export async function runCli(argv: string[], env: Env = process.env): Promise<void> {
+  // The command's words: the leading arguments; common options may come before them.
+  const words: string[] = [];
+  const others: string[] = [];
+  let i = 0;
+  while (i < argv.length && words.length < 3) {
+    const arg = argv[i];
+    if (arg === "--url" && i + 1 < argv.length) {
+      others.push(arg, argv[i + 1]);
+      i += 2;
+    } else if (arg === "--json" || arg.startsWith("--url=")) {
+      others.push(arg);
+      i++;
+    } else if (arg.startsWith("-")) {
+      break;
+    } else {
+      words.push(arg);
+      i++;
+    }
+  }
+  others.push(...argv.slice(i));
+  const found = findCommand(words);
+  if (!found) {
+    if (words.length === 0 || argv.includes("--help") || argv.includes("-h")) return print(USAGE);
+    throw new UsageError(`unknown command: ${words.join(" ")}\n\n${USAGE}`);
+  }
+  const { command } = found;
+  let parsed: { values: Values; positionals: string[] };
+  try {
+    const { values, positionals } = parseArgs({
+      args: [...found.rest, ...others],
+      allowPositionals: true,
+      options: { ...COMMON_OPTIONS, ...command.options },
+    });
+    parsed = { values: values as Values, positionals };
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}\nusage: npm run cli -- ${usageLine(command)}`);
+  }
+  if (parsed.values.help) return print(`usage: npm run cli -- ${usageLine(command)}\n  ${command.summary}`);
+  const config = loadConfig(env);
+  let client: Client<typeof AdminService> | undefined;
+  const json = flag(parsed.values, "json");
+  await command.run({
+    args: parsed.positionals,
+    values: parsed.values,
+    config,
+    env,
+    show: (schema, message) => print(json ? toJson(schema, message) : readableJson(schema, message)),
+    admin() {
+      if (client) return client;
+      const baseUrl = str(parsed.values, "url") ?? config.adminUrl ?? config.publicUrl;
+      serverUrl = baseUrl;
+      const tokenFile = path.join(config.dataDir, "admin-token");
+      const adminToken =
+        config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
+      if (!adminToken)
+        throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
+      client = createClient(
+        AdminService,
+        createConnectTransport({
+          baseUrl,
+          httpVersion: "1.1",
+          interceptors: [(next) => (req) => (req.header.set("authorization", `Bearer ${adminToken}`), next(req))],
+        }),
+      );
+      return client;
+    },
+  });
+}
+
+/**
+ * Whether a Connect error is the transport's (no answer from the server at all) rather than
+ * the server's: the server's errors always carry our ErrorDetail.
+ */
+function unreachable(err: ConnectError): string | undefined {
+  if (err.code !== Code.Unavailable && err.code !== Code.Unknown && err.code !== Code.Internal) return undefined;
+  if (err.findDetails(ErrorDetailSchema).length > 0) return undefined;
+  let cause: unknown = err.cause;
+  for (let i = 0; i < 5 && cause instanceof Error; i++) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code && /^(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT|EPIPE)$/.test(code))
+      return code;
+    cause = cause.cause;
+  }
+  return undefined;
+}
+
+/** What to tell an operator whose CLI found no server at `url`. */
+export function unreachableMessage(url: string, why: string): string {
+  return (
+    `error: no server answers at ${url} (${why}).\n` +
+    `  Start it with \`npm start\` (it listens on HOST:PORT, default 127.0.0.1:8080),\n` +
+    `  or point the CLI at a running one: PLATFORM_ADMIN_URL=https://host:port npm run cli -- ... (or --url URL).\n`
+  );
 }
 
 const isMain = import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli.ts");
@@ -357,6 +811,11 @@ if (isMain) {
       process.exit(2);
     }
     if (err instanceof ConnectError) {
+      const why = unreachable(err);
+      if (why) {
+        process.stderr.write(unreachableMessage(serverUrl, why));
+        process.exit(1);
+      }
       const e = toPlatformError(err);
       const more = (e.details ?? []).filter((d) => d !== e.message);
       process.stderr.write(`error: ${e.code}: ${e.message}${more.length ? `\n  ${more.join("\n  ")}` : ""}\n`);
@@ -365,7 +824,7 @@ if (isMain) {
     const code = (err as NodeJS.ErrnoException).code;
     process.stderr.write(
       code === "ECONNREFUSED"
-        ? "error: the server is not reachable; start it with npm start\n"
+        ? unreachableMessage(serverUrl, code)
         : `error: ${err instanceof Error ? err.message : String(err)}\n`,
     );
     process.exit(1);

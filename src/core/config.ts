@@ -48,6 +48,10 @@ export interface Config {
   /** Bounds of the platform database's statements and pool (src/core/database/pg-pool.ts). */
   databaseTimeouts: DatabaseTimeouts;
   logLevel: string;
+  /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
+  adminUrl: string | undefined;
+  /** `AUDIT_RETENTION_DAYS`: days the admin API's audit log is kept (1 to 3650, default 90). */
+  auditRetentionDays: number;
 }
 
 export interface HttpTimeouts {
@@ -201,7 +205,16 @@ export function loadConfig(env: Env = process.env): Config {
     "info",
   );
 
+  const auditText = optional(env, "AUDIT_RETENTION_DAYS") ?? "90";
+  const auditRetentionDays = Number(auditText);
+  if (!/^\d+$/.test(auditText) || auditRetentionDays < 1 || auditRetentionDays > 3650)
+    throw new ConfigError("AUDIT_RETENTION_DAYS", "must be a whole number of days from 1 to 3650");
+
+  const adminUrl = url(env, "PLATFORM_ADMIN_URL", ["http:", "https:"]);
+
   return {
+    adminUrl,
+    auditRetentionDays,
     port,
     host,
     databaseUrl,

@@ -9,6 +9,7 @@ import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letter
 import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
+import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
 import { queueHousekeeping } from "./queue-sweeper.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -20,12 +21,15 @@ export { EVENTS_QUEUE } from "./queue-limits.ts";
 
 export type { PeekedMessage, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
 export type { DeadLetterPage } from "./dead-letters.ts";
+export type { QueueAttentionRow } from "./queue-attention-store.ts";
 
 /** What the operator may do to an app's queues that the app itself may not (AdminService). */
 export interface QueueOperator {
   peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
   purge(appId: string, queue: string): Promise<number>;
   deadLetters: DeadLetterOperator;
+  /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
+  attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & {
@@ -74,6 +78,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
       deadLetters: createDeadLetterOperator(store, hub),
+      attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },
     housekeeping: () => [...housekeeping, feed.housekeeping()],
     async start() {

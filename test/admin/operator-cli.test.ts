@@ -77,7 +77,7 @@ describe("the operator commands", () => {
     await t.request("POST", "/v1/queues/work", { token: app.token, body: { payload: { job: 7 } } });
     expect((await cliJson("queues", "list", "cli-ops")).queues[0]).toMatchObject({ name: "work", depth: 1 });
     const peek = await cliJson("queues", "peek", "cli-ops", "work");
-    expect(JSON.parse(peek.messages[0].payload)).toEqual({ job: 7 });
+    expect(peek.messages[0].payload).toEqual({ job: 7 });
     expect(await cli("queues", "purge", "cli-ops", "work")).toBe("purged 1 message(s)\n");
   });
 

@@ -85,7 +85,15 @@ describe("loadConfig", () => {
     [{ INFERENCE_PROVIDER: "bedrock" }, "AWS_REGION"],
     [{ TLS_KEY_FILE: "/k.pem" }, "TLS_CERT_FILE"],
     [{ LOG_LEVEL: "loud" }, "LOG_LEVEL"],
+    [{ AUDIT_RETENTION_DAYS: "0" }, "AUDIT_RETENTION_DAYS"],
+    [{ PLATFORM_ADMIN_URL: "127.0.0.1:8080" }, "PLATFORM_ADMIN_URL"],
+    [{ AUDIT_RETENTION_DAYS: "ninety" }, "AUDIT_RETENTION_DAYS"],
   ];
+
+  it("keeps the audit log AUDIT_RETENTION_DAYS days, 90 by default", () => {
+    expect(loadConfig({}).auditRetentionDays).toBe(90);
+    expect(loadConfig({ AUDIT_RETENTION_DAYS: "30" }).auditRetentionDays).toBe(30);
+  });
   for (const [env, variable] of bad) {
     it(`refuses ${JSON.stringify(env)} naming ${variable}`, () => {
       const err = errorOf(env);

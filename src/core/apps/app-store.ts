@@ -20,6 +20,8 @@ export interface AppsTable {
   /** Only the limits the admin changed; the rest come from the defaults in code. */
   limits: ColumnType<Record<string, number>, string | undefined, string>;
   created_at: ColumnType<Date, Date | string | undefined, Date | string>;
+  /** Bumped by every change of the record (migration 0015); a bigint, read as a string on PostgreSQL. */
+  revision: ColumnType<string | number, never, never>;
 }
 
 export interface AppTokensTable {
@@ -56,6 +58,7 @@ export const APP_COLUMNS = [
   "apps.secrets_enabled",
   "apps.limits",
   "apps.created_at",
+  "apps.revision",
 ] as const;
 
 /** An app with the token that authenticated a request. */
@@ -70,18 +73,37 @@ export interface AppChanges {
   limits?: Partial<AppLimits>;
 }
 
+export type AppOrder = "name" | "-name" | "created_at" | "-created_at";
+
+export interface AppPageQuery {
+  /** A case-insensitive substring of the name. */
+  filter?: string | undefined;
+  status?: "running" | "stopped" | undefined;
+  order: AppOrder;
+  offset: number;
+  /** Undefined: every app from `offset` on. */
+  limit?: number | undefined;
+}
+
 export interface AppStore {
   /** One app by id or name; a missing app is `not_found`. */
   get(idOrName: string): Promise<AppRecord>;
   list(): Promise<AppRecord[]>;
+  /** One page of the apps that match, and how many match in all. */
+  page(query: AppPageQuery): Promise<{ apps: AppRecord[]; total: number }>;
   /** Undefined when the name is taken. */
   create(name: string, mailFrom: string): Promise<AppRecord | undefined>;
   nameTaken(name: string): Promise<boolean>;
-  update(appId: string, changes: AppChanges): Promise<void>;
+  /**
+   * Applies the changes and bumps the revision (also when `changes` is empty: a change of the
+   * blueprint, kept by the secrets facility, is a change of the app too). With `expectedRevision`,
+   * only if the app is still at that revision, else `conflict`. The new revision.
+   */
+  update(appId: string, changes: AppChanges, expectedRevision?: number): Promise<number>;
   delete(appId: string): Promise<void>;
   insertToken(appId: string, tokenHash: string, label: string): Promise<string>;
-  /** False when no such token exists. */
-  deleteToken(tokenId: string): Promise<boolean>;
+  /** The token's app id; undefined when no such token exists. */
+  deleteToken(tokenId: string): Promise<string | undefined>;
   /** The apps of the given token hashes, one statement for any number of them. */
   lookupTokens(hashes: string[]): Promise<TokenRow[]>;
   /** An app's tokens, newest first. */
@@ -108,6 +130,29 @@ export function createAppStore(database: Db): AppStore {
       return rows.map(appFromRow);
     },
 
+    async page(query) {
+      let select = db.selectFrom("apps");
+      if (query.filter) {
+        const pattern = `%${query.filter.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+        select = select.where("apps.name", "ilike", pattern);
+      }
+      if (query.status) select = select.where("apps.status", "=", query.status);
+      const column = query.order.replace("-", "") as "name" | "created_at";
+      const direction = query.order.startsWith("-") ? "desc" : "asc";
+      let rows = select
+        .select([...APP_COLUMNS, sql<string>`count(*) over ()`.as("total")])
+        .orderBy(`apps.${column}`, direction)
+        .orderBy("apps.id", direction)
+        .offset(query.offset);
+      if (query.limit !== undefined) rows = rows.limit(query.limit);
+      const found = await rows.execute();
+      if (found.length === 0 && query.offset > 0) {
+        const counted = await select.select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow();
+        return { apps: [], total: Number(counted.n) };
+      }
+      return { apps: found.map(appFromRow), total: found.length === 0 ? 0 : Number(found[0].total) };
+    },
+
     async create(name, mailFrom) {
       const row = await db
         .insertInto("apps")
@@ -122,6 +167,7 @@ export function createAppStore(database: Db): AppStore {
           "secrets_enabled",
           "limits",
           "created_at",
+          "revision",
         ])
         .executeTakeFirst();
       return row ? appFromRow(row) : undefined;
@@ -131,7 +177,7 @@ export function createAppStore(database: Db): AppStore {
       return (await db.selectFrom("apps").select("id").where("name", "=", name).executeTakeFirst()) !== undefined;
     },
 
-    async update(appId, changes) {
+    async update(appId, changes, expectedRevision) {
       const set: Record<string, unknown> = {};
       if (changes.status !== undefined) set.status = changes.status;
       if (changes.mailFrom !== undefined) set.mail_from = changes.mailFrom;
@@ -141,12 +187,21 @@ export function createAppStore(database: Db): AppStore {
         // Merged in the database, so two concurrent updates of different limits both stay.
         set.limits = sql`apps.limits || ${JSON.stringify(changes.limits)}::jsonb`;
       }
-      if (Object.keys(set).length === 0) return;
-      await db
+      set.revision = sql`apps.revision + 1`;
+      let update = db
         .updateTable("apps")
         .set(set as never)
-        .where("id", "=", appId)
-        .execute();
+        .where("id", "=", appId);
+      if (expectedRevision !== undefined) update = update.where("revision", "=", expectedRevision as never);
+      const row = await update.returning("revision").executeTakeFirst();
+      if (row) return Number(row.revision);
+      const current = await db.selectFrom("apps").select("revision").where("id", "=", appId).executeTakeFirst();
+      if (!current) throw new PlatformError("not_found", `no app ${JSON.stringify(appId)}`);
+      throw new PlatformError(
+        "conflict",
+        `the app was changed since you loaded it (revision ${Number(current.revision)}); reload`,
+        { details: [`expected_revision: was ${expectedRevision}, the app is at revision ${Number(current.revision)}`] },
+      );
     },
 
     async delete(appId) {
@@ -163,8 +218,8 @@ export function createAppStore(database: Db): AppStore {
     },
 
     async deleteToken(tokenId) {
-      const result = await db.deleteFrom("app_tokens").where("id", "=", tokenId).executeTakeFirst();
-      return Number(result.numDeletedRows) > 0;
+      const row = await db.deleteFrom("app_tokens").where("id", "=", tokenId).returning("app_id").executeTakeFirst();
+      return row?.app_id;
     },
 
     async lookupTokens(hashes) {

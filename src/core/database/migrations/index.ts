@@ -14,6 +14,9 @@ import * as platformSettings from "./0008-platform-settings.ts";
 import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
 import * as eventFeed from "./0014-event-feed.ts";
+import * as appRevision from "./0015-app-revision.ts";
+import * as operators from "./0016-operators.ts";
+import * as auditLog from "./0017-audit-log.ts";
 import * as idempotencyKeys from "./0018-idempotency-keys.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -28,5 +31,8 @@ export const migrations: Record<string, Migration> = {
   "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
   "0014-event-feed": eventFeed,
+  "0015-app-revision": appRevision,
+  "0016-operators": operators,
+  "0017-audit-log": auditLog,
   "0018-idempotency-keys": idempotencyKeys,
 };

@@ -1,7 +1,7 @@
 /**
- * The AdminService RPCs the operator dashboard needs beyond the original
- * admin API: tokens with their last use, the daily usage history, and views
- * into an app's analytics, queues and secrets.
+ * The AdminService RPCs that reach into one app's facilities: its tokens with
+ * their last use, its daily usage history, and views into (and operator
+ * actions on) its analytics, queues and secrets.
  *
  * What an app can already ask for itself (its event types and buckets, its
  * queues, its secrets' status, a secret link) is answered by calling that
@@ -23,13 +23,13 @@ import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
-import type { DeadLetterPage, DeadLetterSelection, PeekedMessage } from "../queues/index.ts";
+import type { Auditor } from "./auditor.ts";
+import { EVENTS_QUEUE, type DeadLetterPage, type DeadLetterSelection, type PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
-const EVENTS_QUEUE = "_events";
 
-export type OperatorRpcs = Pick<
+export type AppFacilityRpcs = Pick<
   ServiceImpl<typeof AdminService>,
   | "listTokens"
   | "getUsageHistory"
@@ -48,7 +48,7 @@ export type OperatorRpcs = Pick<
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
 export const MAX_DEAD_LETTER_IDS = 1_000;
 
-export interface OperatorHooks {
+export interface AppFacilityHooks {
   /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
   appFacilities?: readonly Facility[];
   peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
@@ -84,13 +84,14 @@ function unavailable(what: string): never {
   throw new PlatformError("not_configured", `${what} is not available in this deployment`);
 }
 
-export function createOperatorRpcs(options: {
+export function createAppFacilityRpcs(options: {
   apps: AppStore;
   quotas: Quotas;
-  hooks: OperatorHooks;
+  hooks: AppFacilityHooks;
   getApp: (appId: string) => Promise<AppRecord>;
-}): OperatorRpcs {
-  const { apps, quotas, hooks, getApp: load } = options;
+  auditor: Auditor;
+}): AppFacilityRpcs {
+  const { apps, quotas, hooks, getApp: load, auditor } = options;
 
   /** Calls a facility's own implementation of `method` as `app` would. */
   async function asApp<I, O>(
@@ -193,10 +194,12 @@ export function createOperatorRpcs(options: {
       };
     },
 
-    async purgeQueue(req) {
+    async purgeQueue(req, context) {
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
-      return { purged: BigInt(await hooks.purgeQueue(app.id, checkQueue(req.queue))) };
+      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
+        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueue(req.queue))),
+      }));
     },
 
     async listDeadLetters(req) {
@@ -225,19 +228,25 @@ export function createOperatorRpcs(options: {
       };
     },
 
-    async replayDeadLetters(req) {
-      if (!hooks.deadLetters) unavailable("ReplayDeadLetters");
+    async replayDeadLetters(req, context) {
+      const deadLetters = hooks.deadLetters ?? unavailable("ReplayDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
-      const which = deadLetterSelection(req);
-      return { replayed: BigInt(await hooks.deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+      const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
+      return auditor.audited(context, "dead_letters.replay", app, detail, async () => {
+        const queue = checkQueue(req.queue);
+        const which = deadLetterSelection(req);
+        return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+      });
     },
 
-    async purgeDeadLetters(req) {
-      if (!hooks.deadLetters) unavailable("PurgeDeadLetters");
+    async purgeDeadLetters(req, context) {
+      const deadLetters = hooks.deadLetters ?? unavailable("PurgeDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
-      return { purged: BigInt(await hooks.deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
+      const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
+      return auditor.audited(context, "dead_letters.purge", app, detail, async () => {
+        const queue = checkQueue(req.queue);
+        return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
+      });
     },
 
     async listSecrets(req, context) {
@@ -247,7 +256,9 @@ export function createOperatorRpcs(options: {
 
     async createSecretLink(req, context) {
       const app = await load(req.appId);
-      return asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal);
+      return auditor.audited(context, "secret.link", app, { name: req.name }, () =>
+        asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal),
+      );
     },
   };
 }
