@@ -7,6 +7,9 @@ import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
+import { createEventFeed } from "./event-feed.ts";
+import { eventFeedRoutes } from "./event-feed-routes.ts";
+import { createEventFeedStore } from "./event-feed-store.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
 import { queueHousekeeping } from "./queue-sweeper.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -36,30 +39,51 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
+  const apps = createAppStore(deps.db);
   const queues = createQueuesService({
     store,
-    apps: createAppStore(deps.db),
+    apps,
     hub,
     logger,
     metrics,
     shutdownSignal: deps.shutdownSignal,
   });
 
+  const feed = createEventFeed({
+    store: createEventFeedStore(deps.db),
+    apps,
+    database: deps.database,
+    logger,
+    metrics,
+    shutdownSignal: deps.shutdownSignal,
+  });
+  // Every platform event goes on `_events` (SPEC.md) and into the feed that every replica reads.
+  const events: PlatformEvents = {
+    async publish(appId, kind, data) {
+      const at = Date.now();
+      const result = await queues.events.publish(appId, kind, data);
+      await feed.append(appId, kind, at, data);
+      return result;
+    },
+  };
+
   return {
     service: QueueService,
-    impl: queues.impl,
-    routes: queuesRoutes,
-    events: queues.events,
+    impl: { ...queues.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
+    routes: [...queuesRoutes, ...eventFeedRoutes],
+    events,
     operator: {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
       deadLetters: createDeadLetterOperator(store, hub),
     },
-    housekeeping: () => housekeeping,
+    housekeeping: () => [...housekeeping, feed.housekeeping()],
     async start() {
       await hub.start();
+      await feed.start();
     },
     async close() {
+      await feed.close();
       await hub.close();
     },
   };

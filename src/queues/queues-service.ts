@@ -75,7 +75,8 @@ export interface QueuesServiceOptions {
 }
 
 export interface QueuesImplementation {
-  readonly impl: ServiceImpl<typeof QueueService>;
+  /** Every RPC but the event feed's, which `event-feed.ts` implements. */
+  readonly impl: Omit<ServiceImpl<typeof QueueService>, "readEventFeed">;
   readonly events: PlatformEvents;
 }
 

@@ -91,7 +91,7 @@ describe("GET /openapi.json", () => {
     // The walk found the API (a broken walk would pass vacuously otherwise).
     expect(served).toContain("POST /v1/queues/{queue}/consume");
     expect(served).toContain("GET /health");
-    expect(served.size).toBe(17);
+    expect(served.size).toBe(18);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),
@@ -227,6 +227,12 @@ describe("real responses conform to the document", () => {
       400,
     );
     expect((await call("POST", "/v1/queues/{queue}", "/v1/queues/jobs", { body: { payload: 1 } })).status).toBe(401);
+    expect(
+      (await call("GET", "/v1/queues/_events/feed", "/v1/queues/_events/feed?after=0", { token })).body.cursor,
+    ).toBe("0");
+    expect((await call("GET", "/v1/queues/_events/feed", "/v1/queues/_events/feed?after=x", { token })).status).toBe(
+      400,
+    );
     expect(
       (await call("POST", "/v1/queues/{queue}", "/v1/queues/_events", { token, body: { payload: 1 } })).status,
     ).toBe(403);

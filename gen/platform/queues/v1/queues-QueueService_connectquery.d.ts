@@ -43,3 +43,12 @@ export const putMessages: typeof QueueService["method"]["putMessages"];
  * @generated from rpc platform.queues.v1.QueueService.AckMessages
  */
 export const ackMessages: typeof QueueService["method"]["ackMessages"];
+/**
+ * ReadEventFeed reads the app's platform events (those also put on
+ * "_events") after a cursor, waiting up to wait_seconds for one. Every
+ * reader (every replica of an app) sees every event after its own cursor;
+ * reading consumes nothing. Without `after` it starts from now.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ReadEventFeed
+ */
+export const readEventFeed: typeof QueueService["method"]["readEventFeed"];

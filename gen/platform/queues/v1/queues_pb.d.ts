@@ -444,6 +444,93 @@ export declare type StreamMessagesResponse = Message$1<"platform.queues.v1.Strea
 export declare const StreamMessagesResponseSchema: GenMessage<StreamMessagesResponse>;
 
 /**
+ * @generated from message platform.queues.v1.ReadEventFeedRequest
+ */
+export declare type ReadEventFeedRequest = Message$1<"platform.queues.v1.ReadEventFeedRequest"> & {
+  /**
+   * The cursor of a previous answer; absent starts from now (no past events).
+   *
+   * @generated from field: optional string after = 1;
+   */
+  after?: string | undefined;
+
+  /**
+   * How long to wait for an event when there is none, 0 to 25 (default 0).
+   *
+   * @generated from field: optional int32 wait_seconds = 2;
+   */
+  waitSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.ReadEventFeedRequest.
+ * Use `create(ReadEventFeedRequestSchema)` to create a new message.
+ */
+export declare const ReadEventFeedRequestSchema: GenMessage<ReadEventFeedRequest>;
+
+/**
+ * One platform event of the feed.
+ *
+ * @generated from message platform.queues.v1.FeedEvent
+ */
+export declare type FeedEvent = Message$1<"platform.queues.v1.FeedEvent"> & {
+  /**
+   * Pass it (or the answer's `cursor`) as `after` to read on past this event.
+   *
+   * @generated from field: string cursor = 1;
+   */
+  cursor: string;
+
+  /**
+   * For example "secret.set".
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 3;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Value data = 4;
+   */
+  data?: Value | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.FeedEvent.
+ * Use `create(FeedEventSchema)` to create a new message.
+ */
+export declare const FeedEventSchema: GenMessage<FeedEvent>;
+
+/**
+ * @generated from message platform.queues.v1.ReadEventFeedResponse
+ */
+export declare type ReadEventFeedResponse = Message$1<"platform.queues.v1.ReadEventFeedResponse"> & {
+  /**
+   * Oldest first, at most 100; empty when none came within the wait.
+   *
+   * @generated from field: repeated platform.queues.v1.FeedEvent events = 1;
+   */
+  events: FeedEvent[];
+
+  /**
+   * Where to continue from: the last event's cursor, or `after` (or now) when none.
+   *
+   * @generated from field: string cursor = 2;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message platform.queues.v1.ReadEventFeedResponse.
+ * Use `create(ReadEventFeedResponseSchema)` to create a new message.
+ */
+export declare const ReadEventFeedResponseSchema: GenMessage<ReadEventFeedResponse>;
+
+/**
  * QueueService offers durable queues with leased consumption. The reserved
  * queue "_events" carries the platform's own events; apps cannot put on it.
  *
@@ -525,6 +612,19 @@ export declare const QueueService: GenService<{
     methodKind: "server_streaming";
     input: typeof StreamMessagesRequestSchema;
     output: typeof StreamMessagesResponseSchema;
+  },
+  /**
+   * ReadEventFeed reads the app's platform events (those also put on
+   * "_events") after a cursor, waiting up to wait_seconds for one. Every
+   * reader (every replica of an app) sees every event after its own cursor;
+   * reading consumes nothing. Without `after` it starts from now.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.ReadEventFeed
+   */
+  readEventFeed: {
+    methodKind: "unary";
+    input: typeof ReadEventFeedRequestSchema;
+    output: typeof ReadEventFeedResponseSchema;
   },
 }>;
 

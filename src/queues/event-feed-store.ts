@@ -1,0 +1,92 @@
+/**
+ * The platform-event feed's SQL (see migration 0014): appends, reads after a
+ * cursor, the cursor of "now", and the expiry sweep. Always scoped by the app.
+ */
+import { sql, type Kysely } from "kysely";
+import type { Db, Timestamp } from "../core/database/index.ts";
+
+/** The NOTIFY channel on which an append announces `instance|appId`, sent at its commit. */
+export const EVENT_FEED_CHANNEL = "pb_event_feed";
+
+export interface EventFeedTable {
+  id: string;
+  app_id: string;
+  kind: string;
+  at: Timestamp;
+  /** The event's data as JSON text. */
+  data: string;
+  expires_at: Timestamp;
+}
+
+export type EventFeedTables = { queue_event_feed: EventFeedTable };
+
+export interface FeedRow {
+  /** The id, as decimal text: the cursor. */
+  id: string;
+  kind: string;
+  at: Date;
+  data: string;
+}
+
+export interface EventFeedStore {
+  /** Appends one event; its id. `notify` is sent on `EVENT_FEED_CHANNEL` when it commits. */
+  append(input: {
+    appId: string;
+    kind: string;
+    at: Date;
+    data: string;
+    ttlSeconds: number;
+    notify: string;
+  }): Promise<string>;
+  /** Up to `limit` of the app's events with an id above `after`, oldest first. */
+  read(appId: string, after: bigint, limit: number): Promise<FeedRow[]>;
+  /** The app's newest id ("0" when it has none): the cursor of "now". */
+  head(appId: string): Promise<string>;
+  /** Deletes up to `batch` expired events (of any app); how many. */
+  expire(batch: number): Promise<number>;
+}
+
+export function createEventFeedStore(database: Db): EventFeedStore {
+  const db: Kysely<EventFeedTables> = database.withTables<EventFeedTables>();
+  return {
+    append(input) {
+      return db.transaction().execute(async (trx) => {
+        // Held until commit: the app's ids commit in the order they were drawn
+        // (see the migration), so no reader skips one that commits late.
+        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`event-feed:${input.appId}`}, 0))`.execute(trx);
+        const { rows } = await sql<{ id: string }>`
+          INSERT INTO queue_event_feed (app_id, kind, at, data, expires_at)
+          VALUES (${input.appId}, ${input.kind}, ${input.at}, ${input.data},
+                  now() + make_interval(secs => ${input.ttlSeconds}))
+          RETURNING id::text AS id`.execute(trx);
+        await sql`SELECT pg_notify(${EVENT_FEED_CHANNEL}, ${input.notify}::text)`.execute(trx);
+        return rows[0].id;
+      });
+    },
+
+    async read(appId, after, limit) {
+      const { rows } = await sql<{ id: string; kind: string; at: Date | string; data: string }>`
+        SELECT id::text AS id, kind, at, data FROM queue_event_feed
+        WHERE app_id = ${appId} AND id > ${after.toString()}::bigint AND expires_at > now()
+        ORDER BY id
+        LIMIT ${limit}`.execute(db);
+      return rows.map((r) => ({ id: r.id, kind: r.kind, at: new Date(r.at), data: r.data }));
+    },
+
+    async head(appId) {
+      const { rows } = await sql<{ id: string }>`
+        SELECT coalesce(max(id), 0)::text AS id FROM queue_event_feed WHERE app_id = ${appId}`.execute(db);
+      return rows[0]?.id ?? "0";
+    },
+
+    async expire(batch) {
+      const result = await sql`
+        DELETE FROM queue_event_feed WHERE id IN (
+          SELECT id FROM queue_event_feed WHERE expires_at <= now()
+          LIMIT ${batch}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+  };
+}

@@ -1,0 +1,209 @@
+/**
+ * The platform-event feed (`ReadEventFeed`, `GET /v1/queues/_events/feed`):
+ * beside the `_events` queue, where each event goes to ONE consumer, every
+ * platform event is appended to the app's feed, which every reader (every
+ * replica of the app) reads from its own cursor. Reading consumes nothing;
+ * events stay for the app's message lifetime (as on `_events`) and are swept
+ * by housekeeping.
+ *
+ * A read that finds nothing waits (long-poll) until an append of its app
+ * wakes it: appends on this process wake local readers directly; appends on
+ * other instances arrive as a NOTIFY on `EVENT_FEED_CHANNEL`, sent at their
+ * commit. Unlike the queue's wake-ups (one hint, one waiter) every reader of
+ * the app wakes, since every one of them is to see the event. A lost
+ * connection of the LISTEN wakes every reader, which reads again.
+ */
+import crypto from "node:crypto";
+import { fromJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { ValueSchema, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import type { ReadEventFeedRequest, ReadEventFeedResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { AppStore } from "../core/apps/app-store.ts";
+import { appOf } from "../core/auth.ts";
+import type { Database } from "../core/database/index.ts";
+import { invalidArgument } from "../core/errors.ts";
+import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import type { Metrics } from "../core/metrics.ts";
+import { EVENT_FEED_CHANNEL, type EventFeedStore } from "./event-feed-store.ts";
+import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, MAX_WAIT_SECONDS } from "./queue-limits.ts";
+
+/** Most events in one answer; a reader with more to catch up on reads again at once. */
+export const FEED_PAGE = 100;
+
+/** A cursor is the decimal id of an event (a PostgreSQL bigint), "0" before the first. */
+const CURSOR = /^(0|[1-9][0-9]{0,18})$/;
+const MAX_CURSOR = 2n ** 63n - 1n;
+
+export interface EventFeed {
+  /** Appends a platform event (after it was put on `_events`); wakes every reader of the app. */
+  append(appId: string, kind: string, at: number, data: JsonValue): Promise<void>;
+  /** `QueueService.ReadEventFeed`. */
+  readEventFeed(
+    req: ReadEventFeedRequest,
+    context: HandlerContext,
+  ): Promise<MessageInitShape<typeof ReadEventFeedResponseSchema>>;
+  housekeeping(): HousekeepingTask;
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface EventFeedOptions {
+  store: EventFeedStore;
+  apps: AppStore;
+  database: Database;
+  logger: Logger;
+  metrics: Metrics;
+  /** Aborted when the server starts shutting down: waiting reads end at once. */
+  shutdownSignal: AbortSignal;
+}
+
+function parseCursor(after: string): bigint {
+  if (!CURSOR.test(after) || BigInt(after) > MAX_CURSOR)
+    throw invalidArgument("after", "must be a cursor returned by the feed (a string of decimal digits)");
+  return BigInt(after);
+}
+
+export function createEventFeed(options: EventFeedOptions): EventFeed {
+  const { store, logger } = options;
+  const instanceId = crypto.randomBytes(6).toString("base64url");
+  /** The readers waiting on this process, by app: each is woken (all of them) by an append of its app. */
+  const waiting = new Map<string, Set<() => void>>();
+  let unlisten: (() => Promise<void>) | undefined;
+  const waitingGauge = options.metrics.gauge(
+    "queue_feed_waiting_readers",
+    "Event feed reads waiting (long-polling) on this instance.",
+    [],
+  );
+
+  const wakeApp = (appId: string) => {
+    const set = waiting.get(appId);
+    if (set) for (const wake of [...set]) wake();
+  };
+  const wakeAll = () => {
+    for (const appId of [...waiting.keys()]) wakeApp(appId);
+  };
+
+  /** Registered BEFORE the read, so that an append between the read and the wait still wakes it. */
+  function register(appId: string) {
+    let woken = false;
+    let resolve: (() => void) | undefined;
+    const wake = () => {
+      woken = true;
+      resolve?.();
+    };
+    let set = waiting.get(appId);
+    if (!set) waiting.set(appId, (set = new Set()));
+    set.add(wake);
+    let counted = false;
+    return {
+      /** Resolves when woken, at `untilMs` or on abort. */
+      wait(untilMs: number, signal: AbortSignal): Promise<void> {
+        if (woken || signal.aborted) return Promise.resolve();
+        if (!counted) {
+          counted = true;
+          waitingGauge.inc();
+        }
+        return new Promise<void>((done) => {
+          const finish = () => {
+            clearTimeout(timer);
+            signal.removeEventListener("abort", finish);
+            resolve = undefined;
+            done();
+          };
+          const timer = setTimeout(finish, Math.max(0, untilMs - Date.now()));
+          signal.addEventListener("abort", finish, { once: true });
+          resolve = finish;
+        });
+      },
+      /** Clears the wake before the next read. */
+      reset() {
+        woken = false;
+      },
+      leave() {
+        if (counted) waitingGauge.dec();
+        set.delete(wake);
+        if (set.size === 0 && waiting.get(appId) === set) waiting.delete(appId);
+      },
+    };
+  }
+
+  return {
+    async append(appId, kind, at, data) {
+      const app = await options.apps.get(appId);
+      await store.append({
+        appId: app.id,
+        kind,
+        at: new Date(at),
+        data: JSON.stringify(data),
+        ttlSeconds: app.limits.messageTtlSeconds,
+        notify: `${instanceId}|${app.id}`,
+      });
+      wakeApp(app.id);
+    },
+
+    async readEventFeed(req, context): Promise<MessageInitShape<typeof ReadEventFeedResponseSchema>> {
+      const app = appOf(context);
+      const waitSeconds = req.waitSeconds ?? 0;
+      if (!Number.isInteger(waitSeconds) || waitSeconds < 0 || waitSeconds > MAX_WAIT_SECONDS)
+        throw invalidArgument("waitSeconds", `must be an integer from 0 to ${MAX_WAIT_SECONDS}`);
+      let cursor = req.after === undefined ? BigInt(await store.head(app.id)) : parseCursor(req.after);
+      const deadline = Date.now() + waitSeconds * 1000;
+      const stop = new AbortController();
+      const onAbort = () => stop.abort();
+      if (context.signal.aborted || options.shutdownSignal.aborted) stop.abort();
+      context.signal.addEventListener("abort", onAbort, { once: true });
+      options.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+      const waiter = register(app.id);
+      try {
+        for (;;) {
+          waiter.reset();
+          const rows = await store.read(app.id, cursor, FEED_PAGE);
+          if (rows.length > 0) {
+            cursor = BigInt(rows[rows.length - 1].id);
+            return {
+              cursor: cursor.toString(),
+              events: rows.map((r) => ({
+                cursor: r.id,
+                kind: r.kind,
+                at: timestampFromMs(r.at.getTime()),
+                data: fromJson(ValueSchema, JSON.parse(r.data) as JsonValue),
+              })),
+            };
+          }
+          if (stop.signal.aborted || Date.now() >= deadline) return { cursor: cursor.toString(), events: [] };
+          await waiter.wait(deadline, stop.signal);
+        }
+      } finally {
+        waiter.leave();
+        context.signal.removeEventListener("abort", onAbort);
+        options.shutdownSignal.removeEventListener("abort", onAbort);
+      }
+    },
+
+    housekeeping: () => ({
+      name: "queue event feed expiry",
+      intervalMs: EXPIRE_INTERVAL_MS,
+      run: () => inBatches((batch) => store.expire(batch), EXPIRE_BATCH),
+    }),
+
+    async start() {
+      unlisten = await options.database.listen(
+        EVENT_FEED_CHANNEL,
+        (payload) => {
+          const [instance, appId] = payload.split("|");
+          if (instance !== instanceId && appId) wakeApp(appId);
+        },
+        () => {
+          logger.info("event feed wake-up connection re-established; waking every waiting reader");
+          wakeAll();
+        },
+      );
+    },
+
+    async close() {
+      await unlisten?.();
+      unlisten = undefined;
+    },
+  };
+}

@@ -1,0 +1,202 @@
+/**
+ * The platform-event feed (`GET /v1/queues/_events/feed`, `ReadEventFeed`):
+ * every reader, standing for one replica of an app, sees every platform event
+ * after its own cursor, promptly (a waiting read wakes at the event, on any
+ * instance), without consuming it; `_events` stays a queue.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql } from "kysely";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { startInstances, useTestServer, type Instances, type TestApp, type TestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
+
+const t = useTestServer();
+
+interface FeedAnswer {
+  events: { cursor: string; kind: string; at: number; data: unknown }[];
+  cursor: string;
+}
+
+async function feed(s: TestServer, app: TestApp, query = ""): Promise<FeedAnswer> {
+  const res = await s.request("GET", `/v1/queues/_events/feed${query}`, { token: app.token });
+  expect(res.status, JSON.stringify(res.body)).toBe(200);
+  return res.body as FeedAnswer;
+}
+
+async function waitingReaders(s: TestServer): Promise<number> {
+  const m = s.server.deps.metrics.registry.getSingleMetric("queue_feed_waiting_readers");
+  return m ? (await m.get()).values.reduce((sum, v) => sum + v.value, 0) : 0;
+}
+
+async function declared(s: TestServer, app: TestApp, name = "API_KEY") {
+  await s.admin.declareSecrets({ appId: app.id, names: [name] });
+}
+
+describe("the event feed", () => {
+  it("starts from now, then gives every reader every event after its cursor, consuming nothing", async () => {
+    const app = await t.createApp();
+    await declared(t, app);
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "before" });
+    const start = await feed(t, app);
+    expect(start.events).toEqual([]);
+    expect(start.cursor).toMatch(/^[0-9]+$/);
+
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "one" });
+    await t.admin.publishEvent({
+      appId: app.id,
+      kind: "deploy.done",
+      data: { kind: { case: "numberValue", value: 7 } },
+    });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "two" });
+
+    const all = await feed(t, app, `?after=${start.cursor}`);
+    expect(all.events.map((e) => [e.kind, e.data])).toEqual([
+      ["secret.set", { name: "API_KEY", version: 2 }],
+      ["deploy.done", 7],
+      ["secret.set", { name: "API_KEY", version: 3 }],
+    ]);
+    expect(all.cursor).toBe(all.events[2].cursor);
+    const cursors = all.events.map((e) => BigInt(e.cursor));
+    expect(cursors[0] < cursors[1] && cursors[1] < cursors[2]).toBe(true);
+    for (const e of all.events) expect(Math.abs(e.at - Date.now())).toBeLessThan(60_000);
+
+    // A second reader from the same cursor sees the same: reading consumed nothing.
+    expect(await feed(t, app, `?after=${start.cursor}`)).toEqual(all);
+    // From the middle: the rest only.
+    const rest = await feed(t, app, `?after=${all.events[0].cursor}`);
+    expect(rest.events.map((e) => e.cursor)).toEqual([all.events[1].cursor, all.events[2].cursor]);
+    // At the end: nothing, and the same cursor back.
+    expect(await feed(t, app, `?after=${all.cursor}&waitSeconds=0`)).toEqual({ events: [], cursor: all.cursor });
+
+    // `_events` is still a queue (SPEC.md): each of the four events is consumed once.
+    const kinds: string[] = [];
+    for (;;) {
+      const res = await t.request("POST", "/v1/queues/_events/consume", { token: app.token, body: { waitSeconds: 0 } });
+      const message = res.body.message as { payload: { kind: string }; receipt: string } | null;
+      if (!message) break;
+      kinds.push(message.payload.kind);
+      await t.request("POST", "/v1/queues/_ack", { token: app.token, body: { receipt: message.receipt } });
+    }
+    expect(kinds).toEqual(["secret.set", "secret.set", "deploy.done", "secret.set"]);
+    expect((await feed(t, app, `?after=${start.cursor}`)).events).toHaveLength(3);
+  });
+
+  it("wakes two waiting readers at a secret.set, long before their wait ends", async () => {
+    const app = await t.createApp();
+    await declared(t, app);
+    const { cursor } = await feed(t, app);
+    const before = await waitingReaders(t);
+    const started = Date.now();
+    const readers = [
+      feed(t, app, `?after=${cursor}&waitSeconds=25`),
+      t.client(QueueService, app.token).readEventFeed({ after: cursor, waitSeconds: 25 }),
+    ];
+    await vi.waitFor(async () => expect(await waitingReaders(t)).toBe(before + 2), { timeout: 10_000 });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "v1" });
+    const [rest, rpc] = await Promise.all(readers);
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect((rest as FeedAnswer).events.map((e) => e.kind)).toEqual(["secret.set"]);
+    const answer = rpc as Awaited<ReturnType<ReturnType<typeof t.client<typeof QueueService>>["readEventFeed"]>>;
+    expect(answer.events.map((e) => e.kind)).toEqual(["secret.set"]);
+    expect(answer.events[0].cursor).toBe((rest as FeedAnswer).cursor);
+    expect(answer.cursor).toBe((rest as FeedAnswer).cursor);
+  });
+
+  it("without `after`, a waiting read returns the first event after it began", async () => {
+    const app = await t.createApp();
+    await declared(t, app);
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "old" });
+    const before = await waitingReaders(t);
+    const reading = feed(t, app, "?waitSeconds=25");
+    await vi.waitFor(async () => expect(await waitingReaders(t)).toBe(before + 1), { timeout: 10_000 });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "new" });
+    const answer = await reading;
+    expect(answer.events.map((e) => e.data)).toEqual([{ name: "API_KEY", version: 2 }]);
+  });
+
+  it("keeps apps apart", async () => {
+    const a = await t.createApp();
+    const b = await t.createApp();
+    await declared(t, a);
+    const startA = await feed(t, a);
+    const startB = await feed(t, b);
+    await t.admin.setSecret({ appId: a.id, name: "API_KEY", value: "a" });
+    expect((await feed(t, a, `?after=${startA.cursor}`)).events).toHaveLength(1);
+    expect((await feed(t, b, `?after=${startB.cursor}`)).events).toEqual([]);
+    // A's cursor read by B shows nothing of A either.
+    expect((await feed(t, b, "?after=0")).events).toEqual([]);
+  });
+
+  it("refuses a bad cursor or wait with a 400 naming the field, over REST and Connect", async () => {
+    const app = await t.createApp();
+    for (const query of ["?after=abc", "?after=-1", "?after=1.5", "?after=99999999999999999999", "?after=01"]) {
+      const res = await t.request("GET", `/v1/queues/_events/feed${query}`, { token: app.token });
+      expect(res.status, query).toBe(400);
+      expect(res.body.error.code).toBe("invalid_argument");
+      expect(res.body.error.message).toMatch(/^after: must be a cursor returned by the feed/);
+    }
+    for (const query of ["?waitSeconds=26", "?waitSeconds=x"]) {
+      const res = await t.request("GET", `/v1/queues/_events/feed${query}`, { token: app.token });
+      expect(res.status, query).toBe(400);
+      expect(res.body.error.message).toMatch(/^(query\.)?waitSeconds: must be an integer from 0 to 25/);
+    }
+    const err = await t
+      .client(QueueService, app.token, "grpc")
+      .readEventFeed({ after: "x" })
+      .catch((e: unknown) => ConnectError.from(e));
+    expect(err).toBeInstanceOf(ConnectError);
+    expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+    expect((await t.request("GET", "/v1/queues/_events/feed")).status).toBe(401);
+  });
+
+  it("is swept by housekeeping once expired", async () => {
+    const app = await t.createApp();
+    await t.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
+    const db = tables(t.server.deps.db);
+    const count = async () =>
+      (await sql<{ n: number }>`SELECT count(*)::int AS n FROM queue_event_feed WHERE app_id = ${app.id}`.execute(db))
+        .rows[0].n;
+    expect(await count()).toBe(1);
+    await sql`UPDATE queue_event_feed SET expires_at = now() - interval '1 second' WHERE app_id = ${app.id}`.execute(
+      db,
+    );
+    expect((await feed(t, app, "?after=0")).events).toEqual([]);
+    await t.server.housekeeping.runAll();
+    expect(await count()).toBe(0);
+  });
+});
+
+describe("the event feed across two instances on one database", () => {
+  let pair: Instances;
+  beforeAll(async () => {
+    pair = await startInstances(2);
+  });
+  afterAll(() => pair.close());
+
+  it("wakes a reader on each instance at a secret.set made on one of them", async () => {
+    const [one, two] = pair.servers as [TestServer, TestServer];
+    const app = await one.createApp();
+    await declared(one, app);
+    const { cursor } = await feed(one, app);
+    const waitingBefore = [await waitingReaders(one), await waitingReaders(two)];
+    const started = Date.now();
+    const readers = [
+      feed(one, app, `?after=${cursor}&waitSeconds=25`),
+      feed(two, app, `?after=${cursor}&waitSeconds=25`),
+    ];
+    await vi.waitFor(
+      async () => {
+        expect(await waitingReaders(one)).toBe(waitingBefore[0] + 1);
+        expect(await waitingReaders(two)).toBe(waitingBefore[1] + 1);
+      },
+      { timeout: 10_000 },
+    );
+    await one.admin.setSecret({ appId: app.id, name: "API_KEY", value: "rotated" });
+    const answers = await Promise.all(readers);
+    expect(Date.now() - started).toBeLessThan(20_000);
+    for (const answer of answers)
+      expect(answer.events.map((e) => [e.kind, e.data])).toEqual([["secret.set", { name: "API_KEY", version: 1 }]]);
+    expect(answers[0].cursor).toBe(answers[1].cursor);
+  });
+});
