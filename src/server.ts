@@ -17,6 +17,8 @@ import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
 import { registerConnectRoutes } from "./core/http/connect-routes.ts";
+import { createIdempotency, idempotentImpl } from "./core/http/idempotency.ts";
+import { createIdempotencyStore } from "./core/idempotency-store.ts";
 import { createHttpServer } from "./core/http/http-server.ts";
 import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
@@ -102,6 +104,14 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   const meta = createMetaFacility();
   const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate());
   const all: Facility[] = [meta, admin, ...facilities.list];
+  // Each facility's implementation as every protocol calls it: the RPCs of its
+  // `idempotent` routes honour the Idempotency-Key header.
+  const idempotency = createIdempotency({ store: createIdempotencyStore(database.db), logger, metrics });
+  const served = all.map((facility) => ({
+    facility,
+    service: facility.service,
+    impl: idempotentImpl(facility.service, facility.impl, facility.routes ?? [], idempotency),
+  }));
 
   const tls = config.tls
     ? { key: fs.readFileSync(config.tls.keyFile), cert: fs.readFileSync(config.tls.certFile) }
@@ -112,10 +122,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   // only do while the root still has the built-in ones.
   await registerConnectRoutes(fastify, {
     routes: (router: ConnectRouter) => {
-      for (const facility of all) router.service(facility.service, facility.impl);
+      for (const { service, impl } of served) router.service(service, impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
     },
-    services: all,
+    services: served,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,
@@ -123,8 +133,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   });
   registerBodyParsers(fastify);
 
-  for (const facility of all) {
-    if (facility.routes) registerRestRoutes(fastify, authenticator, facility.impl, facility.routes);
+  for (const { facility, impl } of served) {
+    if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes);
     facility.registerRoutes?.(fastify);
   }
   fastify.get("/ready", async (_req, reply) => {
@@ -164,7 +174,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   for (const facility of all) await facility.start?.();
   const housekeeping = createHousekeeping(
-    all.flatMap((f) => f.housekeeping?.() ?? []),
+    [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping()],
     { logger, health: database.health },
   );
   housekeeping.start();

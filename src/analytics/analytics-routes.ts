@@ -200,6 +200,7 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/analytics/events",
     rpc: AnalyticsService.method.logEvents,
+    idempotent: true,
     responseSchema: LogEventsResponse,
     doc: {
       summary: "Log events",

@@ -22,6 +22,8 @@ export type ErrorCode =
   | "quota_exceeded"
   | "queue_full"
   | "too_many_links"
+  | "idempotency_key_in_use"
+  | "idempotency_key_reused"
   | "not_configured"
   | "upstream_error"
   | "unavailable"
@@ -38,6 +40,8 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   quota_exceeded: { status: 429, connect: Code.ResourceExhausted },
   queue_full: { status: 429, connect: Code.ResourceExhausted },
   too_many_links: { status: 429, connect: Code.ResourceExhausted },
+  idempotency_key_in_use: { status: 409, connect: Code.Aborted },
+  idempotency_key_reused: { status: 422, connect: Code.InvalidArgument },
   not_configured: { status: 501, connect: Code.Unimplemented },
   upstream_error: { status: 502, connect: Code.Unavailable },
   unavailable: { status: 503, connect: Code.Unavailable },

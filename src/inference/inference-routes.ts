@@ -186,6 +186,7 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/inference/generate",
     rpc: InferenceService.method.generate,
+    idempotent: true,
     responseSchema: GenerateResponse,
     doc: {
       summary: "Generate text (whole, not streamed)",
@@ -214,6 +215,7 @@ export const inferenceRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/inference/embed",
     rpc: InferenceService.method.embed,
+    idempotent: true,
     responseSchema: EmbedResponse,
     doc: {
       summary: "Embed text as vectors",

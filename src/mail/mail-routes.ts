@@ -19,6 +19,7 @@ export const mailRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/mail/send",
     rpc: MailService.method.sendMail,
+    idempotent: true,
     responseSchema: SendResponse,
     doc: {
       summary: "Send an email from the app's own address",

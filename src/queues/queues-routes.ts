@@ -142,6 +142,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/:queue",
     rpc: QueueService.method.putMessage,
+    idempotent: true,
     responseSchema: PutResponse,
     doc: {
       summary: "Put a message on a queue",

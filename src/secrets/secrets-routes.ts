@@ -69,6 +69,7 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/secrets/:name/link",
     rpc: SecretsService.method.createSecretLink,
+    idempotent: true,
     responseSchema: SecretLinkResponse,
     doc: {
       summary: "Create a single-use link that sets this secret",

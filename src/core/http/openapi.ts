@@ -30,8 +30,9 @@ const MEANING: Record<number, string> = {
   401: "Missing or invalid service token.",
   403: "The app is stopped, or the operation is not permitted.",
   404: "Not found (a secret the app's blueprint does not declare).",
-  409: "The secret is declared but not set yet.",
+  409: "The secret is declared but not set yet, or a request with the same `Idempotency-Key` is still running (`Retry-After`).",
   413: "The body is larger than the server accepts.",
+  422: "The `Idempotency-Key` was used for another request within 24 hours.",
   429: "A cap is spent; `Retry-After` says when to try again.",
   500: "An unexpected failure; the message carries no internals.",
   501: "Not configured for this app or deployment.",
@@ -96,7 +97,7 @@ function errorResponses(codes: readonly ErrorCode[]): Record<string, Json> {
   }
   const out: Record<string, Json> = {};
   for (const [status, list] of [...byStatus].sort(([a], [b]) => a - b)) {
-    const retry = status === 429 || status === 503;
+    const retry = status === 429 || status === 503 || list.includes("idempotency_key_in_use");
     out[String(status)] = {
       description: `${MEANING[status] ?? "Error."} Codes: ${list.map((c) => `\`${c}\``).join(", ")}.`,
       headers: {
@@ -127,7 +128,8 @@ function operation(route: AnyRestRoute): Json {
     ...(route.body ? BODY_ERRORS : []),
     ...(isPublic ? COMMON_ERRORS : AUTHENTICATED_ERRORS),
   ];
-  if (route.params || route.query) codes.push("invalid_argument");
+  if (route.params || route.query || route.idempotent) codes.push("invalid_argument");
+  if (route.idempotent) codes.push("idempotency_key_in_use", "idempotency_key_reused");
   const op: Json = {
     operationId: route.rpc.localName,
     summary: doc?.summary ?? route.rpc.name,
@@ -137,7 +139,10 @@ function operation(route: AnyRestRoute): Json {
     responses: {
       "200": {
         description: "Success.",
-        headers: { "x-request-id": { $ref: "#/components/headers/RequestId" } },
+        headers: {
+          "x-request-id": { $ref: "#/components/headers/RequestId" },
+          ...(route.idempotent ? { "Idempotent-Replayed": { $ref: "#/components/headers/IdempotentReplayed" } } : {}),
+        },
         content: {
           "application/json": {
             ...(route.responseSchema ? { schema: outputSchema(route.responseSchema) } : {}),
@@ -149,6 +154,7 @@ function operation(route: AnyRestRoute): Json {
     },
   };
   const params = parameters(route);
+  if (route.idempotent) params.push({ $ref: "#/components/parameters/IdempotencyKey" });
   if (params.length > 0) op.parameters = params;
   if (route.body) {
     op.requestBody = {
@@ -189,10 +195,25 @@ export function createOpenApiDocument(info: OpenApiInfo, tables: readonly (reado
         },
       },
       schemas: { ErrorEnvelope: outputSchema(ErrorEnvelope) },
+      parameters: {
+        IdempotencyKey: {
+          name: "Idempotency-Key",
+          in: "header",
+          required: false,
+          description:
+            "1 to 255 printable ASCII characters, new for each new request (e.g. a UUID). A repeat within 24 hours with the same key and the same request gets the first answer again (with `Idempotent-Replayed: true`) without doing the work or spending allowance; the same key with another request is 422 `idempotency_key_reused`; a repeat while the first runs is 409 `idempotency_key_in_use`. Error answers are not kept: a retry after one runs again.",
+          schema: { type: "string", minLength: 1, maxLength: 255, pattern: "^[\\x20-\\x7e]+$" },
+        },
+      },
       headers: {
         RequestId: {
           description: "Identifies the request; the same id appears in the server's log line for it.",
           schema: { type: "string" },
+        },
+        IdempotentReplayed: {
+          description:
+            "`true` when this answer is the stored answer of an earlier request with the same `Idempotency-Key`.",
+          schema: { type: "string", enum: ["true"] },
         },
         RetryAfter: {
           description: "Seconds until a retry may succeed (to the next UTC midnight for a daily cap).",

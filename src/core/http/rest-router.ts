@@ -55,6 +55,12 @@ export interface RestRoute<
   responseSchema?: z.ZodType;
   /** What the OpenAPI document says beyond the schemas (see `openapi.ts`). */
   doc?: RouteDoc;
+  /**
+   * Honours the `Idempotency-Key` header (see `idempotency.ts`), on this
+   * route and on its RPC over Connect and gRPC: set on every POST that
+   * changes state or spends allowance.
+   */
+  idempotent?: boolean;
 }
 
 /** The prose, error codes and examples of one operation in the OpenAPI document. */
@@ -135,6 +141,8 @@ export function registerRestRoutes(
           handled = true;
         }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
+        // Headers the implementation set (e.g. `Idempotent-Replayed`).
+        context.responseHeader.forEach((value, name) => void reply.header(name, value));
         return reply.code(200).send(spec.response(result));
       },
     });

@@ -14,6 +14,7 @@ import * as platformSettings from "./0008-platform-settings.ts";
 import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
 import * as eventFeed from "./0014-event-feed.ts";
+import * as idempotencyKeys from "./0018-idempotency-keys.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
   "0014-event-feed": eventFeed,
+  "0018-idempotency-keys": idempotencyKeys,
 };

@@ -1,0 +1,188 @@
+/**
+ * Idempotency keys (the IETF httpapi `Idempotency-Key` draft, as Stripe uses
+ * it), implemented once for REST, Connect and gRPC: a route entry flagged
+ * `idempotent` makes its RPC honour the `Idempotency-Key` request header (or
+ * metadata) on every protocol, by wrapping the facility's implementation of
+ * that RPC (`idempotentImpl`).
+ *
+ * With a key, the first request claims it for its app by inserting a
+ * `running` row (the primary key decides a race in the database, on any
+ * instance), runs the RPC, and stores its answer (the response message); a
+ * repeat within `IDEMPOTENCY_TTL_SECONDS` with the same key, RPC and request
+ * gets that answer again with `Idempotent-Replayed: true`, without running the
+ * RPC, so it spends no allowance and does no work twice. The request is
+ * compared as the RPC receives it (SHA-256 of its protobuf encoding): for REST
+ * that is the body and the path parameters as the route reads them.
+ * - another request under the key: 422 `idempotency_key_reused`;
+ * - a repeat while the first still runs: 409 `idempotency_key_in_use` with
+ *   `Retry-After: 1` (it does not wait: a long generate would hold the repeat
+ *   for as long, and the client decides whether to retry);
+ * - a run that fails stores nothing and forgets the key, so a retry runs again;
+ * - a run whose process dies holds the key `RUN_LOCK_SECONDS`, after which a
+ *   repeat of the same request runs it again.
+ * Without the header nothing changes.
+ */
+import crypto from "node:crypto";
+import {
+  create,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type DescMethodUnary,
+  type DescService,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { appOf } from "../auth.ts";
+import { PlatformError, invalidArgument } from "../errors.ts";
+import { HOUSEKEEPING_BATCH, inBatches, type HousekeepingTask } from "../housekeeping.ts";
+import type { IdempotencyStore } from "../idempotency-store.ts";
+import type { Metrics } from "../metrics.ts";
+import type { AnyRestRoute } from "./rest-router.ts";
+
+export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
+export const REPLAYED_HEADER = "idempotent-replayed";
+/** How long a key and its answer are remembered. */
+export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
+/** How long a run holds its key before a repeat may take over (its process may have died). */
+export const RUN_LOCK_SECONDS = 300;
+/** How often expired keys are deleted. */
+export const IDEMPOTENCY_SWEEP_INTERVAL_MS = 600_000;
+
+const KEY_RULE = "must be 1 to 255 printable ASCII characters";
+const PRINTABLE = /^[\x20-\x7e]{1,255}$/;
+
+export interface Idempotency {
+  /** Runs `handler` once per app and key (see above); without the header, just runs it. */
+  run<I extends DescMessage, O extends DescMessage>(
+    method: DescMethodUnary<I, O>,
+    req: MessageShape<I>,
+    context: HandlerContext,
+    handler: () => Promise<MessageInitShape<O> | MessageShape<O>>,
+  ): Promise<MessageInitShape<O> | MessageShape<O>>;
+  housekeeping(): HousekeepingTask;
+}
+
+export function createIdempotency(options: { store: IdempotencyStore; logger: Logger; metrics: Metrics }): Idempotency {
+  const { store, logger } = options;
+  const replays = options.metrics.counter(
+    "idempotent_replays_total",
+    "Requests answered from an earlier request with the same Idempotency-Key.",
+    [],
+  );
+  return {
+    async run(method, req, context, handler) {
+      const key = context.requestHeader.get(IDEMPOTENCY_KEY_HEADER);
+      if (key === null) return handler();
+      if (!PRINTABLE.test(key)) throw invalidArgument("Idempotency-Key", KEY_RULE);
+      const app = appOf(context);
+      const operation = `${method.parent.typeName}/${method.name}`;
+      const fingerprint = crypto.createHash("sha256").update(toBinary(method.input, req)).digest("hex");
+      const attempt = crypto.randomUUID();
+      const input = {
+        appId: app.id,
+        key,
+        operation,
+        fingerprint,
+        attempt,
+        ttlSeconds: IDEMPOTENCY_TTL_SECONDS,
+        lockSeconds: RUN_LOCK_SECONDS,
+      };
+      // The row can vanish between the claim and the read (its run failed): claim again.
+      for (let tries = 0; ; tries++) {
+        const begun = await store.begin(input);
+        if (begun.started) break;
+        const existing = begun.existing;
+        if (!existing) {
+          if (tries < 3) continue;
+          throw inUse();
+        }
+        if (existing.operation !== operation || existing.fingerprint !== fingerprint) {
+          throw new PlatformError(
+            "idempotency_key_reused",
+            "Idempotency-Key: was used for another request in the last 24 hours; send a new key for a new request",
+            { details: [`Idempotency-Key: first used for ${existing.operation} with another request`] },
+          );
+        }
+        if (existing.state === "running" || !existing.response) throw inUse();
+        replays.inc();
+        context.responseHeader.set(REPLAYED_HEADER, "true");
+        return fromBinary(method.output, existing.response);
+      }
+
+      let output: MessageShape<typeof method.output>;
+      try {
+        output = create(method.output, await handler());
+      } catch (err) {
+        await store
+          .release(app.id, key, attempt)
+          .catch((releaseErr: unknown) =>
+            logger.warn(
+              { err: releaseErr instanceof Error ? releaseErr.message : String(releaseErr), appId: app.id, operation },
+              "idempotency key not released after a failed request; a retry waits for its lock to lapse",
+            ),
+          );
+        throw err;
+      }
+      try {
+        await store.finish(app.id, key, attempt, 200, toBinary(method.output, output));
+      } catch (err) {
+        // The work is done and answered; a repeat gets 409 until the run's lock lapses, then runs again.
+        logger.warn(
+          { err: err instanceof Error ? err.message : String(err), appId: app.id, operation },
+          "idempotent answer not stored",
+        );
+      }
+      return output;
+    },
+
+    housekeeping: () => ({
+      name: "idempotency key expiry",
+      intervalMs: IDEMPOTENCY_SWEEP_INTERVAL_MS,
+      run: () => inBatches((batch) => store.expire(batch), HOUSEKEEPING_BATCH),
+    }),
+  };
+}
+
+function inUse(): PlatformError {
+  return new PlatformError(
+    "idempotency_key_in_use",
+    "Idempotency-Key: a request with this key is still being processed; retry shortly",
+    { retryAfterSeconds: 1 },
+  );
+}
+
+type Handler = (req: unknown, context: HandlerContext) => unknown;
+
+/**
+ * The facility's implementation with every RPC of an `idempotent` route
+ * entry wrapped by `idempotency` (the others as they are); REST, Connect and
+ * gRPC all call the result.
+ */
+export function idempotentImpl<T extends object>(
+  service: DescService,
+  impl: T,
+  routes: readonly AnyRestRoute[],
+  idempotency: Idempotency,
+): T {
+  const flagged = new Set(
+    routes.filter((r) => r.idempotent && r.rpc.parent.typeName === service.typeName).map((r) => r.rpc.localName),
+  );
+  if (flagged.size === 0) return impl;
+  const wrapped: Record<string, unknown> = {};
+  for (const method of service.methods) {
+    const fn = (impl as Record<string, unknown>)[method.localName];
+    if (typeof fn !== "function") continue;
+    const handler = (fn as Handler).bind(impl);
+    if (method.methodKind !== "unary" || !flagged.has(method.localName)) {
+      wrapped[method.localName] = handler;
+      continue;
+    }
+    const unary = method as DescMethodUnary;
+    wrapped[method.localName] = (req: MessageShape<DescMessage>, context: HandlerContext) =>
+      idempotency.run(unary, req, context, async () => (await handler(req, context)) as MessageInitShape<DescMessage>);
+  }
+  return wrapped as T;
+}

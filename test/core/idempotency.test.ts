@@ -1,0 +1,379 @@
+/**
+ * Idempotency keys (`Idempotency-Key`, see src/core/http/idempotency.ts): a
+ * repeat gets the first answer without the work being done again or any
+ * allowance spent, racing repeats run the work once, another request under
+ * the key is refused, and keys outlive a restart but not their 24 hours.
+ */
+import crypto from "node:crypto";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { sql } from "kysely";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+import {
+  createTestDatabase,
+  startInstances,
+  startServer,
+  useTestServer,
+  type Instances,
+  type TestApp,
+  type TestDatabase,
+  type TestServer,
+} from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
+
+const DOMAIN = "mail.test.example";
+const t = useTestServer({ env: { MAIL_DOMAIN: DOMAIN } });
+
+const newKey = () => crypto.randomUUID();
+
+function put(s: TestServer, app: TestApp, queue: string, body: unknown, key?: string) {
+  return s.request("POST", `/v1/queues/${queue}`, {
+    token: app.token,
+    body,
+    headers: key === undefined ? {} : { "idempotency-key": key },
+  });
+}
+
+async function depth(s: TestServer, app: TestApp, queue: string): Promise<number> {
+  const res = await s.request("GET", "/v1/queues", { token: app.token });
+  return (res.body.queues as { name: string; depth: number }[]).find((q) => q.name === queue)?.depth ?? 0;
+}
+
+async function mailsOf(appId: string): Promise<number> {
+  return (await t.admin.listMail({ appId })).mails.length;
+}
+
+async function keyRows(s: TestServer, appId: string): Promise<number> {
+  const { rows } = await sql<{
+    n: number;
+  }>`SELECT count(*)::int AS n FROM idempotency_keys WHERE app_id = ${appId}`.execute(tables(s.server.deps.db));
+  return rows[0].n;
+}
+
+describe("Idempotency-Key over REST", () => {
+  it("answers a repeat with the first answer, marked replayed, and puts one message", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const first = await put(t, app, "jobs", { payload: { order: 1 } }, key);
+    expect(first.status).toBe(200);
+    expect(first.headers.get("idempotent-replayed")).toBeNull();
+    const again = await put(t, app, "jobs", { payload: { order: 1 } }, key);
+    expect(again.status).toBe(200);
+    expect(again.headers.get("idempotent-replayed")).toBe("true");
+    expect(again.body).toEqual(first.body);
+    expect(await depth(t, app, "jobs")).toBe(1);
+    // Without a key nothing changes: every put is a new message.
+    await put(t, app, "jobs", { payload: { order: 1 } });
+    await put(t, app, "jobs", { payload: { order: 1 } });
+    expect(await depth(t, app, "jobs")).toBe(3);
+  });
+
+  it("runs 20 racing repeats of a put once: one message, every other answer a replay or 409", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const answers = await Promise.all(Array.from({ length: 20 }, () => put(t, app, "race", { payload: 42 }, key)));
+    expect(await depth(t, app, "race")).toBe(1);
+    const ok = answers.filter((a) => a.status === 200);
+    const busy = answers.filter((a) => a.status === 409);
+    expect(ok.length + busy.length).toBe(20);
+    expect(ok.length).toBeGreaterThanOrEqual(1);
+    expect(new Set(ok.map((a) => a.body.id as string)).size).toBe(1);
+    expect(ok.filter((a) => a.headers.get("idempotent-replayed") === null)).toHaveLength(1);
+    for (const b of busy) {
+      expect(b.body.error.code).toBe("idempotency_key_in_use");
+      expect(b.headers.get("retry-after")).toBe("1");
+    }
+    const later = await put(t, app, "race", { payload: 42 }, key);
+    expect([later.status, later.body.id, later.headers.get("idempotent-replayed")]).toEqual([
+      200,
+      ok[0].body.id,
+      "true",
+    ]);
+  });
+
+  it("sends one mail for 20 racing repeats of a send", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const body = { to: "reader@example.com", subject: "Receipt", text: "Thanks" };
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        t.request("POST", "/v1/mail/send", { token: app.token, body, headers: { "idempotency-key": key } }),
+      ),
+    );
+    expect(answers.every((a) => a.status === 200 || a.status === 409)).toBe(true);
+    expect(await mailsOf(app.id)).toBe(1);
+    expect(Number((await t.admin.getUsage({ appId: app.id })).mail!.used)).toBe(1);
+  });
+
+  it("spends no allowance on a replay: two sends with one key under a cap of 1 both answer 200, one mail", async () => {
+    const app = await t.createApp();
+    await t.admin.updateApp({ appId: app.id, limits: { mailPerDay: 1 } });
+    const key = newKey();
+    const body = { to: "reader@example.com", subject: "Once", text: "x" };
+    const send = (k: string) =>
+      t.request("POST", "/v1/mail/send", { token: app.token, body, headers: { "idempotency-key": k } });
+    const first = await send(key);
+    const second = await send(key);
+    expect([first.status, second.status]).toEqual([200, 200]);
+    expect(second.body).toEqual(first.body);
+    expect(second.headers.get("idempotent-replayed")).toBe("true");
+    expect(await mailsOf(app.id)).toBe(1);
+    // A new key is a new send: the cap is spent.
+    const other = await send(newKey());
+    expect([other.status, other.body.error.code]).toEqual([429, "quota_exceeded"]);
+  });
+
+  it("refuses the key for another request (422), on another path too, and keeps the first answer", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const first = await put(t, app, "jobs", { payload: 1 }, key);
+    for (const [queue, body] of [
+      ["jobs", { payload: 2 }],
+      ["jobs", { payload: 1, delaySeconds: 5 }],
+      ["other", { payload: 1 }],
+    ] as const) {
+      const res = await put(t, app, queue, body, key);
+      expect(res.status, JSON.stringify(body)).toBe(422);
+      expect(res.body.error.code).toBe("idempotency_key_reused");
+      expect(res.body.error.message).toMatch(/^Idempotency-Key: /);
+    }
+    const mail = await t.request("POST", "/v1/mail/send", {
+      token: app.token,
+      body: { to: "a@example.com", subject: "s", text: "t" },
+      headers: { "idempotency-key": key },
+    });
+    expect([mail.status, mail.body.error.code]).toEqual([422, "idempotency_key_reused"]);
+    expect(await mailsOf(app.id)).toBe(0);
+    expect((await put(t, app, "jobs", { payload: 1 }, key)).body).toEqual(first.body);
+    expect(await depth(t, app, "jobs")).toBe(1);
+    expect(await depth(t, app, "other")).toBe(0);
+  });
+
+  it("keys are per app", async () => {
+    const a = await t.createApp();
+    const b = await t.createApp();
+    const key = newKey();
+    const one = await put(t, a, "jobs", { payload: 1 }, key);
+    const two = await put(t, b, "jobs", { payload: 1 }, key);
+    expect([one.status, two.status]).toEqual([200, 200]);
+    expect(two.headers.get("idempotent-replayed")).toBeNull();
+    expect(two.body.id).not.toBe(one.body.id);
+  });
+
+  it("keeps no error answer: a refused request leaves the key free", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const refused = await put(t, app, "_events", { payload: 1 }, key);
+    expect(refused.status).toBe(403);
+    const invalid = await put(t, app, "jobs", { payload: 1, ttlSeconds: 0 }, key);
+    expect(invalid.status).toBe(400);
+    const ok = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([ok.status, ok.headers.get("idempotent-replayed")]).toEqual([200, null]);
+    expect(await depth(t, app, "jobs")).toBe(1);
+  });
+
+  it("refuses a malformed key with a 400 naming the header", async () => {
+    const app = await t.createApp();
+    for (const key of ["k".repeat(256), "caf\u00e9"]) {
+      const res = await put(t, app, "jobs", { payload: 1 }, key);
+      expect(res.status).toBe(400);
+      expect(res.body.error).toMatchObject({
+        code: "invalid_argument",
+        message: "Idempotency-Key: must be 1 to 255 printable ASCII characters",
+      });
+    }
+    expect((await put(t, app, "jobs", { payload: 1 }, "k".repeat(255))).status).toBe(200);
+    expect(await depth(t, app, "jobs")).toBe(1);
+  });
+
+  it("replays a secret link without making a second one", async () => {
+    const app = await t.createApp();
+    await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+    const key = newKey();
+    const link = () =>
+      t.request("POST", "/v1/secrets/API_KEY/link", { token: app.token, headers: { "idempotency-key": key } });
+    const first = await link();
+    const again = await link();
+    expect([first.status, again.status]).toEqual([200, 200]);
+    expect(again.body).toEqual(first.body);
+    expect((await t.admin.listSecrets({ appId: app.id })).secrets).toHaveLength(1);
+  });
+
+  it("replays a batch of analytics events without storing or counting them twice", async () => {
+    const app = await t.createApp();
+    expect(
+      (await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "signup" } })).status,
+    ).toBe(200);
+    const key = newKey();
+    const log = () =>
+      t.request("POST", "/v1/analytics/events", {
+        token: app.token,
+        body: { events: [{ type: "signup" }, { type: "signup" }] },
+        headers: { "idempotency-key": key },
+      });
+    const first = await log();
+    const again = await log();
+    expect([first.status, again.status, again.headers.get("idempotent-replayed")]).toEqual([200, 200, "true"]);
+    expect(again.body).toEqual(first.body);
+    expect(Number((await t.admin.getUsage({ appId: app.id })).events!.used)).toBe(2);
+  });
+
+  it("answers 409 while a run holds the key, and lets a repeat take over the key of a run that died", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const first = await put(t, app, "jobs", { payload: 1 }, key);
+    const db = tables(t.server.deps.db);
+    // The row as a run left it that had claimed the key and not finished (its process is gone).
+    const running = (lockedFor: string) =>
+      sql`UPDATE idempotency_keys SET state = 'running', response = NULL, status = NULL,
+            locked_until = now() + ${lockedFor}::interval WHERE app_id = ${app.id}`.execute(db);
+    await running("1 hour");
+    const busy = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([busy.status, busy.body.error.code, busy.headers.get("retry-after")]).toEqual([
+      409,
+      "idempotency_key_in_use",
+      "1",
+    ]);
+    // Another request under the key is still refused as such.
+    expect((await put(t, app, "jobs", { payload: 2 }, key)).status).toBe(422);
+    await running("-1 second");
+    const retaken = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([retaken.status, retaken.headers.get("idempotent-replayed")]).toEqual([200, null]);
+    expect(retaken.body.id).not.toBe(first.body.id);
+    expect((await put(t, app, "jobs", { payload: 1 }, key)).body.id).toBe(retaken.body.id);
+  });
+
+  it("forgets a key after 24 hours: the request runs again, and housekeeping deletes the row", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const first = await put(t, app, "jobs", { payload: 1 }, key);
+    const db = tables(t.server.deps.db);
+    const age = () =>
+      sql`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE app_id = ${app.id}`.execute(db);
+    await age();
+    const again = await put(t, app, "jobs", { payload: 1 }, key);
+    expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, null]);
+    expect(again.body.id).not.toBe(first.body.id);
+    expect(await depth(t, app, "jobs")).toBe(2);
+    expect((await put(t, app, "jobs", { payload: 1 }, key)).body.id).toBe(again.body.id);
+    await age();
+    expect(await keyRows(t, app.id)).toBe(1);
+    const swept = await t.server.housekeeping.runAll();
+    expect(swept["idempotency key expiry"]).toBeGreaterThanOrEqual(1);
+    expect(await keyRows(t, app.id)).toBe(0);
+  });
+});
+
+describe("Idempotency-Key over Connect and gRPC", () => {
+  it("is honoured as metadata, and shared with REST for the same request", async () => {
+    const app = await t.createApp();
+    const key = newKey();
+    const headers = { "idempotency-key": key };
+    const rest = await put(t, app, "jobs", { payload: { order: 7 } }, key);
+    for (const protocol of ["connect", "grpc"] as const) {
+      const c = t.client(QueueService, app.token, protocol);
+      let replayed: string | null = null;
+      const res = await c.putMessage(
+        {
+          queue: "jobs",
+          payload: {
+            kind: { case: "structValue", value: { fields: { order: { kind: { case: "numberValue", value: 7 } } } } },
+          },
+        },
+        { headers, onHeader: (h) => void (replayed = h.get("idempotent-replayed")) },
+      );
+      expect(res.id).toBe(rest.body.id);
+      expect(replayed).toBe("true");
+      const err = await c
+        .putMessage({ queue: "jobs", payload: { kind: { case: "numberValue", value: 8 } } }, { headers })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).findDetails(ErrorDetailSchema)[0]?.code).toBe("idempotency_key_reused");
+    }
+    expect(await depth(t, app, "jobs")).toBe(1);
+  });
+
+  it("runs 20 racing gRPC repeats once; the losers are Aborted idempotency_key_in_use", async () => {
+    const app = await t.createApp();
+    const c = t.client(QueueService, app.token, "grpc");
+    const headers = { "idempotency-key": newKey() };
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        c.putMessage({ queue: "race", payload: { kind: { case: "numberValue", value: 1 } } }, { headers }).then(
+          (r) => r.id,
+          (e: unknown) => ConnectError.from(e),
+        ),
+      ),
+    );
+    const ids = results.filter((r): r is string => typeof r === "string");
+    const errors = results.filter((r): r is ConnectError => r instanceof ConnectError);
+    expect(new Set(ids).size).toBe(1);
+    for (const e of errors) {
+      expect(e.code).toBe(Code.Aborted);
+      expect(e.findDetails(ErrorDetailSchema)[0]?.code).toBe("idempotency_key_in_use");
+    }
+    expect(await depth(t, app, "race")).toBe(1);
+  });
+});
+
+describe("Idempotency-Key across two instances on one database", () => {
+  let pair: Instances;
+  beforeAll(async () => {
+    pair = await startInstances(2, { env: { MAIL_DOMAIN: DOMAIN } });
+  });
+  afterAll(() => pair.close());
+
+  it("runs 20 repeats racing over both instances once: one message, one mail", async () => {
+    const [one, two] = pair.servers as [TestServer, TestServer];
+    const app = await one.createApp();
+    const putKey = newKey();
+    const puts = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => put(i % 2 ? two : one, app, "race", { payload: "x" }, putKey)),
+    );
+    expect(puts.every((a) => a.status === 200 || a.status === 409)).toBe(true);
+    expect(new Set(puts.filter((a) => a.status === 200).map((a) => a.body.id as string)).size).toBe(1);
+    expect(await depth(one, app, "race")).toBe(1);
+
+    const mailKey = newKey();
+    const sends = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        (i % 2 ? two : one).request("POST", "/v1/mail/send", {
+          token: app.token,
+          body: { to: "reader@example.com", subject: "Once", text: "x" },
+          headers: { "idempotency-key": mailKey },
+        }),
+      ),
+    );
+    expect(sends.every((a) => a.status === 200 || a.status === 409)).toBe(true);
+    expect((await one.admin.listMail({ appId: app.id })).mails).toHaveLength(1);
+  });
+});
+
+describe("Idempotency-Key across a restart", () => {
+  let database: TestDatabase;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterAll(() => database.drop());
+
+  it("replays the first answer from a server started after the first one stopped", async () => {
+    const first = await startServer({ database });
+    const app = await first.createApp();
+    const key = newKey();
+    const answer = await put(first, app, "jobs", { payload: "once" }, key);
+    expect(answer.status).toBe(200);
+    await first.close();
+
+    const second = await startServer({ database });
+    try {
+      const again = await put(second, app, "jobs", { payload: "once" }, key);
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+      expect(again.body).toEqual(answer.body);
+      expect(await depth(second, app, "jobs")).toBe(1);
+    } finally {
+      await second.close();
+    }
+  });
+});
