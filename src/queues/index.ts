@@ -8,7 +8,7 @@ import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
-import { queueHousekeeping } from "./queue-sweeper.ts";
+import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
@@ -36,12 +36,14 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
+  const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
     apps: createAppStore(deps.db),
     hub,
     logger,
     metrics,
+    deadLetters,
     shutdownSignal: deps.shutdownSignal,
   });
 
@@ -53,7 +55,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     operator: {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
-      deadLetters: createDeadLetterOperator(store, hub),
+      deadLetters,
     },
     housekeeping: () => housekeeping,
     async start() {
