@@ -11,7 +11,7 @@ import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
-import { queueHousekeeping } from "./queue-sweeper.ts";
+import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
@@ -40,12 +40,14 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
   const apps = createAppStore(deps.db);
+  const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
     apps,
     hub,
     logger,
     metrics,
+    deadLetters,
     shutdownSignal: deps.shutdownSignal,
   });
 
@@ -75,7 +77,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     operator: {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
-      deadLetters: createDeadLetterOperator(store, hub),
+      deadLetters,
     },
     housekeeping: () => [...housekeeping, feed.housekeeping()],
     async start() {
