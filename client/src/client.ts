@@ -30,6 +30,8 @@ import {
   type JsonCompatible,
   type NackOptions,
   type NackResponse,
+  type QueuePolicy,
+  type QueuePolicyChange,
   type AnalyticsEvent,
   type ConsumeOptions,
   type ConsumeResponse,
@@ -232,6 +234,10 @@ export interface PlatformClient {
      * the delivery still counts toward the policy's max deliveries.
      */
     nack(receipt: string, options?: NackOptions & CallOptions): Promise<boolean>;
+    /** `GET /v1/queues/{queue}/policy`: max deliveries, dead letters, retry delay and backoff, lease, dedup window. */
+    policy(queue: string, options?: CallOptions): Promise<QueuePolicy>;
+    /** `PUT /v1/queues/{queue}/policy`: the fields given replace those fields; answers the whole policy. */
+    setPolicy(queue: string, change: QueuePolicyChange, options?: CallOptions): Promise<QueuePolicy>;
     /** Runs `handler` for every message of `queue` until stopped; see `WorkOptions`. */
     work<P = JsonValue>(queue: string, handler: MessageHandler<P>, options?: WorkOptions<P>): Worker<P>;
   };
@@ -701,6 +707,10 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       ack: async (receipt, o) => (await ack(receipt, o)).acked,
       extend: (receipt, leaseSeconds, o) => extend(receipt, leaseSeconds, o),
       nack: async (receipt, o) => (await nack(receipt, o)).nacked,
+      policy: (queue, o) =>
+        call<QueuePolicy>({ method: "GET", path: `/v1/queues/${enc(queue)}/policy`, retry: "safe" }, o),
+      setPolicy: (queue, change, o) =>
+        call<QueuePolicy>({ method: "PUT", path: `/v1/queues/${enc(queue)}/policy`, body: change, retry: "safe" }, o),
       work,
     },
 

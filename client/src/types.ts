@@ -294,14 +294,21 @@ export interface QueuePolicy {
   queue: string;
   /** Deliveries before a message is dead-lettered or dropped; 0 = unlimited. */
   maxDeliveries: number;
-  /** Where messages past maxDeliveries go (a queue of the app); null = dropped. */
+  /** Where messages past maxDeliveries go: null the queue's dead-letter list, `_drop` deleted, a name that queue of the app. */
   deadLetterQueue: string | null;
+  /** Hold before a nacked or lapsed message is delivered again (the first retry). */
   retryDelaySeconds: number;
-  retryBackoff: number | string;
+  /** Each further retry's hold is the previous one times this. */
+  retryBackoff: number;
   maxRetryDelaySeconds: number;
+  /** The lease when a consume names none. */
   leaseSeconds: number;
+  /** How long a put's `dedupKey` keeps a second message with that key off the queue. */
   dedupWindowSeconds: number;
 }
+
+/** A change of policy: the fields given replace those fields (`deadLetterQueue: null` sets the list back). */
+export type QueuePolicyChange = Partial<Omit<QueuePolicy, "queue">>;
 
 export interface ConsumeOptions {
   /** Extension: how long to wait for a message, 0 to 25 seconds (default 25). */
