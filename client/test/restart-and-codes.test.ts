@@ -120,6 +120,26 @@ describe("idempotent retries", () => {
   });
 });
 
+describe("idempotent batch put", () => {
+  it("a batch put with an idempotencyKey whose answer was lost is retried and stored once", async () => {
+    const t = await startServer();
+    cleanup.push(() => t.close());
+    const app = await t.createApp();
+    const keys: string[] = [];
+    const c = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      fetch: losingFirstAnswer("/v1/queues/jobs/batch", keys),
+    });
+    const res = await c.queues.putBatch("jobs", [{ payload: 1 }, { payload: 2 }], { idempotencyKey: "import-7" });
+    expect(res.messages).toHaveLength(2);
+    expect(keys).toEqual(["import-7", "import-7"]);
+    const q = (await c.queues.list()).find((e) => e.name === "jobs");
+    expect(q?.depth).toBe(2);
+    await c.close();
+  });
+});
+
 describe("error codes", () => {
   it("are the server's codes (src/core/errors.ts), plus those the contracts of this release add", async () => {
     const source = await fs.readFile(new URL("../../src/core/errors.ts", import.meta.url), "utf8");

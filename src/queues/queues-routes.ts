@@ -333,6 +333,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/:queue/batch",
     rpc: QueueService.method.putMessages,
+    idempotent: true,
     responseSchema: BatchPutResponse,
     doc: {
       summary: "Put many messages, all or nothing",
