@@ -140,6 +140,9 @@ export interface WorkerDeps {
   closing: AbortSignal;
 }
 
+/** The longest lease the service grants. */
+const MAX_LEASE_SECONDS = 43_200;
+
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
 
@@ -196,6 +199,8 @@ export function startWorker<P = JsonValue>(
   let heartbeatSupported = useHeartbeat;
   let nackSupported = useNack;
 
+  /** Messages whose lapsed lease a heartbeat already reported (until their handler ends). */
+  const leaseLost = new WeakSet<QueueMessage<P>>();
   /** Handlers running now, with the controller that abandons each. */
   const active = new Map<QueueMessage<P>, AbortController>();
   const abandoned: QueueMessage<P>[] = [];
@@ -227,9 +232,13 @@ export function startWorker<P = JsonValue>(
   /** Extends the lease every third of its length while the handler runs. */
   function heartbeat(message: QueueMessage<P>, until: AbortSignal): void {
     if (!heartbeatSupported) return;
+    // Without leaseSeconds, the lease is the queue policy's: read off the message, whose
+    // leaseExpiresAt is the server's clock, so the beat also comes at least every 10 s in case
+    // this machine's clock is behind the server's.
     const leaseMs = Math.max(1000, message.leaseExpiresAt - Date.now());
-    const leaseSeconds = options.leaseSeconds ?? Math.max(1, Math.round(leaseMs / 1000));
+    const leaseSeconds = options.leaseSeconds ?? Math.min(MAX_LEASE_SECONDS, Math.max(1, Math.round(leaseMs / 1000)));
     const intervalMs = Math.max(250, Math.floor((leaseSeconds * 1000) / 3));
+    const firstMs = options.leaseSeconds === undefined ? Math.min(intervalMs, 10_000) : intervalMs;
     let timer: ReturnType<typeof setTimeout> | undefined;
     const beat = async () => {
       timer = undefined;
@@ -238,6 +247,7 @@ export function startWorker<P = JsonValue>(
         const { extended } = await deps.extend(message.receipt, leaseSeconds);
         if (until.aborted) return;
         if (!extended) {
+          leaseLost.add(message);
           options.onLeaseLost?.({ message, acked: false });
           return;
         }
@@ -252,7 +262,7 @@ export function startWorker<P = JsonValue>(
       }
       timer = setTimeout(() => void beat(), intervalMs);
     };
-    timer = setTimeout(() => void beat(), intervalMs);
+    timer = setTimeout(() => void beat(), firstMs);
     until.addEventListener("abort", () => timer !== undefined && clearTimeout(timer), { once: true });
   }
 
@@ -300,7 +310,8 @@ export function startWorker<P = JsonValue>(
       }
       try {
         const { acked } = await deps.ack(message.receipt);
-        if (!acked) options.onLeaseLost?.({ message, acked: false });
+        // Told once: a heartbeat may already have found the lease lapsed.
+        if (!acked && !leaseLost.has(message)) options.onLeaseLost?.({ message, acked: false });
       } catch (err) {
         report(err, message);
       }
