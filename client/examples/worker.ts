@@ -21,11 +21,14 @@ const queue = process.env.QUEUE ?? "signups";
 const concurrency = Number(process.env.CONCURRENCY ?? 4);
 
 // One signal for the whole app: SIGTERM (the platform stopping the app) or Ctrl-C.
+// Aborting it shuts the client down safely: no new job is taken, running jobs finish
+// (their own calls keep working) and are acked, analytics are flushed, then calls end.
 const shutdown = new AbortController();
 process.once("SIGTERM", () => shutdown.abort());
 process.once("SIGINT", () => shutdown.abort());
 
-const client = createClient({ signal: shutdown.signal });
+// Jobs still running 20 s after SIGTERM are abandoned (named below); they come back after their lease.
+const client = createClient({ signal: shutdown.signal, shutdownTimeoutMs: 20_000 });
 
 // Idempotent: safe to run at every start.
 await client.analytics.registerType({ name: "welcome.sent", properties: { model: "string" } });
@@ -42,16 +45,21 @@ async function welcome(message: QueueMessage<SignupJob>, signal: AbortSignal): P
     },
     { signal },
   );
-  // Mail and generate spend the daily allowance, so the client never repeats them on its own.
-  // If this throws, the job is not acked and comes back after its lease.
-  await client.mail.send({ to: email, subject: `Welcome, ${name}`, text: note.text });
+  // Keyed by the job: if this job is delivered again (a crash before the ack), the service
+  // answers the first send instead of mailing twice. If this throws, the job is given back
+  // (nack) and retried after the queue policy's delay.
+  await client.mail.send(
+    { to: email, subject: `Welcome, ${name}`, text: note.text },
+    { signal, idempotencyKey: `welcome-${message.id}` },
+  );
   client.analytics.track("welcome.sent", { model: note.model });
   console.log(JSON.stringify({ handled: message.id, email, deliveries: message.deliveries }));
 }
 
+// `signal` aborts only if the job is abandoned at the shutdown timeout.
 const worker = client.queues.work<SignupJob>(queue, (message, { signal }) => welcome(message, signal), {
   concurrency,
-  // Longer than the slowest job: a lease that lapses hands the job to someone else.
+  // The worker extends the lease while a job runs (heartbeat), so a slow job is not handed out twice.
   leaseSeconds: 60,
   onLeaseLost: ({ message }) => console.warn(JSON.stringify({ leaseLost: message.id })),
   onError: (error, message) => {
@@ -61,9 +69,8 @@ const worker = client.queues.work<SignupJob>(queue, (message, { signal }) => wel
 });
 console.log(JSON.stringify({ ready: queue, concurrency }));
 
-try {
-  await worker.done; // settles once stopped and every running job is acked
-} finally {
-  await client.close(); // flushes the analytics events still buffered
-}
+await worker.done; // settles once stopped and every running job is acked (or abandoned)
+// The shutdown the signal started (close() is idempotent): analytics flushed, then calls ended.
+const { abandoned } = await client.close();
+if (abandoned.length > 0) console.warn(JSON.stringify({ abandoned: abandoned.map((m) => m.id) }));
 console.log(JSON.stringify({ stopped: queue }));

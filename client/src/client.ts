@@ -10,12 +10,28 @@
  */
 import { PlatformError } from "./platform-error.ts";
 import { createSecretCache, type SecretCacheOptions } from "./secret-cache.ts";
-import { createTracker, toEpochMs, type FlushResult, type Tracker, type TrackerOptions } from "./tracker.ts";
-import { anySignal, createTransport, type CallOptions, type RequestSpec, type RetryOptions } from "./transport.ts";
-import { startWorker, type MessageHandler, type WorkOptions, type Worker } from "./worker.ts";
+import { createTracker, randomId, toEpochMs, type FlushResult, type Tracker, type TrackerOptions } from "./tracker.ts";
+import { backoff, createTransport, sleep, type CallOptions, type RequestSpec, type RetryOptions } from "./transport.ts";
+import {
+  isUnsupported,
+  startWorker,
+  type HandlerContext,
+  type MessageHandler,
+  type WorkOptions,
+  type Worker,
+} from "./worker.ts";
 import {
   EVENTS_QUEUE,
   type AckResponse,
+  type BatchPutMessage,
+  type BatchPutResponse,
+  type EventFeedResponse,
+  type ExtendResponse,
+  type JsonCompatible,
+  type NackOptions,
+  type NackResponse,
+  type QueuePolicy,
+  type QueuePolicyChange,
   type AnalyticsEvent,
   type ConsumeOptions,
   type ConsumeResponse,
@@ -59,11 +75,14 @@ export interface ClientOptions {
   /** The `fetch` to use. Default: the platform's `globalThis.fetch`. */
   fetch?: typeof globalThis.fetch;
   /**
-   * Aborting it shuts the client down like `close()`: calls in flight are
-   * aborted, workers stop (after their running handlers), and waiting
-   * analytics events are flushed.
+   * Aborting it (e.g. at SIGTERM) shuts the client down like `close()`:
+   * consuming stops at once, running handlers finish (their own calls keep
+   * working) and are acked, analytics are flushed, and only then are the
+   * calls still in flight aborted.
    */
   signal?: AbortSignal;
+  /** How long a shutdown waits for running handlers before abandoning them (see `close`). Default 30000 ms. */
+  shutdownTimeoutMs?: number;
   /** Retry policy of the safe operations (see README, "Retries"). */
   retry?: RetryOptions;
   /** Batching of `analytics.track`. */
@@ -74,13 +93,62 @@ export interface ClientOptions {
   onError?: (error: unknown) => void;
 }
 
-export type EventHandler<D = JsonValue> = (event: PlatformEvent<D>, message: QueueMessage<PlatformEvent<D>>) => unknown;
+/** Called with each event; `message` is the `_events` queue message for `delivery: "one-replica"` subscriptions. */
+export type EventHandler<D = JsonValue> = (
+  event: PlatformEvent<D>,
+  message?: QueueMessage<PlatformEvent<D>>,
+) => unknown;
 
 export interface EventsOptions {
-  /** Lease per event. Default: the app's lease. */
+  /** Lease per event of the one-replica loop. Default: the app's lease. */
   leaseSeconds?: number;
-  /** Events handled at the same time. Default 1. */
+  /** Events handled at the same time by the one-replica loop. Default 1. */
   concurrency?: number;
+  /**
+   * How long an event of the `_events` queue that no one-replica handler of
+   * this process handles waits before it may be delivered again (it is given
+   * back, never acked). Default 5 s.
+   */
+  unhandledDelaySeconds?: number;
+}
+
+export interface SubscribeOptions {
+  /**
+   * `"every-replica"` (default): read from the events feed, which consumes
+   * nothing; every process of the app sees every event. A handler that throws
+   * is reported to `onError`; the event is not delivered again.
+   * `"one-replica"`: consume the `_events` queue, so each event is handled by
+   * one process only and acked once its handlers succeeded (at-least-once; a
+   * failure gives it back). An event of a kind this process has no
+   * one-replica handler for is given back, never acked, so give every
+   * process that consumes `_events` the same one-replica subscriptions.
+   */
+  delivery?: "every-replica" | "one-replica";
+}
+
+/** What a shutdown did. */
+export interface CloseResult {
+  /** Messages whose handler was still running at the shutdown timeout: not acked, they come back after their lease. */
+  abandoned: QueueMessage<unknown>[];
+  /** The last analytics flush. */
+  analytics: FlushResult;
+}
+
+export interface CloseOptions {
+  /** How long running handlers may take to finish. Default: `shutdownTimeoutMs`. */
+  timeoutMs?: number;
+}
+
+/** Options of calls that change state. */
+export interface WriteOptions extends CallOptions {
+  /**
+   * Sent as the `Idempotency-Key` header (1 to 255 printable ASCII). A repeat
+   * within 24 h with the same key and body answers the first result without
+   * doing the work or spending allowance again, so the call is retried like a
+   * read. Derive it from what makes the work unique (e.g. a job's id) to make
+   * a redelivered job's mail safe too.
+   */
+  idempotencyKey?: string;
 }
 
 export interface WatchOptions {
@@ -100,58 +168,95 @@ export interface PlatformClient {
     registerType(request: RegisterTypeRequest, options?: CallOptions): Promise<EventType>;
     /** `GET /v1/analytics/types`. */
     listTypes(options?: CallOptions): Promise<EventType[]>;
-    /** `POST /v1/analytics/events`: logs 1 to 1000 events now (never retried: it spends allowance). */
-    log(events: AnalyticsEvent[], options?: CallOptions): Promise<LogEventsResponse>;
+    /** `POST /v1/analytics/events`: logs 1 to 1000 events now (retried only with an `idempotencyKey`). */
+    log(events: AnalyticsEvent[], options?: WriteOptions): Promise<LogEventsResponse>;
     /** `POST /v1/analytics/query`: counts events in buckets. */
     query(request: QueryRequest, options?: CallOptions): Promise<QueryResponse>;
     /** Buffers one event; it is sent in a batch (see `ClientOptions.analytics`). Never throws for the service's answer. */
     track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
-    /** Sends every buffered event now. */
+    /** Sends every buffered event now; answers what was stored and dropped since the previous flush. */
     flush(): Promise<FlushResult>;
     /** Events buffered and not yet sent. */
     readonly pending: number;
   };
 
   mail: {
-    /** `POST /v1/mail/send` from the app's own address (never retried: it spends allowance). */
-    send(request: SendMailRequest, options?: CallOptions): Promise<SendMailResponse>;
+    /**
+     * `POST /v1/mail/send` from the app's own address. Always sent with an
+     * `Idempotency-Key` (yours, or a new one per call), so a lost answer is
+     * retried without sending the mail twice.
+     */
+    send(request: SendMailRequest, options?: WriteOptions): Promise<SendMailResponse>;
   };
 
   inference: {
     /** `GET /v1/inference/models`. */
     models(options?: CallOptions): Promise<ListModelsResponse["models"]>;
-    /** `POST /v1/inference/generate` (never retried: it spends allowance). */
-    generate(request: GenerateRequest, options?: CallOptions): Promise<GenerateResponse>;
-    /** `POST /v1/inference/embed` (never retried: it spends allowance). */
-    embed(request: EmbedRequest, options?: CallOptions): Promise<EmbedResponse>;
+    /** `POST /v1/inference/generate` (retried only with an `idempotencyKey`: it spends allowance). */
+    generate(request: GenerateRequest, options?: WriteOptions): Promise<GenerateResponse>;
+    /** `POST /v1/inference/embed` (retried only with an `idempotencyKey`: it spends allowance). */
+    embed(request: EmbedRequest, options?: WriteOptions): Promise<EmbedResponse>;
   };
 
   queues: {
     /** `GET /v1/queues`: every queue with something on it. */
     list(options?: CallOptions): Promise<ListQueuesResponse["queues"]>;
-    /** `POST /v1/queues/{queue}`: puts one message (a 429 is retried only when `retry.on429`). */
-    put(queue: string, payload: JsonValue, options?: PutOptions & CallOptions): Promise<PutResponse>;
+    /**
+     * `POST /v1/queues/{queue}`: puts one message. `P` is any JSON-compatible
+     * type (interfaces too), the one `work<P>` gets back. Retried like a read
+     * with an `idempotencyKey`; else only a 429, when `retry.on429`.
+     */
+    put<P = JsonValue>(
+      queue: string,
+      payload: P & JsonCompatible<P>,
+      options?: PutOptions & CallOptions,
+    ): Promise<PutResponse>;
+    /** `POST /v1/queues/{queue}/batch`: puts 1 to 1000 messages, all or nothing. */
+    putBatch<P = JsonValue>(
+      queue: string,
+      messages: BatchPutMessage<P & JsonCompatible<P>>[],
+      options?: WriteOptions,
+    ): Promise<BatchPutResponse>;
     /** `POST /v1/queues/{queue}/consume`: one leased message, or null after the wait. */
     consume<P = JsonValue>(queue: string, options?: ConsumeOptions & CallOptions): Promise<QueueMessage<P> | null>;
+    /** `POST /v1/queues/{queue}/consume` with `{ max }` (1 to 100): the leased messages, maybe none after the wait. */
+    consumeBatch<P = JsonValue>(
+      queue: string,
+      options: ConsumeOptions & CallOptions & { max: number },
+    ): Promise<QueueMessage<P>[]>;
     /** `POST /v1/queues/_ack`: true if acked, false if the lease had lapsed (not an error). */
     ack(receipt: string, options?: CallOptions): Promise<boolean>;
+    /** `POST /v1/queues/_extend`: sets the lease to end `leaseSeconds` from now; false if it had lapsed. */
+    extend(receipt: string, leaseSeconds: number, options?: CallOptions): Promise<ExtendResponse>;
+    /**
+     * `POST /v1/queues/_nack`: gives a leased message back now, or after
+     * `delaySeconds` (default: the queue policy's retry delay and backoff);
+     * the delivery still counts toward the policy's max deliveries.
+     */
+    nack(receipt: string, options?: NackOptions & CallOptions): Promise<boolean>;
+    /** `GET /v1/queues/{queue}/policy`: max deliveries, dead letters, retry delay and backoff, lease, dedup window. */
+    policy(queue: string, options?: CallOptions): Promise<QueuePolicy>;
+    /** `PUT /v1/queues/{queue}/policy`: the fields given replace those fields; answers the whole policy. */
+    setPolicy(queue: string, change: QueuePolicyChange, options?: CallOptions): Promise<QueuePolicy>;
     /** Runs `handler` for every message of `queue` until stopped; see `WorkOptions`. */
-    work<P = JsonValue>(queue: string, handler: MessageHandler<P>, options?: WorkOptions<P>): Worker;
+    work<P = JsonValue>(queue: string, handler: MessageHandler<P>, options?: WorkOptions<P>): Worker<P>;
   };
 
   events: {
     /**
-     * Calls `handler` for every platform event of `kind` (`"*"`: every kind),
-     * consuming the `_events` queue: one loop per client, started by the first
-     * subscription and stopped after the last one leaves. An event is acked
-     * once every handler of its kind has succeeded; if one throws, the event
-     * comes back after its lease (all its handlers run again). Events of a kind
-     * nobody subscribed to are acked and dropped. Returns the unsubscribe.
+     * Calls `handler` for every platform event of `kind` (`"*"`: every kind).
+     * By default from the events feed, which every replica reads on its own
+     * and which consumes nothing; with `delivery: "one-replica"` from the
+     * `_events` queue, one process per event (see `SubscribeOptions`). One
+     * loop of each per client, started by the first subscription and stopped
+     * after the last one leaves. Returns the unsubscribe.
      */
-    on<D = JsonValue>(kind: string, handler: EventHandler<D>): () => void;
-    /** Options of the events loop; takes effect when it next starts. */
+    on<D = JsonValue>(kind: string, handler: EventHandler<D>, options?: SubscribeOptions): () => void;
+    /** Resolves once the feed loop reads from a cursor: every event after this moment reaches the feed handlers. */
+    ready(): Promise<void>;
+    /** Options of the one-replica loop; takes effect when it next starts. */
     configure(options: EventsOptions): void;
-    /** Stops the events loop (after the running handlers) and drops every subscription. */
+    /** Stops the events loops (after the running handlers) and drops every subscription. */
     stop(): Promise<void>;
   };
 
@@ -166,16 +271,24 @@ export interface PlatformClient {
     get(name: string, options?: { fresh?: boolean }): Promise<Secret>;
     /** `POST /v1/secrets/{name}/link`: a one-time link that sets this secret (a 429 is retried only when `retry.on429`). */
     createLink(name: string, options?: CallOptions): Promise<SecretLink>;
-    /** Refreshes cached secrets as soon as a `secret.set` platform event arrives (consumes `_events`). Returns the unsubscribe. */
+    /**
+     * Refreshes cached secrets as soon as a `secret.set` platform event
+     * arrives, read from the events feed, so every replica learns of it (and
+     * no `_events` message is consumed). Returns the unsubscribe.
+     */
     watch(options?: WatchOptions): () => void;
   };
 
   /**
-   * Shuts down gracefully: stops workers and the events loop (waiting for
-   * running handlers and acking what they finished), flushes analytics.
-   * Idempotent; also runs when the client's `signal` aborts.
+   * Shuts down safely, in this order: workers and the events loops stop
+   * consuming; running handlers finish (their own calls keep working) and
+   * are acked, for up to `timeoutMs` (`shutdownTimeoutMs`), after which the
+   * ones still running are abandoned (their `context.signal` aborts; they are
+   * named in the answer and reported to `onError`); analytics are flushed;
+   * then the calls still in flight are aborted. Idempotent (later calls get
+   * the same answer); also runs when the client's `signal` aborts.
    */
-  close(): Promise<void>;
+  close(options?: CloseOptions): Promise<CloseResult>;
 }
 
 /** The environment, where there is one (`process.env` on Node and Bun, `Deno.env` on Deno). */
@@ -213,81 +326,126 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     throw new Error("platform client: this runtime has no fetch; pass one as options.fetch");
   const onError = options.onError ?? ((error: unknown) => console.error("platform client:", error));
 
-  // Aborted by close() or the caller's signal: ends every loop and every call in flight.
+  // Aborted at the very end of a shutdown: ends the calls still in flight (abandoned handlers' calls).
   const lifetime = new AbortController();
-  const clientSignal = anySignal(lifetime.signal, options.signal)!;
-  const transport = createTransport({ baseUrl, token, fetch: fetchImpl, signal: clientSignal, retry: options.retry });
-  // Calls that finish work while the client shuts down (acks of finished handlers, the last analytics flush).
-  const detached = createTransport({ baseUrl, token, fetch: fetchImpl, retry: options.retry });
+  // Aborted as a shutdown starts: workers and the events loops stop consuming.
+  const closing = new AbortController();
+  const shutdownTimeoutMs = options.shutdownTimeoutMs ?? 30_000;
+  const transport = createTransport({
+    baseUrl,
+    token,
+    fetch: fetchImpl,
+    signal: lifetime.signal,
+    retry: options.retry,
+  });
   const call = <T>(spec: RequestSpec, o?: CallOptions) =>
     transport.request<T>(spec, o ? { signal: o.signal, retry: o.retry } : undefined);
 
-  const consume = (queue: string, o: ConsumeOptions & CallOptions = {}) => {
-    const body: ConsumeOptions = {};
+  const consume = (queue: string, o: ConsumeOptions & CallOptions & { max?: number } = {}) => {
+    const body: ConsumeOptions & { max?: number } = {};
     if (o.waitSeconds !== undefined) body.waitSeconds = o.waitSeconds;
     if (o.leaseSeconds !== undefined) body.leaseSeconds = o.leaseSeconds;
-    return call<ConsumeResponse>({ method: "POST", path: `/v1/queues/${enc(queue)}/consume`, body, retry: "safe" }, o);
+    if (o.max !== undefined) body.max = o.max;
+    return call<ConsumeResponse & { messages?: QueueMessage[] }>(
+      { method: "POST", path: `/v1/queues/${enc(queue)}/consume`, body, retry: "safe" },
+      o,
+    );
   };
-  const ackDetached = (receipt: string) =>
-    detached.request<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" });
+  const ack = (receipt: string, o?: CallOptions) =>
+    call<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" }, o);
+  const extend = (receipt: string, leaseSeconds: number, o?: CallOptions) =>
+    call<ExtendResponse>(
+      { method: "POST", path: "/v1/queues/_extend", body: { receipt, leaseSeconds }, retry: "safe" },
+      o,
+    );
+  const nack = (receipt: string, o: NackOptions & CallOptions = {}) => {
+    const body: { receipt: string; delaySeconds?: number } = { receipt };
+    if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
+    return call<NackResponse>({ method: "POST", path: "/v1/queues/_nack", body, retry: "safe" }, o);
+  };
   const listSecrets = (o?: CallOptions) =>
     call<ListSecretsResponse>({ method: "GET", path: "/v1/secrets", retry: "safe" }, o);
   const readSecret = (name: string) => call<Secret>({ method: "GET", path: `/v1/secrets/${enc(name)}`, retry: "safe" });
-  const logEvents = (events: AnalyticsEvent[], o?: CallOptions) =>
+  const logEvents = (events: AnalyticsEvent[], o?: WriteOptions) =>
     call<LogEventsResponse>(
-      { method: "POST", path: "/v1/analytics/events", body: { events: events.map(wireEvent) }, retry: "spending" },
-      o,
-    );
-
-  const secretCache = createSecretCache(() => listSecrets(), readSecret, options.secrets);
-  // The tracker's batches outlive the client's signal: the flush on shutdown must still go out.
-  const tracker: Tracker = createTracker(
-    (events) =>
-      detached.request<LogEventsResponse>({
+      {
         method: "POST",
         path: "/v1/analytics/events",
         body: { events: events.map(wireEvent) },
         retry: "spending",
-      }),
+        idempotencyKey: o?.idempotencyKey,
+      },
+      o,
+    );
+
+  const secretCache = createSecretCache(() => listSecrets(), readSecret, options.secrets);
+  // Each batch has its own idempotency key, so the transport may retry it like a read.
+  const tracker: Tracker = createTracker(
+    (events, key) => logEvents(events, { idempotencyKey: key }),
     options.analytics,
   );
-  const workers = new Set<Worker>();
+  const workers = new Set<Worker<never>>();
   const workerDeps = {
     consume: (queue: string, o: ConsumeOptions, signal: AbortSignal) => consume(queue, { ...o, signal }),
-    ack: ackDetached,
-    clientSignal,
+    consumeMany: async (queue: string, o: ConsumeOptions, max: number, signal: AbortSignal) =>
+      (await consume(queue, { ...o, max, signal })).messages ?? [],
+    ack: (receipt: string) => ack(receipt),
+    extend: (receipt: string, leaseSeconds: number) => extend(receipt, leaseSeconds),
+    nack: (receipt: string, delaySeconds?: number) => nack(receipt, { delaySeconds }),
+    closing: closing.signal,
   };
 
-  function work<P>(queue: string, handler: MessageHandler<P>, o?: WorkOptions<P>): Worker {
+  function work<P>(queue: string, handler: MessageHandler<P>, o?: WorkOptions<P>): Worker<P> {
     const worker = startWorker(workerDeps, queue, handler, o);
-    workers.add(worker);
+    const w = worker as unknown as Worker<never>;
+    workers.add(w);
     void worker.done.then(
-      () => workers.delete(worker),
-      () => workers.delete(worker),
+      () => workers.delete(w),
+      () => workers.delete(w),
     );
     return worker;
   }
 
-  // ---- platform events: one loop on _events, dispatching by kind ----
-  const subscriptions = new Map<string, Set<EventHandler<never>>>();
+  // ---- platform events ----
+  // "every-replica" subscriptions read the feed; "one-replica" ones consume the _events queue.
+  const feedSubscriptions = new Map<string, Set<EventHandler<never>>>();
+  const queueSubscriptions = new Map<string, Set<EventHandler<never>>>();
   let eventsOptions: EventsOptions = {};
-  let eventsWorker: Worker | undefined;
+  let eventsWorker: Worker<PlatformEvent> | undefined;
 
-  async function dispatch(message: QueueMessage<PlatformEvent>): Promise<void> {
+  const handlersOf = (subs: Map<string, Set<EventHandler<never>>>, kind: string) => [
+    ...(subs.get(kind) ?? []),
+    ...(subs.get("*") ?? []),
+  ];
+  const count = (subs: Map<string, Set<EventHandler<never>>>) => {
+    let n = 0;
+    for (const set of subs.values()) n += set.size;
+    return n;
+  };
+
+  async function applyToCache(event: PlatformEvent): Promise<void> {
+    if (event.kind !== "secret.set") return;
+    const data = event.data as unknown as SecretSetData | null;
+    if (data && typeof data.name === "string" && typeof data.version === "number")
+      await secretCache.refresh(data.name, data.version);
+  }
+
+  async function dispatchQueued(message: QueueMessage<PlatformEvent>, context: HandlerContext): Promise<void> {
     const event = message.payload;
     if (!event || typeof event !== "object" || typeof event.kind !== "string") return; // not an event: nothing can handle it
-    if (event.kind === "secret.set") {
-      const data = event.data as unknown as SecretSetData | null;
-      if (data && typeof data.name === "string" && typeof data.version === "number")
-        await secretCache.refresh(data.name, data.version);
+    const handlers = handlersOf(queueSubscriptions, event.kind);
+    if (handlers.length === 0) {
+      // Another process may handle this kind: give it back rather than ack it.
+      context.nack(eventsOptions.unhandledDelaySeconds ?? 5);
+      return;
     }
-    const handlers = [...(subscriptions.get(event.kind) ?? []), ...(subscriptions.get("*") ?? [])];
+    await applyToCache(event);
     await Promise.all(handlers.map(async (h) => h(event as never, message as never)));
   }
 
-  function startEvents(): void {
-    if (eventsWorker || clientSignal.aborted) return;
-    const worker = work<PlatformEvent>(EVENTS_QUEUE, dispatch, {
+  function startQueueLoop(): void {
+    if (eventsWorker || closing.signal.aborted) return;
+    const worker = work<PlatformEvent>(EVENTS_QUEUE, dispatchQueued, {
       concurrency: eventsOptions.concurrency,
       leaseSeconds: eventsOptions.leaseSeconds,
       onError: (error, message) =>
@@ -305,42 +463,134 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     });
   }
 
-  /** Stops the loop; a subscription made while it winds down starts a new one at once. */
-  function stopEvents(): Promise<void> {
+  function stopQueueLoop(): Promise<unknown> {
     const worker = eventsWorker;
     eventsWorker = undefined;
     return worker ? worker.stop() : Promise.resolve();
   }
 
-  function stopEventsIfIdle(): void {
-    let count = 0;
-    for (const set of subscriptions.values()) count += set.size;
-    if (count === 0) void stopEvents();
+  // The feed loop: long-polls GET /v1/queues/_events/feed from its cursor.
+  let feed: { stop: AbortController; done: Promise<void>; ready: Promise<void> } | undefined;
+
+  async function dispatchFed(event: PlatformEvent): Promise<void> {
+    try {
+      await applyToCache(event);
+    } catch (err) {
+      onError(err);
+    }
+    await Promise.all(
+      handlersOf(feedSubscriptions, event.kind).map(async (h) => {
+        try {
+          await h(event as never);
+        } catch (err) {
+          onError(new Error(`event handler of ${event.kind} failed`, { cause: err }));
+        }
+      }),
+    );
   }
 
-  function on<D>(kind: string, handler: EventHandler<D>): () => void {
-    let set = subscriptions.get(kind);
-    if (!set) subscriptions.set(kind, (set = new Set()));
+  function startFeed(): void {
+    if (feed || closing.signal.aborted) return;
+    const stop = new AbortController();
+    const signal = AbortSignal.any([stop.signal, closing.signal]);
+    let markReady!: () => void;
+    const ready = new Promise<void>((resolve) => (markReady = resolve));
+    const done = (async () => {
+      let cursor: string | undefined;
+      let failures = 0;
+      while (!signal.aborted) {
+        // The first read (from "now") answers at once with the cursor to continue from.
+        const query = cursor === undefined ? "waitSeconds=0" : `after=${enc(cursor)}&waitSeconds=25`;
+        let page: EventFeedResponse;
+        try {
+          page = await call<EventFeedResponse>(
+            { method: "GET", path: `/v1/queues/${EVENTS_QUEUE}/feed?${query}`, retry: "safe" },
+            { signal },
+          );
+          failures = 0;
+        } catch (err) {
+          if (signal.aborted) break;
+          if (isUnsupported(err)) {
+            onError(
+              new Error(
+                "platform events: this service has no events feed (GET /v1/queues/_events/feed); " +
+                  "every-replica subscriptions get no events, and cached secrets refresh after secrets.maxAgeMs",
+                { cause: err },
+              ),
+            );
+            break;
+          }
+          onError(err);
+          try {
+            await sleep(backoff(++failures, 500, 30_000), signal);
+          } catch {
+            break;
+          }
+          continue;
+        }
+        cursor = page.cursor;
+        markReady();
+        for (const event of page.events) await dispatchFed(event);
+      }
+      markReady();
+    })();
+    feed = { stop, done, ready };
+    void done.finally(() => {
+      if (feed?.done === done) feed = undefined;
+    });
+  }
+
+  function stopFeed(): Promise<void> {
+    const f = feed;
+    feed = undefined;
+    f?.stop.abort();
+    return f ? f.done : Promise.resolve();
+  }
+
+  function on<D>(kind: string, handler: EventHandler<D>, o: SubscribeOptions = {}): () => void {
+    const oneReplica = o.delivery === "one-replica";
+    const subs = oneReplica ? queueSubscriptions : feedSubscriptions;
+    let set = subs.get(kind);
+    if (!set) subs.set(kind, (set = new Set()));
     const h = handler as EventHandler<never>;
     set.add(h);
-    startEvents();
+    if (oneReplica) startQueueLoop();
+    else startFeed();
     let subscribed = true;
     return () => {
       if (!subscribed) return;
       subscribed = false;
       set.delete(h);
-      stopEventsIfIdle();
+      if (count(subs) > 0) return;
+      if (oneReplica) void stopQueueLoop();
+      else void stopFeed();
     };
   }
 
-  let closing: Promise<void> | undefined;
-  function close(): Promise<void> {
-    closing ??= (async () => {
-      lifetime.abort(new DOMException("the client is closing", "AbortError"));
-      const results = await Promise.allSettled([...[...workers].map((w) => w.done), tracker.close()]);
-      for (const r of results) if (r.status === "rejected") onError(r.reason);
+  let closed: Promise<CloseResult> | undefined;
+  function close(o: CloseOptions = {}): Promise<CloseResult> {
+    closed ??= (async () => {
+      const timeoutMs = o.timeoutMs ?? shutdownTimeoutMs;
+      // 1. Stop consuming (every worker and the events loops), with one deadline for the running handlers.
+      closing.abort(new DOMException("the client is closing", "AbortError"));
+      const stopping = [...workers].map((w) => w.stop({ timeoutMs }));
+      const settled = await Promise.allSettled([...stopping, stopFeed()]);
+      const abandoned: QueueMessage<unknown>[] = [];
+      for (const r of settled) {
+        if (r.status === "fulfilled") abandoned.push(...((r.value as { abandoned?: QueueMessage[] })?.abandoned ?? []));
+      }
+      // 2. The handlers' acks went out as each finished; flush what they tracked.
+      let analytics: FlushResult = { recorded: 0, dropped: 0 };
+      try {
+        analytics = await tracker.close();
+      } catch (err) {
+        onError(err);
+      }
+      // 3. Only now end the calls still in flight (those of abandoned handlers).
+      lifetime.abort(new DOMException("the client is closed", "AbortError"));
+      return { abandoned, analytics };
     })();
-    return closing;
+    return closed;
   }
   if (options.signal) {
     if (options.signal.aborted) void close();
@@ -365,7 +615,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         ),
       listTypes: async (o) =>
         (await call<ListTypesResponse>({ method: "GET", path: "/v1/analytics/types", retry: "safe" }, o)).types,
-      log: logEvents,
+      log: (events, o) => logEvents(events, o),
       query: (request, o) => {
         const body: Record<string, unknown> = { ...request, since: toEpochMs(request.since) };
         if (request.until !== undefined) body.until = toEpochMs(request.until);
@@ -386,6 +636,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             path: "/v1/mail/send",
             body: { to: request.to, subject: request.subject, text: request.text },
             retry: "spending",
+            // One key per logical send, the same on every retry: a lost answer never sends twice.
+            idempotencyKey: o?.idempotencyKey ?? randomId(),
           },
           o,
         ),
@@ -395,9 +647,27 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       models: async (o) =>
         (await call<ListModelsResponse>({ method: "GET", path: "/v1/inference/models", retry: "safe" }, o)).models,
       generate: (request, o) =>
-        call<GenerateResponse>({ method: "POST", path: "/v1/inference/generate", body: request, retry: "spending" }, o),
+        call<GenerateResponse>(
+          {
+            method: "POST",
+            path: "/v1/inference/generate",
+            body: request,
+            retry: "spending",
+            idempotencyKey: o?.idempotencyKey,
+          },
+          o,
+        ),
       embed: (request, o) =>
-        call<EmbedResponse>({ method: "POST", path: "/v1/inference/embed", body: request, retry: "spending" }, o),
+        call<EmbedResponse>(
+          {
+            method: "POST",
+            path: "/v1/inference/embed",
+            body: request,
+            retry: "spending",
+            idempotencyKey: o?.idempotencyKey,
+          },
+          o,
+        ),
     },
 
     queues: {
@@ -407,24 +677,55 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         const body: Record<string, unknown> = { payload };
         if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
         if (o.ttlSeconds !== undefined) body.ttlSeconds = o.ttlSeconds;
-        return call<PutResponse>({ method: "POST", path: `/v1/queues/${enc(queue)}`, body, retry: "refusable" }, o);
+        if (o.dedupKey !== undefined) body.dedupKey = o.dedupKey;
+        return call<PutResponse>(
+          {
+            method: "POST",
+            path: `/v1/queues/${enc(queue)}`,
+            body,
+            retry: "refusable",
+            idempotencyKey: o.idempotencyKey,
+          },
+          o,
+        );
       },
+      putBatch: (queue, messages, o) =>
+        call<BatchPutResponse>(
+          {
+            method: "POST",
+            path: `/v1/queues/${enc(queue)}/batch`,
+            body: { messages },
+            retry: "refusable",
+            idempotencyKey: o?.idempotencyKey,
+          },
+          o,
+        ),
       consume: async <P>(queue: string, o?: ConsumeOptions & CallOptions) =>
         (await consume(queue, o)).message as QueueMessage<P> | null,
-      ack: async (receipt, o) =>
-        (await call<AckResponse>({ method: "POST", path: "/v1/queues/_ack", body: { receipt }, retry: "safe" }, o))
-          .acked,
+      consumeBatch: async <P>(queue: string, o: ConsumeOptions & CallOptions & { max: number }) =>
+        ((await consume(queue, o)).messages ?? []) as QueueMessage<P>[],
+      ack: async (receipt, o) => (await ack(receipt, o)).acked,
+      extend: (receipt, leaseSeconds, o) => extend(receipt, leaseSeconds, o),
+      nack: async (receipt, o) => (await nack(receipt, o)).nacked,
+      policy: (queue, o) =>
+        call<QueuePolicy>({ method: "GET", path: `/v1/queues/${enc(queue)}/policy`, retry: "safe" }, o),
+      setPolicy: (queue, change, o) =>
+        call<QueuePolicy>({ method: "PUT", path: `/v1/queues/${enc(queue)}/policy`, body: change, retry: "safe" }, o),
       work,
     },
 
     events: {
       on,
+      async ready() {
+        await feed?.ready;
+      },
       configure(o) {
         eventsOptions = { ...o };
       },
       async stop() {
-        subscriptions.clear();
-        await stopEvents();
+        feedSubscriptions.clear();
+        queueSubscriptions.clear();
+        await Promise.all([stopQueueLoop(), stopFeed()]);
       },
     },
 
@@ -435,7 +736,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         call<SecretLink>({ method: "POST", path: `/v1/secrets/${enc(name)}/link`, retry: "refusable" }, o),
       watch(o = {}) {
         return on<SecretSetData>("secret.set", (event) => {
-          // The dispatcher has already refreshed the cache for this event.
+          // The feed loop has already refreshed the cache for this event.
           o.onChange?.(event.data.name, event.data.version);
         });
       },

@@ -18,6 +18,9 @@ export type ErrorCode =
   | "quota_exceeded"
   | "queue_full"
   | "too_many_links"
+  | "idempotency_key_reused"
+  | "idempotency_key_in_use"
+  | "conflict"
   | "not_configured"
   | "upstream_error"
   | "unavailable"
@@ -34,6 +37,9 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "quota_exceeded",
   "queue_full",
   "too_many_links",
+  "idempotency_key_reused",
+  "idempotency_key_in_use",
+  "conflict",
   "not_configured",
   "upstream_error",
   "unavailable",
@@ -48,6 +54,7 @@ const CODE_OF_STATUS: Record<number, ErrorCode> = {
   404: "not_found",
   409: "secret_not_set",
   413: "payload_too_large",
+  422: "idempotency_key_reused",
   429: "quota_exceeded",
   501: "not_configured",
   502: "upstream_error",

@@ -5,9 +5,17 @@
  * `close()`. A batch never holds more than the service takes in one call.
  *
  * Each event's `at` is taken when it is tracked, so buffering does not move
- * it in time. Logging spends the daily allowance, so a failed batch is never
- * retried: it is reported to `onDrop` (with the reason, e.g. `daily_cap`),
- * never thrown from a timer.
+ * it in time. A refused call spends nothing, so one bad event never costs
+ * the good ones of its batch: the 400's `details` name the bad events by
+ * index (`events[3].type: ...`), those are dropped and the rest sent again.
+ * At the daily cap the tracker sends exactly what is left (the last answer's
+ * `remainingToday`, or the 429's "N of CAP left today"; halving the batch when
+ * neither says) and then stops sending until the cap resets (the 429's
+ * `Retry-After`), instead of spending a refused call per batch. Every batch
+ * carries an `Idempotency-Key`, so a batch whose answer was lost is sent
+ * again safely (the service answers the first result without storing it
+ * twice). Drops are reported to `onDrop` once per batch and reason, and
+ * counted in `flush()`'s answer; nothing is thrown from a timer.
  */
 import { PlatformError } from "./platform-error.ts";
 import {
@@ -19,11 +27,11 @@ import {
 } from "./types.ts";
 
 export type DropReason =
-  /** The app's daily event cap is spent (429 `quota_exceeded`). */
+  /** The app's daily event cap is spent (429 `quota_exceeded`, or the last answer's `remainingToday` was 0). */
   | "daily_cap"
-  /** The service refused the batch (400: an unregistered type, an undeclared property...). */
+  /** The service refused these events (400: an unregistered type, an undeclared property...). */
   | "rejected"
-  /** Anything else: the service could not be reached, or failed (the batch may or may not have been stored). */
+  /** Anything else: the service could not be reached, or failed, after the retries. */
   | "error"
   /** More than `maxBuffer` events were waiting; the oldest were dropped. */
   | "buffer_full"
@@ -37,7 +45,7 @@ export interface DropInfo {
 }
 
 export interface SentInfo {
-  /** Events in the batch. */
+  /** Events in the call. */
   events: number;
   recorded: number;
   remainingToday: number;
@@ -50,17 +58,17 @@ export interface TrackerOptions {
   flushIntervalMs?: number;
   /** Most events kept waiting; beyond it the oldest are dropped (`buffer_full`). Default 10000. */
   maxBuffer?: number;
-  /** Called with every batch the service took. */
+  /** Called with every call the service took. */
   onSent?: (info: SentInfo) => void;
-  /** Called with every batch that was dropped. Default: a `console.warn` line. */
+  /** Called once per batch and reason with the events dropped. Default: one `console.warn` line. */
   onDrop?: (info: DropInfo) => void;
 }
 
-/** What was sent and dropped while a flush waited (batches already under way included). */
+/** What was stored and dropped since the previous `flush()` answered (or since the start). */
 export interface FlushResult {
   /** Events the service stored. */
   recorded: number;
-  /** Events dropped (see `onDrop` for why). */
+  /** Events dropped, whatever the reason (see `onDrop`). */
   dropped: number;
 }
 
@@ -73,10 +81,18 @@ export interface Tracker {
   readonly pending: number;
 }
 
-export function createTracker(
-  log: (events: AnalyticsEvent[]) => Promise<LogEventsResponse>,
-  options: TrackerOptions = {},
-): Tracker {
+/** Sends one batch; `key` is its idempotency key, the same for every retry of the same events. */
+export type LogFn = (events: AnalyticsEvent[], key: string) => Promise<LogEventsResponse>;
+
+/** `events[12].type: ...` → 12. */
+const BAD_INDEX = /^events\[(\d+)\]/;
+/** The quota 429's detail: `events: 40 of 5000 left today, 100 needed`. */
+const LEFT_TODAY = /(\d+) of \d+ left today/;
+
+/** The UTC day of an instant: remainingToday is only good for the day it was said on. */
+const utcDay = (ms: number) => Math.floor(ms / 86_400_000);
+
+export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker {
   const batchSize = options.batchSize ?? 100;
   if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > MAX_EVENTS_PER_CALL) {
     throw new RangeError(
@@ -87,13 +103,28 @@ export function createTracker(
   const maxBuffer = Math.max(batchSize, options.maxBuffer ?? 10_000);
   const onDrop =
     options.onDrop ??
-    ((info: DropInfo) =>
-      console.warn(`analytics: dropped ${info.events.length} events (${info.reason})`, info.error ?? ""));
+    ((info: DropInfo) => {
+      const why = info.error instanceof Error ? `: ${info.error.message}` : "";
+      console.warn(`analytics: dropped ${info.events.length} events (${info.reason})${why}`);
+    });
   const buffer: AnalyticsEvent[] = [];
   let timer: ReturnType<typeof setTimeout> | undefined;
   let closed: Promise<FlushResult> | undefined;
+  /** Dropped from a full buffer since the last report: reported together, not one line per event. */
+  let overflow: AnalyticsEvent[] = [];
+  /** What the service last said is left today (and on which UTC day), to fill the cap exactly. */
+  let remaining: { count: number; day: number } | undefined;
+  /** While the daily cap is spent: nothing is sent before this instant (epoch ms). */
+  let cappedUntil = 0;
+  /** Counts since the previous flush() answer. */
+  const totals: FlushResult = { recorded: 0, dropped: 0 };
+  let draining: Promise<void> | undefined;
+  let batchNumber = 0;
+  const session = randomId();
 
   function report(info: DropInfo): void {
+    if (info.events.length === 0) return;
+    totals.dropped += info.events.length;
     try {
       onDrop(info);
     } catch {
@@ -101,38 +132,111 @@ export function createTracker(
     }
   }
 
-  const totals: FlushResult = { recorded: 0, dropped: 0 };
-  let draining: Promise<void> | undefined;
+  function reportOverflow(): void {
+    const events = overflow;
+    overflow = [];
+    report({ reason: "buffer_full", events });
+  }
 
-  /** Sends one batch; never rejects (a refused batch goes to onDrop). */
-  async function send(batch: AnalyticsEvent[]): Promise<void> {
+  function sent(events: number, res: LogEventsResponse): void {
+    totals.recorded += res.recorded;
+    remaining = { count: res.remainingToday, day: utcDay(Date.now()) };
     try {
-      const res = await log(batch);
-      totals.recorded += res.recorded;
-      try {
-        options.onSent?.({ events: batch.length, recorded: res.recorded, remainingToday: res.remainingToday });
-      } catch {
-        // as in report()
-      }
-    } catch (error) {
-      totals.dropped += batch.length;
-      const reason: DropReason =
-        error instanceof PlatformError && error.code === "quota_exceeded"
-          ? "daily_cap"
-          : error instanceof PlatformError && error.status >= 400 && error.status < 500
-            ? "rejected"
-            : "error";
-      report({ reason, events: batch, error });
+      options.onSent?.({ events, recorded: res.recorded, remainingToday: res.remainingToday });
+    } catch {
+      // as in report()
     }
+  }
+
+  /**
+   * Sends one batch, dropping only what cannot be stored; never rejects.
+   * Each piece sent gets its own idempotency key, reused by the transport's
+   * retries of that piece.
+   */
+  async function send(batch: AnalyticsEvent[]): Promise<void> {
+    const id = `${session}-${++batchNumber}`;
+    let piece = 0;
+    const capDrops: AnalyticsEvent[] = [];
+    let capError: unknown;
+    const rejected: AnalyticsEvent[] = [];
+    let rejectError: unknown;
+    // Pieces still to send, in order.
+    const todo: AnalyticsEvent[][] = [batch];
+    while (todo.length > 0) {
+      let events = todo.shift()!;
+      const now = Date.now();
+      if (now < cappedUntil) {
+        capDrops.push(...events);
+        continue;
+      }
+      if (remaining && remaining.day === utcDay(now) && remaining.count < events.length) {
+        // Fill what is left exactly; the rest cannot be stored today.
+        capDrops.push(...events.slice(remaining.count));
+        events = events.slice(0, remaining.count);
+        if (events.length === 0) continue;
+      }
+      try {
+        sent(events.length, await log(events, `${id}.${++piece}`));
+      } catch (error) {
+        if (error instanceof PlatformError && error.code === "quota_exceeded") {
+          capError = error;
+          const left = Number(LEFT_TODAY.exec(error.details.join("\n"))?.[1] ?? NaN);
+          if (Number.isFinite(left) && left < events.length) {
+            remaining = { count: left, day: utcDay(now) };
+            if (left === 0) {
+              cappedUntil = now + (error.retryAfter ?? 60) * 1000;
+              capDrops.push(...events);
+            } else todo.unshift(events.slice(0, left), events.slice(left));
+          } else if (events.length > 1) {
+            // The service did not say how much is left: halve until what fits is found.
+            const half = Math.ceil(events.length / 2);
+            todo.unshift(events.slice(0, half), events.slice(half));
+          } else {
+            cappedUntil = now + (error.retryAfter ?? 60) * 1000;
+            capDrops.push(...events);
+          }
+          continue;
+        }
+        if (error instanceof PlatformError && error.status === 400) {
+          const bad = new Set<number>();
+          for (const d of error.details) {
+            const m = BAD_INDEX.exec(d);
+            if (m && Number(m[1]) < events.length) bad.add(Number(m[1]));
+          }
+          rejectError = error;
+          if (bad.size === 0) {
+            // Not about single events (e.g. the batch itself): nothing of it can be stored.
+            rejected.push(...events);
+            continue;
+          }
+          const good: AnalyticsEvent[] = [];
+          events.forEach((e, i) => (bad.has(i) ? rejected : good).push(e));
+          // The service names at most 20 issues per answer: the next try names the next ones.
+          if (good.length > 0) todo.unshift(good);
+          continue;
+        }
+        report({
+          reason: error instanceof PlatformError && error.status === 429 ? "daily_cap" : "error",
+          events,
+          error,
+        });
+      }
+    }
+    report({ reason: "rejected", events: rejected, error: rejectError });
+    report({ reason: "daily_cap", events: capDrops, error: capError });
   }
 
   /** One loop at a time sends batches (in order) until nothing is waiting. */
   function drain(): Promise<void> {
+    if (overflow.length > 0 && !draining) reportOverflow();
     // Nothing to send: the loop below would end (and clear `draining`) before being stored.
     if (buffer.length === 0) return draining ?? Promise.resolve();
     draining ??= (async () => {
       try {
-        while (buffer.length > 0) await send(buffer.splice(0, batchSize));
+        while (buffer.length > 0) {
+          await send(buffer.splice(0, batchSize));
+          if (overflow.length > 0) reportOverflow();
+        }
       } finally {
         draining = undefined;
       }
@@ -145,9 +249,12 @@ export function createTracker(
       clearTimeout(timer);
       timer = undefined;
     }
-    const before = { ...totals };
     await drain();
-    return { recorded: totals.recorded - before.recorded, dropped: totals.dropped - before.dropped };
+    if (overflow.length > 0) reportOverflow();
+    const result = { ...totals };
+    totals.recorded = 0;
+    totals.dropped = 0;
+    return result;
   }
 
   return {
@@ -156,12 +263,14 @@ export function createTracker(
       if (properties && Object.keys(properties).length > 0) event.properties = properties;
       if (closed) return report({ reason: "closed", events: [event] });
       buffer.push(event);
-      if (buffer.length > maxBuffer)
-        report({ reason: "buffer_full", events: buffer.splice(0, buffer.length - maxBuffer) });
+      if (buffer.length > maxBuffer) overflow.push(...buffer.splice(0, buffer.length - maxBuffer));
       if (buffer.length >= batchSize) {
         void drain();
       } else if (timer === undefined) {
-        timer = setTimeout(() => void flush(), flushIntervalMs);
+        timer = setTimeout(() => {
+          timer = undefined;
+          void drain();
+        }, flushIntervalMs);
       }
     },
     flush,
@@ -173,6 +282,13 @@ export function createTracker(
       return buffer.length;
     },
   };
+}
+
+/** A random id (idempotency keys of this process's batches), from the platform's crypto where there is one. */
+export function randomId(): string {
+  const c = (globalThis as { crypto?: { randomUUID?: () => string } }).crypto;
+  if (c?.randomUUID) return c.randomUUID();
+  return `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`;
 }
 
 /** The service takes epoch ms or ISO strings ending in `Z`; a Date becomes epoch ms. */

@@ -3,9 +3,14 @@
  * envelope turned into `PlatformError`, and retries only where they are
  * safe. Every operation declares how it may be retried:
  *
- * - `safe`: reads, consume, ack and type registration (idempotent). Retried
- *   on network failures, 502 and 503 with capped exponential backoff and
- *   jitter; a 429 only when the caller opted in.
+ * - `safe`: reads, consume, ack, extend, nack and type registration
+ *   (idempotent), and any call sent with an `Idempotency-Key` (the service
+ *   answers a repeat with the first answer, without doing the work again).
+ *   Retried on network failures, 502 and 503 with capped exponential backoff
+ *   and jitter, for up to `budgetMs` (30 s: longer than a restart of the
+ *   embedded service, about 11 s); a 429 only when the caller opted in; a 409
+ *   `idempotency_key_in_use` (the first call with that key still runs) after
+ *   its Retry-After.
  * - `refusable`: put and link creation. Repeating one after a lost answer
  *   could do it twice, so only a 429 (which did nothing) is retried, and only
  *   when opted in.
@@ -28,8 +33,14 @@ export interface RetryInfo {
 }
 
 export interface RetryOptions {
-  /** Retries after the first attempt (network errors, 502, 503, and opted-in 429s). Default 4. */
+  /** Most retries after the first attempt (network errors, 502, 503, and opted-in 429s). Default: no limit but `budgetMs`. */
   retries?: number;
+  /**
+   * No retry starts later than this after the first attempt, so a call gives
+   * up within about this time. Default 30000 ms: longer than a restart of the
+   * service (about 11 s embedded), so reads ride one out.
+   */
+  budgetMs?: number;
   /** First backoff delay; it doubles each time. Default 200 ms. */
   minDelayMs?: number;
   /** Ceiling of a backoff delay. Default 10 s. */
@@ -59,12 +70,14 @@ export interface TransportOptions {
 }
 
 export interface RequestSpec {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "PUT";
   path: string;
   body?: unknown;
   retry: RetryClass;
   /** Public endpoints (`/health`, `/version`) are called without the token. */
   public?: boolean;
+  /** Sent as the `Idempotency-Key` header (the same on every retry): makes the call safe to retry. */
+  idempotencyKey?: string;
 }
 
 export interface Transport {
@@ -72,7 +85,14 @@ export interface Transport {
   readonly baseUrl: string;
 }
 
-const DEFAULTS = { retries: 4, minDelayMs: 200, maxDelayMs: 10_000, on429: false, maxRetryAfterMs: 60_000 };
+const DEFAULTS = {
+  retries: Infinity,
+  budgetMs: 30_000,
+  minDelayMs: 200,
+  maxDelayMs: 10_000,
+  on429: false,
+  maxRetryAfterMs: 60_000,
+};
 
 export function createTransport(options: TransportOptions): Transport {
   const baseUrl = options.baseUrl.replace(/\/+$/, "");
@@ -80,6 +100,7 @@ export function createTransport(options: TransportOptions): Transport {
   async function once<T>(spec: RequestSpec, signal: AbortSignal | undefined): Promise<T> {
     const headers: Record<string, string> = { accept: "application/json" };
     if (!spec.public) headers.authorization = `Bearer ${options.token}`;
+    if (spec.idempotencyKey !== undefined) headers["idempotency-key"] = spec.idempotencyKey;
     let body: string | undefined;
     if (spec.body !== undefined) {
       body = JSON.stringify(spec.body);
@@ -118,14 +139,16 @@ export function createTransport(options: TransportOptions): Transport {
     async request<T>(spec: RequestSpec, call: CallOptions = {}): Promise<T> {
       const retry = { ...DEFAULTS, ...options.retry, ...call.retry };
       const signal = anySignal(options.signal, call.signal);
+      const kind: RetryClass = spec.idempotencyKey !== undefined ? "safe" : spec.retry;
+      const started = Date.now();
       for (let attempt = 1; ; attempt++) {
         signal?.throwIfAborted();
         try {
           return await once<T>(spec, signal);
         } catch (err) {
           if (!(err instanceof PlatformError) || attempt > retry.retries) throw err;
-          const delayMs = retryDelay(spec.retry, err, attempt, retry);
-          if (delayMs === undefined) throw err;
+          const delayMs = retryDelay(kind, err, attempt, retry);
+          if (delayMs === undefined || Date.now() + delayMs - started > retry.budgetMs) throw err;
           retry.onRetry?.({ attempt, delayMs, error: err, method: spec.method, path: spec.path });
           await sleep(delayMs, signal);
         }
@@ -148,6 +171,8 @@ function retryDelay(
     return ms > retry.maxRetryAfterMs ? undefined : ms;
   }
   if (kind !== "safe") return undefined;
+  // The first call with this idempotency key is still running: its answer will be replayed.
+  if (error.code === "idempotency_key_in_use") return Math.min((error.retryAfter ?? 1) * 1000, retry.maxDelayMs);
   if (error.status !== 0 && error.status !== 502 && error.status !== 503) return undefined;
   // A 503 that says when the service will be back is believed (within the cap).
   if (error.retryAfter !== undefined) return Math.min(error.retryAfter * 1000, retry.maxDelayMs);

@@ -11,6 +11,30 @@
 /** Any JSON value: what a queue payload or event data may be. */
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 
+/**
+ * What a value of type `T` must be to travel as JSON: `T` itself when it is
+ * made of strings, numbers, booleans, null, arrays and plain objects
+ * (interfaces included, unlike {@link JsonValue}, whose index signature an
+ * interface does not have), `never` where it holds a function, a symbol, a
+ * bigint or a `Date`-like class instance with methods... so `queues.put<P>`
+ * takes any `P` that `work<P>` will get back.
+ */
+export type JsonCompatible<T> = T extends string | number | boolean | null
+  ? T
+  : T extends bigint | symbol | ((...args: never[]) => unknown)
+    ? never
+    : T extends readonly (infer U)[]
+      ? readonly JsonCompatible<U>[]
+      : T extends object
+        ? {
+            [K in keyof T]: K extends string
+              ? JsonCompatible<T[K]> | (undefined extends T[K] ? undefined : never)
+              : never;
+          }
+        : T extends undefined
+          ? undefined
+          : never;
+
 /** Epoch milliseconds (an integer) or an ISO 8601 date-time ending in `Z`. */
 export type TimeInput = number | string | Date;
 
@@ -211,6 +235,18 @@ export interface PutOptions {
   delaySeconds?: number;
   /** Extension: lifetime in seconds (default and maximum: the app's message lifetime, 4 days). */
   ttlSeconds?: number;
+  /**
+   * Extension: 1 to 128 characters. A put whose `dedupKey` was used on this
+   * queue within the queue's dedup window (default 5 minutes) adds nothing and
+   * answers the first message's id with `deduplicated: true`.
+   */
+  dedupKey?: string;
+  /**
+   * The `Idempotency-Key` header (1 to 255 printable ASCII): a repeat within
+   * 24 h with the same key and body returns the first answer. With one, a put
+   * is retried like a read (see README, "Retries"). Default: none.
+   */
+  idempotencyKey?: string;
 }
 
 export interface PutResponse {
@@ -218,7 +254,61 @@ export interface PutResponse {
   queue: string;
   /** Epoch ms when the message is dropped if nobody has consumed it. */
   expiresAt: number;
+  /** True when a put with the same `dedupKey` came first: nothing was added and `id` is the first message's. */
+  deduplicated?: boolean;
 }
+
+/** One message of a batch put. */
+export interface BatchPutMessage<P = JsonValue> {
+  payload: P;
+  delaySeconds?: number;
+  ttlSeconds?: number;
+  dedupKey?: string;
+}
+
+export interface BatchPutResponse {
+  queue: string;
+  /** One per message sent, in order. */
+  messages: { id: string; expiresAt: number; deduplicated: boolean }[];
+}
+
+export interface ExtendResponse {
+  /** False when the receipt no longer holds the lease (it lapsed, or the message was acked). */
+  extended: boolean;
+  /** Epoch ms of the new lease's end; null when not extended. */
+  leaseExpiresAt: number | null;
+}
+
+export interface NackResponse {
+  /** False when the receipt no longer held the lease. */
+  nacked: boolean;
+}
+
+export interface NackOptions {
+  /** 0 to 43200 s before the message may be delivered again. Default: the queue policy's retry delay and backoff. */
+  delaySeconds?: number;
+}
+
+/** A queue's retry policy, owned by the app (bounded by the operator's limits). */
+export interface QueuePolicy {
+  queue: string;
+  /** Deliveries before a message is dead-lettered or dropped; 0 = unlimited. */
+  maxDeliveries: number;
+  /** Where messages past maxDeliveries go: null the queue's dead-letter list, `_drop` deleted, a name that queue of the app. */
+  deadLetterQueue: string | null;
+  /** Hold before a nacked or lapsed message is delivered again (the first retry). */
+  retryDelaySeconds: number;
+  /** Each further retry's hold is the previous one times this. */
+  retryBackoff: number;
+  maxRetryDelaySeconds: number;
+  /** The lease when a consume names none. */
+  leaseSeconds: number;
+  /** How long a put's `dedupKey` keeps a second message with that key off the queue. */
+  dedupWindowSeconds: number;
+}
+
+/** A change of policy: the fields given replace those fields (`deadLetterQueue: null` sets the list back). */
+export type QueuePolicyChange = Partial<Omit<QueuePolicy, "queue">>;
 
 export interface ConsumeOptions {
   /** Extension: how long to wait for a message, 0 to 25 seconds (default 25). */
@@ -251,13 +341,22 @@ export interface AckResponse {
   acked: boolean;
 }
 
-/** A platform event as delivered on the `_events` queue. */
+/** A platform event as delivered on the `_events` queue (and, with a `cursor`, on the events feed). */
 export interface PlatformEvent<D = JsonValue> {
   /** e.g. `secret.set`. */
   kind: string;
   /** Epoch ms. */
   at: number;
   data: D;
+  /** Where this event sits in the events feed (absent on events taken from the `_events` queue). */
+  cursor?: string;
+}
+
+/** `GET /v1/queues/_events/feed`: the events after a cursor, for every reader alike. */
+export interface EventFeedResponse {
+  events: (PlatformEvent & { cursor: string })[];
+  /** Where to continue from. */
+  cursor: string;
 }
 
 /** Data of the `secret.set` platform event. */

@@ -1,114 +1,332 @@
 /**
  * The consume → work → ack loop (`queues.work`). Each of `concurrency` slots
- * long-polls for one message, runs the handler, and acks only after the
- * handler has succeeded, so a message is never acked while its handler runs.
- * A handler that throws leaves the message unacked: its lease lapses and the
- * service hands it out again (at-least-once). An ack that answers
- * `acked: false` means the lease lapsed before the work finished (the message
- * may be worked twice); it goes to `onLeaseLost`.
+ * long-polls for a message (or, with `batchSize` above 1, one loop takes up
+ * to that many at once for the free slots), runs the handler, and acks only
+ * after the handler has succeeded, so a message is never acked while its
+ * handler runs. While a handler runs, its lease is extended in the
+ * background (a heartbeat), so a slow job is not handed to a second consumer.
+ * A handler that throws gives its message back at once with a nack, so the
+ * queue's retry policy (delay, backoff, max deliveries, dead letters) decides
+ * when it comes back. An ack that answers `acked: false` means the lease
+ * lapsed before the work finished (the message may be worked twice); it goes
+ * to `onLeaseLost`.
  *
  * Stopping (the signal, `stop()`, or the client's close) aborts the waiting
- * consumes at once, starts no new one, waits for the running handlers, and
- * acks what they finished; the acks are sent even though the worker is
- * stopping, because dropping them would make finished work come back.
+ * consumes at once and starts no new one, then lets the running handlers
+ * finish (their own calls are not aborted) and acks what they finished: the
+ * acks are sent even though the worker is stopping, because dropping them
+ * would make finished work come back. A handler still running after the stop
+ * timeout is abandoned: its `context.signal` aborts, its message is not
+ * acked (it comes back after its lease), and `stop()` resolves naming it, so
+ * a handler that never settles cannot keep the shutdown pending forever.
  */
 import { PlatformError } from "./platform-error.ts";
 import { backoff, sleep } from "./transport.ts";
-import type { AckResponse, ConsumeOptions, ConsumeResponse, JsonValue, QueueMessage } from "./types.ts";
+import type {
+  AckResponse,
+  ConsumeOptions,
+  ConsumeResponse,
+  ExtendResponse,
+  JsonValue,
+  NackResponse,
+  QueueMessage,
+} from "./types.ts";
 
 export interface HandlerContext {
-  /** Aborts when the worker stops: a long handler may end early (throwing lets the lease lapse). */
+  /**
+   * Aborts when the handler is abandoned: the worker stopped and the stop
+   * timeout passed while the handler was still running. Pass it to calls the
+   * handler may give up on; its message is not acked and comes back.
+   */
   signal: AbortSignal;
+  /**
+   * Aborts as soon as the worker starts stopping. A handler may use it to
+   * finish early (it is still acked when it returns), or ignore it and run to
+   * its end within the stop timeout.
+   */
+  stopping: AbortSignal;
+  /**
+   * Gives the message back instead of acking it when the handler returns:
+   * now, or after `delaySeconds` (default: the queue policy's retry delay and
+   * backoff). The delivery counts toward the policy's max deliveries.
+   */
+  nack(delaySeconds?: number): void;
+  /** Sets the lease to end `leaseSeconds` from now (the heartbeat does this on its own). False if it lapsed. */
+  extend(leaseSeconds: number): Promise<boolean>;
 }
 
 export type MessageHandler<P = JsonValue> = (message: QueueMessage<P>, context: HandlerContext) => unknown;
 
 export interface LeaseLost<P = JsonValue> {
   message: QueueMessage<P>;
-  /** Always false: the ack came after the lease had lapsed, so the message went back on the queue. */
+  /** Always false: the ack (or a heartbeat) came after the lease had lapsed, so the message went back on the queue. */
   acked: false;
+}
+
+export interface StopOptions {
+  /** How long running handlers may take to finish before they are abandoned. Default: the worker's `stopTimeoutMs`. */
+  timeoutMs?: number;
+}
+
+export interface StopResult<P = JsonValue> {
+  /**
+   * Messages whose handler was still running when the stop timeout passed:
+   * not acked, they come back after their lease (handlers must be idempotent).
+   */
+  abandoned: QueueMessage<P>[];
 }
 
 export interface WorkOptions<P = JsonValue> {
   /** Messages worked at the same time. Default 1. */
   concurrency?: number;
-  /** Lease per message (1 to 43200 s); longer than the longest handler. Default: the app's lease (30 s). */
+  /**
+   * Messages taken per consume call, 1 to 100 (never more than the free
+   * slots). Above 1, one loop fetches for every slot with `{ max }`.
+   * Default 1 (each slot long-polls on its own).
+   */
+  batchSize?: number;
+  /** Lease per message (1 to 43200 s). Default: the queue's policy, else the app's lease (30 s). */
   leaseSeconds?: number;
   /** Long-poll wait per consume (0 to 25 s). Default 25. */
   waitSeconds?: number;
+  /**
+   * Extend the lease while the handler runs (every third of the lease, by
+   * the lease's length), so a handler may outlive `leaseSeconds` without its
+   * message being handed out again. Default true.
+   */
+  heartbeat?: boolean;
+  /**
+   * When a handler throws, give the message back at once (`nack`), so the
+   * queue policy's retry delay and backoff apply, instead of waiting for the
+   * lease to lapse. Default true.
+   */
+  nackOnError?: boolean;
+  /** How long `stop()` waits for running handlers before abandoning them. Default 30000 ms. */
+  stopTimeoutMs?: number;
   /** Stops the worker gracefully when aborted. */
   signal?: AbortSignal;
-  /** A handler outlived its lease: the late ack answered `acked: false`. */
+  /** A handler outlived its lease: the late ack (or a heartbeat) found it lapsed. */
   onLeaseLost?: (info: LeaseLost<P>) => void;
   /**
-   * A handler threw (the message will come back after its lease), an ack
-   * failed, or consuming failed for a while (the worker keeps trying).
-   * Default: `console.error`.
+   * A handler threw (its message was nacked, or comes back after its lease),
+   * an ack failed, a handler was abandoned at stop, or consuming failed for a
+   * while (the worker keeps trying). Default: `console.error`.
    */
   onError?: (error: unknown, message?: QueueMessage<P>) => void;
 }
 
-export interface Worker {
+export interface Worker<P = JsonValue> {
   /**
    * Settles when the worker has stopped and every running handler has
-   * finished and been acked; rejects when the worker cannot go on (bad queue
-   * name, token refused).
+   * finished and been acked (or was abandoned at the stop timeout); rejects
+   * when the worker cannot go on (bad queue name, token refused).
    */
-  readonly done: Promise<void>;
+  readonly done: Promise<StopResult<P>>;
   /** Stops gracefully; resolves like `done`. */
-  stop(): Promise<void>;
+  stop(options?: StopOptions): Promise<StopResult<P>>;
   /** Handlers running right now. */
   readonly running: number;
 }
 
 export interface WorkerDeps {
   consume(queue: string, options: ConsumeOptions, signal: AbortSignal): Promise<ConsumeResponse>;
+  /** Batch consume (`{ max }`); returns the leased messages (maybe none after the wait). */
+  consumeMany(queue: string, options: ConsumeOptions, max: number, signal: AbortSignal): Promise<QueueMessage[]>;
   /** Must not be tied to the worker's signal: finished work is acked while stopping. */
   ack(receipt: string): Promise<AckResponse>;
-  /** The client's own signal (close / abort). */
-  clientSignal: AbortSignal;
+  extend(receipt: string, leaseSeconds: number): Promise<ExtendResponse>;
+  nack(receipt: string, delaySeconds?: number): Promise<NackResponse>;
+  /** Aborts when the client starts closing: the worker then stops (the client waits for it with its own timeout). */
+  closing: AbortSignal;
 }
+
+/** The longest lease the service grants. */
+const MAX_LEASE_SECONDS = 43_200;
 
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
+
+/**
+ * A server without lease extension or nack (older than those endpoints)
+ * answers 404, or 400 because it reads `_extend`/`_nack` as a put on a queue of that name:
+ * the worker then stops using that feature and falls back to lease lapse.
+ */
+export function isUnsupported(err: unknown): boolean {
+  return (
+    err instanceof PlatformError &&
+    (err.status === 404 || err.status === 405 || (err.status === 400 && /^(queue|payload):/.test(err.message)))
+  );
+}
 
 export function startWorker<P = JsonValue>(
   deps: WorkerDeps,
   queue: string,
   handler: MessageHandler<P>,
   options: WorkOptions<P> = {},
-): Worker {
+): Worker<P> {
   const concurrency = options.concurrency ?? 1;
   if (!Number.isInteger(concurrency) || concurrency < 1)
     throw new RangeError("work: concurrency must be an integer of at least 1");
+  const batchSize = options.batchSize ?? 1;
+  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 100)
+    throw new RangeError("work: batchSize must be an integer from 1 to 100");
+  const stopTimeoutMs = options.stopTimeoutMs ?? 30_000;
+  const useHeartbeat = options.heartbeat ?? true;
+  const useNack = options.nackOnError ?? true;
+
   const stopper = new AbortController();
   const stopSignal = stopper.signal;
-  const stop = () => stopper.abort(new DOMException("the worker is stopping", "AbortError"));
-  for (const s of [options.signal, deps.clientSignal]) {
+  let deadline: number | undefined;
+  const stop = (timeoutMs = stopTimeoutMs) => {
+    deadline = Math.min(deadline ?? Infinity, Date.now() + Math.max(0, timeoutMs));
+    if (!stopSignal.aborted) stopper.abort(new DOMException("the worker is stopping", "AbortError"));
+    armDeadline();
+  };
+  for (const s of [options.signal, deps.closing]) {
     if (!s) continue;
     if (s.aborted) stop();
-    else s.addEventListener("abort", stop, { once: true });
+    else s.addEventListener("abort", () => stop(), { once: true });
   }
   const onError = options.onError ?? ((error: unknown) => console.error(`queue worker ${queue}:`, error));
+  const report = (error: unknown, message?: QueueMessage<P>) => {
+    try {
+      onError(error, message);
+    } catch {
+      // A failing callback must not break the loop.
+    }
+  };
   const consumeOptions: ConsumeOptions = { waitSeconds: options.waitSeconds, leaseSeconds: options.leaseSeconds };
-  let running = 0;
+  let heartbeatSupported = useHeartbeat;
+  let nackSupported = useNack;
+
+  /** Messages whose lapsed lease a heartbeat already reported (until their handler ends). */
+  const leaseLost = new WeakSet<QueueMessage<P>>();
+  /** Handlers running now, with the controller that abandons each. */
+  const active = new Map<QueueMessage<P>, AbortController>();
+  const abandoned: QueueMessage<P>[] = [];
+  const idle = new Set<() => void>();
+  const changed = () => {
+    for (const w of [...idle]) w();
+  };
+
+  let deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  function armDeadline(): void {
+    if (deadline === undefined) return;
+    if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
+    deadlineTimer = setTimeout(abandonAll, Math.max(0, deadline - Date.now()));
+  }
+  function abandonAll(): void {
+    deadlineTimer = undefined;
+    for (const [message, controller] of active) {
+      abandoned.push(message);
+      active.delete(message);
+      controller.abort(new DOMException("the worker stopped and this handler outlived the stop timeout", "AbortError"));
+      report(
+        new Error(`handler of message ${message.id} abandoned at stop (still running after the stop timeout)`),
+        message,
+      );
+    }
+    changed();
+  }
+
+  /** Extends the lease every third of its length while the handler runs. */
+  function heartbeat(message: QueueMessage<P>, until: AbortSignal): void {
+    if (!heartbeatSupported) return;
+    // Without leaseSeconds, the lease is the queue policy's: read off the message, whose
+    // leaseExpiresAt is the server's clock, so the beat also comes at least every 10 s in case
+    // this machine's clock is behind the server's.
+    const leaseMs = Math.max(1000, message.leaseExpiresAt - Date.now());
+    const leaseSeconds = options.leaseSeconds ?? Math.min(MAX_LEASE_SECONDS, Math.max(1, Math.round(leaseMs / 1000)));
+    const intervalMs = Math.max(250, Math.floor((leaseSeconds * 1000) / 3));
+    const firstMs = options.leaseSeconds === undefined ? Math.min(intervalMs, 10_000) : intervalMs;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const beat = async () => {
+      timer = undefined;
+      if (until.aborted || !heartbeatSupported) return;
+      try {
+        const { extended } = await deps.extend(message.receipt, leaseSeconds);
+        if (until.aborted) return;
+        if (!extended) {
+          leaseLost.add(message);
+          options.onLeaseLost?.({ message, acked: false });
+          return;
+        }
+      } catch (err) {
+        if (until.aborted) return;
+        if (isUnsupported(err)) {
+          heartbeatSupported = false;
+          return;
+        }
+        // A failed beat (network, 503) is tried again at the next interval.
+        report(err, message);
+      }
+      timer = setTimeout(() => void beat(), intervalMs);
+    };
+    timer = setTimeout(() => void beat(), firstMs);
+    until.addEventListener("abort", () => timer !== undefined && clearTimeout(timer), { once: true });
+  }
 
   async function handle(message: QueueMessage<P>): Promise<void> {
-    running++;
+    const abandon = new AbortController();
+    const finished = new AbortController();
+    active.set(message, abandon);
+    heartbeat(message, AbortSignal.any([finished.signal, abandon.signal]));
+    const givenUp = new Promise<"abandoned">((resolve) =>
+      abandon.signal.addEventListener("abort", () => resolve("abandoned"), { once: true }),
+    );
+    let giveBack: { delaySeconds?: number } | undefined;
+    const context: HandlerContext = {
+      signal: abandon.signal,
+      stopping: stopSignal,
+      nack(delaySeconds) {
+        giveBack = { delaySeconds };
+      },
+      async extend(leaseSeconds) {
+        return (await deps.extend(message.receipt, leaseSeconds)).extended;
+      },
+    };
+    const outcome = await Promise.race([
+      (async () => handler(message, context))().then(
+        () => ({ ok: true as const }),
+        (error: unknown) => ({ ok: false as const, error }),
+      ),
+      givenUp,
+    ]);
+    finished.abort();
+    // Abandoned at the stop timeout: the shutdown goes on without it; it comes back after its lease.
+    if (outcome === "abandoned" || !active.delete(message)) return;
     try {
-      await handler(message, { signal: stopSignal });
-    } catch (err) {
-      // Not acked: the lease lapses and the message comes back.
-      onError(err, message);
-      return;
+      if (!outcome.ok || giveBack) {
+        if (!outcome.ok) report(outcome.error, message);
+        if (giveBack || nackSupported) {
+          try {
+            await deps.nack(message.receipt, giveBack?.delaySeconds);
+          } catch (err) {
+            if (isUnsupported(err)) nackSupported = false;
+            else report(err, message); // not nacked: it comes back after its lease
+          }
+        }
+        return;
+      }
+      try {
+        const { acked } = await deps.ack(message.receipt);
+        // Told once: a heartbeat may already have found the lease lapsed.
+        if (!acked && !leaseLost.has(message)) options.onLeaseLost?.({ message, acked: false });
+      } catch (err) {
+        report(err, message);
+      }
     } finally {
-      running--;
+      changed();
     }
+  }
+
+  /** Waits (after a consume failed) with backoff; false when stopping. */
+  async function pause(failures: number): Promise<boolean> {
     try {
-      const { acked } = await deps.ack(message.receipt);
-      if (!acked) options.onLeaseLost?.({ message, acked: false });
-    } catch (err) {
-      onError(err, message);
+      await sleep(backoff(failures, 500, 30_000), stopSignal);
+      return true;
+    } catch {
+      return false;
     }
   }
 
@@ -122,42 +340,88 @@ export function startWorker<P = JsonValue>(
       } catch (err) {
         if (stopSignal.aborted) return;
         if (err instanceof PlatformError && FATAL.has(err.code)) throw err;
-        onError(err);
-        try {
-          await sleep(backoff(++failures, 500, 30_000), stopSignal);
-        } catch {
-          return;
-        }
+        report(err);
+        if (!(await pause(++failures))) return;
         continue;
       }
       if (message) await handle(message);
     }
   }
 
-  const slots = Array.from({ length: concurrency }, () =>
-    slot().catch((err: unknown) => {
-      // One slot cannot go on, so none can: stop the others gracefully, then fail.
-      stop();
-      throw err;
-    }),
-  );
-  const done = Promise.allSettled(slots).then((results) => {
+  /** Resolves when a slot is free (or at once when stopping). */
+  function freeSlot(): Promise<void> {
+    return new Promise((resolve) => {
+      const check = () => {
+        if (active.size >= concurrency && !stopSignal.aborted) return;
+        idle.delete(check);
+        stopSignal.removeEventListener("abort", check);
+        resolve();
+      };
+      idle.add(check);
+      stopSignal.addEventListener("abort", check, { once: true });
+      check();
+    });
+  }
+
+  /** With batchSize > 1: one loop takes up to min(batchSize, free slots) messages per consume. */
+  async function fetcher(): Promise<void> {
+    let failures = 0;
+    const running = new Set<Promise<void>>();
+    try {
+      while (!stopSignal.aborted) {
+        await freeSlot();
+        if (stopSignal.aborted) break;
+        const max = Math.min(batchSize, concurrency - active.size);
+        let messages: QueueMessage<P>[];
+        try {
+          messages = (await deps.consumeMany(queue, consumeOptions, max, stopSignal)) as QueueMessage<P>[];
+          failures = 0;
+        } catch (err) {
+          if (stopSignal.aborted) break;
+          if (err instanceof PlatformError && FATAL.has(err.code)) throw err;
+          report(err);
+          if (!(await pause(++failures))) break;
+          continue;
+        }
+        for (const m of messages) {
+          const p = handle(m).finally(() => running.delete(p));
+          running.add(p);
+        }
+      }
+    } finally {
+      await Promise.all(running);
+    }
+  }
+
+  const loops = batchSize > 1 ? [fetcher()] : Array.from({ length: concurrency }, () => slot());
+  const done = Promise.allSettled(
+    loops.map((l) =>
+      l.catch((err: unknown) => {
+        // One loop cannot go on, so none can: stop the others gracefully, then fail.
+        stop();
+        throw err;
+      }),
+    ),
+  ).then((results) => {
+    // Every loop has ended, so every handler finished (and was acked) or was abandoned.
+    if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) {
-      onError(failed.reason);
+      report(failed.reason);
       throw failed.reason;
     }
+    return { abandoned: [...abandoned] };
   });
   // `done` is also reported through onError, so an app that never awaits it does not crash on it.
   done.catch(() => {});
   return {
     done,
-    stop() {
-      stop();
+    stop(o: StopOptions = {}) {
+      stop(o.timeoutMs);
       return done;
     },
     get running() {
-      return running;
+      return active.size;
     },
   };
 }

@@ -118,16 +118,18 @@ describe("analytics.track", () => {
     expect(drops).toEqual([{ reason: "closed", events: [{ type: "click", at: expect.any(Number) }] }]);
   });
 
-  it("reports the batches the daily cap refused to onDrop, keeps sending what fits", async () => {
+  it("fills the daily cap exactly from the last answer's remainingToday, and sends nothing past it", async () => {
     const a = await t.createApp();
     await t.admin.updateApp({ appId: a.id, limits: { eventsPerDay: 5 } });
     const setup = createClient({ baseUrl: t.url, token: a.token });
     await setup.analytics.registerType({ name: "click", properties: { button: "string" } });
     const drops: DropInfo[] = [];
     const sent: SentInfo[] = [];
+    const sizes: number[] = [];
     const c = createClient({
       baseUrl: t.url,
       token: a.token,
+      fetch: recordingFetch(sizes),
       analytics: {
         batchSize: 3,
         flushIntervalMs: 3_600_000,
@@ -135,21 +137,19 @@ describe("analytics.track", () => {
         onSent: (s) => sent.push(s),
       },
     });
-    for (let i = 1; i <= 6; i++) c.analytics.track("click", { button: `b${i}` });
-    c.analytics.track("click", { button: "b7" });
-    c.analytics.track("click", { button: "b8" });
+    for (let i = 1; i <= 8; i++) c.analytics.track("click", { button: `b${i}` });
     const result = await c.analytics.flush();
-    // 3 fit (2 left), the next 3 do not (a refused batch spends nothing), the last 2 fit exactly.
+    // 3 fit (2 left); of the next 3 the 2 left are sent; the last batch is not sent at all.
+    expect(sizes).toEqual([3, 2]);
     expect(sent.map((s) => [s.events, s.remainingToday])).toEqual([
       [3, 2],
       [2, 0],
     ]);
-    expect(drops).toHaveLength(1);
-    expect(drops[0].reason).toBe("daily_cap");
-    expect(drops[0].events.map((e) => e.properties?.button)).toEqual(["b4", "b5", "b6"]);
-    expect(drops[0].error).toMatchObject({ status: 429, code: "quota_exceeded" });
-    expect((drops[0].error as { retryAfter: number }).retryAfter).toBeGreaterThan(0);
-    expect(result.dropped).toBe(3);
+    expect(drops.map((d) => [d.reason, d.events.map((e) => e.properties?.button)])).toEqual([
+      ["daily_cap", ["b6"]],
+      ["daily_cap", ["b7", "b8"]],
+    ]);
+    expect(result).toEqual({ recorded: 5, dropped: 3 });
     expect(await total(a.token)).toBe(5);
     await c.close();
   });

@@ -206,6 +206,8 @@ describe("queues.work", () => {
       },
       {
         leaseSeconds: 1,
+        // Without the heartbeat, which would keep the lease while the handler runs.
+        heartbeat: false,
         onLeaseLost: (info) => {
           reports.push(info);
           lost.open();

@@ -11,7 +11,7 @@ import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
 import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
 import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
-import { queueHousekeeping } from "./queue-sweeper.ts";
+import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
@@ -42,12 +42,14 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
+  const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
     apps: deps.apps,
     hub,
     logger,
     metrics,
+    deadLetters,
     shutdownSignal: deps.shutdownSignal,
   });
 
@@ -77,7 +79,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     operator: {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
-      deadLetters: createDeadLetterOperator(store, hub),
+      deadLetters,
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },
     housekeeping: () => [...housekeeping, feed.housekeeping()],

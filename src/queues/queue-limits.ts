@@ -42,3 +42,5 @@ export const MAX_BATCH_MESSAGES = 1_000;
 export const MAX_STREAM_WINDOW = 1_000;
 /** Most messages one claim of a stream takes (and one stream response carries). */
 export const STREAM_CLAIM_BATCH = 256;
+/** Most messages one consume with `max` leases. */
+export const MAX_CONSUME_MESSAGES = 100;

@@ -55,8 +55,14 @@ export type QueueTables = {
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";
 
-/** A waiting message is one not leased: never delivered, or its lease has lapsed. */
-const WAITING = sql`(deliveries = 0 OR visible_at <= now()) AND expires_at > now()`;
+/**
+ * A message is leased while `lease_until` is ahead (and it is not visible: a
+ * lease is always followed by its retry hold, `visible_at` >= `lease_until`).
+ * A waiting message is one not leased: never delivered, nacked, or its lease
+ * has lapsed (perhaps still held back by a retry delay, as a delayed put is).
+ */
+const LEASED = sql`(lease_until > now() AND visible_at > now())`;
+const WAITING = sql`NOT coalesce(${LEASED}, false) AND expires_at > now()`;
 
 /** Most messages one claim moves to the dead letters (more wait for the next claim). */
 const BURY_BATCH = 256;
@@ -106,7 +112,47 @@ export interface PutItem {
   ttlSeconds: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
   notify: string | undefined;
+  /** `putAll` only: a put of this key within the dedup window adds nothing (the first one's message answers). */
+  dedupKey?: string;
 }
+
+/** One answer of `putAll`: the message put, or the first of its dedup key. */
+export interface PutAllMessage {
+  id: string;
+  expiresAt: Date;
+  deduplicated: boolean;
+}
+
+/** A queue policy as stored: null is "the default". */
+export interface StoredPolicy {
+  maxDeliveries: number | null;
+  deadLetterQueue: string | null;
+  retryDelaySeconds: number | null;
+  retryBackoff: number | null;
+  maxRetryDelaySeconds: number | null;
+  leaseSeconds: number | null;
+  dedupWindowSeconds: number | null;
+}
+
+interface PolicyRow {
+  max_deliveries: number | null;
+  dead_letter_queue: string | null;
+  retry_delay_seconds: number | null;
+  retry_backoff: number | null;
+  max_retry_delay_seconds: number | null;
+  lease_seconds: number | null;
+  dedup_window_seconds: number | null;
+}
+
+const policyOf = (r: PolicyRow): StoredPolicy => ({
+  maxDeliveries: r.max_deliveries,
+  deadLetterQueue: r.dead_letter_queue,
+  retryDelaySeconds: r.retry_delay_seconds,
+  retryBackoff: r.retry_backoff == null ? null : Number(r.retry_backoff),
+  maxRetryDelaySeconds: r.max_retry_delay_seconds,
+  leaseSeconds: r.lease_seconds,
+  dedupWindowSeconds: r.dedup_window_seconds,
+});
 
 export interface PeekedMessage {
   id: string;
@@ -118,12 +164,42 @@ export interface PeekedMessage {
   deliveries: number;
 }
 
-/** The dead-letter rule of a claim: a lapsed message with `maxDeliveries` deliveries dies instead of being leased. */
-export interface DeadLetterRule {
-  /** At least 1 (0, unlimited, claims without the rule). */
+/** `ClaimRule.deadLetterQueue` for "dead messages are deleted". A reserved name: no queue of an app can have it. */
+export const DROP_DEAD_LETTERS = "_drop";
+
+/** The queue policy as a claim applies it (see `queue-policy.ts`). */
+export interface ClaimRule {
+  /** A lapsed message with this many deliveries dies instead of being leased; 0 is unlimited. */
   maxDeliveries: number;
-  /** A dead letter is kept this long from its death. */
+  /** Where the dead go: null, the queue's dead-letter list; `DROP_DEAD_LETTERS`; or a queue of the app. */
+  deadLetterQueue: string | null;
+  /** The NOTIFY payload for a put on `deadLetterQueue` (a queue), to wake its consumers. */
+  deadLetterNotify?: string;
+  /** A dead letter (or a message moved to the dead-letter queue) is kept this long. */
   ttlSeconds: number;
+  /** After the n-th delivery lapses, the message is held back `min(maxDelay, delay * backoff^(n-1))` seconds. */
+  retry: { delaySeconds: number; backoff: number; maxDelaySeconds: number };
+}
+
+/** No dead letters, no retry hold: SPEC.md's plain claim. */
+export const PLAIN_CLAIM: ClaimRule = {
+  maxDeliveries: 0,
+  deadLetterQueue: null,
+  ttlSeconds: 0,
+  retry: { delaySeconds: 0, backoff: 1, maxDelaySeconds: 0 },
+};
+
+/** One row of the claim statement: a leased message, or (id null) the line's next visibility. */
+interface ClaimRow {
+  id: string | null;
+  payload: string | null;
+  enqueued_at: Date | string | null;
+  expires_at: Date | string | null;
+  lease_until: Date | string | null;
+  deliveries: number | null;
+  was_visible_at: Date | string | null;
+  next_visible_at: Date | string | null;
+  buried: number | null;
 }
 
 export interface DeadLetter {
@@ -143,7 +219,6 @@ export interface DeadLetter {
 export type DeadLetterSelection = { all: true } | { ids: string[] };
 
 export interface QueueStore {
-  put(input: PutInput): Promise<PutResult>;
   /**
    * The same put, serialised with every other `putSerialized` on the queue by
    * a transaction-scoped advisory lock, so that near the depth cap concurrent
@@ -168,7 +243,14 @@ export interface QueueStore {
     queue: string,
     maxDepth: number,
     items: PutItem[],
-  ): Promise<{ inserted: true; messages: { id: string; expiresAt: Date }[] } | { inserted: false; depth: number }>;
+    dedupWindowSeconds?: number,
+  ): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
+  /** A queue's policy as stored, or undefined when its app set none. */
+  getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
+  /** Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue. */
+  updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
+  /** Deletes up to `limit` dedup keys past their window; how many. */
+  expireDedupKeys(limit: number): Promise<number>;
   /**
    * Undoes leases that were taken but never handed to a consumer (a stream
    * ended between its claim and its send): each message goes back to its
@@ -180,8 +262,6 @@ export interface QueueStore {
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
   ): Promise<{ id: string; expiresAt: Date; dropped: number }>;
-  /** Leases the first visible message; when there is none, says when the next one becomes visible (null: none waits). */
-  claim(appId: string, queue: string, leaseSeconds: number, deadLetters?: DeadLetterRule): Promise<ClaimResult>;
   /**
    * Leases up to `n` visible messages in one statement, oldest first. When it
    * got fewer than `n`, also says when the next message not taken becomes
@@ -192,9 +272,27 @@ export interface QueueStore {
     queue: string,
     leaseSeconds: number,
     n: number,
-    deadLetters?: DeadLetterRule,
+    rule?: ClaimRule,
   ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number }>;
-  ack(appId: string, id: string, deliveries: number): Promise<boolean>;
+  /**
+   * Sets the lease of a receipt that still holds it to end `leaseSeconds`
+   * from now, keeping its retry hold after it; the new end, or null when the
+   * lease had lapsed or the message is gone.
+   */
+  extend(appId: string, id: string, deliveries: number, leaseSeconds: number): Promise<Date | null>;
+  /**
+   * Ends the lease of a receipt that still holds it: the message waits again,
+   * visible after `delaySeconds`, or (undefined) after the retry hold of its
+   * queue's policy for its delivery count (`defaults` where the policy sets
+   * none). The message's queue when the lease was current, else undefined.
+   */
+  nack(
+    appId: string,
+    id: string,
+    deliveries: number,
+    delaySeconds: number | undefined,
+    defaults: ClaimRule["retry"],
+  ): Promise<string | undefined>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
@@ -246,7 +344,7 @@ export type ClaimResult = { message: StoredMessage } | { message?: undefined; ne
 /** The rows of a claim statement: the leased messages in line order, and the next visibility when fewer were taken. */
 function claimedRows(
   queue: string,
-  rows: Row[],
+  rows: ClaimRow[],
 ): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
   const messages: (StoredMessage & { was: number })[] = [];
   let nextVisibleAt: Date | null = null;
@@ -258,12 +356,12 @@ function claimedRows(
       continue;
     }
     messages.push({
-      id: row.id as string,
+      id: row.id,
       queue,
-      payload: row.payload as string,
+      payload: row.payload!,
       enqueuedAt: toDate(row.enqueued_at),
       expiresAt: toDate(row.expires_at),
-      leaseExpiresAt: toDate(row.visible_at),
+      leaseExpiresAt: toDate(row.lease_until),
       deliveries: Number(row.deliveries),
       was: toDate(row.was_visible_at).getTime(),
     });
@@ -314,57 +412,83 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   }
 
   /**
-   * The claim under the dead-letter rule, still one statement: `dead` takes,
-   * among the head of the line (the next `n + BURY_BATCH` visible messages,
-   * so that a long line costs no longer scan), the lapsed messages that had
-   * their last delivery (`deliveries >= maxDeliveries`), moves them to
-   * `queue_dead_letters` (delete and insert in one statement, so a message is
-   * in exactly one of the two tables), and `next` leases only messages below
-   * the limit (one beyond the head is never leased either: it is buried once
-   * it reaches the head). Both lock with `SKIP LOCKED`,
-   * so racing claims never take one message twice, and a lease is checked
-   * against the row's latest version when locked: a message leased for its
-   * last time is never leased again, by anyone. `buried` counts the moved.
-   * The `= ANY` conditions let the DELETE and UPDATE find their rows through
-   * the primary key, as in `claimMany`.
+   * The claim, one statement built here once: `next` takes up to `n` visible
+   * messages of the line (`SKIP LOCKED`, so racing claims never take one
+   * message twice) and `claimed` leases them: `lease_until` is the lease's
+   * end, `visible_at` that plus the retry hold of the rule (the message comes
+   * back that long after a lapse), and the delivery is counted.
+   * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
+   * (an inlined or semi-joined subquery may be re-run by the planner).
+   * `m.id = ANY (...)` lets the UPDATE find its rows through the primary key:
+   * with the join alone the planner hashes `next` against a scan of the whole
+   * table, whose cost grows with the messages in flight. When fewer than `n`
+   * are claimed, the same round trip tells when the line's next message
+   * (other than those just taken) becomes visible, so a waiting consume can
+   * set a timer instead of polling.
+   *
+   * Under a dead-letter rule (`maxDeliveries` > 0), `dead` also takes, among
+   * the head of the line (the next `n + BURY_BATCH` visible messages, so that
+   * a long line costs no longer scan), the messages that had their last
+   * delivery and deletes them (`gone`); `moved` puts them in the queue's
+   * dead-letter list, on the policy's dead-letter queue, or nowhere (drop),
+   * all in the same statement, so a message is in exactly one place. `next`
+   * then leases only messages below the limit (one beyond the head is buried
+   * once it reaches the head). A lease is checked against the row's latest
+   * version when locked: a message leased for its last time is never leased
+   * again, by anyone. `buried` counts the moved.
    */
-  async function claimManyBurying(appId: string, queue: string, leaseSeconds: number, n: number, rule: DeadLetterRule) {
-    const { rows } = await sql<Row>`${PREPARED}
-      WITH head AS MATERIALIZED (
-        SELECT id, deliveries FROM queue_messages
-        WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
-        ORDER BY visible_at
-        LIMIT ${n + BURY_BATCH}
-      ), dead AS MATERIALIZED (
-        SELECT m.id FROM queue_messages m
-        WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${rule.maxDeliveries})
-          AND m.deliveries >= ${rule.maxDeliveries} AND m.visible_at <= now()
-        FOR UPDATE SKIP LOCKED
-      ), gone AS (
-        DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
-        RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
-      ), moved AS (
-        INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
-        SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
-        FROM gone
-        RETURNING 1
-      ), next AS MATERIALIZED (
+  async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
+    const max = rule.maxDeliveries;
+    const lease = sql`make_interval(secs => ${leaseSeconds})`;
+    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
+    const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
+    const target = rule.deadLetterQueue;
+    const moved =
+      target === null
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
+              FROM gone RETURNING 1`
+        : target === DROP_DEAD_LETTERS
+          ? sql`SELECT 1 FROM gone`
+          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
+                FROM gone RETURNING 1`;
+    const notifyMoved =
+      typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
+        ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
+        : sql`NULL`;
+    const bury =
+      max > 0
+        ? sql`head AS MATERIALIZED (
+              SELECT id, deliveries FROM queue_messages WHERE ${lineHead}
+              ORDER BY visible_at
+              LIMIT ${n + BURY_BATCH}
+            ), dead AS MATERIALIZED (
+              SELECT m.id FROM queue_messages m
+              WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${max})
+                AND m.deliveries >= ${max} AND m.visible_at <= now()
+              FOR UPDATE SKIP LOCKED
+            ), gone AS (
+              DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
+            ), moved AS (${moved}),
+            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
+        : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
+    const { rows } = await sql<ClaimRow>`${PREPARED}
+      WITH ${bury} next AS MATERIALIZED (
         SELECT id, visible_at FROM queue_messages
-        WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
-          AND deliveries < ${rule.maxDeliveries}
+        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
         ORDER BY visible_at
         LIMIT ${n}
         FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE queue_messages m
-        SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
+        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
         FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
-      ), buried AS (
-        SELECT count(*)::int AS n FROM moved
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, next.visible_at AS was_visible_at
       )
-      SELECT id, payload, enqueued_at, expires_at, visible_at, deliveries, was_visible_at, NULL::timestamptz AS next_visible_at,
-             (SELECT n FROM buried) AS buried
+      SELECT id, payload, enqueued_at, expires_at, lease_until, deliveries, was_visible_at,
+             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
       FROM claimed
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
@@ -389,8 +513,6 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   }
 
   const store: QueueStore = {
-    put: (input) => put(input, db),
-
     putSerialized(input) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(
@@ -441,51 +563,136 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       });
     },
 
-    putAll(appId, queue, maxDepth, items) {
+    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
-        // One statement after the lock (its snapshot sees every put that held
-        // the lock before): count, and insert all only if they fit.
-        const ids = items.map(() => crypto.randomUUID());
-        // One notification per distinct payload with its count, counted here:
-        // a batch mostly repeats one payload, not worth sending per message.
-        const notes = new Map<string, number>();
-        for (const i of items) if (i.notify !== undefined) notes.set(i.notify, (notes.get(i.notify) ?? 0) + 1);
-        const { rows } = await sql<Row>`${PREPARED}
-          WITH depth AS (
-            SELECT count(*)::int AS n FROM (
-              SELECT 1 FROM queue_messages
-              WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
-              LIMIT ${maxDepth}
-            ) w
-          ), src AS (
-            SELECT k.id, k.payload, k.delay, k.ttl
-            FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
-                        ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[]) AS k (id, payload, delay, ttl), depth
-            WHERE depth.n + ${items.length}::int <= ${maxDepth}::int
-          ), ins AS (
-            INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-            SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
-            FROM src
-            RETURNING id, expires_at
-          ), notified AS (
-            SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
-            FROM unnest(${[...notes.keys()]}::text[], ${[...notes.values()]}::int[]) AS n (notify, count)
-            WHERE EXISTS (SELECT 1 FROM ins)
-          )
-          SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
-          FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
-        if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
-        const expiry = new Map(rows.map((r) => [r.id as string, toDate(r.expires_at)]));
-        return { inserted: true as const, messages: ids.map((id) => ({ id, expiresAt: expiry.get(id)! })) };
+        // Dedup keys are read and written only by puts holding the lock, so
+        // what is read here stays true until the commit.
+        const keys = [...new Set(items.flatMap((i) => (i.dedupKey === undefined ? [] : [i.dedupKey])))];
+        const firsts = new Map<string, { id: string; expiresAt: Date; deduplicated: boolean }>();
+        if (keys.length > 0) {
+          const { rows } = await sql<{ dedup_key: string; message_id: string; message_expires_at: Date | string }>`
+            SELECT dedup_key, message_id, message_expires_at FROM queue_dedup
+            WHERE app_id = ${appId} AND queue = ${queue} AND dedup_key = ANY (${keys}::text[]) AND until > now()`.execute(
+            trx,
+          );
+          for (const r of rows)
+            firsts.set(r.dedup_key, { id: r.message_id, expiresAt: toDate(r.message_expires_at), deduplicated: true });
+        }
+        // Which items add a message: those without a key, and the first of each key not seen in the window.
+        const fresh: { item: PutItem; id: string }[] = [];
+        const answers = items.map((item): string | { id: string } => {
+          if (item.dedupKey !== undefined && firsts.has(item.dedupKey)) return item.dedupKey;
+          const id = crypto.randomUUID();
+          fresh.push({ item, id });
+          if (item.dedupKey !== undefined)
+            firsts.set(item.dedupKey, { id, expiresAt: new Date(0), deduplicated: true });
+          return { id };
+        });
+        const inserted = new Map<string, Date>();
+        if (fresh.length > 0) {
+          // One notification per distinct payload with its count, counted here:
+          // a batch mostly repeats one payload, not worth sending per message.
+          const notes = new Map<string, number>();
+          for (const { item } of fresh)
+            if (item.notify !== undefined) notes.set(item.notify, (notes.get(item.notify) ?? 0) + 1);
+          // One statement after the lock (its snapshot sees every put that held
+          // the lock before): count, and insert all only if they fit.
+          const { rows } = await sql<{ n: number; id: string | null; expires_at: Date | string | null }>`${PREPARED}
+            WITH depth AS (
+              SELECT count(*)::int AS n FROM (
+                SELECT 1 FROM queue_messages
+                WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
+                LIMIT ${maxDepth}
+              ) w
+            ), src AS (
+              SELECT k.id, k.payload, k.delay, k.ttl
+              FROM unnest(${fresh.map((f) => f.id)}::uuid[], ${fresh.map((f) => f.item.payload)}::text[],
+                          ${fresh.map((f) => f.item.delaySeconds)}::int[], ${fresh.map((f) => f.item.ttlSeconds)}::int[]) AS k (id, payload, delay, ttl), depth
+              WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
+            ), ins AS (
+              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
+              SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
+              FROM src
+              RETURNING id, expires_at
+            ), notified AS (
+              SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
+              FROM unnest(${[...notes.keys()]}::text[], ${[...notes.values()]}::int[]) AS n (notify, count)
+              WHERE EXISTS (SELECT 1 FROM ins)
+            )
+            SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
+            FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
+          if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
+          for (const r of rows) inserted.set(r.id!, toDate(r.expires_at));
+          const keyed = fresh.filter((f) => f.item.dedupKey !== undefined);
+          if (keyed.length > 0) {
+            // A key past its window is taken over; one within it was read above, so none conflicts here otherwise.
+            await sql`
+              INSERT INTO queue_dedup (app_id, queue, dedup_key, message_id, message_expires_at, until)
+              SELECT ${appId}, ${queue}, k.key, k.id, k.expires_at, now() + make_interval(secs => ${dedupWindowSeconds})
+              FROM unnest(${keyed.map((f) => f.item.dedupKey!)}::text[], ${keyed.map((f) => f.id)}::uuid[],
+                          ${keyed.map((f) => inserted.get(f.id)!.toISOString())}::timestamptz[]) AS k (key, id, expires_at)
+              ON CONFLICT (app_id, queue, dedup_key) DO UPDATE
+              SET message_id = excluded.message_id, message_expires_at = excluded.message_expires_at, until = excluded.until`.execute(
+              trx,
+            );
+          }
+        }
+        const messages = answers.map((a): PutAllMessage => {
+          if (typeof a === "string") {
+            const first = firsts.get(a)!;
+            const expiresAt = inserted.get(first.id) ?? first.expiresAt;
+            return { id: first.id, expiresAt, deduplicated: true };
+          }
+          return { id: a.id, expiresAt: inserted.get(a.id)!, deduplicated: false };
+        });
+        return { inserted: true as const, messages };
       });
+    },
+
+    async getPolicy(appId, queue) {
+      const { rows } = await sql<PolicyRow>`${PREPARED}
+        SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
+               lease_seconds, dedup_window_seconds
+        FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
+      return rows[0] ? policyOf(rows[0]) : undefined;
+    },
+
+    updatePolicy(appId, queue, change) {
+      return db.transaction().execute(async (trx) => {
+        await sql`INSERT INTO queue_policies (app_id, queue) VALUES (${appId}, ${queue}) ON CONFLICT DO NOTHING`.execute(
+          trx,
+        );
+        const { rows } = await sql<PolicyRow>`
+          SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
+                 lease_seconds, dedup_window_seconds
+          FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue} FOR UPDATE`.execute(trx);
+        const next = change(policyOf(rows[0]));
+        await sql`
+          UPDATE queue_policies
+          SET max_deliveries = ${next.maxDeliveries}, dead_letter_queue = ${next.deadLetterQueue},
+              retry_delay_seconds = ${next.retryDelaySeconds}, retry_backoff = ${next.retryBackoff},
+              max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, lease_seconds = ${next.leaseSeconds},
+              dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
+          WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
+        return next;
+      });
+    },
+
+    async expireDedupKeys(limit) {
+      const result = await sql`
+        DELETE FROM queue_dedup WHERE (app_id, queue, dedup_key) IN (
+          SELECT app_id, queue, dedup_key FROM queue_dedup WHERE until <= now() ORDER BY until LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
     },
 
     async release(appId, leases) {
       if (leases.length === 0) return 0;
       const result = await sql`
         UPDATE queue_messages m
-        SET visible_at = k.visible_before, deliveries = m.deliveries - 1
+        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
         FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
                     ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
         WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
@@ -520,49 +727,39 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
 
-    async claim(appId, queue, leaseSeconds, deadLetters) {
-      const { messages, nextVisibleAt } = await store.claimMany(appId, queue, leaseSeconds, 1, deadLetters);
-      return messages[0] ? { message: messages[0] } : { nextVisibleAt };
+    claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
+      claimManyWith(appId, queue, leaseSeconds, n, rule),
+
+    async extend(appId, id, deliveries, leaseSeconds) {
+      const { rows } = await sql<{ lease_until: Date | string }>`${PREPARED}
+        UPDATE queue_messages
+        SET visible_at = now() + make_interval(secs => ${leaseSeconds}) + (visible_at - lease_until),
+            lease_until = now() + make_interval(secs => ${leaseSeconds})
+        WHERE id = ${id} AND app_id = ${appId} AND deliveries = ${deliveries} AND ${LEASED}
+        RETURNING lease_until`.execute(db);
+      return rows[0] ? toDate(rows[0].lease_until) : null;
     },
 
-    async claimMany(appId, queue, leaseSeconds, n, deadLetters) {
-      if (deadLetters && deadLetters.maxDeliveries > 0)
-        return claimManyBurying(appId, queue, leaseSeconds, n, deadLetters);
-      // MATERIALIZED: the locking subquery runs exactly once, so the LIMIT
-      // holds (an inlined or semi-joined subquery may be re-run by the planner).
-      // `m.id = ANY (...)` lets the UPDATE find its rows through the primary
-      // key: with the join alone the planner hashes `next` against a scan of
-      // the whole table, whose cost grows with the messages in flight.
-      // When fewer than n are claimed, the same round trip tells when the
-      // line's next message (other than those just taken) becomes visible (a
-      // lease lapses, a delay ends), so a waiting consume can set a timer
-      // instead of polling.
-      const { rows } = await sql<Row>`${PREPARED}
-        WITH next AS MATERIALIZED (
-          SELECT id, visible_at FROM queue_messages
-          WHERE app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()
-          ORDER BY visible_at
-          LIMIT ${n}
-          FOR UPDATE SKIP LOCKED
-        ), claimed AS (
-          UPDATE queue_messages m
-          SET visible_at = now() + make_interval(secs => ${leaseSeconds}), deliveries = m.deliveries + 1
-          FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
-          RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.visible_at, m.deliveries, next.visible_at AS was_visible_at
+    async nack(appId, id, deliveries, delaySeconds, defaults) {
+      // The delivery that ends here is the `deliveries`-th: its hold is the
+      // one a lapse of it would have had (the claim's formula, one delivery on).
+      const { rows } = await sql<{ queue: string }>`${PREPARED}
+        WITH p AS (
+          SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
+                 coalesce(p.retry_backoff, ${defaults.backoff})::float8 AS backoff,
+                 coalesce(p.max_retry_delay_seconds, ${defaults.maxDelaySeconds})::float8 AS max_delay
+          FROM queue_messages m LEFT JOIN queue_policies p ON p.app_id = m.app_id AND p.queue = m.queue
+          WHERE m.id = ${id} AND m.app_id = ${appId}
         )
-        SELECT id, payload, enqueued_at, expires_at, visible_at, deliveries, was_visible_at, NULL::timestamptz AS next_visible_at
-        FROM claimed
-        UNION ALL
-        SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
-          SELECT min(visible_at) FROM queue_messages
-          WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now() AND id NOT IN (SELECT id FROM next)
-        )
-        WHERE (SELECT count(*) FROM claimed) < ${n}`.execute(db);
-      return claimedRows(queue, rows);
-    },
-
-    async ack(appId, id, deliveries) {
-      return (await store.ackMany([{ appId, id, deliveries }]))[0];
+        UPDATE queue_messages m
+        SET lease_until = NULL,
+            visible_at = now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
+                                                                least(p.max_delay, p.delay * power(p.backoff, m.deliveries - 1))))
+        FROM p
+        WHERE m.id = ${id} AND m.app_id = ${appId} AND m.deliveries = ${deliveries}
+          AND m.lease_until > now() AND m.visible_at > now()
+        RETURNING m.queue`.execute(db);
+      return rows[0]?.queue;
     },
 
     async ackMany(receipts) {
@@ -573,7 +770,8 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         DELETE FROM queue_messages m
         USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
                      ${receipts.map((r) => r.deliveries)}::int[]) AS k (app_id, id, deliveries)
-        WHERE m.id = ANY (${ids}::uuid[]) AND m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries AND m.visible_at > now()
+        WHERE m.id = ANY (${ids}::uuid[]) AND m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries
+          AND m.lease_until > now() AND m.visible_at > now()
         RETURNING m.id, m.app_id, m.deliveries`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
       const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
@@ -587,7 +785,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         WITH m AS (
           SELECT queue,
                  count(*) FILTER (WHERE ${WAITING})::int AS depth,
-                 count(*) FILTER (WHERE deliveries > 0 AND visible_at > now())::int AS in_flight,
+                 count(*) FILTER (WHERE ${LEASED})::int AS in_flight,
                  min(enqueued_at) FILTER (WHERE ${WAITING}) AS oldest_at
           FROM queue_messages
           WHERE app_id = ${appId}
@@ -627,7 +825,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       const result = await sql`
         DELETE FROM queue_messages WHERE id IN (
           SELECT id FROM queue_messages
-          WHERE expires_at <= now() AND (deliveries = 0 OR visible_at <= now())
+          WHERE expires_at <= now() AND NOT coalesce(${LEASED}, false)
           ORDER BY expires_at
           LIMIT ${limit}
           FOR UPDATE SKIP LOCKED

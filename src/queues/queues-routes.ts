@@ -6,10 +6,10 @@
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
-import { QueueService, type Message } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService, type Message, type QueuePolicy } from "../../gen/platform/queues/v1/queues_pb.js";
 import { invalidArgument } from "../core/errors.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { epochMs, jsonObject, optionalInteger, optionalJsonObject } from "../core/http/validation.ts";
+import { epochMs, jsonObject, optionalInteger, optionalJsonObject, optionalString } from "../core/http/validation.ts";
 
 const ms = epochMs;
 
@@ -31,35 +31,102 @@ const int32 = (v: number | undefined) => (v === undefined ? undefined : Math.max
 
 export const QueuePath = z.object({ queue: z.string() });
 
+const strings = (rule: string) => z.array(z.string({ error: "must be a string" }), { error: rule });
+
 export const AckBody = jsonObject({
-  receipt: z.string({ error: "must be a string" }),
+  receipt: optionalString().meta({ description: "One receipt (SPEC.md); or `receipts`." }),
+  receipts: strings("must be an array of receipts")
+    .optional()
+    .meta({ description: "Extension: 1 to 1,000 receipts, answered by `acked: boolean[]` in the same order." }),
+});
+
+// Any parsed JSON value; taken as it is (not copied: payloads can be large).
+const Payload = z
+  .custom<JsonValue>((v) => v !== undefined, { error: "is required" })
+  .meta({ description: "Any JSON value; the service does not read into it." });
+const DedupKey = optionalString().meta({
+  description:
+    "Extension, 1 to 128 characters: a put with a key used on the queue within its policy's dedup window adds nothing and answers the first message (`deduplicated: true`).",
 });
 
 export const PutBody = jsonObject({
-  // Any parsed JSON value; taken as it is (not copied: payloads can be large).
-  payload: z
-    .custom<JsonValue>((v) => v !== undefined, { error: "is required" })
-    .meta({ description: "Any JSON value; the service does not read into it." }),
+  payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
+  dedupKey: DedupKey,
+});
+
+export const BatchPutBody = jsonObject({
+  messages: z.array(
+    z.object(
+      { payload: Payload, delaySeconds: optionalInteger(), ttlSeconds: optionalInteger(), dedupKey: DedupKey },
+      { error: "must be a JSON object" },
+    ),
+    { error: "must be an array of messages" },
+  ),
 });
 
 /** No body at all is an empty one: every field has a default. */
 export const ConsumeBody = optionalJsonObject({
   waitSeconds: optionalInteger(),
   leaseSeconds: optionalInteger(),
+  max: optionalInteger().meta({
+    description: "Extension: lease up to this many (1 to 100), answered as `messages` instead of `message`.",
+  }),
 });
 
-function payloadValue(payload: JsonValue): Value {
+export const ExtendBody = jsonObject({
+  receipt: z.string({ error: "must be a string" }),
+  leaseSeconds: z.number({ error: "must be an integer" }).int({ error: "must be an integer" }),
+});
+
+export const NackBody = jsonObject({
+  receipt: z.string({ error: "must be a string" }),
+  delaySeconds: optionalInteger(),
+});
+
+export const PolicyBody = jsonObject({
+  maxDeliveries: optionalInteger(),
+  deadLetterQueue: z.string({ error: "must be a string or null" }).nullable().optional(),
+  retryDelaySeconds: optionalInteger(),
+  retryBackoff: z.number({ error: "must be a number" }).nullish(),
+  maxRetryDelaySeconds: optionalInteger(),
+  leaseSeconds: optionalInteger(),
+  dedupWindowSeconds: optionalInteger(),
+});
+
+export const DeadLetterQuery = z.object({
+  limit: z.coerce.number({ error: "must be an integer" }).int({ error: "must be an integer" }).optional(),
+  cursor: z.string().optional(),
+});
+
+export const SelectionBody = optionalJsonObject({
+  ids: strings("must be an array of message ids").optional(),
+});
+
+function payloadValue(payload: JsonValue, field = "payload"): Value {
   try {
     return fromJson(ValueSchema, payload);
   } catch {
-    throw invalidArgument("payload", "must be a JSON value");
+    throw invalidArgument(field, "must be a JSON value");
   }
 }
 
 const EpochMs = z.number().int().meta({ description: "Epoch milliseconds." });
 const NullableMs = EpochMs.nullable();
+
+function policyJson(p: QueuePolicy | undefined) {
+  return {
+    queue: p?.queue ?? "",
+    maxDeliveries: p?.maxDeliveries ?? 0,
+    deadLetterQueue: p?.deadLetterQueue ?? null,
+    retryDelaySeconds: p?.retryDelaySeconds ?? 0,
+    retryBackoff: p?.retryBackoff ?? 0,
+    maxRetryDelaySeconds: p?.maxRetryDelaySeconds ?? 0,
+    leaseSeconds: p?.leaseSeconds ?? 0,
+    dedupWindowSeconds: p?.dedupWindowSeconds ?? 0,
+  };
+}
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
 export const QueueListResponse = z.object({
@@ -80,22 +147,80 @@ export const QueueListResponse = z.object({
 export const AckResponse = z.object({
   acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }),
 });
-export const PutResponse = z.object({ id: z.string(), queue: z.string(), expiresAt: NullableMs });
-export const ConsumeResponse = z.object({
-  message: z
-    .object({
-      id: z.string(),
-      queue: z.string(),
-      payload: z.unknown().meta({ description: "The JSON value that was put." }),
-      receipt: z.string().meta({ description: "Opaque; new on every delivery; pass it to `_ack`." }),
-      enqueuedAt: NullableMs,
-      expiresAt: NullableMs,
-      leaseExpiresAt: NullableMs,
-      deliveries: z.number().int(),
-    })
-    .nullable()
-    .meta({ description: "Null when nothing arrived within the wait; call again." }),
+export const AckManyResponse = z.object({
+  acked: z.array(z.boolean()).meta({ description: "With `receipts`: one answer per receipt, in order." }),
 });
+const Deduplicated = z.boolean().meta({ description: "True when nothing was added: the first put of the dedup key." });
+export const PutResponse = z.object({
+  id: z.string(),
+  queue: z.string(),
+  expiresAt: NullableMs,
+  deduplicated: Deduplicated.optional().meta({ description: "Only with `dedupKey`: true when nothing was added." }),
+});
+export const BatchPutResponse = z.object({
+  queue: z.string(),
+  messages: z.array(z.object({ id: z.string(), expiresAt: NullableMs, deduplicated: Deduplicated })),
+});
+const MessageJson = z.object({
+  id: z.string(),
+  queue: z.string(),
+  payload: z.unknown().meta({ description: "The JSON value that was put." }),
+  receipt: z.string().meta({ description: "Opaque; new on every delivery; pass it to `_ack`." }),
+  enqueuedAt: NullableMs,
+  expiresAt: NullableMs,
+  leaseExpiresAt: NullableMs,
+  deliveries: z.number().int(),
+});
+export const ConsumeResponse = z.object({
+  message: MessageJson.nullable().meta({ description: "Null when nothing arrived within the wait; call again." }),
+});
+export const ConsumeManyResponse = z.object({
+  messages: z.array(MessageJson).meta({ description: "With `max`: empty when nothing arrived within the wait." }),
+});
+export const ExtendResponse = z.object({
+  extended: z.boolean().meta({ description: "False when the lease had lapsed or the message was acked." }),
+  leaseExpiresAt: NullableMs,
+});
+export const NackResponse = z.object({
+  nacked: z.boolean().meta({ description: "False when the lease had lapsed or the message was acked." }),
+});
+export const PolicyResponse = z.object({
+  queue: z.string(),
+  maxDeliveries: z.number().int().meta({ description: "0 is unlimited." }),
+  deadLetterQueue: z
+    .string()
+    .nullable()
+    .meta({ description: "null: the queue's dead-letter list; `_drop`: deleted; a name: that queue of the app." }),
+  retryDelaySeconds: z.number().int(),
+  retryBackoff: z.number(),
+  maxRetryDelaySeconds: z.number().int(),
+  leaseSeconds: z.number().int(),
+  dedupWindowSeconds: z.number().int(),
+});
+export const DeadLetterListResponse = z.object({
+  deadLetters: z.array(
+    z.object({
+      id: z.string(),
+      payload: z.unknown(),
+      enqueuedAt: NullableMs,
+      deliveries: z.number().int(),
+      diedAt: NullableMs,
+      expiresAt: NullableMs,
+    }),
+  ),
+  nextCursor: z.string().nullable().meta({ description: "Null on the last page." }),
+});
+
+const POLICY_EXAMPLE = {
+  queue: "jobs",
+  maxDeliveries: 5,
+  deadLetterQueue: "jobs-failed",
+  retryDelaySeconds: 10,
+  retryBackoff: 2,
+  maxRetryDelaySeconds: 3600,
+  leaseSeconds: 30,
+  dedupWindowSeconds: 300,
+};
 
 export const queuesRoutes: readonly AnyRestRoute[] = [
   defineRoute({
@@ -126,17 +251,55 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     method: "POST",
     url: "/v1/queues/_ack",
     rpc: QueueService.method.ackMessage,
-    responseSchema: AckResponse,
+    responseSchema: z.union([AckResponse, AckManyResponse]),
     doc: {
-      summary: "Finish with a message (delete it)",
-      description: "Ack after the work is done. `acked: false` (a lapsed lease) is not an error.",
+      summary: "Finish with a message (delete it), or with many",
+      description:
+        "Ack after the work is done. `acked: false` (a lapsed lease) is not an error. Extension: `{ receipts }` (1 to 1,000) acks many in one statement and answers `acked` as an array, in order.",
       errors: ["app_stopped"],
       requestExample: { receipt: "r1.AbCdEf" },
       responseExample: { acked: true },
     },
     body: AckBody,
-    request: ({ body }) => ({ receipt: body.receipt }),
-    response: (out) => ({ acked: out.acked }),
+    request: ({ body }) => {
+      if (body.receipts === undefined && body.receipt === undefined) throw invalidArgument("receipt", "is required");
+      return { receipt: body.receipt ?? "", receipts: body.receipts ?? [] };
+    },
+    response: (out, req) => (req.receipts.length > 0 ? { acked: out.ackedEach } : { acked: out.acked }),
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/_extend",
+    rpc: QueueService.method.extendLease,
+    responseSchema: ExtendResponse,
+    doc: {
+      summary: "Extend (or shorten) a lease",
+      description:
+        "Extension. The lease of a receipt that still holds it ends `leaseSeconds` (1 to 43200) from now. `extended: false` when the lease had lapsed or the message was acked, as for `_ack`.",
+      errors: ["app_stopped"],
+      requestExample: { receipt: "r1.AbCdEf", leaseSeconds: 120 },
+      responseExample: { extended: true, leaseExpiresAt: 1763892120000 },
+    },
+    body: ExtendBody,
+    request: ({ body }) => ({ receipt: body.receipt, leaseSeconds: int32(body.leaseSeconds) }),
+    response: (out) => ({ extended: out.extended, leaseExpiresAt: ms(out.leaseExpiresAt) }),
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/_nack",
+    rpc: QueueService.method.nackMessage,
+    responseSchema: NackResponse,
+    doc: {
+      summary: "Give a leased message back",
+      description:
+        "Extension. The message is visible again after `delaySeconds` (0 to 43200), or without it after the queue policy's retry delay and backoff. The delivery counts toward the policy's `maxDeliveries`.",
+      errors: ["app_stopped"],
+      requestExample: { receipt: "r1.AbCdEf", delaySeconds: 10 },
+      responseExample: { nacked: true },
+    },
+    body: NackBody,
+    request: ({ body }) => ({ receipt: body.receipt, delaySeconds: int32(body.delaySeconds) }),
+    response: (out) => ({ nacked: out.nacked }),
   }),
   defineRoute({
     method: "POST",
@@ -159,14 +322,54 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       payload: payloadValue(body.payload),
       delaySeconds: int32(body.delaySeconds),
       ttlSeconds: int32(body.ttlSeconds),
+      dedupKey: body.dedupKey,
     }),
-    response: (out) => ({ id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt) }),
+    response: (out, req) =>
+      req.dedupKey === undefined
+        ? { id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt) }
+        : { id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt), deduplicated: out.deduplicated },
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/:queue/batch",
+    rpc: QueueService.method.putMessages,
+    idempotent: true,
+    responseSchema: BatchPutResponse,
+    doc: {
+      summary: "Put many messages, all or nothing",
+      description:
+        "Extension: 1 to 1,000 messages in one statement, stored in order. When one is invalid or they would not all fit under `maxDepth`, none is stored.",
+      errors: ["app_stopped", "permission_denied", "queue_full"],
+      requestExample: { messages: [{ payload: { orderId: 42 } }, { payload: { orderId: 43 }, dedupKey: "order-43" }] },
+      responseExample: {
+        queue: "jobs",
+        messages: [
+          { id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60", expiresAt: 1763978400000, deduplicated: false },
+          { id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f61", expiresAt: 1763978400000, deduplicated: false },
+        ],
+      },
+    },
+    params: QueuePath,
+    body: BatchPutBody,
+    request: ({ body, params }) => ({
+      queue: params.queue,
+      messages: body.messages.map((m, i) => ({
+        payload: payloadValue(m.payload, `messages[${i}].payload`),
+        delaySeconds: int32(m.delaySeconds),
+        ttlSeconds: int32(m.ttlSeconds),
+        dedupKey: m.dedupKey,
+      })),
+    }),
+    response: (out, req) => ({
+      queue: req.queue,
+      messages: out.messages.map((m) => ({ id: m.id, expiresAt: ms(m.expiresAt), deduplicated: m.deduplicated })),
+    }),
   }),
   defineRoute({
     method: "POST",
     url: "/v1/queues/:queue/consume",
     rpc: QueueService.method.consumeMessage,
-    responseSchema: ConsumeResponse,
+    responseSchema: z.union([ConsumeResponse, ConsumeManyResponse]),
     doc: {
       summary: "Take one message, waiting if there is none",
       description:
@@ -192,7 +395,127 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       queue: params.queue,
       waitSeconds: int32(body.waitSeconds),
       leaseSeconds: int32(body.leaseSeconds),
+      max: int32(body.max),
     }),
-    response: (out) => ({ message: out.message ? messageJson(out.message) : null }),
+    response: (out, req) =>
+      req.max === undefined
+        ? { message: out.message ? messageJson(out.message) : null }
+        : { messages: out.messages.map(messageJson) },
+  }),
+  defineRoute({
+    method: "GET",
+    url: "/v1/queues/:queue/policy",
+    rpc: QueueService.method.getQueuePolicy,
+    responseSchema: PolicyResponse,
+    doc: {
+      summary: "Read a queue's policy",
+      description: "Extension. Every field has a default (docs/queues.md); a queue with nothing on it has one too.",
+      errors: ["app_stopped"],
+      responseExample: POLICY_EXAMPLE,
+    },
+    params: QueuePath,
+    request: ({ params }) => ({ queue: params.queue }),
+    response: (out) => policyJson(out.policy),
+  }),
+  defineRoute({
+    method: "PUT",
+    url: "/v1/queues/:queue/policy",
+    rpc: QueueService.method.updateQueuePolicy,
+    responseSchema: PolicyResponse,
+    doc: {
+      summary: "Change a queue's policy",
+      description:
+        "Extension. The fields given replace those fields; the answer is the whole policy. `maxDeliveries` is bounded by the app's limit when the operator set one.",
+      errors: ["app_stopped"],
+      requestExample: { maxDeliveries: 5, deadLetterQueue: "jobs-failed", retryDelaySeconds: 10 },
+      responseExample: POLICY_EXAMPLE,
+    },
+    params: QueuePath,
+    body: PolicyBody,
+    request: ({ body, params }) => ({
+      queue: params.queue,
+      maxDeliveries: int32(body.maxDeliveries),
+      // null sets the dead-letter list back ("" over gRPC).
+      deadLetterQueue: body.deadLetterQueue === null ? "" : body.deadLetterQueue,
+      retryDelaySeconds: int32(body.retryDelaySeconds),
+      retryBackoff: body.retryBackoff ?? undefined,
+      maxRetryDelaySeconds: int32(body.maxRetryDelaySeconds),
+      leaseSeconds: int32(body.leaseSeconds),
+      dedupWindowSeconds: int32(body.dedupWindowSeconds),
+    }),
+    response: (out) => policyJson(out.policy),
+  }),
+  defineRoute({
+    method: "GET",
+    url: "/v1/queues/:queue/dead-letters",
+    rpc: QueueService.method.listQueueDeadLetters,
+    responseSchema: DeadLetterListResponse,
+    doc: {
+      summary: "List a queue's dead letters",
+      description:
+        "Extension. In the order they died, `limit` (1 to 100, default 50) at a time; pass `nextCursor` back as `cursor`.",
+      errors: ["app_stopped"],
+      responseExample: {
+        deadLetters: [
+          {
+            id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60",
+            payload: { orderId: 42 },
+            enqueuedAt: 1763892000000,
+            deliveries: 5,
+            diedAt: 1763892600000,
+            expiresAt: 1764237600000,
+          },
+        ],
+        nextCursor: null,
+      },
+    },
+    params: QueuePath,
+    query: DeadLetterQuery,
+    request: ({ params, query }) => ({ queue: params.queue, limit: int32(query.limit), cursor: query.cursor ?? "" }),
+    response: (out) => ({
+      deadLetters: out.deadLetters.map((d) => ({
+        id: d.id,
+        payload: d.payload ? toJson(ValueSchema, d.payload) : null,
+        enqueuedAt: ms(d.enqueuedAt),
+        deliveries: d.deliveries,
+        diedAt: ms(d.diedAt),
+        expiresAt: ms(d.expiresAt),
+      })),
+      nextCursor: out.nextCursor === "" ? null : out.nextCursor,
+    }),
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/:queue/dead-letters/replay",
+    rpc: QueueService.method.replayQueueDeadLetters,
+    responseSchema: z.object({ replayed: z.number().int() }),
+    doc: {
+      summary: "Put dead letters back in line",
+      description: "Extension. Those of `ids`, or every dead letter of the queue; visible now, deliveries 0.",
+      errors: ["app_stopped"],
+      requestExample: { ids: ["0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60"] },
+      responseExample: { replayed: 1 },
+    },
+    params: QueuePath,
+    body: SelectionBody,
+    request: ({ params, body }) => ({ queue: params.queue, ids: body.ids ?? [] }),
+    response: (out) => ({ replayed: out.replayed }),
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/:queue/dead-letters/purge",
+    rpc: QueueService.method.purgeQueueDeadLetters,
+    responseSchema: z.object({ purged: z.number().int() }),
+    doc: {
+      summary: "Delete dead letters",
+      description: "Extension. Those of `ids`, or every dead letter of the queue.",
+      errors: ["app_stopped"],
+      requestExample: {},
+      responseExample: { purged: 3 },
+    },
+    params: QueuePath,
+    body: SelectionBody,
+    request: ({ params, body }) => ({ queue: params.queue, ids: body.ids ?? [] }),
+    response: (out) => ({ purged: out.purged }),
   }),
 ];

@@ -19,11 +19,16 @@
  *   `wake-hub.ts`).
  * - **platform event**: `{ kind, at, data }` put on `_events` by the platform,
  *   never by the app; never refused for depth: the oldest waiting is dropped.
- * - **dead letter**: a message that had the app's `maxDeliveries` deliveries
- *   and whose last lease lapsed: instead of being leased again it leaves the
- *   line for the queue's dead-letter list, where only the operator sees it
- *   (replay, purge). Moved by the claim that would have leased it, so every
- *   consume path (unary, REST, streams, `_events`) obeys the rule.
+ * - **dead letter**: a message that had its queue policy's `maxDeliveries`
+ *   deliveries and whose last lease lapsed (or was nacked): instead of being
+ *   leased again it leaves the line for the queue's dead-letter list (which
+ *   the app and the operator list, replay and purge), for the policy's
+ *   dead-letter queue, or is dropped. Moved by the claim that would have
+ *   leased it, so every consume path (unary, REST, streams, `_events`) obeys
+ *   the rule.
+ * - **retry hold**: after a lapsed lease or a nack without a delay, the time
+ *   before the message is visible again (the policy's retry delay and backoff).
+ * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
@@ -42,6 +47,7 @@ import {
   DEPTH_SLACK,
   EVENTS_QUEUE,
   MAX_BATCH_MESSAGES,
+  MAX_CONSUME_MESSAGES,
   MAX_DELAY_SECONDS,
   MAX_STREAM_WINDOW,
   MAX_LEASE_SECONDS,
@@ -52,7 +58,18 @@ import {
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createStreamWindows } from "./stream-windows.ts";
-import type { ClaimResult, DeadLetterRule, PutItem, PutResult, QueueStore, StoredMessage } from "./queue-store.ts";
+import type { DeadLetterOperator } from "./dead-letters.ts";
+import { claimRule, createQueuePolicies, effectivePolicy, type QueuePolicy } from "./queue-policy.ts";
+import {
+  DROP_DEAD_LETTERS,
+  type ClaimResult,
+  type DeadLetterSelection,
+  type ClaimRule,
+  type PutItem,
+  type PutResult,
+  type QueueStore,
+  type StoredMessage,
+} from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
 /**
@@ -70,6 +87,8 @@ export interface QueuesServiceOptions {
   hub: WakeHub;
   logger: Logger;
   metrics: Metrics;
+  /** The dead-letter lists, shared with the operator's AdminService RPCs. */
+  deadLetters: DeadLetterOperator;
   /** Aborted when the server starts shutting down: waiting consumes end at once. */
   shutdownSignal: AbortSignal;
 }
@@ -125,12 +144,6 @@ function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: num
   return { ttlSeconds, delaySeconds };
 }
 
-/** The app's dead-letter rule for claims, or undefined when its deliveries are unlimited. */
-export function deadLetterRule(app: AppRecord): DeadLetterRule | undefined {
-  const max = app.limits.maxDeliveries;
-  return max > 0 ? { maxDeliveries: max, ttlSeconds: app.limits.messageTtlSeconds } : undefined;
-}
-
 function checkPutQueue(name: string): string {
   const queue = checkQueueName(name, true);
   if (queue === EVENTS_QUEUE) {
@@ -166,6 +179,45 @@ function batchTooDeep(queue: string, depth: number, n: number, max: number): Pla
   );
 }
 
+function queueFull(queue: string, depth: number, max: number): PlatformError {
+  return new PlatformError("queue_full", `queue ${queue} has ${max} messages waiting, its maxDepth`, {
+    details: [`depth: ${depth} of maxDepth ${max}`],
+    retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
+  });
+}
+
+function checkDedupKey(field: string, key: string | undefined): string | undefined {
+  if (key === undefined) return undefined;
+  const n = [...key].length;
+  if (n < 1 || n > 128) throw invalidArgument(field, `must be 1 to 128 characters (was ${n})`);
+  return key;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Dead letters by id (1 to 1,000 ids), or all of the queue's (none given). */
+function selection(ids: string[]): DeadLetterSelection {
+  if (ids.length === 0) return { all: true };
+  checkCount("ids", ids.length);
+  ids.forEach((id, i) => {
+    if (!UUID.test(id)) throw invalidArgument(`ids[${i}]`, "must be a message id (a UUID)");
+  });
+  return { ids };
+}
+
+function policyMessage(queue: string, p: QueuePolicy) {
+  return {
+    queue,
+    maxDeliveries: p.maxDeliveries,
+    deadLetterQueue: p.deadLetterQueue ?? undefined,
+    retryDelaySeconds: p.retryDelaySeconds,
+    retryBackoff: p.retryBackoff,
+    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
+    leaseSeconds: p.leaseSeconds,
+    dedupWindowSeconds: p.dedupWindowSeconds,
+  };
+}
+
 function toMessage(m: StoredMessage) {
   return {
     id: m.id,
@@ -191,8 +243,22 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     "Messages moved to a dead-letter list (maxDeliveries reached).",
     [],
   );
+  const policies = createQueuePolicies(store);
+  /** The queue's policy and the claim rule it makes. */
+  async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
+    const policy = await policies.get(app, queue);
+    return { policy, rule: claimRule(app, policy, (target) => hub.payload(app.id, target, 0)) };
+  }
+  /** After a claim moved messages: counted, and local consumers of a dead-letter queue woken. */
+  function afterBurying(appId: string, rule: ClaimRule, buried: number | undefined) {
+    if (!buried) return;
+    buriedTotal.inc(buried);
+    const target = rule.deadLetterQueue;
+    if (target !== null && target !== DROP_DEAD_LETTERS)
+      for (let n = Math.min(buried, hub.waiting()); n > 0; n--) hub.announce(appId, target, 0);
+  }
   const claimBatcher = createBatcher<
-    { appId: string; queue: string; leaseSeconds: number; rule: DeadLetterRule | undefined },
+    { appId: string; queue: string; leaseSeconds: number; rule: ClaimRule },
     ClaimResult
   >({
     maxBatch: CLAIM_BATCH,
@@ -200,23 +266,32 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     async run(_key, items) {
       const { appId, queue, leaseSeconds, rule } = items[0];
       const { messages, nextVisibleAt, buried } = await store.claimMany(appId, queue, leaseSeconds, items.length, rule);
-      if (buried) buriedTotal.inc(buried);
+      afterBurying(appId, rule, buried);
       return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
     },
   });
-  /** Claims of one queue share a statement when they share its lease and dead-letter rule. */
-  const claim = (app: AppRecord, queue: string, leaseSeconds: number) => {
-    const rule = deadLetterRule(app);
-    return claimBatcher.call(
-      `${app.id}|${queue}|${leaseSeconds}|${rule ? `${rule.maxDeliveries}|${rule.ttlSeconds}` : ""}`,
-      {
-        appId: app.id,
-        queue,
-        leaseSeconds,
-        rule,
-      },
-    );
-  };
+  /** Claims of one queue share a statement when they share its lease and rule. */
+  const ruleKey = (r: ClaimRule) =>
+    `${r.maxDeliveries}|${r.deadLetterQueue}|${r.ttlSeconds}|${r.retry.delaySeconds}|${r.retry.backoff}|${r.retry.maxDelaySeconds}`;
+  /** Leases up to `n` messages: one through the claim batcher (shared with concurrent consumes), more in one statement. */
+  async function claimSome(
+    app: AppRecord,
+    queue: string,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    n: number,
+  ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null }> {
+    if (n === 1) {
+      const key = `${app.id}|${queue}|${leaseSeconds}|${ruleKey(rule)}`;
+      const claimed = await claimBatcher.call(key, { appId: app.id, queue, leaseSeconds, rule });
+      return claimed.message
+        ? { messages: [claimed.message], nextVisibleAt: null }
+        : { messages: [], nextVisibleAt: claimed.nextVisibleAt };
+    }
+    const claimed = await store.claimMany(app.id, queue, leaseSeconds, n, rule);
+    afterBurying(app.id, rule, claimed.buried);
+    return claimed;
+  }
   const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
     maxBatch: ACK_BATCH,
     maxInFlight: 1,
@@ -249,8 +324,30 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   const announced = (appId: string, queue: string, delaySeconds: number) =>
     hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
 
-  async function put(app: AppRecord, queue: string, payload: string, delaySeconds: number, ttlSeconds: number) {
+  async function put(
+    app: AppRecord,
+    queue: string,
+    payload: string,
+    delaySeconds: number,
+    ttlSeconds: number,
+    dedupKey: string | undefined,
+  ): Promise<{ id: string; expiresAt: Date; deduplicated: boolean }> {
     const max = app.limits.maxQueueDepth;
+    if (dedupKey !== undefined) {
+      // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
+      const { dedupWindowSeconds } = await policies.get(app, queue);
+      const notify = hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
+      const result = await store.putAll(
+        app.id,
+        queue,
+        max,
+        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
+        dedupWindowSeconds,
+      );
+      if (!result.inserted) throw queueFull(queue, result.depth, max);
+      if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
+      return result.messages[0];
+    }
     const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     let result: PutResult | undefined;
@@ -259,24 +356,26 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
     }
     if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max });
-    if (!result.inserted) {
-      throw new PlatformError("queue_full", `queue ${queue} has ${max} messages waiting, its maxDepth`, {
-        details: [`depth: ${result.depth} of maxDepth ${max}`],
-        retryAfterSeconds: QUEUE_FULL_RETRY_AFTER_SECONDS,
-      });
-    }
+    if (!result.inserted) throw queueFull(queue, result.depth, max);
     announced(app.id, queue, delaySeconds);
-    return result;
+    return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
   }
 
+  /**
+   * Leases up to `n` messages of the queue, waiting up to `waitSeconds` while
+   * there is none (a wake-up from a put on any instance, or the moment the
+   * next message becomes visible, ends the wait early).
+   */
   async function consume(
     app: AppRecord,
     queue: string,
     waitSeconds: number,
     leaseSeconds: number,
+    rule: ClaimRule,
+    n: number,
     context: HandlerContext,
-  ) {
-    if (waitSeconds === 0) return (await claim(app, queue, leaseSeconds)).message;
+  ): Promise<StoredMessage[]> {
+    if (waitSeconds === 0) return (await claimSome(app, queue, leaseSeconds, rule, n)).messages;
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
     // whose dependants a long-lived signal keeps until collected).
@@ -295,12 +394,12 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     try {
       for (;;) {
         used = waiter.beforeClaim();
-        const claimed = await claim(app, queue, leaseSeconds);
-        if (claimed.message) {
+        const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
+        if (claimed.messages.length > 0) {
           served = true;
-          return claimed.message;
+          return claimed.messages;
         }
-        if (signal.aborted || Date.now() >= deadline) return undefined;
+        if (signal.aborted || Date.now() >= deadline) return [];
         if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline)
           hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
         if (!counted) {
@@ -308,7 +407,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           waitingGauge.inc();
         }
         await waiter.wait(deadline, signal);
-        if (signal.aborted) return undefined;
+        if (signal.aborted) return [];
       }
     } finally {
       waiter.leave(served, used);
@@ -338,6 +437,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     queue: string,
     windowSize: number,
     leaseSeconds: number,
+    rule: ClaimRule,
     context: HandlerContext,
   ) {
     const stop = new AbortController();
@@ -347,8 +447,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     context.signal.addEventListener("abort", onAbort, { once: true });
     deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
     const window = windows.open();
-    // The app's limits as the call began: a stream keeps the dead-letter rule it started with.
-    const rule = deadLetterRule(app);
+    // The policy as the call began: a stream keeps the rule it started with.
     streamsGauge.inc();
     let unsent: StoredMessage[] = [];
     try {
@@ -365,7 +464,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         try {
           used = waiter.beforeClaim();
           const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH), rule);
-          if (claimed.buried) buriedTotal.inc(claimed.buried);
+          afterBurying(app.id, rule, claimed.buried);
           if (claimed.messages.length > 0) {
             served = true;
             unsent = claimed.messages;
@@ -456,28 +555,36 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const queue = checkPutQueue(req.queue);
         const payload = payloadText(req.payload, app);
         const { ttlSeconds, delaySeconds } = putTimes(app, req);
-        const result = await put(app, queue, payload, delaySeconds, ttlSeconds);
-        if (!result.inserted) throw new Error("unreachable");
-        return { id: result.id, queue, expiresAt: timestampFromMs(result.expiresAt.getTime()) };
+        const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
+        const result = await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey);
+        return {
+          id: result.id,
+          queue,
+          expiresAt: timestampFromMs(result.expiresAt.getTime()),
+          deduplicated: result.deduplicated,
+        };
       },
 
       async consumeMessage(req, context) {
         const app = appOf(context);
         const queue = checkQueueName(req.queue, true);
         const waitSeconds = checkRange("waitSeconds", req.waitSeconds, 0, MAX_WAIT_SECONDS, MAX_WAIT_SECONDS);
-        const leaseSeconds = checkRange(
-          "leaseSeconds",
-          req.leaseSeconds,
-          1,
-          MAX_LEASE_SECONDS,
-          Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
-        );
-        const message = await consume(app, queue, waitSeconds, leaseSeconds, context);
-        return message ? { message: toMessage(message) } : {};
+        const max = checkRange("max", req.max, 1, MAX_CONSUME_MESSAGES, 1);
+        const { policy, rule } = await policyOf(app, queue);
+        const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
+        const messages = await consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        if (req.max !== undefined) return { messages: messages.map(toMessage) };
+        return messages[0] ? { message: toMessage(messages[0]) } : {};
       },
 
       async ackMessage(req, context) {
         const app = appOf(context);
+        if (req.receipts.length > 0) {
+          if (req.receipt !== "") throw invalidArgument("receipt", "must not be given with receipts");
+          checkCount("receipts", req.receipts.length);
+          const receipts = req.receipts.map((_, i) => receiptAt(req.receipts, i));
+          return { ackedEach: await ackAll(app.id, receipts) };
+        }
         const receipt = decodeReceipt(req.receipt);
         const acked = await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries });
         if (acked) windows.acked(app.id, receipt.id, receipt.deliveries);
@@ -497,21 +604,26 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             ttlSeconds,
             delaySeconds,
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
+            dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
           };
         });
         const max = app.limits.maxQueueDepth;
-        const result = await store.putAll(app.id, queue, max, items);
+        const keyed = items.some((i) => i.dedupKey !== undefined);
+        const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
+        const result = await store.putAll(app.id, queue, max, items, window);
         if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
         // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
-        const visibleNow = items.filter((i) => i.delaySeconds === 0).length;
+        const added = items.filter((_, i) => !result.messages[i].deduplicated);
+        const visibleNow = added.filter((i) => i.delaySeconds === 0).length;
         for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
-        for (const delay of new Set(items.map((i) => i.delaySeconds).filter((d) => d > 0)))
+        for (const delay of new Set(added.map((i) => i.delaySeconds).filter((d) => d > 0)))
           announced(app.id, queue, delay);
         return {
           messages: result.messages.map((m) => ({
             id: m.id,
             queue,
             expiresAt: timestampFromMs(m.expiresAt.getTime()),
+            deduplicated: m.deduplicated,
           })),
         };
       },
@@ -523,20 +635,100 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         return { acked: await ackAll(app.id, receipts) };
       },
 
+      async extendLease(req, context) {
+        const app = appOf(context);
+        const receipt = decodeReceipt(req.receipt);
+        const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, 0);
+        const until = await store.extend(app.id, receipt.id, receipt.deliveries, leaseSeconds);
+        if (until) windows.extended(app.id, receipt.id, receipt.deliveries, until.getTime());
+        return until ? { extended: true, leaseExpiresAt: timestampFromMs(until.getTime()) } : { extended: false };
+      },
+
+      async nackMessage(req, context) {
+        const app = appOf(context);
+        const receipt = decodeReceipt(req.receipt);
+        const delaySeconds =
+          req.delaySeconds === undefined
+            ? undefined
+            : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
+        // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
+        const defaults = claimRule(app, effectivePolicy(app, undefined), () => "").retry;
+        const queue = await store.nack(app.id, receipt.id, receipt.deliveries, delaySeconds, defaults);
+        if (queue === undefined) return { nacked: false };
+        windows.acked(app.id, receipt.id, receipt.deliveries);
+        if (delaySeconds === 0) announced(app.id, queue, 0);
+        return { nacked: true };
+      },
+
+      async getQueuePolicy(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        return { policy: policyMessage(queue, await policies.get(app, queue)) };
+      },
+
+      async updateQueuePolicy(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        const policy = await policies.update(app, queue, {
+          maxDeliveries: req.maxDeliveries,
+          deadLetterQueue: req.deadLetterQueue,
+          retryDelaySeconds: req.retryDelaySeconds,
+          retryBackoff: req.retryBackoff,
+          maxRetryDelaySeconds: req.maxRetryDelaySeconds,
+          leaseSeconds: req.leaseSeconds,
+          dedupWindowSeconds: req.dedupWindowSeconds,
+        });
+        return { policy: policyMessage(queue, policy) };
+      },
+
+      async listQueueDeadLetters(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        const limit = checkRange("limit", req.limit, 1, 100, 50);
+        let page;
+        try {
+          page = await deps.deadLetters.list(app.id, queue, limit, req.cursor, app.limits.maxPayloadBytes);
+        } catch (err) {
+          // The operator's message names its own field; this one is `cursor`.
+          if (err instanceof PlatformError && err.code === "invalid_argument")
+            throw invalidArgument("cursor", "is not a cursor of this listing");
+          throw err;
+        }
+        return {
+          deadLetters: page.deadLetters.map((d) => ({
+            id: d.id,
+            payload: fromJson(ValueSchema, JSON.parse(d.payload) as JsonValue),
+            enqueuedAt: timestampFromMs(d.enqueuedAt.getTime()),
+            deliveries: d.deliveries,
+            diedAt: timestampFromMs(d.diedAt.getTime()),
+            expiresAt: timestampFromMs(d.expiresAt.getTime()),
+          })),
+          nextCursor: page.nextPageToken,
+        };
+      },
+
+      async replayQueueDeadLetters(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        const which = selection(req.ids);
+        return { replayed: await deps.deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds) };
+      },
+
+      async purgeQueueDeadLetters(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        return { purged: await deps.deadLetters.purge(app.id, queue, selection(req.ids)) };
+      },
+
       async *streamMessages(req, context) {
         // Errors of a stream leave through the generator, past the interceptor's mapping: map them here.
         try {
           const app = appOf(context);
           const queue = checkQueueName(req.queue, true);
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
-          const leaseSeconds = checkRange(
-            "leaseSeconds",
-            req.leaseSeconds,
-            1,
-            MAX_LEASE_SECONDS,
-            Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
-          );
-          yield* stream(app, queue, windowSize, leaseSeconds, context);
+          const { policy, rule } = await policyOf(app, queue);
+          const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
+          yield* stream(app, queue, windowSize, leaseSeconds, rule, context);
         } catch (err) {
           const platformError = toPlatformError(err);
           if (platformError.code === "internal")

@@ -29,6 +29,8 @@ export interface StreamWindows {
   open(): StreamWindow;
   /** After an ack deleted a message on this instance: frees the place of that receipt, if a local stream holds it. */
   acked(appId: string, id: string, deliveries: number): void;
+  /** After a lease was extended on this instance: its place is held until the new end. */
+  extended(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number): void;
   /** Open streams on this instance. */
   readonly count: number;
 }
@@ -118,6 +120,11 @@ export function createStreamWindows(): StreamWindows {
       if (!owner) return;
       owners.delete(key);
       owner.release(key);
+    },
+    extended(appId, id, deliveries, leaseExpiresAtMs) {
+      const key = receiptKey(appId, id, deliveries);
+      const owner = owners.get(key);
+      if (owner?.held.has(key)) owner.held.set(key, leaseExpiresAtMs);
     },
     get count() {
       return count;

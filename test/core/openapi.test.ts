@@ -91,7 +91,7 @@ describe("GET /openapi.json", () => {
     // The walk found the API (a broken walk would pass vacuously otherwise).
     expect(served).toContain("POST /v1/queues/{queue}/consume");
     expect(served).toContain("GET /health");
-    expect(served.size).toBe(18);
+    expect(served.size).toBe(26);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),
@@ -102,9 +102,14 @@ describe("GET /openapi.json", () => {
 
   it("carries the request fields of the zod schemas, the documented extensions, the bearer scheme and the headers", () => {
     const body = (path: string) => doc.paths[path].post.requestBody.content["application/json"].schema;
-    expect(Object.keys(body("/v1/queues/{queue}").properties)).toEqual(["payload", "delaySeconds", "ttlSeconds"]);
+    expect(Object.keys(body("/v1/queues/{queue}").properties)).toEqual([
+      "payload",
+      "delaySeconds",
+      "ttlSeconds",
+      "dedupKey",
+    ]);
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
-    expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds"]);
+    expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);
     expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual([
       "groupBy",
       "interval",

@@ -49,8 +49,8 @@ export interface RestRoute<
   params?: z.ZodType<P>;
   /** Builds the RPC request from the parsed input; may throw `invalid_argument` for rules across fields. */
   request?: (input: RestInput<B, Q, P>) => MessageInitShape<I>;
-  /** SPEC.md's JSON shape of the response. */
-  response: (output: MessageShape<O>) => unknown;
+  /** SPEC.md's JSON shape of the response; `request` is the RPC request it answers (a shape may depend on it). */
+  response: (output: MessageShape<O>, request: MessageShape<I>) => unknown;
   /** What `response` returns, as a schema: the OpenAPI document's 200 body comes from it. */
   responseSchema?: z.ZodType;
   /** What the OpenAPI document says beyond the schemas (see `openapi.ts`). */
@@ -143,7 +143,7 @@ export function registerRestRoutes(
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
         // Headers the implementation set (e.g. `Idempotent-Replayed`).
         context.responseHeader.forEach((value, name) => void reply.header(name, value));
-        return reply.code(200).send(spec.response(result));
+        return reply.code(200).send(spec.response(result, message));
       },
     });
   }

@@ -52,3 +52,49 @@ export const ackMessages: typeof QueueService["method"]["ackMessages"];
  * @generated from rpc platform.queues.v1.QueueService.ReadEventFeed
  */
 export const readEventFeed: typeof QueueService["method"]["readEventFeed"];
+/**
+ * ExtendLease sets the lease of a receipt that still holds it to end
+ * lease_seconds from now (longer or shorter); extended is false when the
+ * lease had lapsed or the message was acked, as for AckMessage.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ExtendLease
+ */
+export const extendLease: typeof QueueService["method"]["extendLease"];
+/**
+ * NackMessage gives a leased message back: visible again after delay_seconds
+ * (without it, the queue policy's retry delay and backoff). The delivery
+ * still counts toward the policy's max_deliveries.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.NackMessage
+ */
+export const nackMessage: typeof QueueService["method"]["nackMessage"];
+/**
+ * GetQueuePolicy reads a queue's policy (defaults where the app set none).
+ *
+ * @generated from rpc platform.queues.v1.QueueService.GetQueuePolicy
+ */
+export const getQueuePolicy: typeof QueueService["method"]["getQueuePolicy"];
+/**
+ * UpdateQueuePolicy sets the fields given and answers the whole policy.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.UpdateQueuePolicy
+ */
+export const updateQueuePolicy: typeof QueueService["method"]["updateQueuePolicy"];
+/**
+ * ListQueueDeadLetters pages through a queue's dead-letter list.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ListQueueDeadLetters
+ */
+export const listQueueDeadLetters: typeof QueueService["method"]["listQueueDeadLetters"];
+/**
+ * ReplayQueueDeadLetters puts dead letters (all, or those of the ids) back in line.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ReplayQueueDeadLetters
+ */
+export const replayQueueDeadLetters: typeof QueueService["method"]["replayQueueDeadLetters"];
+/**
+ * PurgeQueueDeadLetters deletes dead letters (all, or those of the ids).
+ *
+ * @generated from rpc platform.queues.v1.QueueService.PurgeQueueDeadLetters
+ */
+export const purgeQueueDeadLetters: typeof QueueService["method"]["purgeQueueDeadLetters"];

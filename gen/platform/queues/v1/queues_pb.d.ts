@@ -169,6 +169,15 @@ export declare type PutMessageRequest = Message$1<"platform.queues.v1.PutMessage
    * @generated from field: optional int32 ttl_seconds = 4;
    */
   ttlSeconds?: number | undefined;
+
+  /**
+   * Extension: 1 to 128 characters. A put whose dedup key was used on the
+   * queue within the policy's dedup window adds nothing and answers the first
+   * message's id and expiry with deduplicated set.
+   *
+   * @generated from field: optional string dedup_key = 5;
+   */
+  dedupKey?: string | undefined;
 };
 
 /**
@@ -195,6 +204,13 @@ export declare type PutMessageResponse = Message$1<"platform.queues.v1.PutMessag
    * @generated from field: google.protobuf.Timestamp expires_at = 3;
    */
   expiresAt?: Timestamp | undefined;
+
+  /**
+   * True when nothing was added: the answer is the first put's of its dedup key.
+   *
+   * @generated from field: bool deduplicated = 4;
+   */
+  deduplicated: boolean;
 };
 
 /**
@@ -225,6 +241,14 @@ export declare type ConsumeMessageRequest = Message$1<"platform.queues.v1.Consum
    * @generated from field: optional int32 lease_seconds = 3;
    */
   leaseSeconds?: number | undefined;
+
+  /**
+   * Extension: lease up to this many messages (1 to 100) and answer them in
+   * messages, message then unset. Waits as above only while none is there.
+   *
+   * @generated from field: optional int32 max = 4;
+   */
+  max?: number | undefined;
 };
 
 /**
@@ -243,6 +267,13 @@ export declare type ConsumeMessageResponse = Message$1<"platform.queues.v1.Consu
    * @generated from field: platform.queues.v1.Message message = 1;
    */
   message?: Message | undefined;
+
+  /**
+   * With max: the messages leased (empty when nothing arrived while waiting).
+   *
+   * @generated from field: repeated platform.queues.v1.Message messages = 2;
+   */
+  messages: Message[];
 };
 
 /**
@@ -256,9 +287,19 @@ export declare const ConsumeMessageResponseSchema: GenMessage<ConsumeMessageResp
  */
 export declare type AckMessageRequest = Message$1<"platform.queues.v1.AckMessageRequest"> & {
   /**
+   * One receipt; or none, with receipts.
+   *
    * @generated from field: string receipt = 1;
    */
   receipt: string;
+
+  /**
+   * Extension (the REST form of AckMessages): 1 to 1,000 receipts instead of
+   * receipt, answered in acked_each.
+   *
+   * @generated from field: repeated string receipts = 2;
+   */
+  receipts: string[];
 };
 
 /**
@@ -275,6 +316,13 @@ export declare type AckMessageResponse = Message$1<"platform.queues.v1.AckMessag
    * @generated from field: bool acked = 1;
    */
   acked: boolean;
+
+  /**
+   * With receipts: one answer per receipt, in order (see AckMessagesResponse).
+   *
+   * @generated from field: repeated bool acked_each = 2;
+   */
+  ackedEach: boolean[];
 };
 
 /**
@@ -307,6 +355,13 @@ export declare type PutMessagesItem = Message$1<"platform.queues.v1.PutMessagesI
    * @generated from field: optional int32 ttl_seconds = 3;
    */
   ttlSeconds?: number | undefined;
+
+  /**
+   * As PutMessageRequest.dedup_key.
+   *
+   * @generated from field: optional string dedup_key = 4;
+   */
+  dedupKey?: string | undefined;
 };
 
 /**
@@ -531,6 +586,436 @@ export declare type ReadEventFeedResponse = Message$1<"platform.queues.v1.ReadEv
 export declare const ReadEventFeedResponseSchema: GenMessage<ReadEventFeedResponse>;
 
 /**
+ * @generated from message platform.queues.v1.ExtendLeaseRequest
+ */
+export declare type ExtendLeaseRequest = Message$1<"platform.queues.v1.ExtendLeaseRequest"> & {
+  /**
+   * @generated from field: string receipt = 1;
+   */
+  receipt: string;
+
+  /**
+   * The lease ends this many seconds from now, 1 to 43200.
+   *
+   * @generated from field: int32 lease_seconds = 2;
+   */
+  leaseSeconds: number;
+};
+
+/**
+ * Describes the message platform.queues.v1.ExtendLeaseRequest.
+ * Use `create(ExtendLeaseRequestSchema)` to create a new message.
+ */
+export declare const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest>;
+
+/**
+ * @generated from message platform.queues.v1.ExtendLeaseResponse
+ */
+export declare type ExtendLeaseResponse = Message$1<"platform.queues.v1.ExtendLeaseResponse"> & {
+  /**
+   * @generated from field: bool extended = 1;
+   */
+  extended: boolean;
+
+  /**
+   * The new end of the lease; unset when not extended.
+   *
+   * @generated from field: google.protobuf.Timestamp lease_expires_at = 2;
+   */
+  leaseExpiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.ExtendLeaseResponse.
+ * Use `create(ExtendLeaseResponseSchema)` to create a new message.
+ */
+export declare const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse>;
+
+/**
+ * @generated from message platform.queues.v1.NackMessageRequest
+ */
+export declare type NackMessageRequest = Message$1<"platform.queues.v1.NackMessageRequest"> & {
+  /**
+   * @generated from field: string receipt = 1;
+   */
+  receipt: string;
+
+  /**
+   * 0 to 43200 seconds; unset: the policy's retry delay and backoff.
+   *
+   * @generated from field: optional int32 delay_seconds = 2;
+   */
+  delaySeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.NackMessageRequest.
+ * Use `create(NackMessageRequestSchema)` to create a new message.
+ */
+export declare const NackMessageRequestSchema: GenMessage<NackMessageRequest>;
+
+/**
+ * @generated from message platform.queues.v1.NackMessageResponse
+ */
+export declare type NackMessageResponse = Message$1<"platform.queues.v1.NackMessageResponse"> & {
+  /**
+   * False when the lease had lapsed or the message was acked.
+   *
+   * @generated from field: bool nacked = 1;
+   */
+  nacked: boolean;
+};
+
+/**
+ * Describes the message platform.queues.v1.NackMessageResponse.
+ * Use `create(NackMessageResponseSchema)` to create a new message.
+ */
+export declare const NackMessageResponseSchema: GenMessage<NackMessageResponse>;
+
+/**
+ * What happens to a queue's messages on retries; every field has a default
+ * (docs/queues.md).
+ *
+ * @generated from message platform.queues.v1.QueuePolicy
+ */
+export declare type QueuePolicy = Message$1<"platform.queues.v1.QueuePolicy"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Deliveries before a message is dead; 0 is unlimited. Bounded by the
+   * app's maxDeliveries limit when the operator set one.
+   *
+   * @generated from field: int32 max_deliveries = 2;
+   */
+  maxDeliveries: number;
+
+  /**
+   * Unset: dead messages wait in the queue's dead-letter list. A queue name:
+   * they are put on that queue of the app. "_drop": they are deleted.
+   *
+   * @generated from field: optional string dead_letter_queue = 3;
+   */
+  deadLetterQueue?: string | undefined;
+
+  /**
+   * The hold after a lapsed lease or a nack without a delay, before the
+   * message is visible again: retry_delay_seconds * retry_backoff^(n-1) for
+   * its n-th delivery, at most max_retry_delay_seconds.
+   *
+   * @generated from field: int32 retry_delay_seconds = 4;
+   */
+  retryDelaySeconds: number;
+
+  /**
+   * @generated from field: double retry_backoff = 5;
+   */
+  retryBackoff: number;
+
+  /**
+   * @generated from field: int32 max_retry_delay_seconds = 6;
+   */
+  maxRetryDelaySeconds: number;
+
+  /**
+   * The lease of a consume that asks for none.
+   *
+   * @generated from field: int32 lease_seconds = 7;
+   */
+  leaseSeconds: number;
+
+  /**
+   * How long a put's dedup key keeps a second put with it off the queue.
+   *
+   * @generated from field: int32 dedup_window_seconds = 8;
+   */
+  dedupWindowSeconds: number;
+};
+
+/**
+ * Describes the message platform.queues.v1.QueuePolicy.
+ * Use `create(QueuePolicySchema)` to create a new message.
+ */
+export declare const QueuePolicySchema: GenMessage<QueuePolicy>;
+
+/**
+ * @generated from message platform.queues.v1.GetQueuePolicyRequest
+ */
+export declare type GetQueuePolicyRequest = Message$1<"platform.queues.v1.GetQueuePolicyRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message platform.queues.v1.GetQueuePolicyRequest.
+ * Use `create(GetQueuePolicyRequestSchema)` to create a new message.
+ */
+export declare const GetQueuePolicyRequestSchema: GenMessage<GetQueuePolicyRequest>;
+
+/**
+ * @generated from message platform.queues.v1.GetQueuePolicyResponse
+ */
+export declare type GetQueuePolicyResponse = Message$1<"platform.queues.v1.GetQueuePolicyResponse"> & {
+  /**
+   * @generated from field: platform.queues.v1.QueuePolicy policy = 1;
+   */
+  policy?: QueuePolicy | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.GetQueuePolicyResponse.
+ * Use `create(GetQueuePolicyResponseSchema)` to create a new message.
+ */
+export declare const GetQueuePolicyResponseSchema: GenMessage<GetQueuePolicyResponse>;
+
+/**
+ * @generated from message platform.queues.v1.UpdateQueuePolicyResponse
+ */
+export declare type UpdateQueuePolicyResponse = Message$1<"platform.queues.v1.UpdateQueuePolicyResponse"> & {
+  /**
+   * @generated from field: platform.queues.v1.QueuePolicy policy = 1;
+   */
+  policy?: QueuePolicy | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.UpdateQueuePolicyResponse.
+ * Use `create(UpdateQueuePolicyResponseSchema)` to create a new message.
+ */
+export declare const UpdateQueuePolicyResponseSchema: GenMessage<UpdateQueuePolicyResponse>;
+
+/**
+ * @generated from message platform.queues.v1.UpdateQueuePolicyRequest
+ */
+export declare type UpdateQueuePolicyRequest = Message$1<"platform.queues.v1.UpdateQueuePolicyRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: optional int32 max_deliveries = 2;
+   */
+  maxDeliveries?: number | undefined;
+
+  /**
+   * An empty string sets it back to the dead-letter list.
+   *
+   * @generated from field: optional string dead_letter_queue = 3;
+   */
+  deadLetterQueue?: string | undefined;
+
+  /**
+   * @generated from field: optional int32 retry_delay_seconds = 4;
+   */
+  retryDelaySeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional double retry_backoff = 5;
+   */
+  retryBackoff?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 max_retry_delay_seconds = 6;
+   */
+  maxRetryDelaySeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 lease_seconds = 7;
+   */
+  leaseSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 dedup_window_seconds = 8;
+   */
+  dedupWindowSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.UpdateQueuePolicyRequest.
+ * Use `create(UpdateQueuePolicyRequestSchema)` to create a new message.
+ */
+export declare const UpdateQueuePolicyRequestSchema: GenMessage<UpdateQueuePolicyRequest>;
+
+/**
+ * A message of a queue's dead-letter list.
+ *
+ * @generated from message platform.queues.v1.QueueDeadLetter
+ */
+export declare type QueueDeadLetter = Message$1<"platform.queues.v1.QueueDeadLetter"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: google.protobuf.Value payload = 2;
+   */
+  payload?: Value | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp enqueued_at = 3;
+   */
+  enqueuedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int32 deliveries = 4;
+   */
+  deliveries: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp died_at = 5;
+   */
+  diedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 6;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.QueueDeadLetter.
+ * Use `create(QueueDeadLetterSchema)` to create a new message.
+ */
+export declare const QueueDeadLetterSchema: GenMessage<QueueDeadLetter>;
+
+/**
+ * @generated from message platform.queues.v1.ListQueueDeadLettersRequest
+ */
+export declare type ListQueueDeadLettersRequest = Message$1<"platform.queues.v1.ListQueueDeadLettersRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * 1 to 100 (default 50).
+   *
+   * @generated from field: optional int32 limit = 2;
+   */
+  limit?: number | undefined;
+
+  /**
+   * The previous page's next_cursor.
+   *
+   * @generated from field: string cursor = 3;
+   */
+  cursor: string;
+};
+
+/**
+ * Describes the message platform.queues.v1.ListQueueDeadLettersRequest.
+ * Use `create(ListQueueDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const ListQueueDeadLettersRequestSchema: GenMessage<ListQueueDeadLettersRequest>;
+
+/**
+ * @generated from message platform.queues.v1.ListQueueDeadLettersResponse
+ */
+export declare type ListQueueDeadLettersResponse = Message$1<"platform.queues.v1.ListQueueDeadLettersResponse"> & {
+  /**
+   * @generated from field: repeated platform.queues.v1.QueueDeadLetter dead_letters = 1;
+   */
+  deadLetters: QueueDeadLetter[];
+
+  /**
+   * Empty on the last page.
+   *
+   * @generated from field: string next_cursor = 2;
+   */
+  nextCursor: string;
+};
+
+/**
+ * Describes the message platform.queues.v1.ListQueueDeadLettersResponse.
+ * Use `create(ListQueueDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const ListQueueDeadLettersResponseSchema: GenMessage<ListQueueDeadLettersResponse>;
+
+/**
+ * @generated from message platform.queues.v1.ReplayQueueDeadLettersRequest
+ */
+export declare type ReplayQueueDeadLettersRequest = Message$1<"platform.queues.v1.ReplayQueueDeadLettersRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * 1 to 1,000 ids; none selects every dead letter of the queue.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message platform.queues.v1.ReplayQueueDeadLettersRequest.
+ * Use `create(ReplayQueueDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const ReplayQueueDeadLettersRequestSchema: GenMessage<ReplayQueueDeadLettersRequest>;
+
+/**
+ * @generated from message platform.queues.v1.PurgeQueueDeadLettersRequest
+ */
+export declare type PurgeQueueDeadLettersRequest = Message$1<"platform.queues.v1.PurgeQueueDeadLettersRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * 1 to 1,000 ids; none selects every dead letter of the queue.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids: string[];
+};
+
+/**
+ * Describes the message platform.queues.v1.PurgeQueueDeadLettersRequest.
+ * Use `create(PurgeQueueDeadLettersRequestSchema)` to create a new message.
+ */
+export declare const PurgeQueueDeadLettersRequestSchema: GenMessage<PurgeQueueDeadLettersRequest>;
+
+/**
+ * @generated from message platform.queues.v1.ReplayQueueDeadLettersResponse
+ */
+export declare type ReplayQueueDeadLettersResponse = Message$1<"platform.queues.v1.ReplayQueueDeadLettersResponse"> & {
+  /**
+   * @generated from field: int32 replayed = 1;
+   */
+  replayed: number;
+};
+
+/**
+ * Describes the message platform.queues.v1.ReplayQueueDeadLettersResponse.
+ * Use `create(ReplayQueueDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const ReplayQueueDeadLettersResponseSchema: GenMessage<ReplayQueueDeadLettersResponse>;
+
+/**
+ * @generated from message platform.queues.v1.PurgeQueueDeadLettersResponse
+ */
+export declare type PurgeQueueDeadLettersResponse = Message$1<"platform.queues.v1.PurgeQueueDeadLettersResponse"> & {
+  /**
+   * @generated from field: int32 purged = 1;
+   */
+  purged: number;
+};
+
+/**
+ * Describes the message platform.queues.v1.PurgeQueueDeadLettersResponse.
+ * Use `create(PurgeQueueDeadLettersResponseSchema)` to create a new message.
+ */
+export declare const PurgeQueueDeadLettersResponseSchema: GenMessage<PurgeQueueDeadLettersResponse>;
+
+/**
  * QueueService offers durable queues with leased consumption. The reserved
  * queue "_events" carries the platform's own events; apps cannot put on it.
  *
@@ -625,6 +1110,80 @@ export declare const QueueService: GenService<{
     methodKind: "unary";
     input: typeof ReadEventFeedRequestSchema;
     output: typeof ReadEventFeedResponseSchema;
+  },
+  /**
+   * ExtendLease sets the lease of a receipt that still holds it to end
+   * lease_seconds from now (longer or shorter); extended is false when the
+   * lease had lapsed or the message was acked, as for AckMessage.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.ExtendLease
+   */
+  extendLease: {
+    methodKind: "unary";
+    input: typeof ExtendLeaseRequestSchema;
+    output: typeof ExtendLeaseResponseSchema;
+  },
+  /**
+   * NackMessage gives a leased message back: visible again after delay_seconds
+   * (without it, the queue policy's retry delay and backoff). The delivery
+   * still counts toward the policy's max_deliveries.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.NackMessage
+   */
+  nackMessage: {
+    methodKind: "unary";
+    input: typeof NackMessageRequestSchema;
+    output: typeof NackMessageResponseSchema;
+  },
+  /**
+   * GetQueuePolicy reads a queue's policy (defaults where the app set none).
+   *
+   * @generated from rpc platform.queues.v1.QueueService.GetQueuePolicy
+   */
+  getQueuePolicy: {
+    methodKind: "unary";
+    input: typeof GetQueuePolicyRequestSchema;
+    output: typeof GetQueuePolicyResponseSchema;
+  },
+  /**
+   * UpdateQueuePolicy sets the fields given and answers the whole policy.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.UpdateQueuePolicy
+   */
+  updateQueuePolicy: {
+    methodKind: "unary";
+    input: typeof UpdateQueuePolicyRequestSchema;
+    output: typeof UpdateQueuePolicyResponseSchema;
+  },
+  /**
+   * ListQueueDeadLetters pages through a queue's dead-letter list.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.ListQueueDeadLetters
+   */
+  listQueueDeadLetters: {
+    methodKind: "unary";
+    input: typeof ListQueueDeadLettersRequestSchema;
+    output: typeof ListQueueDeadLettersResponseSchema;
+  },
+  /**
+   * ReplayQueueDeadLetters puts dead letters (all, or those of the ids) back in line.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.ReplayQueueDeadLetters
+   */
+  replayQueueDeadLetters: {
+    methodKind: "unary";
+    input: typeof ReplayQueueDeadLettersRequestSchema;
+    output: typeof ReplayQueueDeadLettersResponseSchema;
+  },
+  /**
+   * PurgeQueueDeadLetters deletes dead letters (all, or those of the ids).
+   *
+   * @generated from rpc platform.queues.v1.QueueService.PurgeQueueDeadLetters
+   */
+  purgeQueueDeadLetters: {
+    methodKind: "unary";
+    input: typeof PurgeQueueDeadLettersRequestSchema;
+    output: typeof PurgeQueueDeadLettersResponseSchema;
   },
 }>;
 

@@ -2,7 +2,8 @@
  * The queue's housekeeping, run by the one scheduler of
  * `core/housekeeping.ts` on every instance, beside the other facilities'
  * jobs: expired waiting messages are deleted every `EXPIRE_INTERVAL_MS`,
- * expired dead letters every `DEAD_LETTER_EXPIRE_INTERVAL_MS`, messages and
+ * expired dead letters and put dedup keys past their window every
+ * `DEAD_LETTER_EXPIRE_INTERVAL_MS`, messages and
  * dead letters of deleted apps every `ORPHAN_INTERVAL_MS`, in batches of
  * `EXPIRE_BATCH` (`SKIP LOCKED`, so instances share the work instead of
  * waiting on each other).
@@ -33,6 +34,11 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
       name: "queue dead-letter expiry",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
       run: () => inBatches((batch) => store.expireDeadLetters(batch), EXPIRE_BATCH),
+    },
+    {
+      name: "queue dedup keys",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: () => inBatches((batch) => store.expireDedupKeys(batch), EXPIRE_BATCH),
     },
     {
       name: "queue messages of deleted apps",

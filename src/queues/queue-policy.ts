@@ -1,0 +1,170 @@
+/**
+ * Queue policies: what an app sets per queue for retries, dead letters,
+ * leases and dedup keys (docs/queues.md "Queue policies"). A policy is stored
+ * only as the fields the app set (`queue_policies`, null meaning "the
+ * default"), so a default that changes, or an operator limit, applies to every
+ * queue that did not choose otherwise. The operator's per-app limits still
+ * bound it: with `maxDeliveries` set on the app, a queue can lower it, never
+ * raise it or make it unlimited.
+ *
+ * Claims read the policy on every call, so it is kept here for a moment
+ * (`POLICY_CACHE_MS`): a change takes effect at once on the instance that made
+ * it and within that moment on the others.
+ */
+import type { AppRecord } from "../core/apps/apps.ts";
+import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
+import { invalidArgument } from "../core/errors.ts";
+import { MAX_LEASE_SECONDS } from "./queue-limits.ts";
+import { DROP_DEAD_LETTERS, type ClaimRule, type QueueStore, type StoredPolicy } from "./queue-store.ts";
+
+/** How long an instance keeps a policy it read. */
+export const POLICY_CACHE_MS = 2_000;
+/** The dedup window of a queue whose app set none (SQS FIFO's). */
+export const DEFAULT_DEDUP_WINDOW_SECONDS = 300;
+export const MAX_DEDUP_WINDOW_SECONDS = 86_400;
+export const MAX_RETRY_DELAY_SECONDS = 43_200;
+export const DEFAULT_RETRY_BACKOFF = 2;
+export const MAX_RETRY_BACKOFF = 10;
+export const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
+
+/** A queue's policy with every default filled in: what `GET .../policy` answers. */
+export interface QueuePolicy {
+  maxDeliveries: number;
+  /** null: the queue's dead-letter list; `_drop`: deleted; otherwise a queue of the app. */
+  deadLetterQueue: string | null;
+  retryDelaySeconds: number;
+  retryBackoff: number;
+  maxRetryDelaySeconds: number;
+  leaseSeconds: number;
+  dedupWindowSeconds: number;
+}
+
+/** A change of policy: the fields given replace those fields; `deadLetterQueue: ""` or null sets the list back. */
+export type PolicyChange = Partial<Omit<QueuePolicy, "deadLetterQueue">> & { deadLetterQueue?: string | null };
+
+const EMPTY: StoredPolicy = {
+  maxDeliveries: null,
+  deadLetterQueue: null,
+  retryDelaySeconds: null,
+  retryBackoff: null,
+  maxRetryDelaySeconds: null,
+  leaseSeconds: null,
+  dedupWindowSeconds: null,
+};
+
+/** The policy in force: the stored fields over the app's limits and the defaults, bounded by the limits. */
+export function effectivePolicy(app: AppRecord, stored: StoredPolicy | undefined): QueuePolicy {
+  const p = stored ?? EMPTY;
+  const limit = app.limits.maxDeliveries;
+  let maxDeliveries = p.maxDeliveries ?? limit;
+  // The operator's limit bounds the queue's: lowering it later lowers every queue's.
+  if (limit > 0 && (maxDeliveries === 0 || maxDeliveries > limit)) maxDeliveries = limit;
+  return {
+    maxDeliveries,
+    deadLetterQueue: p.deadLetterQueue,
+    retryDelaySeconds: p.retryDelaySeconds ?? 0,
+    retryBackoff: p.retryBackoff ?? DEFAULT_RETRY_BACKOFF,
+    maxRetryDelaySeconds: p.maxRetryDelaySeconds ?? DEFAULT_MAX_RETRY_DELAY_SECONDS,
+    leaseSeconds: Math.min(p.leaseSeconds ?? app.limits.leaseSeconds, MAX_LEASE_SECONDS),
+    dedupWindowSeconds: p.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
+  };
+}
+
+/** The claim's view of a policy. `notify` makes the NOTIFY payload for a put on the dead-letter queue. */
+export function claimRule(app: AppRecord, policy: QueuePolicy, notify: (queue: string) => string): ClaimRule {
+  const target = policy.deadLetterQueue;
+  return {
+    maxDeliveries: policy.maxDeliveries,
+    deadLetterQueue: target,
+    deadLetterNotify: target !== null && target !== DROP_DEAD_LETTERS ? notify(target) : undefined,
+    ttlSeconds: app.limits.messageTtlSeconds,
+    retry: {
+      delaySeconds: policy.retryDelaySeconds,
+      backoff: policy.retryBackoff,
+      maxDelaySeconds: policy.maxRetryDelaySeconds,
+    },
+  };
+}
+
+function integer(field: string, value: number | undefined, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isInteger(value) || value < min || value > max)
+    throw invalidArgument(field, `must be an integer from ${min} to ${max}`);
+  return value;
+}
+
+/** Checks a change against the rules and the app's limits; returns the stored policy it makes. */
+export function applyChange(app: AppRecord, queue: string, current: StoredPolicy, change: PolicyChange): StoredPolicy {
+  const next = { ...current };
+  const limit = app.limits.maxDeliveries;
+  if (change.maxDeliveries !== undefined) {
+    if (limit > 0) {
+      next.maxDeliveries = integer("maxDeliveries", change.maxDeliveries, 1, limit) ?? null;
+    } else {
+      next.maxDeliveries = integer("maxDeliveries", change.maxDeliveries, 0, 1_000_000) ?? null;
+    }
+  }
+  if (change.deadLetterQueue !== undefined) {
+    const target = change.deadLetterQueue;
+    if (target === null || target === "") next.deadLetterQueue = null;
+    else if (target === DROP_DEAD_LETTERS) next.deadLetterQueue = target;
+    else if (!NAME_PATTERN.test(target))
+      throw invalidArgument("deadLetterQueue", `${NAME_RULE}, or be ${DROP_DEAD_LETTERS} (drop), or null (the list)`);
+    else if (target === queue) throw invalidArgument("deadLetterQueue", "must not be the queue itself");
+    else next.deadLetterQueue = target;
+  }
+  if (change.retryDelaySeconds !== undefined)
+    next.retryDelaySeconds = integer("retryDelaySeconds", change.retryDelaySeconds, 0, MAX_RETRY_DELAY_SECONDS)!;
+  if (change.retryBackoff !== undefined) {
+    const b = change.retryBackoff;
+    if (typeof b !== "number" || !Number.isFinite(b) || b < 1 || b > MAX_RETRY_BACKOFF)
+      throw invalidArgument("retryBackoff", `must be a number from 1 to ${MAX_RETRY_BACKOFF}`);
+    next.retryBackoff = b;
+  }
+  if (change.maxRetryDelaySeconds !== undefined)
+    next.maxRetryDelaySeconds = integer(
+      "maxRetryDelaySeconds",
+      change.maxRetryDelaySeconds,
+      0,
+      MAX_RETRY_DELAY_SECONDS,
+    )!;
+  if (change.leaseSeconds !== undefined)
+    next.leaseSeconds = integer("leaseSeconds", change.leaseSeconds, 1, MAX_LEASE_SECONDS)!;
+  if (change.dedupWindowSeconds !== undefined)
+    next.dedupWindowSeconds = integer("dedupWindowSeconds", change.dedupWindowSeconds, 1, MAX_DEDUP_WINDOW_SECONDS)!;
+  return next;
+}
+
+export interface QueuePolicies {
+  /** The stored policy of a queue (cached for `POLICY_CACHE_MS`). */
+  stored(appId: string, queue: string): Promise<StoredPolicy | undefined>;
+  get(app: AppRecord, queue: string): Promise<QueuePolicy>;
+  update(app: AppRecord, queue: string, change: PolicyChange): Promise<QueuePolicy>;
+}
+
+export function createQueuePolicies(store: QueueStore): QueuePolicies {
+  const cache = new Map<string, { at: number; policy: Promise<StoredPolicy | undefined> }>();
+  const policies: QueuePolicies = {
+    stored(appId, queue) {
+      const key = `${appId}|${queue}`;
+      const now = Date.now();
+      const hit = cache.get(key);
+      if (hit && now - hit.at < POLICY_CACHE_MS) return hit.policy;
+      const policy = store.getPolicy(appId, queue);
+      // A failed read is not kept.
+      policy.catch(() => cache.delete(key));
+      if (cache.size > 10_000) cache.clear();
+      cache.set(key, { at: now, policy });
+      return policy;
+    },
+    async get(app, queue) {
+      return effectivePolicy(app, await policies.stored(app.id, queue));
+    },
+    async update(app, queue, change) {
+      const stored = await store.updatePolicy(app.id, queue, (current) => applyChange(app, queue, current, change));
+      cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
+      return effectivePolicy(app, stored);
+    },
+  };
+  return policies;
+}
