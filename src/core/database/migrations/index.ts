@@ -14,6 +14,7 @@ import * as platformSettings from "./0008-platform-settings.ts";
 import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
 import * as queueControls from "./0011-queue-controls.ts";
+import * as queueCounts from "./0012-queue-counts.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -27,4 +28,5 @@ export const migrations: Record<string, Migration> = {
   "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
   "0011-queue-controls": queueControls,
+  "0012-queue-counts": queueCounts,
 };
