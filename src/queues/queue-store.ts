@@ -328,6 +328,8 @@ export interface QueueStore {
     delaySeconds: number | undefined,
     defaults: ClaimRule["retry"],
   ): Promise<string | undefined>;
+  /** Of these deliveries of one app's messages, those whose lease still holds (keys `id|deliveries`). */
+  stillLeased(appId: string, leases: { id: string; deliveries: number }[]): Promise<Set<string>>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
@@ -824,6 +826,17 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           AND m.lease_until > now() AND m.visible_at > now()
         RETURNING m.queue`.execute(db);
       return rows[0]?.queue;
+    },
+
+    async stillLeased(appId, leases) {
+      if (leases.length === 0) return new Set();
+      const ids = leases.map((l) => l.id);
+      const { rows } = await sql<{ id: string; deliveries: number }>`${PREPARED}
+        SELECT id, deliveries FROM queue_messages
+        WHERE id = ANY (${ids}::uuid[]) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
+        db,
+      );
+      return new Set(rows.map((r) => `${r.id}|${Number(r.deliveries)}`));
     },
 
     async ackMany(receipts) {

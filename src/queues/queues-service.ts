@@ -55,6 +55,8 @@ import {
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
   STREAM_CLAIM_BATCH,
+  STREAM_RECHECK_MAX_MS,
+  STREAM_RECHECK_MIN_MS,
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createStreamWindows } from "./stream-windows.ts";
@@ -449,11 +451,26 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     // The policy as the call began: a stream keeps the rule it started with.
     streamsGauge.inc();
     let unsent: StoredMessage[] = [];
+    let recheckMs = STREAM_RECHECK_MIN_MS;
     try {
       while (!signal.aborted) {
         const room = windowSize - window.size;
         if (room <= 0) {
-          await window.shrunk(signal);
+          await window.shrunk(signal, recheckMs);
+          if (signal.aborted || window.size < windowSize) {
+            recheckMs = STREAM_RECHECK_MIN_MS;
+            continue;
+          }
+          // Still full: acks made on other instances are not reported here; ask the database.
+          const held = window.receipts();
+          const leased = await store.stillLeased(app.id, held);
+          let freed = 0;
+          for (const r of held)
+            if (!leased.has(`${r.id}|${r.deliveries}`)) {
+              windows.acked(app.id, r.id, r.deliveries);
+              freed++;
+            }
+          recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
           continue;
         }
         // Registered before the claim, so a put landing between the claim and the wait still wakes it.
