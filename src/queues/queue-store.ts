@@ -89,7 +89,7 @@ const depthOf = (appId: string, queue: string) => sql<number>`greatest(0,
 )::int`;
 
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */
-const OLDEST_SCAN = 64;
+const OLDEST_SCAN = 16;
 
 /** Most messages one claim moves to the dead letters (more wait for the next claim). */
 const BURY_BATCH = 256;
