@@ -295,8 +295,11 @@ async function controlsBench(
     );
   } finally {
     for (const m of more) {
+      // An instance that already ended (its "exit" event gone) is not waited for.
+      if (m.child.exitCode !== null || m.child.signalCode !== null) continue;
+      const exited = new Promise((r) => m.child.once("exit", r));
       m.child.kill("SIGTERM");
-      await new Promise((r) => m.child.once("exit", r));
+      await exited;
     }
   }
   return { figures };
