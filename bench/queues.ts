@@ -21,9 +21,13 @@
  * 4. Idle: 2000 consumes waiting on 500 queues for 10 s: transactions per second of the
  *    benchmark database (`pg_stat_database`), and the server's RSS.
  *
+ * 6. Queue controls (see `controlsBench`): put throughput at depth, the listing with 1M
+ *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances.
+ *
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
- *  "stream_msgs_per_s"}.
+ *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
+ *  "rest_3_vs_1_instances"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -50,7 +54,7 @@ const CONSUMERS = 16;
 /** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
 const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
-const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,4").split(",").map(Number));
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,4").split(",").map(Number));
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
 const STREAM_CONSUMERS = Number(process.env.BENCH_STREAM_CONSUMERS ?? 4);
@@ -61,11 +65,7 @@ const STREAM_GZIP = process.env.BENCH_STREAM_GZIP === "1";
 /** Producers of part 5 pause while this many messages are put but not yet acked. */
 const STREAM_MAX_OUTSTANDING = 4096;
 
-/**
- * Part 5: put -> deliver -> ack through PutMessages, StreamMessages and
- * AckMessages over gRPC (h2c), for `SECONDS`; returns acked messages per second.
- */
-async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): Promise<number> {
+function grpcClient(baseUrl: string, token: string) {
   const transport = createGrpcTransport({
     baseUrl,
     // An internal service next to the server: gzip of every response (the default when the
@@ -78,10 +78,20 @@ async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): 
       },
     ],
   });
-  const client = createClient(QueueService, transport);
+  return createClient(QueueService, transport);
+}
+
+/**
+ * Part 5: put -> deliver -> ack through PutMessages, StreamMessages and
+ * AckMessages over gRPC (h2c), for `SECONDS`; returns acked messages per second.
+ */
+async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter, ackUrl = baseUrl): Promise<number> {
+  const client = grpcClient(baseUrl, token);
+  // Acks through another instance when `ackUrl` names one (a balancer spreading the calls).
+  const ackClient = ackUrl === baseUrl ? client : grpcClient(ackUrl, token);
   const payload = fromJson(ValueSchema, PAYLOAD);
   const batch = Array.from({ length: STREAM_BATCH }, () => ({ payload }));
-  const queue = "stream";
+  const queue = ackUrl === baseUrl ? "stream" : "stream-cross";
   let put = 0;
   let acked = 0;
   let errors = 0;
@@ -101,7 +111,7 @@ async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): 
     try {
       for await (const res of client.streamMessages({ queue, window: STREAM_WINDOW }, { signal: stop.signal })) {
         acks.push(
-          client.ackMessages({ receipts: res.messages.map((m) => m.receipt) }).then(
+          ackClient.ackMessages({ receipts: res.messages.map((m) => m.receipt) }).then(
             (r) => void r.acked.forEach((ok) => (ok ? acked++ : errors++)),
             () => void errors++,
           ),
@@ -131,6 +141,168 @@ async function streamThroughput(baseUrl: string, token: string, cpu: CpuMeter): 
     `5. gRPC PutMessages->StreamMessages->AckMessages: ${round(perS, 0)} msgs/s (${ackedInWindow} in ${round(elapsed, 1)} s, ${errors} errors; ${put} put, ${acks.length} responses)`,
   );
   return perS;
+}
+
+/** Puts per second of `producers` REST clients (small payloads) on one queue for `seconds`. */
+async function putRate(url: string, token: string, queue: string, seconds: number, producers = 16): Promise<number> {
+  const client = jsonClient(url, token, producers + 2);
+  let n = 0;
+  let stopped = false;
+  const started = performance.now();
+  const workers = Array.from({ length: producers }, async () => {
+    while (!stopped) {
+      const res = await client.request("POST", `/v1/queues/${queue}`, { payload: { n } });
+      if (res.status !== 200) throw new Error(`put: ${res.status} ${JSON.stringify(res.body)}`);
+      n++;
+    }
+  });
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  stopped = true;
+  const inWindow = n;
+  const elapsed = (performance.now() - started) / 1000;
+  await Promise.all(workers);
+  client.agent.destroy();
+  return inWindow / elapsed;
+}
+
+/** Fills `queue` with `n` small messages through REST batches of 1000, `parallel` at a time. */
+async function fill(url: string, token: string, queue: string, n: number, parallel = 4): Promise<void> {
+  const client = jsonClient(url, token, parallel + 2);
+  const messages = Array.from({ length: 1000 }, (_, i) => ({ payload: i }));
+  let left = Math.ceil(n / 1000);
+  await Promise.all(
+    Array.from({ length: parallel }, async () => {
+      while (left-- > 0) {
+        const res = await client.request("POST", `/v1/queues/${queue}/batch`, { messages });
+        if (res.status !== 200) throw new Error(`batch: ${res.status} ${JSON.stringify(res.body)}`);
+      }
+    }),
+  );
+  client.agent.destroy();
+}
+
+/**
+ * Part 6: `put_depth_ratio` (puts/s onto a queue with 50,000 waiting ÷ onto an
+ * empty one), `list_ms_1m` (median listing time of an app with 100 queues ×
+ * 10,000 messages), `rest_batch_msgs_per_s` (REST batches of 100: put ->
+ * consume `max` -> ack `receipts`), then two more instances on the same
+ * database: `stream_cross_instance_msgs_per_s` (part 5 with the acks sent to
+ * another instance) and `rest_3_vs_1_instances` (part 1's REST load spread
+ * over 3 instances ÷ on 1).
+ */
+async function controlsBench(
+  url: string,
+  adminToken: string,
+  options: { databaseUrl: string; dataDir: string; adminToken: string },
+): Promise<{ figures: Record<string, number> }> {
+  const figures: Record<string, number> = {};
+  const newApp = async (name: string) => {
+    const { app } = await adminCall(url, adminToken, "CreateApp", { name });
+    await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: { maxQueueDepth: 1_000_000 } });
+    const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
+    return token as string;
+  };
+  const PUT_SECONDS = Math.min(SECONDS, 8);
+  const deep = await newApp("bench-depth");
+  const empty = await putRate(url, deep, "empty", PUT_SECONDS);
+  await fill(url, deep, "deep", 50_000);
+  const full = await putRate(url, deep, "deep", PUT_SECONDS);
+  figures.put_depth_ratio = round(full / empty);
+  log(
+    `6a. puts: ${round(empty, 0)}/s on an empty queue, ${round(full, 0)}/s with 50,000 waiting (ratio ${round(full / empty)})`,
+  );
+
+  const lister = await newApp("bench-list");
+  const fillStarted = performance.now();
+  for (let q = 0; q < 100; q++) await fill(url, lister, `q${q}`, 10_000);
+  log(`    filled 100 queues x 10,000 in ${round((performance.now() - fillStarted) / 1000, 0)} s`);
+  const listClient = jsonClient(url, lister, 2);
+  const times: number[] = [];
+  for (let i = 0; i < 25; i++) {
+    const t0 = performance.now();
+    const res = await listClient.request("GET", "/v1/queues");
+    times.push(performance.now() - t0);
+    if (res.body.queues.length !== 100) throw new Error(`listing: ${res.body.queues.length} queues`);
+  }
+  listClient.agent.destroy();
+  figures.list_ms_1m = round(percentile(times.slice(5), 50));
+  log(`6b. listing 100 queues x 10,000 messages: median ${figures.list_ms_1m} ms`);
+
+  const batcher = await newApp("bench-batch");
+  const bc = jsonClient(url, batcher, 12);
+  const messages = Array.from({ length: 100 }, () => ({ payload: PAYLOAD }));
+  let acked = 0;
+  let put = 0;
+  let stopped = false;
+  const producers = Array.from({ length: 2 }, async () => {
+    while (!stopped) {
+      if (put - acked > 2000) {
+        await new Promise((r) => setTimeout(r, 1));
+        continue;
+      }
+      const res = await bc.request("POST", "/v1/queues/batched/batch", { messages });
+      if (res.status === 200) put += 100;
+    }
+  });
+  const consumers = Array.from({ length: 4 }, async () => {
+    while (!stopped) {
+      const res = await bc.request("POST", "/v1/queues/batched/consume", { max: 100, waitSeconds: 1 });
+      const got = (res.body?.messages ?? []) as { receipt: string }[];
+      if (got.length === 0) continue;
+      const a = await bc.request("POST", "/v1/queues/_ack", { receipts: got.map((m) => m.receipt) });
+      acked += (a.body.acked as boolean[]).filter(Boolean).length;
+    }
+  });
+  const started = performance.now();
+  await new Promise((r) => setTimeout(r, SECONDS * 1000));
+  const inWindow = acked;
+  const elapsed = (performance.now() - started) / 1000;
+  stopped = true;
+  await Promise.all([...producers, ...consumers]);
+  bc.agent.destroy();
+  figures.rest_batch_msgs_per_s = round(inWindow / elapsed, 0);
+  log(`6c. REST batches of 100 put->consume max->ack receipts: ${figures.rest_batch_msgs_per_s} msgs/s`);
+
+  // Two more instances on the same database.
+  const more = [await startService(options), await startService(options)];
+  try {
+    const streamer = await newApp("bench-cross");
+    figures.stream_cross_instance_msgs_per_s = round(
+      await streamThroughput(
+        url,
+        streamer,
+        { read: async () => ({ server: 0, postgres: 0, client: 0, xacts: 0 }) },
+        more[0].url,
+      ),
+      0,
+    );
+    log(`6d. stream on one instance, acks on another: ${figures.stream_cross_instance_msgs_per_s} msgs/s`);
+    const rest = await newApp("bench-rest3");
+    const load = {
+      producers: PRODUCERS,
+      consumers: CONSUMERS,
+      maxOutstanding: MAX_OUTSTANDING,
+      payload: PAYLOAD,
+      seconds: SECONDS,
+    };
+    const one = await restQueueLoad(url, rest, load);
+    const three = await restQueueLoad([url, ...more.map((m) => m.url)], rest, load);
+    const perS1 = one.acked / one.elapsedS;
+    const perS3 = three.acked / three.elapsedS;
+    figures.rest_3_vs_1_instances = round(perS3 / perS1);
+    log(
+      `6e. REST put->consume->ack: ${round(perS1, 0)} msgs/s on 1 instance, ${round(perS3, 0)} on 3 (ratio ${figures.rest_3_vs_1_instances})`,
+    );
+  } finally {
+    for (const m of more) {
+      // An instance that already ended (its "exit" event gone) is not waited for.
+      if (m.child.exitCode !== null || m.child.signalCode !== null) continue;
+      const exited = new Promise((r) => m.child.once("exit", r));
+      m.child.kill("SIGTERM");
+      await exited;
+    }
+  }
+  return { figures };
 }
 
 interface CpuTimes {
@@ -243,6 +415,13 @@ async function main(): Promise<void> {
     let idleXacts = NaN;
     let rss = NaN;
     let streamPerS = NaN;
+    const controls: Record<string, number> = {
+      put_depth_ratio: NaN,
+      list_ms_1m: NaN,
+      rest_batch_msgs_per_s: NaN,
+      stream_cross_instance_msgs_per_s: NaN,
+      rest_3_vs_1_instances: NaN,
+    };
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
     if (PARTS.has(1)) {
@@ -330,6 +509,16 @@ async function main(): Promise<void> {
     if (PARTS.has(5))
       streamPerS = await streamThroughput(service.url, token, cpuMeter(admin, dbName, service.child.pid!));
 
+    // 6. Queue controls and costs that do not grow with the backlog.
+    if (PARTS.has(6)) {
+      const extra = await controlsBench(service.url, adminToken, {
+        databaseUrl: dbUrl.toString(),
+        dataDir,
+        adminToken,
+      });
+      Object.assign(controls, extra.figures);
+    }
+
     // 4. Idle long-polls.
     if (PARTS.has(4)) {
       const idle = jsonClient(service.url, token, IDLE_POLLS + 10);
@@ -371,6 +560,7 @@ async function main(): Promise<void> {
         idle_xacts_per_s: round(idleXacts),
         idle_rss_mb: round(rss, 0),
         stream_msgs_per_s: round(streamPerS, 0),
+        ...controls,
       }) + "\n",
     );
   } finally {

@@ -155,18 +155,23 @@ export interface RestQueueLoadOptions {
  * the window; errors are non-200 puts and acks answered `acked: false`.
  */
 export async function restQueueLoad(
-  url: string,
+  url: string | string[],
   token: string,
   options: RestQueueLoadOptions,
 ): Promise<{ acked: number; elapsedS: number; errors: number }> {
   const { producers, consumers, maxOutstanding, payload, seconds } = options;
-  const client = jsonClient(url, token, producers + consumers + 4);
+  // Several urls (instances of one database): producer and consumer i use the (i mod n)-th, as a balancer would.
+  const urls = Array.isArray(url) ? url : [url];
+  const clients = urls.map((u) => jsonClient(u, token, producers + consumers + 4));
+  const client = clients[0];
+  const clientOf = (i: number) => clients[i % clients.length];
   for (let i = 0; i < 200; i++) await client.request("POST", "/v1/queues/warmup", { payload });
   let acked = 0;
   let putDone = 0;
   let stopped = false;
   let errors = 0;
-  const putting = Array.from({ length: producers }, async () => {
+  const putting = Array.from({ length: producers }, async (_, i) => {
+    const client = clientOf(i);
     while (!stopped) {
       if (putDone - acked > maxOutstanding) {
         await new Promise((r) => setTimeout(r, 1));
@@ -177,7 +182,8 @@ export async function restQueueLoad(
       else putDone++;
     }
   });
-  const consuming = Array.from({ length: consumers }, async () => {
+  const consuming = Array.from({ length: consumers }, async (_, i) => {
+    const client = clientOf(i + 1);
     while (!stopped) {
       const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
       const m = res.body?.message;
@@ -195,6 +201,6 @@ export async function restQueueLoad(
   const ackedInWindow = acked;
   const elapsedS = (performance.now() - started) / 1000;
   await Promise.all([...putting, ...consuming]);
-  client.agent.destroy();
+  for (const c of clients) c.agent.destroy();
   return { acked: ackedInWindow, elapsedS, errors };
 }

@@ -41,11 +41,17 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
       run: () => inBatches((batch) => store.expireDedupKeys(batch), EXPIRE_BATCH),
     },
     {
+      name: "queue count slots",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: () => inBatches((batch) => store.compactCounts(batch), EXPIRE_BATCH),
+    },
+    {
       name: "queue messages of deleted apps",
       intervalMs: ORPHAN_INTERVAL_MS,
       run: async () =>
         (await inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH)) +
-        (await inBatches((batch) => store.deleteDeadLetterOrphans(batch), EXPIRE_BATCH)),
+        (await inBatches((batch) => store.deleteDeadLetterOrphans(batch), EXPIRE_BATCH)) +
+        (await store.deleteControlOrphans(EXPIRE_BATCH)),
     },
   ];
 }

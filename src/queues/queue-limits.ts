@@ -44,3 +44,7 @@ export const MAX_STREAM_WINDOW = 1_000;
 export const STREAM_CLAIM_BATCH = 256;
 /** Most messages one consume with `max` leases. */
 export const MAX_CONSUME_MESSAGES = 100;
+/** A stream with a full window first asks which of its receipts were acked elsewhere after this long... */
+export const STREAM_RECHECK_MIN_MS = 5;
+/** ...and, while none was, twice as long each time, up to this. */
+export const STREAM_RECHECK_MAX_MS = 100;

@@ -64,6 +64,33 @@ export const QUEUE_CHANNEL = "pb_queue_put";
 const LEASED = sql`(lease_until > now() AND visible_at > now())`;
 const WAITING = sql`NOT coalesce(${LEASED}, false) AND expires_at > now()`;
 
+/**
+ * The expired waiting messages not yet deleted by the expiry sweep (which runs
+ * every 15 s), of every app: read through the expiry index (the ORDER BY makes
+ * it the plan), at most `EXPIRED_SCAN` of them, so the counts below can leave
+ * them out at the cost of the few that expired since the last sweep.
+ */
+const EXPIRED = sql`(
+  SELECT app_id, queue FROM queue_messages
+  WHERE expires_at <= now() AND NOT coalesce(lease_until > now() AND visible_at > now(), false)
+  ORDER BY expires_at LIMIT ${sql.lit(10_000)}
+)`;
+
+/**
+ * How many messages wait on one queue, in time independent of how many: its
+ * row count (`queue_counts`, migration 0012, kept by triggers) less its leased
+ * rows, which the line index finds among the few whose `visible_at` is ahead
+ * (leased, held back or delayed), and less its expired rows not yet swept.
+ */
+const depthOf = (appId: string, queue: string) => sql<number>`greatest(0,
+  (SELECT coalesce(sum(n), 0) FROM queue_counts WHERE app_id = ${appId} AND queue = ${queue})
+  - (SELECT count(*) FROM queue_messages WHERE app_id = ${appId} AND queue = ${queue} AND visible_at > now() AND lease_until > now())
+  - (SELECT count(*) FROM ${EXPIRED} e WHERE e.app_id = ${appId} AND e.queue = ${queue})
+)::int`;
+
+/** Waiting messages at the head of a line among which the listing looks for the oldest. */
+const OLDEST_SCAN = 16;
+
 /** Most messages one claim moves to the dead letters (more wait for the next claim). */
 const BURY_BATCH = 256;
 
@@ -249,6 +276,14 @@ export interface QueueStore {
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   /** Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue. */
   updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
+  /**
+   * Folds the count slots (`queue_counts`) of up to `limit` queues into one
+   * row each, and removes those summing to 0; how many queues. The slots of
+   * a queue are locked while folded, so a concurrent put or ack adds after it.
+   */
+  compactCounts(limit: number): Promise<number>;
+  /** Deletes up to `limit` policies, dedup keys and count rows of apps that no longer exist; how many. */
+  deleteControlOrphans(limit: number): Promise<number>;
   /** Deletes up to `limit` dedup keys past their window; how many. */
   expireDedupKeys(limit: number): Promise<number>;
   /**
@@ -293,6 +328,8 @@ export interface QueueStore {
     delaySeconds: number | undefined,
     defaults: ClaimRule["retry"],
   ): Promise<string | undefined>;
+  /** Of these deliveries of one app's messages, those whose lease still holds (keys `id|deliveries`). */
+  stillLeased(appId: string, leases: { id: string; deliveries: number }[]): Promise<Set<string>>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
@@ -389,11 +426,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<Row>`${PREPARED}
       WITH depth AS (
-        SELECT count(*)::int AS n FROM (
-          SELECT 1 FROM queue_messages
-          WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
-          LIMIT ${input.depthBelow}
-        ) w
+        SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
         INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
@@ -528,11 +561,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       const ids = items.map(() => crypto.randomUUID());
       const { rows } = await sql<Row>`${PREPARED}
         WITH depth AS (
-          SELECT count(*)::int AS n FROM (
-            SELECT 1 FROM queue_messages
-            WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
-            LIMIT ${depthBelow}
-          ) w
+          SELECT ${depthOf(appId, queue)} AS n
         ), src AS (
           SELECT k.* FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
                                  ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
@@ -600,11 +629,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           // the lock before): count, and insert all only if they fit.
           const { rows } = await sql<{ n: number; id: string | null; expires_at: Date | string | null }>`${PREPARED}
             WITH depth AS (
-              SELECT count(*)::int AS n FROM (
-                SELECT 1 FROM queue_messages
-                WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
-                LIMIT ${maxDepth}
-              ) w
+              SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
               SELECT k.id, k.payload, k.delay, k.ttl
               FROM unnest(${fresh.map((f) => f.id)}::uuid[], ${fresh.map((f) => f.item.payload)}::text[],
@@ -677,6 +702,47 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
         return next;
       });
+    },
+
+    compactCounts(limit) {
+      return db.transaction().execute(async (trx) => {
+        const { rows } = await sql<{ app_id: string; queue: string; n: string | number }>`
+          WITH locked AS (
+            SELECT app_id, queue, slot FROM queue_counts
+            WHERE (app_id, queue) IN (
+              SELECT app_id, queue FROM queue_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
+            )
+            ORDER BY app_id, queue, slot
+            FOR UPDATE
+          ), gone AS (
+            DELETE FROM queue_counts c USING locked l
+            WHERE c.app_id = l.app_id AND c.queue = l.queue AND c.slot = l.slot
+            RETURNING c.app_id, c.queue, c.n
+          )
+          SELECT app_id, queue, sum(n) AS n FROM gone GROUP BY app_id, queue`.execute(trx);
+        const kept = rows.filter((r) => Number(r.n) !== 0);
+        if (kept.length > 0)
+          await sql`
+            INSERT INTO queue_counts (app_id, queue, slot, n)
+            SELECT * FROM unnest(${kept.map((r) => r.app_id)}::uuid[], ${kept.map((r) => r.queue)}::text[],
+                                 ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
+            ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
+        return rows.length;
+      });
+    },
+
+    async deleteControlOrphans(limit) {
+      let total = 0;
+      for (const table of ["queue_policies", "queue_dedup", "queue_counts"] as const) {
+        const result = await sql`
+          DELETE FROM ${sql.table(table)} WHERE app_id IN (
+            SELECT DISTINCT t.app_id FROM ${sql.table(table)} t
+            WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
+            LIMIT ${limit}
+          )`.execute(relaxedDb);
+        total += Number(result.numAffectedRows ?? 0n);
+      }
+      return total;
     },
 
     async expireDedupKeys(limit) {
@@ -762,6 +828,17 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return rows[0]?.queue;
     },
 
+    async stillLeased(appId, leases) {
+      if (leases.length === 0) return new Set();
+      const ids = leases.map((l) => l.id);
+      const { rows } = await sql<{ id: string; deliveries: number }>`${PREPARED}
+        SELECT id, deliveries FROM queue_messages
+        WHERE id = ANY (${ids}::uuid[]) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
+        db,
+      );
+      return new Set(rows.map((r) => `${r.id}|${Number(r.deliveries)}`));
+    },
+
     async ackMany(receipts) {
       // `m.id = ANY` finds the rows through the primary key; joined with
       // `unnest` alone, the planner may scan every leased message of the table.
@@ -779,32 +856,52 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     async list(appId) {
-      // One round trip for both tables; a queue holding only dead letters is
-      // listed too (FULL JOIN), so the operator sees it.
-      const { rows } = await sql<Row>`${PREPARED}
-        WITH m AS (
-          SELECT queue,
-                 count(*) FILTER (WHERE ${WAITING})::int AS depth,
-                 count(*) FILTER (WHERE ${LEASED})::int AS in_flight,
-                 min(enqueued_at) FILTER (WHERE ${WAITING}) AS oldest_at
-          FROM queue_messages
-          WHERE app_id = ${appId}
-          GROUP BY queue
+      // From the counts (one row per queue and slot), not the messages: each
+      // queue then costs a few index probes, whatever its backlog. `oldestAt`
+      // is the oldest among the first `OLDEST_SCAN` waiting messages of the
+      // line (the oldest of all, unless leases lapsed behind younger puts). A
+      // queue holding only dead letters is listed too (FULL JOIN), so the
+      // operator sees it.
+      const { rows } = await sql<{
+        queue: string;
+        total: number | string | null;
+        in_flight: number | null;
+        oldest_at: Date | string | null;
+        dead_letters: number;
+      }>`${PREPARED}
+        WITH c AS (
+          SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = ${appId} GROUP BY queue HAVING sum(n) > 0
+        ), m AS (
+          SELECT c.queue, c.total,
+                 (SELECT count(*)::int FROM queue_messages q
+                  WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.visible_at > now() AND q.lease_until > now()) AS in_flight,
+                 (SELECT min(h.enqueued_at) FROM (
+                    SELECT q.enqueued_at FROM queue_messages q
+                    WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.expires_at > now()
+                      AND NOT coalesce(q.lease_until > now() AND q.visible_at > now(), false)
+                    ORDER BY q.visible_at LIMIT ${OLDEST_SCAN}) h) AS oldest_at
+          FROM c
+        ), e AS (
+          SELECT queue, count(*)::int AS n FROM ${EXPIRED} x WHERE x.app_id = ${appId} GROUP BY queue
         ), d AS (
           SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue
         )
-        SELECT coalesce(m.queue, d.queue) AS queue, coalesce(m.depth, 0) AS depth, coalesce(m.in_flight, 0) AS in_flight,
-               m.oldest_at, coalesce(d.n, 0) AS dead_letters
-        FROM m FULL JOIN d ON d.queue = m.queue
+        SELECT coalesce(m.queue, d.queue) AS queue, m.total - coalesce(e.n, 0) AS total, m.in_flight, m.oldest_at,
+               coalesce(d.n, 0) AS dead_letters
+        FROM m LEFT JOIN e ON e.queue = m.queue FULL JOIN d ON d.queue = m.queue
         ORDER BY 1`.execute(db);
       return rows
-        .map((r) => ({
-          name: r.queue as string,
-          depth: Number(r.depth),
-          inFlight: Number(r.in_flight),
-          oldestAt: r.oldest_at == null ? null : toDate(r.oldest_at),
-          deadLetters: Number(r.dead_letters),
-        }))
+        .map((r) => {
+          const inFlight = Number(r.in_flight ?? 0);
+          const depth = Number(r.total ?? 0) - inFlight;
+          return {
+            name: r.queue,
+            depth,
+            inFlight,
+            oldestAt: depth > 0 && r.oldest_at != null ? toDate(r.oldest_at) : null,
+            deadLetters: Number(r.dead_letters),
+          };
+        })
         .filter((q) => q.depth > 0 || q.inFlight > 0 || q.deadLetters > 0);
     },
 

@@ -32,7 +32,7 @@
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
@@ -42,8 +42,6 @@ import { createBatcher } from "../core/batcher.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
-  ACK_BATCH,
-  CLAIM_BATCH,
   DEPTH_SLACK,
   EVENTS_QUEUE,
   MAX_BATCH_MESSAGES,
@@ -54,17 +52,13 @@ import {
   MAX_WAIT_SECONDS,
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
-  STREAM_CLAIM_BATCH,
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
-import { createStreamWindows } from "./stream-windows.ts";
+import { createQueueConsumers } from "./queue-consumers.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
-import { claimRule, createQueuePolicies, effectivePolicy, type QueuePolicy } from "./queue-policy.ts";
+import { claimRule, effectivePolicy, type QueuePolicy } from "./queue-policy.ts";
 import {
-  DROP_DEAD_LETTERS,
-  type ClaimResult,
   type DeadLetterSelection,
-  type ClaimRule,
   type PutItem,
   type PutResult,
   type QueueStore,
@@ -233,93 +227,19 @@ function toMessage(m: StoredMessage) {
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
   const { store, hub, logger, metrics } = deps;
+  const consumers = createQueueConsumers(deps);
+  const { policies, windows } = consumers;
+  const policyOf = (app: AppRecord, queue: string) => consumers.policyOf(app, queue);
   const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
     maxBatch: PUT_BATCH,
     maxInFlight: 1,
     run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
   });
-  const buriedTotal = metrics.counter(
-    "queue_dead_letters_total",
-    "Messages moved to a dead-letter list (maxDeliveries reached).",
-    [],
-  );
-  const policies = createQueuePolicies(store);
-  /** The queue's policy and the claim rule it makes. */
-  async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
-    const policy = await policies.get(app, queue);
-    return { policy, rule: claimRule(app, policy, (target) => hub.payload(app.id, target, 0)) };
-  }
-  /** After a claim moved messages: counted, and local consumers of a dead-letter queue woken. */
-  function afterBurying(appId: string, rule: ClaimRule, buried: number | undefined) {
-    if (!buried) return;
-    buriedTotal.inc(buried);
-    const target = rule.deadLetterQueue;
-    if (target !== null && target !== DROP_DEAD_LETTERS)
-      for (let n = Math.min(buried, hub.waiting()); n > 0; n--) hub.announce(appId, target, 0);
-  }
-  const claimBatcher = createBatcher<
-    { appId: string; queue: string; leaseSeconds: number; rule: ClaimRule },
-    ClaimResult
-  >({
-    maxBatch: CLAIM_BATCH,
-    maxInFlight: 1,
-    async run(_key, items) {
-      const { appId, queue, leaseSeconds, rule } = items[0];
-      const { messages, nextVisibleAt, buried } = await store.claimMany(appId, queue, leaseSeconds, items.length, rule);
-      afterBurying(appId, rule, buried);
-      return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
-    },
-  });
-  /** Claims of one queue share a statement when they share its lease and rule. */
-  const ruleKey = (r: ClaimRule) =>
-    `${r.maxDeliveries}|${r.deadLetterQueue}|${r.ttlSeconds}|${r.retry.delaySeconds}|${r.retry.backoff}|${r.retry.maxDelaySeconds}`;
-  /** Leases up to `n` messages: one through the claim batcher (shared with concurrent consumes), more in one statement. */
-  async function claimSome(
-    app: AppRecord,
-    queue: string,
-    leaseSeconds: number,
-    rule: ClaimRule,
-    n: number,
-  ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null }> {
-    if (n === 1) {
-      const key = `${app.id}|${queue}|${leaseSeconds}|${ruleKey(rule)}`;
-      const claimed = await claimBatcher.call(key, { appId: app.id, queue, leaseSeconds, rule });
-      return claimed.message
-        ? { messages: [claimed.message], nextVisibleAt: null }
-        : { messages: [], nextVisibleAt: claimed.nextVisibleAt };
-    }
-    const claimed = await store.claimMany(app.id, queue, leaseSeconds, n, rule);
-    afterBurying(app.id, rule, claimed.buried);
-    return claimed;
-  }
-  const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
-    maxBatch: ACK_BATCH,
-    maxInFlight: 1,
-    run: (_key, items) => store.ackMany(items),
-  });
-  const windows = createStreamWindows();
-  const streamsGauge = metrics.gauge("queue_streams", "StreamMessages calls open on this instance.", []);
-  const streamSent = metrics.counter(
-    "queue_stream_messages_sent_total",
-    "Messages leased and sent by StreamMessages.",
-    [],
-  );
-  const streamReleased = metrics.counter(
-    "queue_stream_leases_released_total",
-    "Leases a StreamMessages call took but did not send (it ended first) and gave back.",
-    [],
-  );
   const dropped = metrics.counter(
     "queue_events_dropped_total",
     "Platform events dropped (oldest first) because an app's _events queue was at its depth cap.",
     [],
   );
-  const waitingGauge = metrics.gauge(
-    "queue_waiting_consumers",
-    "Consumes waiting (long-polling) on this instance.",
-    [],
-  );
-
   /** After a put committed: local waiters now, other instances through the NOTIFY sent by the statement. */
   const announced = (appId: string, queue: string, delaySeconds: number) =>
     hub.announce(appId, queue, Date.now() + delaySeconds * 1000);
@@ -359,155 +279,6 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     if (!result.inserted) throw queueFull(queue, result.depth, max);
     announced(app.id, queue, delaySeconds);
     return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
-  }
-
-  /**
-   * Leases up to `n` messages of the queue, waiting up to `waitSeconds` while
-   * there is none (a wake-up from a put on any instance, or the moment the
-   * next message becomes visible, ends the wait early).
-   */
-  async function consume(
-    app: AppRecord,
-    queue: string,
-    waitSeconds: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
-    n: number,
-    context: HandlerContext,
-  ): Promise<StoredMessage[]> {
-    if (waitSeconds === 0) return (await claimSome(app, queue, leaseSeconds, rule, n)).messages;
-    const deadline = Date.now() + waitSeconds * 1000;
-    // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
-    // whose dependants a long-lived signal keeps until collected).
-    const stop = new AbortController();
-    const onAbort = () => stop.abort();
-    const { signal } = stop;
-    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
-    context.signal.addEventListener("abort", onAbort, { once: true });
-    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
-    // Registered before the first claim, so a put landing between the claim and the wait still wakes it.
-    const waiter = hub.register(app.id, queue);
-    // Counted once its first claim found nothing: from then on it only waits.
-    let counted = false;
-    let served = false;
-    let used: ReturnType<typeof waiter.beforeClaim>;
-    try {
-      for (;;) {
-        used = waiter.beforeClaim();
-        const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
-        if (claimed.messages.length > 0) {
-          served = true;
-          return claimed.messages;
-        }
-        if (signal.aborted || Date.now() >= deadline) return [];
-        if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline)
-          hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
-        if (!counted) {
-          counted = true;
-          waitingGauge.inc();
-        }
-        await waiter.wait(deadline, signal);
-        if (signal.aborted) return [];
-      }
-    } finally {
-      waiter.leave(served, used);
-      if (counted) waitingGauge.dec();
-      context.signal.removeEventListener("abort", onAbort);
-      deps.shutdownSignal.removeEventListener("abort", onAbort);
-    }
-  }
-
-  /** Acks a batch of one app's receipts in one statement, and frees the stream windows that held them. */
-  async function ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]> {
-    const acked = await store.ackMany(receipts.map((r) => ({ appId, id: r.id, deliveries: r.deliveries })));
-    acked.forEach((ok, i) => ok && windows.acked(appId, receipts[i].id, receipts[i].deliveries));
-    return acked;
-  }
-
-  /**
-   * One `StreamMessages` call: claims what fits in the window, sends it, and
-   * waits for room (an ack, a lapsed lease) or for messages (the wake-up hub,
-   * as a waiting consume does). A lease is only taken for messages about to be
-   * sent: when the call ends between a claim and its send (cancel, shutdown),
-   * `finally` undoes those leases (`release`), so they go back in line as if
-   * never claimed. Messages already sent keep their lease and receipt.
-   */
-  async function* stream(
-    app: AppRecord,
-    queue: string,
-    windowSize: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
-    context: HandlerContext,
-  ) {
-    const stop = new AbortController();
-    const onAbort = () => stop.abort();
-    const { signal } = stop;
-    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
-    context.signal.addEventListener("abort", onAbort, { once: true });
-    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
-    const window = windows.open();
-    // The policy as the call began: a stream keeps the rule it started with.
-    streamsGauge.inc();
-    let unsent: StoredMessage[] = [];
-    try {
-      while (!signal.aborted) {
-        const room = windowSize - window.size;
-        if (room <= 0) {
-          await window.shrunk(signal);
-          continue;
-        }
-        // Registered before the claim, so a put landing between the claim and the wait still wakes it.
-        const waiter = hub.register(app.id, queue);
-        let served = false;
-        let used: ReturnType<typeof waiter.beforeClaim>;
-        try {
-          used = waiter.beforeClaim();
-          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH), rule);
-          afterBurying(app.id, rule, claimed.buried);
-          if (claimed.messages.length > 0) {
-            served = true;
-            unsent = claimed.messages;
-          } else {
-            if (signal.aborted) break;
-            if (claimed.nextVisibleAt) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
-            await waiter.wait(Date.now() + MAX_WAIT_SECONDS * 1000, signal);
-            continue;
-          }
-        } finally {
-          waiter.leave(served, used);
-        }
-        if (signal.aborted) break;
-        for (const m of unsent) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
-        const messages = unsent.map(toMessage);
-        // Handed to the transport from here on: sent.
-        unsent = [];
-        streamSent.inc(messages.length);
-        yield { messages };
-      }
-    } finally {
-      window.close();
-      context.signal.removeEventListener("abort", onAbort);
-      deps.shutdownSignal.removeEventListener("abort", onAbort);
-      // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
-      if (unsent.length > 0) {
-        const leases = unsent.map((m) => ({
-          id: m.id,
-          deliveries: m.deliveries,
-          visibleBefore: m.visibleBefore ?? new Date(),
-        }));
-        try {
-          streamReleased.inc(await store.release(app.id, leases));
-        } catch (err) {
-          // The leases then simply lapse: a delay, not a lost message.
-          logger.warn(
-            { err: (err as Error).message, appId: app.id, count: leases.length },
-            "could not release unsent stream leases",
-          );
-        }
-      }
-      streamsGauge.dec();
-    }
   }
 
   const events: PlatformEvents = {
@@ -572,7 +343,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const max = checkRange("max", req.max, 1, MAX_CONSUME_MESSAGES, 1);
         const { policy, rule } = await policyOf(app, queue);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-        const messages = await consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        const messages = await consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
         if (req.max !== undefined) return { messages: messages.map(toMessage) };
         return messages[0] ? { message: toMessage(messages[0]) } : {};
       },
@@ -583,12 +354,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           if (req.receipt !== "") throw invalidArgument("receipt", "must not be given with receipts");
           checkCount("receipts", req.receipts.length);
           const receipts = req.receipts.map((_, i) => receiptAt(req.receipts, i));
-          return { ackedEach: await ackAll(app.id, receipts) };
+          return { ackedEach: await consumers.ackAll(app.id, receipts) };
         }
         const receipt = decodeReceipt(req.receipt);
-        const acked = await ackBatcher.call("", { appId: app.id, id: receipt.id, deliveries: receipt.deliveries });
-        if (acked) windows.acked(app.id, receipt.id, receipt.deliveries);
-        return { acked };
+        return { acked: await consumers.ackOne(app.id, receipt) };
       },
 
       async putMessages(req, context) {
@@ -632,7 +401,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         checkCount("receipts", req.receipts.length);
         const receipts = req.receipts.map((_, i) => receiptAt(req.receipts, i));
-        return { acked: await ackAll(app.id, receipts) };
+        return { acked: await consumers.ackAll(app.id, receipts) };
       },
 
       async extendLease(req, context) {
@@ -728,7 +497,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
           const { policy, rule } = await policyOf(app, queue);
           const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-          yield* stream(app, queue, windowSize, leaseSeconds, rule, context);
+          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context))
+            yield { messages: messages.map(toMessage) };
         } catch (err) {
           const platformError = toPlatformError(err);
           if (platformError.code === "internal")

@@ -7,11 +7,16 @@
  * `AckMessage` / `AckMessages`, possibly on another connection. Every ack that
  * deletes a message on this instance is reported here (`acked`), keyed by the
  * receipt, and frees the place in the window of the stream that handed that
- * receipt out, at once. An ack made on another instance is not reported here:
- * its place frees when the lease lapses (the stream sets a timer for its
- * earliest lease while its window is full), which is also when a lease the
- * caller never acknowledged frees it. Lease ends come from the database's clock
- * and are compared with this process's: a skew only moves that moment.
+ * receipt out, at once. An ack made on another instance (behind a load
+ * balancer that spreads the calls) is not reported here: a stream whose window
+ * is full asks the database which of its receipts still hold their lease
+ * (`receipts`, then `acked` for the others), every few milliseconds while
+ * nothing frees, backing off to `STREAM_RECHECK_MAX_MS`; so its window frees
+ * within that time of an ack anywhere. A lease that lapses frees its place at
+ * its end (the stream sets a timer for its earliest lease), which is also when
+ * a lease the caller never acknowledged frees it. Lease ends come from the
+ * database's clock and are compared with this process's: a skew only moves
+ * that moment.
  */
 
 export interface StreamWindow {
@@ -19,8 +24,10 @@ export interface StreamWindow {
   readonly size: number;
   /** Records a delivery as handed out; call before it is sent, so an immediate ack finds it. */
   add(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number): void;
-  /** Resolves once the window has shrunk (an ack of its own, a lapsed lease) or on abort. */
-  shrunk(signal: AbortSignal): Promise<void>;
+  /** Resolves once the window has shrunk (an ack of its own, a lapsed lease), on abort, or after `maxWaitMs`. */
+  shrunk(signal: AbortSignal, maxWaitMs?: number): Promise<void>;
+  /** The receipts held, as `{ id, deliveries }` (to ask the database which still hold their lease). */
+  receipts(): { id: string; deliveries: number }[];
   /** Forgets every receipt: the stream ended (its deliveries keep their leases). */
   close(): void;
 }
@@ -79,7 +86,14 @@ export function createStreamWindows(): StreamWindows {
       return { dropped, earliest };
     }
 
-    shrunk(signal: AbortSignal): Promise<void> {
+    receipts() {
+      return [...this.held.keys()].map((key) => {
+        const [, id, deliveries] = key.split("|");
+        return { id, deliveries: Number(deliveries) };
+      });
+    }
+
+    shrunk(signal: AbortSignal, maxWaitMs = 2 ** 31 - 1): Promise<void> {
       const { dropped, earliest } = this.prune();
       if (dropped || signal.aborted || this.closed) return Promise.resolve();
       return new Promise<void>((resolve) => {
@@ -92,7 +106,7 @@ export function createStreamWindows(): StreamWindows {
         // +1 ms: the lease has lapsed (not merely reached) when the timer fires.
         const timer = setTimeout(
           finish,
-          Number.isFinite(earliest) ? Math.max(0, earliest - Date.now()) + 1 : 2 ** 31 - 1,
+          Math.min(maxWaitMs, Number.isFinite(earliest) ? Math.max(0, earliest - Date.now()) + 1 : 2 ** 31 - 1),
         );
         signal.addEventListener("abort", finish, { once: true });
         this.wake = finish;

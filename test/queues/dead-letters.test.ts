@@ -170,6 +170,8 @@ describe("under concurrency", () => {
     const valueOf = new Map<string, number>();
     type Mode = { leaseSeconds: number; ack: (m: Message) => boolean; phase: number };
     const replaySeen = new Map<string, number[]>();
+    /** Claims answered to the REST and unary consumers so far (each a chance to deliver what should not be). */
+    let claims = 0;
 
     function consumers(mode: Mode, stop: AbortSignal) {
       const record = (m: Message) => {
@@ -189,6 +191,7 @@ describe("under concurrency", () => {
             token: app.token,
             body: { waitSeconds: 1, leaseSeconds: mode.leaseSeconds },
           });
+          claims++;
           const m = res.body.message as { id: string; deliveries: number; receipt: string; payload: number } | null;
           if (!m) continue;
           const msg = {
@@ -204,6 +207,7 @@ describe("under concurrency", () => {
       const unary = Array.from({ length: 4 }, async () => {
         while (!stop.aborted) {
           const { message } = await app.c.consumeMessage({ queue, waitSeconds: 1, leaseSeconds: mode.leaseSeconds });
+          claims++;
           if (!message) continue;
           record(message);
           await settle([message]);
@@ -246,8 +250,9 @@ describe("under concurrency", () => {
         },
         { timeout: 45_000, interval: 200 },
       );
-      // Consumers keep racing a little longer: nothing more may be delivered.
-      await new Promise((r) => setTimeout(r, 1500));
+      // Consumers keep racing a little longer, two more claims each: nothing more may be delivered.
+      const mark = claims;
+      await vi.waitFor(() => expect(claims).toBeGreaterThanOrEqual(mark + 16), { timeout: 20_000, interval: 50 });
     } finally {
       stop1.abort();
       await running1;

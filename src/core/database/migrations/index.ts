@@ -14,6 +14,7 @@ import * as platformSettings from "./0008-platform-settings.ts";
 import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
 import * as queueControls from "./0011-queue-controls.ts";
+import * as queueCounts from "./0012-queue-counts.ts";
 import * as eventFeed from "./0014-event-feed.ts";
 import * as appRevision from "./0015-app-revision.ts";
 import * as operators from "./0016-operators.ts";
@@ -32,6 +33,7 @@ export const migrations: Record<string, Migration> = {
   "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
   "0011-queue-controls": queueControls,
+  "0012-queue-counts": queueCounts,
   "0014-event-feed": eventFeed,
   "0015-app-revision": appRevision,
   "0016-operators": operators,

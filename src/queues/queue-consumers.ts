@@ -1,0 +1,318 @@
+/**
+ * The consuming side of the queues facility: claims (shared by concurrent
+ * consumes through the batcher), waiting consumes, `StreamMessages` and its
+ * windows, acks, and the queue policies the claims apply. `queues-service.ts`
+ * maps the RPCs onto these; this module knows nothing of requests.
+ */
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import type { AppRecord } from "../core/apps/apps.ts";
+import { createBatcher } from "../core/batcher.ts";
+import type { Metrics } from "../core/metrics.ts";
+import {
+  ACK_BATCH,
+  CLAIM_BATCH,
+  MAX_WAIT_SECONDS,
+  STREAM_CLAIM_BATCH,
+  STREAM_RECHECK_MAX_MS,
+  STREAM_RECHECK_MIN_MS,
+} from "./queue-limits.ts";
+import { claimRule, createQueuePolicies, type QueuePolicies, type QueuePolicy } from "./queue-policy.ts";
+import {
+  DROP_DEAD_LETTERS,
+  type ClaimResult,
+  type ClaimRule,
+  type QueueStore,
+  type StoredMessage,
+} from "./queue-store.ts";
+import type { Receipt } from "./receipt.ts";
+import { createStreamWindows, type StreamWindows } from "./stream-windows.ts";
+import type { WakeHub } from "./wake-hub.ts";
+
+export interface QueueConsumersOptions {
+  store: QueueStore;
+  hub: WakeHub;
+  logger: Logger;
+  metrics: Metrics;
+  /** Aborted when the server starts shutting down: waiting consumes and streams end at once. */
+  shutdownSignal: AbortSignal;
+}
+
+export interface QueueConsumers {
+  readonly policies: QueuePolicies;
+  readonly windows: StreamWindows;
+  /** The queue's policy and the claim rule it makes. */
+  policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }>;
+  consume(
+    app: AppRecord,
+    queue: string,
+    waitSeconds: number,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    n: number,
+    context: HandlerContext,
+  ): Promise<StoredMessage[]>;
+  /** Acks one receipt (batched with concurrent acks of any app); frees its place in a local stream's window. */
+  ackOne(appId: string, receipt: Receipt): Promise<boolean>;
+  ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]>;
+  stream(
+    app: AppRecord,
+    queue: string,
+    windowSize: number,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    context: HandlerContext,
+  ): AsyncGenerator<{ messages: StoredMessage[] }>;
+}
+
+export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumers {
+  const { store, hub, logger, metrics } = deps;
+  const buriedTotal = metrics.counter(
+    "queue_dead_letters_total",
+    "Messages moved to a dead-letter list (maxDeliveries reached).",
+    [],
+  );
+  const policies = createQueuePolicies(store);
+  /** The queue's policy and the claim rule it makes. */
+  async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
+    const policy = await policies.get(app, queue);
+    return { policy, rule: claimRule(app, policy, (target) => hub.payload(app.id, target, 0)) };
+  }
+  /** After a claim moved messages: counted, and local consumers of a dead-letter queue woken. */
+  function afterBurying(appId: string, rule: ClaimRule, buried: number | undefined) {
+    if (!buried) return;
+    buriedTotal.inc(buried);
+    const target = rule.deadLetterQueue;
+    if (target !== null && target !== DROP_DEAD_LETTERS)
+      for (let n = Math.min(buried, hub.waiting()); n > 0; n--) hub.announce(appId, target, 0);
+  }
+  const claimBatcher = createBatcher<
+    { appId: string; queue: string; leaseSeconds: number; rule: ClaimRule },
+    ClaimResult
+  >({
+    maxBatch: CLAIM_BATCH,
+    maxInFlight: 1,
+    async run(_key, items) {
+      const { appId, queue, leaseSeconds, rule } = items[0];
+      const { messages, nextVisibleAt, buried } = await store.claimMany(appId, queue, leaseSeconds, items.length, rule);
+      afterBurying(appId, rule, buried);
+      return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
+    },
+  });
+  /** Claims of one queue share a statement when they share its lease and rule. */
+  const ruleKey = (r: ClaimRule) =>
+    `${r.maxDeliveries}|${r.deadLetterQueue}|${r.ttlSeconds}|${r.retry.delaySeconds}|${r.retry.backoff}|${r.retry.maxDelaySeconds}`;
+  /** Leases up to `n` messages: one through the claim batcher (shared with concurrent consumes), more in one statement. */
+  async function claimSome(
+    app: AppRecord,
+    queue: string,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    n: number,
+  ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null }> {
+    if (n === 1) {
+      const key = `${app.id}|${queue}|${leaseSeconds}|${ruleKey(rule)}`;
+      const claimed = await claimBatcher.call(key, { appId: app.id, queue, leaseSeconds, rule });
+      return claimed.message
+        ? { messages: [claimed.message], nextVisibleAt: null }
+        : { messages: [], nextVisibleAt: claimed.nextVisibleAt };
+    }
+    const claimed = await store.claimMany(app.id, queue, leaseSeconds, n, rule);
+    afterBurying(app.id, rule, claimed.buried);
+    return claimed;
+  }
+  const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
+    maxBatch: ACK_BATCH,
+    maxInFlight: 1,
+    run: (_key, items) => store.ackMany(items),
+  });
+  const windows = createStreamWindows();
+  const streamsGauge = metrics.gauge("queue_streams", "StreamMessages calls open on this instance.", []);
+  const streamSent = metrics.counter(
+    "queue_stream_messages_sent_total",
+    "Messages leased and sent by StreamMessages.",
+    [],
+  );
+  const streamReleased = metrics.counter(
+    "queue_stream_leases_released_total",
+    "Leases a StreamMessages call took but did not send (it ended first) and gave back.",
+    [],
+  );
+  const waitingGauge = metrics.gauge(
+    "queue_waiting_consumers",
+    "Consumes waiting (long-polling) on this instance.",
+    [],
+  );
+
+  /**
+   * Leases up to `n` messages of the queue, waiting up to `waitSeconds` while
+   * there is none (a wake-up from a put on any instance, or the moment the
+   * next message becomes visible, ends the wait early).
+   */
+  async function consume(
+    app: AppRecord,
+    queue: string,
+    waitSeconds: number,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    n: number,
+    context: HandlerContext,
+  ): Promise<StoredMessage[]> {
+    if (waitSeconds === 0) return (await claimSome(app, queue, leaseSeconds, rule, n)).messages;
+    const deadline = Date.now() + waitSeconds * 1000;
+    // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
+    // whose dependants a long-lived signal keeps until collected).
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    const { signal } = stop;
+    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
+    context.signal.addEventListener("abort", onAbort, { once: true });
+    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    // Registered before the first claim, so a put landing between the claim and the wait still wakes it.
+    const waiter = hub.register(app.id, queue);
+    // Counted once its first claim found nothing: from then on it only waits.
+    let counted = false;
+    let served = false;
+    let used: ReturnType<typeof waiter.beforeClaim>;
+    try {
+      for (;;) {
+        used = waiter.beforeClaim();
+        const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
+        if (claimed.messages.length > 0) {
+          served = true;
+          return claimed.messages;
+        }
+        if (signal.aborted || Date.now() >= deadline) return [];
+        if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline)
+          hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
+        if (!counted) {
+          counted = true;
+          waitingGauge.inc();
+        }
+        await waiter.wait(deadline, signal);
+        if (signal.aborted) return [];
+      }
+    } finally {
+      waiter.leave(served, used);
+      if (counted) waitingGauge.dec();
+      context.signal.removeEventListener("abort", onAbort);
+      deps.shutdownSignal.removeEventListener("abort", onAbort);
+    }
+  }
+
+  /** Acks a batch of one app's receipts in one statement, and frees the stream windows that held them. */
+  async function ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]> {
+    const acked = await store.ackMany(receipts.map((r) => ({ appId, id: r.id, deliveries: r.deliveries })));
+    acked.forEach((ok, i) => ok && windows.acked(appId, receipts[i].id, receipts[i].deliveries));
+    return acked;
+  }
+
+  /**
+   * One `StreamMessages` call: claims what fits in the window, sends it, and
+   * waits for room (an ack, a lapsed lease) or for messages (the wake-up hub,
+   * as a waiting consume does). A lease is only taken for messages about to be
+   * sent: when the call ends between a claim and its send (cancel, shutdown),
+   * `finally` undoes those leases (`release`), so they go back in line as if
+   * never claimed. Messages already sent keep their lease and receipt.
+   */
+  async function* stream(
+    app: AppRecord,
+    queue: string,
+    windowSize: number,
+    leaseSeconds: number,
+    rule: ClaimRule,
+    context: HandlerContext,
+  ) {
+    const stop = new AbortController();
+    const onAbort = () => stop.abort();
+    const { signal } = stop;
+    if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
+    context.signal.addEventListener("abort", onAbort, { once: true });
+    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    const window = windows.open();
+    // The policy as the call began: a stream keeps the rule it started with.
+    streamsGauge.inc();
+    let unsent: StoredMessage[] = [];
+    let recheckMs = STREAM_RECHECK_MIN_MS;
+    try {
+      while (!signal.aborted) {
+        const room = windowSize - window.size;
+        if (room <= 0) {
+          await window.shrunk(signal, recheckMs);
+          if (signal.aborted || window.size < windowSize) {
+            recheckMs = STREAM_RECHECK_MIN_MS;
+            continue;
+          }
+          // Still full: acks made on other instances are not reported here; ask the database.
+          const held = window.receipts();
+          const leased = await store.stillLeased(app.id, held);
+          let freed = 0;
+          for (const r of held)
+            if (!leased.has(`${r.id}|${r.deliveries}`)) {
+              windows.acked(app.id, r.id, r.deliveries);
+              freed++;
+            }
+          recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
+          continue;
+        }
+        // Registered before the claim, so a put landing between the claim and the wait still wakes it.
+        const waiter = hub.register(app.id, queue);
+        let served = false;
+        let used: ReturnType<typeof waiter.beforeClaim>;
+        try {
+          used = waiter.beforeClaim();
+          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH), rule);
+          afterBurying(app.id, rule, claimed.buried);
+          if (claimed.messages.length > 0) {
+            served = true;
+            unsent = claimed.messages;
+          } else {
+            if (signal.aborted) break;
+            if (claimed.nextVisibleAt) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
+            await waiter.wait(Date.now() + MAX_WAIT_SECONDS * 1000, signal);
+            continue;
+          }
+        } finally {
+          waiter.leave(served, used);
+        }
+        if (signal.aborted) break;
+        for (const m of unsent) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
+        const messages = unsent;
+        // Handed to the transport from here on: sent.
+        unsent = [];
+        streamSent.inc(messages.length);
+        yield { messages };
+      }
+    } finally {
+      window.close();
+      context.signal.removeEventListener("abort", onAbort);
+      deps.shutdownSignal.removeEventListener("abort", onAbort);
+      // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
+      if (unsent.length > 0) {
+        const leases = unsent.map((m) => ({
+          id: m.id,
+          deliveries: m.deliveries,
+          visibleBefore: m.visibleBefore ?? new Date(),
+        }));
+        try {
+          streamReleased.inc(await store.release(app.id, leases));
+        } catch (err) {
+          // The leases then simply lapse: a delay, not a lost message.
+          logger.warn(
+            { err: (err as Error).message, appId: app.id, count: leases.length },
+            "could not release unsent stream leases",
+          );
+        }
+      }
+      streamsGauge.dec();
+    }
+  }
+
+  async function ackOne(appId: string, receipt: Receipt): Promise<boolean> {
+    const acked = await ackBatcher.call("", { appId, id: receipt.id, deliveries: receipt.deliveries });
+    if (acked) windows.acked(appId, receipt.id, receipt.deliveries);
+    return acked;
+  }
+
+  return { policies, windows, policyOf, consume, ackOne, ackAll, stream };
+}

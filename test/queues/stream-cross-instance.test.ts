@@ -1,0 +1,50 @@
+/**
+ * A `StreamMessages` call's window frees when its messages are acked on any
+ * instance: behind a load balancer that spreads HTTP/2 requests, the stream
+ * runs on one instance and its `AckMessages` calls land on another. Before,
+ * the window freed only as leases lapsed (window ÷ lease messages a second).
+ */
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { startInstances, type Instances, type TestApp, type TestServer } from "../support/harness.ts";
+
+let instances: Instances;
+let a: TestServer;
+let b: TestServer;
+let app: TestApp;
+
+beforeAll(async () => {
+  instances = await startInstances(2);
+  [a, b] = instances.servers as [TestServer, TestServer];
+  app = await a.createApp();
+});
+afterAll(() => instances?.close());
+
+it("a stream on instance A keeps delivering while its messages are acked on instance B (leases far from lapsing)", async () => {
+  const total = 60;
+  const onA = a.client(QueueService, app.token, "grpc");
+  const onB = b.client(QueueService, app.token, "grpc");
+  await onB.putMessages({
+    queue: "spread",
+    messages: Array.from({ length: total }, (_, i) => ({ payload: { kind: { case: "numberValue", value: i } } })),
+  });
+  const stop = new AbortController();
+  const seen = new Set<string>();
+  const started = Date.now();
+  try {
+    for await (const res of onA.streamMessages(
+      { queue: "spread", window: 4, leaseSeconds: 600 },
+      { signal: stop.signal },
+    )) {
+      const { acked } = await onB.ackMessages({ receipts: res.messages.map((m) => m.receipt) });
+      expect(acked.every(Boolean)).toBe(true);
+      for (const m of res.messages) seen.add(m.id);
+      if (seen.size === total) break;
+    }
+  } finally {
+    stop.abort();
+  }
+  expect(seen.size).toBe(total);
+  // 15 windows' worth, each freed by acks on the other instance: seconds at most, not 15 leases of 600 s.
+  expect(Date.now() - started).toBeLessThan(20_000);
+}, 30_000);
