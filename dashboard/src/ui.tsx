@@ -175,3 +175,59 @@ export function usePages<T>(rows: readonly T[], size = 50) {
       ) : null,
   };
 }
+
+/**
+ * A write-only field for a secret value. A `<textarea>` rather than an
+ * `<input type=password>`: a password input turns the line breaks of a
+ * pasted PEM key or JSON document into nothing, and the value must be kept
+ * byte for byte. The characters are masked (`-webkit-text-security`) until
+ * "Show" is ticked, so a screen share does not leak the value.
+ */
+export function SecretValueField({
+  label,
+  value,
+  onChange,
+}: {
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+}) {
+  const [shown, setShown] = useState(false);
+  const lines = value.split("\n").length;
+  return (
+    <div className="secret-field">
+      <label className="field">
+        <span>{label}</span>
+        <textarea
+          className={shown ? undefined : "masked"}
+          value={value}
+          onChange={(e) => onChange(e.target.value)}
+          rows={Math.min(12, Math.max(3, lines))}
+          autoComplete="off"
+          autoCapitalize="off"
+          autoCorrect="off"
+          spellCheck={false}
+          wrap="off"
+        />
+      </label>
+      <label className="check">
+        <input type="checkbox" checked={shown} onChange={(e) => setShown(e.target.checked)} /> Show the value
+      </label>
+      <small className="muted">
+        {value === ""
+          ? "Paste or type the value; line breaks are kept."
+          : `${lines} line${lines === 1 ? "" : "s"}, kept as typed.`}
+      </small>
+    </div>
+  );
+}
+
+/** `value` once it has stopped changing for `ms`: a field typed into applies when typing stops. */
+export function useDebounced<T>(value: T, ms: number): T {
+  const [settled, setSettled] = useState(value);
+  useEffect(() => {
+    const timer = setTimeout(() => setSettled(value), ms);
+    return () => clearTimeout(timer);
+  }, [value, ms]);
+  return settled;
+}

@@ -13,7 +13,7 @@ import {
   setSecret,
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
-import { ConfirmDialog, CopyButton, Empty, ErrorBox, QueryView } from "../ui.tsx";
+import { ConfirmDialog, CopyButton, Empty, ErrorBox, QueryView, SecretValueField } from "../ui.tsx";
 import { formatTime } from "../format.ts";
 
 export function SecretsTab({ app }: { app: App }) {
@@ -183,10 +183,7 @@ function SetValue({ appId, name, onDone }: { appId: string; name: string; onDone
     >
       <h2>Set {name}</h2>
       <p className="muted">The value is written, never shown: not here, not anywhere in the dashboard.</p>
-      <label className="field">
-        <span>Value of {name}</span>
-        <input type="password" value={value} onChange={(e) => setValue(e.target.value)} autoComplete="new-password" />
-      </label>
+      <SecretValueField label={`Value of ${name}`} value={value} onChange={setValue} />
       {set.error ? <ErrorBox error={set.error} title="Not set" /> : null}
       <div className="actions">
         <button type="button" className="secondary" onClick={onDone}>
