@@ -3,13 +3,13 @@
  * navigation and the screen of the current route. A token the server refuses
  * signs the tab out with a message.
  */
-import { Suspense, lazy, useEffect, useState } from "react";
+import { Suspense, lazy, useEffect, useRef, useState } from "react";
 import { useQueryClient } from "@tanstack/react-query";
 import { createClient } from "@connectrpc/connect";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { clearToken, getToken, setToken } from "./session.ts";
 import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
-import { useRoute } from "./router.ts";
+import { href, useRoute } from "./router.ts";
 import { Loading } from "./ui.tsx";
 
 // The screens (and the chart library) load after sign-in: the first screen needs only this module.
@@ -115,10 +115,57 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
   );
 }
 
+/**
+ * After a navigation, focus moves to the new screen's heading, so a screen
+ * reader announces where the operator is and the keyboard starts there
+ * (the heading appears once the screen and its data have loaded).
+ */
+function useFocusHeadingOnNavigation(key: string) {
+  const first = useRef(true);
+  useEffect(() => {
+    if (first.current) {
+      first.current = false;
+      return;
+    }
+    const main = document.getElementById("main");
+    if (!main) return;
+    // While the next screen loads, React keeps the previous one in the DOM, hidden: only a heading that
+    // is shown takes the focus.
+    const focus = () => {
+      const heading = [...main.querySelectorAll("h1")].find((h) => h.checkVisibility());
+      if (!heading) return false;
+      heading.tabIndex = -1;
+      heading.focus();
+      return document.activeElement === heading;
+    };
+    if (focus()) return;
+    const observer = new MutationObserver(() => focus() && observer.disconnect());
+    observer.observe(main, { childList: true, subtree: true });
+    const timer = setTimeout(() => observer.disconnect(), 5000);
+    return () => {
+      observer.disconnect();
+      clearTimeout(timer);
+    };
+  }, [key]);
+}
+
 function Shell({ onSignOut }: { onSignOut: () => void }) {
   const route = useRoute();
+  useFocusHeadingOnNavigation(href(route));
   return (
     <div className="shell">
+      <a
+        className="skip-link"
+        href="#main"
+        onClick={(e) => {
+          // The hash is the router's: move the focus without changing it.
+          e.preventDefault();
+          const main = document.getElementById("main");
+          main?.focus();
+        }}
+      >
+        Skip to content
+      </a>
       <header className="topbar">
         <a className="brand" href="#/apps">
           Platform Batteries
@@ -132,7 +179,7 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
           Sign out
         </button>
       </header>
-      <main className="content">
+      <main className="content" id="main" tabIndex={-1}>
         <Suspense fallback={<Loading what="the screen" />}>
           {route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}
         </Suspense>

@@ -30,19 +30,40 @@ export function Empty({ title, children }: { title: string; children?: ReactNode
   );
 }
 
-/** Renders the loading or error state of a query, or its data. */
+/**
+ * Renders the loading or error state of a query, or its data. A refresh that
+ * fails keeps the last data on screen under a banner (TanStack keeps `data`
+ * when a refetch fails): an outage of a few seconds must not blank the screen.
+ */
 export function QueryView<T>({
   query,
   what,
   children,
 }: {
-  query: { data?: T; error: unknown; isPending: boolean };
+  query: { data?: T; error: unknown; isPending: boolean; dataUpdatedAt?: number };
   what: string;
   children: (data: T) => ReactNode;
 }) {
+  if (query.data !== undefined) {
+    return (
+      <>
+        {query.error ? <StaleBanner error={query.error} what={what} at={query.dataUpdatedAt} /> : null}
+        {children(query.data)}
+      </>
+    );
+  }
   if (query.isPending) return <Loading what={what} />;
-  if (query.error || query.data === undefined) return <ErrorBox error={query.error} title={`Could not load ${what}`} />;
-  return <>{children(query.data)}</>;
+  return <ErrorBox error={query.error} title={`Could not load ${what}`} />;
+}
+
+function StaleBanner({ error, what, at }: { error: unknown; what: string; at?: number }) {
+  const when = at ? new Date(at).toLocaleTimeString(undefined, { timeStyle: "short" }) : undefined;
+  return (
+    <div className="banner" role="status" data-testid="stale-banner">
+      <strong>Could not refresh {what}.</strong> {errorMessage(error)}{" "}
+      {when ? `Showing what was loaded at ${when}; it refreshes again on its own.` : "Showing the last data loaded."}
+    </div>
+  );
 }
 
 export function Meter({ label, used, cap }: { label: string; used: number; cap: number }) {
@@ -147,9 +168,14 @@ export function ConfirmDialog(props: {
   );
 }
 
-/** Client-side pages of `size` rows: a list of thousands renders one page at a time. */
-export function usePages<T>(rows: readonly T[], size = 50) {
-  const [page, setPage] = useState(0);
+/**
+ * Client-side pages of `size` rows: a list of thousands renders one page at a
+ * time. A new `resetKey` (e.g. the filter) starts again from the first page.
+ */
+export function usePages<T>(rows: readonly T[], size = 50, resetKey: unknown = undefined) {
+  const [state, setState] = useState({ page: 0, key: resetKey });
+  const page = Object.is(state.key, resetKey) ? state.page : 0;
+  const setPage = (next: number) => setState({ page: next, key: resetKey });
   const pages = Math.max(1, Math.ceil(rows.length / size));
   const current = Math.min(page, pages - 1);
   return {

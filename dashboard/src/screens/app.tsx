@@ -37,7 +37,13 @@ export function AppScreen({ appId, tab }: { appId: string; tab: AppTab }) {
 function AppView({ app, tab }: { app: App; tab: AppTab }) {
   const queryClient = useQueryClient();
   const [confirmDelete, setConfirmDelete] = useState(false);
-  const update = useMutation(updateApp, { onSuccess: () => queryClient.invalidateQueries() });
+  const [confirmStop, setConfirmStop] = useState(false);
+  const update = useMutation(updateApp, {
+    onSuccess: () => {
+      setConfirmStop(false);
+      return queryClient.invalidateQueries();
+    },
+  });
   const remove = useMutation(deleteApp, {
     onSuccess: () => {
       setConfirmDelete(false);
@@ -61,7 +67,9 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
             type="button"
             className="secondary"
             disabled={update.isPending}
-            onClick={() => update.mutate({ appId: app.id, status: running ? AppStatus.STOPPED : AppStatus.RUNNING })}
+            onClick={() =>
+              running ? setConfirmStop(true) : update.mutate({ appId: app.id, status: AppStatus.RUNNING })
+            }
           >
             {running ? "Stop app" : "Start app"}
           </button>
@@ -70,7 +78,7 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
           </button>
         </div>
       </div>
-      {update.error ? <ErrorBox error={update.error} /> : null}
+      {update.error && !confirmStop ? <ErrorBox error={update.error} /> : null}
       <nav className="tabs" aria-label="App sections">
         {APP_TABS.map((t) => (
           <a
@@ -91,6 +99,20 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
         {tab === "mail" ? <MailTab app={app} /> : null}
         {tab === "secrets" ? <SecretsTab app={app} /> : null}
       </section>
+      <ConfirmDialog
+        open={confirmStop}
+        title={`Stop ${app.name}?`}
+        confirmLabel="Stop app"
+        busy={update.isPending}
+        error={update.error}
+        onClose={() => setConfirmStop(false)}
+        onConfirm={() => update.mutate({ appId: app.id, status: AppStatus.STOPPED })}
+      >
+        <p>
+          Every request with the app's tokens is refused (403 <code>app_stopped</code>) until it is started again.
+          Nothing is deleted: queued messages, events, mail and secrets stay.
+        </p>
+      </ConfirmDialog>
       <ConfirmDialog
         open={confirmDelete}
         title={`Delete ${app.name}?`}

@@ -32,7 +32,11 @@ export function AppsScreen() {
                   placeholder="app name"
                 />
               </label>
-              <AppTable apps={data.apps.filter((a) => a.name.includes(filter.trim()))} usage={data.usageToday} />
+              <AppTable
+                apps={data.apps.filter((a) => a.name.toLowerCase().includes(filter.trim().toLowerCase()))}
+                usage={data.usageToday}
+                filter={filter.trim().toLowerCase()}
+              />
             </>
           )
         }
@@ -76,9 +80,9 @@ function ratio(c: UsageCounter | undefined, cap: number | undefined): string {
   return `${Number(c?.used ?? 0).toLocaleString()} / ${Number(c?.cap ?? cap ?? 0).toLocaleString()}`;
 }
 
-function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
+function AppTable({ apps, usage, filter }: { apps: App[]; usage: AppUsageToday[]; filter: string }) {
   const byApp = useMemo(() => new Map(usage.map((u) => [u.appId, u])), [usage]);
-  const { rows, pager } = usePages(apps, 50);
+  const { rows, pager } = usePages(apps, 50, filter);
   return (
     <>
       <div className="table-wrap">

@@ -1,5 +1,5 @@
 /** Mail: the app's mail log, newest first; open one mail to read it. */
-import { useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { useQuery } from "@connectrpc/connect-query";
 import { skipToken } from "@tanstack/react-query";
 import { getMail, listMail } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
@@ -27,7 +27,9 @@ export function MailTab({ app }: { app: App }) {
         <QueryView query={mails} what="the mail log">
           {(data) =>
             data.mails.length === 0 ? (
-              <Empty title="No mail yet">Mail the app sends (POST /v1/mail) is listed here, newest first.</Empty>
+              <Empty title="No mail yet">
+                Mail the app sends (<code>POST /v1/mail/send</code>) is listed here, newest first.
+              </Empty>
             ) : (
               <MailList mails={data.mails} open={open} onOpen={setOpen} />
             )
@@ -58,7 +60,7 @@ function MailList({
   return (
     <>
       <div className="table-wrap">
-        <table>
+        <table className="stack-narrow">
           <thead>
             <tr>
               <th scope="col">When</th>
@@ -70,14 +72,16 @@ function MailList({
           <tbody>
             {rows.map((m) => (
               <tr key={m.id} className={m.id === open ? "selected" : undefined}>
-                <td className="nowrap">{formatTime(m.at)}</td>
-                <td>{m.to}</td>
-                <td>
+                <td className="nowrap" data-label="When">
+                  {formatTime(m.at)}
+                </td>
+                <td data-label="To">{m.to}</td>
+                <td data-label="Subject">
                   <button type="button" className="link" onClick={() => onOpen(m.id)}>
                     {m.subject || "(no subject)"}
                   </button>
                 </td>
-                <td>
+                <td data-label="Status">
                   <span className={`badge ${m.status === MailStatus.FAILED ? "stopped" : "ok"}`}>
                     {STATUS[m.status]}
                   </span>
@@ -94,10 +98,13 @@ function MailList({
 
 function MailView({ appId, id, onClose }: { appId: string; id: string; onClose: () => void }) {
   const mail = useQuery(getMail, id ? { appId, id } : skipToken, { refetchInterval: false });
+  const ref = useRef<HTMLElement>(null);
+  // The opened mail takes the focus (and so is in view), on a phone as on a desktop.
+  useEffect(() => ref.current?.querySelector("h2")?.focus(), [id]);
   return (
-    <article className="card" aria-label="Mail">
+    <article className="card reader" aria-label="Mail" ref={ref}>
       <div className="page-head">
-        <h2>Mail</h2>
+        <h2 tabIndex={-1}>Mail</h2>
         <button type="button" className="secondary" onClick={onClose}>
           Close
         </button>

@@ -86,7 +86,7 @@ export function SecretsTab({ app }: { app: App }) {
               </Empty>
             ) : (
               <div className="table-wrap">
-                <table>
+                <table className="stack-narrow">
                   <thead>
                     <tr>
                       <th scope="col">Name</th>
@@ -103,14 +103,16 @@ export function SecretsTab({ app }: { app: App }) {
                   <tbody>
                     {data.secrets.map((s) => (
                       <tr key={s.name} data-testid={`secret-${s.name}`}>
-                        <td>
+                        <td data-label="Name">
                           <code>{s.name}</code>
                         </td>
-                        <td>
+                        <td data-label="Status">
                           <span className={`badge ${s.set ? "ok" : "stopped"}`}>{s.set ? "set" : "not set"}</span>
                         </td>
-                        <td className="right">{s.version !== undefined ? String(s.version) : "—"}</td>
-                        <td>{formatTime(s.setAt)}</td>
+                        <td className="right" data-label="Version">
+                          {s.version !== undefined ? String(s.version) : "—"}
+                        </td>
+                        <td data-label="Set at">{formatTime(s.setAt)}</td>
                         <td className="right nowrap">
                           <button
                             type="button"
@@ -125,7 +127,7 @@ export function SecretsTab({ app }: { app: App }) {
                             className="secondary small"
                             disabled={createLink.isPending}
                             onClick={() => createLink.mutate({ appId: app.id, name: s.name })}
-                            aria-label={`Create a link for ${s.name}`}
+                            aria-label={`Create link for ${s.name}`}
                           >
                             Create link
                           </button>{" "}
