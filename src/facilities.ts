@@ -37,7 +37,12 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
     list: [analytics, mail, inference, queues, secrets],
     adminHooks: {
       publishEvent: (appId, kind, data) => events.publish(appId, kind, data),
-      declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
+      declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
+      addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
+      removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
+      listLinks: (appId) => secrets.listLinks(appId),
+      revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
+      expiringLinks: (seconds) => secrets.expiringLinks(seconds),
       declaredNames: (appId) => secrets.declaredNames(appId),
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),

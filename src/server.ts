@@ -7,7 +7,8 @@ import fs from "node:fs";
 import type { FastifyInstance } from "fastify";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { AUTH_CHANGED_CHANNEL, createAuthenticator, type Authenticator } from "./core/auth.ts";
+import { createOperatorStore } from "./core/operators/operator-store.ts";
+import { AUTH_CHANGED_CHANNEL, createAuthenticator, requestIdKey, type Authenticator } from "./core/auth.ts";
 import type { Config } from "./core/config.ts";
 import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
@@ -89,6 +90,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     db: database.db,
     adminToken: options.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(createAppStore(database.db), logger),
+    onOperatorTokenLookedUp: createTokenUsageRecorder(createOperatorStore(database.db), logger),
   });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
@@ -100,7 +102,16 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
-  const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate());
+  const readinessChecks = (): Record<string, ReadinessCheck> => {
+    const checks: Record<string, ReadinessCheck> = { database: (signal) => pingDatabase(database.db, signal) };
+    for (const facility of all) Object.assign(checks, facility.readiness?.());
+    return checks;
+  };
+  const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate(), {
+    version: packageInfo.version,
+    startedAt: new Date(),
+    readiness: () => checkReadiness(readinessChecks()),
+  });
   const all: Facility[] = [meta, admin, ...facilities.list];
 
   const tls = config.tls
@@ -119,7 +130,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,
-    contextValues: () => createContextValues(),
+    contextValues: (req) => createContextValues().set(requestIdKey, req.id),
   });
   registerBodyParsers(fastify);
 
@@ -128,9 +139,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     facility.registerRoutes?.(fastify);
   }
   fastify.get("/ready", async (_req, reply) => {
-    const checks: Record<string, ReadinessCheck> = { database: (signal) => pingDatabase(database.db, signal) };
-    for (const facility of all) Object.assign(checks, facility.readiness?.());
-    const report = await checkReadiness(checks);
+    const report = await checkReadiness(readinessChecks());
     if (report.ready) return { status: "ready", checks: report.checks };
     const failing = Object.entries(report.checks).filter(([, state]) => state !== "ok");
     void reply.code(503).header("retry-after", "5");

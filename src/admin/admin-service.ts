@@ -4,8 +4,8 @@
  * (setting a secret, publishing an event, reading the mail log) go through
  * that facility's public hooks, handed in by the composition root.
  */
-import { toJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
+import { ValueSchema, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   AdminService,
@@ -25,12 +25,19 @@ import {
   type AppLimits,
   type AppRecord,
 } from "../core/apps/apps.ts";
-import type { AppChanges, AppStore } from "../core/apps/app-store.ts";
+import { createAppStore, type AppChanges, type AppStore } from "../core/apps/app-store.ts";
+import { inTransaction, type Db, type InTransaction } from "../core/database/index.ts";
+import type { Logger } from "pino";
 import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { utcDay, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
 import type { MailLogRecord, MailLogStatus } from "../mail/index.ts";
 import { createOperatorRpcs, type OperatorHooks } from "./operator-rpcs.ts";
+import { createAuditStore } from "./audit-store.ts";
+import { createAuditor, type AuditWithin } from "./auditor.ts";
+import { createOperatorAccountRpcs } from "./operator-accounts.ts";
+import { withRoles } from "./roles.ts";
+import { createOverview, type OverviewHooks, type OverviewOptions } from "./overview.ts";
 
 type MailInit = MessageInitShape<typeof MailSchema>;
 
@@ -38,9 +45,15 @@ type MailInit = MessageInitShape<typeof MailSchema>;
  * What other facilities offer the admin API, through their public
  * interfaces (never their tables). A hook left out answers `Unimplemented`.
  */
-export interface AdminHooks extends OperatorHooks {
+export interface AdminHooks extends OperatorHooks, OverviewHooks {
   /** Replaces the blueprint's list of secret names; dropped names lose their value and links. */
-  declareSecrets(appId: string, names: string[]): Promise<void>;
+  declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
+  /** Declares more names; declared ones keep their value. `within` runs in the same transaction. */
+  addSecretNames?(appId: string, names: string[], within?: InTransaction): Promise<void>;
+  /** Removes names; `failed_precondition` naming those with a value unless confirmed. The destroyed ones. */
+  removeSecretNames?(appId: string, names: string[], confirm: boolean, within?: InTransaction): Promise<string[]>;
+  listLinks?(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
+  revokeLink?(appId: string, linkId: string, within?: InTransaction): Promise<string>;
   /** The declared secret names of one app, or of every app, by app id, in name order. */
   declaredNames(appId?: string): Promise<Map<string, string[]>>;
   setSecret?(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
@@ -55,9 +68,16 @@ export interface AdminHooks extends OperatorHooks {
 }
 
 export interface AdminServiceOptions {
+  /** The platform database: a change and its audit entry share one transaction. */
+  db: Db;
+  logger: Logger;
   apps: AppStore;
   quotas: Quotas;
   hooks: AdminHooks;
+  /** When this instance started (the owner's created_at in WhoAmI, and the overview's uptime). */
+  startedAt?: Date;
+  /** What GetOverview reports of this instance. */
+  overview?: OverviewOptions;
   /** A new app's sender address is `<name>@<mailDomain>` when set. */
   mailDomain: string | undefined;
   /**
@@ -115,7 +135,28 @@ function appMessage(app: AppRecord, secrets: string[]): MessageInitShape<typeof 
     declaredSecrets: secrets,
     limits: { ...app.limits },
     createdAt: timestampFromDate(app.createdAt),
+    revision: BigInt(app.revision),
   };
+}
+
+/** The `expected_revision` of a request, checked for range. */
+function expectedRevision(value: bigint | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (value < 1n || value > BigInt(Number.MAX_SAFE_INTEGER))
+    throw invalidArgument("expected_revision", "must be a revision the app had (GetApp's revision)");
+  return Number(value);
+}
+
+function secretNames(names: string[]): string[] {
+  const unique = [...new Set(names)];
+  unique.forEach((name) => {
+    if (!SECRET_NAME_PATTERN.test(name))
+      throw invalidArgument(
+        "names",
+        `${JSON.stringify(name)} is not a secret name: use letters, digits and underscores, not starting with a digit (at most 128)`,
+      );
+  });
+  return unique;
 }
 
 function requireAppId(appId: string): string {
@@ -152,22 +193,42 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
 }
 
 export function createAdminService(options: AdminServiceOptions): ServiceImpl<typeof AdminService> {
-  const { apps, quotas, hooks } = options;
+  const { apps, quotas, hooks, db } = options;
+  const auditor = createAuditor(db, options.logger);
+  const auditStore = createAuditStore(db);
   const onAuthChanged = options.onAuthChanged ?? (() => {});
   const getApp = (appId: string) => apps.get(requireAppId(appId));
+  /**
+   * A change of the blueprint is a change of the app: inside the secrets
+   * facility's transaction, bump (and check) the app's revision, then write
+   * the audit entry.
+   */
+  const blueprintChange =
+    (appId: string, expected: number | undefined, within: AuditWithin): InTransaction =>
+    async (trx) => {
+      await createAppStore(trx).update(appId, {}, expected);
+      await within(trx);
+    };
   const load = async (appId: string) => {
     const app = await getApp(appId);
     return appMessage(app, (await hooks.declaredNames(app.id)).get(app.id) ?? []);
   };
 
-  return {
-    async createApp(req) {
-      if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
-      if (await apps.nameTaken(req.name))
-        throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
-      const app = await apps.create(req.name, options.mailDomain ? `${req.name}@${options.mailDomain}` : "");
-      if (!app) throw invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
-      return { app: appMessage(app, []) };
+  const impl: ServiceImpl<typeof AdminService> = {
+    async createApp(req, context) {
+      return auditor.audited(context, "app.create", undefined, { name: req.name }, async (within) => {
+        if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
+        const taken = () => invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
+        if (await apps.nameTaken(req.name)) throw taken();
+        const app = await inTransaction(db, async (trx) => {
+          const mailFrom = options.mailDomain ? `${req.name}@${options.mailDomain}` : "";
+          const created = await createAppStore(trx).create(req.name, mailFrom);
+          if (!created) throw taken();
+          await within(trx, created);
+          return created;
+        });
+        return { app: appMessage(app, []) };
+      });
     },
 
     async getApp(req) {
@@ -200,8 +261,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       };
     },
 
-    async updateApp(req) {
-      const app = await getApp(req.appId);
+    async updateApp(req, context) {
       const changes: AppChanges = {};
       if (req.status !== undefined) {
         if (req.status !== AppStatus.RUNNING && req.status !== AppStatus.STOPPED) {
@@ -218,70 +278,145 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       if (req.secretsEnabled !== undefined) changes.secretsEnabled = req.secretsEnabled;
       const limits = validateLimits(req.limits);
       if (Object.keys(limits).length > 0) changes.limits = limits;
-      if (Object.keys(changes).length > 0) {
-        await apps.update(app.id, changes);
-        onAuthChanged();
+      const expected = expectedRevision(req.expectedRevision);
+      const app = await getApp(req.appId);
+      if (Object.keys(changes).length === 0) {
+        if (expected !== undefined && expected !== app.revision) await apps.update(app.id, {}, expected);
+        return { app: await load(app.id) };
       }
+      const { limits: changedLimits, ...settings } = changes;
+      const only = Object.keys(changes);
+      const action =
+        only.length === 1 && changes.status !== undefined
+          ? changes.status === "stopped"
+            ? "app.stop"
+            : "app.start"
+          : only.length === 1 && changedLimits
+            ? "app.limits"
+            : "app.update";
+      const detail: Record<string, unknown> = { ...settings, ...(changedLimits ? { limits: changedLimits } : {}) };
+      if (expected !== undefined) detail.expectedRevision = expected;
+      await auditor.audited(context, action, app, detail, (within) =>
+        inTransaction(db, async (trx) => {
+          await createAppStore(trx).update(app.id, changes, expected);
+          await within(trx);
+        }),
+      );
+      onAuthChanged();
       return { app: await load(app.id) };
     },
 
-    async deleteApp(req) {
+    async deleteApp(req, context) {
       const app = await getApp(req.appId);
-      await hooks.deleteAppData?.(app.id);
-      await apps.delete(app.id);
+      await auditor.audited(context, "app.delete", app, {}, async (within) => {
+        await hooks.deleteAppData?.(app.id);
+        await inTransaction(db, async (trx) => {
+          await createAppStore(trx).delete(app.id);
+          await within(trx);
+        });
+      });
       onAuthChanged();
       return {};
     },
 
-    async issueToken(req) {
+    async issueToken(req, context) {
       const app = await getApp(req.appId);
       const label = req.label ?? "";
-      if (label.length > 200) throw invalidArgument("label", "must be at most 200 characters");
-      const token = generateServiceToken();
-      const tokenId = await apps.insertToken(app.id, hashToken(token), label);
-      return { tokenId, token };
+      return auditor.audited(context, "token.issue", app, { label }, async (within) => {
+        if (label.length > 200) throw invalidArgument("label", "must be at most 200 characters");
+        const token = generateServiceToken();
+        const tokenId = await inTransaction(db, async (trx) => {
+          const id = await createAppStore(trx).insertToken(app.id, hashToken(token), label);
+          await within(trx);
+          return id;
+        });
+        return { tokenId, token };
+      });
     },
 
-    async revokeToken(req) {
-      if (!isUuid(req.tokenId)) throw invalidArgument("token_id", "must be a token id (a UUID)");
-      const deleted = await apps.deleteToken(req.tokenId);
+    async revokeToken(req, context) {
+      await auditor.audited(context, "token.revoke", undefined, { tokenId: req.tokenId }, async (within) => {
+        if (!isUuid(req.tokenId)) throw invalidArgument("token_id", "must be a token id (a UUID)");
+        await inTransaction(db, async (trx) => {
+          const store = createAppStore(trx);
+          const appId = await store.deleteToken(req.tokenId);
+          if (!appId) throw new PlatformError("not_found", "no such token");
+          await within(trx, await store.get(appId));
+        });
+      });
       onAuthChanged();
-      if (!deleted) throw new PlatformError("not_found", "no such token");
       return {};
     },
 
-    async declareSecrets(req) {
+    async declareSecrets(req, context) {
       const app = await getApp(req.appId);
       const names = [...new Set(req.names)];
       names.forEach((name, i) => {
         if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
       });
-      await hooks.declareSecrets(app.id, names);
+      const expected = expectedRevision(req.expectedRevision);
+      await auditor.audited(context, "secrets.declare", app, { names }, (within) =>
+        hooks.declareSecrets(app.id, names, blueprintChange(app.id, expected, within)),
+      );
       return { app: await load(app.id) };
     },
 
-    async setSecret(req) {
+    async addSecretNames(req, context) {
+      if (!hooks.addSecretNames) unimplemented("AddSecretNames");
+      const app = await getApp(req.appId);
+      const names = secretNames(req.names);
+      if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
+      const expected = expectedRevision(req.expectedRevision);
+      await auditor.audited(context, "secrets.add", app, { names }, (within) =>
+        hooks.addSecretNames!(app.id, names, blueprintChange(app.id, expected, within)),
+      );
+      return { app: await load(app.id) };
+    },
+
+    async removeSecretNames(req, context) {
+      if (!hooks.removeSecretNames) unimplemented("RemoveSecretNames");
+      const app = await getApp(req.appId);
+      const names = secretNames(req.names);
+      if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
+      const expected = expectedRevision(req.expectedRevision);
+      const destroyed = await auditor.audited(
+        context,
+        "secrets.remove",
+        app,
+        { names, confirmDestroyValues: req.confirmDestroyValues },
+        (within) =>
+          hooks.removeSecretNames!(app.id, names, req.confirmDestroyValues, blueprintChange(app.id, expected, within)),
+      );
+      return { app: await load(app.id), destroyedValues: destroyed };
+    },
+
+    async setSecret(req, context) {
       if (!hooks.setSecret) unimplemented("SetSecret");
       const app = await getApp(req.appId);
-      const result = await hooks.setSecret(app, req.name, req.value);
+      // The value is never part of the record, nor its length.
+      const result = await auditor.audited(context, "secret.set", app, { name: req.name }, () =>
+        hooks.setSecret!(app, req.name, req.value),
+      );
       return { name: req.name, version: BigInt(result.version), setAt: timestampFromDate(result.setAt) };
     },
 
-    async publishEvent(req) {
+    async publishEvent(req, context) {
       if (!hooks.publishEvent) unimplemented("PublishEvent");
       const app = await getApp(req.appId);
-      if (!NAME_PATTERN.test(req.kind)) throw invalidArgument("kind", NAME_RULE);
-      // A Value with no kind set (an empty message on the wire) means null; one
-      // with an unset Value nested inside it is not JSON at all.
-      let data: JsonValue = null;
-      if (req.data && req.data.kind.case !== undefined) {
-        try {
-          data = toJson(ValueSchema, req.data);
-        } catch {
-          throw invalidArgument("data", "must be a JSON value (a google.protobuf.Value with every nested kind set)");
+      return auditor.audited(context, "event.publish", app, { kind: req.kind }, async () => {
+        if (!NAME_PATTERN.test(req.kind)) throw invalidArgument("kind", NAME_RULE);
+        // A Value with no kind set (an empty message on the wire) means null; one
+        // with an unset Value nested inside it is not JSON at all.
+        let data: JsonValue = null;
+        if (req.data && req.data.kind.case !== undefined) {
+          try {
+            data = toJson(ValueSchema, req.data);
+          } catch {
+            throw invalidArgument("data", "must be a JSON value (a google.protobuf.Value with every nested kind set)");
+          }
         }
-      }
-      return hooks.publishEvent(app.id, req.kind, data);
+        return hooks.publishEvent!(app.id, req.kind, data);
+      });
     },
 
     async getUsage(req) {
@@ -317,6 +452,70 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       return { mail: mailMessage(mail) };
     },
 
-    ...createOperatorRpcs({ apps, quotas, hooks, getApp }),
+    async listSecretLinks(req) {
+      if (!hooks.listLinks) unimplemented("ListSecretLinks");
+      const app = await getApp(req.appId);
+      const links = await hooks.listLinks(app.id);
+      return {
+        links: links.map((l) => ({
+          id: l.id,
+          name: l.name,
+          createdAt: timestampFromDate(l.createdAt),
+          expiresAt: timestampFromDate(l.expiresAt),
+        })),
+      };
+    },
+
+    async revokeSecretLink(req, context) {
+      if (!hooks.revokeLink) unimplemented("RevokeSecretLink");
+      const app = await getApp(req.appId);
+      await auditor.audited(context, "secret.link.revoke", app, { linkId: req.linkId }, async (within) => {
+        if (!isUuid(req.linkId)) throw invalidArgument("link_id", "must be a link id from ListSecretLinks (a UUID)");
+        await hooks.revokeLink!(app.id, req.linkId, within);
+      });
+      return {};
+    },
+
+    async listAuditEntries(req) {
+      const pageSize = req.pageSize || 50;
+      if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 500)
+        throw invalidArgument("page_size", "must be from 1 to 500");
+      if (req.pageToken !== "" && !/^[1-9][0-9]{0,18}$/.test(req.pageToken))
+        throw invalidArgument("page_token", "must be the next_page_token of the previous page");
+      const app = req.appId ? await getApp(req.appId) : undefined;
+      const entries = await auditStore.list({
+        appId: app?.id,
+        operatorId: req.operatorId || undefined,
+        action: req.action || undefined,
+        since: req.since ? timestampDate(req.since) : undefined,
+        until: req.until ? timestampDate(req.until) : undefined,
+        beforeId: req.pageToken || undefined,
+        limit: pageSize + 1,
+      });
+      const page = entries.slice(0, pageSize);
+      return {
+        entries: page.map((e) => ({
+          id: e.id,
+          at: timestampFromDate(e.at),
+          operatorId: e.operatorId,
+          operatorName: e.operatorName,
+          action: e.action,
+          appId: e.appId,
+          appName: e.appName,
+          requestId: e.requestId,
+          outcome: e.outcome,
+          detail: e.detail as JsonObject,
+        })),
+        nextPageToken: entries.length > pageSize ? page.at(-1)!.id : "",
+      };
+    },
+
+    async getOverview() {
+      return createOverview(options.overview, apps, quotas, hooks)();
+    },
+
+    ...createOperatorRpcs({ apps, quotas, hooks, getApp, auditor }),
+    ...createOperatorAccountRpcs({ db, auditor, onAuthChanged, startedAt: options.startedAt ?? new Date() }),
   };
+  return withRoles(impl, auditor);
 }

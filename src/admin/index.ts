@@ -10,24 +10,51 @@ import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { createAppStore } from "../core/apps/app-store.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createAdminService, type AdminHooks } from "./admin-service.ts";
+import { createAuditStore } from "./audit-store.ts";
+import type { OverviewOptions } from "./overview.ts";
+import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { retentionCutoff } from "../core/apps/apps.ts";
 
 export type { AdminHooks } from "./admin-service.ts";
+export type { OverviewOptions, QueueAttention } from "./overview.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
 
-/** `onAuthChanged` runs after every change to an app or a token (see `AdminServiceOptions`). */
+/** How often the audit log's expired entries are deleted. */
+export const AUDIT_SWEEP_INTERVAL_MS = 3_600_000;
+
+/**
+ * `onAuthChanged` runs after every change to an app, a token or an operator (see `AdminServiceOptions`);
+ * `overview` is what GetOverview reports of this instance.
+ */
 export function createAdminFacility(
   deps: Deps,
   hooks: AdminHooks,
   onAuthChanged: () => void = () => {},
+  overview?: OverviewOptions,
 ): Facility<typeof AdminService> {
+  const audit = createAuditStore(deps.db);
   return {
     service: AdminService,
+    housekeeping: (): HousekeepingTask[] => [
+      {
+        name: "audit log",
+        intervalMs: AUDIT_SWEEP_INTERVAL_MS,
+        run: () => {
+          const cutoff = retentionCutoff(deps.config.auditRetentionDays);
+          return inBatches((batch) => audit.deleteOlderThan(cutoff, batch));
+        },
+      },
+    ],
     impl: createAdminService({
+      db: deps.db,
+      logger: deps.logger,
       apps: createAppStore(deps.db),
       quotas: deps.quotas,
       hooks,
       mailDomain: deps.config.mailDomain,
       onAuthChanged,
+      overview,
+      startedAt: overview?.startedAt,
     }),
   };
 }

@@ -23,6 +23,7 @@ import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
+import type { Auditor } from "./auditor.ts";
 import type { DeadLetterPage, DeadLetterSelection, PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
@@ -89,8 +90,9 @@ export function createOperatorRpcs(options: {
   quotas: Quotas;
   hooks: OperatorHooks;
   getApp: (appId: string) => Promise<AppRecord>;
+  auditor: Auditor;
 }): OperatorRpcs {
-  const { apps, quotas, hooks, getApp: load } = options;
+  const { apps, quotas, hooks, getApp: load, auditor } = options;
 
   /** Calls a facility's own implementation of `method` as `app` would. */
   async function asApp<I, O>(
@@ -193,10 +195,12 @@ export function createOperatorRpcs(options: {
       };
     },
 
-    async purgeQueue(req) {
+    async purgeQueue(req, context) {
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
-      return { purged: BigInt(await hooks.purgeQueue(app.id, checkQueue(req.queue))) };
+      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
+        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueue(req.queue))),
+      }));
     },
 
     async listDeadLetters(req) {
@@ -225,19 +229,25 @@ export function createOperatorRpcs(options: {
       };
     },
 
-    async replayDeadLetters(req) {
-      if (!hooks.deadLetters) unavailable("ReplayDeadLetters");
+    async replayDeadLetters(req, context) {
+      const deadLetters = hooks.deadLetters ?? unavailable("ReplayDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
-      const which = deadLetterSelection(req);
-      return { replayed: BigInt(await hooks.deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+      const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
+      return auditor.audited(context, "dead_letters.replay", app, detail, async () => {
+        const queue = checkQueue(req.queue);
+        const which = deadLetterSelection(req);
+        return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+      });
     },
 
-    async purgeDeadLetters(req) {
-      if (!hooks.deadLetters) unavailable("PurgeDeadLetters");
+    async purgeDeadLetters(req, context) {
+      const deadLetters = hooks.deadLetters ?? unavailable("PurgeDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
-      return { purged: BigInt(await hooks.deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
+      const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
+      return auditor.audited(context, "dead_letters.purge", app, detail, async () => {
+        const queue = checkQueue(req.queue);
+        return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
+      });
     },
 
     async listSecrets(req, context) {
@@ -247,7 +257,9 @@ export function createOperatorRpcs(options: {
 
     async createSecretLink(req, context) {
       const app = await load(req.appId);
-      return asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal);
+      return auditor.audited(context, "secret.link", app, { name: req.name }, () =>
+        asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal),
+      );
     },
   };
 }

@@ -1,5 +1,5 @@
 /**
- * Coarse "last used" tracking of service tokens at no write per request.
+ * Coarse "last used" tracking of service and operator tokens at no write per request.
  * The authenticator reports a token only when it looks it up in the
  * database (found tokens are remembered for a while), and this recorder
  * writes at most once per `intervalMs` per token and instance; the UPDATE
@@ -7,12 +7,16 @@
  * The write is not awaited by the request and a failure only loses a mark.
  */
 import type { Logger } from "pino";
-import type { AppStore } from "../core/apps/app-store.ts";
 
 export type TokenUsageRecorder = (tokenId: string) => void;
 
+/** Where a token's use is marked: the app store or the operator store. */
+export interface TokenUseMarker {
+  markTokenUsed(tokenId: string, intervalSeconds: number): Promise<void>;
+}
+
 export function createTokenUsageRecorder(
-  apps: AppStore,
+  apps: TokenUseMarker,
   logger: Logger,
   intervalMs = 60_000,
   clock: () => number = Date.now,

@@ -3,7 +3,9 @@
  * REST routes and the Connect interceptor, so the rules are written once:
  *
  * - MetaService (and gRPC reflection) is public.
- * - AdminService takes only the admin token.
+ * - AdminService takes only an operator's token: the bootstrap admin token
+ *   (the built-in operator "owner", role admin) or a named operator's `pbo_`
+ *   token (migration 0016); what a role may do is the admin API's rule.
  * - Every facility takes only a service token; a stopped app gets 403
  *   `app_stopped` on every operation except those whose SPEC.md error list
  *   has no 403 (see `OPEN_WHEN_STOPPED`).
@@ -19,11 +21,27 @@ import { appFromRow, type AppRecord } from "./apps/apps.ts";
 import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.ts";
 import { createBatcher } from "./batcher.ts";
 import type { Db } from "./database/index.ts";
+import { createOperatorStore, type OperatorRole } from "./operators/operator-store.ts";
 
-export type Principal = { kind: "public" } | { kind: "admin" } | { kind: "app"; app: AppRecord; tokenId: string };
+/** The operator calling the admin API. */
+export interface OperatorIdentity {
+  /** "owner" for the bootstrap admin token, else the operator's UUID. */
+  id: string;
+  name: string;
+  role: OperatorRole;
+}
+
+/** The bootstrap `ADMIN_TOKEN`'s operator: not a row, always an admin. */
+export const OWNER: Readonly<OperatorIdentity> = Object.freeze({ id: "owner", name: "owner", role: "admin" });
+
+export type Principal =
+  { kind: "public" } | { kind: "admin"; operator: OperatorIdentity } | { kind: "app"; app: AppRecord; tokenId: string };
 
 /** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
 export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
+
+/** The id of the HTTP request carrying a Connect call (as in its log line and `x-request-id`), for the audit log. */
+export const requestIdKey = createContextKey<string>("", { description: "request id" });
 
 const PUBLIC_SERVICES = new Set(["platform.meta.v1.MetaService", "grpc.reflection.v1.ServerReflection"]);
 const ADMIN_SERVICE = "platform.admin.v1.AdminService";
@@ -40,9 +58,14 @@ export const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
 ]);
 
 export const SERVICE_TOKEN_PREFIX = "pbt_";
+export const OPERATOR_TOKEN_PREFIX = "pbo_";
 
 export function generateServiceToken(): string {
   return SERVICE_TOKEN_PREFIX + crypto.randomBytes(32).toString("base64url");
+}
+
+export function generateOperatorToken(): string {
+  return OPERATOR_TOKEN_PREFIX + crypto.randomBytes(32).toString("base64url");
 }
 
 export function hashToken(token: string): string {
@@ -107,10 +130,13 @@ export interface AuthenticatorOptions {
   clock?: () => number;
   /** Told of every token found in the database (not of remembered ones): the coarse last-use mark. */
   onTokenLookedUp?: (tokenId: string) => void;
+  /** The same for operator tokens. */
+  onOperatorTokenLookedUp?: (tokenId: string) => void;
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
   const lookup = createTokenLookup(createAppStore(options.db));
+  const operators = createOperatorStore(options.db);
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
   const cache = new Map<string, { row: TokenRow; until: number }>();
@@ -132,6 +158,24 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     }
     return row;
   };
+  const operatorCache = new Map<string, { identity: OperatorIdentity; until: number }>();
+  const findOperator = async (hash: string): Promise<OperatorIdentity | undefined> => {
+    const hit = operatorCache.get(hash);
+    if (hit && hit.until > clock()) return hit.identity;
+    const started = generation;
+    const row = await operators.lookupToken(hash);
+    if (!row) {
+      operatorCache.delete(hash);
+      return undefined;
+    }
+    options.onOperatorTokenLookedUp?.(row.tokenId);
+    const identity: OperatorIdentity = { id: row.operatorId, name: row.name, role: row.role };
+    if (cacheMs > 0 && started === generation) {
+      if (operatorCache.size >= 10_000) operatorCache.clear();
+      operatorCache.set(hash, { identity, until: clock() + cacheMs });
+    }
+    return identity;
+  };
   // Compared as hashes: equal lengths for timingSafeEqual, whatever was sent.
   const adminHash = Buffer.from(hashToken(options.adminToken));
   const isAdminToken = (token: string) => crypto.timingSafeEqual(Buffer.from(hashToken(token)), adminHash);
@@ -143,8 +187,11 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
       const token = bearer(authorization);
       if (token === undefined) throw unauthenticated();
       if (serviceName === ADMIN_SERVICE) {
-        if (!isAdminToken(token)) throw unauthenticated();
-        return { kind: "admin" };
+        if (isAdminToken(token)) return { kind: "admin", operator: OWNER };
+        if (!token.startsWith(OPERATOR_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
+        const operator = await findOperator(hashToken(token));
+        if (!operator) throw unauthenticated();
+        return { kind: "admin", operator };
       }
       if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
       const row = await find(hashToken(token));
@@ -158,6 +205,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     invalidate() {
       generation++;
       cache.clear();
+      operatorCache.clear();
     },
   };
 }

@@ -46,6 +46,8 @@ export interface Config {
   /** Connection timeouts of the one port (src/core/http/one-port.ts). */
   http: HttpTimeouts;
   logLevel: string;
+  /** `AUDIT_RETENTION_DAYS`: days the admin API's audit log is kept (1 to 3650, default 90). */
+  auditRetentionDays: number;
 }
 
 export interface HttpTimeouts {
@@ -188,7 +190,13 @@ export function loadConfig(env: Env = process.env): Config {
     "info",
   );
 
+  const auditText = optional(env, "AUDIT_RETENTION_DAYS") ?? "90";
+  const auditRetentionDays = Number(auditText);
+  if (!/^\d+$/.test(auditText) || auditRetentionDays < 1 || auditRetentionDays > 3650)
+    throw new ConfigError("AUDIT_RETENTION_DAYS", "must be a whole number of days from 1 to 3650");
+
   return {
+    auditRetentionDays,
     port,
     host,
     databaseUrl,

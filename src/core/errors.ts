@@ -18,6 +18,8 @@ export type ErrorCode =
   | "permission_denied"
   | "not_found"
   | "secret_not_set"
+  | "conflict"
+  | "failed_precondition"
   | "payload_too_large"
   | "quota_exceeded"
   | "queue_full"
@@ -34,6 +36,10 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   permission_denied: { status: 403, connect: Code.PermissionDenied },
   not_found: { status: 404, connect: Code.NotFound },
   secret_not_set: { status: 409, connect: Code.FailedPrecondition },
+  // A write made on a stale view of a record (the admin API's `expected_revision`).
+  conflict: { status: 409, connect: Code.Aborted },
+  // An operation refused until the caller confirms what it would destroy.
+  failed_precondition: { status: 409, connect: Code.FailedPrecondition },
   payload_too_large: { status: 413, connect: Code.ResourceExhausted },
   quota_exceeded: { status: 429, connect: Code.ResourceExhausted },
   queue_full: { status: 429, connect: Code.ResourceExhausted },
@@ -50,6 +56,7 @@ const codeByConnect = new Map<Code, ErrorCode>([
   [Code.PermissionDenied, "permission_denied"],
   [Code.NotFound, "not_found"],
   [Code.FailedPrecondition, "secret_not_set"],
+  [Code.Aborted, "conflict"],
   [Code.ResourceExhausted, "quota_exceeded"],
   [Code.Unimplemented, "not_configured"],
   [Code.Unavailable, "upstream_error"],

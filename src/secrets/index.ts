@@ -64,7 +64,12 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
         run: () => inBatches((batch) => store.deleteDeadLinks(batch)),
       },
     ],
-    declareSecrets: (appId, names) => secrets.declareSecrets(appId, names),
+    declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
+    addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
+    removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
+    listLinks: (appId) => secrets.listLinks(appId),
+    expiringLinks: (seconds) => secrets.expiringLinks(seconds),
+    revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
     declaredNames: (appId) => secrets.declaredNames(appId),
     setSecret: (app, name, value) => secrets.setSecret(app, name, value),
   };

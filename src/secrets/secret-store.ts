@@ -8,7 +8,13 @@
 import { sql, type Generated, type Kysely } from "kysely";
 import { hashToken } from "../core/auth.ts";
 import type { AppTables } from "../core/apps/app-store.ts";
-import type { Db, Timestamp, Transaction } from "../core/database/index.ts";
+import {
+  transactionAsDb,
+  type Db,
+  type InTransaction,
+  type Timestamp,
+  type Transaction,
+} from "../core/database/index.ts";
 import type { SealedValue } from "./keyring.ts";
 
 export interface SecretsTable {
@@ -24,6 +30,8 @@ export interface SecretsTable {
 export interface SecretLinksTable {
   /** Hex SHA-256 of the link token; the token itself is never stored. */
   token_hash: string;
+  /** What the operator lists and revokes a link by (migration 0015): never the token or its hash. */
+  id: Generated<string>;
   app_id: string;
   name: string;
   created_at: Generated<Timestamp>;
@@ -261,8 +269,9 @@ export function createSecretStore(database: Db) {
      * rest with their values. A secret's links go with it (the `secret_links`
      * foreign key cascades), so a dropped name leaves no usable link behind.
      */
-    async declare(appId: string, names: string[]): Promise<void> {
+    async declare(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
+        await within?.(transactionAsDb(trx));
         let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
         if (names.length > 0) removal = removal.where("name", "not in", names);
         await removal.execute();
@@ -282,6 +291,108 @@ export function createSecretStore(database: Db) {
             .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
             .execute();
         }
+      });
+    },
+
+    /** Declares more names, unset; names already declared keep their value. `within` runs first, in the transaction. */
+    async addNames(appId: string, names: string[], within?: InTransaction): Promise<void> {
+      await db.transaction().execute(async (trx) => {
+        await within?.(transactionAsDb(trx));
+        if (names.length === 0) return;
+        await trx
+          .insertInto("secrets")
+          .values(
+            names.map((name) => ({
+              app_id: appId,
+              name,
+              value_encrypted: null,
+              key_id: null,
+              version: null,
+              set_at: null,
+            })),
+          )
+          .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
+          .execute();
+      });
+    },
+
+    /**
+     * Removes names with their values and links. When one of them has a value and `confirm` is
+     * false, nothing changes (not even `within`) and the names with values come back to be named.
+     */
+    async removeNames(
+      appId: string,
+      names: string[],
+      confirm: boolean,
+      within?: InTransaction,
+    ): Promise<{ removed: boolean; withValues: string[] }> {
+      return db.transaction().execute(async (trx) => {
+        const withValues =
+          names.length === 0
+            ? []
+            : (
+                await trx
+                  .selectFrom("secrets")
+                  .select("name")
+                  .where("app_id", "=", appId)
+                  .where("name", "in", names)
+                  .where("value_encrypted", "is not", null)
+                  .orderBy("name")
+                  .forUpdate()
+                  .execute()
+              ).map((r) => r.name);
+        if (withValues.length > 0 && !confirm) return { removed: false, withValues };
+        await within?.(transactionAsDb(trx));
+        if (names.length > 0)
+          await trx.deleteFrom("secrets").where("app_id", "=", appId).where("name", "in", names).execute();
+        return { removed: true, withValues };
+      });
+    },
+
+    /** An app's outstanding links (unused, unexpired), oldest first. */
+    async listLinks(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]> {
+      const rows = await db
+        .selectFrom("secret_links")
+        .select(["id", "name", "created_at", "expires_at"])
+        .where("app_id", "=", appId)
+        .where("used_at", "is", null)
+        .where("expires_at", ">", sql<Date>`now()`)
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute();
+      return rows.map((r) => ({
+        id: r.id,
+        name: r.name,
+        createdAt: new Date(r.created_at as unknown as string),
+        expiresAt: new Date(r.expires_at),
+      }));
+    },
+
+    /** Outstanding links of every app expiring within `seconds`, soonest first. */
+    async expiringLinks(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]> {
+      const rows = await db
+        .selectFrom("secret_links")
+        .select(["app_id", "name", "expires_at"])
+        .where("used_at", "is", null)
+        .where("expires_at", ">", sql<Date>`now()`)
+        .where("expires_at", "<=", sql<Date>`now() + make_interval(secs => ${seconds})`)
+        .orderBy("expires_at")
+        .limit(100)
+        .execute();
+      return rows.map((r) => ({ appId: r.app_id, name: r.name, expiresAt: new Date(r.expires_at) }));
+    },
+
+    /** Deletes one of the app's links; its secret's name, or undefined when there was none. */
+    async revokeLink(appId: string, linkId: string, within?: InTransaction): Promise<string | undefined> {
+      return db.transaction().execute(async (trx) => {
+        const row = await trx
+          .deleteFrom("secret_links")
+          .where("app_id", "=", appId)
+          .where("id", "=", linkId)
+          .returning("name")
+          .executeTakeFirst();
+        if (row) await within?.(transactionAsDb(trx));
+        return row?.name;
       });
     },
 

@@ -22,7 +22,8 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
+import type { InTransaction } from "../core/database/index.ts";
 import { appOf } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { PlatformEvents } from "../queues/index.ts";
@@ -44,8 +45,26 @@ export interface SecretsServiceOptions {
 
 /** What the secrets facility offers the admin API. */
 export interface SecretsAdmin {
-  /** Admin `DeclareSecrets`: dropped names lose their value and their links. */
-  declareSecrets(appId: string, names: string[]): Promise<void>;
+  /** Admin `DeclareSecrets`: dropped names lose their value and their links. `within` runs in its transaction. */
+  declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
+  /** Admin `AddSecretNames`: additive; declared names keep their value. */
+  addSecretNames(appId: string, names: string[], within?: InTransaction): Promise<void>;
+  /**
+   * Admin `RemoveSecretNames`: refused (`failed_precondition`, naming them) when a name has a
+   * value, unless `confirmDestroyValues`. The names whose value went.
+   */
+  removeSecretNames(
+    appId: string,
+    names: string[],
+    confirmDestroyValues: boolean,
+    within?: InTransaction,
+  ): Promise<string[]>;
+  /** The app's outstanding links, never their token. */
+  listLinks(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
+  /** Outstanding links of every app that expire within `seconds`, soonest first (at most 100). */
+  expiringLinks(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]>;
+  /** Makes one of the app's links unusable; `not_found` when it has no such link. The secret's name. */
+  revokeLink(appId: string, linkId: string, within?: InTransaction): Promise<string>;
   /** The declared names of one app, or of every app (by app id), in name order. */
   declaredNames(appId?: string): Promise<Map<string, string[]>>;
   /** Admin `SetSecret`: the owner sets a value; a new version and a `secret.set` event. */
@@ -184,7 +203,32 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     findLink: (token) => store.findLink(hashLinkToken(token)),
     useLink,
     declaredNames: (appId) => store.declaredNames(appId),
-    declareSecrets: (appId, names) => store.declare(appId, names),
+    declareSecrets: (appId, names, within) => store.declare(appId, names, within),
+    addSecretNames: (appId, names, within) => store.addNames(appId, names, within),
+
+    async removeSecretNames(appId, names, confirmDestroyValues, within) {
+      const result = await store.removeNames(appId, names, confirmDestroyValues, within);
+      if (!result.removed) {
+        const list = result.withValues.join(", ");
+        throw new PlatformError(
+          "failed_precondition",
+          `removing ${list} would destroy ${result.withValues.length === 1 ? "its value" : "their values"}; confirm to destroy`,
+          {
+            details: result.withValues.map((name) => `${name}: has a value (set confirm_destroy_values to destroy it)`),
+          },
+        );
+      }
+      return result.withValues;
+    },
+
+    listLinks: (appId) => store.listLinks(appId),
+    expiringLinks: (seconds) => store.expiringLinks(seconds),
+
+    async revokeLink(appId, linkId, within) {
+      const name = isUuid(linkId) ? await store.revokeLink(appId, linkId, within) : undefined;
+      if (name === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
+      return name;
+    },
 
     async setSecret(app, name, value) {
       checkName(name);

@@ -18,6 +18,8 @@ export interface AppsTable {
   /** Only the limits the admin changed; the rest come from the defaults in code. */
   limits: ColumnType<Record<string, number>, string | undefined, string>;
   created_at: ColumnType<Date, Date | string | undefined, Date | string>;
+  /** Bumped by every change of the record (migration 0015); a bigint, read as a string on PostgreSQL. */
+  revision: ColumnType<string | number, never, never>;
 }
 
 export interface AppTokensTable {
@@ -54,6 +56,7 @@ export const APP_COLUMNS = [
   "apps.secrets_enabled",
   "apps.limits",
   "apps.created_at",
+  "apps.revision",
 ] as const;
 
 /** An app with the token that authenticated a request. */
@@ -75,11 +78,16 @@ export interface AppStore {
   /** Undefined when the name is taken. */
   create(name: string, mailFrom: string): Promise<AppRecord | undefined>;
   nameTaken(name: string): Promise<boolean>;
-  update(appId: string, changes: AppChanges): Promise<void>;
+  /**
+   * Applies the changes and bumps the revision (also when `changes` is empty: a change of the
+   * blueprint, kept by the secrets facility, is a change of the app too). With `expectedRevision`,
+   * only if the app is still at that revision, else `conflict`. The new revision.
+   */
+  update(appId: string, changes: AppChanges, expectedRevision?: number): Promise<number>;
   delete(appId: string): Promise<void>;
   insertToken(appId: string, tokenHash: string, label: string): Promise<string>;
-  /** False when no such token exists. */
-  deleteToken(tokenId: string): Promise<boolean>;
+  /** The token's app id; undefined when no such token exists. */
+  deleteToken(tokenId: string): Promise<string | undefined>;
   /** The apps of the given token hashes, one statement for any number of them. */
   lookupTokens(hashes: string[]): Promise<TokenRow[]>;
   /** An app's tokens, newest first. */
@@ -120,6 +128,7 @@ export function createAppStore(database: Db): AppStore {
           "secrets_enabled",
           "limits",
           "created_at",
+          "revision",
         ])
         .executeTakeFirst();
       return row ? appFromRow(row) : undefined;
@@ -129,7 +138,7 @@ export function createAppStore(database: Db): AppStore {
       return (await db.selectFrom("apps").select("id").where("name", "=", name).executeTakeFirst()) !== undefined;
     },
 
-    async update(appId, changes) {
+    async update(appId, changes, expectedRevision) {
       const set: Record<string, unknown> = {};
       if (changes.status !== undefined) set.status = changes.status;
       if (changes.mailFrom !== undefined) set.mail_from = changes.mailFrom;
@@ -139,12 +148,21 @@ export function createAppStore(database: Db): AppStore {
         // Merged in the database, so two concurrent updates of different limits both stay.
         set.limits = sql`apps.limits || ${JSON.stringify(changes.limits)}::jsonb`;
       }
-      if (Object.keys(set).length === 0) return;
-      await db
+      set.revision = sql`apps.revision + 1`;
+      let update = db
         .updateTable("apps")
         .set(set as never)
-        .where("id", "=", appId)
-        .execute();
+        .where("id", "=", appId);
+      if (expectedRevision !== undefined) update = update.where("revision", "=", expectedRevision as never);
+      const row = await update.returning("revision").executeTakeFirst();
+      if (row) return Number(row.revision);
+      const current = await db.selectFrom("apps").select("revision").where("id", "=", appId).executeTakeFirst();
+      if (!current) throw new PlatformError("not_found", `no app ${JSON.stringify(appId)}`);
+      throw new PlatformError(
+        "conflict",
+        `the app was changed since you loaded it (revision ${Number(current.revision)}); reload`,
+        { details: [`expected_revision: was ${expectedRevision}, the app is at revision ${Number(current.revision)}`] },
+      );
     },
 
     async delete(appId) {
@@ -161,8 +179,8 @@ export function createAppStore(database: Db): AppStore {
     },
 
     async deleteToken(tokenId) {
-      const result = await db.deleteFrom("app_tokens").where("id", "=", tokenId).executeTakeFirst();
-      return Number(result.numDeletedRows) > 0;
+      const row = await db.deleteFrom("app_tokens").where("id", "=", tokenId).returning("app_id").executeTakeFirst();
+      return row?.app_id;
     },
 
     async lookupTokens(hashes) {

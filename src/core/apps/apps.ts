@@ -57,6 +57,8 @@ export interface AppRecord {
   secretsEnabled: boolean;
   limits: AppLimits;
   createdAt: Date;
+  /** Bumped by every change of the record: settings, limits, blueprint (migration 0015). */
+  revision: number;
 }
 
 /** The name pattern of SPEC.md section 2, shared by app names, event types and queue names. */
@@ -83,6 +85,7 @@ export type AppRow = {
   secrets_enabled: boolean;
   limits: Record<string, number>;
   created_at: Date;
+  revision: string | number;
 };
 
 export function appFromRow(row: AppRow): AppRecord {
@@ -95,6 +98,7 @@ export function appFromRow(row: AppRow): AppRecord {
     secretsEnabled: row.secrets_enabled,
     limits: effectiveLimits(row.limits),
     createdAt: row.created_at,
+    revision: Number(row.revision),
   };
 }
 

@@ -12,3 +12,4 @@ export { migrate } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
+export { inTransaction, transactionAsDb, type InTransaction } from "./in-transaction.ts";

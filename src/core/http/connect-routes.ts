@@ -65,7 +65,8 @@ export interface ConnectRoutesOptions {
   interceptors: Interceptor[];
   readMaxBytes: number;
   shutdownSignal: AbortSignal;
-  contextValues?: () => ContextValues;
+  /** The context values of one call; given the request, e.g. for its id (`requestIdKey`). */
+  contextValues?: (req: FastifyRequest) => ContextValues;
 }
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -154,7 +155,7 @@ async function general(
   body: AsyncIterable<Uint8Array> | undefined,
 ) {
   try {
-    const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.());
+    const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.(req));
     const uRes = await uHandler(uReq);
     copyReplyHeaders(reply);
     await universalResponseToNodeResponse(uRes, reply.raw);
@@ -266,7 +267,7 @@ function contextFor(
     requestHeader: plainHeaders(req.headers),
     responseHeader,
     ...(responseTrailer ? { responseTrailer } : {}),
-    contextValues: options.contextValues?.() ?? createContextValues(),
+    contextValues: options.contextValues?.(req) ?? createContextValues(),
     // Not the shutdown signal: the context is never aborted at the end of a
     // call (that costs a DOMException each), so a listener on the server's
     // long-lived signal would stay behind. As on the REST routes, a waiting

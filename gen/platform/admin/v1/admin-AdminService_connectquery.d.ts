@@ -147,3 +147,82 @@ export const replayDeadLetters: typeof AdminService["method"]["replayDeadLetters
  * @generated from rpc platform.admin.v1.AdminService.PurgeDeadLetters
  */
 export const purgeDeadLetters: typeof AdminService["method"]["purgeDeadLetters"];
+/**
+ * AddSecretNames declares more secret names; names already declared keep their value.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.AddSecretNames
+ */
+export const addSecretNames: typeof AdminService["method"]["addSecretNames"];
+/**
+ * RemoveSecretNames removes secret names; refused (failed_precondition, naming them) when
+ * one has a value, unless confirm_destroy_values.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.RemoveSecretNames
+ */
+export const removeSecretNames: typeof AdminService["method"]["removeSecretNames"];
+/**
+ * WhoAmI names the operator of the token used.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.WhoAmI
+ */
+export const whoAmI: typeof AdminService["method"]["whoAmI"];
+/**
+ * CreateOperator adds a named operator with a first token, shown only here.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.CreateOperator
+ */
+export const createOperator: typeof AdminService["method"]["createOperator"];
+/**
+ * @generated from rpc platform.admin.v1.AdminService.ListOperators
+ */
+export const listOperators: typeof AdminService["method"]["listOperators"];
+/**
+ * UpdateOperator changes the fields given.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.UpdateOperator
+ */
+export const updateOperator: typeof AdminService["method"]["updateOperator"];
+/**
+ * DeleteOperator deletes an operator and its tokens.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.DeleteOperator
+ */
+export const deleteOperator: typeof AdminService["method"]["deleteOperator"];
+/**
+ * IssueOperatorToken issues one more token of an operator; its plaintext is shown only here.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.IssueOperatorToken
+ */
+export const issueOperatorToken: typeof AdminService["method"]["issueOperatorToken"];
+/**
+ * @generated from rpc platform.admin.v1.AdminService.RevokeOperatorToken
+ */
+export const revokeOperatorToken: typeof AdminService["method"]["revokeOperatorToken"];
+/**
+ * @generated from rpc platform.admin.v1.AdminService.ListOperatorTokens
+ */
+export const listOperatorTokens: typeof AdminService["method"]["listOperatorTokens"];
+/**
+ * ListAuditEntries reads the audit log, newest first, a page at a time.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListAuditEntries
+ */
+export const listAuditEntries: typeof AdminService["method"]["listAuditEntries"];
+/**
+ * GetOverview: this instance, its dependencies, and what needs attention across apps.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetOverview
+ */
+export const getOverview: typeof AdminService["method"]["getOverview"];
+/**
+ * ListSecretLinks lists an app's outstanding (unused, unexpired) secret links; never their URL.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListSecretLinks
+ */
+export const listSecretLinks: typeof AdminService["method"]["listSecretLinks"];
+/**
+ * RevokeSecretLink makes an outstanding link unusable.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.RevokeSecretLink
+ */
+export const revokeSecretLink: typeof AdminService["method"]["revokeSecretLink"];

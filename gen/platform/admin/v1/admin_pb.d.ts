@@ -3,7 +3,7 @@
 /* eslint-disable */
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import type { Message } from "@bufbuild/protobuf";
+import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import type { Bucket, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
 import type { Queue } from "../../queues/v1/queues_pb.js";
@@ -143,6 +143,14 @@ export declare type App = Message<"platform.admin.v1.App"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 9;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * Bumped by every change of the app record (settings, limits, blueprint); send it back as
+   * expected_revision so a write made on a stale view is refused instead of overwriting.
+   *
+   * @generated from field: int64 revision = 10;
+   */
+  revision: bigint;
 };
 
 /**
@@ -219,6 +227,40 @@ export declare const GetAppResponseSchema: GenMessage<GetAppResponse>;
  * @generated from message platform.admin.v1.ListAppsRequest
  */
 export declare type ListAppsRequest = Message<"platform.admin.v1.ListAppsRequest"> & {
+  /**
+   * 1 to 1000 apps a page; 0 or unset: every app on one page (as before paging existed).
+   *
+   * @generated from field: optional int32 page_size = 1;
+   */
+  pageSize?: number | undefined;
+
+  /**
+   * The next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * A case-insensitive substring of the app's name.
+   *
+   * @generated from field: optional string filter = 3;
+   */
+  filter?: string | undefined;
+
+  /**
+   * Only apps of this status.
+   *
+   * @generated from field: optional platform.admin.v1.AppStatus status = 4;
+   */
+  status?: AppStatus | undefined;
+
+  /**
+   * "name" (the default), "-name", "created_at" or "-created_at".
+   *
+   * @generated from field: optional string order_by = 5;
+   */
+  orderBy?: string | undefined;
 };
 
 /**
@@ -242,6 +284,20 @@ export declare type ListAppsResponse = Message<"platform.admin.v1.ListAppsRespon
    * @generated from field: repeated platform.admin.v1.AppUsageToday usage_today = 2;
    */
   usageToday: AppUsageToday[];
+
+  /**
+   * Empty when this is the last page.
+   *
+   * @generated from field: string next_page_token = 3;
+   */
+  nextPageToken: string;
+
+  /**
+   * How many apps match the filter and status, on every page.
+   *
+   * @generated from field: int32 total_size = 4;
+   */
+  totalSize: number;
 };
 
 /**
@@ -321,6 +377,13 @@ export declare type UpdateAppRequest = Message<"platform.admin.v1.UpdateAppReque
    * @generated from field: platform.admin.v1.AppLimits limits = 6;
    */
   limits?: AppLimits | undefined;
+
+  /**
+   * When set, the update applies only if the app is still at this revision (else `aborted`, code `conflict`).
+   *
+   * @generated from field: optional int64 expected_revision = 7;
+   */
+  expectedRevision?: bigint | undefined;
 };
 
 /**
@@ -458,6 +521,13 @@ export declare type DeclareSecretsRequest = Message<"platform.admin.v1.DeclareSe
    * @generated from field: repeated string names = 2;
    */
   names: string[];
+
+  /**
+   * When set, applies only if the app is still at this revision (else `aborted`, code `conflict`).
+   *
+   * @generated from field: optional int64 expected_revision = 3;
+   */
+  expectedRevision?: bigint | undefined;
 };
 
 /**
@@ -663,9 +733,40 @@ export declare type ListMailRequest = Message<"platform.admin.v1.ListMailRequest
   appId: string;
 
   /**
+   * The page size: 1 to 1000, 50 when unset.
+   *
    * @generated from field: optional int32 limit = 2;
    */
   limit?: number | undefined;
+
+  /**
+   * A case-insensitive substring of the recipient or the subject.
+   *
+   * @generated from field: optional string query = 3;
+   */
+  query?: string | undefined;
+
+  /**
+   * @generated from field: optional platform.admin.v1.MailStatus status = 4;
+   */
+  status?: MailStatus | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 5;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 6;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * The next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
 };
 
 /**
@@ -735,6 +836,13 @@ export declare type ListMailResponse = Message<"platform.admin.v1.ListMailRespon
    * @generated from field: repeated platform.admin.v1.Mail mails = 1;
    */
   mails: Mail[];
+
+  /**
+   * Empty when this is the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -1279,6 +1387,13 @@ export declare type GetMailRequest = Message<"platform.admin.v1.GetMailRequest">
    * @generated from field: string id = 2;
    */
   id: string;
+
+  /**
+   * The same as id (the name of the admin API contract); either may be given.
+   *
+   * @generated from field: string mail_id = 3;
+   */
+  mailId: string;
 };
 
 /**
@@ -1288,6 +1403,27 @@ export declare type GetMailRequest = Message<"platform.admin.v1.GetMailRequest">
 export declare const GetMailRequestSchema: GenMessage<GetMailRequest>;
 
 /**
+ * @generated from message platform.admin.v1.MailHeader
+ */
+export declare type MailHeader = Message<"platform.admin.v1.MailHeader"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string value = 2;
+   */
+  value: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.MailHeader.
+ * Use `create(MailHeaderSchema)` to create a new message.
+ */
+export declare const MailHeaderSchema: GenMessage<MailHeader>;
+
+/**
  * @generated from message platform.admin.v1.GetMailResponse
  */
 export declare type GetMailResponse = Message<"platform.admin.v1.GetMailResponse"> & {
@@ -1295,6 +1431,18 @@ export declare type GetMailResponse = Message<"platform.admin.v1.GetMailResponse
    * @generated from field: platform.admin.v1.Mail mail = 1;
    */
   mail?: Mail | undefined;
+
+  /**
+   * The message as it was handed to the provider (RFC 5322 text).
+   *
+   * @generated from field: string raw = 2;
+   */
+  raw: string;
+
+  /**
+   * @generated from field: repeated platform.admin.v1.MailHeader headers = 3;
+   */
+  headers: MailHeader[];
 };
 
 /**
@@ -1527,6 +1675,809 @@ export declare type PurgeDeadLettersResponse = Message<"platform.admin.v1.PurgeD
 export declare const PurgeDeadLettersResponseSchema: GenMessage<PurgeDeadLettersResponse>;
 
 /**
+ * @generated from message platform.admin.v1.AddSecretNamesRequest
+ */
+export declare type AddSecretNamesRequest = Message<"platform.admin.v1.AddSecretNamesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: repeated string names = 2;
+   */
+  names: string[];
+
+  /**
+   * @generated from field: optional int64 expected_revision = 3;
+   */
+  expectedRevision?: bigint | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.AddSecretNamesRequest.
+ * Use `create(AddSecretNamesRequestSchema)` to create a new message.
+ */
+export declare const AddSecretNamesRequestSchema: GenMessage<AddSecretNamesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.AddSecretNamesResponse
+ */
+export declare type AddSecretNamesResponse = Message<"platform.admin.v1.AddSecretNamesResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.App app = 1;
+   */
+  app?: App | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.AddSecretNamesResponse.
+ * Use `create(AddSecretNamesResponseSchema)` to create a new message.
+ */
+export declare const AddSecretNamesResponseSchema: GenMessage<AddSecretNamesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.RemoveSecretNamesRequest
+ */
+export declare type RemoveSecretNamesRequest = Message<"platform.admin.v1.RemoveSecretNamesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: repeated string names = 2;
+   */
+  names: string[];
+
+  /**
+   * @generated from field: optional int64 expected_revision = 3;
+   */
+  expectedRevision?: bigint | undefined;
+
+  /**
+   * Required when a named secret has a value: removing it destroys the value and its links.
+   *
+   * @generated from field: bool confirm_destroy_values = 4;
+   */
+  confirmDestroyValues: boolean;
+};
+
+/**
+ * Describes the message platform.admin.v1.RemoveSecretNamesRequest.
+ * Use `create(RemoveSecretNamesRequestSchema)` to create a new message.
+ */
+export declare const RemoveSecretNamesRequestSchema: GenMessage<RemoveSecretNamesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.RemoveSecretNamesResponse
+ */
+export declare type RemoveSecretNamesResponse = Message<"platform.admin.v1.RemoveSecretNamesResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.App app = 1;
+   */
+  app?: App | undefined;
+
+  /**
+   * The names whose value was destroyed.
+   *
+   * @generated from field: repeated string destroyed_values = 2;
+   */
+  destroyedValues: string[];
+};
+
+/**
+ * Describes the message platform.admin.v1.RemoveSecretNamesResponse.
+ * Use `create(RemoveSecretNamesResponseSchema)` to create a new message.
+ */
+export declare const RemoveSecretNamesResponseSchema: GenMessage<RemoveSecretNamesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.Operator
+ */
+export declare type Operator = Message<"platform.admin.v1.Operator"> & {
+  /**
+   * "owner" for the bootstrap ADMIN_TOKEN, else a UUID.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: platform.admin.v1.OperatorRole role = 3;
+   */
+  role: OperatorRole;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * The latest use of any of its tokens (coarse: at most about once a minute); unset when never used.
+   *
+   * @generated from field: google.protobuf.Timestamp last_used_at = 5;
+   */
+  lastUsedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: bool disabled = 6;
+   */
+  disabled: boolean;
+};
+
+/**
+ * Describes the message platform.admin.v1.Operator.
+ * Use `create(OperatorSchema)` to create a new message.
+ */
+export declare const OperatorSchema: GenMessage<Operator>;
+
+/**
+ * @generated from message platform.admin.v1.WhoAmIRequest
+ */
+export declare type WhoAmIRequest = Message<"platform.admin.v1.WhoAmIRequest"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.WhoAmIRequest.
+ * Use `create(WhoAmIRequestSchema)` to create a new message.
+ */
+export declare const WhoAmIRequestSchema: GenMessage<WhoAmIRequest>;
+
+/**
+ * @generated from message platform.admin.v1.WhoAmIResponse
+ */
+export declare type WhoAmIResponse = Message<"platform.admin.v1.WhoAmIResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.Operator operator = 1;
+   */
+  operator?: Operator | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.WhoAmIResponse.
+ * Use `create(WhoAmIResponseSchema)` to create a new message.
+ */
+export declare const WhoAmIResponseSchema: GenMessage<WhoAmIResponse>;
+
+/**
+ * @generated from message platform.admin.v1.CreateOperatorRequest
+ */
+export declare type CreateOperatorRequest = Message<"platform.admin.v1.CreateOperatorRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: platform.admin.v1.OperatorRole role = 2;
+   */
+  role: OperatorRole;
+};
+
+/**
+ * Describes the message platform.admin.v1.CreateOperatorRequest.
+ * Use `create(CreateOperatorRequestSchema)` to create a new message.
+ */
+export declare const CreateOperatorRequestSchema: GenMessage<CreateOperatorRequest>;
+
+/**
+ * @generated from message platform.admin.v1.CreateOperatorResponse
+ */
+export declare type CreateOperatorResponse = Message<"platform.admin.v1.CreateOperatorResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.Operator operator = 1;
+   */
+  operator?: Operator | undefined;
+
+  /**
+   * @generated from field: string token_id = 2;
+   */
+  tokenId: string;
+
+  /**
+   * The plaintext token; stored only as a hash and never shown again.
+   *
+   * @generated from field: string token = 3;
+   */
+  token: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.CreateOperatorResponse.
+ * Use `create(CreateOperatorResponseSchema)` to create a new message.
+ */
+export declare const CreateOperatorResponseSchema: GenMessage<CreateOperatorResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListOperatorsRequest
+ */
+export declare type ListOperatorsRequest = Message<"platform.admin.v1.ListOperatorsRequest"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.ListOperatorsRequest.
+ * Use `create(ListOperatorsRequestSchema)` to create a new message.
+ */
+export declare const ListOperatorsRequestSchema: GenMessage<ListOperatorsRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ListOperatorsResponse
+ */
+export declare type ListOperatorsResponse = Message<"platform.admin.v1.ListOperatorsResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.Operator operators = 1;
+   */
+  operators: Operator[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListOperatorsResponse.
+ * Use `create(ListOperatorsResponseSchema)` to create a new message.
+ */
+export declare const ListOperatorsResponseSchema: GenMessage<ListOperatorsResponse>;
+
+/**
+ * @generated from message platform.admin.v1.UpdateOperatorRequest
+ */
+export declare type UpdateOperatorRequest = Message<"platform.admin.v1.UpdateOperatorRequest"> & {
+  /**
+   * @generated from field: string operator_id = 1;
+   */
+  operatorId: string;
+
+  /**
+   * @generated from field: optional platform.admin.v1.OperatorRole role = 2;
+   */
+  role?: OperatorRole | undefined;
+
+  /**
+   * @generated from field: optional bool disabled = 3;
+   */
+  disabled?: boolean | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.UpdateOperatorRequest.
+ * Use `create(UpdateOperatorRequestSchema)` to create a new message.
+ */
+export declare const UpdateOperatorRequestSchema: GenMessage<UpdateOperatorRequest>;
+
+/**
+ * @generated from message platform.admin.v1.UpdateOperatorResponse
+ */
+export declare type UpdateOperatorResponse = Message<"platform.admin.v1.UpdateOperatorResponse"> & {
+  /**
+   * @generated from field: platform.admin.v1.Operator operator = 1;
+   */
+  operator?: Operator | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.UpdateOperatorResponse.
+ * Use `create(UpdateOperatorResponseSchema)` to create a new message.
+ */
+export declare const UpdateOperatorResponseSchema: GenMessage<UpdateOperatorResponse>;
+
+/**
+ * @generated from message platform.admin.v1.DeleteOperatorRequest
+ */
+export declare type DeleteOperatorRequest = Message<"platform.admin.v1.DeleteOperatorRequest"> & {
+  /**
+   * @generated from field: string operator_id = 1;
+   */
+  operatorId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.DeleteOperatorRequest.
+ * Use `create(DeleteOperatorRequestSchema)` to create a new message.
+ */
+export declare const DeleteOperatorRequestSchema: GenMessage<DeleteOperatorRequest>;
+
+/**
+ * @generated from message platform.admin.v1.DeleteOperatorResponse
+ */
+export declare type DeleteOperatorResponse = Message<"platform.admin.v1.DeleteOperatorResponse"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.DeleteOperatorResponse.
+ * Use `create(DeleteOperatorResponseSchema)` to create a new message.
+ */
+export declare const DeleteOperatorResponseSchema: GenMessage<DeleteOperatorResponse>;
+
+/**
+ * @generated from message platform.admin.v1.IssueOperatorTokenRequest
+ */
+export declare type IssueOperatorTokenRequest = Message<"platform.admin.v1.IssueOperatorTokenRequest"> & {
+  /**
+   * @generated from field: string operator_id = 1;
+   */
+  operatorId: string;
+
+  /**
+   * @generated from field: optional string label = 2;
+   */
+  label?: string | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.IssueOperatorTokenRequest.
+ * Use `create(IssueOperatorTokenRequestSchema)` to create a new message.
+ */
+export declare const IssueOperatorTokenRequestSchema: GenMessage<IssueOperatorTokenRequest>;
+
+/**
+ * @generated from message platform.admin.v1.IssueOperatorTokenResponse
+ */
+export declare type IssueOperatorTokenResponse = Message<"platform.admin.v1.IssueOperatorTokenResponse"> & {
+  /**
+   * @generated from field: string token_id = 1;
+   */
+  tokenId: string;
+
+  /**
+   * @generated from field: string token = 2;
+   */
+  token: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.IssueOperatorTokenResponse.
+ * Use `create(IssueOperatorTokenResponseSchema)` to create a new message.
+ */
+export declare const IssueOperatorTokenResponseSchema: GenMessage<IssueOperatorTokenResponse>;
+
+/**
+ * @generated from message platform.admin.v1.RevokeOperatorTokenRequest
+ */
+export declare type RevokeOperatorTokenRequest = Message<"platform.admin.v1.RevokeOperatorTokenRequest"> & {
+  /**
+   * @generated from field: string token_id = 1;
+   */
+  tokenId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.RevokeOperatorTokenRequest.
+ * Use `create(RevokeOperatorTokenRequestSchema)` to create a new message.
+ */
+export declare const RevokeOperatorTokenRequestSchema: GenMessage<RevokeOperatorTokenRequest>;
+
+/**
+ * @generated from message platform.admin.v1.RevokeOperatorTokenResponse
+ */
+export declare type RevokeOperatorTokenResponse = Message<"platform.admin.v1.RevokeOperatorTokenResponse"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.RevokeOperatorTokenResponse.
+ * Use `create(RevokeOperatorTokenResponseSchema)` to create a new message.
+ */
+export declare const RevokeOperatorTokenResponseSchema: GenMessage<RevokeOperatorTokenResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListOperatorTokensRequest
+ */
+export declare type ListOperatorTokensRequest = Message<"platform.admin.v1.ListOperatorTokensRequest"> & {
+  /**
+   * @generated from field: string operator_id = 1;
+   */
+  operatorId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListOperatorTokensRequest.
+ * Use `create(ListOperatorTokensRequestSchema)` to create a new message.
+ */
+export declare const ListOperatorTokensRequestSchema: GenMessage<ListOperatorTokensRequest>;
+
+/**
+ * @generated from message platform.admin.v1.OperatorToken
+ */
+export declare type OperatorToken = Message<"platform.admin.v1.OperatorToken"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string label = 2;
+   */
+  label: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_used_at = 4;
+   */
+  lastUsedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.OperatorToken.
+ * Use `create(OperatorTokenSchema)` to create a new message.
+ */
+export declare const OperatorTokenSchema: GenMessage<OperatorToken>;
+
+/**
+ * @generated from message platform.admin.v1.ListOperatorTokensResponse
+ */
+export declare type ListOperatorTokensResponse = Message<"platform.admin.v1.ListOperatorTokensResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.OperatorToken tokens = 1;
+   */
+  tokens: OperatorToken[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListOperatorTokensResponse.
+ * Use `create(ListOperatorTokensResponseSchema)` to create a new message.
+ */
+export declare const ListOperatorTokensResponseSchema: GenMessage<ListOperatorTokensResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListAuditEntriesRequest
+ */
+export declare type ListAuditEntriesRequest = Message<"platform.admin.v1.ListAuditEntriesRequest"> & {
+  /**
+   * An app id or name.
+   *
+   * @generated from field: optional string app_id = 1;
+   */
+  appId?: string | undefined;
+
+  /**
+   * @generated from field: optional string operator_id = 2;
+   */
+  operatorId?: string | undefined;
+
+  /**
+   * A dotted action, e.g. "app.update".
+   *
+   * @generated from field: optional string action = 3;
+   */
+  action?: string | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 4;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 5;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * 1 to 500, 50 when unset.
+   *
+   * @generated from field: int32 page_size = 6;
+   */
+  pageSize: number;
+
+  /**
+   * @generated from field: string page_token = 7;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListAuditEntriesRequest.
+ * Use `create(ListAuditEntriesRequestSchema)` to create a new message.
+ */
+export declare const ListAuditEntriesRequestSchema: GenMessage<ListAuditEntriesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.AuditEntry
+ */
+export declare type AuditEntry = Message<"platform.admin.v1.AuditEntry"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string operator_id = 3;
+   */
+  operatorId: string;
+
+  /**
+   * @generated from field: string operator_name = 4;
+   */
+  operatorName: string;
+
+  /**
+   * @generated from field: string action = 5;
+   */
+  action: string;
+
+  /**
+   * Empty when the action concerns no app.
+   *
+   * @generated from field: string app_id = 6;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string app_name = 7;
+   */
+  appName: string;
+
+  /**
+   * @generated from field: string request_id = 8;
+   */
+  requestId: string;
+
+  /**
+   * "ok", "denied" or "failed".
+   *
+   * @generated from field: string outcome = 9;
+   */
+  outcome: string;
+
+  /**
+   * What changed (names, fields, counts); never a secret value or a token.
+   *
+   * @generated from field: google.protobuf.Struct detail = 10;
+   */
+  detail?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.AuditEntry.
+ * Use `create(AuditEntrySchema)` to create a new message.
+ */
+export declare const AuditEntrySchema: GenMessage<AuditEntry>;
+
+/**
+ * @generated from message platform.admin.v1.ListAuditEntriesResponse
+ */
+export declare type ListAuditEntriesResponse = Message<"platform.admin.v1.ListAuditEntriesResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.AuditEntry entries = 1;
+   */
+  entries: AuditEntry[];
+
+  /**
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListAuditEntriesResponse.
+ * Use `create(ListAuditEntriesResponseSchema)` to create a new message.
+ */
+export declare const ListAuditEntriesResponseSchema: GenMessage<ListAuditEntriesResponse>;
+
+/**
+ * @generated from message platform.admin.v1.GetOverviewRequest
+ */
+export declare type GetOverviewRequest = Message<"platform.admin.v1.GetOverviewRequest"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.GetOverviewRequest.
+ * Use `create(GetOverviewRequestSchema)` to create a new message.
+ */
+export declare const GetOverviewRequestSchema: GenMessage<GetOverviewRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ReadinessItem
+ */
+export declare type ReadinessItem = Message<"platform.admin.v1.ReadinessItem"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bool ok = 2;
+   */
+  ok: boolean;
+
+  /**
+   * @generated from field: string detail = 3;
+   */
+  detail: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ReadinessItem.
+ * Use `create(ReadinessItemSchema)` to create a new message.
+ */
+export declare const ReadinessItemSchema: GenMessage<ReadinessItem>;
+
+/**
+ * @generated from message platform.admin.v1.AttentionItem
+ */
+export declare type AttentionItem = Message<"platform.admin.v1.AttentionItem"> & {
+  /**
+   * dead_letters, old_messages, cap_near, cap_reached, app_stopped or link_expiring.
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * "warning" or "critical".
+   *
+   * @generated from field: string severity = 2;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: string app_id = 3;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string app_name = 4;
+   */
+  appName: string;
+
+  /**
+   * The queue, counter or secret concerned; empty for the app itself.
+   *
+   * @generated from field: string subject = 5;
+   */
+  subject: string;
+
+  /**
+   * @generated from field: string message = 6;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.AttentionItem.
+ * Use `create(AttentionItemSchema)` to create a new message.
+ */
+export declare const AttentionItemSchema: GenMessage<AttentionItem>;
+
+/**
+ * @generated from message platform.admin.v1.GetOverviewResponse
+ */
+export declare type GetOverviewResponse = Message<"platform.admin.v1.GetOverviewResponse"> & {
+  /**
+   * @generated from field: string version = 1;
+   */
+  version: string;
+
+  /**
+   * @generated from field: int64 uptime_seconds = 2;
+   */
+  uptimeSeconds: bigint;
+
+  /**
+   * @generated from field: repeated platform.admin.v1.ReadinessItem readiness = 3;
+   */
+  readiness: ReadinessItem[];
+
+  /**
+   * @generated from field: repeated platform.admin.v1.AttentionItem attention = 4;
+   */
+  attention: AttentionItem[];
+};
+
+/**
+ * Describes the message platform.admin.v1.GetOverviewResponse.
+ * Use `create(GetOverviewResponseSchema)` to create a new message.
+ */
+export declare const GetOverviewResponseSchema: GenMessage<GetOverviewResponse>;
+
+/**
+ * @generated from message platform.admin.v1.ListSecretLinksRequest
+ */
+export declare type ListSecretLinksRequest = Message<"platform.admin.v1.ListSecretLinksRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListSecretLinksRequest.
+ * Use `create(ListSecretLinksRequestSchema)` to create a new message.
+ */
+export declare const ListSecretLinksRequestSchema: GenMessage<ListSecretLinksRequest>;
+
+/**
+ * @generated from message platform.admin.v1.SecretLink
+ */
+export declare type SecretLink = Message<"platform.admin.v1.SecretLink"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp expires_at = 4;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.SecretLink.
+ * Use `create(SecretLinkSchema)` to create a new message.
+ */
+export declare const SecretLinkSchema: GenMessage<SecretLink>;
+
+/**
+ * @generated from message platform.admin.v1.ListSecretLinksResponse
+ */
+export declare type ListSecretLinksResponse = Message<"platform.admin.v1.ListSecretLinksResponse"> & {
+  /**
+   * @generated from field: repeated platform.admin.v1.SecretLink links = 1;
+   */
+  links: SecretLink[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListSecretLinksResponse.
+ * Use `create(ListSecretLinksResponseSchema)` to create a new message.
+ */
+export declare const ListSecretLinksResponseSchema: GenMessage<ListSecretLinksResponse>;
+
+/**
+ * @generated from message platform.admin.v1.RevokeSecretLinkRequest
+ */
+export declare type RevokeSecretLinkRequest = Message<"platform.admin.v1.RevokeSecretLinkRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string link_id = 2;
+   */
+  linkId: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.RevokeSecretLinkRequest.
+ * Use `create(RevokeSecretLinkRequestSchema)` to create a new message.
+ */
+export declare const RevokeSecretLinkRequestSchema: GenMessage<RevokeSecretLinkRequest>;
+
+/**
+ * @generated from message platform.admin.v1.RevokeSecretLinkResponse
+ */
+export declare type RevokeSecretLinkResponse = Message<"platform.admin.v1.RevokeSecretLinkResponse"> & {
+};
+
+/**
+ * Describes the message platform.admin.v1.RevokeSecretLinkResponse.
+ * Use `create(RevokeSecretLinkResponseSchema)` to create a new message.
+ */
+export declare const RevokeSecretLinkResponseSchema: GenMessage<RevokeSecretLinkResponse>;
+
+/**
  * @generated from enum platform.admin.v1.AppStatus
  */
 export enum AppStatus {
@@ -1586,6 +2537,35 @@ export enum MailStatus {
  * Describes the enum platform.admin.v1.MailStatus.
  */
 export declare const MailStatusSchema: GenEnum<MailStatus>;
+
+/**
+ * @generated from enum platform.admin.v1.OperatorRole
+ */
+export enum OperatorRole {
+  /**
+   * @generated from enum value: OPERATOR_ROLE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Everything.
+   *
+   * @generated from enum value: OPERATOR_ROLE_ADMIN = 1;
+   */
+  ADMIN = 1,
+
+  /**
+   * Reads only; never a secret link or value.
+   *
+   * @generated from enum value: OPERATOR_ROLE_VIEWER = 2;
+   */
+  VIEWER = 2,
+}
+
+/**
+ * Describes the enum platform.admin.v1.OperatorRole.
+ */
+export declare const OperatorRoleSchema: GenEnum<OperatorRole>;
 
 /**
  * AdminService is the platform's side: apps, their tokens, blueprints,
@@ -1837,6 +2817,141 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof PurgeDeadLettersRequestSchema;
     output: typeof PurgeDeadLettersResponseSchema;
+  },
+  /**
+   * AddSecretNames declares more secret names; names already declared keep their value.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.AddSecretNames
+   */
+  addSecretNames: {
+    methodKind: "unary";
+    input: typeof AddSecretNamesRequestSchema;
+    output: typeof AddSecretNamesResponseSchema;
+  },
+  /**
+   * RemoveSecretNames removes secret names; refused (failed_precondition, naming them) when
+   * one has a value, unless confirm_destroy_values.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.RemoveSecretNames
+   */
+  removeSecretNames: {
+    methodKind: "unary";
+    input: typeof RemoveSecretNamesRequestSchema;
+    output: typeof RemoveSecretNamesResponseSchema;
+  },
+  /**
+   * WhoAmI names the operator of the token used.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.WhoAmI
+   */
+  whoAmI: {
+    methodKind: "unary";
+    input: typeof WhoAmIRequestSchema;
+    output: typeof WhoAmIResponseSchema;
+  },
+  /**
+   * CreateOperator adds a named operator with a first token, shown only here.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.CreateOperator
+   */
+  createOperator: {
+    methodKind: "unary";
+    input: typeof CreateOperatorRequestSchema;
+    output: typeof CreateOperatorResponseSchema;
+  },
+  /**
+   * @generated from rpc platform.admin.v1.AdminService.ListOperators
+   */
+  listOperators: {
+    methodKind: "unary";
+    input: typeof ListOperatorsRequestSchema;
+    output: typeof ListOperatorsResponseSchema;
+  },
+  /**
+   * UpdateOperator changes the fields given.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.UpdateOperator
+   */
+  updateOperator: {
+    methodKind: "unary";
+    input: typeof UpdateOperatorRequestSchema;
+    output: typeof UpdateOperatorResponseSchema;
+  },
+  /**
+   * DeleteOperator deletes an operator and its tokens.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.DeleteOperator
+   */
+  deleteOperator: {
+    methodKind: "unary";
+    input: typeof DeleteOperatorRequestSchema;
+    output: typeof DeleteOperatorResponseSchema;
+  },
+  /**
+   * IssueOperatorToken issues one more token of an operator; its plaintext is shown only here.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.IssueOperatorToken
+   */
+  issueOperatorToken: {
+    methodKind: "unary";
+    input: typeof IssueOperatorTokenRequestSchema;
+    output: typeof IssueOperatorTokenResponseSchema;
+  },
+  /**
+   * @generated from rpc platform.admin.v1.AdminService.RevokeOperatorToken
+   */
+  revokeOperatorToken: {
+    methodKind: "unary";
+    input: typeof RevokeOperatorTokenRequestSchema;
+    output: typeof RevokeOperatorTokenResponseSchema;
+  },
+  /**
+   * @generated from rpc platform.admin.v1.AdminService.ListOperatorTokens
+   */
+  listOperatorTokens: {
+    methodKind: "unary";
+    input: typeof ListOperatorTokensRequestSchema;
+    output: typeof ListOperatorTokensResponseSchema;
+  },
+  /**
+   * ListAuditEntries reads the audit log, newest first, a page at a time.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListAuditEntries
+   */
+  listAuditEntries: {
+    methodKind: "unary";
+    input: typeof ListAuditEntriesRequestSchema;
+    output: typeof ListAuditEntriesResponseSchema;
+  },
+  /**
+   * GetOverview: this instance, its dependencies, and what needs attention across apps.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetOverview
+   */
+  getOverview: {
+    methodKind: "unary";
+    input: typeof GetOverviewRequestSchema;
+    output: typeof GetOverviewResponseSchema;
+  },
+  /**
+   * ListSecretLinks lists an app's outstanding (unused, unexpired) secret links; never their URL.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListSecretLinks
+   */
+  listSecretLinks: {
+    methodKind: "unary";
+    input: typeof ListSecretLinksRequestSchema;
+    output: typeof ListSecretLinksResponseSchema;
+  },
+  /**
+   * RevokeSecretLink makes an outstanding link unusable.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.RevokeSecretLink
+   */
+  revokeSecretLink: {
+    methodKind: "unary";
+    input: typeof RevokeSecretLinkRequestSchema;
+    output: typeof RevokeSecretLinkResponseSchema;
   },
 }>;
 

@@ -13,6 +13,9 @@ import * as tokenLastUsed from "./0007-token-last-used.ts";
 import * as platformSettings from "./0008-platform-settings.ts";
 import * as deadLetters from "./0009-dead-letters.ts";
 import * as analyticsDayRollups from "./0010-analytics-day-rollups.ts";
+import * as appRevision from "./0015-app-revision.ts";
+import * as operators from "./0016-operators.ts";
+import * as auditLog from "./0017-audit-log.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -25,4 +28,7 @@ export const migrations: Record<string, Migration> = {
   "0008-platform-settings": platformSettings,
   "0009-dead-letters": deadLetters,
   "0010-analytics-day-rollups": analyticsDayRollups,
+  "0015-app-revision": appRevision,
+  "0016-operators": operators,
+  "0017-audit-log": auditLog,
 };

@@ -1,0 +1,120 @@
+/**
+ * Every SQL statement on the audit log (migration 0017), the admin
+ * facility's one table. An entry is written through the transaction of the
+ * change it records (the caller hands in that transaction as a `Db`), so a
+ * change is never without its record; refused and failed attempts are
+ * written on their own.
+ */
+import { sql, type ColumnType, type Kysely } from "kysely";
+import type { Db } from "../core/database/index.ts";
+
+export type AuditOutcome = "ok" | "denied" | "failed";
+
+export interface AuditLogTable {
+  id: ColumnType<string, never, never>;
+  at: ColumnType<Date, never, never>;
+  operator_id: string;
+  operator_name: string;
+  action: string;
+  app_id: string | null;
+  app_name: string;
+  request_id: string;
+  outcome: AuditOutcome;
+  detail: ColumnType<Record<string, unknown>, string, never>;
+}
+
+export type AuditTables = { audit_log: AuditLogTable };
+
+export interface AuditEntryInput {
+  operatorId: string;
+  operatorName: string;
+  action: string;
+  appId?: string | undefined;
+  appName?: string | undefined;
+  requestId: string;
+  outcome: AuditOutcome;
+  /** What changed; never a secret value or a token. */
+  detail: Record<string, unknown>;
+}
+
+export interface AuditEntryRecord extends Required<AuditEntryInput> {
+  id: string;
+  at: Date;
+}
+
+export interface AuditFilter {
+  appId?: string | undefined;
+  operatorId?: string | undefined;
+  action?: string | undefined;
+  since?: Date | undefined;
+  until?: Date | undefined;
+  /** Entries with a smaller id than this (the page token). */
+  beforeId?: string | undefined;
+  limit: number;
+}
+
+export interface AuditStore {
+  record(entry: AuditEntryInput): Promise<void>;
+  /** Newest first. */
+  list(filter: AuditFilter): Promise<AuditEntryRecord[]>;
+  /** Deletes up to `limit` entries older than `cutoff`; how many. */
+  deleteOlderThan(cutoff: Date, limit: number): Promise<number>;
+}
+
+export function createAuditStore(database: Db): AuditStore {
+  const db: Kysely<AuditTables> = database.withTables<AuditTables>();
+  return {
+    async record(entry) {
+      await db
+        .insertInto("audit_log")
+        .values({
+          operator_id: entry.operatorId,
+          operator_name: entry.operatorName,
+          action: entry.action,
+          app_id: entry.appId ?? null,
+          app_name: entry.appName ?? "",
+          request_id: entry.requestId,
+          outcome: entry.outcome,
+          detail: JSON.stringify(entry.detail),
+        })
+        .execute();
+    },
+
+    async list(filter) {
+      let query = db.selectFrom("audit_log").selectAll().orderBy("id", "desc").limit(filter.limit);
+      if (filter.appId !== undefined) query = query.where("app_id", "=", filter.appId);
+      if (filter.operatorId !== undefined) query = query.where("operator_id", "=", filter.operatorId);
+      if (filter.action !== undefined) query = query.where("action", "=", filter.action);
+      if (filter.since !== undefined) query = query.where("at", ">=", filter.since as never);
+      if (filter.until !== undefined) query = query.where("at", "<", filter.until as never);
+      if (filter.beforeId !== undefined) query = query.where("id", "<", filter.beforeId as never);
+      const rows = await query.execute();
+      return rows.map((r) => ({
+        id: String(r.id),
+        at: new Date(r.at),
+        operatorId: r.operator_id,
+        operatorName: r.operator_name,
+        action: r.action,
+        appId: r.app_id ?? "",
+        appName: r.app_name,
+        requestId: r.request_id,
+        outcome: r.outcome,
+        detail: typeof r.detail === "string" ? (JSON.parse(r.detail) as Record<string, unknown>) : r.detail,
+      }));
+    },
+
+    async deleteOlderThan(cutoff, limit) {
+      const result = await db
+        .deleteFrom("audit_log")
+        .where("id", "in", (eb) =>
+          eb
+            .selectFrom("audit_log")
+            .select("id")
+            .where("at", "<", sql<Date>`${cutoff}`)
+            .limit(limit),
+        )
+        .executeTakeFirst();
+      return Number(result.numDeletedRows);
+    },
+  };
+}

@@ -1,0 +1,99 @@
+/**
+ * How the admin API records what operators do. `audited` runs one change and
+ * hands it an `InTransaction` that writes the entry: a store that takes it
+ * writes the entry in the change's own transaction, so the change never
+ * commits without its record. A change made through a facility that takes no
+ * callback (a queue purge, a platform event) is recorded right after it
+ * succeeds. A refused or failed attempt is recorded on its own, as `denied`
+ * or `failed`, with the error's code.
+ */
+import type { HandlerContext } from "@connectrpc/connect";
+import type { Logger } from "pino";
+import { principalKey, requestIdKey, type OperatorIdentity } from "../core/auth.ts";
+import type { Db } from "../core/database/index.ts";
+import { toPlatformError } from "../core/errors.ts";
+import { createAuditStore, type AuditEntryInput, type AuditOutcome } from "./audit-store.ts";
+
+/** An app as the audit log names it. */
+export interface AuditedApp {
+  id: string;
+  name: string;
+}
+
+/** Writes the entry on the change's transaction; `app` names an app only known then (a created one). */
+export type AuditWithin = (trx: Db, app?: AuditedApp) => Promise<void>;
+
+export interface Auditor {
+  audited<T>(
+    context: HandlerContext,
+    action: string,
+    app: AuditedApp | undefined,
+    detail: Record<string, unknown>,
+    work: (within: AuditWithin) => Promise<T>,
+  ): Promise<T>;
+  /** Records an attempt that did not run (a viewer's write). */
+  refused(context: HandlerContext, action: string, detail: Record<string, unknown>): Promise<void>;
+}
+
+/** The operator of an admin call (the interceptor guarantees one). */
+export function operatorOf(context: HandlerContext): OperatorIdentity {
+  const principal = context.values.get(principalKey);
+  if (principal.kind !== "admin") throw new Error("an admin call without an operator");
+  return principal.operator;
+}
+
+export function createAuditor(db: Db, logger: Logger): Auditor {
+  const store = createAuditStore(db);
+  const entry = (
+    context: HandlerContext,
+    action: string,
+    app: AuditedApp | undefined,
+    outcome: AuditOutcome,
+    detail: Record<string, unknown>,
+  ): AuditEntryInput => {
+    const operator = operatorOf(context);
+    return {
+      operatorId: operator.id,
+      operatorName: operator.name,
+      action,
+      appId: app?.id,
+      appName: app?.name,
+      requestId: context.values.get(requestIdKey),
+      outcome,
+      detail,
+    };
+  };
+  const recordAside = async (e: AuditEntryInput) => {
+    try {
+      await store.record(e);
+    } catch (err) {
+      // The attempt itself failed or was refused; losing its record must not hide why.
+      logger.warn({ err: err instanceof Error ? err.message : String(err), action: e.action }, "audit entry lost");
+    }
+  };
+
+  return {
+    async audited(context, action, app, detail, work) {
+      let written = false;
+      const within: AuditWithin = async (trx, created) => {
+        await createAuditStore(trx).record(entry(context, action, created ?? app, "ok", detail));
+        written = true;
+      };
+      let result;
+      try {
+        result = await work(within);
+      } catch (err) {
+        const e = toPlatformError(err);
+        const outcome: AuditOutcome = e.code === "permission_denied" ? "denied" : "failed";
+        await recordAside(entry(context, action, app, outcome, { ...detail, error: e.code, message: e.message }));
+        throw err;
+      }
+      if (!written) await store.record(entry(context, action, app, "ok", detail));
+      return result;
+    },
+
+    async refused(context, action, detail) {
+      await recordAside(entry(context, action, undefined, "denied", detail));
+    },
+  };
+}

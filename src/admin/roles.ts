@@ -1,0 +1,84 @@
+/**
+ * What each operator role may call. A viewer reads: every RPC not listed in
+ * `VIEWER_RPCS` is refused by the server with `permission_denied` (and the
+ * attempt is audited), whatever a screen shows or hides. A viewer never sees
+ * a secret link or a value: creating and listing links are not viewer RPCs,
+ * and no RPC returns a value.
+ */
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
+import { PlatformError } from "../core/errors.ts";
+import { operatorOf, type Auditor } from "./auditor.ts";
+
+type AdminImpl = ServiceImpl<typeof AdminService>;
+
+/** The admin RPCs a viewer may call (by their local name). */
+export const VIEWER_RPCS: ReadonlySet<string> = new Set([
+  "getApp",
+  "listApps",
+  "getUsage",
+  "getUsageHistory",
+  "listMail",
+  "getMail",
+  "listTokens",
+  "listEventTypes",
+  "queryAnalytics",
+  "listQueues",
+  "peekMessages",
+  "listDeadLetters",
+  "getQueueActivity",
+  "listSecrets",
+  "whoAmI",
+  "listOperators",
+  "listOperatorTokens",
+  "listAuditEntries",
+  "getOverview",
+]);
+
+/** The audit action of each write RPC; a viewer's attempt is recorded under it. */
+export const RPC_ACTIONS: Readonly<Record<string, string>> = {
+  createApp: "app.create",
+  updateApp: "app.update",
+  deleteApp: "app.delete",
+  issueToken: "token.issue",
+  revokeToken: "token.revoke",
+  declareSecrets: "secrets.declare",
+  addSecretNames: "secrets.add",
+  removeSecretNames: "secrets.remove",
+  setSecret: "secret.set",
+  createSecretLink: "secret.link",
+  revokeSecretLink: "secret.link.revoke",
+  purgeQueue: "queue.purge",
+  replayDeadLetters: "dead_letters.replay",
+  purgeDeadLetters: "dead_letters.purge",
+  publishEvent: "event.publish",
+  createOperator: "operator.create",
+  updateOperator: "operator.update",
+  deleteOperator: "operator.delete",
+  issueOperatorToken: "operator.token.issue",
+  revokeOperatorToken: "operator.token.revoke",
+};
+
+/** Wraps every RPC of `impl` with the role check. */
+export function withRoles(impl: AdminImpl, auditor: Auditor): AdminImpl {
+  const guarded: Record<string, unknown> = {};
+  for (const [name, fn] of Object.entries(impl) as [string, (req: unknown, ctx: HandlerContext) => unknown][]) {
+    guarded[name] = async (req: { appId?: unknown }, context: HandlerContext) => {
+      const operator = operatorOf(context);
+      if (operator.role !== "admin" && !VIEWER_RPCS.has(name)) {
+        const action = RPC_ACTIONS[name];
+        const appRef = typeof req.appId === "string" && req.appId ? req.appId : undefined;
+        if (action) await auditor.refused(context, action, appRef ? { app: appRef } : {});
+        throw new PlatformError(
+          "permission_denied",
+          `the ${operator.role} role may not call ${name[0].toUpperCase()}${name.slice(1)}`,
+          {
+            details: ["viewers read only; ask an admin operator"],
+          },
+        );
+      }
+      return fn.call(impl, req, context);
+    };
+  }
+  return guarded as AdminImpl;
+}

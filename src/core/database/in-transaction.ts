@@ -1,0 +1,20 @@
+/**
+ * One transaction shared by the stores of several modules: each store is
+ * built on the transaction (`createXStore(trx)`), so a change and what must
+ * go with it (the app's revision, the audit entry) commit or roll back
+ * together. A store whose operation opens its own transaction takes an
+ * `InTransaction` callback instead, which it runs inside that transaction.
+ */
+import type { Db, Transaction } from "./database.ts";
+
+/** Work to run inside another module's transaction, on that transaction. */
+export type InTransaction = (trx: Db) => Promise<void>;
+
+export function inTransaction<T>(db: Db, fn: (trx: Db) => Promise<T>): Promise<T> {
+  return db.transaction().execute((trx) => fn(trx));
+}
+
+/** A store's typed transaction as the table-less `Db` other stores build on. */
+export function transactionAsDb<T>(trx: Transaction<T>): Db {
+  return trx as unknown as Db;
+}
