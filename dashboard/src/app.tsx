@@ -15,6 +15,9 @@ import { Loading } from "./ui.tsx";
 // The screens (and the chart library) load after sign-in: the first screen needs only this module.
 const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
 const AppScreen = lazy(() => import("./screens/app.tsx").then((m) => ({ default: m.AppScreen })));
+const OverviewScreen = lazy(() => import("./screens/overview.tsx").then((m) => ({ default: m.OverviewScreen })));
+const OperatorsScreen = lazy(() => import("./screens/operators.tsx").then((m) => ({ default: m.OperatorsScreen })));
+const AuditScreen = lazy(() => import("./screens/audit.tsx").then((m) => ({ default: m.AuditScreen })));
 
 export function App() {
   const [signedIn, setSignedIn] = useState(() => getToken() !== null);
@@ -66,13 +69,13 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
     setToken(token.trim());
     try {
       // The cheapest admin call proves the token before anything else is shown.
-      await createClient(AdminService, transport).listApps({});
+      await createClient(AdminService, transport).whoAmI({});
       onSignedIn();
     } catch (err) {
       clearToken();
       setError(
         isUnauthenticated(err)
-          ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again."
+          ? "That token was refused. Use ADMIN_TOKEN (or the token file in the data directory) or an operator's token, and try again."
           : errorMessage(err),
       );
     } finally {
@@ -89,7 +92,9 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
         }}
       >
         <h1>Platform Batteries</h1>
-        <p className="muted">Sign in with the platform's admin token. It is kept in this tab only.</p>
+        <p className="muted">
+          Sign in with the platform's admin token or your operator token. It is kept in this tab only.
+        </p>
         {notice ? <p role="status">{notice}</p> : null}
         <label className="field">
           <span>Admin token</span>
@@ -149,6 +154,13 @@ function useFocusHeadingOnNavigation(key: string) {
   }, [key]);
 }
 
+const MAIN_NAV = [
+  ["overview", "Overview"],
+  ["apps", "Apps"],
+  ["operators", "Operators"],
+  ["audit", "Audit log"],
+] as const;
+
 function Shell({ onSignOut }: { onSignOut: () => void }) {
   const route = useRoute();
   useFocusHeadingOnNavigation(href(route));
@@ -167,13 +179,21 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
         Skip to content
       </a>
       <header className="topbar">
-        <a className="brand" href="#/apps">
+        <a className="brand" href="#/">
           Platform Batteries
         </a>
         <nav aria-label="Main">
-          <a href="#/apps" aria-current={route.screen === "apps" ? "page" : undefined}>
-            Apps
-          </a>
+          {MAIN_NAV.map(([screen, label]) => (
+            <a
+              key={screen}
+              href={href({ screen })}
+              aria-current={
+                route.screen === screen || (screen === "apps" && route.screen === "app") ? "page" : undefined
+              }
+            >
+              {label}
+            </a>
+          ))}
         </nav>
         <button type="button" className="secondary" onClick={onSignOut}>
           Sign out
@@ -181,7 +201,11 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
       </header>
       <main className="content" id="main" tabIndex={-1}>
         <Suspense fallback={<Loading what="the screen" />}>
-          {route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}
+          {route.screen === "overview" ? <OverviewScreen /> : null}
+          {route.screen === "apps" ? <AppsScreen /> : null}
+          {route.screen === "operators" ? <OperatorsScreen /> : null}
+          {route.screen === "audit" ? <AuditScreen /> : null}
+          {route.screen === "app" ? <AppScreen appId={route.appId} tab={route.tab} /> : null}
         </Suspense>
       </main>
     </div>

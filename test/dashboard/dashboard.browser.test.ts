@@ -80,7 +80,7 @@ describe("the operator dashboard in Chromium", () => {
     const redirect = await fetch(t.url + "/dashboard", { redirect: "manual" });
     expect(redirect.status).toBe(301);
     expect(redirect.headers.get("location")).toBe("/dashboard/");
-    const response = (await page.goto(t.url + "/dashboard/"))!;
+    const response = (await page.goto(t.url + "/dashboard/#/apps"))!;
     expect(response.status()).toBe(200);
     const headers = response.headers();
     expect(headers["content-security-policy"]).toContain("default-src 'none'");
@@ -107,7 +107,7 @@ describe("the operator dashboard in Chromium", () => {
   it("refuses a wrong token with a clear message, then signs in", async () => {
     await page.getByLabel("Admin token").fill("pba_wrong_token");
     await page.getByRole("button", { name: "Sign in" }).click();
-    await eventually(() => page.getByRole("alert").textContent()).toContain("That is not the admin token");
+    await eventually(() => page.getByRole("alert").textContent()).toContain("That token was refused");
     expect(await page.evaluate(() => sessionStorage.length)).toBe(0);
     await shot("01-sign-in-refused");
     // The refused call is logged by Chromium as a failed resource; that one is expected.
@@ -331,7 +331,7 @@ describe("the operator dashboard in Chromium", () => {
     const p = await phone.newPage();
     p.on("console", (msg) => msg.type() === "error" && consoleErrors.push(msg.text()));
     p.on("request", (req) => requests.push(req.url()));
-    await p.goto(t.url + "/dashboard/");
+    await p.goto(t.url + "/dashboard/#/apps");
     await p.getByLabel("Admin token").fill(t.adminToken);
     await p.getByRole("button", { name: "Sign in" }).click();
     await p.getByRole("link", { name: "shop" }).waitFor();

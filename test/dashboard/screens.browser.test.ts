@@ -21,7 +21,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { sql } from "kysely";
 import { ensureDashboardBuilt } from "../../src/dashboard/dashboard-build.ts";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { useTestServer, type TestApp } from "../support/harness.ts";
+import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import { launchChromium } from "../support/chromium.ts";
 import { tables } from "../support/tables.ts";
 
@@ -66,6 +68,7 @@ async function seed(): Promise<TestApp> {
   await t.admin.declareSecrets({ appId: app.id, names: ["STRIPE_KEY", "TLS_KEY"] });
   await t.admin.setSecret({ appId: app.id, name: "STRIPE_KEY", value: "sk_test_1" });
   await t.admin.issueToken({ appId: app.id, label: "production" });
+  await post("/v1/secrets/TLS_KEY/link", {});
   return app;
 }
 
@@ -83,12 +86,13 @@ async function signIn(
   width: number,
   height: number,
   colorScheme: "light" | "dark",
+  token = t.adminToken,
 ): Promise<{ context: BrowserContext; page: Page }> {
   const context = await browser.newContext({ viewport: { width, height }, colorScheme });
   context.setDefaultTimeout(15_000);
   const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/");
-  await page.getByLabel("Admin token").fill(t.adminToken);
+  await page.goto(t.url + "/dashboard/#/apps");
+  await page.getByLabel("Admin token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
   return { context, page };
@@ -118,6 +122,9 @@ async function axeViolations(page: Page): Promise<string[]> {
 
 /** The screens, each with what shows once its data is there. */
 const SCREENS: { name: string; hash: (app: TestApp) => string; ready: (page: Page) => Promise<unknown> }[] = [
+  { name: "overview", hash: () => "#/", ready: (p) => p.getByTestId("attention").waitFor() },
+  { name: "operators", hash: () => "#/operators", ready: (p) => p.getByTestId("whoami").waitFor() },
+  { name: "audit", hash: () => "#/audit", ready: (p) => p.getByTestId("audit").waitFor() },
   { name: "apps", hash: () => "#/apps", ready: (p) => p.getByRole("link", { name: "shop", exact: true }).waitFor() },
   {
     name: "settings",
@@ -166,7 +173,10 @@ const SCREENS: { name: string; hash: (app: TestApp) => string; ready: (page: Pag
   {
     name: "secrets",
     hash: (a) => `#/apps/${a.id}/secrets`,
-    ready: (p) => p.getByTestId("secret-TLS_KEY").waitFor(),
+    ready: async (p) => {
+      await p.getByTestId("secret-TLS_KEY").waitFor();
+      await p.getByTestId("secret-links").waitFor();
+    },
   },
 ];
 
@@ -292,6 +302,8 @@ describe("what every screen shares", () => {
     await page.goto(t.url + `/dashboard/#/apps/${other.id}/settings`);
     await page.getByRole("button", { name: "Save settings" }).waitFor();
     await t.admin.updateApp({ appId: other.id, limits: { eventsPerDay: 500 } });
+    // The screen's next refresh brings the new value; the form, opened before, must not write the old one back.
+    await page.waitForResponse((res) => res.url().endsWith("/AdminService/GetApp"));
     await page.getByLabel("Mail per day").fill("42");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
@@ -310,6 +322,172 @@ describe("what every screen shares", () => {
     await page.getByLabel("Filter").fill("BULK-1");
     // bulk-1, bulk-10..19, bulk-100..119: 31 apps, so 1 page shows from its start.
     await expect.poll(() => page.locator(".table-wrap tbody tr").count()).toBe(31);
+    await context.close();
+  });
+
+  it("keeps a secret declared and set through the API while the screen is open, and warns before destroying a value", async () => {
+    const app = await t.createApp();
+    await t.admin.addSecretNames({ appId: app.id, names: ["FIRST"] });
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + `/dashboard/#/apps/${app.id}/secrets`);
+    await page.getByTestId("secret-FIRST").waitFor();
+    // Meanwhile, through the API: another name, with a value.
+    await t.admin.addSecretNames({ appId: app.id, names: ["API_KEY"] });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "set-elsewhere" });
+    await page.getByLabel("Declare a secret name").fill("SECOND");
+    await page.getByRole("button", { name: "Declare" }).click();
+    await page.getByTestId("secret-SECOND").waitFor();
+    const read = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
+    expect([read.status, read.body.value]).toEqual([200, "set-elsewhere"]);
+    expect((await t.admin.getApp({ appId: app.id })).app?.declaredSecrets.sort()).toEqual([
+      "API_KEY",
+      "FIRST",
+      "SECOND",
+    ]);
+
+    // Dropping a name without a value says nothing is lost; one with a value says it is destroyed.
+    await page.getByRole("button", { name: "Drop FIRST" }).click();
+    await page.getByText("no value is lost").waitFor();
+    await page.getByRole("button", { name: "Drop secret" }).click();
+    await page.getByTestId("secret-FIRST").waitFor({ state: "detached" });
+    await page.getByRole("button", { name: "Drop API_KEY" }).click();
+    await page.getByText("This destroys the value").waitFor();
+    await page.screenshot({ path: path.join(SHOTS, "secrets-drop-warning-1280-light.png") });
+    await page.getByRole("button", { name: "Drop and destroy the value" }).click();
+    await page.getByText("the value of API_KEY was destroyed").waitFor();
+    expect((await t.request("GET", "/v1/secrets/API_KEY", { token: app.token })).status).toBe(404);
+    await context.close();
+  });
+
+  it("says so and reloads when the app changed since the settings were opened", async () => {
+    const other = await t.createApp();
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + `/dashboard/#/apps/${other.id}/settings`);
+    await page.getByLabel("Mail per day").fill("7");
+    await t.admin.updateApp({ appId: other.id, limits: { mailPerDay: 9, eventsPerDay: 700 } });
+    await page.getByRole("button", { name: "Save settings" }).click();
+    await page.getByText("the app was changed elsewhere since you started editing").waitFor();
+    expect((await t.admin.getApp({ appId: other.id })).app?.limits?.mailPerDay).toBe(9);
+    await expect.poll(() => page.getByLabel("Events per day").inputValue()).toBe("700");
+    expect(await page.getByLabel("Mail per day").inputValue()).toBe("7");
+    // Saving again, on the reloaded revision, applies the edit.
+    await page.getByRole("button", { name: "Save settings" }).click();
+    await page.getByText("Saved.").waitFor();
+    const { app } = await t.admin.getApp({ appId: other.id });
+    expect([app?.limits?.mailPerDay, app?.limits?.eventsPerDay]).toEqual([7, 700]);
+    await context.close();
+  });
+
+  it("lists outstanding links with a pending marker, and revokes one", async () => {
+    const app = await t.createApp();
+    await t.admin.addSecretNames({ appId: app.id, names: ["DB_URL"] });
+    const link = await t.request("POST", "/v1/secrets/DB_URL/link", { token: app.token, body: {} });
+    expect(link.status).toBe(200);
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + `/dashboard/#/apps/${app.id}/secrets`);
+    await page.getByTestId("pending-DB_URL").waitFor();
+    await page.getByRole("button", { name: /^Revoke link for DB_URL/ }).click();
+    await page.getByRole("button", { name: "Revoke link", exact: true }).click();
+    await page.getByText("No links outstanding").waitFor();
+    await page.getByTestId("pending-DB_URL").waitFor({ state: "detached" });
+    expect((await t.request("GET", new URL(link.body.url).pathname)).status).toBe(404);
+    await context.close();
+  });
+
+  it("searches and filters the mail log on the server", async () => {
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + `/dashboard/#/apps/${shop.id}/mail`);
+    await page.getByRole("button", { name: "Your order 0" }).waitFor();
+    await page.getByLabel("Search").fill("ANN2@");
+    await expect.poll(() => page.locator(".split tbody tr").count()).toBe(1);
+    expect(await page.locator(".split tbody").textContent()).toContain("Your order 2");
+    await page.getByRole("button", { name: "Your order 2" }).click();
+    await page.getByText("Headers").click();
+    expect(await page.getByTestId("mail-headers").textContent()).toMatch(/Subject\s*Your order 2/i);
+    await page.getByLabel("Status").selectOption({ label: "failed" });
+    await page.getByText("No mail matches").waitFor();
+    await context.close();
+  });
+
+  it("shows what needs attention on the overview, each item linking to its screen", async () => {
+    const capped = await t.createApp();
+    await t.admin.updateApp({ appId: capped.id, limits: { eventsPerDay: 2 } });
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + "/dashboard/#/");
+    const attention = page.getByTestId("attention");
+    await attention.locator('[data-kind="dead_letters"]').waitFor();
+    expect(await page.getByTestId("ready-database").textContent()).toContain("ready");
+    // A cap reached appears on the next refresh.
+    await t.request("POST", "/v1/analytics/types", { token: capped.token, body: { name: "hit", properties: {} } });
+    const logged = await t.request("POST", "/v1/analytics/events", {
+      token: capped.token,
+      body: { events: [{ type: "hit" }, { type: "hit" }] },
+    });
+    expect(logged.status).toBe(200);
+    await attention.locator('[data-kind="cap_reached"]').filter({ hasText: capped.name }).waitFor();
+    await page.screenshot({ path: path.join(SHOTS, "overview-attention-1280-light.png"), fullPage: true });
+    await attention.locator('[data-kind="dead_letters"]').getByRole("link").click();
+    await page.getByTestId("dead-jobs").waitFor();
+    expect(new URL(page.url()).hash).toBe(`#/apps/${shop.id}/queues`);
+    await context.close();
+  });
+
+  it("a viewer signs in with their own token, sees no write controls, and the server refuses a forced write", async () => {
+    const { token } = await t.admin.createOperator({ name: "vera", role: OperatorRole.VIEWER });
+    const { context, page } = await signIn(1280, 800, "light", token);
+    expect(await page.getByLabel("New app name").count()).toBe(0);
+    await page.goto(t.url + `/dashboard/#/apps/${shop.id}/settings`);
+    await page.getByText("Your operator role reads only").waitFor();
+    expect(await page.getByRole("button", { name: "Save settings" }).count()).toBe(0);
+    expect(await page.getByRole("button", { name: "Stop app" }).isVisible()).toBe(false);
+    await page.goto(t.url + `/dashboard/#/apps/${shop.id}/secrets`);
+    await page.getByTestId("secret-TLS_KEY").waitFor();
+    expect(await page.getByRole("button", { name: /Set value|Create link|Drop|Revoke/ }).count()).toBe(0);
+    await page.goto(t.url + "/dashboard/#/operators");
+    expect(await page.getByTestId("whoami").textContent()).toBe("Signed in as vera (viewer)");
+    // Forced from the page with the viewer's own token: the server refuses.
+    const forced = await page.evaluate(async (appId) => {
+      const res = await fetch("/platform.admin.v1.AdminService/UpdateApp", {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: `Bearer ${sessionStorage.getItem("platform-batteries.admin-token")}`,
+        },
+        body: JSON.stringify({ appId, mailFrom: "evil@example.org" }),
+      });
+      return { status: res.status, body: await res.json() };
+    }, shop.id);
+    expect(forced.status).toBe(403);
+    expect(forced.body.code).toBe("permission_denied");
+    const viewer = t.client(AdminService, token);
+    await expect(viewer.setSecret({ appId: shop.id, name: "TLS_KEY", value: "x" })).rejects.toSatisfy(
+      (e) => e instanceof ConnectError && e.code === Code.PermissionDenied,
+    );
+    expect((await t.admin.getApp({ appId: shop.id })).app?.mailFrom).toBe("hello@shop.example");
+    await context.close();
+  });
+
+  it("shows each operator's changes in the audit log, filterable by action", async () => {
+    const { token } = await t.admin.createOperator({ name: "ann", role: OperatorRole.ADMIN });
+    const { context, page } = await signIn(1280, 800, "light", token);
+    await page.getByLabel("New app name").fill("audited");
+    await page.getByRole("button", { name: "Create app" }).click();
+    await page.getByRole("heading", { name: /audited/, level: 1 }).waitFor();
+    await page.getByRole("button", { name: "Stop app" }).click();
+    await page.getByRole("dialog").getByRole("button", { name: "Stop app" }).click();
+    await page.getByRole("button", { name: "Start app" }).waitFor();
+    await page.goto(t.url + "/dashboard/#/audit");
+    const table = page.getByTestId("audit");
+    await table.waitFor();
+    for (const action of ["app.create", "app.stop"]) {
+      await page.getByLabel("Action").selectOption(action);
+      await expect
+        .poll(() => table.locator("tbody tr").first().textContent())
+        .toMatch(new RegExp(`ann.*${action.replace(".", "\\.")}.*audited`));
+    }
+    await page.getByLabel("Action").selectOption("operator.create");
+    await expect.poll(() => table.locator("tbody").textContent()).toContain("owner");
+    await page.screenshot({ path: path.join(SHOTS, "audit-filtered-1280-light.png"), fullPage: true });
     await context.close();
   });
 });

@@ -43,7 +43,7 @@ async function signedIn(options: { timezoneId?: string } = {}): Promise<{ contex
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
   context.setDefaultTimeout(15_000);
   const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/");
+  await page.goto(t.url + "/dashboard/#/apps");
   await page.getByLabel("Admin token").fill(t.adminToken);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();

@@ -6,6 +6,7 @@ import { deleteApp, getApp, updateApp } from "../../../gen/platform/admin/v1/adm
 import { AppStatus, type App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { APP_TABS, href, navigate, type AppTab } from "../router.ts";
 import { ConfirmDialog, ErrorBox, QueryView } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { StatusBadge } from "./apps.tsx";
 import { SettingsTab } from "./settings.tsx";
 import { TokensTab } from "./tokens.tsx";
@@ -53,6 +54,7 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
     },
   });
   const running = app.status === AppStatus.RUNNING;
+  const { canWrite } = useOperator();
   return (
     <>
       <p className="crumbs">
@@ -62,7 +64,7 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
         <h1>
           {app.name} <StatusBadge status={app.status} />
         </h1>
-        <div className="actions">
+        <div className="actions" hidden={!canWrite}>
           <button
             type="button"
             className="secondary"

@@ -20,6 +20,7 @@ import {
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
 
 export function QueuesTab({ app }: { app: App }) {
@@ -28,6 +29,7 @@ export function QueuesTab({ app }: { app: App }) {
   const [purging, setPurging] = useState<string | null>(null);
   const [dead, setDead] = useState<string | null>(null);
   const queryClient = useQueryClient();
+  const { canWrite } = useOperator();
   const purge = useMutation(purgeQueue, {
     onSuccess: async () => {
       setPurging(null);
@@ -110,6 +112,7 @@ export function QueuesTab({ app }: { app: App }) {
                           </button>{" "}
                           <button
                             type="button"
+                            hidden={!canWrite}
                             className="danger small"
                             onClick={() => setPurging(q.name)}
                             aria-label={`Purge ${q.name}`}
@@ -128,7 +131,7 @@ export function QueuesTab({ app }: { app: App }) {
       </div>
       {selected ? <Peek appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
       {dead ? <DeadLetters app={app} queue={dead} onClose={() => setDead(null)} /> : null}
-      <PublishEvent appId={app.id} />
+      {canWrite ? <PublishEvent appId={app.id} /> : null}
       <ConfirmDialog
         open={purging !== null}
         title={`Purge ${purging ?? ""}?`}
@@ -242,6 +245,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
     onSuccess: (res) => after(`Purged ${Number(res.purged).toLocaleString()}.`),
   });
   const busy = replay.isPending || purge.isPending;
+  const { canWrite } = useOperator();
   return (
     <div className="card">
       <div className="page-head">
@@ -267,7 +271,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
             <Empty title="No dead letters">Nothing reached the delivery limit on this queue.</Empty>
           ) : (
             <>
-              <div className="actions">
+              <div className="actions" hidden={!canWrite}>
                 <button type="button" disabled={busy} onClick={() => setConfirm("replay")}>
                   Replay all
                 </button>
@@ -283,7 +287,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                       {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
                     </p>
                     <pre>{prettyPayload(d.payload, d.truncated)}</pre>
-                    <div className="actions">
+                    <div className="actions" hidden={!canWrite}>
                       <button
                         type="button"
                         className="secondary small"

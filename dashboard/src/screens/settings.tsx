@@ -9,7 +9,9 @@ import { useMutation } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
 import { updateApp } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App, AppLimits } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorBox } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 
 type LimitName = Exclude<keyof AppLimits, "$typeName" | "$unknown">;
 
@@ -40,12 +42,26 @@ export function SettingsTab({ app }: { app: App }) {
   // Only what the operator edited is kept here; every other field shows the app as last loaded (it
   // refreshes), and only the edited fields are sent: a limit changed elsewhere is never written back.
   const [edits, setEdits] = useState<Edits>({});
+  // The revision the edits were made on: a save is refused if the app changed since (then reloaded).
+  const [base, setBase] = useState<bigint | null>(null);
   const [saved, setSaved] = useState(false);
+  const [conflict, setConflict] = useState(false);
+  const { canWrite } = useOperator();
   const update = useMutation(updateApp, {
     onSuccess: async () => {
       setSaved(true);
+      setConflict(false);
       setEdits({});
+      setBase(null);
       await queryClient.invalidateQueries();
+    },
+    onError: async (err) => {
+      if (err instanceof ConnectError && err.code === Code.Aborted) {
+        // Changed elsewhere: reload, keep the operator's edits on top of the new values, and say so.
+        setConflict(true);
+        setBase(null);
+        await queryClient.invalidateQueries();
+      }
     },
   });
   const mailFrom = edits.mailFrom ?? app.mailFrom;
@@ -54,6 +70,7 @@ export function SettingsTab({ app }: { app: App }) {
   const limitText = (name: LimitName) => edits.limits?.[name] ?? String(app.limits?.[name] ?? "");
   const edit = (change: Edits) => {
     setSaved(false);
+    if (base === null) setBase(app.revision);
     setEdits((e) => ({ ...e, ...change, limits: { ...e.limits, ...change.limits } }));
   };
 
@@ -68,8 +85,10 @@ export function SettingsTab({ app }: { app: App }) {
       const value = /^-?\d{1,10}$/.test(text) ? Number(text) : NaN;
       changedLimits[name] = Number.isInteger(value) && value >= -(2 ** 31) && value < 2 ** 31 ? value : -1;
     }
+    setConflict(false);
     update.mutate({
       appId: app.id,
+      expectedRevision: base ?? app.revision,
       mailFrom: edits.mailFrom !== undefined && edits.mailFrom !== app.mailFrom ? edits.mailFrom.trim() : undefined,
       analyticsEnabled:
         edits.analyticsEnabled !== undefined && edits.analyticsEnabled !== app.analyticsEnabled
@@ -129,16 +148,38 @@ export function SettingsTab({ app }: { app: App }) {
           ))}
         </div>
       </fieldset>
-      {update.error ? <ErrorBox error={update.error} title="Not saved" /> : null}
+      {conflict ? (
+        <div className="banner" role="alert">
+          <strong>Not saved: the app was changed elsewhere since you started editing.</strong> The form now shows its
+          current values, with your edits kept on top. Check them and save again, or{" "}
+          <button
+            type="button"
+            className="link"
+            onClick={() => {
+              setEdits({});
+              setConflict(false);
+            }}
+          >
+            discard your edits
+          </button>
+          .
+        </div>
+      ) : update.error ? (
+        <ErrorBox error={update.error} title="Not saved" />
+      ) : null}
       {saved && !update.error ? (
         <p role="status" className="ok-text">
           Saved.
         </p>
       ) : null}
       <div className="actions">
-        <button type="submit" disabled={update.isPending}>
-          Save settings
-        </button>
+        {canWrite ? (
+          <button type="submit" disabled={update.isPending}>
+            Save settings
+          </button>
+        ) : (
+          <p className="muted">Your operator role reads only: the settings cannot be changed here.</p>
+        )}
       </div>
     </form>
   );
