@@ -9,7 +9,8 @@
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { createClient, ConnectError } from "@connectrpc/connect";
+import readline from "node:readline/promises";
+import { Code, createClient, ConnectError } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -33,9 +34,16 @@ import {
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
   CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
   GetMailResponseSchema,
+  ListAuditEntriesResponseSchema,
+  ListOperatorsResponseSchema,
+  ListOperatorTokensResponseSchema,
+  OperatorRole,
+  UpdateOperatorResponseSchema,
+  WhoAmIResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
+import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig } from "./core/config.ts";
 import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
@@ -50,11 +58,13 @@ const USAGE = `usage: npm run cli -- <command>
   apps list                        list apps
   apps get NAME                    show one app
   apps stop NAME | apps start NAME stop or start an app
-  apps delete NAME                 delete an app and everything it owns
+  apps delete NAME [--yes]         delete an app and everything it owns (asks first unless --yes)
   apps set NAME [--mail-from ADDR] [--analytics on|off] [--secrets on|off] [--limit NAME=VALUE ...]
   tokens issue NAME [--label TEXT] issue a service token (printed once)
   tokens revoke TOKEN_ID           revoke a token
-  secrets declare NAME [SECRET ...] set the blueprint's secret names
+  secrets declare NAME SECRET ...  declare more secret names (names already declared keep their value)
+  secrets undeclare NAME SECRET ... [--yes]
+                                   remove secret names; with a value set, only with --yes (destroys it)
   secrets set NAME SECRET          set a secret's value, read from standard input
   secrets rotate-key               re-encrypt every secret under SECRETS_KEY (direct database access)
   events publish NAME KIND [JSON]  put a platform event on the app's _events queue
@@ -75,12 +85,26 @@ const USAGE = `usage: npm run cli -- <command>
   secrets link NAME SECRET         a one-time link that sets the secret
   mail list NAME [--limit N]       the app's recent mail
   mail get NAME ID                 one mail of the app's log
+  whoami                           the operator of the admin token used
+  operators list                   named operators: role, last use
+  operators create NAME [--role admin|viewer]   add an operator (role viewer unless given); prints its token once
+  operators update ID [--role admin|viewer] [--disable | --enable]
+  operators delete ID              delete an operator and its tokens
+  operators tokens list ID         an operator's tokens: label, created, last used
+  operators tokens issue ID [--label TEXT]   one more token (printed once)
+  operators tokens revoke TOKEN_ID revoke an operator token
+  audit list [--app NAME] [--operator ID] [--action ACTION] [--since TIME] [--until TIME] [--limit N] [--page TOKEN]
+                                   the audit log, newest first (a page; --page continues)
   migrate                          run database migrations (direct database access)
   admin-token adopt                make ADMIN_TOKEN the admin token every instance must use (direct database access)
 
+Options for every command: --url URL (the server; else PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT)
 Limits: ${LIMIT_NAMES.join(", ")}`;
 
 class UsageError extends Error {}
+
+/** The server the last command talked to, for the message when it did not answer. */
+let serverUrl = "";
 
 /** A time given on the command line: epoch milliseconds or an ISO 8601 date-time. */
 function cliTime(text: string, flag: string): Date {
@@ -99,6 +123,49 @@ function onOff(value: string | undefined, flag: string): boolean | undefined {
   if (value === "on" || value === "true") return true;
   if (value === "off" || value === "false") return false;
   throw new UsageError(`${flag}: must be on or off`);
+}
+
+function operatorRole(text: string): OperatorRole {
+  if (text === "admin") return OperatorRole.ADMIN;
+  if (text === "viewer") return OperatorRole.VIEWER;
+  throw new UsageError("--role: must be admin or viewer");
+}
+
+/** Asks on the terminal; false without one (a script must say --yes). */
+async function confirm(question: string, expected: string): Promise<boolean> {
+  if (!process.stdin.isTTY) return false;
+  const rl = readline.createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    return (await rl.question(question)).trim() === expected;
+  } finally {
+    rl.close();
+  }
+}
+
+/**
+ * Whether a Connect error is the transport's (no answer from the server at all) rather than
+ * the server's: the server's errors always carry our ErrorDetail.
+ */
+function unreachable(err: ConnectError): string | undefined {
+  if (err.code !== Code.Unavailable && err.code !== Code.Unknown && err.code !== Code.Internal) return undefined;
+  if (err.findDetails(ErrorDetailSchema).length > 0) return undefined;
+  let cause: unknown = err.cause;
+  for (let i = 0; i < 5 && cause instanceof Error; i++) {
+    const code = (cause as NodeJS.ErrnoException).code;
+    if (code && /^(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT|EPIPE)$/.test(code))
+      return code;
+    cause = cause.cause;
+  }
+  return undefined;
+}
+
+/** What to tell an operator whose CLI found no server at `url`. */
+export function unreachableMessage(url: string, why: string): string {
+  return (
+    `error: no server answers at ${url} (${why}).\n` +
+    `  Start it with \`npm start\` (it listens on HOST:PORT, default 127.0.0.1:8080),\n` +
+    `  or point the CLI at a running one: PLATFORM_ADMIN_URL=https://host:port npm run cli -- ... (or --url URL).\n`
+  );
 }
 
 async function readStdin(): Promise<string> {
@@ -128,6 +195,13 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       timezone: { type: "string" },
       page: { type: "string" },
       all: { type: "boolean" },
+      yes: { type: "boolean" },
+      role: { type: "string" },
+      disable: { type: "boolean" },
+      enable: { type: "boolean" },
+      app: { type: "string" },
+      operator: { type: "string" },
+      action: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
   });
@@ -167,6 +241,7 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
   }
 
   const baseUrl = values.url ?? env.PLATFORM_ADMIN_URL ?? config.publicUrl;
+  serverUrl = baseUrl;
   const tokenFile = path.join(config.dataDir, "admin-token");
   const adminToken =
     config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
@@ -193,7 +268,7 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
   if (group === "usage") {
     return print(readableJson(GetUsageResponseSchema, await admin.getUsage({ appId: need(command, "NAME") })));
   }
-  switch (`${group} ${command ?? ""}`) {
+  switch (`${group} ${command ?? ""}`.trim()) {
     case "apps create":
       return showApp(await admin.createApp({ name: need(rest[0], "NAME") }));
     case "apps list":
@@ -204,9 +279,13 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
       return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.STOPPED }));
     case "apps start":
       return showApp(await admin.updateApp({ appId: need(rest[0], "NAME"), status: AppStatus.RUNNING }));
-    case "apps delete":
-      await admin.deleteApp({ appId: need(rest[0], "NAME") });
-      return print(`deleted ${rest[0]}`);
+    case "apps delete": {
+      const name = need(rest[0], "NAME");
+      if (!values.yes && !(await confirm(`delete ${name} and everything it owns? type its name to confirm: `, name)))
+        throw new UsageError(`apps delete ${name}: not confirmed (type the app's name, or pass --yes)`);
+      await admin.deleteApp({ appId: name });
+      return print(`deleted ${name}`);
+    }
     case "apps set": {
       const limits: Partial<Record<keyof AppLimits, number>> = {};
       for (const item of values.limit ?? []) {
@@ -234,8 +313,79 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
     case "tokens revoke":
       await admin.revokeToken({ tokenId: need(rest[0], "TOKEN_ID") });
       return print("revoked");
-    case "secrets declare":
-      return showApp(await admin.declareSecrets({ appId: need(rest[0], "NAME"), names: rest.slice(1) }));
+    case "secrets declare": {
+      const appId = need(rest[0], "NAME");
+      need(rest[1], "SECRET");
+      return showApp(await admin.addSecretNames({ appId, names: rest.slice(1) }));
+    }
+    case "secrets undeclare": {
+      const appId = need(rest[0], "NAME");
+      need(rest[1], "SECRET");
+      const res = await admin.removeSecretNames({
+        appId,
+        names: rest.slice(1),
+        confirmDestroyValues: values.yes ?? false,
+      });
+      if (res.destroyedValues.length > 0)
+        process.stderr.write(`destroyed the value(s) of ${res.destroyedValues.join(", ")}\n`);
+      return showApp(res);
+    }
+    case "whoami":
+      return print(readableJson(WhoAmIResponseSchema, await admin.whoAmI({})));
+    case "operators list":
+      return print(readableJson(ListOperatorsResponseSchema, await admin.listOperators({})));
+    case "operators create": {
+      const res = await admin.createOperator({
+        name: need(rest[0], "NAME"),
+        role: operatorRole(values.role ?? "viewer"),
+      });
+      process.stderr.write(`operator ${res.operator?.id} (token id ${res.tokenId}); the token is shown once, now:\n`);
+      return print(res.token);
+    }
+    case "operators update": {
+      if (values.disable && values.enable) throw new UsageError("operators update: --disable or --enable, not both");
+      const res = await admin.updateOperator({
+        operatorId: need(rest[0], "ID"),
+        role: values.role === undefined ? undefined : operatorRole(values.role),
+        disabled: values.disable ? true : values.enable ? false : undefined,
+      });
+      return print(readableJson(UpdateOperatorResponseSchema, res));
+    }
+    case "operators delete":
+      await admin.deleteOperator({ operatorId: need(rest[0], "ID") });
+      return print(`deleted operator ${rest[0]}`);
+    case "operators tokens": {
+      const [sub, arg] = rest;
+      if (sub === "list")
+        return print(
+          readableJson(
+            ListOperatorTokensResponseSchema,
+            await admin.listOperatorTokens({ operatorId: need(arg, "ID") }),
+          ),
+        );
+      if (sub === "issue") {
+        const res = await admin.issueOperatorToken({ operatorId: need(arg, "ID"), label: values.label });
+        process.stderr.write(`token id ${res.tokenId}; the token is shown once, now:\n`);
+        return print(res.token);
+      }
+      if (sub === "revoke") {
+        await admin.revokeOperatorToken({ tokenId: need(arg, "TOKEN_ID") });
+        return print("revoked");
+      }
+      throw new UsageError(`unknown command: ${positionals.join(" ")}\n\n${USAGE}`);
+    }
+    case "audit list": {
+      const res = await admin.listAuditEntries({
+        appId: values.app,
+        operatorId: values.operator,
+        action: values.action,
+        since: values.since === undefined ? undefined : timestampFromDate(cliTime(values.since, "--since")),
+        until: values.until === undefined ? undefined : timestampFromDate(cliTime(values.until, "--until")),
+        pageSize: values.limit?.[0] ? Number(values.limit[0]) : 0,
+        pageToken: values.page ?? "",
+      });
+      return print(readableJson(ListAuditEntriesResponseSchema, res));
+    }
     case "secrets set": {
       const value = await readStdin();
       const res = await admin.setSecret({ appId: need(rest[0], "NAME"), name: need(rest[1], "SECRET"), value });
@@ -352,11 +502,20 @@ export async function runCli(argv: string[], env: Record<string, string | undefi
 const isMain = import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli.ts");
 if (isMain) {
   runCli(process.argv.slice(2)).catch((err: unknown) => {
-    if (err instanceof UsageError || err instanceof ConfigError) {
-      process.stderr.write(`${err.message}\n`);
+    if (
+      err instanceof UsageError ||
+      err instanceof ConfigError ||
+      String((err as NodeJS.ErrnoException).code).startsWith("ERR_PARSE_ARGS_")
+    ) {
+      process.stderr.write(`${(err as Error).message}\n`);
       process.exit(2);
     }
     if (err instanceof ConnectError) {
+      const why = unreachable(err);
+      if (why) {
+        process.stderr.write(unreachableMessage(serverUrl, why));
+        process.exit(1);
+      }
       const e = toPlatformError(err);
       const more = (e.details ?? []).filter((d) => d !== e.message);
       process.stderr.write(`error: ${e.code}: ${e.message}${more.length ? `\n  ${more.join("\n  ")}` : ""}\n`);
@@ -365,7 +524,7 @@ if (isMain) {
     const code = (err as NodeJS.ErrnoException).code;
     process.stderr.write(
       code === "ECONNREFUSED"
-        ? "error: the server is not reachable; start it with npm start\n"
+        ? unreachableMessage(serverUrl, code)
         : `error: ${err instanceof Error ? err.message : String(err)}\n`,
     );
     process.exit(1);

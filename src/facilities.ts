@@ -46,11 +46,13 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       declaredNames: (appId) => secrets.declaredNames(appId),
       setSecret: (app, name, value) => secrets.setSecret(app, name, value),
       listMail: (appId, limit) => mail.listMail(appId, limit),
+      searchMail: (appId, search) => mail.searchMail(appId, search),
       deleteAppData: (appId) => analytics.deleteAppData(appId),
       getMail: (appId, id) => mail.getMail(appId, id),
       peekMessages: (appId, queue, limit, maxChars) => queues.operator.peek(appId, queue, limit, maxChars),
       purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
       deadLetters: queues.operator.deadLetters,
+      queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],
     },

@@ -25,14 +25,14 @@ import {
   type AppLimits,
   type AppRecord,
 } from "../core/apps/apps.ts";
-import { createAppStore, type AppChanges, type AppStore } from "../core/apps/app-store.ts";
+import { createAppStore, type AppChanges, type AppOrder, type AppStore } from "../core/apps/app-store.ts";
 import { inTransaction, type Db, type InTransaction } from "../core/database/index.ts";
 import type { Logger } from "pino";
 import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { utcDay, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
-import type { MailLogRecord, MailLogStatus } from "../mail/index.ts";
-import { createOperatorRpcs, type OperatorHooks } from "./operator-rpcs.ts";
+import { rawMessage, type MailLogRecord, type MailLogStatus, type MailSearch } from "../mail/index.ts";
+import { createAppFacilityRpcs, type AppFacilityHooks } from "./app-facility-rpcs.ts";
 import { createAuditStore } from "./audit-store.ts";
 import { createAuditor, type AuditWithin } from "./auditor.ts";
 import { createOperatorAccountRpcs } from "./operator-accounts.ts";
@@ -45,7 +45,7 @@ type MailInit = MessageInitShape<typeof MailSchema>;
  * What other facilities offer the admin API, through their public
  * interfaces (never their tables). A hook left out answers `Unimplemented`.
  */
-export interface AdminHooks extends OperatorHooks, OverviewHooks {
+export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
   /** Replaces the blueprint's list of secret names; dropped names lose their value and links. */
   declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
   /** Declares more names; declared ones keep their value. `within` runs in the same transaction. */
@@ -59,6 +59,8 @@ export interface AdminHooks extends OperatorHooks, OverviewHooks {
   setSecret?(app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
   publishEvent?(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
   listMail?(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /** The mail log searched, newest first (ListMail's query, status, dates and pages). */
+  searchMail?(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /**
    * Removes what the app keeps outside the platform database (its analytics events on MongoDB),
    * before the app's rows go: if that store cannot be reached, the deletion fails whole and can be retried.
@@ -122,6 +124,7 @@ const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
   maxDeliveries: 1000,
 };
 
+const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;
 const MAIL_FROM_PATTERN = /^[^\s@<>",;]{1,64}@[A-Za-z0-9.-]{1,253}$/;
 
 function appMessage(app: AppRecord, secrets: string[]): MessageInitShape<typeof AppSchema> {
@@ -137,6 +140,19 @@ function appMessage(app: AppRecord, secrets: string[]): MessageInitShape<typeof 
     createdAt: timestampFromDate(app.createdAt),
     revision: BigInt(app.revision),
   };
+}
+
+const APP_ORDERS: readonly AppOrder[] = ["name", "-name", "created_at", "-created_at"];
+
+/** ListApps' page token: the offset of the next page, opaque to the caller. */
+function appPageToken(offset: number): string {
+  return Buffer.from(`apps:${offset}`).toString("base64url");
+}
+
+function appPageOffset(token: string): number {
+  const match = /^apps:(\d{1,9})$/.exec(Buffer.from(token, "base64url").toString("utf8"));
+  if (!match) throw invalidArgument("page_token", "must be the next_page_token of the previous page");
+  return Number(match[1]);
 }
 
 /** The `expected_revision` of a request, checked for range. */
@@ -235,8 +251,30 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       return { app: await load(req.appId) };
     },
 
-    async listApps() {
-      const all = await apps.list();
+    async listApps(req) {
+      const pageSize = req.pageSize ?? 0;
+      if (!Number.isInteger(pageSize) || pageSize < 0 || pageSize > 1000)
+        throw invalidArgument("page_size", "must be from 1 to 1000 (or 0 for every app)");
+      const offset = req.pageToken === "" ? 0 : appPageOffset(req.pageToken);
+      const order = req.orderBy || "name";
+      if (!APP_ORDERS.includes(order as AppOrder))
+        throw invalidArgument("order_by", `must be one of ${APP_ORDERS.join(", ")}`);
+      const filter = req.filter ?? "";
+      if (filter.length > 64) throw invalidArgument("filter", "must be at most 64 characters");
+      let status: "running" | "stopped" | undefined;
+      if (req.status !== undefined && req.status !== AppStatus.UNSPECIFIED) {
+        if (req.status !== AppStatus.RUNNING && req.status !== AppStatus.STOPPED)
+          throw invalidArgument("status", "must be APP_STATUS_RUNNING or APP_STATUS_STOPPED");
+        status = req.status === AppStatus.RUNNING ? "running" : "stopped";
+      }
+      const { apps: all, total } = await apps.page({
+        filter: filter || undefined,
+        status,
+        order: order as AppOrder,
+        offset,
+        limit: pageSize === 0 ? undefined : pageSize,
+      });
+      const nextPageToken = pageSize > 0 && offset + all.length < total ? appPageToken(offset + all.length) : "";
       const secrets = await hooks.declaredNames();
       const today = await quotas.usedToday();
       const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({
@@ -258,6 +296,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
             },
           ];
         }),
+        nextPageToken,
+        totalSize: total,
       };
     },
 
@@ -435,21 +475,42 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async listMail(req) {
-      if (!hooks.listMail) unimplemented("ListMail");
+      if (!hooks.searchMail) unimplemented("ListMail");
       const app = await getApp(req.appId);
       const limit = req.limit ?? 50;
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
         throw invalidArgument("limit", "must be from 1 to 1000");
-      return { mails: (await hooks.listMail(app.id, limit)).map(mailMessage) };
+      if (req.pageToken !== "" && !MAIL_ID_PATTERN.test(req.pageToken))
+        throw invalidArgument("page_token", "must be the next_page_token of the previous page");
+      const query = req.query ?? "";
+      if (query.length > 200) throw invalidArgument("query", "must be at most 200 characters");
+      let status: MailLogStatus | undefined;
+      if (req.status !== undefined && req.status !== MailStatus.UNSPECIFIED) {
+        status = (Object.keys(MAIL_STATUS) as MailLogStatus[]).find((k) => MAIL_STATUS[k] === req.status);
+        if (!status)
+          throw invalidArgument("status", "must be MAIL_STATUS_SENT, MAIL_STATUS_STORED or MAIL_STATUS_FAILED");
+      }
+      const found = await hooks.searchMail(app.id, {
+        query: query || undefined,
+        status,
+        since: req.since ? timestampDate(req.since) : undefined,
+        until: req.until ? timestampDate(req.until) : undefined,
+        beforeId: req.pageToken || undefined,
+        limit: limit + 1,
+      });
+      const page = found.slice(0, limit);
+      return { mails: page.map(mailMessage), nextPageToken: found.length > limit ? page.at(-1)!.id : "" };
     },
 
     async getMail(req) {
       if (!hooks.getMail) unimplemented("GetMail");
       const app = await getApp(req.appId);
-      if (!/^[1-9][0-9]{0,17}$/.test(req.id)) throw invalidArgument("id", "must be a mail id from ListMail");
-      const mail = await hooks.getMail(app.id, req.id);
-      if (!mail) throw new PlatformError("not_found", `no mail ${req.id} for this app`);
-      return { mail: mailMessage(mail) };
+      const id = req.mailId || req.id;
+      if (!MAIL_ID_PATTERN.test(id))
+        throw invalidArgument(req.mailId ? "mail_id" : "id", "must be a mail id from ListMail");
+      const mail = await hooks.getMail(app.id, id);
+      if (!mail) throw new PlatformError("not_found", `no mail ${id} for this app`);
+      return { mail: mailMessage(mail), ...rawMessage(mail) };
     },
 
     async listSecretLinks(req) {
@@ -482,9 +543,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         throw invalidArgument("page_size", "must be from 1 to 500");
       if (req.pageToken !== "" && !/^[1-9][0-9]{0,18}$/.test(req.pageToken))
         throw invalidArgument("page_token", "must be the next_page_token of the previous page");
-      const app = req.appId ? await getApp(req.appId) : undefined;
+      // By id also once the app is gone (its entries outlive it); a name is looked up.
+      const appId = !req.appId ? undefined : isUuid(req.appId) ? req.appId.toLowerCase() : (await getApp(req.appId)).id;
       const entries = await auditStore.list({
-        appId: app?.id,
+        appId,
         operatorId: req.operatorId || undefined,
         action: req.action || undefined,
         since: req.since ? timestampDate(req.since) : undefined,
@@ -514,7 +576,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       return createOverview(options.overview, apps, quotas, hooks)();
     },
 
-    ...createOperatorRpcs({ apps, quotas, hooks, getApp, auditor }),
+    ...createAppFacilityRpcs({ apps, quotas, hooks, getApp, auditor }),
     ...createOperatorAccountRpcs({ db, auditor, onAuthChanged, startedAt: options.startedAt ?? new Date() }),
   };
   return withRoles(impl, auditor);

@@ -8,17 +8,20 @@ import type { Deps, Facility } from "../core/facility.ts";
 import type { MailProvider } from "./mail-provider.ts";
 import { mailRoutes } from "./mail-routes.ts";
 import { createMailService } from "./mail-service.ts";
-import { createMailStore, type MailLogRecord } from "./mail-store.ts";
+import { createMailStore, type MailLogRecord, type MailSearch } from "./mail-store.ts";
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
 import { createAppStore } from "../core/apps/app-store.ts";
 
-export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
+export type { MailLogRecord, MailLogStatus, MailSearch } from "./mail-store.ts";
+export { rawMessage } from "./raw-message.ts";
 
 export interface MailFacility extends Facility<typeof MailService> {
   /** The admin hook behind `AdminService.ListMail`: the app's recent mail, newest first. */
   listMail(appId: string, limit: number): Promise<MailLogRecord[]>;
+  /** The admin hook behind `AdminService.ListMail` with a search or a page: newest first. */
+  searchMail(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
   getMail(appId: string, id: string): Promise<MailLogRecord | undefined>;
 }
@@ -53,6 +56,7 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
     impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: mailRoutes,
     listMail: (appId, limit) => store.list(appId, limit),
+    searchMail: (appId, search) => store.search(appId, search),
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
     housekeeping: () => [
       retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch)),

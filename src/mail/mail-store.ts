@@ -3,7 +3,7 @@
  * by the app id. Newest first is by the identity column, which follows insert
  * order (timestamps can tie).
  */
-import type { Generated, Kysely } from "kysely";
+import { sql, type Generated, type Kysely } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 
 /** One send attempt, by either provider. */
@@ -44,8 +44,22 @@ export interface MailLogRecord extends MailLogEntry {
   at: Date;
 }
 
+/** What the operator searches the mail log by; every field optional but the page size. */
+export interface MailSearch {
+  /** A case-insensitive substring of the recipient or the subject. */
+  query?: string | undefined;
+  status?: MailLogStatus | undefined;
+  since?: Date | undefined;
+  until?: Date | undefined;
+  /** Entries with a smaller id than this (the page token: the last id of the previous page). */
+  beforeId?: string | undefined;
+  limit: number;
+}
+
 export interface MailStore {
   record(appId: string, entry: MailLogEntry): Promise<void>;
+  /** The app's entries that match, newest first. */
+  search(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /** The app's most recent `limit` entries, newest first. */
   list(appId: string, limit: number): Promise<MailLogRecord[]>;
   /** Deletes up to `batch` of the app's entries older than `before`; how many. */
@@ -134,6 +148,21 @@ export function createMailStore(database: Db): MailStore {
         .orderBy("id", "desc")
         .limit(limit)
         .execute();
+      return rows.map(recordFromRow);
+    },
+
+    async search(appId, search) {
+      let query = db.selectFrom("mail_log").select(COLUMNS).where("app_id", "=", appId);
+      if (search.query) {
+        // ILIKE with the pattern characters escaped: the operator's text is matched literally.
+        const pattern = `%${search.query.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+        query = query.where((eb) => eb.or([eb("to_address", "ilike", pattern), eb("subject", "ilike", pattern)]));
+      }
+      if (search.status) query = query.where("status", "=", search.status);
+      if (search.since) query = query.where("created_at", ">=", search.since);
+      if (search.until) query = query.where("created_at", "<", search.until);
+      if (search.beforeId) query = query.where("id", "<", sql<number>`${search.beforeId}::bigint`);
+      const rows = await query.orderBy("id", "desc").limit(search.limit).execute();
       return rows.map(recordFromRow);
     },
 

@@ -11,6 +11,8 @@ import type { AnalyticsEventTables } from "../../src/analytics/sql-event-store.t
 import type { MailTables } from "../../src/mail/mail-store.ts";
 import type { QueueTables } from "../../src/queues/queue-store.ts";
 import type { SecretTables } from "../../src/secrets/secret-store.ts";
+import type { OperatorTables } from "../../src/core/operators/operator-store.ts";
+import type { AuditTables } from "../../src/admin/audit-store.ts";
 
 export type AllTables = AppTables &
   QuotaTables &
@@ -18,7 +20,9 @@ export type AllTables = AppTables &
   AnalyticsEventTables &
   MailTables &
   QueueTables &
-  SecretTables;
+  SecretTables &
+  OperatorTables &
+  AuditTables;
 
 export function tables(db: Db): Kysely<AllTables> {
   return db.withTables<AllTables>();

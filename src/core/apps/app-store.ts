@@ -71,10 +71,24 @@ export interface AppChanges {
   limits?: Partial<AppLimits>;
 }
 
+export type AppOrder = "name" | "-name" | "created_at" | "-created_at";
+
+export interface AppPageQuery {
+  /** A case-insensitive substring of the name. */
+  filter?: string | undefined;
+  status?: "running" | "stopped" | undefined;
+  order: AppOrder;
+  offset: number;
+  /** Undefined: every app from `offset` on. */
+  limit?: number | undefined;
+}
+
 export interface AppStore {
   /** One app by id or name; a missing app is `not_found`. */
   get(idOrName: string): Promise<AppRecord>;
   list(): Promise<AppRecord[]>;
+  /** One page of the apps that match, and how many match in all. */
+  page(query: AppPageQuery): Promise<{ apps: AppRecord[]; total: number }>;
   /** Undefined when the name is taken. */
   create(name: string, mailFrom: string): Promise<AppRecord | undefined>;
   nameTaken(name: string): Promise<boolean>;
@@ -112,6 +126,29 @@ export function createAppStore(database: Db): AppStore {
     async list() {
       const rows = await db.selectFrom("apps").select(APP_COLUMNS).orderBy("apps.name").execute();
       return rows.map(appFromRow);
+    },
+
+    async page(query) {
+      let select = db.selectFrom("apps");
+      if (query.filter) {
+        const pattern = `%${query.filter.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+        select = select.where("apps.name", "ilike", pattern);
+      }
+      if (query.status) select = select.where("apps.status", "=", query.status);
+      const column = query.order.replace("-", "") as "name" | "created_at";
+      const direction = query.order.startsWith("-") ? "desc" : "asc";
+      let rows = select
+        .select([...APP_COLUMNS, sql<string>`count(*) over ()`.as("total")])
+        .orderBy(`apps.${column}`, direction)
+        .orderBy("apps.id", direction)
+        .offset(query.offset);
+      if (query.limit !== undefined) rows = rows.limit(query.limit);
+      const found = await rows.execute();
+      if (found.length === 0 && query.offset > 0) {
+        const counted = await select.select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow();
+        return { apps: [], total: Number(counted.n) };
+      }
+      return { apps: found.map(appFromRow), total: found.length === 0 ? 0 : Number(found[0].total) };
     },
 
     async create(name, mailFrom) {

@@ -1433,7 +1433,8 @@ export declare type GetMailResponse = Message<"platform.admin.v1.GetMailResponse
   mail?: Mail | undefined;
 
   /**
-   * The message as it was handed to the provider (RFC 5322 text).
+   * The message in RFC 5322 form, rebuilt from the mail log: the headers the platform sends and the
+   * text body where the log keeps it (the outbox; SES sends are logged without their body).
    *
    * @generated from field: string raw = 2;
    */

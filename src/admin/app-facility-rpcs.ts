@@ -1,7 +1,7 @@
 /**
- * The AdminService RPCs the operator dashboard needs beyond the original
- * admin API: tokens with their last use, the daily usage history, and views
- * into an app's analytics, queues and secrets.
+ * The AdminService RPCs that reach into one app's facilities: its tokens with
+ * their last use, its daily usage history, and views into (and operator
+ * actions on) its analytics, queues and secrets.
  *
  * What an app can already ask for itself (its event types and buckets, its
  * queues, its secrets' status, a secret link) is answered by calling that
@@ -24,13 +24,12 @@ import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
-import type { DeadLetterPage, DeadLetterSelection, PeekedMessage } from "../queues/index.ts";
+import { EVENTS_QUEUE, type DeadLetterPage, type DeadLetterSelection, type PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
-const EVENTS_QUEUE = "_events";
 
-export type OperatorRpcs = Pick<
+export type AppFacilityRpcs = Pick<
   ServiceImpl<typeof AdminService>,
   | "listTokens"
   | "getUsageHistory"
@@ -49,7 +48,7 @@ export type OperatorRpcs = Pick<
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
 export const MAX_DEAD_LETTER_IDS = 1_000;
 
-export interface OperatorHooks {
+export interface AppFacilityHooks {
   /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
   appFacilities?: readonly Facility[];
   peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
@@ -85,13 +84,13 @@ function unavailable(what: string): never {
   throw new PlatformError("not_configured", `${what} is not available in this deployment`);
 }
 
-export function createOperatorRpcs(options: {
+export function createAppFacilityRpcs(options: {
   apps: AppStore;
   quotas: Quotas;
-  hooks: OperatorHooks;
+  hooks: AppFacilityHooks;
   getApp: (appId: string) => Promise<AppRecord>;
   auditor: Auditor;
-}): OperatorRpcs {
+}): AppFacilityRpcs {
   const { apps, quotas, hooks, getApp: load, auditor } = options;
 
   /** Calls a facility's own implementation of `method` as `app` would. */

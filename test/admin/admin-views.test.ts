@@ -1,0 +1,168 @@
+/**
+ * The server side of the operator's screens (issue 20 sections 2 and 3), over
+ * Connect against the real server: ListApps with paging, sorting and a
+ * filter (1,000 apps), ListMail search and pages with GetMail's raw message,
+ * secret links listed and revoked, and GetOverview reacting to a dead
+ * letter, a cap reached, a stopped app and a link about to expire.
+ */
+import { describe, expect, it } from "vitest";
+import { sql } from "kysely";
+import { AppStatus, MailStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { useTestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
+
+const t = useTestServer({ env: { MAIL_DOMAIN: "apps.example.net" } });
+
+describe("ListApps paging", () => {
+  it("pages 1,000 apps by name, filters case-insensitively by name and status, sorts by created_at", async () => {
+    const db = tables(t.server.deps.db);
+    await db
+      .insertInto("apps")
+      .values(
+        Array.from({ length: 1000 }, (_, i) => ({
+          name: `bulk-${String(i).padStart(4, "0")}`,
+          status: i % 10 === 0 ? ("stopped" as const) : ("running" as const),
+          mail_from: "",
+          limits: "{}",
+          created_at: new Date(Date.UTC(2026, 0, 1) + i * 1000),
+        })),
+      )
+      .execute();
+
+    const seen: string[] = [];
+    let pageToken = "";
+    let pages = 0;
+    do {
+      const page = await t.admin.listApps({ pageSize: 300, pageToken, filter: "BULK-" });
+      expect(page.totalSize).toBe(1000);
+      expect(page.apps.length).toBeLessThanOrEqual(300);
+      seen.push(...page.apps.map((a) => a.name));
+      pageToken = page.nextPageToken;
+      pages++;
+    } while (pageToken);
+    expect(pages).toBe(4);
+    expect(seen).toHaveLength(1000);
+    expect(new Set(seen).size).toBe(1000);
+    expect(seen).toEqual([...seen].sort());
+
+    const stopped = await t.admin.listApps({ pageSize: 5, filter: "bulk", status: AppStatus.STOPPED });
+    expect(stopped.totalSize).toBe(100);
+    expect(stopped.apps.every((a) => a.status === AppStatus.STOPPED)).toBe(true);
+
+    const newest = await t.admin.listApps({ pageSize: 2, filter: "bulk-", orderBy: "-created_at" });
+    expect(newest.apps.map((a) => a.name)).toEqual(["bulk-0999", "bulk-0998"]);
+    const byName = await t.admin.listApps({ pageSize: 1, filter: "bulk-", orderBy: "-name" });
+    expect(byName.apps[0].name).toBe("bulk-0999");
+
+    // Without a page size, every app, as before paging existed.
+    const everything = await t.admin.listApps({});
+    expect(everything.apps.length).toBeGreaterThanOrEqual(1000);
+    expect(everything.nextPageToken).toBe("");
+
+    // A filter matching nothing, and a % that is matched literally.
+    expect((await t.admin.listApps({ pageSize: 10, filter: "%" })).totalSize).toBe(0);
+    await expect(t.admin.listApps({ pageSize: 10, orderBy: "size" })).rejects.toThrow(/order_by: must be one of/);
+    await expect(t.admin.listApps({ pageSize: 10, pageToken: "nonsense" })).rejects.toThrow(/page_token/);
+  });
+});
+
+describe("ListMail search and GetMail", () => {
+  it("searches recipient and subject, filters by status, pages newest first; GetMail gives raw and headers", async () => {
+    const app = await t.createApp("mailer");
+    for (let i = 0; i < 7; i++) {
+      const res = await t.request("POST", "/v1/mail/send", {
+        token: app.token,
+        body: {
+          to: i % 2 ? `ops${i}@Example.com` : `user${i}@other.net`,
+          subject: `Invoice ${i}`,
+          text: `line 1\nline ${i}`,
+        },
+      });
+      expect(res.status).toBe(200);
+    }
+    const ops = await t.admin.listMail({ appId: app.id, query: "EXAMPLE.COM" });
+    expect(ops.mails.map((m) => m.to)).toEqual(["ops5@Example.com", "ops3@Example.com", "ops1@Example.com"]);
+    expect((await t.admin.listMail({ appId: app.id, query: "invoice 4" })).mails.map((m) => m.subject)).toEqual([
+      "Invoice 4",
+    ]);
+    expect((await t.admin.listMail({ appId: app.id, status: MailStatus.FAILED })).mails).toEqual([]);
+    expect((await t.admin.listMail({ appId: app.id, status: MailStatus.STORED })).mails).toHaveLength(7);
+
+    const first = await t.admin.listMail({ appId: app.id, limit: 3 });
+    const second = await t.admin.listMail({ appId: app.id, limit: 3, pageToken: first.nextPageToken });
+    const third = await t.admin.listMail({ appId: app.id, limit: 3, pageToken: second.nextPageToken });
+    expect([...first.mails, ...second.mails, ...third.mails].map((m) => m.subject)).toEqual(
+      [6, 5, 4, 3, 2, 1, 0].map((i) => `Invoice ${i}`),
+    );
+    expect(third.nextPageToken).toBe("");
+
+    const got = await t.admin.getMail({ appId: app.id, mailId: first.mails[0].id });
+    expect(got.mail?.subject).toBe("Invoice 6");
+    expect(got.headers.map(({ name, value }) => ({ name, value }))).toEqual(
+      expect.arrayContaining([
+        { name: "To", value: "user6@other.net" },
+        { name: "From", value: "mailer@apps.example.net" },
+        { name: "Subject", value: "Invoice 6" },
+      ]),
+    );
+    expect(got.raw).toContain("Subject: Invoice 6\r\n");
+    expect(got.raw.endsWith("\r\n\r\nline 1\r\nline 6")).toBe(true);
+  });
+});
+
+describe("secret links and the overview", () => {
+  it("lists and revokes outstanding links; the overview shows dead letters, caps, stopped apps and expiring links", async () => {
+    const app = await t.createApp("watched");
+    await t.admin.updateApp({ appId: app.id, limits: { mailPerDay: 1, linkTtlSeconds: 600 } });
+    await t.admin.addSecretNames({ appId: app.id, names: ["KEY"] });
+    const link = await t.admin.createSecretLink({ appId: app.id, name: "KEY" });
+    const { links } = await t.admin.listSecretLinks({ appId: app.id });
+    expect(links).toHaveLength(1);
+    expect(links[0]).toMatchObject({ name: "KEY" });
+    expect(JSON.stringify(links[0].id)).not.toContain(new URL(link.url).pathname.split("/").pop()!);
+
+    const res = await t.request("POST", "/v1/mail/send", {
+      token: app.token,
+      body: { to: "a@example.com", subject: "s", text: "t" },
+    });
+    expect(res.status).toBe(200);
+    await tables(t.server.deps.db)
+      .insertInto("queue_dead_letters")
+      .values({
+        id: "00000000-0000-4000-8000-000000000001",
+        app_id: app.id,
+        queue: "jobs",
+        payload: "{}",
+        enqueued_at: new Date(),
+        deliveries: 3,
+        expires_at: sql`now() + interval '1 day'`,
+      } as never)
+      .execute();
+    const stopped = await t.createApp("resting");
+    await stopped.stop();
+
+    const overview = await t.admin.getOverview({});
+    expect(overview.uptimeSeconds).toBeGreaterThanOrEqual(0n);
+    expect(overview.version).toMatch(/^\d+\.\d+\.\d+/);
+    expect(overview.readiness.find((r) => r.name === "database")).toMatchObject({ ok: true, detail: "ok" });
+    const mine = overview.attention.filter((a) => a.appId === app.id || a.appId === stopped.id);
+    expect(mine.map((a) => `${a.kind}:${a.appName}:${a.subject}`).sort()).toEqual([
+      "app_stopped:resting:",
+      "cap_reached:watched:mail",
+      "dead_letters:watched:jobs",
+      "link_expiring:watched:KEY",
+    ]);
+
+    const linkPage = new URL(new URL(link.url).pathname, t.url);
+    expect((await fetch(linkPage)).status).toBe(200);
+    await t.admin.revokeSecretLink({ appId: app.id, linkId: links[0].id });
+    expect((await t.admin.listSecretLinks({ appId: app.id })).links).toEqual([]);
+    // The revoked link no longer opens its page.
+    expect((await fetch(linkPage)).status).toBe(404);
+    await expect(t.admin.revokeSecretLink({ appId: app.id, linkId: links[0].id })).rejects.toThrow(
+      /no outstanding link/,
+    );
+    const after = await t.admin.getOverview({});
+    expect(after.attention.some((a) => a.kind === "link_expiring" && a.appId === app.id)).toBe(false);
+  });
+});
