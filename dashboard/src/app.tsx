@@ -126,12 +126,11 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
  * (the heading appears once the screen and its data have loaded).
  */
 function useFocusHeadingOnNavigation(key: string) {
-  const first = useRef(true);
+  // The key the focus was last moved for: the first screen after sign-in keeps the browser's focus.
+  const settled = useRef(key);
   useEffect(() => {
-    if (first.current) {
-      first.current = false;
-      return;
-    }
+    if (settled.current === key) return;
+    settled.current = key;
     const main = document.getElementById("main");
     if (!main) return;
     // While the next screen loads, React keeps the previous one in the DOM, hidden: only a heading that

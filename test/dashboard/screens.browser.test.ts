@@ -31,6 +31,8 @@ const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard/
 const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
+/** Waits (up to 15 s) for what the page shows, which changes on the page's own schedule. */
+const eventually = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
 let browser: Browser;
 let shop: TestApp;
 
@@ -255,20 +257,20 @@ describe("what every screen shares", () => {
     await page.goto(t.url + `/dashboard/#/apps/${shop.id}/settings`);
     await page.getByLabel("Events per day").fill("-5");
     await page.getByRole("button", { name: "Save settings" }).click();
-    await expect
-      .poll(() => page.getByRole("alert").textContent())
-      .toMatch(/^Not saved: Events per day must be an integer from 0 to [\d,]+\.$/);
+    await eventually(() => page.getByRole("alert").textContent()).toMatch(
+      /^Not saved: Events per day must be an integer from 0 to [\d,]+\.$/,
+    );
     await context.close();
   });
 
   it("moves the focus to the new screen's heading, and offers a skip link", async () => {
     const { context, page } = await signIn(1280, 800, "light");
     await page.getByRole("link", { name: "shop", exact: true }).click();
-    await expect.poll(() => page.evaluate(() => document.activeElement?.tagName)).toBe("H1");
+    await eventually(() => page.evaluate(() => document.activeElement?.tagName)).toBe("H1");
     expect(await page.evaluate(() => document.activeElement?.textContent)).toContain("shop");
     await page.getByRole("navigation", { name: "App sections" }).getByRole("link", { name: "Queues" }).click();
     await page.getByTestId("depth-orders").waitFor();
-    await expect.poll(() => page.evaluate(() => document.activeElement?.tagName)).toBe("H1");
+    await eventually(() => page.evaluate(() => document.activeElement?.tagName)).toBe("H1");
     // On a fresh load the first Tab reaches the skip link; following it puts the focus on the content.
     await page.reload();
     await page.getByTestId("depth-orders").waitFor();
@@ -302,14 +304,14 @@ describe("what every screen shares", () => {
     await page.goto(t.url + `/dashboard/#/apps/${other.id}/settings`);
     await page.getByRole("button", { name: "Save settings" }).waitFor();
     await t.admin.updateApp({ appId: other.id, limits: { eventsPerDay: 500 } });
-    // The screen's next refresh brings the new value; the form, opened before, must not write the old one back.
-    await page.waitForResponse((res) => res.url().endsWith("/AdminService/GetApp"));
+    // The screen's next refresh shows the new value in the untouched field; saving must not write the old one back.
+    await eventually(() => page.getByLabel("Events per day").inputValue()).toBe("500");
     await page.getByLabel("Mail per day").fill("42");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
     const { app } = await t.admin.getApp({ appId: other.id });
     expect([app?.limits?.eventsPerDay, app?.limits?.mailPerDay]).toEqual([500, 42]);
-    await expect.poll(() => page.getByLabel("Events per day").inputValue()).toBe("500");
+    await eventually(() => page.getByLabel("Events per day").inputValue()).toBe("500");
     await context.close();
   });
 
@@ -321,7 +323,7 @@ describe("what every screen shares", () => {
     await page.getByText(/^Page 3 of/).waitFor();
     await page.getByLabel("Filter").fill("BULK-1");
     // bulk-1, bulk-10..19, bulk-100..119: 31 apps, so 1 page shows from its start.
-    await expect.poll(() => page.locator(".table-wrap tbody tr").count()).toBe(31);
+    await eventually(() => page.locator(".table-wrap tbody tr").count()).toBe(31);
     await context.close();
   });
 
@@ -368,7 +370,7 @@ describe("what every screen shares", () => {
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("the app was changed elsewhere since you started editing").waitFor();
     expect((await t.admin.getApp({ appId: other.id })).app?.limits?.mailPerDay).toBe(9);
-    await expect.poll(() => page.getByLabel("Events per day").inputValue()).toBe("700");
+    await eventually(() => page.getByLabel("Events per day").inputValue()).toBe("700");
     expect(await page.getByLabel("Mail per day").inputValue()).toBe("7");
     // Saving again, on the reloaded revision, applies the edit.
     await page.getByRole("button", { name: "Save settings" }).click();
@@ -399,7 +401,7 @@ describe("what every screen shares", () => {
     await page.goto(t.url + `/dashboard/#/apps/${shop.id}/mail`);
     await page.getByRole("button", { name: "Your order 0" }).waitFor();
     await page.getByLabel("Search").fill("ANN2@");
-    await expect.poll(() => page.locator(".split tbody tr").count()).toBe(1);
+    await eventually(() => page.locator(".split tbody tr").count()).toBe(1);
     expect(await page.locator(".split tbody").textContent()).toContain("Your order 2");
     await page.getByRole("button", { name: "Your order 2" }).click();
     await page.getByText("Headers").click();
@@ -414,8 +416,13 @@ describe("what every screen shares", () => {
     await t.admin.updateApp({ appId: capped.id, limits: { eventsPerDay: 2 } });
     const { context, page } = await signIn(1280, 800, "light");
     await page.goto(t.url + "/dashboard/#/");
+    // A fresh load of the overview (signed in): how soon it shows its data and takes input.
+    await page.reload();
     const attention = page.getByTestId("attention");
     await attention.locator('[data-kind="dead_letters"]').waitFor();
+    const interactiveMs = await page.evaluate(() => performance.now());
+    console.log(`dashboard: overview interactive ${Math.round(interactiveMs)} ms after navigation start`);
+    expect(interactiveMs).toBeLessThan(3000);
     expect(await page.getByTestId("ready-database").textContent()).toContain("ready");
     // A cap reached appears on the next refresh.
     await t.request("POST", "/v1/analytics/types", { token: capped.token, body: { name: "hit", properties: {} } });
@@ -481,12 +488,12 @@ describe("what every screen shares", () => {
     await table.waitFor();
     for (const action of ["app.create", "app.stop"]) {
       await page.getByLabel("Action").selectOption(action);
-      await expect
-        .poll(() => table.locator("tbody tr").first().textContent())
-        .toMatch(new RegExp(`ann.*${action.replace(".", "\\.")}.*audited`));
+      await eventually(() => table.locator("tbody tr").first().textContent()).toMatch(
+        new RegExp(`ann.*${action.replace(".", "\\.")}.*audited`),
+      );
     }
     await page.getByLabel("Action").selectOption("operator.create");
-    await expect.poll(() => table.locator("tbody").textContent()).toContain("owner");
+    await eventually(() => table.locator("tbody").textContent()).toContain("owner");
     await page.screenshot({ path: path.join(SHOTS, "audit-filtered-1280-light.png"), fullPage: true });
     await context.close();
   });

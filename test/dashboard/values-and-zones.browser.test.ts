@@ -20,6 +20,8 @@ import { launchChromium } from "../support/chromium.ts";
 
 const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard");
 const t = useTestServer();
+/** Waits (up to 15 s) for what the page shows, which changes on the page's own schedule. */
+const eventually = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
 let browser: Browser;
 
 beforeAll(async () => {
@@ -74,7 +76,7 @@ describe("secret values in the dashboard", () => {
     expect(await field.evaluate((el) => getComputedStyle(el).getPropertyValue("-webkit-text-security"))).toBe("disc");
     await page.screenshot({ path: path.join(SHOTS, "secrets-set-value-1280.png") });
     await page.getByRole("button", { name: "Set value", exact: true }).click();
-    await expect.poll(() => page.getByTestId("secret-TLS_KEY").textContent(), { timeout: 15_000 }).toContain("set1");
+    await eventually(() => page.getByTestId("secret-TLS_KEY").textContent()).toContain("set1");
     const read = await t.request("GET", "/v1/secrets/TLS_KEY", { token: app.token });
     expect(read.status).toBe(200);
     expect(read.body.value).toBe(PEM_KEY);
@@ -92,7 +94,7 @@ describe("analytics and usage outside UTC", () => {
     expect(await page.getByLabel("Time zone").inputValue()).toBe("Europe/Berlin");
     await page.getByLabel("Range").selectOption({ label: "Last 24 hours" });
     await page.getByLabel("Interval").selectOption({ label: "Hour" });
-    await expect.poll(() => page.getByTestId("analytics-total").textContent(), { timeout: 15_000 }).toBe("3");
+    await eventually(() => page.getByTestId("analytics-total").textContent()).toBe("3");
     expect(await page.getByRole("alert").count()).toBe(0);
     const hour = Math.floor((now - 5 * 3600_000) / 3600_000) * 3600_000;
     const berlin = new Intl.DateTimeFormat("en-US", {
@@ -118,10 +120,8 @@ describe("analytics and usage outside UTC", () => {
     await page.getByLabel("Interval").selectOption({ label: "Day" });
     await page.getByLabel("Time zone").fill("Asia/Tokyo");
     const table = page.getByTestId("buckets");
-    await expect
-      .poll(() => table.locator("th").first().textContent(), { timeout: 15_000 })
-      .toBe("Bucket start (Asia/Tokyo)");
-    await expect.poll(() => page.getByTestId("analytics-total").textContent(), { timeout: 15_000 }).toBe("2");
+    await eventually(() => table.locator("th").first().textContent()).toBe("Bucket start (Asia/Tokyo)");
+    await eventually(() => page.getByTestId("analytics-total").textContent()).toBe("2");
     // Day buckets start at midnight in Tokyo, and say so (in the browser's zone they would read 7:00 or 8:00 AM).
     const cells = await table.locator("tbody tr td:first-child").allTextContents();
     expect(cells.length).toBe(2);
@@ -139,9 +139,9 @@ describe("analytics and usage outside UTC", () => {
     const box = (await over.boundingBox())!;
     await page.mouse.move(box.x + box.width - 2, box.y + box.height / 2);
     const today = new Date().toISOString().slice(0, 10);
-    await expect
-      .poll(() => page.locator(".u-legend").first().locator(".u-series").first().textContent())
-      .toContain(today);
+    await eventually(() => page.locator(".u-legend").first().locator(".u-series").first().textContent()).toContain(
+      today,
+    );
     await context.close();
   });
 });

@@ -69,7 +69,7 @@ export function AppsScreen() {
           <span>Status</span>
           <select
             value={status ?? ""}
-            onChange={(e) => setStatus(e.target.value === "" ? undefined : (Number(e.target.value) as AppStatus))}
+            onChange={(e) => setStatus(e.target.value === "" ? undefined : Number(e.target.value))}
           >
             <option value="">(any)</option>
             <option value={AppStatus.RUNNING}>running</option>

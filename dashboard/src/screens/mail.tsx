@@ -73,7 +73,7 @@ export function MailTab({ app }: { app: App }) {
             <span>Status</span>
             <select
               value={status ?? ""}
-              onChange={(e) => setStatus(e.target.value === "" ? undefined : (Number(e.target.value) as MailStatus))}
+              onChange={(e) => setStatus(e.target.value === "" ? undefined : Number(e.target.value))}
             >
               <option value="">(any)</option>
               <option value={MailStatus.SENT}>sent</option>
