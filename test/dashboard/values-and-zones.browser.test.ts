@@ -144,4 +144,46 @@ describe("analytics and usage outside UTC", () => {
     );
     await context.close();
   });
+
+  it("draws the top 10 groups and 'other', totals each group, and exports the buckets as CSV", async () => {
+    const app = await t.createApp();
+    await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: { name: "visit", properties: { page: "string" } },
+    });
+    const at = Date.now() - 3600_000;
+    // 30 pages: page-00 visited 30 times, page-01 29 times, ... page-29 once.
+    const events = Array.from({ length: 30 }, (_, p) =>
+      Array.from({ length: 30 - p }, () => ({
+        type: "visit",
+        at,
+        properties: { page: `page-${String(p).padStart(2, "0")}` },
+      })),
+    ).flat();
+    expect((await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events } })).status).toBe(200);
+    const { context, page } = await signedIn({ timezoneId: "UTC" });
+    await page.goto(t.url + `/dashboard/#/apps/${app.id}/analytics`);
+    await page.getByLabel("Group by").selectOption("page");
+    const totals = page.getByTestId("group-totals");
+    await eventually(() => totals.locator("tbody tr").count()).toBe(11);
+    const rows = await totals.locator("tbody tr").allTextContents();
+    expect(rows[0]).toBe("page-0030");
+    expect(rows[9]).toBe("page-0921");
+    // The 20 smaller groups summed: 20 + 19 + ... + 1.
+    expect(rows[10]).toBe("other (20 groups)210");
+    expect(await page.locator(".u-legend .u-series").count()).toBe(12); // time + 10 groups + other
+    const [download] = await Promise.all([
+      page.waitForEvent("download"),
+      page.getByRole("button", { name: "Export CSV" }).click(),
+    ]);
+    const csv = fs
+      .readFileSync(await download.path(), "utf8")
+      .trim()
+      .split("\r\n");
+    expect(csv[0]).toBe("bucket_start_utc,bucket_start_UTC,group,count");
+    expect(csv).toHaveLength(31);
+    expect(csv.slice(1).reduce((n, line) => n + Number(line.split(",").at(-1)), 0)).toBe(465);
+    expect(download.suggestedFilename()).toBe(`${app.name}-visit.csv`);
+    await context.close();
+  });
 });
