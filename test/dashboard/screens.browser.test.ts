@@ -497,4 +497,24 @@ describe("what every screen shares", () => {
     await page.screenshot({ path: path.join(SHOTS, "audit-filtered-1280-light.png"), fullPage: true });
     await context.close();
   });
+
+  it("an admin adds an operator whose token is shown once and works, changes the role and disables them", async () => {
+    const { context, page } = await signIn(1280, 800, "light");
+    await page.goto(t.url + "/dashboard/#/operators");
+    await page.getByLabel("New operator's name").fill("otto");
+    await page.getByLabel("Role").selectOption({ label: "viewer (reads only)" });
+    await page.getByRole("button", { name: "Add operator" }).click();
+    const token = (await page.getByTestId("operator-token").textContent())!;
+    const otto = t.client(AdminService, token);
+    expect((await otto.whoAmI({})).operator?.role).toBe(OperatorRole.VIEWER);
+    await page.getByRole("button", { name: "Done" }).click();
+    expect(await page.getByTestId("operator-token").count()).toBe(0);
+    await page.getByLabel("Role of otto").selectOption({ label: "admin" });
+    await eventually(async () => (await otto.whoAmI({})).operator?.role).toBe(OperatorRole.ADMIN);
+    await page.getByRole("button", { name: "Disable otto" }).click();
+    await page.getByRole("button", { name: "Enable otto" }).waitFor();
+    await expect(otto.whoAmI({})).rejects.toSatisfy((e) => e instanceof ConnectError);
+    await page.screenshot({ path: path.join(SHOTS, "operators-managed-1280-light.png"), fullPage: true });
+    await context.close();
+  });
 });
