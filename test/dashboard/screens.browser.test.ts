@@ -502,7 +502,7 @@ describe("what every screen shares", () => {
     const { context, page } = await signIn(1280, 800, "light");
     await page.goto(t.url + "/dashboard/#/operators");
     await page.getByLabel("New operator's name").fill("otto");
-    await page.getByLabel("Role").selectOption({ label: "viewer (reads only)" });
+    await page.locator("form.row-form select").selectOption({ label: "viewer (reads only)" });
     await page.getByRole("button", { name: "Add operator" }).click();
     const token = (await page.getByTestId("operator-token").textContent())!;
     const otto = t.client(AdminService, token);
