@@ -3,18 +3,21 @@
  * navigation and the screen of the current route. A token the server refuses
  * signs the tab out with a message.
  */
-import { Suspense, lazy, useEffect, useState } from "react";
+import { Suspense, lazy, useEffect, useRef, useState } from "react";
 import { useQueryClient } from "@tanstack/react-query";
 import { createClient } from "@connectrpc/connect";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { clearToken, getToken, setToken } from "./session.ts";
 import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
-import { useRoute } from "./router.ts";
+import { href, useRoute } from "./router.ts";
 import { Loading } from "./ui.tsx";
 
 // The screens (and the chart library) load after sign-in: the first screen needs only this module.
 const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
 const AppScreen = lazy(() => import("./screens/app.tsx").then((m) => ({ default: m.AppScreen })));
+const OverviewScreen = lazy(() => import("./screens/overview.tsx").then((m) => ({ default: m.OverviewScreen })));
+const OperatorsScreen = lazy(() => import("./screens/operators.tsx").then((m) => ({ default: m.OperatorsScreen })));
+const AuditScreen = lazy(() => import("./screens/audit.tsx").then((m) => ({ default: m.AuditScreen })));
 
 export function App() {
   const [signedIn, setSignedIn] = useState(() => getToken() !== null);
@@ -66,13 +69,13 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
     setToken(token.trim());
     try {
       // The cheapest admin call proves the token before anything else is shown.
-      await createClient(AdminService, transport).listApps({});
+      await createClient(AdminService, transport).whoAmI({});
       onSignedIn();
     } catch (err) {
       clearToken();
       setError(
         isUnauthenticated(err)
-          ? "That is not the admin token. Check ADMIN_TOKEN (or the token file in the data directory) and try again."
+          ? "That token was refused. Use ADMIN_TOKEN (or the token file in the data directory) or an operator's token, and try again."
           : errorMessage(err),
       );
     } finally {
@@ -89,7 +92,9 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
         }}
       >
         <h1>Platform Batteries</h1>
-        <p className="muted">Sign in with the platform's admin token. It is kept in this tab only.</p>
+        <p className="muted">
+          Sign in with the platform's admin token or your operator token. It is kept in this tab only.
+        </p>
         {notice ? <p role="status">{notice}</p> : null}
         <label className="field">
           <span>Admin token</span>
@@ -115,26 +120,91 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
   );
 }
 
+/**
+ * After a navigation, focus moves to the new screen's heading, so a screen
+ * reader announces where the operator is and the keyboard starts there
+ * (the heading appears once the screen and its data have loaded).
+ */
+function useFocusHeadingOnNavigation(key: string) {
+  // The key the focus was last moved for: the first screen after sign-in keeps the browser's focus.
+  const settled = useRef(key);
+  useEffect(() => {
+    if (settled.current === key) return;
+    settled.current = key;
+    const main = document.getElementById("main");
+    if (!main) return;
+    // While the next screen loads, React keeps the previous one in the DOM, hidden: only a heading that
+    // is shown takes the focus.
+    const focus = () => {
+      const heading = [...main.querySelectorAll("h1")].find((h) => h.checkVisibility());
+      if (!heading) return false;
+      heading.tabIndex = -1;
+      heading.focus();
+      return document.activeElement === heading;
+    };
+    if (focus()) return;
+    const observer = new MutationObserver(() => focus() && observer.disconnect());
+    observer.observe(main, { childList: true, subtree: true });
+    const timer = setTimeout(() => observer.disconnect(), 5000);
+    return () => {
+      observer.disconnect();
+      clearTimeout(timer);
+    };
+  }, [key]);
+}
+
+const MAIN_NAV = [
+  ["overview", "Overview"],
+  ["apps", "Apps"],
+  ["operators", "Operators"],
+  ["audit", "Audit log"],
+] as const;
+
 function Shell({ onSignOut }: { onSignOut: () => void }) {
   const route = useRoute();
+  useFocusHeadingOnNavigation(href(route));
   return (
     <div className="shell">
+      <a
+        className="skip-link"
+        href="#main"
+        onClick={(e) => {
+          // The hash is the router's: move the focus without changing it.
+          e.preventDefault();
+          const main = document.getElementById("main");
+          main?.focus();
+        }}
+      >
+        Skip to content
+      </a>
       <header className="topbar">
-        <a className="brand" href="#/apps">
+        <a className="brand" href="#/">
           Platform Batteries
         </a>
         <nav aria-label="Main">
-          <a href="#/apps" aria-current={route.screen === "apps" ? "page" : undefined}>
-            Apps
-          </a>
+          {MAIN_NAV.map(([screen, label]) => (
+            <a
+              key={screen}
+              href={href({ screen })}
+              aria-current={
+                route.screen === screen || (screen === "apps" && route.screen === "app") ? "page" : undefined
+              }
+            >
+              {label}
+            </a>
+          ))}
         </nav>
         <button type="button" className="secondary" onClick={onSignOut}>
           Sign out
         </button>
       </header>
-      <main className="content">
+      <main className="content" id="main" tabIndex={-1}>
         <Suspense fallback={<Loading what="the screen" />}>
-          {route.screen === "apps" ? <AppsScreen /> : <AppScreen appId={route.appId} tab={route.tab} />}
+          {route.screen === "overview" ? <OverviewScreen /> : null}
+          {route.screen === "apps" ? <AppsScreen /> : null}
+          {route.screen === "operators" ? <OperatorsScreen /> : null}
+          {route.screen === "audit" ? <AuditScreen /> : null}
+          {route.screen === "app" ? <AppScreen appId={route.appId} tab={route.tab} /> : null}
         </Suspense>
       </main>
     </div>

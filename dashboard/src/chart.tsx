@@ -1,6 +1,8 @@
 /**
  * A time-series chart on uPlot: x in seconds since the epoch, one line per
  * series. Re-created when the data changes, resized with its container.
+ * The axis and legend read the times in `timeZone` (uPlot's default is the
+ * browser's zone, which labels a UTC day as the day before west of UTC).
  */
 import { useEffect, useRef } from "react";
 import uPlot from "uplot";
@@ -18,11 +20,14 @@ export function TimeChart({
   series,
   height = 260,
   label,
+  timeZone,
 }: {
   x: number[];
   series: Series[];
   height?: number;
   label: string;
+  /** An IANA zone for the axis labels; the browser's zone when absent. */
+  timeZone?: string;
 }) {
   const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
@@ -49,6 +54,7 @@ export function TimeChart({
         ],
         axes: [axis, axis],
         scales: { x: { time: true } },
+        ...(timeZone ? { tzDate: (ts: number) => uPlot.tzDate(new Date(ts * 1000), timeZone) } : {}),
       },
       [x, ...series.map((s) => s.values)] as uPlot.AlignedData,
       el,
@@ -59,6 +65,6 @@ export function TimeChart({
       resize.disconnect();
       plot.destroy();
     };
-  }, [x, series, height]);
+  }, [x, series, height, timeZone]);
   return <div ref={box} className="chart" role="img" aria-label={label} />;
 }

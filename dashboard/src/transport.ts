@@ -5,6 +5,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { getToken } from "./session.ts";
+import { describeError } from "./errors.ts";
 
 const bearer: Interceptor = (next) => async (req) => {
   const token = getToken();
@@ -17,11 +18,9 @@ export const transport = createConnectTransport({
   interceptors: [bearer],
 });
 
-/** The error envelope's message, as the API wrote it. */
+/** The error as a sentence for the operator (see errors.ts). */
 export function errorMessage(err: unknown): string {
-  if (err instanceof ConnectError) return err.rawMessage || Code[err.code];
-  if (err instanceof Error) return err.message;
-  return String(err);
+  return describeError(err);
 }
 
 export function isUnauthenticated(err: unknown): boolean {

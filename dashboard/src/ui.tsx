@@ -30,19 +30,40 @@ export function Empty({ title, children }: { title: string; children?: ReactNode
   );
 }
 
-/** Renders the loading or error state of a query, or its data. */
+/**
+ * Renders the loading or error state of a query, or its data. A refresh that
+ * fails keeps the last data on screen under a banner (TanStack keeps `data`
+ * when a refetch fails): an outage of a few seconds must not blank the screen.
+ */
 export function QueryView<T>({
   query,
   what,
   children,
 }: {
-  query: { data?: T; error: unknown; isPending: boolean };
+  query: { data?: T; error: unknown; isPending: boolean; dataUpdatedAt?: number };
   what: string;
   children: (data: T) => ReactNode;
 }) {
+  if (query.data !== undefined) {
+    return (
+      <>
+        {query.error ? <StaleBanner error={query.error} what={what} at={query.dataUpdatedAt} /> : null}
+        {children(query.data)}
+      </>
+    );
+  }
   if (query.isPending) return <Loading what={what} />;
-  if (query.error || query.data === undefined) return <ErrorBox error={query.error} title={`Could not load ${what}`} />;
-  return <>{children(query.data)}</>;
+  return <ErrorBox error={query.error} title={`Could not load ${what}`} />;
+}
+
+function StaleBanner({ error, what, at }: { error: unknown; what: string; at?: number }) {
+  const when = at ? new Date(at).toLocaleTimeString(undefined, { timeStyle: "short" }) : undefined;
+  return (
+    <div className="banner" role="status" data-testid="stale-banner">
+      <strong>Could not refresh {what}.</strong> {errorMessage(error)}{" "}
+      {when ? `Showing what was loaded at ${when}; it refreshes again on its own.` : "Showing the last data loaded."}
+    </div>
+  );
 }
 
 export function Meter({ label, used, cap }: { label: string; used: number; cap: number }) {
@@ -147,9 +168,14 @@ export function ConfirmDialog(props: {
   );
 }
 
-/** Client-side pages of `size` rows: a list of thousands renders one page at a time. */
-export function usePages<T>(rows: readonly T[], size = 50) {
-  const [page, setPage] = useState(0);
+/**
+ * Client-side pages of `size` rows: a list of thousands renders one page at a
+ * time. A new `resetKey` (e.g. the filter) starts again from the first page.
+ */
+export function usePages<T>(rows: readonly T[], size = 50, resetKey: unknown = undefined) {
+  const [state, setState] = useState({ page: 0, key: resetKey });
+  const page = Object.is(state.key, resetKey) ? state.page : 0;
+  const setPage = (next: number) => setState({ page: next, key: resetKey });
   const pages = Math.max(1, Math.ceil(rows.length / size));
   const current = Math.min(page, pages - 1);
   return {
@@ -174,4 +200,60 @@ export function usePages<T>(rows: readonly T[], size = 50) {
         </nav>
       ) : null,
   };
+}
+
+/**
+ * A write-only field for a secret value. A `<textarea>` rather than an
+ * `<input type=password>`: a password input turns the line breaks of a
+ * pasted PEM key or JSON document into nothing, and the value must be kept
+ * byte for byte. The characters are masked (`-webkit-text-security`) until
+ * "Show" is ticked, so a screen share does not leak the value.
+ */
+export function SecretValueField({
+  label,
+  value,
+  onChange,
+}: {
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+}) {
+  const [shown, setShown] = useState(false);
+  const lines = value.split("\n").length;
+  return (
+    <div className="secret-field">
+      <label className="field">
+        <span>{label}</span>
+        <textarea
+          className={shown ? undefined : "masked"}
+          value={value}
+          onChange={(e) => onChange(e.target.value)}
+          rows={Math.min(12, Math.max(3, lines))}
+          autoComplete="off"
+          autoCapitalize="off"
+          autoCorrect="off"
+          spellCheck={false}
+          wrap="off"
+        />
+      </label>
+      <label className="check">
+        <input type="checkbox" checked={shown} onChange={(e) => setShown(e.target.checked)} /> Show the value
+      </label>
+      <small className="muted">
+        {value === ""
+          ? "Paste or type the value; line breaks are kept."
+          : `${lines} line${lines === 1 ? "" : "s"}, kept as typed.`}
+      </small>
+    </div>
+  );
+}
+
+/** `value` once it has stopped changing for `ms`: a field typed into applies when typing stops. */
+export function useDebounced<T>(value: T, ms: number): T {
+  const [settled, setSettled] = useState(value);
+  useEffect(() => {
+    const timer = setTimeout(() => setSettled(value), ms);
+    return () => clearTimeout(timer);
+  }, [value, ms]);
+  return settled;
 }

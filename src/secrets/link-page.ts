@@ -43,8 +43,10 @@ main{max-width:32rem;margin:3rem auto;padding:1.5rem 2rem;background:#fff;border
 h1{font-size:1.4rem;margin-top:0}
 code{font-size:0.95em;background:#eef1f4;padding:0 .25rem;border-radius:4px}
 label{display:block;font-weight:600;margin:1rem 0 .25rem}
-input[type=password]{box-sizing:border-box;width:100%;padding:.5rem;font:inherit;border:1px solid #8c959f;border-radius:6px}
-input:focus,button:focus{outline:3px solid #0969da;outline-offset:2px}
+textarea{box-sizing:border-box;width:100%;padding:.5rem;font:14px/1.4 ui-monospace,Menlo,Consolas,monospace;border:1px solid #8c959f;border-radius:6px;resize:vertical;-webkit-text-security:disc}
+form:has(#show:checked) textarea{-webkit-text-security:none}
+.check{display:flex;gap:.5rem;align-items:center;font-weight:400;margin:.5rem 0 0}
+input:focus,textarea:focus,button:focus{outline:3px solid #0969da;outline-offset:2px}
 button{margin-top:1rem;padding:.5rem 1.25rem;font:inherit;color:#fff;background:#1f6feb;border:0;border-radius:6px;cursor:pointer}
 .hint{color:#57606a;font-size:.9rem}
 .error{color:#a40e26;font-weight:600}
@@ -102,8 +104,9 @@ function formPage(link: LinkInfo, csrf: string, error?: string): string {
 <form method="post">
 <input type="hidden" name="csrf" value="${escapeHtml(csrf)}">
 ${errorHtml}<label for="value">Value of ${name}</label>
-<input id="value" name="value" type="password" required autocomplete="off" spellcheck="false" autofocus aria-describedby="${describedBy}"${error ? ' aria-invalid="true"' : ""}>
-<p class="hint" id="value-hint">The value is stored encrypted and only the app can read it. Nobody can read it back through this link.</p>
+<textarea id="value" name="value" rows="6" wrap="off" required autocomplete="off" autocapitalize="off" spellcheck="false" autofocus aria-describedby="${describedBy}"${error ? ' aria-invalid="true"' : ""}></textarea>
+<label class="check" for="show"><input type="checkbox" id="show"> Show the value</label>
+<p class="hint" id="value-hint">Line breaks are kept (paste a key file as it is). The value is stored encrypted and only the app can read it. Nobody can read it back through this link.</p>
 <button type="submit">Set secret</button>
 </form>`,
   );
@@ -131,6 +134,17 @@ function badFormPage(message: string): string {
     `<h1>Please try again</h1>
 <p role="alert">${escapeHtml(message)} Reload this page and submit the form again.</p>`,
   );
+}
+
+/**
+ * The value as it stood in the form's `<textarea>`. Browsers submit every line
+ * break of a textarea as CRLF (HTML's form encoding), while the field itself
+ * holds LF only (a pasted CRLF or lone CR becomes LF there): turning CRLF back
+ * into LF stores exactly the text the person saw, so a PEM key stays a PEM key.
+ * A value that needs CR bytes is set with `PUT` and JSON, which is taken as is.
+ */
+export function formValue(submitted: string): string {
+  return submitted.replace(/\r\n/g, "\n");
 }
 
 export function registerLinkPage(fastify: FastifyInstance, options: LinkPageOptions): void {
@@ -196,7 +210,7 @@ function registerLinkRoutes(fastify: FastifyInstance, options: LinkPageOptions):
         if (!link) return html(reply, 404, deadPage());
         return html(reply, 400, formPage(link, csrfFor(token), `The value ${valueProblem}.`));
       }
-      const result = await options.useLink(token, form.value as string);
+      const result = await options.useLink(token, formValue(form.value as string));
       if (!result) return html(reply, 404, deadPage());
       return html(reply, 200, donePage(result));
     },

@@ -51,10 +51,10 @@ describe("the secret-link page in Chromium", () => {
       expect(await page.locator("time").getAttribute("datetime")).toBe(new Date(created.body.expiresAt).toISOString());
     }
 
-    // The field is reachable by its label, and is a password field.
+    // The field is reachable by its label, and is a masked multi-line field.
     const field = page.getByLabel("Value of STRIPE_KEY");
-    expect(await field.getAttribute("type")).toBe("password");
-    expect(await page.locator("input[type=password]").count()).toBe(1);
+    expect(await field.evaluate((el) => el.tagName)).toBe("TEXTAREA");
+    expect(await field.evaluate((el) => getComputedStyle(el).getPropertyValue("-webkit-text-security"))).toBe("disc");
     // The inline style applied (the CSP allows it by hash): the button is styled.
     const background = await page
       .getByRole("button", { name: "Set secret" })
@@ -88,4 +88,32 @@ describe("the secret-link page in Chromium", () => {
     expect(consoleErrors.filter((text) => /Content Security Policy/i.test(text))).toEqual([]);
     await context.close();
   });
+
+  it("keeps a pasted multi-line PEM key byte for byte", async () => {
+    const app = await t.createApp();
+    await t.admin.declareSecrets({ appId: app.id, names: ["TLS_KEY"] });
+    const created = await t.request("POST", "/v1/secrets/TLS_KEY/link", { token: app.token });
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(t.url + new URL(created.body.url).pathname);
+    const field = page.getByLabel("Value of TLS_KEY");
+    await field.fill(PEM_KEY);
+    // Masked until "Show the value" is ticked (no script: the page's CSS does it).
+    await page.getByLabel("Show the value").check();
+    expect(await field.evaluate((el) => getComputedStyle(el).getPropertyValue("-webkit-text-security"))).toBe("none");
+    await page.getByRole("button", { name: "Set secret" }).click();
+    await page.getByRole("heading", { name: "Secret set", level: 1 }).waitFor();
+    const read = await t.request("GET", "/v1/secrets/TLS_KEY", { token: app.token });
+    expect(read.body.value).toBe(PEM_KEY);
+    expect(read.body.value.split("\n")).toHaveLength(4);
+    await context.close();
+  });
 });
+
+/** A 4-line PEM block (test data, not a real key): its line breaks must survive the form. */
+const PEM_KEY = [
+  "-----BEGIN PRIVATE KEY-----",
+  "MC4CAQAwBQYDK2VwBCIEIJ+DYvh6SEqVTm50DFtMDoQikTmiCqirVv9mWG9qfSnF",
+  "MC4CAQAwBQYDK2VwBCIEIOk3HfZ4pCVjsbmhGbbVyqO4WcKzu5wpcHKKvKo7UtZA",
+  "-----END PRIVATE KEY-----",
+].join("\n");

@@ -71,7 +71,9 @@ describe("GET /secret-links/:token", () => {
       expect(page.html).toContain(app.name);
       expect(page.html).toContain("API_KEY");
       expect(page.html).toContain(`datetime="${new Date(link.expiresAt).toISOString()}"`);
-      expect(page.html.match(/<input [^>]*type="password"/g)).toHaveLength(1);
+      // A multi-line field (a PEM key keeps its line breaks), masked, and no password input that would drop them.
+      expect(page.html.match(/<textarea [^>]*name="value"/g)).toHaveLength(1);
+      expect(page.html).not.toContain('type="password"');
       expect(page.html).toMatch(/<label for="value">/);
       expect(page.html).not.toMatch(/<script|src=|href=/i);
     }

@@ -6,6 +6,7 @@ import { deleteApp, getApp, updateApp } from "../../../gen/platform/admin/v1/adm
 import { AppStatus, type App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { APP_TABS, href, navigate, type AppTab } from "../router.ts";
 import { ConfirmDialog, ErrorBox, QueryView } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { StatusBadge } from "./apps.tsx";
 import { SettingsTab } from "./settings.tsx";
 import { TokensTab } from "./tokens.tsx";
@@ -37,7 +38,13 @@ export function AppScreen({ appId, tab }: { appId: string; tab: AppTab }) {
 function AppView({ app, tab }: { app: App; tab: AppTab }) {
   const queryClient = useQueryClient();
   const [confirmDelete, setConfirmDelete] = useState(false);
-  const update = useMutation(updateApp, { onSuccess: () => queryClient.invalidateQueries() });
+  const [confirmStop, setConfirmStop] = useState(false);
+  const update = useMutation(updateApp, {
+    onSuccess: () => {
+      setConfirmStop(false);
+      return queryClient.invalidateQueries();
+    },
+  });
   const remove = useMutation(deleteApp, {
     onSuccess: () => {
       setConfirmDelete(false);
@@ -47,6 +54,7 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
     },
   });
   const running = app.status === AppStatus.RUNNING;
+  const { canWrite } = useOperator();
   return (
     <>
       <p className="crumbs">
@@ -56,12 +64,14 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
         <h1>
           {app.name} <StatusBadge status={app.status} />
         </h1>
-        <div className="actions">
+        <div className="actions" hidden={!canWrite}>
           <button
             type="button"
             className="secondary"
             disabled={update.isPending}
-            onClick={() => update.mutate({ appId: app.id, status: running ? AppStatus.STOPPED : AppStatus.RUNNING })}
+            onClick={() =>
+              running ? setConfirmStop(true) : update.mutate({ appId: app.id, status: AppStatus.RUNNING })
+            }
           >
             {running ? "Stop app" : "Start app"}
           </button>
@@ -70,7 +80,7 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
           </button>
         </div>
       </div>
-      {update.error ? <ErrorBox error={update.error} /> : null}
+      {update.error && !confirmStop ? <ErrorBox error={update.error} /> : null}
       <nav className="tabs" aria-label="App sections">
         {APP_TABS.map((t) => (
           <a
@@ -91,6 +101,20 @@ function AppView({ app, tab }: { app: App; tab: AppTab }) {
         {tab === "mail" ? <MailTab app={app} /> : null}
         {tab === "secrets" ? <SecretsTab app={app} /> : null}
       </section>
+      <ConfirmDialog
+        open={confirmStop}
+        title={`Stop ${app.name}?`}
+        confirmLabel="Stop app"
+        busy={update.isPending}
+        error={update.error}
+        onClose={() => setConfirmStop(false)}
+        onConfirm={() => update.mutate({ appId: app.id, status: AppStatus.STOPPED })}
+      >
+        <p>
+          Every request with the app's tokens is refused (403 <code>app_stopped</code>) until it is started again.
+          Nothing is deleted: queued messages, events, mail and secrets stay.
+        </p>
+      </ConfirmDialog>
       <ConfirmDialog
         open={confirmDelete}
         title={`Delete ${app.name}?`}

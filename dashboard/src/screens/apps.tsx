@@ -1,38 +1,127 @@
-/** Apps: every app with its status and today's use, a filter, and "create". */
+/** Apps: a page of apps with their status and today's use; filter, status, sort; and "create". */
 import { useMemo, useState } from "react";
 import { useMutation, useQuery } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
 import { createApp, listApps } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import { AppStatus, type App, type AppUsageToday, type UsageCounter } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { navigate } from "../router.ts";
-import { Empty, ErrorBox, QueryView, usePages } from "../ui.tsx";
+import { Empty, ErrorBox, QueryView, useDebounced } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { formatTime } from "../format.ts";
 
+const PAGE_SIZE = 50;
+const ORDERS = [
+  { value: "name", label: "Name, A to Z" },
+  { value: "-name", label: "Name, Z to A" },
+  { value: "-created_at", label: "Newest first" },
+  { value: "created_at", label: "Oldest first" },
+];
+
+/**
+ * The list is paged, sorted and filtered by the server (ListApps with
+ * page_size): a page of 50 travels every refresh, not every app. A new
+ * filter, status or order starts again from page 1.
+ */
 export function AppsScreen() {
-  const apps = useQuery(listApps, {});
-  const [filter, setFilter] = useState("");
+  const { canWrite } = useOperator();
+  const [filterText, setFilterText] = useState("");
+  const filter = useDebounced(filterText.trim(), 300);
+  const [status, setStatus] = useState<AppStatus | undefined>(undefined);
+  const [orderBy, setOrderBy] = useState("name");
+  // The page tokens walked so far (the first page's is ""): Previous goes back one.
+  const [tokens, setTokens] = useState<string[]>([""]);
+  const key = JSON.stringify([filter, status, orderBy]);
+  const [lastKey, setLastKey] = useState(key);
+  if (lastKey !== key) {
+    setLastKey(key);
+    setTokens([""]);
+  }
+  const apps = useQuery(
+    listApps,
+    {
+      pageSize: PAGE_SIZE,
+      pageToken: tokens[tokens.length - 1],
+      filter: filter || undefined,
+      status,
+      orderBy,
+    },
+    { placeholderData: (previous) => previous },
+  );
+  const narrowed = filter !== "" || status !== undefined;
   return (
     <>
       <div className="page-head">
         <h1>Apps</h1>
       </div>
-      <CreateApp />
+      {canWrite ? <CreateApp /> : null}
+      <form className="card filters" onSubmit={(e) => e.preventDefault()} aria-label="Find apps">
+        <label className="field">
+          <span>Filter</span>
+          <input
+            type="search"
+            value={filterText}
+            onChange={(e) => setFilterText(e.target.value)}
+            placeholder="part of the name"
+            autoComplete="off"
+          />
+        </label>
+        <label className="field">
+          <span>Status</span>
+          <select
+            value={status ?? ""}
+            onChange={(e) => setStatus(e.target.value === "" ? undefined : Number(e.target.value))}
+          >
+            <option value="">(any)</option>
+            <option value={AppStatus.RUNNING}>running</option>
+            <option value={AppStatus.STOPPED}>stopped</option>
+          </select>
+        </label>
+        <label className="field">
+          <span>Sort</span>
+          <select value={orderBy} onChange={(e) => setOrderBy(e.target.value)}>
+            {ORDERS.map((o) => (
+              <option key={o.value} value={o.value}>
+                {o.label}
+              </option>
+            ))}
+          </select>
+        </label>
+      </form>
       <QueryView query={apps} what="apps">
         {(data) =>
           data.apps.length === 0 ? (
-            <Empty title="No apps yet">Create the first app above; then issue it a token on its Tokens tab.</Empty>
+            narrowed ? (
+              <Empty title="No app matches">Change the filter or the status.</Empty>
+            ) : (
+              <Empty title="No apps yet">Create the first app above; then issue it a token on its Tokens tab.</Empty>
+            )
           ) : (
             <>
-              <label className="field inline">
-                <span>Filter</span>
-                <input
-                  type="search"
-                  value={filter}
-                  onChange={(e) => setFilter(e.target.value)}
-                  placeholder="app name"
-                />
-              </label>
-              <AppTable apps={data.apps.filter((a) => a.name.includes(filter.trim()))} usage={data.usageToday} />
+              <AppTable apps={data.apps} usage={data.usageToday} />
+              {data.totalSize > PAGE_SIZE ? (
+                <nav className="pager" aria-label="Pages">
+                  <button
+                    type="button"
+                    className="secondary"
+                    disabled={tokens.length === 1}
+                    onClick={() => setTokens(tokens.slice(0, -1))}
+                  >
+                    Previous
+                  </button>
+                  <span>
+                    Page {tokens.length} of {Math.ceil(data.totalSize / PAGE_SIZE)} ({data.totalSize.toLocaleString()}{" "}
+                    in all)
+                  </span>
+                  <button
+                    type="button"
+                    className="secondary"
+                    disabled={!data.nextPageToken}
+                    onClick={() => setTokens([...tokens, data.nextPageToken])}
+                  >
+                    Next
+                  </button>
+                </nav>
+              ) : null}
             </>
           )
         }
@@ -78,7 +167,6 @@ function ratio(c: UsageCounter | undefined, cap: number | undefined): string {
 
 function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
   const byApp = useMemo(() => new Map(usage.map((u) => [u.appId, u])), [usage]);
-  const { rows, pager } = usePages(apps, 50);
   return (
     <>
       <div className="table-wrap">
@@ -99,7 +187,7 @@ function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
             </tr>
           </thead>
           <tbody>
-            {rows.map((app) => {
+            {apps.map((app) => {
               const u = byApp.get(app.id);
               return (
                 <tr key={app.id}>
@@ -122,7 +210,6 @@ function AppTable({ apps, usage }: { apps: App[]; usage: AppUsageToday[] }) {
           </tbody>
         </table>
       </div>
-      {pager}
     </>
   );
 }

@@ -20,6 +20,7 @@ import {
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
 
 export function QueuesTab({ app }: { app: App }) {
@@ -28,6 +29,7 @@ export function QueuesTab({ app }: { app: App }) {
   const [purging, setPurging] = useState<string | null>(null);
   const [dead, setDead] = useState<string | null>(null);
   const queryClient = useQueryClient();
+  const { canWrite } = useOperator();
   const purge = useMutation(purgeQueue, {
     onSuccess: async () => {
       setPurging(null);
@@ -42,11 +44,12 @@ export function QueuesTab({ app }: { app: App }) {
           {(data) =>
             data.queues.length === 0 ? (
               <Empty title="No messages waiting">
-                A queue appears here once the app puts a message on it (POST /v1/queues/:name/messages).
+                A queue appears here once the app puts a message on it (<code>POST /v1/queues/{"{queue}"}</code> with{" "}
+                <code>{"{ payload }"}</code>).
               </Empty>
             ) : (
               <div className="table-wrap">
-                <table>
+                <table className="stack-narrow">
                   <thead>
                     <tr>
                       <th scope="col">Queue</th>
@@ -71,20 +74,26 @@ export function QueuesTab({ app }: { app: App }) {
                   <tbody>
                     {data.queues.map((q) => (
                       <tr key={q.name} className={q.name === selected ? "selected" : undefined}>
-                        <td>{q.name}</td>
-                        <td className="right" data-testid={`depth-${q.name}`}>
+                        <td data-label="Queue">{q.name}</td>
+                        <td className="right" data-label="Depth" data-testid={`depth-${q.name}`}>
                           {Number(q.depth).toLocaleString()}
                         </td>
-                        <td className="right hide-narrow">{Number(q.inFlight).toLocaleString()}</td>
-                        <td className="right hide-narrow">{Number(q.maxDepth).toLocaleString()}</td>
-                        <td>{q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}</td>
-                        <td className="right" data-testid={`dead-${q.name}`}>
+                        <td className="right hide-narrow" data-label="In flight">
+                          {Number(q.inFlight).toLocaleString()}
+                        </td>
+                        <td className="right hide-narrow" data-label="Max depth">
+                          {Number(q.maxDepth).toLocaleString()}
+                        </td>
+                        <td data-label="Oldest waiting">
+                          {q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}
+                        </td>
+                        <td className="right" data-label="Dead letters" data-testid={`dead-${q.name}`}>
                           {q.deadLetters > 0n ? (
                             <button
                               type="button"
                               className="secondary small"
                               onClick={() => setDead(q.name)}
-                              aria-label={`Dead letters of ${q.name}`}
+                              aria-label={`Dead letters of ${q.name}: ${Number(q.deadLetters).toLocaleString()}`}
                             >
                               {Number(q.deadLetters).toLocaleString()}
                             </button>
@@ -103,6 +112,7 @@ export function QueuesTab({ app }: { app: App }) {
                           </button>{" "}
                           <button
                             type="button"
+                            hidden={!canWrite}
                             className="danger small"
                             onClick={() => setPurging(q.name)}
                             aria-label={`Purge ${q.name}`}
@@ -121,7 +131,7 @@ export function QueuesTab({ app }: { app: App }) {
       </div>
       {selected ? <Peek appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
       {dead ? <DeadLetters app={app} queue={dead} onClose={() => setDead(null)} /> : null}
-      <PublishEvent appId={app.id} />
+      {canWrite ? <PublishEvent appId={app.id} /> : null}
       <ConfirmDialog
         open={purging !== null}
         title={`Purge ${purging ?? ""}?`}
@@ -146,8 +156,17 @@ function prettyPayload(text: string, truncated: boolean): string {
   }
 }
 
+/** Peek pages are 20 messages; PeekMessages reads at most the first 100 waiting ones, oldest first. */
+const PEEK_PAGE = 20;
+const PEEK_MAX = 100;
+
 function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose: () => void }) {
-  const peek = useQuery(peekMessages, queue ? { appId, queue, limit: 20 } : skipToken);
+  const [page, setPage] = useState(0);
+  // One more than the page asks whether there is a next page.
+  const limit = Math.min(PEEK_MAX, (page + 1) * PEEK_PAGE + 1);
+  const peek = useQuery(peekMessages, queue ? { appId, queue, limit } : skipToken, {
+    placeholderData: (previous) => previous,
+  });
   return (
     <div className="card">
       <div className="page-head">
@@ -162,17 +181,39 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
           data.messages.length === 0 ? (
             <Empty title="Nothing waiting">Messages in flight are not shown.</Empty>
           ) : (
-            <ol className="messages">
-              {data.messages.map((m) => (
-                <li key={m.id}>
-                  <p className="muted">
-                    {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes ·{" "}
-                    {formatDeliveries(m.deliveries)} · id {m.id}
-                  </p>
-                  <pre>{prettyPayload(m.payload, m.truncated)}</pre>
-                </li>
-              ))}
-            </ol>
+            <>
+              <ol className="messages" start={page * PEEK_PAGE + 1}>
+                {data.messages.slice(page * PEEK_PAGE, (page + 1) * PEEK_PAGE).map((m) => (
+                  <li key={m.id}>
+                    <p className="muted">
+                      {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes ·{" "}
+                      {formatDeliveries(m.deliveries)} · id {m.id}
+                    </p>
+                    <pre>{prettyPayload(m.payload, m.truncated)}</pre>
+                  </li>
+                ))}
+              </ol>
+              <nav className="pager" aria-label={`Pages of ${queue}`}>
+                <button type="button" className="secondary" disabled={page === 0} onClick={() => setPage(page - 1)}>
+                  Previous
+                </button>
+                <span>
+                  Messages {Math.min(data.messages.length, page * PEEK_PAGE + 1)}–
+                  {Math.min(data.messages.length, (page + 1) * PEEK_PAGE)}
+                </span>
+                <button
+                  type="button"
+                  className="secondary"
+                  disabled={data.messages.length <= (page + 1) * PEEK_PAGE || (page + 1) * PEEK_PAGE >= PEEK_MAX}
+                  onClick={() => setPage(page + 1)}
+                >
+                  Next
+                </button>
+              </nav>
+              {(page + 1) * PEEK_PAGE >= PEEK_MAX && data.messages.length >= PEEK_MAX ? (
+                <p className="muted">Peeking reads the first {PEEK_MAX} waiting messages.</p>
+              ) : null}
+            </>
           )
         }
       </QueryView>
@@ -204,6 +245,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
     onSuccess: (res) => after(`Purged ${Number(res.purged).toLocaleString()}.`),
   });
   const busy = replay.isPending || purge.isPending;
+  const { canWrite } = useOperator();
   return (
     <div className="card">
       <div className="page-head">
@@ -229,7 +271,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
             <Empty title="No dead letters">Nothing reached the delivery limit on this queue.</Empty>
           ) : (
             <>
-              <div className="actions">
+              <div className="actions" hidden={!canWrite}>
                 <button type="button" disabled={busy} onClick={() => setConfirm("replay")}>
                   Replay all
                 </button>
@@ -245,7 +287,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                       {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
                     </p>
                     <pre>{prettyPayload(d.payload, d.truncated)}</pre>
-                    <div className="actions">
+                    <div className="actions" hidden={!canWrite}>
                       <button
                         type="button"
                         className="secondary small"

@@ -1,16 +1,26 @@
 /**
  * Settings: mail sender, the analytics and secrets switches and every limit.
- * Only changed fields are sent; the API validates them and its message is
- * shown as is.
+ * Only the fields the operator edited are sent (UpdateApp replaces the fields
+ * given), so a value changed elsewhere while the form is open is not written
+ * back; the API validates them and its message is shown as a sentence.
  */
 import { useState } from "react";
 import { useMutation } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
 import { updateApp } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App, AppLimits } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorBox } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 
 type LimitName = Exclude<keyof AppLimits, "$typeName" | "$unknown">;
+
+interface Edits {
+  mailFrom?: string;
+  analyticsEnabled?: boolean;
+  secretsEnabled?: boolean;
+  limits?: Partial<Record<LimitName, string>>;
+}
 
 const LIMITS: { name: LimitName; label: string }[] = [
   { name: "eventsPerDay", label: "Events per day" },
@@ -29,37 +39,65 @@ const LIMITS: { name: LimitName; label: string }[] = [
 
 export function SettingsTab({ app }: { app: App }) {
   const queryClient = useQueryClient();
-  const [mailFrom, setMailFrom] = useState(app.mailFrom);
-  const [analytics, setAnalytics] = useState(app.analyticsEnabled);
-  const [secrets, setSecrets] = useState(app.secretsEnabled);
-  const [limits, setLimits] = useState<Record<LimitName, string>>(
-    () =>
-      Object.fromEntries(LIMITS.map((l) => [l.name, String(app.limits?.[l.name] ?? "")])) as Record<LimitName, string>,
-  );
+  // Only what the operator edited is kept here; every other field shows the app as last loaded (it
+  // refreshes), and only the edited fields are sent: a limit changed elsewhere is never written back.
+  const [edits, setEdits] = useState<Edits>({});
+  // The revision the edits were made on: a save is refused if the app changed since (then reloaded).
+  const [base, setBase] = useState<bigint | null>(null);
   const [saved, setSaved] = useState(false);
+  const [conflict, setConflict] = useState(false);
+  const { canWrite } = useOperator();
   const update = useMutation(updateApp, {
     onSuccess: async () => {
       setSaved(true);
+      setConflict(false);
+      setEdits({});
+      setBase(null);
       await queryClient.invalidateQueries();
     },
+    onError: async (err) => {
+      if (err instanceof ConnectError && err.code === Code.Aborted) {
+        // Changed elsewhere: reload, keep the operator's edits on top of the new values, and say so.
+        setConflict(true);
+        setBase(null);
+        await queryClient.invalidateQueries();
+      }
+    },
   });
+  const mailFrom = edits.mailFrom ?? app.mailFrom;
+  const analytics = edits.analyticsEnabled ?? app.analyticsEnabled;
+  const secrets = edits.secretsEnabled ?? app.secretsEnabled;
+  const limitText = (name: LimitName) => edits.limits?.[name] ?? String(app.limits?.[name] ?? "");
+  const edit = (change: Edits) => {
+    setSaved(false);
+    if (base === null) setBase(app.revision);
+    setEdits((e) => ({ ...e, ...change, limits: { ...e.limits, ...change.limits } }));
+  };
 
   const submit = () => {
     setSaved(false);
     // A limit that is not a whole int32 cannot travel in the message; it goes as -1, which the API
     // refuses with its own rule text, so the operator reads the same message as any other client.
     const changedLimits: Partial<Record<LimitName, number>> = {};
-    for (const { name } of LIMITS) {
-      const text = limits[name].trim();
+    for (const [name, given] of Object.entries(edits.limits ?? {}) as [LimitName, string][]) {
+      const text = given.trim();
       if (text === String(app.limits?.[name] ?? "")) continue;
       const value = /^-?\d{1,10}$/.test(text) ? Number(text) : NaN;
       changedLimits[name] = Number.isInteger(value) && value >= -(2 ** 31) && value < 2 ** 31 ? value : -1;
     }
+    setConflict(false);
     update.mutate({
       appId: app.id,
-      mailFrom: mailFrom !== app.mailFrom ? mailFrom.trim() : undefined,
-      analyticsEnabled: analytics !== app.analyticsEnabled ? analytics : undefined,
-      secretsEnabled: secrets !== app.secretsEnabled ? secrets : undefined,
+      expectedRevision: base ?? app.revision,
+      mailFrom: edits.mailFrom !== undefined && edits.mailFrom !== app.mailFrom ? edits.mailFrom.trim() : undefined,
+      analyticsEnabled:
+        edits.analyticsEnabled !== undefined && edits.analyticsEnabled !== app.analyticsEnabled
+          ? edits.analyticsEnabled
+          : undefined,
+      secretsEnabled:
+        edits.secretsEnabled !== undefined && edits.secretsEnabled !== app.secretsEnabled
+          ? edits.secretsEnabled
+          : undefined,
       limits: changedLimits,
     });
   };
@@ -71,7 +109,6 @@ export function SettingsTab({ app }: { app: App }) {
         e.preventDefault();
         submit();
       }}
-      onChange={() => setSaved(false)}
     >
       <h2>Settings</h2>
       <label className="field">
@@ -79,7 +116,7 @@ export function SettingsTab({ app }: { app: App }) {
         <input
           type="email"
           value={mailFrom}
-          onChange={(e) => setMailFrom(e.target.value)}
+          onChange={(e) => edit({ mailFrom: e.target.value })}
           placeholder="app@example.com"
           autoComplete="off"
         />
@@ -88,11 +125,12 @@ export function SettingsTab({ app }: { app: App }) {
       <fieldset className="switches">
         <legend>Facilities</legend>
         <label className="check">
-          <input type="checkbox" checked={analytics} onChange={(e) => setAnalytics(e.target.checked)} /> Analytics
-          enabled
+          <input type="checkbox" checked={analytics} onChange={(e) => edit({ analyticsEnabled: e.target.checked })} />{" "}
+          Analytics enabled
         </label>
         <label className="check">
-          <input type="checkbox" checked={secrets} onChange={(e) => setSecrets(e.target.checked)} /> Secrets enabled
+          <input type="checkbox" checked={secrets} onChange={(e) => edit({ secretsEnabled: e.target.checked })} />{" "}
+          Secrets enabled
         </label>
       </fieldset>
       <fieldset>
@@ -103,23 +141,45 @@ export function SettingsTab({ app }: { app: App }) {
               <span>{l.label}</span>
               <input
                 inputMode="numeric"
-                value={limits[l.name]}
-                onChange={(e) => setLimits({ ...limits, [l.name]: e.target.value })}
+                value={limitText(l.name)}
+                onChange={(e) => edit({ limits: { [l.name]: e.target.value } })}
               />
             </label>
           ))}
         </div>
       </fieldset>
-      {update.error ? <ErrorBox error={update.error} title="Not saved" /> : null}
+      {conflict ? (
+        <div className="banner" role="alert">
+          <strong>Not saved: the app was changed elsewhere since you started editing.</strong> The form now shows its
+          current values, with your edits kept on top. Check them and save again, or{" "}
+          <button
+            type="button"
+            className="link"
+            onClick={() => {
+              setEdits({});
+              setConflict(false);
+            }}
+          >
+            discard your edits
+          </button>
+          .
+        </div>
+      ) : update.error ? (
+        <ErrorBox error={update.error} title="Not saved" />
+      ) : null}
       {saved && !update.error ? (
         <p role="status" className="ok-text">
           Saved.
         </p>
       ) : null}
       <div className="actions">
-        <button type="submit" disabled={update.isPending}>
-          Save settings
-        </button>
+        {canWrite ? (
+          <button type="submit" disabled={update.isPending}>
+            Save settings
+          </button>
+        ) : (
+          <p className="muted">Your operator role reads only: the settings cannot be changed here.</p>
+        )}
       </div>
     </form>
   );

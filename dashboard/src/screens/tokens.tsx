@@ -5,6 +5,7 @@ import { useQueryClient } from "@tanstack/react-query";
 import { issueToken, listTokens, revokeToken } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App, Token } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { ConfirmDialog, CopyButton, Empty, ErrorBox, QueryView, usePages } from "../ui.tsx";
+import { useOperator } from "../operator.ts";
 import { formatTime } from "../format.ts";
 
 export function TokensTab({ app }: { app: App }) {
@@ -13,6 +14,7 @@ export function TokensTab({ app }: { app: App }) {
   const [label, setLabel] = useState("");
   const [issued, setIssued] = useState<string | null>(null);
   const [revoking, setRevoking] = useState<Token | null>(null);
+  const { canWrite } = useOperator();
   const issue = useMutation(issueToken, {
     onSuccess: async (res) => {
       setIssued(res.token);
@@ -29,6 +31,7 @@ export function TokensTab({ app }: { app: App }) {
   return (
     <>
       <form
+        hidden={!canWrite}
         className="card row-form"
         onSubmit={(e) => {
           e.preventDefault();
@@ -66,7 +69,7 @@ export function TokensTab({ app }: { app: App }) {
             data.tokens.length === 0 ? (
               <Empty title="No tokens">Issue a token above and give it to the app as PLATFORM_SERVICE_TOKEN.</Empty>
             ) : (
-              <TokenTable tokens={data.tokens} onRevoke={setRevoking} />
+              <TokenTable tokens={data.tokens} onRevoke={canWrite ? setRevoking : undefined} />
             )
           }
         </QueryView>
@@ -86,7 +89,7 @@ export function TokensTab({ app }: { app: App }) {
   );
 }
 
-function TokenTable({ tokens, onRevoke }: { tokens: Token[]; onRevoke: (t: Token) => void }) {
+function TokenTable({ tokens, onRevoke }: { tokens: Token[]; onRevoke?: (t: Token) => void }) {
   const { rows, pager } = usePages(tokens, 50);
   return (
     <>
@@ -111,8 +114,9 @@ function TokenTable({ tokens, onRevoke }: { tokens: Token[]; onRevoke: (t: Token
                 <td className="right">
                   <button
                     type="button"
+                    hidden={!onRevoke}
                     className="danger small"
-                    onClick={() => onRevoke(t)}
+                    onClick={() => onRevoke?.(t)}
                     aria-label={`Revoke token ${t.label || t.id}`}
                   >
                     Revoke

@@ -38,7 +38,7 @@ export function UsageTab({ app }: { app: App }) {
         </QueryView>
       </div>
       <div className="card">
-        <h2>Last 30 days</h2>
+        <h2>Last 30 days (UTC days)</h2>
         <QueryView query={history} what="the usage history">
           {(h) => <HistoryCharts days={h.days} />}
         </QueryView>
@@ -64,8 +64,14 @@ function HistoryCharts({ days }: { days: UsageDay[] }) {
   );
   return (
     <div className="charts">
-      <TimeChart x={x} series={series.volume} height={220} label="Events and mail per day, last 30 days" />
-      <TimeChart x={x} series={series.tokens} height={220} label="Model tokens per day, last 30 days" />
+      <TimeChart
+        x={x}
+        series={series.volume}
+        height={220}
+        label="Events and mail per day, last 30 days"
+        timeZone="UTC"
+      />
+      <TimeChart x={x} series={series.tokens} height={220} label="Model tokens per day, last 30 days" timeZone="UTC" />
     </div>
   );
 }
