@@ -80,7 +80,16 @@ export async function precompress(dir: string): Promise<number> {
 /** Runs the Vite build (Vite is a build-time dependency, loaded only here), then precompresses. */
 export async function buildDashboard(): Promise<void> {
   const { build } = await import("vite");
-  await build({ configFile: path.join(DASHBOARD_ROOT, "vite.config.ts"), logLevel: "warn" });
+  // Inside the test runner NODE_ENV is "test", which would make Vite bundle React's development
+  // build (larger, effects run twice): the dashboard is always built as it ships.
+  const nodeEnv = process.env.NODE_ENV;
+  process.env.NODE_ENV = "production";
+  try {
+    await build({ configFile: path.join(DASHBOARD_ROOT, "vite.config.ts"), mode: "production", logLevel: "warn" });
+  } finally {
+    if (nodeEnv === undefined) delete process.env.NODE_ENV;
+    else process.env.NODE_ENV = nodeEnv;
+  }
   await precompress(DASHBOARD_DIST);
 }
 
