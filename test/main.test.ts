@@ -51,7 +51,7 @@ describe("npm start (src/main.ts)", () => {
 
       const cliEnv = { ...env, PLATFORM_ADMIN_URL: first.url };
       const created = await run(nodeBinary, ["src/cli.ts", "apps", "create", "cli-app"], { env: cliEnv });
-      expect(JSON.parse(created.stdout)).toMatchObject({ name: "cli-app", status: "APP_STATUS_RUNNING" });
+      expect(JSON.parse(created.stdout)).toMatchObject({ name: "cli-app", status: "running" });
       const issued = await run(nodeBinary, ["src/cli.ts", "tokens", "issue", "cli-app"], { env: cliEnv });
       const serviceToken = issued.stdout.trim();
       expect(serviceToken).toMatch(/^pbt_/);
@@ -61,7 +61,7 @@ describe("npm start (src/main.ts)", () => {
       expect(models.status).toBe(200);
 
       const stopped = await run(nodeBinary, ["src/cli.ts", "apps", "stop", "cli-app"], { env: cliEnv });
-      expect(JSON.parse(stopped.stdout).status).toBe("APP_STATUS_STOPPED");
+      expect(JSON.parse(stopped.stdout).status).toBe("stopped");
       const list = await run(nodeBinary, ["src/cli.ts", "apps", "list"], { env: cliEnv });
       expect(JSON.parse(list.stdout).apps.map((a: { name: string }) => a.name)).toEqual(["cli-app"]);
       const refused = await run(nodeBinary, ["src/cli.ts", "apps", "create", "Bad Name"], { env: cliEnv }).catch(

@@ -21,6 +21,7 @@ export type ErrorCode =
   | "idempotency_key_reused"
   | "idempotency_key_in_use"
   | "conflict"
+  | "failed_precondition"
   | "not_configured"
   | "upstream_error"
   | "unavailable"
@@ -40,6 +41,7 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "idempotency_key_reused",
   "idempotency_key_in_use",
   "conflict",
+  "failed_precondition",
   "not_configured",
   "upstream_error",
   "unavailable",
