@@ -20,7 +20,7 @@ import { createRequire } from "node:module";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { sql } from "kysely";
-import { ensureDashboardBuilt } from "../../src/dashboard/dashboard-build.ts";
+import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { useTestServer, type TestApp } from "../support/harness.ts";
 import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";

@@ -14,7 +14,7 @@ import path from "node:path";
 import fs from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../src/dashboard/dashboard-build.ts";
+import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
 import { launchChromium } from "../support/chromium.ts";
 
