@@ -53,6 +53,7 @@ import {
 } from "@connectrpc/connect-node";
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { clientGoneSignal } from "./client-gone.ts";
 import { plainHeaders } from "./rest-router.ts";
 
 /** Bodies up to this size take the short path; larger ones are streamed by the general handler. */
@@ -250,12 +251,8 @@ function contextFor(
   responseHeader: Record<string, string>,
   responseTrailer?: Record<string, string>,
 ) {
-  const abort = new AbortController();
-  let finished = false;
-  // A client that goes away ends the call (a waiting consume stops waiting).
-  reply.raw.once("close", () => {
-    if (!finished) abort.abort(new ConnectError("operation was aborted", Code.Aborted));
-  });
+  // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
+  const call = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
   const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
   const context = createHandlerContext({
     service: m.method.parent,
@@ -271,9 +268,9 @@ function contextFor(
     // call (that costs a DOMException each), so a listener on the server's
     // long-lived signal would stay behind. As on the REST routes, a waiting
     // call ends at shutdown through the facility's own signal.
-    requestSignal: abort.signal,
+    requestSignal: call.signal,
   });
-  return { context, end: () => void (finished = true) };
+  return { context, end: () => call.done() };
 }
 
 function toConnectErrorOf(e: unknown): ConnectError {
