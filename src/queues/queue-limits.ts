@@ -42,3 +42,12 @@ export const MAX_BATCH_MESSAGES = 1_000;
 export const MAX_STREAM_WINDOW = 1_000;
 /** Most messages one claim of a stream takes (and one stream response carries). */
 export const STREAM_CLAIM_BATCH = 256;
+/**
+ * Most encoded bytes of one `StreamMessages` response (at least one message is
+ * always sent). Standard gRPC clients (grpc-js, grpcio, grpc-go, grpc-java)
+ * refuse a message over 4 MiB by default; a claim of large messages is sent
+ * as several responses instead.
+ */
+export const STREAM_RESPONSE_MAX_BYTES = 1 << 20;
+/** What a message's JSON encoding adds to its payload's text (id, receipt, times, field names). */
+export const STREAM_MESSAGE_JSON_OVERHEAD = 512;

@@ -25,11 +25,11 @@
  *   (replay, purge). Moved by the claim that would have leased it, so every
  *   consume path (unary, REST, streams, `_events`) obeys the rule.
  */
-import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
@@ -49,6 +49,8 @@ import {
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
   STREAM_CLAIM_BATCH,
+  STREAM_MESSAGE_JSON_OVERHEAD,
+  STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createStreamWindows } from "./stream-windows.ts";
@@ -176,6 +178,26 @@ function toMessage(m: StoredMessage) {
     leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
     deliveries: m.deliveries,
   };
+}
+
+/**
+ * The first messages of `claimed` that fit in one `StreamMessages` response of
+ * at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least one). The
+ * larger of the binary size and the JSON text of the payload counts, so the
+ * cap holds for the protobuf and the JSON encodings alike.
+ */
+function responsePart(claimed: StoredMessage[]) {
+  const part: ReturnType<typeof toMessage>[] = [];
+  let bytes = 0;
+  for (const m of claimed) {
+    const message = toMessage(m);
+    const binary = toBinary(MessageSchema, create(MessageSchema, message)).byteLength;
+    const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
+    if (part.length > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
+    part.push(message);
+    bytes += size;
+  }
+  return part;
 }
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
@@ -377,13 +399,17 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         } finally {
           waiter.leave(served, used);
         }
+        // One response per part of at most STREAM_RESPONSE_MAX_BYTES; the parts not yet handed on stay unsent.
+        while (unsent.length > 0 && !signal.aborted) {
+          const messages = responsePart(unsent);
+          const part = unsent.slice(0, messages.length);
+          for (const m of part) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
+          // Handed to the transport from here on: sent.
+          unsent = unsent.slice(part.length);
+          streamSent.inc(messages.length);
+          yield { messages };
+        }
         if (signal.aborted) break;
-        for (const m of unsent) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
-        const messages = unsent.map(toMessage);
-        // Handed to the transport from here on: sent.
-        unsent = [];
-        streamSent.inc(messages.length);
-        yield { messages };
       }
     } finally {
       window.close();

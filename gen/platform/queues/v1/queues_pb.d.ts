@@ -516,7 +516,9 @@ export declare const QueueService: GenService<{
   /**
    * StreamMessages keeps leasing messages of one queue to the caller, at most
    * `window` unacknowledged at a time; acks (AckMessage or AckMessages) free
-   * the window. Ends when the caller cancels or the server shuts down.
+   * the window. Each response carries at least one message and is at most
+   * 1 MiB encoded (a 4 MiB default receive limit of gRPC clients is never
+   * reached). Ends when the caller cancels or the server shuts down.
    * Connect and gRPC only (no REST path).
    *
    * @generated from rpc platform.queues.v1.QueueService.StreamMessages
