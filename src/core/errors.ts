@@ -25,7 +25,11 @@ export type ErrorCode =
   | "not_configured"
   | "upstream_error"
   | "unavailable"
-  | "internal";
+  | "internal"
+  /** Connect and gRPC only: the call's deadline (`connect-timeout-ms`, `grpc-timeout`) passed first. */
+  | "deadline_exceeded"
+  /** Connect and gRPC only: no such service or method on this server. */
+  | "unimplemented";
 
 const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   invalid_argument: { status: 400, connect: Code.InvalidArgument },
@@ -42,6 +46,8 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   upstream_error: { status: 502, connect: Code.Unavailable },
   unavailable: { status: 503, connect: Code.Unavailable },
   internal: { status: 500, connect: Code.Internal },
+  deadline_exceeded: { status: 504, connect: Code.DeadlineExceeded },
+  unimplemented: { status: 501, connect: Code.Unimplemented },
 };
 
 const codeByConnect = new Map<Code, ErrorCode>([
@@ -53,6 +59,7 @@ const codeByConnect = new Map<Code, ErrorCode>([
   [Code.ResourceExhausted, "quota_exceeded"],
   [Code.Unimplemented, "not_configured"],
   [Code.Unavailable, "upstream_error"],
+  [Code.DeadlineExceeded, "deadline_exceeded"],
 ]);
 
 export interface PlatformErrorOptions {

@@ -126,6 +126,17 @@ function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: num
   return { ttlSeconds, delaySeconds };
 }
 
+/**
+ * A call whose deadline (`connect-timeout-ms`, `grpc-timeout`) passed while it
+ * waited ends with `deadline_exceeded`, as the protocols say, not with an
+ * empty success the client cannot tell from "no message".
+ */
+function throwIfPastDeadline(context: HandlerContext): void {
+  const left = context.timeoutMs();
+  if (left !== undefined && left <= 0)
+    throw new PlatformError("deadline_exceeded", "the call's deadline passed before a message came");
+}
+
 /** The app's dead-letter rule for claims, or undefined when its deliveries are unlimited. */
 export function deadLetterRule(app: AppRecord): DeadLetterRule | undefined {
   const max = app.limits.maxDeliveries;
@@ -498,6 +509,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
         );
         const message = await consume(app, queue, waitSeconds, leaseSeconds, context);
+        if (!message) throwIfPastDeadline(context);
         return message ? { message: toMessage(message) } : {};
       },
 
@@ -562,9 +574,11 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             Math.min(app.limits.leaseSeconds, MAX_LEASE_SECONDS),
           );
           yield* stream(app, queue, windowSize, leaseSeconds, context);
+          throwIfPastDeadline(context);
         } catch (err) {
           const platformError = toPlatformError(err);
-          if (platformError.code === "internal")
+          // A client that cancels (or goes away) ends its stream normally: nothing to log.
+          if (platformError.code === "internal" && !context.signal.aborted)
             logger.error({ err, rpc: "QueueService/StreamMessages" }, "unexpected error");
           throw toConnectError(platformError);
         }
