@@ -110,7 +110,7 @@ describe("deadlines", () => {
         "connect-timeout-ms": "500",
         authorization: `Bearer ${app.token}`,
       },
-      body: grpcFrame(json),
+      body: new Uint8Array(grpcFrame(json)),
     });
     const bytes = Buffer.from(await res.arrayBuffer());
     // The last envelope (flag 2) is the end-of-stream message.
