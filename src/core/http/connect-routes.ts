@@ -55,6 +55,13 @@ import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { clientGoneSignal } from "./client-gone.ts";
 import { plainHeaders } from "./rest-router.ts";
+import {
+  connectUnaryErrorWithDetail,
+  detailed,
+  endOfStreamWithDetail,
+  grpcStatusWithDetail,
+  unimplementedAnswer,
+} from "./rpc-errors.ts";
 
 /** Bodies up to this size take the short path; larger ones are streamed by the general handler. */
 const FAST_MAX_BYTES = 1 << 20;
@@ -82,6 +89,19 @@ interface FastMethod {
 
 /** Registers every RPC of `options.routes` at `/<service>/<method>` on `fastify` (in its own scope: it replaces the body parsers). */
 export async function registerConnectRoutes(fastify: FastifyInstance, options: ConnectRoutesOptions): Promise<void> {
+  // An unknown service or method: `unimplemented` at once, by its protocol, without reading the body.
+  fastify.addHook("onRequest", (req, reply, done) => {
+    if (!req.is404) return done();
+    const answer = unimplementedAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, req.url);
+    if (!answer) return done();
+    void reply.hijack();
+    const res = reply.raw;
+    res.writeHead(answer.status, {
+      ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
+      ...answer.headers,
+    });
+    res.end(answer.body);
+  });
   await fastify.register((instance, _opts, done) => {
     const acceptCompression = [compressionGzip, compressionBrotli];
     const routerOptions = {
@@ -107,7 +127,7 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       }
     }
     addNoopContentTypeParsers(instance);
-    for (const uHandler of router.handlers) {
+    for (const uHandler of router.handlers.map(withErrorDetails)) {
       const shortPath = fast.get(uHandler.requestPath);
       instance.all(uHandler.requestPath, {}, async (req: FastifyRequest, reply: FastifyReply) => {
         const kind = shortPath && req.method === "POST" ? fastKind(req.headers) : undefined;
@@ -274,7 +294,57 @@ function contextFor(
 }
 
 function toConnectErrorOf(e: unknown): ConnectError {
-  return e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+  return detailed(e);
+}
+
+type Handler = ConnectRouter["handlers"][number];
+
+/**
+ * The handler, with every error it answers carrying an ErrorDetail: errors
+ * made by Connect itself (a body that does not parse, one over the read
+ * limit) get the one the application's errors have (see `rpc-errors.ts`).
+ */
+function withErrorDetails(handler: Handler): Handler {
+  const wrapped = async (req: Parameters<Handler>[0]) => {
+    const res = await handler(req);
+    const header = res.header instanceof Headers ? res.header : new Headers(res.header);
+    res.header = header;
+    const type = header.get("content-type") ?? "";
+    const body = res.body;
+    const iterable = typeof body === "object" && body !== null && Symbol.asyncIterator in body;
+    if (type.startsWith("application/grpc-web")) {
+      grpcStatusWithDetail(header);
+      if (iterable) res.body = endOfStreamWithDetail(body, "grpc-web");
+    } else if (type.startsWith("application/grpc")) {
+      grpcStatusWithDetail(header);
+      const trailer = res.trailer instanceof Headers ? res.trailer : new Headers(res.trailer);
+      res.trailer = trailer;
+      // The status is in the trailers once the body has ended.
+      if (iterable)
+        res.body = (async function* () {
+          yield* body;
+          grpcStatusWithDetail(trailer);
+        })();
+      else grpcStatusWithDetail(trailer);
+    } else if (type.startsWith("application/connect+")) {
+      if (iterable) res.body = endOfStreamWithDetail(body, "connect");
+    } else if (res.status !== 200 && iterable) {
+      // A Connect unary error: a small JSON body.
+      const chunks: Uint8Array[] = [];
+      for await (const chunk of body) chunks.push(chunk);
+      const bytes = Buffer.concat(chunks);
+      const fixed = connectUnaryErrorWithDetail(bytes);
+      res.body = (async function* () {
+        yield fixed ? fixed.body : bytes;
+      })();
+      if (fixed) {
+        res.status = fixed.status;
+        if (header.has("content-length")) header.set("content-length", String(fixed.body.byteLength));
+      }
+    }
+    return res;
+  };
+  return Object.assign(wrapped, handler);
 }
 
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
