@@ -10,7 +10,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { ListQueuesRequestSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import { ConnectError } from "@connectrpc/connect";
+import { ListQueuesRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 import { grpcFrame, h2Call, type RawAnswer } from "../support/raw-rpc.ts";
 
@@ -179,5 +180,20 @@ describe("a body over the read limit", () => {
     const body = JSON.parse(answer.body.toString()) as { code: string; details: { debug: { code: string } }[] };
     expect(body.code).toBe("resource_exhausted");
     expect(body.details[0].debug.code).toBe("payload_too_large");
+  });
+
+  it("PutMessages: as documented, about 120 full-size messages fit in one call, 140 fail whole with payload_too_large", async () => {
+    const queues = t.client(QueueService, app.token, "connect");
+    const big = "x".repeat(250_000);
+    const batch = (n: number) =>
+      Array.from({ length: n }, () => ({ payload: { kind: { case: "stringValue" as const, value: big } } }));
+    const ok = await queues.putMessages({ queue: "limit", messages: batch(120) });
+    expect(ok.messages).toHaveLength(120);
+    // Refused as soon as the server sees the size (before the body is in; a client still sending may then only
+    // see its connection reset: the answer itself is tested above with a frame that announces the size).
+    const err = await queues.putMessages({ queue: "limit", messages: batch(140) }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectError);
+    const { queues: list } = await queues.listQueues({});
+    expect(Number(list.find((q) => q.name === "limit")?.depth)).toBe(120);
   });
 });
