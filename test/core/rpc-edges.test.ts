@@ -10,7 +10,8 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { ConnectError } from "@connectrpc/connect";
+import { ConnectError, createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { ListQueuesRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 import { grpcFrame, h2Call, type RawAnswer } from "../support/raw-rpc.ts";
@@ -182,8 +183,19 @@ describe("a body over the read limit", () => {
     expect(body.details[0].debug.code).toBe("payload_too_large");
   });
 
-  it("PutMessages: as documented, about 120 full-size messages fit in one call, 140 fail whole with payload_too_large", async () => {
-    const queues = t.client(QueueService, app.token, "connect");
+  it("PutMessages: as documented, about 120 full-size messages fit in one call, 140 are refused whole", async () => {
+    // A client session that may hold the whole request (node:http2's default holds 10 MB).
+    const transport = createGrpcTransport({
+      baseUrl: t.url,
+      nodeOptions: { maxSessionMemory: 128 },
+      interceptors: [
+        (next) => (req) => {
+          req.header.set("authorization", `Bearer ${app.token}`);
+          return next(req);
+        },
+      ],
+    });
+    const queues = createClient(QueueService, transport);
     const big = "x".repeat(250_000);
     const batch = (n: number) =>
       Array.from({ length: n }, () => ({ payload: { kind: { case: "stringValue" as const, value: big } } }));

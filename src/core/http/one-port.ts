@@ -79,6 +79,9 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       });
     });
   };
+  // Node's default of 10 MB per HTTP/2 session refuses (ENHANCE_YOUR_CALM) a single request near the
+  // body limit (a full PutMessages); the read limit, not this, is what bounds a request.
+  const h2Options: http2.ServerOptions = { maxSessionMemory: 128 };
   const h1Options: http.ServerOptions = {
     headersTimeout: timeouts.headersTimeoutMs,
     requestTimeout: timeouts.requestTimeoutMs,
@@ -92,6 +95,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
         key: options.tls.key,
         cert: options.tls.cert,
         allowHTTP1: true,
+        ...h2Options,
         handshakeTimeout: timeouts.headersTimeoutMs,
         ...h1Options,
       },
@@ -149,7 +153,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       headerDeadlines.delete(socket);
     });
   });
-  const h2 = http2.createServer(handler as never);
+  const h2 = http2.createServer(h2Options, handler as never);
   trackSessions(h2);
   const sockets = new Set<net.Socket>();
   const isHttp2 = new WeakSet<net.Socket>();
