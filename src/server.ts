@@ -120,6 +120,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,
     contextValues: () => createContextValues(),
+    shortPath: config.connectShortPath,
+    metrics,
   });
   registerBodyParsers(fastify);
 

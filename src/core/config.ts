@@ -46,6 +46,10 @@ export interface Config {
   /** Connection timeouts of the one port (src/core/http/one-port.ts). */
   http: HttpTimeouts;
   logLevel: string;
+  /** `CONNECT_SHORT_PATH` (`on` | `off`): unary calls may take the short path in front of connect-fastify. */
+  connectShortPath: boolean;
+  /** `CORS_ORIGINS`: origins allowed to call Connect and gRPC-Web from a browser (comma-separated); none by default. */
+  corsOrigins: string[];
 }
 
 export interface HttpTimeouts {
@@ -188,6 +192,19 @@ export function loadConfig(env: Env = process.env): Config {
     "info",
   );
 
+  const connectShortPath = oneOf(env, "CONNECT_SHORT_PATH", ["on", "off"] as const, "on") === "on";
+  const corsOrigins = (optional(env, "CORS_ORIGINS") ?? "")
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
+  for (const origin of corsOrigins) {
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin))
+      throw new ConfigError(
+        "CORS_ORIGINS",
+        `must be a comma-separated list of origins such as https://app.example.com (was ${origin})`,
+      );
+  }
+
   return {
     port,
     host,
@@ -210,5 +227,7 @@ export function loadConfig(env: Env = process.env): Config {
     tls: keyFile && certFile ? { keyFile, certFile } : undefined,
     http,
     logLevel,
+    connectShortPath,
+    corsOrigins,
   };
 }

@@ -26,7 +26,6 @@ import type http2 from "node:http2";
 import {
   Code,
   ConnectError,
-  createConnectRouter,
   createContextValues,
   createHandlerContext,
   type ConnectRouter,
@@ -40,19 +39,14 @@ import {
   mergeNonProtocolHeaders,
   validateUniversalHandlerOptions,
   type Compression,
-  type UniversalHandler,
 } from "@connectrpc/connect/protocol";
 import * as protoConnect from "@connectrpc/connect/protocol-connect";
 import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
-import * as protoGrpcWeb from "@connectrpc/connect/protocol-grpc-web";
-import {
-  compressionBrotli,
-  compressionGzip,
-  universalRequestFromNodeRequest,
-  universalResponseToNodeResponse,
-} from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Metrics } from "../metrics.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { plainHeaders } from "./rest-router.ts";
 import {
@@ -74,6 +68,15 @@ export interface ConnectRoutesOptions {
   readMaxBytes: number;
   shutdownSignal: AbortSignal;
   contextValues?: () => ContextValues;
+  /**
+   * Whether unary calls may take the short path in front of the plugin
+   * (default true). False: `fastifyConnectPlugin` alone serves every call
+   * (`CONNECT_SHORT_PATH=off`; the benchmark's and the differential tests'
+   * comparison).
+   */
+  shortPath?: boolean;
+  /** Counts which path served each call (`connect_calls_total{path}`), so tests and operators can tell. */
+  metrics: Metrics;
 }
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -102,7 +105,12 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
     });
     res.end(answer.body);
   });
-  await fastify.register((instance, _opts, done) => {
+  const served = options.metrics.counter(
+    "connect_calls_total",
+    "Connect, gRPC and gRPC-Web calls by the path that served them: short (unary short path) or plugin.",
+    ["path"],
+  );
+  await fastify.register(async (instance) => {
     const acceptCompression = [compressionGzip, compressionBrotli];
     const routerOptions = {
       interceptors: options.interceptors,
@@ -110,79 +118,59 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       shutdownSignal: options.shutdownSignal,
       acceptCompression,
     };
-    const router = createConnectRouter(routerOptions);
-    options.routes(router);
-    const opt = validateUniversalHandlerOptions(routerOptions);
-    const fast = new Map<string, FastMethod>();
-    for (const { service, impl } of options.services) {
-      for (const method of service.methods) {
-        const fn = (impl as Record<string, unknown>)[method.localName];
-        if (method.methodKind !== "unary" || typeof fn !== "function") continue;
-        fast.set(`/${service.typeName}/${method.name}`, {
-          method: method as DescMethodUnary,
-          impl: (fn as (req: never, context: never) => unknown).bind(impl),
-          serialization: createMethodSerializationLookup(method, opt.binaryOptions, opt.jsonOptions, opt),
-          url: `/${service.typeName}/${method.name}`,
-        });
-      }
-    }
-    addNoopContentTypeParsers(instance);
-    for (const uHandler of router.handlers.map(withErrorDetails)) {
-      const shortPath = fast.get(uHandler.requestPath);
-      instance.all(uHandler.requestPath, {}, async (req: FastifyRequest, reply: FastifyReply) => {
-        const kind = shortPath && req.method === "POST" ? fastKind(req.headers) : undefined;
-        if (shortPath && kind) {
-          const read = await readBody(req.raw, FAST_MAX_BYTES);
-          if (read.complete) {
-            const done = await (kind.grpc
-              ? serveGrpc(
-                  shortPath,
-                  kind.binary,
-                  read.bytes,
-                  req,
-                  reply,
-                  options,
-                  acceptCompression,
-                  opt.compressMinBytes,
-                )
-              : serveConnect(
-                  shortPath,
-                  kind.binary,
-                  read.bytes,
-                  req,
-                  reply,
-                  options,
-                  acceptCompression,
-                  opt.compressMinBytes,
-                ));
-            if (done) return;
-          }
-          return general(uHandler, req, reply, options, bodyAgain(read, req.raw));
+    if (options.shortPath !== false) {
+      const opt = validateUniversalHandlerOptions(routerOptions);
+      const fast = new Map<string, FastMethod>();
+      for (const { service, impl } of options.services) {
+        for (const method of service.methods) {
+          const fn = (impl as Record<string, unknown>)[method.localName];
+          if (method.methodKind !== "unary" || typeof fn !== "function") continue;
+          fast.set(`/${service.typeName}/${method.name}`, {
+            method: method as DescMethodUnary,
+            impl: (fn as (req: never, context: never) => unknown).bind(impl),
+            serialization: createMethodSerializationLookup(method, opt.binaryOptions, opt.jsonOptions, opt),
+            url: `/${service.typeName}/${method.name}`,
+          });
         }
-        return general(uHandler, req, reply, options, undefined);
+      }
+      // In front of the plugin, in its scope: takes the reply only in the narrow case, else lets the plugin serve.
+      instance.addHook("preHandler", async (req: FastifyRequest, reply: FastifyReply) => {
+        const shortPath = req.method === "POST" ? fast.get(req.url) : undefined;
+        const kind = shortPath ? fastKind(req.headers) : undefined;
+        if (!shortPath || !kind) return;
+        const read = await readBody(req.raw, FAST_MAX_BYTES);
+        if (read.complete) {
+          const serve = kind.grpc ? serveGrpc : serveConnect;
+          // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
+          const done = await serve(
+            shortPath,
+            kind.binary,
+            read.bytes,
+            req,
+            reply,
+            options,
+            acceptCompression,
+            opt.compressMinBytes,
+          );
+          if (done) {
+            served.inc({ path: "short" });
+            return reply;
+          }
+        }
+        // The plugin takes `req.body` as the body when it is set: what was read, then the rest.
+        req.body = bodyAgain(read, req.raw);
       });
     }
-    done();
+    await instance.register(fastifyConnectPlugin, {
+      ...routerOptions,
+      routes(router) {
+        options.routes(router);
+        const handlers = router.handlers;
+        handlers.forEach((h, i) => (handlers[i] = withErrorDetails(h, () => served.inc({ path: "plugin" }))));
+      },
+      contextValues: () => options.contextValues?.() ?? createContextValues(),
+    });
   });
-}
-
-/** What `@connectrpc/connect-fastify` does for every request: the general handler. */
-async function general(
-  uHandler: UniversalHandler,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  options: ConnectRoutesOptions,
-  body: AsyncIterable<Uint8Array> | undefined,
-) {
-  try {
-    const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.());
-    const uRes = await uHandler(uReq);
-    copyReplyHeaders(reply);
-    await universalResponseToNodeResponse(uRes, reply.raw);
-  } catch (e) {
-    if (ConnectError.from(e).code == Code.Aborted) return;
-    console.error(`handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`, e);
-  }
 }
 
 /** Fastify keeps the headers set by hooks (`x-request-id`) on the reply until `send`, which these routes do not use. */
@@ -304,8 +292,9 @@ type Handler = ConnectRouter["handlers"][number];
  * made by Connect itself (a body that does not parse, one over the read
  * limit) get the one the application's errors have (see `rpc-errors.ts`).
  */
-function withErrorDetails(handler: Handler): Handler {
+function withErrorDetails(handler: Handler, onCall: () => void): Handler {
   const wrapped = async (req: Parameters<Handler>[0]) => {
+    onCall();
     const res = await handler(req);
     const header = res.header instanceof Headers ? res.header : new Headers(res.header);
     res.header = header;
@@ -421,6 +410,7 @@ async function serveConnect(
   }
   const header = protoConnect.trailerMux(context.responseHeader, context.responseTrailer);
   header.set(protoConnect.headerUnaryContentLength, body.byteLength.toString(10));
+  void reply.hijack();
   copyReplyHeaders(reply);
   await end(reply.raw, status, header, body);
   return true;
@@ -483,6 +473,7 @@ async function serveGrpc(
   } finally {
     ended();
   }
+  void reply.hijack();
   copyReplyHeaders(reply);
   await end(reply.raw, 200, context.responseHeader, frame, context.responseTrailer);
   return true;
@@ -490,23 +481,4 @@ async function serveGrpc(
 
 function headerValue(v: string | string[] | undefined): string | null {
   return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
-}
-
-/** The body parsers of `@connectrpc/connect-fastify`: none; the routes read the body themselves. */
-function addNoopContentTypeParsers(instance: FastifyInstance): void {
-  const noop = (_req: unknown, _payload: unknown, done: (err: null, body: undefined) => void) => done(null, undefined);
-  instance.addContentTypeParser(
-    [
-      protoConnect.contentTypeUnaryJson,
-      protoConnect.contentTypeStreamJson,
-      protoGrpcWeb.contentTypeProto,
-      protoGrpcWeb.contentTypeJson,
-      protoGrpc.contentTypeProto,
-      protoGrpc.contentTypeJson,
-    ],
-    noop,
-  );
-  instance.addContentTypeParser(protoGrpc.contentTypeRegExp, noop);
-  instance.addContentTypeParser(protoGrpcWeb.contentTypeRegExp, noop);
-  instance.addContentTypeParser(protoConnect.contentTypeRegExp, noop);
 }

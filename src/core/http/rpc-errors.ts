@@ -60,10 +60,11 @@ export function connectErrorJson(error: ConnectError): Uint8Array {
   if (error.rawMessage.length > 0) o.message = error.rawMessage;
   const details = errorDetailsOf(error);
   if (details.length > 0) {
+    // Key order as Connect writes it (type, debug, value): the same bytes whichever path answered.
     o.details = details.map((d) => ({
       type: ErrorDetailSchema.typeName,
-      value: base64Encode(toBinary(ErrorDetailSchema, d), "std_raw"),
       debug: toJson(ErrorDetailSchema, d),
+      value: base64Encode(toBinary(ErrorDetailSchema, d), "std_raw"),
     }));
   }
   return new TextEncoder().encode(JSON.stringify(o));
