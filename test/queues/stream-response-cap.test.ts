@@ -11,7 +11,8 @@ import { describe, expect, it } from "vitest";
 import { QueueService, StreamMessagesRequestSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 
-const t = useTestServer();
+const logLines: string[] = [];
+const t = useTestServer({ logLines });
 const app = useTestApp(t);
 const PYTHON = "/usr/bin/python3";
 const SCRIPT = new URL("../support/grpcio-stream.py", import.meta.url).pathname;
@@ -107,5 +108,30 @@ describe("StreamMessages response size", () => {
     // The messages given back were never delivered: a consume now sees its message's first delivery.
     const next = await t.client(QueueService, app.token).consumeMessage({ queue: "cut", waitSeconds: 0 });
     expect(next.message?.deliveries).toBe(1);
+  });
+
+  it("a client cancelling a busy stream is a normal end: no error-level log line", async () => {
+    const queues = t.client(QueueService, app.token, "grpc");
+    for (let round = 0; round < 5; round++) {
+      await queues.putMessages({
+        queue: "busy",
+        messages: Array.from({ length: 50 }, (_, i) => ({ payload: { kind: { case: "numberValue", value: i } } })),
+      });
+      const abort = new AbortController();
+      let got = 0;
+      try {
+        for await (const res of queues.streamMessages({ queue: "busy", window: 1000 }, { signal: abort.signal })) {
+          got += res.messages.length;
+          if (got >= 1) abort.abort();
+        }
+      } catch {
+        // The client's own cancel.
+      }
+      const started = Date.now();
+      while (streamsOpen() > 0 && Date.now() - started < 10_000) await new Promise((r) => setTimeout(r, 20));
+      expect(streamsOpen()).toBe(0);
+    }
+    const errors = logLines.filter((l) => (JSON.parse(l) as { level: number }).level >= 50);
+    expect(errors).toEqual([]);
   });
 });
