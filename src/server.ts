@@ -24,7 +24,14 @@ import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
-import { createMetaFacility, createReflectionImpl, packageInfo, ServerReflection } from "./meta/index.ts";
+import {
+  createMetaFacility,
+  createReflectionImpl,
+  createReflectionV1AlphaImpl,
+  packageInfo,
+  ServerReflection,
+  ServerReflectionV1Alpha,
+} from "./meta/index.ts";
 import { createFacilities } from "./facilities.ts";
 import { verifySharedKeys } from "./core/shared-keys/index.ts";
 import { keyringFromConfig } from "./secrets/index.ts";
@@ -114,6 +121,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     routes: (router: ConnectRouter) => {
       for (const facility of all) router.service(facility.service, facility.impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
+      router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
     },
     services: all,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],

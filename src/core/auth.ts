@@ -25,7 +25,11 @@ export type Principal = { kind: "public" } | { kind: "admin" } | { kind: "app"; 
 /** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
 export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
 
-const PUBLIC_SERVICES = new Set(["platform.meta.v1.MetaService", "grpc.reflection.v1.ServerReflection"]);
+const PUBLIC_SERVICES = new Set([
+  "platform.meta.v1.MetaService",
+  "grpc.reflection.v1.ServerReflection",
+  "grpc.reflection.v1alpha.ServerReflection",
+]);
 const ADMIN_SERVICE = "platform.admin.v1.AdminService";
 
 /**

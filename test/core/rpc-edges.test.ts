@@ -81,7 +81,7 @@ describe("unknown services and methods", () => {
     for (const type of ["application/grpc", "application/grpc+proto", "application/grpc-web+proto"]) {
       const answer = await h2Call(
         t.url,
-        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/platform.nope.v1.NopeService/Watch",
         { "content-type": type, te: "trailers" },
         grpcFrame(new Uint8Array(0)),
         { keepOpen: true },
