@@ -130,6 +130,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     contextValues: () => createContextValues(),
     shortPath: config.connectShortPath,
     metrics,
+    corsOrigins: config.corsOrigins,
   });
   registerBodyParsers(fastify);
 

@@ -27,6 +27,7 @@ import {
   Code,
   ConnectError,
   createContextValues,
+  cors,
   createHandlerContext,
   type ConnectRouter,
   type ContextValues,
@@ -45,6 +46,7 @@ import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import fastifyCors from "@fastify/cors";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { Metrics } from "../metrics.ts";
 import { clientGoneSignal } from "./client-gone.ts";
@@ -77,6 +79,11 @@ export interface ConnectRoutesOptions {
   shortPath?: boolean;
   /** Counts which path served each call (`connect_calls_total{path}`), so tests and operators can tell. */
   metrics: Metrics;
+  /**
+   * Origins whose browsers may call Connect and gRPC-Web (`CORS_ORIGINS`; `*`
+   * for any). Empty (the default): no CORS headers, so other origins cannot.
+   */
+  corsOrigins?: readonly string[];
 }
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -111,6 +118,17 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
     ["path"],
   );
   await fastify.register(async (instance) => {
+    const origins = options.corsOrigins ?? [];
+    if (origins.length > 0) {
+      // The headers Connect documents for Connect and gRPC-Web from browsers, plus the bearer token.
+      await instance.register(fastifyCors, {
+        origin: origins.includes("*") ? true : [...origins],
+        methods: [...cors.allowedMethods],
+        allowedHeaders: [...cors.allowedHeaders, "Authorization"],
+        exposedHeaders: [...cors.exposedHeaders],
+        maxAge: 7200,
+      });
+    }
     const acceptCompression = [compressionGzip, compressionBrotli];
     const routerOptions = {
       interceptors: options.interceptors,
