@@ -25,7 +25,9 @@ import { createMetrics } from "./core/metrics.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
+  createHealthImpl,
   createMetaFacility,
+  Health,
   createReflectionImpl,
   createReflectionV1AlphaImpl,
   packageInfo,
@@ -122,6 +124,21 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       for (const facility of all) router.service(facility.service, facility.impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
       router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
+      router.service(
+        Health,
+        createHealthImpl(
+          async (service) => {
+            const facility = service === "" ? undefined : all.find((f) => f.service.typeName === service);
+            if (service !== "" && !facility) return undefined;
+            const checks: Record<string, ReadinessCheck> = {
+              database: (signal) => pingDatabase(database.db, signal),
+            };
+            for (const f of facility ? [facility] : all) Object.assign(checks, f.readiness?.());
+            return (await checkReadiness(checks)).ready;
+          },
+          () => all.map((f) => f.service.typeName),
+        ),
+      );
     },
     services: all,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],

@@ -29,6 +29,7 @@ const PUBLIC_SERVICES = new Set([
   "platform.meta.v1.MetaService",
   "grpc.reflection.v1.ServerReflection",
   "grpc.reflection.v1alpha.ServerReflection",
+  "grpc.health.v1.Health",
 ]);
 const ADMIN_SERVICE = "platform.admin.v1.AdminService";
 

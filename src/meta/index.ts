@@ -8,6 +8,7 @@ import { createMetaService } from "./meta-service.ts";
 import { metaRoutes } from "./meta-routes.ts";
 
 export { packageInfo } from "./meta-service.ts";
+export { createHealthImpl, Health } from "./health.ts";
 export {
   createReflectionImpl,
   createReflectionV1AlphaImpl,
