@@ -209,3 +209,23 @@ describe("a body over the read limit", () => {
     expect(Number(list.find((q) => q.name === "limit")?.depth)).toBe(120);
   });
 });
+
+describe("read RPCs marked NO_SIDE_EFFECTS", () => {
+  it("answer Connect's cacheable GET form", async () => {
+    const version = await fetch(
+      `${t.url}/platform.meta.v1.MetaService/GetVersion?connect=v1&encoding=json&message=${encodeURIComponent("{}")}`,
+    );
+    expect(version.status).toBe(200);
+    expect(((await version.json()) as { name: string }).name).toBe("platform-batteries");
+    const models = await fetch(
+      `${t.url}/platform.inference.v1.InferenceService/ListModels?connect=v1&encoding=json&message=${encodeURIComponent("{}")}`,
+      { headers: auth() },
+    );
+    expect(models.status).toBe(200);
+    // A write is not served by GET.
+    const put = await fetch(`${t.url}${PUT}?connect=v1&encoding=json&message=${encodeURIComponent("{}")}`, {
+      headers: auth(),
+    });
+    expect(put.status).not.toBe(200);
+  });
+});
