@@ -8,10 +8,10 @@
  * errors carry.
  */
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import { ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport } from "@connectrpc/connect-node";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ListQueuesRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 import { grpcFrame, h2Call, type RawAnswer } from "../support/raw-rpc.ts";
@@ -185,9 +185,12 @@ describe("a body over the read limit", () => {
 
   it("PutMessages: as documented, about 120 full-size messages fit in one call, 140 are refused whole", async () => {
     // A client session that may hold the whole request (node:http2's default holds 10 MB).
+    // Its own session, closed at the end: the refused call's request stream is still open when its answer comes.
+    const sessions = new Http2SessionManager(t.url, undefined, { maxSessionMemory: 128 });
+    onTestFinished(() => sessions.abort());
     const transport = createGrpcTransport({
       baseUrl: t.url,
-      nodeOptions: { maxSessionMemory: 128 },
+      sessionManager: sessions,
       interceptors: [
         (next) => (req) => {
           req.header.set("authorization", `Bearer ${app.token}`);
