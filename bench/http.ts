@@ -14,7 +14,9 @@
  * `GET /v1/inference/models` and `POST /v1/queues/{q}`, each over REST on
  * HTTP/1.1, REST on h2c, Connect JSON, Connect binary (proto) and gRPC (h2c),
  * calling the RPC the REST route calls, and the baseline's route over HTTP/1.1.
- * Connect goes over HTTP/1.1 unless BENCH_CONNECT_HTTP=2.
+ * Connect goes over HTTP/1.1 unless BENCH_CONNECT_HTTP=2. The service inherits the environment:
+ * `CONNECT_SHORT_PATH=off npm run bench:http` measures connect-fastify's plugin alone, without the
+ * unary short path in front of it (the comparison that decides whether the short path stays).
  * One load generator for all (`http-load.ts`): BENCH_CONCURRENCY (64) requests
  * in flight (HTTP/1.1: as many connections; HTTP/2: over BENCH_H2_SESSIONS (4)
  * sessions), BENCH_WARMUP_SECONDS (1) uncounted, then BENCH_SECONDS (4) counted,

@@ -27,7 +27,16 @@ import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
-import { createMetaFacility, createReflectionImpl, packageInfo, ServerReflection } from "./meta/index.ts";
+import {
+  createHealthImpl,
+  createMetaFacility,
+  Health,
+  createReflectionImpl,
+  createReflectionV1AlphaImpl,
+  packageInfo,
+  ServerReflection,
+  ServerReflectionV1Alpha,
+} from "./meta/index.ts";
 import { createFacilities } from "./facilities.ts";
 import { verifySharedKeys } from "./core/shared-keys/index.ts";
 import { keyringFromConfig } from "./secrets/index.ts";
@@ -142,12 +151,31 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     routes: (router: ConnectRouter) => {
       for (const { service, impl } of served) router.service(service, impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
+      router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
+      router.service(
+        Health,
+        createHealthImpl(
+          async (service) => {
+            const facility = service === "" ? undefined : all.find((f) => f.service.typeName === service);
+            if (service !== "" && !facility) return undefined;
+            const checks: Record<string, ReadinessCheck> = {
+              database: (signal) => pingDatabase(database.db, signal),
+            };
+            for (const f of facility ? [facility] : all) Object.assign(checks, f.readiness?.());
+            return (await checkReadiness(checks)).ready;
+          },
+          () => all.map((f) => f.service.typeName),
+        ),
+      );
     },
     services: served,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
     shutdownSignal: shutdown.signal,
     contextValues: (req) => createContextValues().set(requestIdKey, req.id),
+    shortPath: config.connectShortPath,
+    metrics,
+    corsOrigins: config.corsOrigins,
   });
   registerBodyParsers(fastify);
 

@@ -75,6 +75,31 @@ describe("one port, every protocol", () => {
     expect(list).toContain("platform.admin.v1.AdminService/CreateApp");
     expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
   });
+
+  it("gRPC reflection v1alpha, for grpcurl and older tools, answers as v1 does", async () => {
+    const { stdout } = await run("node_modules/.bin/buf", [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "--reflect-protocol",
+      "grpc-v1alpha",
+      `${t.url}/platform.meta.v1.MetaService/GetVersion`,
+    ]);
+    expect(JSON.parse(stdout)).toEqual({ name: pkg.name, version: pkg.version });
+    const { stdout: list } = await run("node_modules/.bin/buf", [
+      "curl",
+      "--protocol",
+      "grpc",
+      "--http2-prior-knowledge",
+      "--reflect-protocol",
+      "grpc-v1alpha",
+      "--list-methods",
+      t.url,
+    ]);
+    expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
+    expect(list).toContain("grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo");
+  });
 });
 
 describe("the error envelope at the edge", () => {

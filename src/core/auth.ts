@@ -43,7 +43,12 @@ export const principalKey = createContextKey<Principal>({ kind: "public" }, { de
 /** The id of the HTTP request carrying a Connect call (as in its log line and `x-request-id`), for the audit log. */
 export const requestIdKey = createContextKey<string>("", { description: "request id" });
 
-const PUBLIC_SERVICES = new Set(["platform.meta.v1.MetaService", "grpc.reflection.v1.ServerReflection"]);
+const PUBLIC_SERVICES = new Set([
+  "platform.meta.v1.MetaService",
+  "grpc.reflection.v1.ServerReflection",
+  "grpc.reflection.v1alpha.ServerReflection",
+  "grpc.health.v1.Health",
+]);
 const ADMIN_SERVICE = "platform.admin.v1.AdminService";
 
 /**

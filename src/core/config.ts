@@ -52,6 +52,10 @@ export interface Config {
   adminUrl: string | undefined;
   /** `AUDIT_RETENTION_DAYS`: days the admin API's audit log is kept (1 to 3650, default 90). */
   auditRetentionDays: number;
+  /** `CONNECT_SHORT_PATH` (`on` | `off`): unary calls may take the short path in front of connect-fastify. */
+  connectShortPath: boolean;
+  /** `CORS_ORIGINS`: origins allowed to call Connect and gRPC-Web from a browser (comma-separated); none by default. */
+  corsOrigins: string[];
 }
 
 export interface HttpTimeouts {
@@ -211,6 +215,18 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError("AUDIT_RETENTION_DAYS", "must be a whole number of days from 1 to 3650");
 
   const adminUrl = url(env, "PLATFORM_ADMIN_URL", ["http:", "https:"]);
+  const connectShortPath = oneOf(env, "CONNECT_SHORT_PATH", ["on", "off"] as const, "on") === "on";
+  const corsOrigins = (optional(env, "CORS_ORIGINS") ?? "")
+    .split(",")
+    .map((o) => o.trim())
+    .filter((o) => o !== "");
+  for (const origin of corsOrigins) {
+    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin))
+      throw new ConfigError(
+        "CORS_ORIGINS",
+        `must be a comma-separated list of origins such as https://app.example.com (was ${origin})`,
+      );
+  }
 
   return {
     adminUrl,
@@ -237,5 +253,7 @@ export function loadConfig(env: Env = process.env): Config {
     http,
     databaseTimeouts,
     logLevel,
+    connectShortPath,
+    corsOrigins,
   };
 }

@@ -29,7 +29,11 @@ export type ErrorCode =
   | "not_configured"
   | "upstream_error"
   | "unavailable"
-  | "internal";
+  | "internal"
+  /** Connect and gRPC only: the call's deadline (`connect-timeout-ms`, `grpc-timeout`) passed first. */
+  | "deadline_exceeded"
+  /** Connect and gRPC only: no such service or method on this server. */
+  | "unimplemented";
 
 const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   invalid_argument: { status: 400, connect: Code.InvalidArgument },
@@ -52,6 +56,8 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   upstream_error: { status: 502, connect: Code.Unavailable },
   unavailable: { status: 503, connect: Code.Unavailable },
   internal: { status: 500, connect: Code.Internal },
+  deadline_exceeded: { status: 504, connect: Code.DeadlineExceeded },
+  unimplemented: { status: 501, connect: Code.Unimplemented },
 };
 
 /** Every code, in the order of the error table (the app client keeps a copy; a test ties the two). */
@@ -67,6 +73,7 @@ const codeByConnect = new Map<Code, ErrorCode>([
   [Code.ResourceExhausted, "quota_exceeded"],
   [Code.Unimplemented, "not_configured"],
   [Code.Unavailable, "upstream_error"],
+  [Code.DeadlineExceeded, "deadline_exceeded"],
 ]);
 
 export interface PlatformErrorOptions {

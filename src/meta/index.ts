@@ -8,7 +8,13 @@ import { createMetaService } from "./meta-service.ts";
 import { metaRoutes } from "./meta-routes.ts";
 
 export { packageInfo } from "./meta-service.ts";
-export { createReflectionImpl, ServerReflection } from "./reflection.ts";
+export { createHealthImpl, Health } from "./health.ts";
+export {
+  createReflectionImpl,
+  createReflectionV1AlphaImpl,
+  ServerReflection,
+  ServerReflectionV1Alpha,
+} from "./reflection.ts";
 
 export function createMetaFacility(): Facility<typeof MetaService> {
   return { service: MetaService, impl: createMetaService(), routes: metaRoutes };

@@ -1,19 +1,28 @@
 /**
- * gRPC server reflection (grpc.reflection.v1), so `buf curl` and `grpcurl`
- * can call the services without a local copy of the schema. It answers from
- * the descriptors compiled into `gen/`, so it always matches what is served.
+ * gRPC server reflection (grpc.reflection.v1, and v1alpha beside it for
+ * grpcurl and older tools), so `buf curl` and `grpcurl` can call the services
+ * without a local copy of the schema. It answers from the descriptors
+ * compiled into `gen/`, so it always matches what is served. The two
+ * versions' messages are the same on the wire: v1alpha is answered by the v1
+ * code, its messages converted through their bytes.
  */
-import { createRegistry, toBinary, type DescFile, type DescService } from "@bufbuild/protobuf";
+import { createRegistry, fromBinary, toBinary, type DescFile, type DescService } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   ServerReflection,
+  ServerReflectionRequestSchema,
+  ServerReflectionResponseSchema,
   type ServerReflectionRequest,
-  type ServerReflectionResponseSchema,
 } from "../../gen/grpc/reflection/v1/reflection_pb.js";
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  ServerReflection as ServerReflectionV1Alpha,
+  ServerReflectionRequestSchema as V1AlphaRequestSchema,
+  ServerReflectionResponseSchema as V1AlphaResponseSchema,
+} from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 
-export { ServerReflection };
+export { ServerReflection, ServerReflectionV1Alpha };
 
 type Response = MessageInitShape<typeof ServerReflectionResponseSchema>;
 
@@ -24,7 +33,8 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
     files.set(file.name, file);
     file.dependencies.forEach(addFile);
   };
-  for (const service of [...services, ServerReflection]) addFile(service.file);
+  const reflection = [ServerReflection, ServerReflectionV1Alpha];
+  for (const service of [...services, ...reflection]) addFile(service.file);
   const registry = createRegistry(...files.values());
 
   /** The file and everything it imports, dependencies first, as reflection clients expect. */
@@ -52,7 +62,7 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
           ...base,
           messageResponse: {
             case: "listServicesResponse",
-            value: { service: [...services, ServerReflection].map((s) => ({ name: s.typeName })) },
+            value: { service: [...services, ...reflection].map((s) => ({ name: s.typeName })) },
           },
         };
       case "fileByFilename": {
@@ -107,6 +117,25 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
   return {
     async *serverReflectionInfo(requests) {
       for await (const req of requests) yield answer(req);
+    },
+  };
+}
+
+/** grpc.reflection.v1alpha: the v1 answers, each message converted through its (identical) wire form. */
+export function createReflectionV1AlphaImpl(services: DescService[]): ServiceImpl<typeof ServerReflectionV1Alpha> {
+  const v1 = createReflectionImpl(services);
+  return {
+    async *serverReflectionInfo(requests, context) {
+      const asV1 = async function* () {
+        for await (const req of requests)
+          yield fromBinary(ServerReflectionRequestSchema, toBinary(V1AlphaRequestSchema, req));
+      };
+      for await (const res of v1.serverReflectionInfo(asV1(), context)) {
+        yield fromBinary(
+          V1AlphaResponseSchema,
+          toBinary(ServerReflectionResponseSchema, create(ServerReflectionResponseSchema, res)),
+        );
+      }
     },
   };
 }

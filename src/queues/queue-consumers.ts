@@ -62,6 +62,8 @@ export interface QueueConsumers {
     leaseSeconds: number,
     rule: ClaimRule,
     context: HandlerContext,
+    /** How many of the first of these messages fit in one response (at least one is always sent). */
+    fit?: (unsent: StoredMessage[]) => number,
   ): AsyncGenerator<{ messages: StoredMessage[] }>;
 }
 
@@ -222,6 +224,8 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     leaseSeconds: number,
     rule: ClaimRule,
     context: HandlerContext,
+    /** How many of the first of these messages fit in one response (at least one is always sent). */
+    fit: (unsent: StoredMessage[]) => number = (unsent) => unsent.length,
   ) {
     const stop = new AbortController();
     const onAbort = () => stop.abort();
@@ -275,13 +279,16 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         } finally {
           waiter.leave(served, used);
         }
+        // One response per part that fits (STREAM_RESPONSE_MAX_BYTES); the parts not yet handed on stay unsent.
+        while (unsent.length > 0 && !signal.aborted) {
+          const messages = unsent.slice(0, Math.max(1, fit(unsent)));
+          for (const m of messages) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
+          // Handed to the transport from here on: sent.
+          unsent = unsent.slice(messages.length);
+          streamSent.inc(messages.length);
+          yield { messages };
+        }
         if (signal.aborted) break;
-        for (const m of unsent) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
-        const messages = unsent;
-        // Handed to the transport from here on: sent.
-        unsent = [];
-        streamSent.inc(messages.length);
-        yield { messages };
       }
     } finally {
       window.close();

@@ -48,3 +48,12 @@ export const MAX_CONSUME_MESSAGES = 100;
 export const STREAM_RECHECK_MIN_MS = 5;
 /** ...and, while none was, twice as long each time, up to this. */
 export const STREAM_RECHECK_MAX_MS = 100;
+/**
+ * Most encoded bytes of one `StreamMessages` response (at least one message is
+ * always sent). Standard gRPC clients (grpc-js, grpcio, grpc-go, grpc-java)
+ * refuse a message over 4 MiB by default; a claim of large messages is sent
+ * as several responses instead.
+ */
+export const STREAM_RESPONSE_MAX_BYTES = 1 << 20;
+/** What a message's JSON encoding adds to its payload's text (id, receipt, times, field names). */
+export const STREAM_MESSAGE_JSON_OVERHEAD = 512;

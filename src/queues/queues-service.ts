@@ -30,11 +30,11 @@
  *   before the message is visible again (the policy's retry delay and backoff).
  * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
-import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
+import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
@@ -52,6 +52,8 @@ import {
   MAX_WAIT_SECONDS,
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
+  STREAM_MESSAGE_JSON_OVERHEAD,
+  STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
@@ -136,6 +138,17 @@ function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: num
   if (delaySeconds >= ttlSeconds)
     throw invalidArgument(`${prefix}delaySeconds`, "must be less than the message's lifetime (ttlSeconds)");
   return { ttlSeconds, delaySeconds };
+}
+
+/**
+ * A call whose deadline (`connect-timeout-ms`, `grpc-timeout`) passed while it
+ * waited ends with `deadline_exceeded`, as the protocols say, not with an
+ * empty success the client cannot tell from "no message".
+ */
+function throwIfPastDeadline(context: HandlerContext): void {
+  const left = context.timeoutMs();
+  if (left !== undefined && left <= 0)
+    throw new PlatformError("deadline_exceeded", "the call's deadline passed before a message came");
 }
 
 function checkPutQueue(name: string): string {
@@ -223,6 +236,26 @@ function toMessage(m: StoredMessage) {
     leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
     deliveries: m.deliveries,
   };
+}
+
+/**
+ * The first messages of `claimed` that fit in one `StreamMessages` response of
+ * at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least one). The
+ * larger of the binary size and the JSON text of the payload counts, so the
+ * cap holds for the protobuf and the JSON encodings alike.
+ */
+function responsePart(claimed: StoredMessage[]) {
+  const part: ReturnType<typeof toMessage>[] = [];
+  let bytes = 0;
+  for (const m of claimed) {
+    const message = toMessage(m);
+    const binary = toBinary(MessageSchema, create(MessageSchema, message)).byteLength;
+    const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
+    if (part.length > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
+    part.push(message);
+    bytes += size;
+  }
+  return part;
 }
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
@@ -344,6 +377,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const { policy, rule } = await policyOf(app, queue);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
         const messages = await consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        if (messages.length === 0) throwIfPastDeadline(context);
         if (req.max !== undefined) return { messages: messages.map(toMessage) };
         return messages[0] ? { message: toMessage(messages[0]) } : {};
       },
@@ -497,11 +531,14 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
           const { policy, rule } = await policyOf(app, queue);
           const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context))
+          const fit = (unsent: StoredMessage[]) => responsePart(unsent).length;
+          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit))
             yield { messages: messages.map(toMessage) };
+          throwIfPastDeadline(context);
         } catch (err) {
           const platformError = toPlatformError(err);
-          if (platformError.code === "internal")
+          // A client that cancels (or goes away) ends its stream normally: nothing to log.
+          if (platformError.code === "internal" && !context.signal.aborted)
             logger.error({ err, rpc: "QueueService/StreamMessages" }, "unexpected error");
           throw toConnectError(platformError);
         }

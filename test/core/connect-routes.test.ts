@@ -112,7 +112,7 @@ describe("unary Connect and gRPC calls: the short path answers as the general ha
     expect((await bothConnect(LIST, new Uint8Array(), proto)).status).toBe(200);
     expect((await bothConnect(LIST, "{}", { "content-type": "application/json" })).status).toBe(401);
     expect((await bothConnect(LIST, "{", json)).status).toBe(400);
-    expect((await bothConnect(LIST, new Uint8Array([0xff, 0xff]), proto)).status).toBe(500);
+    expect((await bothConnect(LIST, new Uint8Array([0xff, 0xff]), proto)).status).toBe(400);
     const bad = toBinary(RegisterEventTypeRequestSchema, create(RegisterEventTypeRequestSchema, { name: "Bad" }));
     expect((await bothConnect(REGISTER, bad, proto)).status).toBe(400);
     // Large enough to be compressed when the client accepts it.

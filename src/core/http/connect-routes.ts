@@ -26,8 +26,8 @@ import type http2 from "node:http2";
 import {
   Code,
   ConnectError,
-  createConnectRouter,
   createContextValues,
+  cors,
   createHandlerContext,
   type ConnectRouter,
   type ContextValues,
@@ -40,20 +40,24 @@ import {
   mergeNonProtocolHeaders,
   validateUniversalHandlerOptions,
   type Compression,
-  type UniversalHandler,
 } from "@connectrpc/connect/protocol";
 import * as protoConnect from "@connectrpc/connect/protocol-connect";
 import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
-import * as protoGrpcWeb from "@connectrpc/connect/protocol-grpc-web";
-import {
-  compressionBrotli,
-  compressionGzip,
-  universalRequestFromNodeRequest,
-  universalResponseToNodeResponse,
-} from "@connectrpc/connect-node";
+import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
+import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import fastifyCors from "@fastify/cors";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { Metrics } from "../metrics.ts";
+import { clientGoneSignal } from "./client-gone.ts";
 import { plainHeaders } from "./rest-router.ts";
+import {
+  connectUnaryErrorWithDetail,
+  detailed,
+  endOfStreamWithDetail,
+  grpcStatusWithDetail,
+  unimplementedAnswer,
+} from "./rpc-errors.ts";
 
 /** Bodies up to this size take the short path; larger ones are streamed by the general handler. */
 const FAST_MAX_BYTES = 1 << 20;
@@ -67,6 +71,20 @@ export interface ConnectRoutesOptions {
   shutdownSignal: AbortSignal;
   /** The context values of one call; given the request, e.g. for its id (`requestIdKey`). */
   contextValues?: (req: FastifyRequest) => ContextValues;
+  /**
+   * Whether unary calls may take the short path in front of the plugin
+   * (default true). False: `fastifyConnectPlugin` alone serves every call
+   * (`CONNECT_SHORT_PATH=off`; the benchmark's and the differential tests'
+   * comparison).
+   */
+  shortPath?: boolean;
+  /** Counts which path served each call (`connect_calls_total{path}`), so tests and operators can tell. */
+  metrics: Metrics;
+  /**
+   * Origins whose browsers may call Connect and gRPC-Web (`CORS_ORIGINS`; `*`
+   * for any). Empty (the default): no CORS headers, so other origins cannot.
+   */
+  corsOrigins?: readonly string[];
 }
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -82,7 +100,36 @@ interface FastMethod {
 
 /** Registers every RPC of `options.routes` at `/<service>/<method>` on `fastify` (in its own scope: it replaces the body parsers). */
 export async function registerConnectRoutes(fastify: FastifyInstance, options: ConnectRoutesOptions): Promise<void> {
-  await fastify.register((instance, _opts, done) => {
+  // An unknown service or method: `unimplemented` at once, by its protocol, without reading the body.
+  fastify.addHook("onRequest", (req, reply, done) => {
+    if (!req.is404) return done();
+    const answer = unimplementedAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, req.url);
+    if (!answer) return done();
+    void reply.hijack();
+    const res = reply.raw;
+    res.writeHead(answer.status, {
+      ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
+      ...answer.headers,
+    });
+    res.end(answer.body);
+  });
+  const served = options.metrics.counter(
+    "connect_calls_total",
+    "Connect, gRPC and gRPC-Web calls by the path that served them: short (unary short path) or plugin.",
+    ["path"],
+  );
+  await fastify.register(async (instance) => {
+    const origins = options.corsOrigins ?? [];
+    if (origins.length > 0) {
+      // The headers Connect documents for Connect and gRPC-Web from browsers, plus the bearer token.
+      await instance.register(fastifyCors, {
+        origin: origins.includes("*") ? true : [...origins],
+        methods: [...cors.allowedMethods],
+        allowedHeaders: [...cors.allowedHeaders, "Authorization"],
+        exposedHeaders: [...cors.exposedHeaders],
+        maxAge: 7200,
+      });
+    }
     const acceptCompression = [compressionGzip, compressionBrotli];
     const routerOptions = {
       interceptors: options.interceptors,
@@ -90,79 +137,59 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       shutdownSignal: options.shutdownSignal,
       acceptCompression,
     };
-    const router = createConnectRouter(routerOptions);
-    options.routes(router);
-    const opt = validateUniversalHandlerOptions(routerOptions);
-    const fast = new Map<string, FastMethod>();
-    for (const { service, impl } of options.services) {
-      for (const method of service.methods) {
-        const fn = (impl as Record<string, unknown>)[method.localName];
-        if (method.methodKind !== "unary" || typeof fn !== "function") continue;
-        fast.set(`/${service.typeName}/${method.name}`, {
-          method: method as DescMethodUnary,
-          impl: (fn as (req: never, context: never) => unknown).bind(impl),
-          serialization: createMethodSerializationLookup(method, opt.binaryOptions, opt.jsonOptions, opt),
-          url: `/${service.typeName}/${method.name}`,
-        });
-      }
-    }
-    addNoopContentTypeParsers(instance);
-    for (const uHandler of router.handlers) {
-      const shortPath = fast.get(uHandler.requestPath);
-      instance.all(uHandler.requestPath, {}, async (req: FastifyRequest, reply: FastifyReply) => {
-        const kind = shortPath && req.method === "POST" ? fastKind(req.headers) : undefined;
-        if (shortPath && kind) {
-          const read = await readBody(req.raw, FAST_MAX_BYTES);
-          if (read.complete) {
-            const done = await (kind.grpc
-              ? serveGrpc(
-                  shortPath,
-                  kind.binary,
-                  read.bytes,
-                  req,
-                  reply,
-                  options,
-                  acceptCompression,
-                  opt.compressMinBytes,
-                )
-              : serveConnect(
-                  shortPath,
-                  kind.binary,
-                  read.bytes,
-                  req,
-                  reply,
-                  options,
-                  acceptCompression,
-                  opt.compressMinBytes,
-                ));
-            if (done) return;
-          }
-          return general(uHandler, req, reply, options, bodyAgain(read, req.raw));
+    if (options.shortPath !== false) {
+      const opt = validateUniversalHandlerOptions(routerOptions);
+      const fast = new Map<string, FastMethod>();
+      for (const { service, impl } of options.services) {
+        for (const method of service.methods) {
+          const fn = (impl as Record<string, unknown>)[method.localName];
+          if (method.methodKind !== "unary" || typeof fn !== "function") continue;
+          fast.set(`/${service.typeName}/${method.name}`, {
+            method: method as DescMethodUnary,
+            impl: (fn as (req: never, context: never) => unknown).bind(impl),
+            serialization: createMethodSerializationLookup(method, opt.binaryOptions, opt.jsonOptions, opt),
+            url: `/${service.typeName}/${method.name}`,
+          });
         }
-        return general(uHandler, req, reply, options, undefined);
+      }
+      // In front of the plugin, in its scope: takes the reply only in the narrow case, else lets the plugin serve.
+      instance.addHook("preHandler", async (req: FastifyRequest, reply: FastifyReply) => {
+        const shortPath = req.method === "POST" ? fast.get(req.url) : undefined;
+        const kind = shortPath ? fastKind(req.headers) : undefined;
+        if (!shortPath || !kind) return;
+        const read = await readBody(req.raw, FAST_MAX_BYTES);
+        if (read.complete) {
+          const serve = kind.grpc ? serveGrpc : serveConnect;
+          // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
+          const done = await serve(
+            shortPath,
+            kind.binary,
+            read.bytes,
+            req,
+            reply,
+            options,
+            acceptCompression,
+            opt.compressMinBytes,
+          );
+          if (done) {
+            served.inc({ path: "short" });
+            return reply;
+          }
+        }
+        // The plugin takes `req.body` as the body when it is set: what was read, then the rest.
+        req.body = bodyAgain(read, req.raw);
       });
     }
-    done();
+    await instance.register(fastifyConnectPlugin, {
+      ...routerOptions,
+      routes(router) {
+        options.routes(router);
+        const handlers = router.handlers;
+        handlers.forEach((h, i) => (handlers[i] = withErrorDetails(h, () => served.inc({ path: "plugin" }))));
+      },
+      contextValues: (req) => options.contextValues?.(req) ?? createContextValues(),
+    });
   });
-}
-
-/** What `@connectrpc/connect-fastify` does for every request: the general handler. */
-async function general(
-  uHandler: UniversalHandler,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  options: ConnectRoutesOptions,
-  body: AsyncIterable<Uint8Array> | undefined,
-) {
-  try {
-    const uReq = universalRequestFromNodeRequest(req.raw, reply.raw, body as never, options.contextValues?.(req));
-    const uRes = await uHandler(uReq);
-    copyReplyHeaders(reply);
-    await universalResponseToNodeResponse(uRes, reply.raw);
-  } catch (e) {
-    if (ConnectError.from(e).code == Code.Aborted) return;
-    console.error(`handler for rpc ${uHandler.method.name} of ${uHandler.service.typeName} failed`, e);
-  }
 }
 
 /** Fastify keeps the headers set by hooks (`x-request-id`) on the reply until `send`, which these routes do not use. */
@@ -251,12 +278,8 @@ function contextFor(
   responseHeader: Record<string, string>,
   responseTrailer?: Record<string, string>,
 ) {
-  const abort = new AbortController();
-  let finished = false;
-  // A client that goes away ends the call (a waiting consume stops waiting).
-  reply.raw.once("close", () => {
-    if (!finished) abort.abort(new ConnectError("operation was aborted", Code.Aborted));
-  });
+  // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
+  const call = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
   const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
   const context = createHandlerContext({
     service: m.method.parent,
@@ -272,13 +295,64 @@ function contextFor(
     // call (that costs a DOMException each), so a listener on the server's
     // long-lived signal would stay behind. As on the REST routes, a waiting
     // call ends at shutdown through the facility's own signal.
-    requestSignal: abort.signal,
+    requestSignal: call.signal,
   });
-  return { context, end: () => void (finished = true) };
+  return { context, end: () => call.done() };
 }
 
 function toConnectErrorOf(e: unknown): ConnectError {
-  return e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+  return detailed(e);
+}
+
+type Handler = ConnectRouter["handlers"][number];
+
+/**
+ * The handler, with every error it answers carrying an ErrorDetail: errors
+ * made by Connect itself (a body that does not parse, one over the read
+ * limit) get the one the application's errors have (see `rpc-errors.ts`).
+ */
+function withErrorDetails(handler: Handler, onCall: () => void): Handler {
+  const wrapped = async (req: Parameters<Handler>[0]) => {
+    onCall();
+    const res = await handler(req);
+    const header = res.header instanceof Headers ? res.header : new Headers(res.header);
+    res.header = header;
+    const type = header.get("content-type") ?? "";
+    const body = res.body;
+    const iterable = typeof body === "object" && body !== null && Symbol.asyncIterator in body;
+    if (type.startsWith("application/grpc-web")) {
+      grpcStatusWithDetail(header);
+      if (iterable) res.body = endOfStreamWithDetail(body, "grpc-web");
+    } else if (type.startsWith("application/grpc")) {
+      grpcStatusWithDetail(header);
+      const trailer = res.trailer instanceof Headers ? res.trailer : new Headers(res.trailer);
+      res.trailer = trailer;
+      // The status is in the trailers once the body has ended.
+      if (iterable)
+        res.body = (async function* () {
+          yield* body;
+          grpcStatusWithDetail(trailer);
+        })();
+      else grpcStatusWithDetail(trailer);
+    } else if (type.startsWith("application/connect+")) {
+      if (iterable) res.body = endOfStreamWithDetail(body, "connect");
+    } else if (res.status !== 200 && iterable) {
+      // A Connect unary error: a small JSON body.
+      const chunks: Uint8Array[] = [];
+      for await (const chunk of body) chunks.push(chunk);
+      const bytes = Buffer.concat(chunks);
+      const fixed = connectUnaryErrorWithDetail(bytes);
+      res.body = (async function* () {
+        yield fixed ? fixed.body : bytes;
+      })();
+      if (fixed) {
+        res.status = fixed.status;
+        if (header.has("content-length")) header.set("content-length", String(fixed.body.byteLength));
+      }
+    }
+    return res;
+  };
+  return Object.assign(wrapped, handler);
 }
 
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
@@ -355,6 +429,7 @@ async function serveConnect(
   }
   const header = protoConnect.trailerMux(context.responseHeader, context.responseTrailer);
   header.set(protoConnect.headerUnaryContentLength, body.byteLength.toString(10));
+  void reply.hijack();
   copyReplyHeaders(reply);
   await end(reply.raw, status, header, body);
   return true;
@@ -417,6 +492,7 @@ async function serveGrpc(
   } finally {
     ended();
   }
+  void reply.hijack();
   copyReplyHeaders(reply);
   await end(reply.raw, 200, context.responseHeader, frame, context.responseTrailer);
   return true;
@@ -424,23 +500,4 @@ async function serveGrpc(
 
 function headerValue(v: string | string[] | undefined): string | null {
   return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
-}
-
-/** The body parsers of `@connectrpc/connect-fastify`: none; the routes read the body themselves. */
-function addNoopContentTypeParsers(instance: FastifyInstance): void {
-  const noop = (_req: unknown, _payload: unknown, done: (err: null, body: undefined) => void) => done(null, undefined);
-  instance.addContentTypeParser(
-    [
-      protoConnect.contentTypeUnaryJson,
-      protoConnect.contentTypeStreamJson,
-      protoGrpcWeb.contentTypeProto,
-      protoGrpcWeb.contentTypeJson,
-      protoGrpc.contentTypeProto,
-      protoGrpc.contentTypeJson,
-    ],
-    noop,
-  );
-  instance.addContentTypeParser(protoGrpc.contentTypeRegExp, noop);
-  instance.addContentTypeParser(protoGrpcWeb.contentTypeRegExp, noop);
-  instance.addContentTypeParser(protoConnect.contentTypeRegExp, noop);
 }

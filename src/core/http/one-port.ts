@@ -20,8 +20,10 @@
  * its own deadline for its next request header, cleared when the header is in.
  *
  * Closing drains: HTTP/2 sessions get a GOAWAY (streams under way finish),
- * every HTTP/1.1 response from then on carries `Connection: close`, and an
- * idle kept-alive connection is left open for `DRAIN_GRACE_MS` so that a
+ * every HTTP/1.1 response whose header is sent from then on carries
+ * `Connection: close` (also those of requests already under way), and a
+ * kept-alive connection that is or becomes idle (its last response went out
+ * as keep-alive before the drain) is left open for `DRAIN_GRACE_MS` so that a
  * request a client sent just as the server began to close still gets an
  * answer rather than a reset socket.
  */
@@ -77,6 +79,9 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       });
     });
   };
+  // Node's default of 10 MB per HTTP/2 session refuses (ENHANCE_YOUR_CALM) a single request near the
+  // body limit (a full PutMessages); the read limit, not this, is what bounds a request.
+  const h2Options: http2.ServerOptions = { maxSessionMemory: 128 };
   const h1Options: http.ServerOptions = {
     headersTimeout: timeouts.headersTimeoutMs,
     requestTimeout: timeouts.requestTimeoutMs,
@@ -90,6 +95,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
         key: options.tls.key,
         cert: options.tls.cert,
         allowHTTP1: true,
+        ...h2Options,
         handshakeTimeout: timeouts.headersTimeoutMs,
         ...h1Options,
       },
@@ -110,6 +116,8 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   // its own connection tracking is not set up): on close, idle ones end after
   // the grace and busy ones right after their response.
   const busy = new Map<net.Socket, number>();
+  /** Responses under way: when the drain begins, those whose header is not out yet are told to close. */
+  const underway = new Set<http.ServerResponse>();
   let closing = false;
   const headerDeadlines = new Map<net.Socket, NodeJS.Timeout>();
   /** The next request header must be in by then (after the idle keep-alive time, when one was answered already). */
@@ -124,11 +132,15 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
     clearTimeout(headerDeadlines.get(socket));
     busy.set(socket, (busy.get(socket) ?? 0) + 1);
     if (closing) res.shouldKeepAlive = false;
+    underway.add(res);
     res.once("close", () => {
+      underway.delete(res);
       const left = (busy.get(socket) ?? 1) - 1;
       if (left > 0) busy.set(socket, left);
       else busy.delete(socket);
-      if (closing && left <= 0) socket.end();
+      // A response that went out as keep-alive before the drain began: the client may send its next request
+      // on this connection any moment, so it is treated as idle (the grace, then the end), never ended at once.
+      if (closing && left <= 0) endAfterGrace(socket);
       else if (left <= 0 && !socket.destroyed)
         expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
     });
@@ -141,7 +153,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       headerDeadlines.delete(socket);
     });
   });
-  const h2 = http2.createServer(handler as never);
+  const h2 = http2.createServer(h2Options, handler as never);
   trackSessions(h2);
   const sockets = new Set<net.Socket>();
   const isHttp2 = new WeakSet<net.Socket>();
@@ -174,9 +186,18 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   }) as OnePortServer;
 
   let drainTimer: NodeJS.Timeout | undefined;
+  /** Ends `socket` after the grace unless a request is under way on it then (whose end ends it). */
+  const endAfterGrace = (socket: net.Socket) => {
+    const timer = setTimeout(() => {
+      if (!busy.has(socket)) socket.end();
+    }, DRAIN_GRACE_MS);
+    timer.unref();
+    socket.once("close", () => clearTimeout(timer));
+  };
   server.closeIdleConnections = () => {
     if (closing) return;
     closing = true;
+    for (const res of underway) if (!res.headersSent) res.shouldKeepAlive = false;
     for (const s of sessions) s.close();
     drainTimer = setTimeout(() => {
       for (const socket of sockets) {

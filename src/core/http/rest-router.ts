@@ -22,6 +22,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { principalKey, type Authenticator } from "../auth.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
+import { clientGoneSignal } from "./client-gone.ts";
 import { parseJson } from "./validation.ts";
 
 /** The parsed parts of a request, as the route's schemas made them. */
@@ -108,6 +109,9 @@ export function registerRestRoutes(
       method: spec.method,
       url: spec.url,
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
+        // A client that goes away ends its request (a waiting consume stops
+        // waiting), whenever it goes: before the handler ran, too.
+        const call = clientGoneSignal(reply.raw, () => new PlatformError("internal", "client went away"));
         const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
         const input: RestInput<unknown, unknown, unknown> = {
           body: spec.body ? parseJson(spec.body, req.body, "body") : undefined,
@@ -115,15 +119,6 @@ export function registerRestRoutes(
           params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
         };
         const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
-        const abort = new AbortController();
-        // A client that goes away ends its request (a waiting consume stops
-        // waiting). The handler's own end is what tells "went away" from
-        // "answered": over HTTP/2 a stream the client reset already reports
-        // `writableFinished`, so the response's state cannot tell them apart.
-        let handled = false;
-        reply.raw.once("close", () => {
-          if (!handled) abort.abort(new PlatformError("internal", "client went away"));
-        });
         const context = createHandlerContext({
           service: spec.rpc.parent,
           method: spec.rpc,
@@ -131,14 +126,14 @@ export function registerRestRoutes(
           requestMethod: req.method,
           url: req.url,
           requestHeader: plainHeaders(req.headers),
-          requestSignal: abort.signal,
+          requestSignal: call.signal,
           contextValues: createContextValues().set(principalKey, principal),
         });
         let output: unknown;
         try {
           output = await handler.call(impl, message, context);
         } finally {
-          handled = true;
+          call.done();
         }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
         // Headers the implementation set (e.g. `Idempotent-Replayed`).

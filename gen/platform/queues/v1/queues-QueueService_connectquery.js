@@ -35,6 +35,10 @@ export const ackMessage = QueueService.method.ackMessage;
 /**
  * PutMessages puts up to 1,000 messages on one queue, all or nothing: when
  * one is invalid or they would not all fit under maxDepth, none is stored.
+ * The request is at most 32 MiB encoded (the read limit of every body):
+ * 1,000 messages of about 32 KiB, or about 127 of the largest payload
+ * (256 KiB). A larger one fails whole with resource_exhausted and the
+ * ErrorDetail code payload_too_large.
  * Connect and gRPC only (no REST path).
  *
  * @generated from rpc platform.queues.v1.QueueService.PutMessages

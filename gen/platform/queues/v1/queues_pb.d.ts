@@ -1065,6 +1065,10 @@ export declare const QueueService: GenService<{
   /**
    * PutMessages puts up to 1,000 messages on one queue, all or nothing: when
    * one is invalid or they would not all fit under maxDepth, none is stored.
+   * The request is at most 32 MiB encoded (the read limit of every body):
+   * 1,000 messages of about 32 KiB, or about 127 of the largest payload
+   * (256 KiB). A larger one fails whole with resource_exhausted and the
+   * ErrorDetail code payload_too_large.
    * Connect and gRPC only (no REST path).
    *
    * @generated from rpc platform.queues.v1.QueueService.PutMessages
@@ -1088,7 +1092,9 @@ export declare const QueueService: GenService<{
   /**
    * StreamMessages keeps leasing messages of one queue to the caller, at most
    * `window` unacknowledged at a time; acks (AckMessage or AckMessages) free
-   * the window. Ends when the caller cancels or the server shuts down.
+   * the window. Each response carries at least one message and is at most
+   * 1 MiB encoded (a 4 MiB default receive limit of gRPC clients is never
+   * reached). Ends when the caller cancels or the server shuts down.
    * Connect and gRPC only (no REST path).
    *
    * @generated from rpc platform.queues.v1.QueueService.StreamMessages

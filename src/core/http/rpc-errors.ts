@@ -1,0 +1,281 @@
+/**
+ * Errors made by the protocol layer (Connect's handlers, or this server's own
+ * edges) carry the same `platform.meta.v1.ErrorDetail` as the application's,
+ * so a client reads one code for every failure: a request body that is not
+ * the method's protobuf message is `invalid_argument` (a client's bad bytes,
+ * not a server fault), a body over the read limit `payload_too_large` (told
+ * apart from a quota, which is also `resource_exhausted`), an unknown service
+ * or method `unimplemented`.
+ *
+ * Connect writes these errors itself, past the interceptors; so every
+ * handler's answer is looked at on its way out (`withErrorDetails`): an error
+ * without an `ErrorDetail` gets one, in the place its protocol puts errors
+ * (the JSON body of a Connect unary call, the end-of-stream message of a
+ * Connect stream, the trailers of gRPC, the trailer frame of gRPC-Web).
+ *
+ * Only public APIs of `@bufbuild/protobuf` and `@connectrpc/connect` are used:
+ * the encodings are small and fixed by the protocols' specifications.
+ */
+import { toBinary, toJson } from "@bufbuild/protobuf";
+import { anyPack, AnySchema } from "@bufbuild/protobuf/wkt";
+import { base64Decode, base64Encode, BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { ErrorDetailSchema, type ErrorDetail } from "../../../gen/platform/meta/v1/error_pb.js";
+import { PlatformError, toConnectError } from "../errors.ts";
+import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
+
+/** `Code.InvalidArgument` as the Connect protocol spells it: `invalid_argument`. */
+export function codeToString(code: Code): string {
+  const name = Code[code];
+  return name[0].toLowerCase() + name.substring(1).replace(/[A-Z]/g, (c) => "_" + c.toLowerCase());
+}
+
+const codeByString = new Map(
+  Object.values(Code)
+    .filter((c): c is Code => typeof c === "number")
+    .map((c) => [codeToString(c), c]),
+);
+
+/** What an error of the protocol layer (Connect's code and message) means as one of this service's errors. */
+export function fromProtocolError(code: Code, message: string): PlatformError {
+  if (message.startsWith("parse binary:") || message.startsWith("parse json:") || code === Code.InvalidArgument) {
+    return new PlatformError("invalid_argument", message, {
+      details: [`body: is not a valid request message of this method (${message})`],
+    });
+  }
+  if (code === Code.ResourceExhausted && message.includes("readMaxBytes")) {
+    return new PlatformError("payload_too_large", message, {
+      details: [`body: larger than ${BODY_LIMIT_BYTES} bytes`],
+    });
+  }
+  if (code === Code.Unimplemented) return new PlatformError("unimplemented", message);
+  if (code === Code.DeadlineExceeded) return new PlatformError("deadline_exceeded", message);
+  if (code === Code.Unavailable) return new PlatformError("unavailable", message);
+  return new PlatformError("internal", message);
+}
+
+/** The error as Connect's JSON (`{ code, message, details }`), with each detail's `debug` as Connect writes it. */
+export function connectErrorJson(error: ConnectError): Uint8Array {
+  const o: { code: string; message?: string; details?: unknown[] } = { code: codeToString(error.code) };
+  if (error.rawMessage.length > 0) o.message = error.rawMessage;
+  const details = errorDetailsOf(error);
+  if (details.length > 0) {
+    // Key order as Connect writes it (type, debug, value): the same bytes whichever path answered.
+    o.details = details.map((d) => ({
+      type: ErrorDetailSchema.typeName,
+      debug: toJson(ErrorDetailSchema, d),
+      value: base64Encode(toBinary(ErrorDetailSchema, d), "std_raw"),
+    }));
+  }
+  return new TextEncoder().encode(JSON.stringify(o));
+}
+
+/** The gRPC status fields of the error (`grpc-status`, `grpc-message`, `grpc-status-details-bin`). */
+export function grpcStatusFields(error: ConnectError): Record<string, string> {
+  const writer = new BinaryWriter();
+  writer.tag(1, WireType.Varint).int32(error.code);
+  if (error.rawMessage.length > 0) writer.tag(2, WireType.LengthDelimited).string(error.rawMessage);
+  for (const d of errorDetailsOf(error)) {
+    writer.tag(3, WireType.LengthDelimited).bytes(toBinary(AnySchema, anyPack(ErrorDetailSchema, d)));
+  }
+  return {
+    "grpc-status": String(error.code),
+    "grpc-message": encodeURIComponent(error.rawMessage),
+    "grpc-status-details-bin": base64Encode(writer.finish(), "std_raw"),
+  };
+}
+
+function errorDetailsOf(error: ConnectError): ErrorDetail[] {
+  return error.findDetails(ErrorDetailSchema);
+}
+
+/** Whether a gRPC `grpc-status-details-bin` already holds an ErrorDetail. */
+function statusHasErrorDetail(bin: string | null): boolean {
+  if (!bin) return false;
+  try {
+    const reader = new BinaryReader(base64Decode(bin));
+    while (reader.pos < reader.len) {
+      const [field, wire] = reader.tag();
+      if (field === 3 && wire === WireType.LengthDelimited) {
+        const any = new BinaryReader(reader.bytes());
+        while (any.pos < any.len) {
+          const [f, w] = any.tag();
+          if (f === 1 && w === WireType.LengthDelimited) {
+            if (any.string().endsWith(`/${ErrorDetailSchema.typeName}`)) return true;
+          } else any.skip(w);
+        }
+      } else reader.skip(wire);
+    }
+  } catch {
+    return false;
+  }
+  return false;
+}
+
+/** A protocol-layer error as this service answers it: our code and an ErrorDetail. */
+function withDetail(code: Code, message: string): ConnectError {
+  return toConnectError(fromProtocolError(code, message));
+}
+
+/** The answer of a Connect unary error body, with an ErrorDetail when it had none; undefined if nothing changes. */
+export function connectUnaryErrorWithDetail(body: Uint8Array): { status: number; body: Uint8Array } | undefined {
+  let json: { code?: unknown; message?: unknown; details?: { type?: unknown }[] };
+  try {
+    json = JSON.parse(new TextDecoder().decode(body)) as typeof json;
+  } catch {
+    return undefined;
+  }
+  if (json.details?.some((d) => d.type === ErrorDetailSchema.typeName)) return undefined;
+  const code = codeByString.get(String(json.code)) ?? Code.Unknown;
+  const error = withDetail(code, typeof json.message === "string" ? json.message : "");
+  return { status: connectHttpStatus(error.code), body: connectErrorJson(error) };
+}
+
+/** Rewrites a gRPC status held in `fields` (headers or trailers) to carry an ErrorDetail; true if it changed. */
+export function grpcStatusWithDetail(fields: Headers): boolean {
+  const status = fields.get("grpc-status");
+  if (status === null || status === "0") return false;
+  if (statusHasErrorDetail(fields.get("grpc-status-details-bin"))) return false;
+  let message = fields.get("grpc-message") ?? "";
+  try {
+    message = decodeURIComponent(message);
+  } catch {
+    // Not percent-encoded: kept as it came.
+  }
+  const error = withDetail(Number(status), message);
+  for (const [k, v] of Object.entries(grpcStatusFields(error))) fields.set(k, v);
+  return true;
+}
+
+/** The HTTP status of a Connect unary error (the Connect protocol's table). */
+export function connectHttpStatus(code: Code): number {
+  switch (code) {
+    case Code.Canceled:
+      return 499;
+    case Code.InvalidArgument:
+    case Code.FailedPrecondition:
+    case Code.OutOfRange:
+      return 400;
+    case Code.DeadlineExceeded:
+      return 504;
+    case Code.NotFound:
+    case Code.Unimplemented:
+      return 404;
+    case Code.AlreadyExists:
+    case Code.Aborted:
+      return 409;
+    case Code.PermissionDenied:
+      return 403;
+    case Code.ResourceExhausted:
+      return 429;
+    case Code.Unavailable:
+      return 503;
+    case Code.Unauthenticated:
+      return 401;
+    default:
+      return 500;
+  }
+}
+
+/**
+ * Rewrites the end-of-stream envelope (Connect streams: flag 0x02, JSON
+ * `{ error, metadata }`; gRPC-Web: flag 0x80, trailers as HTTP header lines)
+ * of an enveloped body so that its error carries an ErrorDetail; every other
+ * envelope passes unchanged.
+ */
+export async function* endOfStreamWithDetail(
+  body: AsyncIterable<Uint8Array>,
+  protocol: "connect" | "grpc-web",
+): AsyncIterable<Uint8Array> {
+  const endFlag = protocol === "connect" ? 0x02 : 0x80;
+  let buffer: Uint8Array = new Uint8Array(0);
+  for await (const chunk of body) {
+    buffer = buffer.length === 0 ? chunk : concat(buffer, chunk);
+    for (;;) {
+      if (buffer.length < 5) break;
+      const length = new DataView(buffer.buffer, buffer.byteOffset).getUint32(1);
+      if (buffer.length < 5 + length) break;
+      const flags = buffer[0];
+      const data = buffer.subarray(5, 5 + length);
+      buffer = buffer.subarray(5 + length);
+      yield (flags & endFlag) === endFlag ? envelope(flags, rewriteEnd(data, protocol)) : envelope(flags, data);
+    }
+  }
+  if (buffer.length > 0) yield buffer;
+}
+
+function rewriteEnd(data: Uint8Array, protocol: "connect" | "grpc-web"): Uint8Array {
+  if (protocol === "connect") {
+    let end: { error?: { code?: unknown; message?: unknown; details?: { type?: unknown }[] }; metadata?: unknown };
+    try {
+      end = JSON.parse(new TextDecoder().decode(data)) as typeof end;
+    } catch {
+      return data;
+    }
+    if (!end.error || end.error.details?.some((d) => d.type === ErrorDetailSchema.typeName)) return data;
+    const code = codeByString.get(String(end.error.code)) ?? Code.Unknown;
+    const error = withDetail(code, typeof end.error.message === "string" ? end.error.message : "");
+    end.error = JSON.parse(new TextDecoder().decode(connectErrorJson(error))) as typeof end.error;
+    return new TextEncoder().encode(JSON.stringify(end));
+  }
+  const lines = new TextDecoder().decode(data).split("\r\n");
+  const fields = new Headers();
+  for (const line of lines) {
+    const at = line.indexOf(":");
+    if (at > 0) fields.append(line.slice(0, at).trim(), line.slice(at + 1).trim());
+  }
+  if (!grpcStatusWithDetail(fields)) return data;
+  let text = "";
+  fields.forEach((value, key) => (text += `${key}: ${value}\r\n`));
+  return new TextEncoder().encode(text);
+}
+
+function envelope(flags: number, data: Uint8Array): Uint8Array {
+  const out = new Uint8Array(5 + data.length);
+  out[0] = flags;
+  new DataView(out.buffer).setUint32(1, data.length);
+  out.set(data, 5);
+  return out;
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a, 0);
+  out.set(b, a.length);
+  return out;
+}
+
+/** A Connect error of the protocol layer (or anything thrown) as this service answers it: with an ErrorDetail. */
+export function detailed(e: unknown): ConnectError {
+  const error =
+    e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+  return errorDetailsOf(error).length > 0 ? error : withDetail(error.code, error.rawMessage);
+}
+
+type Fields = Record<string, string>;
+
+/**
+ * The answer to a call of a service or method this server does not have, by
+ * its content type, or undefined when the request is not an RPC (then it is
+ * REST's 404). Given at once, without reading the body (which may never end).
+ */
+export function unimplementedAnswer(
+  contentType: string | undefined,
+  method: string,
+  url: string,
+): { status: number; headers: Fields; body?: Uint8Array } | undefined {
+  const [path, query = ""] = url.split("?", 2);
+  const type = (contentType ?? "").split(";")[0].trim().toLowerCase();
+  const error = toConnectError(new PlatformError("unimplemented", `${path}: no such service or method`));
+  if (type.startsWith("application/grpc-web") || type.startsWith("application/grpc")) {
+    return { status: 200, headers: { "content-type": type, ...grpcStatusFields(error) } };
+  }
+  const rpcPath = /^\/[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\/[A-Za-z_]\w*$/.test(path);
+  const connectType =
+    type.startsWith("application/connect+") ||
+    (method === "POST" && (type === "application/json" || type === "application/proto"));
+  // Connect's GET form of a side-effect-free call: `?connect=v1&encoding=json&message=...`.
+  const connectGet = method === "GET" && /(^|&)encoding=/.test(query);
+  if (!rpcPath || !(connectType || connectGet)) return undefined;
+  return { status: 404, headers: { "content-type": "application/json" }, body: connectErrorJson(error) };
+}

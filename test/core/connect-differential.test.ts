@@ -1,0 +1,308 @@
+/**
+ * The unary short path in front of `@connectrpc/connect-fastify`
+ * (`connect-routes.ts`) answers exactly as the plugin alone: each case is
+ * sent to a server with the short path and to one without it
+ * (`CONNECT_SHORT_PATH=off`), on one database, and must get the same status,
+ * headers (but the per-request ones), body and trailers. Each leg also
+ * asserts which path served it (`connect_calls_total{path}`): the short path
+ * only in its narrow case, the plugin otherwise, and the plugin always on the
+ * server without the short path.
+ */
+import { gzipSync } from "node:zlib";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  AnalyticsService,
+  PropertyKind,
+  RegisterEventTypeRequestSchema,
+} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { openDatabase, type Database } from "../../src/core/database/index.ts";
+import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { grpcFrame, h2Call } from "../support/raw-rpc.ts";
+
+let database: TestDatabase;
+let shared: Database | undefined;
+let short: TestServer;
+let plugin: TestServer;
+let token = "";
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  shared = database.url ? undefined : await openDatabase({ dataDir: database.dataDir });
+  short = await startServer({ database, openDatabase: shared });
+  plugin = await startServer({ database, openDatabase: shared, env: { CONNECT_SHORT_PATH: "off" } });
+  const app = await short.createApp();
+  token = app.token;
+  // Enough event types that a listing is compressed when the client accepts it.
+  const analytics = short.client(AnalyticsService, token);
+  for (let i = 0; i < 30; i++)
+    await analytics.registerEventType({
+      name: `type_${i}`,
+      properties: { plan: PropertyKind.STRING, seats: PropertyKind.NUMBER },
+    });
+});
+afterAll(async () => {
+  await plugin?.close();
+  await short?.close();
+  await shared?.close();
+  await database?.drop();
+});
+
+const PER_REQUEST = new Set(["date", "x-request-id", "connection", "keep-alive"]);
+const LIST = `/${AnalyticsService.typeName}/ListEventTypes`;
+const REGISTER = `/${AnalyticsService.typeName}/RegisterEventType`;
+const STREAM = `/${QueueService.typeName}/StreamMessages`;
+
+async function served(server: TestServer, path: "short" | "plugin"): Promise<number> {
+  const m = server.server.deps.metrics.registry.getSingleMetric("connect_calls_total");
+  if (!m) return 0;
+  return (await m.get()).values.filter((v) => v.labels.path === path).reduce((sum, v) => sum + v.value, 0);
+}
+
+function comparable(fields: Record<string, string>) {
+  return Object.fromEntries(
+    Object.entries(fields)
+      .filter(([k]) => !PER_REQUEST.has(k))
+      .sort(([a], [b]) => a.localeCompare(b)),
+  );
+}
+
+interface Case {
+  name: string;
+  transport: "h1" | "h2";
+  path: string;
+  headers: Record<string, string>;
+  body: Uint8Array;
+  /** Which path serves it on the server with the short path. */
+  expect: "short" | "plugin";
+}
+
+async function send(server: TestServer, c: Case) {
+  if (c.transport === "h2") {
+    const a = await h2Call(server.url, c.path, c.headers, c.body);
+    return {
+      status: a.status,
+      headers: comparable(a.headers),
+      body: a.body.toString("base64"),
+      trailers: comparable(a.trailers),
+    };
+  }
+  const res = await fetch(server.url + c.path, {
+    method: "POST",
+    headers: c.headers,
+    body: c.body.length > 0 ? c.body : undefined,
+    decompress: false,
+  } as RequestInit);
+  const headers: Record<string, string> = {};
+  res.headers.forEach((v, k) => (headers[k] = v));
+  return {
+    status: res.status,
+    headers: comparable(headers),
+    body: Buffer.from(await res.arrayBuffer()).toString("base64"),
+    trailers: {},
+  };
+}
+
+const text = (s: string) => new Uint8Array(Buffer.from(s));
+const auth = () => ({ authorization: `Bearer ${token}` });
+const connectJson = () => ({ ...auth(), "content-type": "application/json" });
+const connectProto = () => ({ ...auth(), "content-type": "application/proto" });
+const grpc = () => ({ ...auth(), "content-type": "application/grpc", te: "trailers" });
+const grpcWeb = () => ({ ...auth(), "content-type": "application/grpc-web+proto", "x-grpc-web": "1" });
+const badName = () =>
+  toBinary(RegisterEventTypeRequestSchema, create(RegisterEventTypeRequestSchema, { name: "Bad Name" }));
+/** Field 99 (varint 1): a field ListEventTypesRequest does not have. */
+const UNKNOWN_FIELD = new Uint8Array([0x98, 0x06, 0x01]);
+const TRUNCATED = new Uint8Array([0x0a, 0x0a, 0x61]);
+const GARBAGE = new Uint8Array([0xff, 0xff, 0xff]);
+const big = () => text(JSON.stringify({ pad: " ".repeat((1 << 20) + 10) }).replace('"pad"', '"x"'));
+
+function cases(): Case[] {
+  const c = (
+    name: string,
+    transport: Case["transport"],
+    path: string,
+    headers: Record<string, string>,
+    body: Uint8Array,
+    expected: Case["expect"],
+  ): Case => ({ name, transport, path, headers, body, expect: expected });
+  const frame = (m: Uint8Array, flags = 0) => new Uint8Array(grpcFrame(m, flags));
+  return [
+    // Connect JSON over HTTP/1.1
+    c("json: valid", "h1", LIST, connectJson(), text("{}"), "short"),
+    c("json: empty body", "h1", LIST, connectJson(), new Uint8Array(), "short"),
+    c("json: malformed", "h1", LIST, connectJson(), text("{"), "short"),
+    c("json: truncated", "h1", LIST, connectJson(), text('{"a":'), "short"),
+    c("json: trailing garbage", "h1", LIST, connectJson(), text("{} x"), "short"),
+    c("json: an array", "h1", LIST, connectJson(), text("[]"), "short"),
+    c("json: unknown field", "h1", LIST, connectJson(), text('{"nope":1}'), "short"),
+    c("json: wrong type", "h1", REGISTER, connectJson(), text('{"name":5}'), "short"),
+    c("json: refused by the service", "h1", REGISTER, connectJson(), text('{"name":"Bad Name"}'), "short"),
+    c("json: no token", "h1", LIST, { "content-type": "application/json" }, text("{}"), "short"),
+    c("json: bad token", "h1", LIST, { ...connectJson(), authorization: "Bearer nope" }, text("{}"), "short"),
+    c("json: gzip accepted", "h1", LIST, { ...connectJson(), "accept-encoding": "gzip" }, text("{}"), "short"),
+    c("json: br accepted", "h1", LIST, { ...connectJson(), "accept-encoding": "br" }, text("{}"), "short"),
+    c(
+      "json: charset",
+      "h1",
+      LIST,
+      { ...connectJson(), "content-type": "application/json; charset=utf-8" },
+      text("{}"),
+      "plugin",
+    ),
+    c(
+      "json: upper case type",
+      "h1",
+      LIST,
+      { ...connectJson(), "content-type": "Application/JSON" },
+      text("{}"),
+      "plugin",
+    ),
+    c(
+      "json: protocol version 1",
+      "h1",
+      LIST,
+      { ...connectJson(), "connect-protocol-version": "1" },
+      text("{}"),
+      "short",
+    ),
+    c("json: deadline", "h1", LIST, { ...connectJson(), "connect-timeout-ms": "60000" }, text("{}"), "plugin"),
+    c("json: bad deadline", "h1", LIST, { ...connectJson(), "connect-timeout-ms": "soon" }, text("{}"), "plugin"),
+    c(
+      "json: gzip body",
+      "h1",
+      LIST,
+      { ...connectJson(), "content-encoding": "gzip" },
+      new Uint8Array(gzipSync("{}")),
+      "plugin",
+    ),
+    c("json: identity encoding", "h1", LIST, { ...connectJson(), "content-encoding": "identity" }, text("{}"), "short"),
+    c("json: unknown encoding", "h1", LIST, { ...connectJson(), "content-encoding": "zstd" }, text("{}"), "plugin"),
+    c("json: over the short path's 1 MiB", "h1", LIST, connectJson(), big(), "plugin"),
+    c("json: over h2c", "h2", LIST, connectJson(), text("{}"), "short"),
+    c("json: to a streaming method", "h1", STREAM, connectJson(), text('{"queue":"q","window":1}'), "plugin"),
+    // Connect binary
+    c("proto: valid", "h1", LIST, connectProto(), new Uint8Array(), "short"),
+    c("proto: garbage", "h1", LIST, connectProto(), GARBAGE, "short"),
+    c("proto: truncated field", "h1", LIST, connectProto(), TRUNCATED, "short"),
+    c("proto: unknown field", "h1", LIST, connectProto(), UNKNOWN_FIELD, "short"),
+    c("proto: refused by the service", "h1", REGISTER, connectProto(), badName(), "short"),
+    c(
+      "proto: gzip accepted",
+      "h1",
+      LIST,
+      { ...connectProto(), "accept-encoding": "gzip, br" },
+      new Uint8Array(),
+      "short",
+    ),
+    c("proto: deadline", "h1", LIST, { ...connectProto(), "connect-timeout-ms": "60000" }, GARBAGE, "plugin"),
+    // gRPC over h2c
+    c("grpc: valid", "h2", LIST, grpc(), frame(new Uint8Array()), "short"),
+    c(
+      "grpc: +proto",
+      "h2",
+      LIST,
+      { ...grpc(), "content-type": "application/grpc+proto" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c(
+      "grpc: parameters on the type",
+      "h2",
+      LIST,
+      { ...grpc(), "content-type": "application/grpc;x=y" },
+      frame(new Uint8Array()),
+      "plugin",
+    ),
+    c(
+      "grpc: no token",
+      "h2",
+      LIST,
+      { "content-type": "application/grpc", te: "trailers" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c("grpc: refused by the service", "h2", REGISTER, grpc(), frame(badName()), "short"),
+    c("grpc: garbage message", "h2", LIST, grpc(), frame(GARBAGE), "short"),
+    c("grpc: unknown field", "h2", LIST, grpc(), frame(UNKNOWN_FIELD), "short"),
+    c("grpc: truncated frame", "h2", LIST, grpc(), frame(TRUNCATED).subarray(0, 6), "plugin"),
+    c(
+      "grpc: frame longer than announced",
+      "h2",
+      LIST,
+      grpc(),
+      new Uint8Array([0, 0, 0, 0, 1, 0x08, 0x01, 0x08]),
+      "plugin",
+    ),
+    c(
+      "grpc: two frames",
+      "h2",
+      LIST,
+      grpc(),
+      new Uint8Array([...frame(new Uint8Array()), ...frame(new Uint8Array())]),
+      "plugin",
+    ),
+    c("grpc: no frame", "h2", LIST, grpc(), new Uint8Array(), "plugin"),
+    c("grpc: half a frame header", "h2", LIST, grpc(), new Uint8Array([0, 0]), "plugin"),
+    c(
+      "grpc: compressed flag, no encoding",
+      "h2",
+      LIST,
+      grpc(),
+      frame(new Uint8Array(gzipSync(Buffer.alloc(0))), 1),
+      "plugin",
+    ),
+    c(
+      "grpc: gzip frame",
+      "h2",
+      LIST,
+      { ...grpc(), "grpc-encoding": "gzip" },
+      frame(new Uint8Array(gzipSync(Buffer.alloc(0))), 1),
+      "plugin",
+    ),
+    c(
+      "grpc: identity encoding",
+      "h2",
+      LIST,
+      { ...grpc(), "grpc-encoding": "identity" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c(
+      "grpc: gzip accepted",
+      "h2",
+      LIST,
+      { ...grpc(), "grpc-accept-encoding": "gzip" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c("grpc: deadline", "h2", LIST, { ...grpc(), "grpc-timeout": "60S" }, frame(new Uint8Array()), "plugin"),
+    c("grpc: bad deadline", "h2", LIST, { ...grpc(), "grpc-timeout": "forever" }, frame(new Uint8Array()), "plugin"),
+    // gRPC-Web: always the plugin
+    c("grpc-web: valid", "h1", LIST, grpcWeb(), frame(new Uint8Array()), "plugin"),
+    c("grpc-web: garbage message", "h1", LIST, grpcWeb(), frame(GARBAGE), "plugin"),
+  ];
+}
+
+describe("the short path and the plugin alone answer alike", () => {
+  it("has at least 40 cases", () => {
+    expect(cases().length).toBeGreaterThanOrEqual(40);
+  });
+
+  for (const c of cases()) {
+    it(c.name, async () => {
+      const before = { short: await served(short, "short"), plugin: await served(short, "plugin") };
+      const beforeOff = { short: await served(plugin, "short"), plugin: await served(plugin, "plugin") };
+      const viaShort = await send(short, c);
+      const viaPlugin = await send(plugin, c);
+      expect(viaShort).toEqual(viaPlugin);
+      const after = { short: await served(short, "short"), plugin: await served(short, "plugin") };
+      const afterOff = { short: await served(plugin, "short"), plugin: await served(plugin, "plugin") };
+      // Which path served each leg (a request refused before any handler, e.g. by the content-type parser, counts none).
+      expect(after.short - before.short).toBe(c.expect === "short" ? 1 : 0);
+      if (c.expect === "short") expect(after.plugin - before.plugin).toBe(0);
+      expect(afterOff.short - beforeOff.short).toBe(0);
+    });
+  }
+});
