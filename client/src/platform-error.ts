@@ -22,6 +22,8 @@ export type ErrorCode =
   | "idempotency_key_in_use"
   | "conflict"
   | "failed_precondition"
+  | "deadline_exceeded"
+  | "unimplemented"
   | "not_configured"
   | "upstream_error"
   | "unavailable"
@@ -42,6 +44,8 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "idempotency_key_in_use",
   "conflict",
   "failed_precondition",
+  "deadline_exceeded",
+  "unimplemented",
   "not_configured",
   "upstream_error",
   "unavailable",

@@ -8,6 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Query } from "mingo";
+import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsFilter } from "../../src/analytics/mongo-event-store.ts";
 import { retentionCutoff } from "../../src/core/apps/apps.ts";
@@ -226,9 +227,21 @@ describe("app deletion and analytics events (src/admin/admin-service.ts deleteAp
     await t.admin.setSecret({ appId: app.id, name: "KEY", value: "v" });
     expect((await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } })).status).toBe(200);
     await t.admin.deleteApp({ appId: app.id });
-    // Queue messages have no foreign key (puts must not lock the app's row): the same housekeeping removes them.
-    // Two: the put, and the `secret.set` platform event on `_events`.
-    expect((await t.server.housekeeping.runAll())["queue messages of deleted apps"]).toBe(2);
+    // Queue rows have no foreign key (puts must not lock the app's row): the same housekeeping removes them:
+    // the two messages (the put, and the `secret.set` platform event on `_events`) and the queues' counters
+    // and policies (deleting the messages itself adds counter rows, also removed).
+    const rowsLeft = async () =>
+      Number(
+        (
+          await sql<{ n: string }>`
+            SELECT (SELECT count(*) FROM queue_counts WHERE app_id = ${app.id})
+                 + (SELECT count(*) FROM queue_policies WHERE app_id = ${app.id})
+                 + (SELECT count(*) FROM queue_dedup WHERE app_id = ${app.id}) AS n`.execute(t.server.deps.db)
+        ).rows[0].n,
+      );
+    expect(await rowsLeft()).toBeGreaterThan(0);
+    expect((await t.server.housekeeping.runAll())["queue messages of deleted apps"]).toBeGreaterThanOrEqual(2);
+    expect(await rowsLeft()).toBe(0);
     const db = tables(t.server.deps.db);
     for (const table of [
       "mail_log",
