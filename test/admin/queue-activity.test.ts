@@ -77,6 +77,27 @@ describe("GetQueueActivity", () => {
     expect(total(await activity(app.id, "nothing-here"))).toEqual({ puts: 0, acks: 0 });
   });
 
+  it("counts racing puts from many connections exactly, and a refused put not at all", async () => {
+    const app = await t.createApp();
+    await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 150 } });
+    // 200 at once: batched into shared statements below the cap, serialised near it; 150 fit.
+    const puts = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        t.request("POST", "/v1/queues/crowd", { token: app.token, body: { payload: { i } } }),
+      ),
+    );
+    const ok = puts.filter((r) => r.status === 200).length;
+    expect(ok).toBe(150);
+    expect(puts.filter((r) => r.status !== 200).every((r) => r.status === 429 || r.status === 409)).toBe(true);
+    // A whole batch refused (it does not fit) adds nothing.
+    const batch = await t.request("POST", "/v1/queues/crowd/batch", {
+      token: app.token,
+      body: { messages: [{ payload: 1 }, { payload: 2 }] },
+    });
+    expect(batch.status).not.toBe(200);
+    expect(total(await activity(app.id, "crowd"))).toEqual({ puts: 150, acks: 0 });
+  });
+
   it("answers 24 whole UTC hours, oldest first, the current one last, zero-filled", async () => {
     const app = await t.createApp();
     await t.request("POST", "/v1/queues/hours", { token: app.token, body: { payload: "x" } });
