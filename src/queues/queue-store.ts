@@ -977,7 +977,8 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     async peek(appId, queue, limit, maxChars, after) {
       // Keyset paging on the claim order, with the id as the tie-break: a page
       // starts right after the previous page's last message, whatever was
-      // claimed or put meanwhile (no offset that shifts).
+      // claimed or put meanwhile (no offset that shifts). The plain
+      // `visible_at >=` lets the line index start the scan there.
       const [visibleAt = null, enqueuedAt = null, afterId = null] = after === undefined ? [] : after.split("|");
       const { rows } = await sql<{
         id: string;
@@ -994,7 +995,8 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
           AND (${afterId}::uuid IS NULL
-               OR (visible_at, enqueued_at, id) > (${visibleAt}::timestamptz, ${enqueuedAt}::timestamptz, ${afterId}::uuid))
+               OR (visible_at >= ${visibleAt}::timestamptz
+                   AND (visible_at, enqueued_at, id) > (${visibleAt}::timestamptz, ${enqueuedAt}::timestamptz, ${afterId}::uuid)))
         ORDER BY visible_at, enqueued_at, id
         LIMIT ${limit}`.execute(db);
       return rows.map((r) => ({
