@@ -240,7 +240,8 @@ export function createAppFacilityRpcs(options: {
       // `_events` carries the platform's events (SPEC.md): an operator's test message there would read as one.
       if (req.queue === EVENTS_QUEUE)
         throw invalidArgument("queue", `must be an app's own queue, not ${EVENTS_QUEUE} (use PublishEvent)`);
-      const queue = checkQueue(req.queue);
+      if (!NAME_PATTERN.test(req.queue)) throw invalidArgument("queue", NAME_RULE);
+      const queue = req.queue;
       if (req.payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
       return auditor.audited(context, "queue.put", app, { queue }, async () => {
         // As the app would put it: same validation, caps and limits, and its consumers are woken.

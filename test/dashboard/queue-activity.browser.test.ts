@@ -94,6 +94,12 @@ describe("the queues screen", () => {
   it("sends a test message that a consumer of the app gets through /v1; bad JSON is refused in a sentence", async () => {
     const { context, page } = await signIn(390, 844);
     const form = page.getByRole("form", { name: "Send a test message" });
+    // The server's refusal, said as a sentence (not a pattern).
+    await form.getByLabel("Queue").fill("Bad Name");
+    await form.getByRole("button", { name: "Send test message" }).click();
+    expect(await form.getByRole("alert").textContent()).toBe(
+      "Not sent: A name starts with a lowercase letter and has at most 63 lowercase letters, digits, dots, hyphens or underscores (no spaces or capitals).",
+    );
     await form.getByLabel("Queue").fill("tests");
     await form.getByLabel("Payload (JSON)").fill("{oops");
     await form.getByRole("button", { name: "Send test message" }).click();
