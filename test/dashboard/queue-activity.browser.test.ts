@@ -88,6 +88,16 @@ describe("the queues screen", () => {
     expect((await rows.locator("tbody tr").first().locator("td").allTextContents()).slice(1)).toEqual(["45", "3"]);
     expect(await axeViolations(page)).toEqual([]);
     await page.screenshot({ path: path.join(SHOTS, "queue-activity-1280-light.png"), fullPage: true });
+    // A drained queue is not listed, but its activity is there by name.
+    const { messages } = await post("/v1/queues/drained", { payload: 1 }).then(() =>
+      post("/v1/queues/drained/consume", { max: 1, waitSeconds: 0 }),
+    );
+    await post("/v1/queues/_ack", { receipt: messages[0].receipt });
+    await page.getByLabel("Activity of any queue").fill("drained");
+    await page.getByRole("button", { name: "Show activity" }).click();
+    await expect
+      .poll(() => page.getByTestId("activity-total-drained").textContent())
+      .toBe("1 put, 1 acked in the last 24 hours.");
     await context.close();
   });
 

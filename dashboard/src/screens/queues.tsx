@@ -141,6 +141,7 @@ export function QueuesTab({ app }: { app: App }) {
             )
           }
         </QueryView>
+        <ActivityOf onShow={setActive} />
       </div>
       {active ? <Activity appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
       {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
@@ -273,6 +274,31 @@ function hourLabel(at: number, now = Date.now()): string {
   const time = `${String(d.getUTCHours()).padStart(2, "0")}:00`;
   if (new Date(now).toISOString().slice(0, 10) === d.toISOString().slice(0, 10)) return time;
   return `${d.getUTCDate()} ${d.toLocaleString("en-GB", { month: "short", timeZone: "UTC" })} ${time}`;
+}
+
+/**
+ * The listing shows only queues holding messages; a queue drained by its
+ * consumers (the usual healthy one) still has its day of activity, opened by name.
+ */
+function ActivityOf({ onShow }: { onShow: (queue: string) => void }) {
+  const [name, setName] = useState("");
+  return (
+    <form
+      className="inline-form"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (name.trim()) onShow(name.trim());
+      }}
+    >
+      <label className="field inline">
+        <span>Activity of any queue</span>
+        <input value={name} onChange={(e) => setName(e.target.value)} placeholder="jobs" autoComplete="off" />
+      </label>
+      <button type="submit" className="secondary" disabled={name.trim() === ""}>
+        Show activity
+      </button>
+    </form>
+  );
 }
 
 /** A queue's puts and acks per UTC hour, the last 24 hours: a chart, and the same counts in a table. */
