@@ -36,7 +36,9 @@ import {
   ListEventTypesResponseSchema,
   QueryAnalyticsResponseSchema,
   ListQueuesResponseSchema as AdminListQueuesResponseSchema,
+  GetQueueActivityResponseSchema,
   PeekMessagesResponseSchema,
+  PutTestMessageResponseSchema,
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
   CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
   GetMailResponseSchema,
@@ -433,9 +435,9 @@ const COMMANDS: Command[] = [
   },
   {
     name: "queues peek",
-    synopsis: "NAME QUEUE [--limit N]",
-    summary: "waiting messages, without leasing them",
-    options: { limit: STRING },
+    synopsis: "NAME QUEUE [--limit N] [--page TOKEN]",
+    summary: "waiting messages, without leasing them (a page; --page continues)",
+    options: { limit: STRING, page: STRING },
     run: async (ctx) =>
       ctx.show(
         PeekMessagesResponseSchema,
@@ -443,8 +445,39 @@ const COMMANDS: Command[] = [
           appId: need(ctx.args[0], "NAME"),
           queue: need(ctx.args[1], "QUEUE"),
           limit: count(str(ctx.values, "limit"), "--limit"),
+          pageToken: str(ctx.values, "page") ?? "",
         }),
       ),
+  },
+  {
+    name: "queues activity",
+    synopsis: "NAME QUEUE",
+    summary: "puts and acks per UTC hour, the last 24 hours",
+    run: async (ctx) =>
+      ctx.show(
+        GetQueueActivityResponseSchema,
+        await ctx.admin().getQueueActivity({ appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE") }),
+      ),
+  },
+  {
+    name: "queues put",
+    synopsis: "NAME QUEUE JSON",
+    summary: "put a test message on the queue, as the app would",
+    async run(ctx) {
+      let payload: JsonValue;
+      try {
+        payload = JSON.parse(need(ctx.args[2], "JSON")) as JsonValue;
+      } catch (err) {
+        if (err instanceof UsageError) throw err;
+        throw new UsageError("JSON: not valid JSON");
+      }
+      const res = await ctx.admin().putTestMessage({
+        appId: need(ctx.args[0], "NAME"),
+        queue: need(ctx.args[1], "QUEUE"),
+        payload: fromJson(ValueSchema, payload),
+      });
+      ctx.show(PutTestMessageResponseSchema, res);
+    },
   },
   {
     name: "queues purge",

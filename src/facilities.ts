@@ -49,7 +49,9 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       searchMail: (appId, search) => mail.searchMail(appId, search),
       deleteAppData: (appId) => analytics.deleteAppData(appId),
       getMail: (appId, id) => mail.getMail(appId, id),
-      peekMessages: (appId, queue, limit, maxChars) => queues.operator.peek(appId, queue, limit, maxChars),
+      peekMessages: (appId, queue, limit, maxChars, after) =>
+        queues.operator.peek(appId, queue, limit, maxChars, after),
+      queueActivity: (appId, queue) => queues.operator.activity(appId, queue),
       purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
       deadLetters: queues.operator.deadLetters,
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),

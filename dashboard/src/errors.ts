@@ -32,6 +32,8 @@ const FIELD_LABELS: Record<string, string> = {
   timezone: "The time zone",
   value: "The value",
   query: "The search",
+  queue: "The queue name",
+  payload: "The payload",
 };
 
 /** Rules the API states as patterns, said in words. */

@@ -24,7 +24,14 @@ import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
-import { EVENTS_QUEUE, type DeadLetterPage, type DeadLetterSelection, type PeekedMessage } from "../queues/index.ts";
+import {
+  EVENTS_QUEUE,
+  isPeekPosition,
+  type DeadLetterPage,
+  type DeadLetterSelection,
+  type PeekedMessage,
+  type QueueActivityHour,
+} from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
@@ -38,6 +45,8 @@ export type AppFacilityRpcs = Pick<
   | "listQueues"
   | "peekMessages"
   | "purgeQueue"
+  | "getQueueActivity"
+  | "putTestMessage"
   | "listSecrets"
   | "createSecretLink"
   | "listDeadLetters"
@@ -51,7 +60,15 @@ export const MAX_DEAD_LETTER_IDS = 1_000;
 export interface AppFacilityHooks {
   /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
   appFacilities?: readonly Facility[];
-  peekMessages?(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  peekMessages?(
+    appId: string,
+    queue: string,
+    limit: number,
+    maxChars: number,
+    after?: string,
+  ): Promise<PeekedMessage[]>;
+  /** The queues facility's hourly puts and acks of one queue (its `operator.activity`). */
+  queueActivity?(appId: string, queue: string): Promise<QueueActivityHour[]>;
   purgeQueue?(appId: string, queue: string): Promise<number>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
   deadLetters?: {
@@ -177,8 +194,15 @@ export function createAppFacilityRpcs(options: {
       const queue = checkQueue(req.queue);
       const limit = req.limit ?? 20;
       if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidArgument("limit", "must be from 1 to 100");
-      const messages = await hooks.peekMessages(app.id, queue, limit, PEEK_PAYLOAD_CHARS);
+      const after = req.pageToken === "" ? undefined : Buffer.from(req.pageToken, "base64url").toString("utf8");
+      if (after !== undefined && !isPeekPosition(after))
+        throw invalidArgument("page_token", "must be the next_page_token of a previous PeekMessages answer");
+      // One more than asked tells whether a next page exists.
+      const found = await hooks.peekMessages(app.id, queue, limit + 1, PEEK_PAYLOAD_CHARS, after);
+      const messages = found.slice(0, limit);
       return {
+        nextPageToken:
+          found.length > limit ? Buffer.from(messages[messages.length - 1].position, "utf8").toString("base64url") : "",
         messages: messages.map((m) => {
           const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
           return {
@@ -200,6 +224,36 @@ export function createAppFacilityRpcs(options: {
       return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
         purged: BigInt(await hooks.purgeQueue!(app.id, checkQueue(req.queue))),
       }));
+    },
+
+    async getQueueActivity(req) {
+      if (!hooks.queueActivity) unavailable("GetQueueActivity");
+      const app = await load(req.appId);
+      const hours = await hooks.queueActivity(app.id, checkQueue(req.queue));
+      return {
+        hours: hours.map((h) => ({ at: timestampFromDate(h.at), puts: BigInt(h.puts), acks: BigInt(h.acks) })),
+      };
+    },
+
+    async putTestMessage(req, context) {
+      const app = await load(req.appId);
+      // `_events` carries the platform's events (SPEC.md): an operator's test message there would read as one.
+      if (req.queue === EVENTS_QUEUE)
+        throw invalidArgument("queue", `must be an app's own queue, not ${EVENTS_QUEUE} (use PublishEvent)`);
+      if (!NAME_PATTERN.test(req.queue)) throw invalidArgument("queue", NAME_RULE);
+      const queue = req.queue;
+      if (req.payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
+      return auditor.audited(context, "queue.put", app, { queue }, async () => {
+        // As the app would put it: same validation, caps and limits, and its consumers are woken.
+        const put = await asApp<{ queue: string; payload: unknown }, { id: string }>(
+          app,
+          QueueService,
+          QueueService.method.putMessage,
+          { queue, payload: req.payload },
+          context.signal,
+        );
+        return { id: put.id };
+      });
     },
 
     async listDeadLetters(req) {

@@ -49,6 +49,7 @@ export const RPC_ACTIONS: Readonly<Record<string, string>> = {
   createSecretLink: "secret.link",
   revokeSecretLink: "secret.link.revoke",
   purgeQueue: "queue.purge",
+  putTestMessage: "queue.put",
   replayDeadLetters: "dead_letters.replay",
   purgeDeadLetters: "dead_letters.purge",
   publishEvent: "event.publish",

@@ -10,7 +10,8 @@ import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
 import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
-import { createQueueStore, type PeekedMessage } from "./queue-store.ts";
+import { ACTIVITY_HOURS } from "./queue-limits.ts";
+import { createQueueStore, type PeekedMessage, type QueueActivityHour } from "./queue-store.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
@@ -18,15 +19,19 @@ import { createWakeHub } from "./wake-hub.ts";
 
 export type { PlatformEvents } from "./queues-service.ts";
 export { EVENTS_QUEUE } from "./queue-limits.ts";
+export { isPeekPosition } from "./queue-store.ts";
 
-export type { PeekedMessage, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
+export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
 export type { DeadLetterPage } from "./dead-letters.ts";
 export type { QueueAttentionRow } from "./queue-attention-store.ts";
 
 /** What the operator may do to an app's queues that the app itself may not (AdminService). */
 export interface QueueOperator {
-  peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  /** Waiting messages in claim order, after `after` (a peeked message's `position`) when given. */
+  peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
   purge(appId: string, queue: string): Promise<number>;
+  /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */
+  activity(appId: string, queue: string): Promise<QueueActivityHour[]>;
   deadLetters: DeadLetterOperator;
   /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
   attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
@@ -79,6 +84,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     operator: {
       peek: (...args) => store.peek(...args),
       purge: (...args) => store.purge(...args),
+      activity: (appId, queue) => store.activity(appId, queue, ACTIVITY_HOURS),
       deadLetters,
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },

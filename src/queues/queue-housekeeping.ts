@@ -3,7 +3,8 @@
  * `core/housekeeping.ts` on every instance, beside the other facilities'
  * jobs: expired waiting messages are deleted every `EXPIRE_INTERVAL_MS`,
  * expired dead letters and put dedup keys past their window every
- * `DEAD_LETTER_EXPIRE_INTERVAL_MS`, messages and
+ * `DEAD_LETTER_EXPIRE_INTERVAL_MS` (as are hourly put and ack counts older
+ * than `ACTIVITY_KEEP_HOURS`), messages and
  * dead letters of deleted apps every `ORPHAN_INTERVAL_MS`, in batches of
  * `EXPIRE_BATCH` (`SKIP LOCKED`, so instances share the work instead of
  * waiting on each other).
@@ -11,6 +12,7 @@
 import type { Metrics } from "../core/metrics.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import {
+  ACTIVITY_KEEP_HOURS,
   DEAD_LETTER_EXPIRE_INTERVAL_MS,
   EXPIRE_BATCH,
   EXPIRE_INTERVAL_MS,
@@ -44,6 +46,11 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
       name: "queue count slots",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
       run: () => inBatches((batch) => store.compactCounts(batch), EXPIRE_BATCH),
+    },
+    {
+      name: "queue activity hours",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: () => inBatches((batch) => store.pruneActivity(ACTIVITY_KEEP_HOURS, batch), EXPIRE_BATCH),
     },
     {
       name: "queue messages of deleted apps",

@@ -34,6 +34,10 @@ export const EXPIRE_INTERVAL_MS = 15_000;
 export const EXPIRE_BATCH = 1_000;
 /** How often expired dead letters are deleted (they live days; a minute late is nothing). */
 export const DEAD_LETTER_EXPIRE_INTERVAL_MS = 60_000;
+/** Hours of puts and acks `GetQueueActivity` answers with (the last day, this hour last). */
+export const ACTIVITY_HOURS = 24;
+/** Hourly counts are kept this many hours (more than `ACTIVITY_HOURS`), then pruned. */
+export const ACTIVITY_KEEP_HOURS = 48;
 /** How often messages of deleted apps are removed. */
 export const ORPHAN_INTERVAL_MS = 3_600_000;
 /** Most messages of one `PutMessages` and receipts of one `AckMessages`. */

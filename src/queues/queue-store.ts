@@ -88,6 +88,22 @@ const depthOf = (appId: string, queue: string) => sql<number>`greatest(0,
   - (SELECT count(*) FROM ${EXPIRED} e WHERE e.app_id = ${appId} AND e.queue = ${queue})
 )::int`;
 
+/** How a peeked message's times are written in its `position` (UTC, microseconds: exactly as stored). */
+const POSITION_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"';
+
+const POSITION_SHAPE =
+  /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\.\d{6}Z\|(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\.\d{6}Z\|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** Whether a `position` from outside (a page token) is one `peek` wrote: checked before it reaches a cast. */
+export function isPeekPosition(position: string): boolean {
+  const m = POSITION_SHAPE.exec(position);
+  // A real calendar time (no 30 February): it comes back the same from Date.
+  return (
+    !!m &&
+    [m[1], m[2]].every((t) => !Number.isNaN(Date.parse(`${t}Z`)) && new Date(`${t}Z`).toISOString().startsWith(t))
+  );
+}
+
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */
 const OLDEST_SCAN = 16;
 
@@ -104,6 +120,14 @@ export interface StoredMessage {
   deliveries: number;
   /** Set by a claim: `visible_at` before it, so a lease never handed out can be undone (`release`). */
   visibleBefore?: Date;
+}
+
+/** One UTC hour of a queue's activity (migration 0019). */
+export interface QueueActivityHour {
+  /** The start of the hour. */
+  at: Date;
+  puts: number;
+  acks: number;
 }
 
 export interface QueueStats {
@@ -189,6 +213,8 @@ export interface PeekedMessage {
   enqueuedAt: Date;
   expiresAt: Date;
   deliveries: number;
+  /** Where the message lies in the line (`visible_at|enqueued_at|id`, UTC to the microsecond): a peek continues after it. */
+  position: string;
 }
 
 /** `ClaimRule.deadLetterQueue` for "dead messages are deleted". A reserved name: no queue of an app can have it. */
@@ -340,8 +366,11 @@ export interface QueueStore {
   expire(limit: number): Promise<number>;
   /** Deletes up to `limit` messages of apps that no longer exist; returns how many. */
   deleteOrphans(limit: number): Promise<number>;
-  /** Waiting messages in claim order, read only (no lease, no delivery counted); payloads cut after `maxChars` + 1. */
-  peek(appId: string, queue: string, limit: number, maxChars: number): Promise<PeekedMessage[]>;
+  /**
+   * Waiting messages in claim order, read only (no lease, no delivery counted);
+   * payloads cut after `maxChars` + 1; after `after` (a message's `position`) when given.
+   */
+  peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   purge(appId: string, queue: string): Promise<number>;
   /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
@@ -374,6 +403,10 @@ export interface QueueStore {
   expireDeadLetters(limit: number): Promise<number>;
   /** Deletes up to `limit` dead letters of apps that no longer exist; how many. */
   deleteDeadLetterOrphans(limit: number): Promise<number>;
+  /** One queue's puts and acks per UTC hour, the last `hours` hours (this one last), hours without any as zeros. */
+  activity(appId: string, queue: string, hours: number): Promise<QueueActivityHour[]>;
+  /** Deletes up to `limit` count rows of hours older than `keepHours` (deleted apps' rows age out the same way). */
+  pruneActivity(keepHours: number, limit: number): Promise<number>;
 }
 
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };
@@ -844,12 +877,21 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       // `unnest` alone, the planner may scan every leased message of the table.
       const ids = receipts.map((r) => r.id);
       const { rows } = await sql<Row>`${PREPARED}
-        DELETE FROM queue_messages m
-        USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
-                     ${receipts.map((r) => r.deliveries)}::int[]) AS k (app_id, id, deliveries)
-        WHERE m.id = ANY (${ids}::uuid[]) AND m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries
-          AND m.lease_until > now() AND m.visible_at > now()
-        RETURNING m.id, m.app_id, m.deliveries`.execute(relaxedDb);
+        WITH acked AS (
+          DELETE FROM queue_messages m
+          USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
+                       ${receipts.map((r) => r.deliveries)}::int[]) AS k (app_id, id, deliveries)
+          WHERE m.id = ANY (${ids}::uuid[]) AND m.id = k.id AND m.app_id = k.app_id AND m.deliveries = k.deliveries
+            AND m.lease_until > now() AND m.visible_at > now()
+          RETURNING m.id, m.app_id, m.queue, m.deliveries
+        ), counted AS (
+          -- The hourly ack count (migration 0019), in this statement: exactly the rows it deleted.
+          INSERT INTO queue_activity (app_id, queue, hour, slot, acks)
+          SELECT app_id, queue, date_trunc('hour', now(), 'UTC'), (pg_backend_pid() % 16)::smallint, count(*)
+          FROM acked GROUP BY app_id, queue ORDER BY app_id, queue
+          ON CONFLICT (app_id, queue, hour, slot) DO UPDATE SET acks = queue_activity.acks + excluded.acks
+        )
+        SELECT id, app_id, deliveries FROM acked`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
       const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
       return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
@@ -932,7 +974,12 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
 
     deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
 
-    async peek(appId, queue, limit, maxChars) {
+    async peek(appId, queue, limit, maxChars, after) {
+      // Keyset paging on the claim order, with the id as the tie-break: a page
+      // starts right after the previous page's last message, whatever was
+      // claimed or put meanwhile (no offset that shifts). The plain
+      // `visible_at >=` lets the line index start the scan there.
+      const [visibleAt = null, enqueuedAt = null, afterId = null] = after === undefined ? [] : after.split("|");
       const { rows } = await sql<{
         id: string;
         payload: string;
@@ -940,11 +987,17 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         enqueued_at: unknown;
         expires_at: unknown;
         deliveries: number;
+        position: string;
       }>`
-        SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries
+        SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries,
+               to_char(visible_at AT TIME ZONE 'UTC', ${POSITION_FORMAT}) || '|' ||
+               to_char(enqueued_at AT TIME ZONE 'UTC', ${POSITION_FORMAT}) || '|' || id AS position
         FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
-        ORDER BY visible_at, enqueued_at
+          AND (${afterId}::uuid IS NULL
+               OR (visible_at >= ${visibleAt}::timestamptz
+                   AND (visible_at, enqueued_at, id) > (${visibleAt}::timestamptz, ${enqueuedAt}::timestamptz, ${afterId}::uuid)))
+        ORDER BY visible_at, enqueued_at, id
         LIMIT ${limit}`.execute(db);
       return rows.map((r) => ({
         id: r.id,
@@ -953,6 +1006,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         enqueuedAt: toDate(r.enqueued_at),
         expiresAt: toDate(r.expires_at),
         deliveries: Number(r.deliveries),
+        position: r.position,
       }));
     },
 
@@ -1043,6 +1097,30 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     },
 
     deleteDeadLetterOrphans: (limit) => deleteOrphansOf("queue_dead_letters", limit),
+
+    async activity(appId, queue, hours) {
+      // The hours come from the database's clock, as the counts' hours do.
+      const { rows } = await sql<{ at: Date | string; puts: string | number; acks: string | number }>`${PREPARED}
+        WITH h AS (
+          SELECT generate_series(date_trunc('hour', now(), 'UTC') - make_interval(hours => ${hours - 1}),
+                                 date_trunc('hour', now(), 'UTC'), interval '1 hour') AS at
+        )
+        SELECT h.at, coalesce(sum(a.puts), 0) AS puts, coalesce(sum(a.acks), 0) AS acks
+        FROM h LEFT JOIN queue_activity a ON a.app_id = ${appId} AND a.queue = ${queue} AND a.hour = h.at
+        GROUP BY h.at ORDER BY h.at`.execute(db);
+      return rows.map((r) => ({ at: toDate(r.at), puts: Number(r.puts), acks: Number(r.acks) }));
+    },
+
+    async pruneActivity(keepHours, limit) {
+      const result = await sql`
+        DELETE FROM queue_activity WHERE (app_id, queue, hour, slot) IN (
+          SELECT app_id, queue, hour, slot FROM queue_activity
+          WHERE hour < date_trunc('hour', now(), 'UTC') - make_interval(hours => ${keepHours})
+          ORDER BY hour LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
+    },
   };
   return store;
 }

@@ -81,6 +81,23 @@ describe("the operator commands", () => {
     expect(await cli("queues", "purge", "cli-ops", "work")).toBe("purged 1 message(s)\n");
   });
 
+  it("queues put, activity, and peek pages", async () => {
+    for (const n of [1, 2, 3]) {
+      const put = await cliJson("queues", "put", "cli-ops", "paged", JSON.stringify({ n }));
+      expect(put.id).toMatch(/^[0-9a-f-]{36}$/);
+    }
+    const activity = await cliJson("queues", "activity", "cli-ops", "paged");
+    expect(activity.hours).toHaveLength(24);
+    expect(activity.hours.reduce((sum: number, h: { puts?: string }) => sum + Number(h.puts ?? 0), 0)).toBe(3);
+    const first = await cliJson("queues", "peek", "cli-ops", "paged", "--limit", "2");
+    expect(first.messages.map((m: { payload: unknown }) => m.payload)).toEqual([{ n: 1 }, { n: 2 }]);
+    const rest = await cliJson("queues", "peek", "cli-ops", "paged", "--limit", "2", "--page", first.nextPageToken);
+    expect(rest.messages.map((m: { payload: unknown }) => m.payload)).toEqual([{ n: 3 }]);
+    await expect(cli("queues", "put", "cli-ops", "paged", "{oops")).rejects.toMatchObject({
+      stderr: expect.stringContaining("JSON: not valid JSON"),
+    });
+  });
+
   it("dead-letters list, replay and purge; the maxDeliveries limit", async () => {
     await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1");
     expect((await t.admin.getApp({ appId: app.id })).app!.limits!.maxDeliveries).toBe(1);

@@ -157,6 +157,15 @@ const SCREENS: { name: string; hash: (app: TestApp) => string; ready: (page: Pag
     },
   },
   {
+    name: "queue-activity",
+    hash: (a) => `#/apps/${a.id}/queues`,
+    ready: async (p) => {
+      await p.getByRole("button", { name: "Activity of orders" }).click();
+      await p.getByTestId("activity-total-orders").waitFor();
+      await p.getByText("The counts per hour").click();
+    },
+  },
+  {
     name: "dead-letters",
     hash: (a) => `#/apps/${a.id}/queues`,
     ready: async (p) => {

@@ -1,24 +1,28 @@
 /**
  * Queues: depth, in flight, max depth, the oldest waiting message's age and
- * the dead letters; peek at waiting messages without leasing them; purge;
- * list, replay and purge dead letters; publish a platform event onto
- * `_events`.
+ * the dead letters; each queue's puts and acks per hour over the last day
+ * (chart and table); peek at waiting messages without leasing them, a page at
+ * a time; purge; send a test message; list, replay and purge dead letters;
+ * publish a platform event onto `_events`.
  */
-import { useState } from "react";
+import { useMemo, useState } from "react";
 import { useMutation, useQuery } from "@connectrpc/connect-query";
-import { skipToken, useQueryClient } from "@tanstack/react-query";
+import { useQueryClient } from "@tanstack/react-query";
 import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
+  getQueueActivity,
   listDeadLetters,
   listQueues,
   peekMessages,
   publishEvent,
   purgeDeadLetters,
   purgeQueue,
+  putTestMessage,
   replayDeadLetters,
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
-import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
+import type { App, QueueActivityHour } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { TimeChart } from "../chart.tsx";
 import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
 import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
@@ -28,6 +32,7 @@ export function QueuesTab({ app }: { app: App }) {
   const [selected, setSelected] = useState<string | null>(null);
   const [purging, setPurging] = useState<string | null>(null);
   const [dead, setDead] = useState<string | null>(null);
+  const [active, setActive] = useState<string | null>(null);
   const queryClient = useQueryClient();
   const { canWrite } = useOperator();
   const purge = useMutation(purgeQueue, {
@@ -105,6 +110,14 @@ export function QueuesTab({ app }: { app: App }) {
                           <button
                             type="button"
                             className="secondary small"
+                            onClick={() => setActive(q.name)}
+                            aria-label={`Activity of ${q.name}`}
+                          >
+                            Activity
+                          </button>{" "}
+                          <button
+                            type="button"
+                            className="secondary small"
                             onClick={() => setSelected(q.name)}
                             aria-label={`Peek at ${q.name}`}
                           >
@@ -128,9 +141,14 @@ export function QueuesTab({ app }: { app: App }) {
             )
           }
         </QueryView>
+        <ActivityOf onShow={setActive} />
       </div>
-      {selected ? <Peek appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
+      {active ? <Activity appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
+      {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
       {dead ? <DeadLetters app={app} queue={dead} onClose={() => setDead(null)} /> : null}
+      {canWrite ? (
+        <SendTestMessage key={selected ?? active ?? ""} appId={app.id} queue={selected ?? active ?? ""} />
+      ) : null}
       {canWrite ? <PublishEvent appId={app.id} /> : null}
       <ConfirmDialog
         open={purging !== null}
@@ -156,17 +174,28 @@ function prettyPayload(text: string, truncated: boolean): string {
   }
 }
 
-/** Peek pages are 20 messages; PeekMessages reads at most the first 100 waiting ones, oldest first. */
-const PEEK_PAGE = 20;
-const PEEK_MAX = 100;
+/** Peek page sizes: the first page the operator sees, or more at once. */
+const PEEK_PAGE_SIZES = [20, 100] as const;
 
+/**
+ * Waiting messages, a page at a time, in the order consumers get them. Pages
+ * follow the server's page tokens (each starts right after the previous
+ * page's last message), so they reach past the first 100; the tokens seen
+ * are kept to go back.
+ */
 function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose: () => void }) {
-  const [page, setPage] = useState(0);
-  // One more than the page asks whether there is a next page.
-  const limit = Math.min(PEEK_MAX, (page + 1) * PEEK_PAGE + 1);
-  const peek = useQuery(peekMessages, queue ? { appId, queue, limit } : skipToken, {
-    placeholderData: (previous) => previous,
-  });
+  const [pageSize, setPageSize] = useState<number>(PEEK_PAGE_SIZES[0]);
+  // tokens[i] starts page i; the first page has none.
+  const [tokens, setTokens] = useState<string[]>([""]);
+  const page = tokens.length - 1;
+  const peek = useQuery(
+    peekMessages,
+    { appId, queue, limit: pageSize, pageToken: tokens[page] },
+    {
+      placeholderData: (previous) => previous,
+    },
+  );
+  const first = page * pageSize + 1;
   return (
     <div className="card">
       <div className="page-head">
@@ -176,14 +205,30 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
         </button>
       </div>
       <p className="muted">Peeking does not lease: consumers still get these messages.</p>
+      <label className="field inline">
+        <span>Per page</span>
+        <select
+          value={pageSize}
+          onChange={(e) => {
+            setPageSize(Number(e.target.value));
+            setTokens([""]);
+          }}
+        >
+          {PEEK_PAGE_SIZES.map((n) => (
+            <option key={n} value={n}>
+              {n}
+            </option>
+          ))}
+        </select>
+      </label>
       <QueryView query={peek} what="messages">
         {(data) =>
-          data.messages.length === 0 ? (
+          data.messages.length === 0 && page === 0 ? (
             <Empty title="Nothing waiting">Messages in flight are not shown.</Empty>
           ) : (
             <>
-              <ol className="messages" start={page * PEEK_PAGE + 1}>
-                {data.messages.slice(page * PEEK_PAGE, (page + 1) * PEEK_PAGE).map((m) => (
+              <ol className="messages" start={first}>
+                {data.messages.map((m) => (
                   <li key={m.id}>
                     <p className="muted">
                       {formatTime(m.enqueuedAt)} · {Number(m.sizeBytes).toLocaleString()} bytes ·{" "}
@@ -194,30 +239,217 @@ function Peek({ appId, queue, onClose }: { appId: string; queue: string; onClose
                 ))}
               </ol>
               <nav className="pager" aria-label={`Pages of ${queue}`}>
-                <button type="button" className="secondary" disabled={page === 0} onClick={() => setPage(page - 1)}>
+                <button
+                  type="button"
+                  className="secondary"
+                  disabled={page === 0}
+                  onClick={() => setTokens(tokens.slice(0, -1))}
+                >
                   Previous
                 </button>
-                <span>
-                  Messages {Math.min(data.messages.length, page * PEEK_PAGE + 1)}–
-                  {Math.min(data.messages.length, (page + 1) * PEEK_PAGE)}
+                <span data-testid="peek-range">
+                  Messages {data.messages.length === 0 ? 0 : first.toLocaleString()}–
+                  {(first + data.messages.length - 1).toLocaleString()}
                 </span>
                 <button
                   type="button"
                   className="secondary"
-                  disabled={data.messages.length <= (page + 1) * PEEK_PAGE || (page + 1) * PEEK_PAGE >= PEEK_MAX}
-                  onClick={() => setPage(page + 1)}
+                  disabled={!data.nextPageToken || peek.isPlaceholderData}
+                  onClick={() => setTokens([...tokens, data.nextPageToken])}
                 >
                   Next
                 </button>
               </nav>
-              {(page + 1) * PEEK_PAGE >= PEEK_MAX && data.messages.length >= PEEK_MAX ? (
-                <p className="muted">Peeking reads the first {PEEK_MAX} waiting messages.</p>
-              ) : null}
             </>
           )
         }
       </QueryView>
     </div>
+  );
+}
+
+/** "14:00" for an hour of today (UTC), "23 Nov 14:00" for one of another day. */
+function hourLabel(at: number, now = Date.now()): string {
+  const d = new Date(at);
+  const time = `${String(d.getUTCHours()).padStart(2, "0")}:00`;
+  if (new Date(now).toISOString().slice(0, 10) === d.toISOString().slice(0, 10)) return time;
+  return `${d.getUTCDate()} ${d.toLocaleString("en-GB", { month: "short", timeZone: "UTC" })} ${time}`;
+}
+
+/**
+ * The listing shows only queues holding messages; a queue drained by its
+ * consumers (the usual healthy one) still has its day of activity, opened by name.
+ */
+function ActivityOf({ onShow }: { onShow: (queue: string) => void }) {
+  const [name, setName] = useState("");
+  return (
+    <form
+      className="inline-form"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (name.trim()) onShow(name.trim());
+      }}
+    >
+      <label className="field inline">
+        <span>Activity of any queue</span>
+        <input value={name} onChange={(e) => setName(e.target.value)} placeholder="jobs" autoComplete="off" />
+      </label>
+      <button type="submit" className="secondary" disabled={name.trim() === ""}>
+        Show activity
+      </button>
+    </form>
+  );
+}
+
+/** A queue's puts and acks per UTC hour, the last 24 hours: a chart, and the same counts in a table. */
+function Activity({ appId, queue, onClose }: { appId: string; queue: string; onClose: () => void }) {
+  const activity = useQuery(getQueueActivity, { appId, queue }, { placeholderData: (previous) => previous });
+  return (
+    <div className="card">
+      <div className="page-head">
+        <h2>Activity of {queue}</h2>
+        <button type="button" className="secondary" onClick={onClose}>
+          Close
+        </button>
+      </div>
+      <p className="muted">Messages put and acked per hour (UTC), the last 24 hours.</p>
+      <QueryView query={activity} what="activity">
+        {(data) => <ActivityView queue={queue} hours={data.hours} />}
+      </QueryView>
+    </div>
+  );
+}
+
+function ActivityView({ queue, hours }: { queue: string; hours: QueueActivityHour[] }) {
+  const rows = useMemo(
+    () => hours.map((h) => ({ at: Number(h.at?.seconds ?? 0n) * 1000, puts: Number(h.puts), acks: Number(h.acks) })),
+    [hours],
+  );
+  const x = useMemo(() => rows.map((r) => r.at / 1000), [rows]);
+  const series = useMemo(
+    () => [
+      { label: "Puts", values: rows.map((r) => r.puts) },
+      { label: "Acks", values: rows.map((r) => r.acks) },
+    ],
+    [rows],
+  );
+  const totals = rows.reduce((t, r) => ({ puts: t.puts + r.puts, acks: t.acks + r.acks }), { puts: 0, acks: 0 });
+  return (
+    <>
+      <p data-testid={`activity-total-${queue}`}>
+        {totals.puts.toLocaleString()} put, {totals.acks.toLocaleString()} acked in the last 24 hours.
+      </p>
+      <TimeChart x={x} series={series} height={220} label={`Puts and acks per hour of ${queue}`} timeZone="UTC" />
+      <details>
+        <summary>The counts per hour</summary>
+        <div className="table-wrap">
+          <table>
+            <caption className="sr-only">Puts and acks per hour of {queue}</caption>
+            <thead>
+              <tr>
+                <th scope="col">Hour (UTC)</th>
+                <th scope="col" className="right">
+                  Puts
+                </th>
+                <th scope="col" className="right">
+                  Acks
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {[...rows].reverse().map((r) => (
+                <tr key={r.at}>
+                  <td>{hourLabel(r.at)}</td>
+                  <td className="right">{r.puts.toLocaleString()}</td>
+                  <td className="right">{r.acks.toLocaleString()}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      </details>
+    </>
+  );
+}
+
+/** Reads the payload field: any JSON value; an empty field is not one. */
+function parsePayload(text: string): { value: JsonValue } | { error: string } {
+  if (text.trim() === "") return { error: 'Write a payload: any JSON value, such as {"hello": "world"}.' };
+  try {
+    return { value: JSON.parse(text) as JsonValue };
+  } catch (err) {
+    return { error: `The payload is not valid JSON (${(err as Error).message}).` };
+  }
+}
+
+/** Puts one message on a queue as the app would (the server checks the name, the size and the app's caps). */
+function SendTestMessage({ appId, queue: initial }: { appId: string; queue: string }) {
+  const [queue, setQueue] = useState(initial);
+  const [payload, setPayload] = useState('{"hello": "world"}');
+  const [parseError, setParseError] = useState<string | null>(null);
+  const [sent, setSent] = useState<string | null>(null);
+  const queryClient = useQueryClient();
+  const put = useMutation(putTestMessage, {
+    onSuccess: async (res) => {
+      setSent(res.id);
+      await queryClient.invalidateQueries();
+    },
+  });
+  return (
+    <form
+      className="card"
+      aria-labelledby="send-test-heading"
+      onSubmit={(e) => {
+        e.preventDefault();
+        setSent(null);
+        put.reset();
+        const parsed = parsePayload(payload);
+        if ("error" in parsed) {
+          setParseError(parsed.error);
+          return;
+        }
+        setParseError(null);
+        put.mutate({ appId, queue: queue.trim(), payload: fromJson(ValueSchema, parsed.value) });
+      }}
+    >
+      <h2 id="send-test-heading">Send a test message</h2>
+      <p className="muted">
+        Puts one message on the queue, as <code>POST /v1/queues/{"{queue}"}</code> from the app would; its consumers get
+        it.
+      </p>
+      <div className="grid">
+        <label className="field">
+          <span>Queue</span>
+          <input value={queue} onChange={(e) => setQueue(e.target.value)} placeholder="jobs" autoComplete="off" />
+        </label>
+        <label className="field wide">
+          <span>Payload (JSON)</span>
+          <textarea
+            value={payload}
+            onChange={(e) => setPayload(e.target.value)}
+            rows={3}
+            spellCheck={false}
+            aria-invalid={parseError ? true : undefined}
+          />
+        </label>
+      </div>
+      {parseError ? (
+        <div className="error" role="alert">
+          {parseError}
+        </div>
+      ) : null}
+      {put.error ? <ErrorBox error={put.error} title="Not sent" /> : null}
+      {sent ? (
+        <p role="status" className="ok-text">
+          Sent (id {sent}).
+        </p>
+      ) : null}
+      <div className="actions">
+        <button type="submit" disabled={put.isPending || queue.trim() === ""}>
+          Send test message
+        </button>
+      </div>
+    </form>
   );
 }
 

@@ -226,3 +226,15 @@ export const listSecretLinks: typeof AdminService["method"]["listSecretLinks"];
  * @generated from rpc platform.admin.v1.AdminService.RevokeSecretLink
  */
 export const revokeSecretLink: typeof AdminService["method"]["revokeSecretLink"];
+/**
+ * GetQueueActivity: one queue's puts and acks per UTC hour over the last 24 hours.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetQueueActivity
+ */
+export const getQueueActivity: typeof AdminService["method"]["getQueueActivity"];
+/**
+ * PutTestMessage puts one message on an app's queue as the app would (its caps and limits apply).
+ *
+ * @generated from rpc platform.admin.v1.AdminService.PutTestMessage
+ */
+export const putTestMessage: typeof AdminService["method"]["putTestMessage"];

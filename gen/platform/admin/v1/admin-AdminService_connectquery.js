@@ -264,3 +264,17 @@ export const listSecretLinks = AdminService.method.listSecretLinks;
  * @generated from rpc platform.admin.v1.AdminService.RevokeSecretLink
  */
 export const revokeSecretLink = AdminService.method.revokeSecretLink;
+
+/**
+ * GetQueueActivity: one queue's puts and acks per UTC hour over the last 24 hours.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetQueueActivity
+ */
+export const getQueueActivity = AdminService.method.getQueueActivity;
+
+/**
+ * PutTestMessage puts one message on an app's queue as the app would (its caps and limits apply).
+ *
+ * @generated from rpc platform.admin.v1.AdminService.PutTestMessage
+ */
+export const putTestMessage = AdminService.method.putTestMessage;

@@ -1180,6 +1180,13 @@ export declare type PeekMessagesRequest = Message<"platform.admin.v1.PeekMessage
    * @generated from field: optional int32 limit = 3;
    */
   limit?: number | undefined;
+
+  /**
+   * The next_page_token of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
 };
 
 /**
@@ -1250,6 +1257,13 @@ export declare type PeekMessagesResponse = Message<"platform.admin.v1.PeekMessag
    * @generated from field: repeated platform.admin.v1.PeekedMessage messages = 1;
    */
   messages: PeekedMessage[];
+
+  /**
+   * Set when more messages may wait after this page: pass it as page_token.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -2479,6 +2493,121 @@ export declare type RevokeSecretLinkResponse = Message<"platform.admin.v1.Revoke
 export declare const RevokeSecretLinkResponseSchema: GenMessage<RevokeSecretLinkResponse>;
 
 /**
+ * @generated from message platform.admin.v1.GetQueueActivityRequest
+ */
+export declare type GetQueueActivityRequest = Message<"platform.admin.v1.GetQueueActivityRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueueActivityRequest.
+ * Use `create(GetQueueActivityRequestSchema)` to create a new message.
+ */
+export declare const GetQueueActivityRequestSchema: GenMessage<GetQueueActivityRequest>;
+
+/**
+ * QueueActivityHour counts what happened on a queue in one UTC hour.
+ *
+ * @generated from message platform.admin.v1.QueueActivityHour
+ */
+export declare type QueueActivityHour = Message<"platform.admin.v1.QueueActivityHour"> & {
+  /**
+   * The start of the hour.
+   *
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * Messages that arrived: puts, batch puts, moves to a dead-letter queue, replays.
+   *
+   * @generated from field: int64 puts = 2;
+   */
+  puts: bigint;
+
+  /**
+   * Messages acked (deleted by their current lease's receipt).
+   *
+   * @generated from field: int64 acks = 3;
+   */
+  acks: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.QueueActivityHour.
+ * Use `create(QueueActivityHourSchema)` to create a new message.
+ */
+export declare const QueueActivityHourSchema: GenMessage<QueueActivityHour>;
+
+/**
+ * @generated from message platform.admin.v1.GetQueueActivityResponse
+ */
+export declare type GetQueueActivityResponse = Message<"platform.admin.v1.GetQueueActivityResponse"> & {
+  /**
+   * 24 hours, oldest first, the current hour last; hours without activity are zeros.
+   *
+   * @generated from field: repeated platform.admin.v1.QueueActivityHour hours = 1;
+   */
+  hours: QueueActivityHour[];
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueueActivityResponse.
+ * Use `create(GetQueueActivityResponseSchema)` to create a new message.
+ */
+export declare const GetQueueActivityResponseSchema: GenMessage<GetQueueActivityResponse>;
+
+/**
+ * @generated from message platform.admin.v1.PutTestMessageRequest
+ */
+export declare type PutTestMessageRequest = Message<"platform.admin.v1.PutTestMessageRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: google.protobuf.Value payload = 3;
+   */
+  payload?: Value | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.PutTestMessageRequest.
+ * Use `create(PutTestMessageRequestSchema)` to create a new message.
+ */
+export declare const PutTestMessageRequestSchema: GenMessage<PutTestMessageRequest>;
+
+/**
+ * @generated from message platform.admin.v1.PutTestMessageResponse
+ */
+export declare type PutTestMessageResponse = Message<"platform.admin.v1.PutTestMessageResponse"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.PutTestMessageResponse.
+ * Use `create(PutTestMessageResponseSchema)` to create a new message.
+ */
+export declare const PutTestMessageResponseSchema: GenMessage<PutTestMessageResponse>;
+
+/**
  * @generated from enum platform.admin.v1.AppStatus
  */
 export enum AppStatus {
@@ -2953,6 +3082,26 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof RevokeSecretLinkRequestSchema;
     output: typeof RevokeSecretLinkResponseSchema;
+  },
+  /**
+   * GetQueueActivity: one queue's puts and acks per UTC hour over the last 24 hours.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetQueueActivity
+   */
+  getQueueActivity: {
+    methodKind: "unary";
+    input: typeof GetQueueActivityRequestSchema;
+    output: typeof GetQueueActivityResponseSchema;
+  },
+  /**
+   * PutTestMessage puts one message on an app's queue as the app would (its caps and limits apply).
+   *
+   * @generated from rpc platform.admin.v1.AdminService.PutTestMessage
+   */
+  putTestMessage: {
+    methodKind: "unary";
+    input: typeof PutTestMessageRequestSchema;
+    output: typeof PutTestMessageResponseSchema;
   },
 }>;
 

@@ -20,6 +20,7 @@ import * as appRevision from "./0015-app-revision.ts";
 import * as operators from "./0016-operators.ts";
 import * as auditLog from "./0017-audit-log.ts";
 import * as idempotencyKeys from "./0018-idempotency-keys.ts";
+import * as queueActivity from "./0019-queue-activity.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -39,4 +40,5 @@ export const migrations: Record<string, Migration> = {
   "0016-operators": operators,
   "0017-audit-log": auditLog,
   "0018-idempotency-keys": idempotencyKeys,
+  "0019-queue-activity": queueActivity,
 };
