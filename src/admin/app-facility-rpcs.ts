@@ -17,14 +17,14 @@ import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import { NAME_PATTERN, NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
+import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
-import { EVENTS_QUEUE, type DeadLetterPage, type DeadLetterSelection, type PeekedMessage } from "../queues/index.ts";
+import { checkQueueName, type DeadLetterPage, type DeadLetterSelection, type PeekedMessage } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
 export const PEEK_PAYLOAD_CHARS = 4096;
@@ -72,12 +72,6 @@ function deadLetterSelection(req: { all: boolean; ids: string[] }): DeadLetterSe
     if (!isUuid(id)) throw invalidArgument(`ids[${i}]`, "must be a dead letter id (a UUID)");
   });
   return { ids: [...new Set(req.ids.map((id) => id.toLowerCase()))] };
-}
-
-function checkQueue(name: string): string {
-  if (name !== EVENTS_QUEUE && !NAME_PATTERN.test(name))
-    throw invalidArgument("queue", `${NAME_RULE} or be ${EVENTS_QUEUE}`);
-  return name;
 }
 
 function unavailable(what: string): never {
@@ -174,7 +168,7 @@ export function createAppFacilityRpcs(options: {
     async peekMessages(req) {
       if (!hooks.peekMessages) unavailable("PeekMessages");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
+      const queue = checkQueueName(req.queue, true);
       const limit = req.limit ?? 20;
       if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidArgument("limit", "must be from 1 to 100");
       const messages = await hooks.peekMessages(app.id, queue, limit, PEEK_PAYLOAD_CHARS);
@@ -198,14 +192,14 @@ export function createAppFacilityRpcs(options: {
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
       return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
-        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueue(req.queue))),
+        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueueName(req.queue, true))),
       }));
     },
 
     async listDeadLetters(req) {
       if (!hooks.deadLetters) unavailable("ListDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
+      const queue = checkQueueName(req.queue, true);
       const pageSize = req.pageSize ?? 20;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100)
         throw invalidArgument("page_size", "must be from 1 to 100");
@@ -233,7 +227,7 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
       return auditor.audited(context, "dead_letters.replay", app, detail, async () => {
-        const queue = checkQueue(req.queue);
+        const queue = checkQueueName(req.queue, true);
         const which = deadLetterSelection(req);
         return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
       });
@@ -244,7 +238,7 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
       return auditor.audited(context, "dead_letters.purge", app, detail, async () => {
-        const queue = checkQueue(req.queue);
+        const queue = checkQueueName(req.queue, true);
         return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
       });
     },

@@ -1,4 +1,5 @@
 /** The queue facility's limits and batch sizes (DESIGN.md section 4), in one place. */
+import { HOUR_MS } from "../core/time.ts";
 
 /** The reserved queue of platform events: apps consume and ack it, never put. */
 export const EVENTS_QUEUE = "_events";
@@ -35,7 +36,7 @@ export const EXPIRE_BATCH = 1_000;
 /** How often expired dead letters are deleted (they live days; a minute late is nothing). */
 export const DEAD_LETTER_EXPIRE_INTERVAL_MS = 60_000;
 /** How often messages of deleted apps are removed. */
-export const ORPHAN_INTERVAL_MS = 3_600_000;
+export const ORPHAN_INTERVAL_MS = HOUR_MS;
 /** Most messages of one `PutMessages` and receipts of one `AckMessages`. */
 export const MAX_BATCH_MESSAGES = 1_000;
 /** Largest window a `StreamMessages` caller may ask for. */
