@@ -85,6 +85,18 @@ export interface LinkInfo {
 /** Link tokens are stored only as this hash: SHA-256, like service tokens. */
 export const hashLinkToken: (token: string) => string = hashToken;
 
+/** Declares `names` of the app, unset; a name already declared keeps its value. */
+async function declareUnset(trx: Tx, appId: string, names: string[]): Promise<void> {
+  if (names.length === 0) return;
+  await trx
+    .insertInto("secrets")
+    .values(
+      names.map((name) => ({ app_id: appId, name, value_encrypted: null, key_id: null, version: null, set_at: null })),
+    )
+    .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
+    .execute();
+}
+
 export function createSecretStore(database: Db) {
   const db: Kysely<SecretTables> = database.withTables<SecretTables>();
   /** Within `trx`: locks the secret row, bumps its version and stores the sealed value. Undefined when undeclared. */
@@ -279,22 +291,7 @@ export function createSecretStore(database: Db) {
         let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
         if (names.length > 0) removal = removal.where("name", "not in", names);
         await removal.execute();
-        if (names.length > 0) {
-          await trx
-            .insertInto("secrets")
-            .values(
-              names.map((name) => ({
-                app_id: appId,
-                name,
-                value_encrypted: null,
-                key_id: null,
-                version: null,
-                set_at: null,
-              })),
-            )
-            .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
-            .execute();
-        }
+        await declareUnset(trx, appId, names);
       });
     },
 
@@ -302,21 +299,7 @@ export function createSecretStore(database: Db) {
     async addNames(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
         await within?.(transactionAsDb(trx));
-        if (names.length === 0) return;
-        await trx
-          .insertInto("secrets")
-          .values(
-            names.map((name) => ({
-              app_id: appId,
-              name,
-              value_encrypted: null,
-              key_id: null,
-              version: null,
-              set_at: null,
-            })),
-          )
-          .onConflict((oc) => oc.columns(["app_id", "name"]).doNothing())
-          .execute();
+        await declareUnset(trx, appId, names);
       });
     },
 
