@@ -13,7 +13,6 @@
  * JSON for scripts.
  */
 import fs from "node:fs";
-import path from "node:path";
 import readline from "node:readline/promises";
 import { parseArgs, type ParseArgsOptionDescriptor } from "node:util";
 import { Code, createClient, ConnectError, type Client } from "@connectrpc/connect";
@@ -56,6 +55,7 @@ import {
 import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig, type Config } from "./core/config.ts";
+import { adminTokenFile } from "./core/data-dir.ts";
 import { openDatabase, migrate } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
@@ -73,7 +73,6 @@ interface Context {
   args: string[];
   values: Values;
   config: Config;
-  env: Env;
   /** The AdminService client (built on first use: direct-database commands never need a server). */
   admin(): Client<typeof AdminService>;
   /** Prints a message: readable JSON, or canonical proto3 JSON with --json. */
@@ -786,13 +785,12 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
     args: parsed.positionals,
     values: parsed.values,
     config,
-    env,
     show: (schema, message) => print(json ? toJson(schema, message) : readableJson(schema, message)),
     admin() {
       if (client) return client;
       const baseUrl = str(parsed.values, "url") ?? config.adminUrl ?? config.publicUrl;
       serverUrl = baseUrl;
-      const tokenFile = path.join(config.dataDir, "admin-token");
+      const tokenFile = adminTokenFile(config.dataDir);
       const adminToken =
         config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
       if (!adminToken)

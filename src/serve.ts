@@ -4,9 +4,8 @@
  * everything runs embedded (PGlite, SQL analytics, mail outbox, offline
  * inference).
  */
-import path from "node:path";
 import { ConfigError, loadConfig } from "./core/config.ts";
-import { resolveDataDirSecrets } from "./core/data-dir.ts";
+import { adminTokenFile, resolveDataDirSecrets } from "./core/data-dir.ts";
 import { createLogger } from "./core/logger.ts";
 import { createPlatformServer } from "./server.ts";
 
@@ -25,8 +24,8 @@ async function main(): Promise<void> {
   const { config: resolved, generatedAdminToken } = await resolveDataDirSecrets(config);
   // The log stays JSON lines a collector can parse, and never carries the token: it says where the
   // token is kept; only a person at a terminal is shown the token itself, once listening.
-  if (generatedAdminToken) logger.info({ file: path.join(resolved.dataDir, "admin-token") }, "admin token generated");
-  const server = await createPlatformServer({ config: resolved, logger, adminToken: resolved.adminToken });
+  if (generatedAdminToken) logger.info({ file: adminTokenFile(resolved.dataDir) }, "admin token generated");
+  const server = await createPlatformServer({ config: resolved, logger });
   const url = await server.listen();
   logger.info(
     {
@@ -42,7 +41,7 @@ async function main(): Promise<void> {
   if (generatedAdminToken) {
     const terminal = process.stderr.isTTY ? process.stderr : process.stdout.isTTY ? process.stdout : undefined;
     terminal?.write(
-      `\nAdmin token (shown once; kept in ${path.join(resolved.dataDir, "admin-token")}):\n  ${generatedAdminToken}\n` +
+      `\nAdmin token (shown once; kept in ${adminTokenFile(resolved.dataDir)}):\n  ${generatedAdminToken}\n` +
         `Next: npm run cli -- apps create my-app && npm run cli -- tokens issue my-app\n\n`,
     );
   }

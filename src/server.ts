@@ -9,7 +9,7 @@ import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { createOperatorStore } from "./core/operators/operator-store.ts";
 import { AUTH_CHANGED_CHANNEL, createAuthenticator, requestIdKey, type Authenticator } from "./core/auth.ts";
-import type { Config } from "./core/config.ts";
+import type { ResolvedConfig } from "./core/data-dir.ts";
 import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
 import { checkReadiness, type ReadinessCheck } from "./core/readiness.ts";
@@ -47,10 +47,9 @@ import { registerDashboard } from "./dashboard/dashboard-routes.ts";
 export { jsonDepth } from "./core/http/body-parsers.ts";
 
 export interface ServerOptions {
-  config: Config;
+  /** The configuration with its admin token and secrets key resolved (from the environment or DATA_DIR). */
+  config: ResolvedConfig;
   logger: Logger;
-  /** The admin token, already resolved (from the environment or DATA_DIR). */
-  adminToken: string;
   /** An open database to use instead of opening one from the config (tests). */
   database?: Database;
 }
@@ -84,7 +83,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     }));
   try {
     await migrate(database.unboundedDb);
-    await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: options.adminToken });
+    await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: config.adminToken });
   } catch (err) {
     if (ownsDatabase) await database.close();
     throw err;
@@ -106,7 +105,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   const authenticator = createAuthenticator({
     db: database.db,
     apps,
-    adminToken: options.adminToken,
+    adminToken: config.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(apps, logger),
     onOperatorTokenLookedUp: createTokenUsageRecorder(createOperatorStore(database.db), logger),
   });

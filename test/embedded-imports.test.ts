@@ -25,7 +25,7 @@ import { createPlatformServer } from "./src/server.ts";
 const require = createRequire(import.meta.url);
 const heavy = () => [...new Set(Object.keys(require.cache).map((f) => /node_modules\\/(mongodb|@aws-sdk\\/[^/]+|@scalar\\/[^/]+)\\//.exec(f)?.[1]).filter(Boolean))].sort();
 const { config } = await resolveDataDirSecrets(loadConfig({ DATA_DIR: process.env.DATA_DIR, PORT: "0" }));
-const server = await createPlatformServer({ config, logger: createLogger("warn"), adminToken: config.adminToken });
+const server = await createPlatformServer({ config, logger: createLogger("warn") });
 const url = await server.listen();
 const ready = await fetch(url + "/ready");
 const atStart = heavy();

@@ -17,7 +17,7 @@ import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
-import { NAME_PATTERN, NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
+import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
@@ -26,6 +26,7 @@ import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
 import {
   EVENTS_QUEUE,
+  checkQueueName,
   isPeekPosition,
   type DeadLetterPage,
   type DeadLetterSelection,
@@ -89,12 +90,6 @@ function deadLetterSelection(req: { all: boolean; ids: string[] }): DeadLetterSe
     if (!isUuid(id)) throw invalidArgument(`ids[${i}]`, "must be a dead letter id (a UUID)");
   });
   return { ids: [...new Set(req.ids.map((id) => id.toLowerCase()))] };
-}
-
-function checkQueue(name: string): string {
-  if (name !== EVENTS_QUEUE && !NAME_PATTERN.test(name))
-    throw invalidArgument("queue", `${NAME_RULE} or be ${EVENTS_QUEUE}`);
-  return name;
 }
 
 function unavailable(what: string): never {
@@ -191,7 +186,7 @@ export function createAppFacilityRpcs(options: {
     async peekMessages(req) {
       if (!hooks.peekMessages) unavailable("PeekMessages");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
+      const queue = checkQueueName(req.queue, true);
       const limit = req.limit ?? 20;
       if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidArgument("limit", "must be from 1 to 100");
       const after = req.pageToken === "" ? undefined : Buffer.from(req.pageToken, "base64url").toString("utf8");
@@ -222,14 +217,14 @@ export function createAppFacilityRpcs(options: {
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
       return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
-        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueue(req.queue))),
+        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueueName(req.queue, true))),
       }));
     },
 
     async getQueueActivity(req) {
       if (!hooks.queueActivity) unavailable("GetQueueActivity");
       const app = await load(req.appId);
-      const hours = await hooks.queueActivity(app.id, checkQueue(req.queue));
+      const hours = await hooks.queueActivity(app.id, checkQueueName(req.queue, true));
       return {
         hours: hours.map((h) => ({ at: timestampFromDate(h.at), puts: BigInt(h.puts), acks: BigInt(h.acks) })),
       };
@@ -240,8 +235,7 @@ export function createAppFacilityRpcs(options: {
       // `_events` carries the platform's events (SPEC.md): an operator's test message there would read as one.
       if (req.queue === EVENTS_QUEUE)
         throw invalidArgument("queue", `must be an app's own queue, not ${EVENTS_QUEUE} (use PublishEvent)`);
-      if (!NAME_PATTERN.test(req.queue)) throw invalidArgument("queue", NAME_RULE);
-      const queue = req.queue;
+      const queue = checkQueueName(req.queue, false);
       if (req.payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
       return auditor.audited(context, "queue.put", app, { queue }, async () => {
         // As the app would put it: same validation, caps and limits, and its consumers are woken.
@@ -259,7 +253,7 @@ export function createAppFacilityRpcs(options: {
     async listDeadLetters(req) {
       if (!hooks.deadLetters) unavailable("ListDeadLetters");
       const app = await load(req.appId);
-      const queue = checkQueue(req.queue);
+      const queue = checkQueueName(req.queue, true);
       const pageSize = req.pageSize ?? 20;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100)
         throw invalidArgument("page_size", "must be from 1 to 100");
@@ -287,7 +281,7 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
       return auditor.audited(context, "dead_letters.replay", app, detail, async () => {
-        const queue = checkQueue(req.queue);
+        const queue = checkQueueName(req.queue, true);
         const which = deadLetterSelection(req);
         return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
       });
@@ -298,7 +292,7 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
       return auditor.audited(context, "dead_letters.purge", app, detail, async () => {
-        const queue = checkQueue(req.queue);
+        const queue = checkQueueName(req.queue, true);
         return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
       });
     },

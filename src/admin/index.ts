@@ -13,13 +13,14 @@ import { createAuditStore } from "./audit-store.ts";
 import type { OverviewOptions } from "./overview.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import { retentionCutoff } from "../core/apps/apps.ts";
+import { HOUR_MS } from "../core/time.ts";
 
 export type { AdminHooks } from "./admin-service.ts";
 export type { OverviewOptions, QueueAttention } from "./overview.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
 
 /** How often the audit log's expired entries are deleted. */
-export const AUDIT_SWEEP_INTERVAL_MS = 3_600_000;
+export const AUDIT_SWEEP_INTERVAL_MS = HOUR_MS;
 
 /**
  * `onAuthChanged` runs after every change to an app, a token or an operator (see `AdminServiceOptions`);

@@ -77,12 +77,10 @@ function jsonValue(v: unknown): Value {
   }
 }
 
-const ms = epochMs;
-
 function eventTypeJson(t: EventType | undefined) {
   const properties: Record<string, string> = {};
   for (const [name, kind] of Object.entries(t?.properties ?? {})) properties[name] = KIND_NAME[kind] ?? "string";
-  return { name: t?.name ?? "", properties, createdAt: ms(t?.createdAt), updatedAt: ms(t?.updatedAt) };
+  return { name: t?.name ?? "", properties, createdAt: epochMs(t?.createdAt), updatedAt: epochMs(t?.updatedAt) };
 }
 
 /** `POST /v1/analytics/types`. Property names are the implementation's to check (a key such as `__proto__` stays a key). */
@@ -262,11 +260,11 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
     response: (res) => ({
       type: res.type,
       interval: UNIT_OF[res.interval] ?? "day",
-      since: ms(res.since),
-      until: ms(res.until),
+      since: epochMs(res.since),
+      until: epochMs(res.until),
       groupBy: res.groupBy ?? null,
       buckets: res.buckets.map((bucket) => ({
-        at: ms(bucket.at),
+        at: epochMs(bucket.at),
         group: bucket.group ?? null,
         count: Number(bucket.count),
       })),

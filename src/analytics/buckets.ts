@@ -7,6 +7,7 @@
  * (`date_trunc` / `$dateTrunc`); this module only has to agree with them.
  */
 import { invalidArgument } from "../core/errors.ts";
+import { DAY_MS, HOUR_MS } from "../core/time.ts";
 
 export type Unit = "hour" | "day" | "week" | "month";
 
@@ -14,9 +15,6 @@ export const UNITS: readonly Unit[] = ["hour", "day", "week", "month"];
 
 /** At most this many buckets between `since` and `until` (DESIGN.md section 4). */
 export const MAX_BUCKETS = 1000;
-
-export const HOUR_MS = 3_600_000;
-export const DAY_MS = 86_400_000;
 
 const ZONE_PATTERN = /^[A-Za-z][A-Za-z0-9_+-]*(\/[A-Za-z0-9_+-]+){0,3}$/;
 

@@ -32,7 +32,8 @@
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
-import { DAY_MS, HOUR_MS, isUtc } from "./buckets.ts";
+import { DAY_MS, HOUR_MS } from "../core/time.ts";
+import { isUtc } from "./buckets.ts";
 import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 
 /** Raw events (property values are strings). */

@@ -9,13 +9,14 @@ import type { Value } from "@bufbuild/protobuf/wkt";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { isWellFormedText } from "../core/text.ts";
+import { DAY_MS } from "../core/time.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 
 /** Events per log call (DESIGN.md section 4). */
 export const MAX_EVENTS_PER_CALL = 1000;
 /** How far ahead of now an event may be dated. */
-export const MAX_FUTURE_MS = 24 * 3_600_000;
+export const MAX_FUTURE_MS = DAY_MS;
 /** Properties a type may declare: each one is a rollup row per event. */
 export const MAX_PROPERTIES = 64;
 /** Longest string value, in UTF-8 bytes (values are index keys of the rollups). */

@@ -1,9 +1,12 @@
 /**
- * Configuration, parsed from the environment once at start (DESIGN.md section 3).
- * A bad value throws `ConfigError` naming the variable, so the process stops
- * with one clear line instead of failing later at first use.
+ * Configuration, parsed from the environment once at start (DESIGN.md section 3)
+ * by one zod schema that holds every variable, its default and its rule. The
+ * server, the CLI and the build scripts read the environment only through
+ * `loadConfig`. A bad value throws `ConfigError` naming the variable, so the
+ * process stops with one clear line instead of failing later at first use.
  */
 import path from "node:path";
+import { z } from "zod";
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
@@ -76,184 +79,194 @@ export interface DatabaseTimeouts {
 
 type Env = Record<string, string | undefined>;
 
-function optional(env: Env, name: string): string | undefined {
-  const value = env[name];
-  return value === undefined || value.trim() === "" ? undefined : value.trim();
+/** A variable's text, trimmed; an empty value counts as unset (as `VAR=` in a compose file means). */
+function set(value: unknown): string | undefined {
+  return typeof value === "string" && value.trim() !== "" ? value.trim() : undefined;
 }
 
-function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
-  const value = optional(env, name) ?? fallback;
-  if (!(allowed as readonly string[]).includes(value)) {
-    throw new ConfigError(name, `must be one of ${allowed.join(", ")} (got "${value}")`);
-  }
-  return value as T;
+/**
+ * One variable: its text parsed by `parse` (undefined when it breaks the rule) into its value,
+ * or `fallback` when unset. The rule is what `ConfigError` says after the variable's name.
+ */
+function variable<T>(parse: (text: string) => T | undefined, rule: string | ((text: string) => string)) {
+  const checked = z.string().transform((text, ctx): T => {
+    const value = parse(text);
+    if (value === undefined) ctx.addIssue({ code: "custom", message: typeof rule === "string" ? rule : rule(text) });
+    return value as T;
+  });
+  return {
+    default: (fallback: T) => z.preprocess(set, checked.optional()).transform((v) => v ?? fallback),
+    optional: () => z.preprocess(set, checked.optional()),
+  };
 }
 
-function milliseconds(env: Env, name: string, fallback: number): number {
-  const text = optional(env, name);
-  if (text === undefined) return fallback;
-  const value = Number(text);
-  if (!/^\d+$/.test(text) || value < 100 || value > 3_600_000)
-    throw new ConfigError(name, "must be a whole number of milliseconds from 100 to 3600000");
-  return value;
+const text = variable((t) => t, "");
+
+function wholeNumber(min: number, max: number, rule: string) {
+  return variable((t) => (/^\d+$/.test(t) && Number(t) >= min && Number(t) <= max ? Number(t) : undefined), rule);
 }
 
-function url(env: Env, name: string, protocols: string[]): string | undefined {
-  const value = optional(env, name);
-  if (value === undefined) return undefined;
-  let parsed: URL;
-  try {
-    parsed = new URL(value);
-  } catch {
-    throw new ConfigError(name, "must be a URL");
-  }
-  if (!protocols.includes(parsed.protocol)) {
-    throw new ConfigError(name, `must be a URL with scheme ${protocols.map((p) => p.replace(":", "")).join(" or ")}`);
-  }
-  return value;
+const milliseconds = wholeNumber(100, 3_600_000, "must be a whole number of milliseconds from 100 to 3600000");
+
+function oneOf<T extends string>(allowed: readonly T[]) {
+  return variable(
+    (t) => ((allowed as readonly string[]).includes(t) ? (t as T) : undefined),
+    (t) => `must be one of ${allowed.join(", ")} (got "${t}")`,
+  );
+}
+
+function url(protocols: string[]) {
+  return variable(
+    (t) => (URL.canParse(t) && protocols.includes(new URL(t).protocol) ? t : undefined),
+    (t) =>
+      URL.canParse(t)
+        ? `must be a URL with scheme ${protocols.map((p) => p.replace(":", "")).join(" or ")}`
+        : "must be a URL",
+  );
+}
+
+/** A 32-byte key in base64 (`openssl rand -base64 32`), or undefined. */
+function base64Key(text: string): Buffer | undefined {
+  const key = Buffer.from(text, "base64");
+  return key.length === 32 && /^[A-Za-z0-9+/]+={0,2}$/.test(text) ? key : undefined;
+}
+
+/** Each comma-separated item of `text` parsed, or undefined when one breaks the rule. */
+function list<T>(parse: (item: string) => T | undefined) {
+  return (text: string): T[] | undefined => {
+    const items = text
+      .split(",")
+      .map((item) => item.trim())
+      .filter((item) => item !== "")
+      .map(parse);
+    return items.includes(undefined) ? undefined : (items as T[]);
+  };
 }
 
 const namePattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/i;
+const originPattern = /^https?:\/\/[^/\s]+$/;
 
-export function loadConfig(env: Env = process.env): Config {
-  const portText = optional(env, "PORT") ?? "8080";
-  const port = Number(portText);
-  if (!/^\d+$/.test(portText) || port > 65535) throw new ConfigError("PORT", "must be an integer from 0 to 65535");
-  const host = optional(env, "HOST") ?? "127.0.0.1";
-
-  const databaseUrl = url(env, "DATABASE_URL", ["postgres:", "postgresql:"]);
-  const dataDir = path.resolve(optional(env, "DATA_DIR") ?? "./data");
-  const mongodbUrl = url(env, "MONGODB_URL", ["mongodb:", "mongodb+srv:"]);
-  const mongodbDb = optional(env, "MONGODB_DB") ?? "platform_batteries";
-  if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDb))
-    throw new ConfigError("MONGODB_DB", "must be 1 to 63 letters, digits, _ or -");
-
-  const adminToken = optional(env, "ADMIN_TOKEN");
-  if (adminToken !== undefined && adminToken.length < 32) {
-    throw new ConfigError("ADMIN_TOKEN", "must be at least 32 characters");
-  }
-
-  const secretsKeyText = optional(env, "SECRETS_KEY");
-  let secretsKey: Buffer | undefined;
-  if (secretsKeyText !== undefined) {
-    secretsKey = Buffer.from(secretsKeyText, "base64");
-    if (secretsKey.length !== 32 || !/^[A-Za-z0-9+/]+={0,2}$/.test(secretsKeyText)) {
-      throw new ConfigError("SECRETS_KEY", "must be the base64 of exactly 32 bytes (openssl rand -base64 32)");
+/**
+ * Every variable, its default and its rule, in one place; what depends on
+ * two variables is checked after them, naming the one to change.
+ */
+const environmentSchema = z
+  .object({
+    PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").default(8080),
+    HOST: text.default("127.0.0.1"),
+    DATABASE_URL: url(["postgres:", "postgresql:"]).optional(),
+    DATA_DIR: text.default("./data"),
+    MONGODB_URL: url(["mongodb:", "mongodb+srv:"]).optional(),
+    MONGODB_DB: variable(
+      (t) => (/^[A-Za-z0-9_-]{1,63}$/.test(t) ? t : undefined),
+      "must be 1 to 63 letters, digits, _ or -",
+    ).default("platform_batteries"),
+    ADMIN_TOKEN: variable((t) => (t.length >= 32 ? t : undefined), "must be at least 32 characters").optional(),
+    SECRETS_KEY: variable(base64Key, "must be the base64 of exactly 32 bytes (openssl rand -base64 32)").optional(),
+    SECRETS_OLD_KEYS: variable(
+      list(base64Key),
+      "must be a comma-separated list of base64 keys of exactly 32 bytes each",
+    ).default([]),
+    PUBLIC_URL: url(["http:", "https:"]).optional(),
+    MAIL_PROVIDER: oneOf(["ses", "outbox"] as const).default("outbox"),
+    MAIL_DOMAIN: variable(
+      (t) => (namePattern.test(t) ? t : undefined),
+      "must be a domain name such as mail.example.com",
+    ).optional(),
+    INFERENCE_PROVIDER: oneOf(["bedrock", "local"] as const).default("local"),
+    BEDROCK_FAST_MODEL: text.default("amazon.nova-micro-v1:0"),
+    BEDROCK_EMBED_MODEL: text.default("amazon.titan-embed-text-v2:0"),
+    AWS_REGION: text.optional(),
+    AWS_DEFAULT_REGION: text.optional(),
+    AWS_ENDPOINT_URL_SES: url(["http:", "https:"]).optional(),
+    AWS_ENDPOINT_URL_BEDROCK_RUNTIME: url(["http:", "https:"]).optional(),
+    TLS_KEY_FILE: text.optional(),
+    TLS_CERT_FILE: text.optional(),
+    HTTP_HEADERS_TIMEOUT_MS: milliseconds.default(10_000),
+    HTTP_REQUEST_TIMEOUT_MS: milliseconds.default(30_000),
+    HTTP_KEEPALIVE_TIMEOUT_MS: milliseconds.default(5_000),
+    DATABASE_STATEMENT_TIMEOUT_MS: milliseconds.default(10_000),
+    DATABASE_POOL_WAIT_MS: milliseconds.default(5_000),
+    LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
+    AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
+    PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
+    CONNECT_SHORT_PATH: oneOf(["on", "off"] as const).default("on"),
+    CORS_ORIGINS: variable(
+      list((origin) => (origin === "*" || originPattern.test(origin) ? origin : undefined)),
+      (t) =>
+        `must be a comma-separated list of origins such as https://app.example.com (was ${t
+          .split(",")
+          .map((o) => o.trim())
+          .find((o) => o !== "" && o !== "*" && !originPattern.test(o))})`,
+    ).default([]),
+  })
+  .superRefine((env, ctx) => {
+    const awsRegion = env.AWS_REGION ?? env.AWS_DEFAULT_REGION;
+    if (awsRegion === undefined && (env.MAIL_PROVIDER === "ses" || env.INFERENCE_PROVIDER === "bedrock")) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["AWS_REGION"],
+        message: `must be set when ${env.MAIL_PROVIDER === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`,
+      });
     }
-  }
+    if ((env.TLS_KEY_FILE === undefined) !== (env.TLS_CERT_FILE === undefined)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [env.TLS_KEY_FILE === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE"],
+        message: "TLS_KEY_FILE and TLS_CERT_FILE must be set together",
+      });
+    }
+    if (env.HTTP_REQUEST_TIMEOUT_MS < env.HTTP_HEADERS_TIMEOUT_MS) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["HTTP_REQUEST_TIMEOUT_MS"],
+        message: "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)",
+      });
+    }
+  })
+  .transform((env): Config => ({
+    port: env.PORT,
+    host: env.HOST,
+    databaseUrl: env.DATABASE_URL,
+    dataDir: path.resolve(env.DATA_DIR),
+    mongodbUrl: env.MONGODB_URL,
+    mongodbDb: env.MONGODB_DB,
+    adminToken: env.ADMIN_TOKEN,
+    secretsKey: env.SECRETS_KEY,
+    secretsOldKeys: env.SECRETS_OLD_KEYS,
+    publicUrl: (env.PUBLIC_URL ?? `http://${env.HOST.includes(":") ? `[${env.HOST}]` : env.HOST}:${env.PORT}`).replace(
+      /\/+$/,
+      "",
+    ),
+    mailProvider: env.MAIL_PROVIDER,
+    mailDomain: env.MAIL_DOMAIN,
+    inferenceProvider: env.INFERENCE_PROVIDER,
+    bedrockFastModel: env.BEDROCK_FAST_MODEL,
+    bedrockEmbedModel: env.BEDROCK_EMBED_MODEL,
+    awsRegion: env.AWS_REGION ?? env.AWS_DEFAULT_REGION,
+    sesEndpoint: env.AWS_ENDPOINT_URL_SES,
+    bedrockEndpoint: env.AWS_ENDPOINT_URL_BEDROCK_RUNTIME,
+    tls: env.TLS_KEY_FILE && env.TLS_CERT_FILE ? { keyFile: env.TLS_KEY_FILE, certFile: env.TLS_CERT_FILE } : undefined,
+    http: {
+      headersTimeoutMs: env.HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeoutMs: env.HTTP_REQUEST_TIMEOUT_MS,
+      keepAliveTimeoutMs: env.HTTP_KEEPALIVE_TIMEOUT_MS,
+    },
+    databaseTimeouts: {
+      statementMs: env.DATABASE_STATEMENT_TIMEOUT_MS,
+      poolWaitMs: env.DATABASE_POOL_WAIT_MS,
+    },
+    logLevel: env.LOG_LEVEL,
+    adminUrl: env.PLATFORM_ADMIN_URL,
+    auditRetentionDays: env.AUDIT_RETENTION_DAYS,
+    connectShortPath: env.CONNECT_SHORT_PATH === "on",
+    corsOrigins: env.CORS_ORIGINS,
+  }));
 
-  const secretsOldKeys = (optional(env, "SECRETS_OLD_KEYS") ?? "")
-    .split(",")
-    .map((text) => text.trim())
-    .filter((text) => text !== "")
-    .map((text) => {
-      const key = Buffer.from(text, "base64");
-      if (key.length !== 32 || !/^[A-Za-z0-9+/]+={0,2}$/.test(text)) {
-        throw new ConfigError(
-          "SECRETS_OLD_KEYS",
-          "must be a comma-separated list of base64 keys of exactly 32 bytes each",
-        );
-      }
-      return key;
-    });
-
-  const publicUrl = (
-    url(env, "PUBLIC_URL", ["http:", "https:"]) ?? `http://${host.includes(":") ? `[${host}]` : host}:${port}`
-  ).replace(/\/+$/, "");
-
-  const mailProvider = oneOf(env, "MAIL_PROVIDER", ["ses", "outbox"] as const, "outbox");
-  const mailDomain = optional(env, "MAIL_DOMAIN");
-  if (mailDomain !== undefined && !namePattern.test(mailDomain))
-    throw new ConfigError("MAIL_DOMAIN", "must be a domain name such as mail.example.com");
-
-  const inferenceProvider = oneOf(env, "INFERENCE_PROVIDER", ["bedrock", "local"] as const, "local");
-  const bedrockFastModel = optional(env, "BEDROCK_FAST_MODEL") ?? "amazon.nova-micro-v1:0";
-  const bedrockEmbedModel = optional(env, "BEDROCK_EMBED_MODEL") ?? "amazon.titan-embed-text-v2:0";
-  const awsRegion = optional(env, "AWS_REGION") ?? optional(env, "AWS_DEFAULT_REGION");
-  if (awsRegion === undefined && (mailProvider === "ses" || inferenceProvider === "bedrock")) {
-    throw new ConfigError(
-      "AWS_REGION",
-      `must be set when ${mailProvider === "ses" ? "MAIL_PROVIDER=ses" : "INFERENCE_PROVIDER=bedrock"}`,
-    );
-  }
-  const sesEndpoint = url(env, "AWS_ENDPOINT_URL_SES", ["http:", "https:"]);
-  const bedrockEndpoint = url(env, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", ["http:", "https:"]);
-
-  const keyFile = optional(env, "TLS_KEY_FILE");
-  const certFile = optional(env, "TLS_CERT_FILE");
-  if ((keyFile === undefined) !== (certFile === undefined)) {
-    throw new ConfigError(
-      keyFile === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE",
-      "TLS_KEY_FILE and TLS_CERT_FILE must be set together",
-    );
-  }
-  const http: HttpTimeouts = {
-    headersTimeoutMs: milliseconds(env, "HTTP_HEADERS_TIMEOUT_MS", 10_000),
-    requestTimeoutMs: milliseconds(env, "HTTP_REQUEST_TIMEOUT_MS", 30_000),
-    keepAliveTimeoutMs: milliseconds(env, "HTTP_KEEPALIVE_TIMEOUT_MS", 5_000),
-  };
-  if (http.requestTimeoutMs < http.headersTimeoutMs) {
-    throw new ConfigError(
-      "HTTP_REQUEST_TIMEOUT_MS",
-      "must not be shorter than HTTP_HEADERS_TIMEOUT_MS (the header is part of the request)",
-    );
-  }
-  const databaseTimeouts: DatabaseTimeouts = {
-    statementMs: milliseconds(env, "DATABASE_STATEMENT_TIMEOUT_MS", 10_000),
-    poolWaitMs: milliseconds(env, "DATABASE_POOL_WAIT_MS", 5_000),
-  };
-  const logLevel = oneOf(
-    env,
-    "LOG_LEVEL",
-    ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const,
-    "info",
-  );
-
-  const auditText = optional(env, "AUDIT_RETENTION_DAYS") ?? "90";
-  const auditRetentionDays = Number(auditText);
-  if (!/^\d+$/.test(auditText) || auditRetentionDays < 1 || auditRetentionDays > 3650)
-    throw new ConfigError("AUDIT_RETENTION_DAYS", "must be a whole number of days from 1 to 3650");
-
-  const adminUrl = url(env, "PLATFORM_ADMIN_URL", ["http:", "https:"]);
-  const connectShortPath = oneOf(env, "CONNECT_SHORT_PATH", ["on", "off"] as const, "on") === "on";
-  const corsOrigins = (optional(env, "CORS_ORIGINS") ?? "")
-    .split(",")
-    .map((o) => o.trim())
-    .filter((o) => o !== "");
-  for (const origin of corsOrigins) {
-    if (origin !== "*" && !/^https?:\/\/[^/\s]+$/.test(origin))
-      throw new ConfigError(
-        "CORS_ORIGINS",
-        `must be a comma-separated list of origins such as https://app.example.com (was ${origin})`,
-      );
-  }
-
-  return {
-    adminUrl,
-    auditRetentionDays,
-    port,
-    host,
-    databaseUrl,
-    dataDir,
-    mongodbUrl,
-    mongodbDb,
-    adminToken,
-    secretsKey,
-    secretsOldKeys,
-    publicUrl,
-    mailProvider,
-    mailDomain,
-    inferenceProvider,
-    bedrockFastModel,
-    bedrockEmbedModel,
-    awsRegion,
-    sesEndpoint,
-    bedrockEndpoint,
-    tls: keyFile && certFile ? { keyFile, certFile } : undefined,
-    http,
-    databaseTimeouts,
-    logLevel,
-    connectShortPath,
-    corsOrigins,
-  };
+/** The configuration of `env`; the first variable that breaks its rule throws `ConfigError` naming it. */
+export function loadConfig(env: Env = process.env): Config {
+  const result = environmentSchema.safeParse(env);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  throw new ConfigError(String(issue.path[0]), issue.message);
 }

@@ -33,6 +33,11 @@ async function readOrCreate(file: string, make: () => string): Promise<{ value: 
   }
 }
 
+/** Where the generated admin token is kept (the CLI reads it there when ADMIN_TOKEN is not set). */
+export function adminTokenFile(dataDir: string): string {
+  return path.join(dataDir, "admin-token");
+}
+
 /** Where the generated secrets key is kept. */
 export function secretsKeyFile(dataDir: string): string {
   return path.join(dataDir, "secrets-key");
@@ -61,7 +66,7 @@ export async function resolveDataDirSecrets(config: Config): Promise<Resolution>
   let generatedAdminToken: string | undefined;
   if (adminToken === undefined) {
     const r = await readOrCreate(
-      path.join(config.dataDir, "admin-token"),
+      adminTokenFile(config.dataDir),
       () => "pba_" + crypto.randomBytes(32).toString("base64url"),
     );
     adminToken = r.value;

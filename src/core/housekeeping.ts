@@ -9,6 +9,7 @@
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "./database/index.ts";
 import { retentionCutoff } from "./apps/apps.ts";
+import { HOUR_MS } from "./time.ts";
 
 export interface HousekeepingTask {
   /** For the log and the metrics: e.g. `mail retention`. */
@@ -26,7 +27,7 @@ export interface Housekeeping {
 }
 
 /** How often retention runs: hourly, since retention is counted in whole days. */
-export const RETENTION_INTERVAL_MS = 3_600_000;
+export const RETENTION_INTERVAL_MS = HOUR_MS;
 
 /** Rows one statement of a housekeeping task may touch: small enough to hold no lock for long. */
 export const HOUSEKEEPING_BATCH = 1000;

@@ -20,6 +20,7 @@ import { createWakeHub } from "./wake-hub.ts";
 export type { PlatformEvents } from "./queues-service.ts";
 export { EVENTS_QUEUE } from "./queue-limits.ts";
 export { isPeekPosition } from "./queue-store.ts";
+export { checkQueueName } from "./queue-name.ts";
 
 export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
 export type { DeadLetterPage } from "./dead-letters.ts";

@@ -1,4 +1,5 @@
 /** The queue facility's limits and batch sizes (DESIGN.md section 4), in one place. */
+import { HOUR_MS } from "../core/time.ts";
 
 /** The reserved queue of platform events: apps consume and ack it, never put. */
 export const EVENTS_QUEUE = "_events";
@@ -39,7 +40,7 @@ export const ACTIVITY_HOURS = 24;
 /** Hourly counts are kept this many hours (more than `ACTIVITY_HOURS`), then pruned. */
 export const ACTIVITY_KEEP_HOURS = 48;
 /** How often messages of deleted apps are removed. */
-export const ORPHAN_INTERVAL_MS = 3_600_000;
+export const ORPHAN_INTERVAL_MS = HOUR_MS;
 /** Most messages of one `PutMessages` and receipts of one `AckMessages`. */
 export const MAX_BATCH_MESSAGES = 1_000;
 /** Largest window a `StreamMessages` caller may ask for. */

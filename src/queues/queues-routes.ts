@@ -11,17 +11,15 @@ import { invalidArgument } from "../core/errors.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { epochMs, jsonObject, optionalInteger, optionalJsonObject, optionalString } from "../core/http/validation.ts";
 
-const ms = epochMs;
-
 function messageJson(m: Message) {
   return {
     id: m.id,
     queue: m.queue,
     payload: m.payload ? toJson(ValueSchema, m.payload) : null,
     receipt: m.receipt,
-    enqueuedAt: ms(m.enqueuedAt),
-    expiresAt: ms(m.expiresAt),
-    leaseExpiresAt: ms(m.leaseExpiresAt),
+    enqueuedAt: epochMs(m.enqueuedAt),
+    expiresAt: epochMs(m.expiresAt),
+    leaseExpiresAt: epochMs(m.leaseExpiresAt),
     deliveries: m.deliveries,
   };
 }
@@ -241,7 +239,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         depth: Number(q.depth),
         inFlight: Number(q.inFlight),
         maxDepth: Number(q.maxDepth),
-        oldestAt: ms(q.oldestAt),
+        oldestAt: epochMs(q.oldestAt),
         deadLetters: Number(q.deadLetters),
       })),
     }),
@@ -282,7 +280,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     },
     body: ExtendBody,
     request: ({ body }) => ({ receipt: body.receipt, leaseSeconds: int32(body.leaseSeconds) }),
-    response: (out) => ({ extended: out.extended, leaseExpiresAt: ms(out.leaseExpiresAt) }),
+    response: (out) => ({ extended: out.extended, leaseExpiresAt: epochMs(out.leaseExpiresAt) }),
   }),
   defineRoute({
     method: "POST",
@@ -326,8 +324,8 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     }),
     response: (out, req) =>
       req.dedupKey === undefined
-        ? { id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt) }
-        : { id: out.id, queue: out.queue, expiresAt: ms(out.expiresAt), deduplicated: out.deduplicated },
+        ? { id: out.id, queue: out.queue, expiresAt: epochMs(out.expiresAt) }
+        : { id: out.id, queue: out.queue, expiresAt: epochMs(out.expiresAt), deduplicated: out.deduplicated },
   }),
   defineRoute({
     method: "POST",
@@ -362,7 +360,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     }),
     response: (out, req) => ({
       queue: req.queue,
-      messages: out.messages.map((m) => ({ id: m.id, expiresAt: ms(m.expiresAt), deduplicated: m.deduplicated })),
+      messages: out.messages.map((m) => ({ id: m.id, expiresAt: epochMs(m.expiresAt), deduplicated: m.deduplicated })),
     }),
   }),
   defineRoute({
@@ -476,10 +474,10 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       deadLetters: out.deadLetters.map((d) => ({
         id: d.id,
         payload: d.payload ? toJson(ValueSchema, d.payload) : null,
-        enqueuedAt: ms(d.enqueuedAt),
+        enqueuedAt: epochMs(d.enqueuedAt),
         deliveries: d.deliveries,
-        diedAt: ms(d.diedAt),
-        expiresAt: ms(d.expiresAt),
+        diedAt: epochMs(d.diedAt),
+        expiresAt: epochMs(d.expiresAt),
       })),
       nextCursor: out.nextCursor === "" ? null : out.nextCursor,
     }),

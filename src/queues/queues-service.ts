@@ -35,10 +35,11 @@ import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
+import type { AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
+import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
@@ -93,14 +94,6 @@ export interface QueuesImplementation {
   /** Every RPC but the event feed's, which `event-feed.ts` implements. */
   readonly impl: Omit<ServiceImpl<typeof QueueService>, "readEventFeed">;
   readonly events: PlatformEvents;
-}
-
-function checkQueueName(name: string, allowEvents: boolean): string {
-  if (name === EVENTS_QUEUE && allowEvents) return name;
-  if (!NAME_PATTERN.test(name)) {
-    throw invalidArgument("queue", `${NAME_RULE}${allowEvents ? ` or be ${EVENTS_QUEUE}` : ""}`);
-  }
-  return name;
 }
 
 function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {

@@ -85,8 +85,8 @@ export interface LinkInfo {
 /** Link tokens are stored only as this hash: SHA-256, like service tokens. */
 export const hashLinkToken: (token: string) => string = hashToken;
 
-/** Declares `names` unset; a name already declared keeps its value (and version). */
-async function insertUnset(trx: Tx, appId: string, names: string[]): Promise<void> {
+/** Declares `names` of the app, unset; a name already declared keeps its value. */
+async function declareUnset(trx: Tx, appId: string, names: string[]): Promise<void> {
   if (names.length === 0) return;
   await trx
     .insertInto("secrets")
@@ -291,7 +291,7 @@ export function createSecretStore(database: Db) {
         let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
         if (names.length > 0) removal = removal.where("name", "not in", names);
         await removal.execute();
-        await insertUnset(trx, appId, names);
+        await declareUnset(trx, appId, names);
       });
     },
 
@@ -299,7 +299,7 @@ export function createSecretStore(database: Db) {
     async addNames(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
         await within?.(transactionAsDb(trx));
-        await insertUnset(trx, appId, names);
+        await declareUnset(trx, appId, names);
       });
     },
 

@@ -1,11 +1,8 @@
 /** The SPEC.md `/v1/secrets` routes, mapped onto `SecretsService`. */
-import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { epochMs } from "../core/http/validation.ts";
-
-const ms = epochMs;
 
 /** `/v1/secrets/:name` (the name's rule is the implementation's, shared with gRPC). */
 export const SecretPath = z.object({ name: z.string() });
@@ -47,7 +44,7 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
         name: s.name,
         set: s.set,
         version: s.version === undefined ? null : Number(s.version),
-        setAt: ms(s.setAt),
+        setAt: epochMs(s.setAt),
       })),
     }),
   }),
@@ -63,7 +60,7 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
     },
     params: SecretPath,
     request: ({ params }) => ({ name: params.name }),
-    response: (res) => ({ name: res.name, value: res.value, version: Number(res.version), setAt: ms(res.setAt) }),
+    response: (res) => ({ name: res.name, value: res.value, version: Number(res.version), setAt: epochMs(res.setAt) }),
   }),
   defineRoute({
     method: "POST",
@@ -85,7 +82,7 @@ export const secretsRoutes: readonly AnyRestRoute[] = [
     response: (res) => ({
       url: res.url,
       name: res.name,
-      expiresAt: res.expiresAt ? timestampDate(res.expiresAt).getTime() : null,
+      expiresAt: epochMs(res.expiresAt),
     }),
   }),
 ];

@@ -88,7 +88,74 @@ describe("loadConfig", () => {
     [{ AUDIT_RETENTION_DAYS: "0" }, "AUDIT_RETENTION_DAYS"],
     [{ PLATFORM_ADMIN_URL: "127.0.0.1:8080" }, "PLATFORM_ADMIN_URL"],
     [{ AUDIT_RETENTION_DAYS: "ninety" }, "AUDIT_RETENTION_DAYS"],
+    [{ AUDIT_RETENTION_DAYS: "3651" }, "AUDIT_RETENTION_DAYS"],
+    [{ SECRETS_OLD_KEYS: `${Buffer.alloc(32).toString("base64")},short` }, "SECRETS_OLD_KEYS"],
+    [{ AWS_ENDPOINT_URL_SES: "ses.local" }, "AWS_ENDPOINT_URL_SES"],
+    [{ AWS_ENDPOINT_URL_BEDROCK_RUNTIME: "ws://x" }, "AWS_ENDPOINT_URL_BEDROCK_RUNTIME"],
+    [{ TLS_CERT_FILE: "/c.pem" }, "TLS_KEY_FILE"],
+    [{ HTTP_HEADERS_TIMEOUT_MS: "99" }, "HTTP_HEADERS_TIMEOUT_MS"],
+    [{ HTTP_KEEPALIVE_TIMEOUT_MS: "1.5" }, "HTTP_KEEPALIVE_TIMEOUT_MS"],
+    [{ HTTP_HEADERS_TIMEOUT_MS: "20000", HTTP_REQUEST_TIMEOUT_MS: "10000" }, "HTTP_REQUEST_TIMEOUT_MS"],
+    [{ DATABASE_STATEMENT_TIMEOUT_MS: "3600001" }, "DATABASE_STATEMENT_TIMEOUT_MS"],
+    [{ DATABASE_POOL_WAIT_MS: "soon" }, "DATABASE_POOL_WAIT_MS"],
+    [{ CONNECT_SHORT_PATH: "yes" }, "CONNECT_SHORT_PATH"],
+    [{ CORS_ORIGINS: "https://a.example.com, app.example.com" }, "CORS_ORIGINS"],
+    // The first variable that breaks its rule is named, in the order of the schema.
+    [{ LOG_LEVEL: "loud", PORT: "-1" }, "PORT"],
   ];
+
+  it("says the rule, and the value when it helps", () => {
+    expect(errorOf({ PORT: "eighty" }).message).toBe("PORT: must be an integer from 0 to 65535");
+    expect(errorOf({ MAIL_PROVIDER: "smtp" }).message).toBe('MAIL_PROVIDER: must be one of ses, outbox (got "smtp")');
+    expect(errorOf({ DATABASE_URL: "not a url" }).message).toBe("DATABASE_URL: must be a URL");
+    expect(errorOf({ DATABASE_URL: "mysql://x" }).message).toBe(
+      "DATABASE_URL: must be a URL with scheme postgres or postgresql",
+    );
+    expect(errorOf({ INFERENCE_PROVIDER: "bedrock" }).message).toBe(
+      "AWS_REGION: must be set when INFERENCE_PROVIDER=bedrock",
+    );
+    expect(errorOf({ CORS_ORIGINS: "https://a.example.com,app.example.com" }).message).toBe(
+      "CORS_ORIGINS: must be a comma-separated list of origins such as https://app.example.com (was app.example.com)",
+    );
+  });
+
+  it("reads an empty or blank value as unset, and trims the others", () => {
+    const c = loadConfig({ PORT: "", HOST: "  ", ADMIN_TOKEN: " ", MAIL_DOMAIN: " mail.example.com " });
+    expect(c).toMatchObject({ port: 8080, host: "127.0.0.1", adminToken: undefined, mailDomain: "mail.example.com" });
+  });
+
+  it("reads the timeouts, old keys, CORS origins, the short path switch and AWS_DEFAULT_REGION", () => {
+    const old = [Buffer.alloc(32, 1), Buffer.alloc(32, 2)];
+    const c = loadConfig({
+      HTTP_HEADERS_TIMEOUT_MS: "2000",
+      HTTP_REQUEST_TIMEOUT_MS: "4000",
+      HTTP_KEEPALIVE_TIMEOUT_MS: "1000",
+      DATABASE_STATEMENT_TIMEOUT_MS: "500",
+      DATABASE_POOL_WAIT_MS: "700",
+      SECRETS_OLD_KEYS: old.map((k) => k.toString("base64")).join(" , "),
+      CORS_ORIGINS: "https://a.example.com, http://b.example.com:8080",
+      CONNECT_SHORT_PATH: "off",
+      AWS_DEFAULT_REGION: "us-east-2",
+      TLS_KEY_FILE: "/k.pem",
+      TLS_CERT_FILE: "/c.pem",
+      HOST: "::1",
+      PORT: "0",
+    });
+    expect(c.http).toEqual({ headersTimeoutMs: 2000, requestTimeoutMs: 4000, keepAliveTimeoutMs: 1000 });
+    expect(c.databaseTimeouts).toEqual({ statementMs: 500, poolWaitMs: 700 });
+    expect(c.secretsOldKeys.map((k) => k.toString("hex"))).toEqual(old.map((k) => k.toString("hex")));
+    expect(c.corsOrigins).toEqual(["https://a.example.com", "http://b.example.com:8080"]);
+    expect(c.connectShortPath).toBe(false);
+    expect(c.awsRegion).toBe("us-east-2");
+    expect(c.tls).toEqual({ keyFile: "/k.pem", certFile: "/c.pem" });
+    expect(c.publicUrl).toBe("http://[::1]:0");
+    expect(loadConfig({}).connectShortPath).toBe(true);
+    expect(loadConfig({}).http).toEqual({
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 30_000,
+      keepAliveTimeoutMs: 5_000,
+    });
+  });
 
   it("keeps the audit log AUDIT_RETENTION_DAYS days, 90 by default", () => {
     expect(loadConfig({}).auditRetentionDays).toBe(90);

@@ -19,6 +19,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } f
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { loadConfig } from "../../src/core/config.ts";
+import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
@@ -239,27 +240,29 @@ export interface StartOptions {
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
   const database = options.database ?? (await createTestDatabase());
-  const adminToken = options.env?.ADMIN_TOKEN ?? database.adminToken;
   const certificate = (options.tls ?? defaultHttp === "h2-tls") ? await testCertificate() : undefined;
   if (certificate) trustedCa = certificate.ca;
-  const config = loadConfig({
-    PORT: "0",
-    HOST: "127.0.0.1",
-    DATA_DIR: database.dataDir,
-    ...(database.url ? { DATABASE_URL: database.url } : {}),
-    ADMIN_TOKEN: adminToken,
-    SECRETS_KEY: database.secretsKey,
-    LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
-    ...(certificate ? { TLS_KEY_FILE: certificate.keyFile, TLS_CERT_FILE: certificate.certFile } : {}),
-    ...options.env,
-  });
+  // Resolved as `npm start` resolves it; both values are given, so nothing is read from DATA_DIR.
+  const { config } = await resolveDataDirSecrets(
+    loadConfig({
+      PORT: "0",
+      HOST: "127.0.0.1",
+      DATA_DIR: database.dataDir,
+      ...(database.url ? { DATABASE_URL: database.url } : {}),
+      ADMIN_TOKEN: database.adminToken,
+      SECRETS_KEY: database.secretsKey,
+      LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
+      ...(certificate ? { TLS_KEY_FILE: certificate.keyFile, TLS_CERT_FILE: certificate.certFile } : {}),
+      ...options.env,
+    }),
+  );
+  const { adminToken } = config;
   const server = await createPlatformServer({
-    config: { ...config, adminToken, secretsKey: config.secretsKey! },
+    config,
     logger: createLogger(
       config.logLevel,
       options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined,
     ),
-    adminToken,
     ...(options.openDatabase ? { database: options.openDatabase } : {}),
   });
   const listened = await server.listen();

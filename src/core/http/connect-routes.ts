@@ -43,11 +43,16 @@ import {
 } from "@connectrpc/connect/protocol";
 import * as protoConnect from "@connectrpc/connect/protocol-connect";
 import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
-import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
-import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
+import type { DescMethodUnary, DescService, JsonValue } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
-import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from "fastify";
 import type { Metrics } from "../metrics.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { plainHeaders } from "./rest-router.ts";
@@ -180,14 +185,25 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
         req.body = bodyAgain(read, req.raw);
       });
     }
+    const contextValues = (req: FastifyRequest) => options.contextValues?.(req) ?? createContextValues();
+    // The plugin's route for each RPC runs the same handler, but a failure goes to the request's log, never to the
+    // plugin's `console.error` (see `logFailures`).
+    const byPath = new Map<string, Handler>();
+    instance.addHook("onRoute", (route) => {
+      const handler = byPath.get(route.url ?? "");
+      if (handler) route.handler = logFailures(handler, contextValues);
+    });
     await instance.register(fastifyConnectPlugin, {
       ...routerOptions,
       routes(router) {
         options.routes(router);
         const handlers = router.handlers;
-        handlers.forEach((h, i) => (handlers[i] = withErrorDetails(h, () => served.inc({ path: "plugin" }))));
+        handlers.forEach((h, i) => {
+          handlers[i] = withErrorDetails(h, () => served.inc({ path: "plugin" }));
+          byPath.set(h.requestPath, handlers[i]);
+        });
       },
-      contextValues: (req) => options.contextValues?.(req) ?? createContextValues(),
+      contextValues,
     });
   });
 }
@@ -353,6 +369,38 @@ function withErrorDetails(handler: Handler, onCall: () => void): Handler {
     return res;
   };
   return Object.assign(wrapped, handler);
+}
+
+/**
+ * The plugin's route handler, with its failures logged through pino: it hands
+ * the call to Connect and writes the answer as the plugin does (the same
+ * public functions of connect-node), but where the plugin writes
+ * `console.error` when that fails, this logs. A failure to write the answer
+ * because the client went away (a cancelled stream, a connection cut by a
+ * balancer: `write ECANCELED`, a reset stream) is the normal end of that call,
+ * logged at debug; any other is the server's and logged as an error.
+ */
+function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => ContextValues): RouteHandlerMethod {
+  return async (req, reply) => {
+    try {
+      const res = await handler(
+        universalRequestFromNodeRequest(req.raw, reply.raw, req.body as JsonValue | undefined, contextValues(req)),
+      );
+      // Headers set by hooks (`x-request-id`) are on the reply until `send`, which is not used here.
+      for (const [key, value] of Object.entries(reply.getHeaders())) {
+        if (value !== undefined) reply.raw.setHeader(key, value);
+      }
+      await universalResponseToNodeResponse(res, reply.raw);
+    } catch (err) {
+      const rpc = `${handler.service.typeName}/${handler.method.name}`;
+      const code = ConnectError.from(err).code;
+      if (code === Code.Aborted || code === Code.Canceled || reply.raw.destroyed || req.raw.destroyed) {
+        req.log.debug({ rpc, err: (err as Error).message }, "call ended: the client went away");
+        return;
+      }
+      req.log.error({ rpc, err }, "rpc handler failed");
+    }
+  };
 }
 
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */

@@ -14,6 +14,7 @@
 import type { Db } from "../database/index.ts";
 import { createQuotaStore } from "./quota-store.ts";
 import { PlatformError } from "../errors.ts";
+import { DAY_MS } from "../time.ts";
 
 /** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
 export function secondsToUtcMidnight(now: Date = new Date()): number {
@@ -145,13 +146,13 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
 
     async history(appId, days) {
       const today = Date.parse(`${utcDay(clock())}T00:00:00Z`);
-      const first = today - (days - 1) * 86_400_000;
+      const first = today - (days - 1) * DAY_MS;
       const byDay = new Map<string, Partial<Record<QuotaCounter, number>>>();
       for (const r of await store.history(appId, utcDay(new Date(first)))) {
         byDay.set(r.day, { ...byDay.get(r.day), [r.counter]: r.used });
       }
       return Array.from({ length: days }, (_, i) => {
-        const day = utcDay(new Date(first + i * 86_400_000));
+        const day = utcDay(new Date(first + i * DAY_MS));
         const d = byDay.get(day) ?? {};
         return {
           day,
