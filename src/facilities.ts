@@ -52,7 +52,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       peekMessages: (appId, queue, limit, maxChars, after) =>
         queues.operator.peek(appId, queue, limit, maxChars, after),
       queueActivity: (appId, queue) => queues.operator.activity(appId, queue),
-      purgeQueue: (appId, queue) => queues.operator.purge(appId, queue),
+      purgeQueue: (appId, queue, within) => queues.operator.purge(appId, queue, within),
       deadLetters: queues.operator.deadLetters,
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
       // The operator's views call these facilities' own RPCs as the app.

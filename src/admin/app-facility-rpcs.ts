@@ -21,6 +21,7 @@ import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
+import type { InTransaction } from "../core/database/index.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
@@ -70,12 +71,19 @@ export interface AppFacilityHooks {
   ): Promise<PeekedMessage[]>;
   /** The queues facility's hourly puts and acks of one queue (its `operator.activity`). */
   queueActivity?(appId: string, queue: string): Promise<QueueActivityHour[]>;
-  purgeQueue?(appId: string, queue: string): Promise<number>;
+  /** `within` writes the audit entry in the purge's transaction. */
+  purgeQueue?(appId: string, queue: string, within?: InTransaction): Promise<number>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
   deadLetters?: {
     list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
-    replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
-    purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+    replay(
+      appId: string,
+      queue: string,
+      which: DeadLetterSelection,
+      ttlSeconds: number,
+      within?: InTransaction,
+    ): Promise<number>;
+    purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
   };
 }
 
@@ -216,8 +224,8 @@ export function createAppFacilityRpcs(options: {
     async purgeQueue(req, context) {
       if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
-      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async () => ({
-        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueueName(req.queue, true))),
+      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async (within) => ({
+        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueueName(req.queue, true), within)),
       }));
     },
 
@@ -280,10 +288,11 @@ export function createAppFacilityRpcs(options: {
       const deadLetters = hooks.deadLetters ?? unavailable("ReplayDeadLetters");
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
-      return auditor.audited(context, "dead_letters.replay", app, detail, async () => {
+      return auditor.audited(context, "dead_letters.replay", app, detail, async (within) => {
         const queue = checkQueueName(req.queue, true);
         const which = deadLetterSelection(req);
-        return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, app.limits.messageTtlSeconds)) };
+        const ttl = app.limits.messageTtlSeconds;
+        return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, ttl, within)) };
       });
     },
 
@@ -291,9 +300,9 @@ export function createAppFacilityRpcs(options: {
       const deadLetters = hooks.deadLetters ?? unavailable("PurgeDeadLetters");
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
-      return auditor.audited(context, "dead_letters.purge", app, detail, async () => {
+      return auditor.audited(context, "dead_letters.purge", app, detail, async (within) => {
         const queue = checkQueueName(req.queue, true);
-        return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req))) };
+        return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req), within)) };
       });
     },
 

@@ -6,6 +6,7 @@
  * this module only handles them afterwards. Every call is scoped by app and
  * queue, so ids of another app's or queue's dead letters match nothing.
  */
+import type { InTransaction } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import type { DeadLetter, DeadLetterSelection, QueueStore } from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
@@ -22,8 +23,15 @@ export interface DeadLetterPage {
 export interface DeadLetterOperator {
   list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
   /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`; wakes waiting consumers. Returns how many. */
-  replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
-  purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+  replay(
+    appId: string,
+    queue: string,
+    which: DeadLetterSelection,
+    ttlSeconds: number,
+    within?: InTransaction,
+  ): Promise<number>;
+  /** `within` runs in the purge's transaction: the operator's audit entry commits with it or not at all. */
+  purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
 }
 
 /** The token names the last dead letter of a page (its `seq`); opaque to callers. */
@@ -49,35 +57,44 @@ export function createDeadLetterOperator(store: QueueStore, hub: WakeHub): DeadL
       return { deadLetters: page, nextPageToken: rows.length > pageSize ? encodeToken(page[page.length - 1].seq) : "" };
     },
 
-    async replay(appId, queue, which, ttlSeconds) {
+    async replay(appId, queue, which, ttlSeconds, within) {
       const notify = hub.payload(appId, queue, 0);
-      let total = 0;
-      if ("ids" in which) {
-        total = await store.replayDeadLetters(appId, queue, which, which.ids.length, ttlSeconds, notify);
-      } else {
-        // Those dead when the call began, in batches: letters that die again
-        // meanwhile (replayed to a consumer that still fails) are not replayed
-        // once more by this call, so it ends.
-        const upToSeq = await store.lastDeadLetterSeq(appId, queue);
-        if (upToSeq === undefined) return 0;
-        for (;;) {
-          const n = await store.replayDeadLetters(
-            appId,
-            queue,
-            { all: true, upToSeq },
-            REPLAY_BATCH,
-            ttlSeconds,
-            notify,
-          );
-          total += n;
-          if (n < REPLAY_BATCH) break;
-        }
-      }
+      // With `within` (the operator's audit entry) every batch and the entry are one transaction; the
+      // statement's NOTIFY is then sent at commit, so no consumer is woken for a replay that rolls back.
+      const total = within
+        ? await store.transaction(async (tx, trx) => {
+            const n = await replayOn(tx, appId, queue, which, ttlSeconds, notify);
+            await within(trx);
+            return n;
+          })
+        : await replayOn(store, appId, queue, which, ttlSeconds, notify);
       // Local waiters now (no more wakes than waiters); other instances through the statement's NOTIFY.
       for (let n = Math.min(total, hub.waiting()); n > 0; n--) hub.announce(appId, queue, 0);
       return total;
     },
 
-    purge: (appId, queue, which) => store.purgeDeadLetters(appId, queue, which),
+    purge: (appId, queue, which, within) => store.purgeDeadLetters(appId, queue, which, within),
   };
+}
+
+async function replayOn(
+  store: QueueStore,
+  appId: string,
+  queue: string,
+  which: DeadLetterSelection,
+  ttlSeconds: number,
+  notify: string | undefined,
+): Promise<number> {
+  if ("ids" in which) return store.replayDeadLetters(appId, queue, which, which.ids.length, ttlSeconds, notify);
+  // Those dead when the call began, in batches: letters that die again
+  // meanwhile (replayed to a consumer that still fails) are not replayed
+  // once more by this call, so it ends.
+  const upToSeq = await store.lastDeadLetterSeq(appId, queue);
+  if (upToSeq === undefined) return 0;
+  let total = 0;
+  for (;;) {
+    const n = await store.replayDeadLetters(appId, queue, { all: true, upToSeq }, REPLAY_BATCH, ttlSeconds, notify);
+    total += n;
+    if (n < REPLAY_BATCH) return total;
+  }
 }

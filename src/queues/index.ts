@@ -4,6 +4,7 @@
  * facilities use only what this file exports (`PlatformEvents`).
  */
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { InTransaction } from "../core/database/index.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createEventFeed } from "./event-feed.ts";
@@ -30,7 +31,8 @@ export type { QueueAttentionRow } from "./queue-attention-store.ts";
 export interface QueueOperator {
   /** Waiting messages in claim order, after `after` (a peeked message's `position`) when given. */
   peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
-  purge(appId: string, queue: string): Promise<number>;
+  /** `within` runs in the purge's transaction: the operator's audit entry commits with it or not at all. */
+  purge(appId: string, queue: string, within?: InTransaction): Promise<number>;
   /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */
   activity(appId: string, queue: string): Promise<QueueActivityHour[]>;
   deadLetters: DeadLetterOperator;

@@ -17,7 +17,7 @@
  */
 import crypto from "node:crypto";
 import { sql, type Generated, type Kysely } from "kysely";
-import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
+import { PREPARED, transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 
 /** One message of a queue. */
 export interface QueueMessagesTable {
@@ -372,7 +372,8 @@ export interface QueueStore {
    */
   peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased; how many. */
-  purge(appId: string, queue: string): Promise<number>;
+  /** Deletes the queue's waiting messages; `within` runs in the same transaction (the operator's audit entry). */
+  purge(appId: string, queue: string, within?: InTransaction): Promise<number>;
   /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
   listDeadLetters(
     appId: string,
@@ -398,7 +399,10 @@ export interface QueueStore {
   /** The highest `seq` among one queue's dead letters (undefined: none), so that replaying "all" has an end. */
   lastDeadLetterSeq(appId: string, queue: string): Promise<string | undefined>;
   /** Deletes the selected dead letters; how many. */
-  purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+  /** Runs `fn` on one transaction: a store on it, and the transaction for another module's work (an audit entry). */
+  transaction<T>(fn: (store: QueueStore, trx: Db) => Promise<T>): Promise<T>;
+  /** `within` runs in the same transaction as the delete (the operator's audit entry). */
+  purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
   /** Deletes up to `limit` dead letters past their `expires_at`; how many. */
   expireDeadLetters(limit: number): Promise<number>;
   /** Deletes up to `limit` dead letters of apps that no longer exist; how many. */
@@ -1010,13 +1014,16 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       }));
     },
 
-    async purge(appId, queue) {
-      const result = await db
-        .deleteFrom("queue_messages")
-        .where("app_id", "=", appId)
-        .where("queue", "=", queue)
-        .executeTakeFirst();
-      return Number(result.numDeletedRows);
+    async purge(appId, queue, within) {
+      return db.transaction().execute(async (trx) => {
+        const result = await trx
+          .deleteFrom("queue_messages")
+          .where("app_id", "=", appId)
+          .where("queue", "=", queue)
+          .executeTakeFirst();
+        await within?.(transactionAsDb(trx));
+        return Number(result.numDeletedRows);
+      });
     },
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<Row>`
@@ -1074,14 +1081,24 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return (rows[0]?.seq as string | null) ?? undefined;
     },
 
-    async purgeDeadLetters(appId, queue, which) {
+    transaction(fn) {
+      return db.transaction().execute((trx) => {
+        const on = transactionAsDb(trx);
+        return fn(createQueueStore(on), on);
+      });
+    },
+
+    async purgeDeadLetters(appId, queue, which, within) {
       const ids = "ids" in which ? which.ids : null;
-      const result = await sql`
-        DELETE FROM queue_dead_letters
-        WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(
-        db,
-      );
-      return Number(result.numAffectedRows ?? 0n);
+      return db.transaction().execute(async (trx) => {
+        const result = await sql`
+          DELETE FROM queue_dead_letters
+          WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(
+          trx,
+        );
+        await within?.(transactionAsDb(trx));
+        return Number(result.numAffectedRows ?? 0n);
+      });
     },
 
     async expireDeadLetters(limit) {
