@@ -36,7 +36,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
   return {
     list: [analytics, mail, inference, queues, secrets],
     adminHooks: {
-      publishEvent: (appId, kind, data) => events.publish(appId, kind, data),
+      publishEvent: (appId, kind, data, within) => events.publish(appId, kind, data, within),
       declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
       addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
       removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
@@ -54,6 +54,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       queueActivity: (appId, queue) => queues.operator.activity(appId, queue),
       purgeQueue: (appId, queue, within) => queues.operator.purge(appId, queue, within),
       deadLetters: queues.operator.deadLetters,
+      putTestMessage: (app, queue, payload, within) => queues.operator.put(app, queue, payload, within),
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],

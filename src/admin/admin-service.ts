@@ -62,7 +62,8 @@ export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
     value: string,
     within?: InTransaction,
   ): Promise<{ version: number; setAt: Date }>;
-  publishEvent?(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
+  /** `within` writes the audit entry in the transaction that puts the event on `_events`. */
+  publishEvent?(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
   listMail?(appId: string, limit: number): Promise<MailLogRecord[]>;
   /** The mail log searched, newest first (ListMail's query, status, dates and pages). */
   searchMail?(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
@@ -448,7 +449,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async publishEvent(req, context) {
       if (!hooks.publishEvent) unimplemented("PublishEvent");
       const app = await getApp(req.appId);
-      return auditor.audited(context, "event.publish", app, { kind: req.kind }, async () => {
+      return auditor.audited(context, "event.publish", app, { kind: req.kind }, async (within) => {
         if (!NAME_PATTERN.test(req.kind)) throw invalidArgument("kind", NAME_RULE);
         // A Value with no kind set (an empty message on the wire) means null; one
         // with an unset Value nested inside it is not JSON at all.
@@ -460,7 +461,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
             throw invalidArgument("data", "must be a JSON value (a google.protobuf.Value with every nested kind set)");
           }
         }
-        return hooks.publishEvent!(app.id, req.kind, data);
+        return hooks.publishEvent!(app.id, req.kind, data, within);
       });
     },
 

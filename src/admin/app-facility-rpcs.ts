@@ -12,7 +12,7 @@
  */
 import { createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { DescMethod, DescService } from "@bufbuild/protobuf";
-import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { timestampFromDate, type Value } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
@@ -73,6 +73,8 @@ export interface AppFacilityHooks {
   queueActivity?(appId: string, queue: string): Promise<QueueActivityHour[]>;
   /** `within` writes the audit entry in the purge's transaction. */
   purgeQueue?(appId: string, queue: string, within?: InTransaction): Promise<number>;
+  /** The queues facility's `operator.put`: a message as the app would put it, `within` in its transaction. */
+  putTestMessage?(app: AppRecord, queue: string, payload: Value, within?: InTransaction): Promise<{ id: string }>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
   deadLetters?: {
     list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
@@ -239,21 +241,17 @@ export function createAppFacilityRpcs(options: {
     },
 
     async putTestMessage(req, context) {
+      if (!hooks.putTestMessage) unavailable("PutTestMessage");
       const app = await load(req.appId);
       // `_events` carries the platform's events (SPEC.md): an operator's test message there would read as one.
       if (req.queue === EVENTS_QUEUE)
         throw invalidArgument("queue", `must be an app's own queue, not ${EVENTS_QUEUE} (use PublishEvent)`);
       const queue = checkQueueName(req.queue, false);
-      if (req.payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
-      return auditor.audited(context, "queue.put", app, { queue }, async () => {
-        // As the app would put it: same validation, caps and limits, and its consumers are woken.
-        const put = await asApp<{ queue: string; payload: unknown }, { id: string }>(
-          app,
-          QueueService,
-          QueueService.method.putMessage,
-          { queue, payload: req.payload },
-          context.signal,
-        );
+      const payload = req.payload;
+      if (payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
+      // As the app would put it: same validation, caps and limits, and its consumers are woken.
+      return auditor.audited(context, "queue.put", app, { queue }, async (within) => {
+        const put = await hooks.putTestMessage!(app, queue, payload, within);
         return { id: put.id };
       });
     },

@@ -4,6 +4,8 @@
  * facilities use only what this file exports (`PlatformEvents`).
  */
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { Value } from "@bufbuild/protobuf/wkt";
+import type { AppRecord } from "../core/apps/apps.ts";
 import type { InTransaction } from "../core/database/index.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
@@ -36,6 +38,8 @@ export interface QueueOperator {
   /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */
   activity(appId: string, queue: string): Promise<QueueActivityHour[]>;
   deadLetters: DeadLetterOperator;
+  /** A test message on an app's queue, as the app would put it; `within` (the audit entry) commits with it. Its id. */
+  put(app: AppRecord, queue: string, payload: Value | undefined, within?: InTransaction): Promise<{ id: string }>;
   /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
   attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
 }
@@ -71,9 +75,10 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   });
   // Every platform event goes on `_events` (SPEC.md) and into the feed that every replica reads.
   const events: PlatformEvents = {
-    async publish(appId, kind, data) {
+    async publish(appId, kind, data, within) {
       const at = Date.now();
-      const result = await queues.events.publish(appId, kind, data);
+      // The feed's copy is appended once the event is on `_events` (and committed with `within`, if any).
+      const result = await queues.events.publish(appId, kind, data, within);
       await feed.append(appId, kind, at, data);
       return result;
     },
@@ -89,6 +94,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       purge: (...args) => store.purge(...args),
       activity: (appId, queue) => store.activity(appId, queue, ACTIVITY_HOURS),
       deadLetters,
+      put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },
     housekeeping: () => [...housekeeping, feed.housekeeping()],

@@ -275,9 +275,10 @@ export interface QueueStore {
   /**
    * The same put, serialised with every other `putSerialized` on the queue by
    * a transaction-scoped advisory lock, so that near the depth cap concurrent
-   * puts cannot overshoot it.
+   * puts cannot overshoot it. `within` (an operator's audit entry) runs in
+   * the same transaction when the message went in.
    */
-  putSerialized(input: PutInput): Promise<PutResult>;
+  putSerialized(input: PutInput, within?: InTransaction): Promise<PutResult>;
   /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
@@ -322,6 +323,7 @@ export interface QueueStore {
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
+    within?: InTransaction,
   ): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /**
    * Leases up to `n` visible messages in one statement, oldest first. When it
@@ -583,12 +585,14 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   }
 
   const store: QueueStore = {
-    putSerialized(input) {
+    putSerialized(input, within) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(
           trx,
         );
-        return put(input, trx);
+        const result = await put(input, trx);
+        if (result.inserted) await within?.(transactionAsDb(trx));
+        return result;
       });
     },
 
@@ -802,10 +806,10 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return Number(result.numAffectedRows ?? 0n);
     },
 
-    async putDroppingOldest(input) {
+    async putDroppingOldest(input, within) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
-      const { rows } = await sql<Row>`
+      const statement = sql<Row>`
         WITH ins AS (
           INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
           VALUES (${input.appId}, ${input.queue}, ${input.payload},
@@ -825,7 +829,15 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         SELECT ins.id, ins.expires_at, (SELECT count(*)::int FROM dropped) AS dropped,
                CASE WHEN ${input.notify ?? null}::text IS NOT NULL
                     THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
-        FROM ins`.execute(db);
+        FROM ins`;
+      // With `within` (an operator's audit entry) the put commits with it; its NOTIFY is sent at that commit.
+      const { rows } = within
+        ? await db.transaction().execute(async (trx) => {
+            const result = await statement.execute(trx);
+            await within(transactionAsDb(trx));
+            return result;
+          })
+        : await statement.execute(db);
       const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },

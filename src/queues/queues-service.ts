@@ -35,6 +35,7 @@ import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { InTransaction } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
@@ -75,7 +76,8 @@ import type { WakeHub } from "./wake-hub.ts";
  * example `secret.set`). Never refused for depth: the oldest is dropped.
  */
 export interface PlatformEvents {
-  publish(appId: string, kind: string, data: JsonValue): Promise<{ id: string }>;
+  /** `within` runs in the put's transaction (an operator's audit entry): the event is on the queue with it or not at all. */
+  publish(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
 }
 
 export interface QueuesServiceOptions {
@@ -94,6 +96,17 @@ export interface QueuesImplementation {
   /** Every RPC but the event feed's, which `event-feed.ts` implements. */
   readonly impl: Omit<ServiceImpl<typeof QueueService>, "readEventFeed">;
   readonly events: PlatformEvents;
+  /**
+   * An operator's test message (AdminService `PutTestMessage`): `PutMessage` as
+   * the app, same checks and limits, with `within` (the audit entry) in the
+   * put's transaction. The message's id.
+   */
+  putAsOperator(
+    app: AppRecord,
+    queue: string,
+    payload: Value | undefined,
+    within?: InTransaction,
+  ): Promise<{ id: string }>;
 }
 
 function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
@@ -119,6 +132,15 @@ function payloadText(payload: Value | undefined, app: AppRecord, field = "payloa
 }
 
 /** The put's lifetime and delay, checked against the app's limits; `prefix` names the message in a batch. */
+/** What `PutMessage` reads of its request. */
+interface PutMessageInput {
+  queue: string;
+  payload?: Value;
+  delaySeconds?: number;
+  ttlSeconds?: number;
+  dedupKey?: string;
+}
+
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
   const ttlSeconds = checkRange(
     `${prefix}ttlSeconds`,
@@ -277,6 +299,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     delaySeconds: number,
     ttlSeconds: number,
     dedupKey: string | undefined,
+    within?: InTransaction,
   ): Promise<{ id: string; expiresAt: Date; deduplicated: boolean }> {
     const max = app.limits.maxQueueDepth;
     if (dedupKey !== undefined) {
@@ -297,29 +320,48 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     let result: PutResult | undefined;
-    if (max - DEPTH_SLACK > 0) {
+    // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
+    if (max - DEPTH_SLACK > 0 && !within) {
       const depthBelow = max - DEPTH_SLACK;
       result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
     }
-    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max });
+    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
     if (!result.inserted) throw queueFull(queue, result.depth, max);
     announced(app.id, queue, delaySeconds);
     return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
   }
 
+  /** `PutMessage` of `app`; `within` (an operator's test message) commits the audit entry with the message. */
+  async function putMessage(app: AppRecord, req: PutMessageInput, within?: InTransaction) {
+    const queue = checkPutQueue(req.queue);
+    const payload = payloadText(req.payload, app);
+    const { ttlSeconds, delaySeconds } = putTimes(app, req);
+    const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
+    const result = await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, within);
+    return {
+      id: result.id,
+      queue,
+      expiresAt: timestampFromMs(result.expiresAt.getTime()),
+      deduplicated: result.deduplicated,
+    };
+  }
+
   const events: PlatformEvents = {
-    async publish(appId, kind, data) {
+    async publish(appId, kind, data, within) {
       const app = await deps.apps.get(appId);
       const payload = JSON.stringify({ kind, at: Date.now(), data });
-      const result = await store.putDroppingOldest({
-        appId: app.id,
-        queue: EVENTS_QUEUE,
-        payload,
-        delaySeconds: 0,
-        ttlSeconds: app.limits.messageTtlSeconds,
-        keep: app.limits.maxQueueDepth,
-        notify: hub.payload(app.id, EVENTS_QUEUE, 0),
-      });
+      const result = await store.putDroppingOldest(
+        {
+          appId: app.id,
+          queue: EVENTS_QUEUE,
+          payload,
+          delaySeconds: 0,
+          ttlSeconds: app.limits.messageTtlSeconds,
+          keep: app.limits.maxQueueDepth,
+          notify: hub.payload(app.id, EVENTS_QUEUE, 0),
+        },
+        within,
+      );
       if (result.dropped > 0) {
         dropped.inc(result.dropped);
         logger.info({ appId: app.id, dropped: result.dropped }, "platform events dropped at the depth cap");
@@ -331,6 +373,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
   return {
     events,
+    putAsOperator: (app, queue, payload, within) => putMessage(app, { queue, payload }, within),
     impl: {
       async listQueues(_req, context) {
         const app = appOf(context);
@@ -347,20 +390,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         };
       },
 
-      async putMessage(req, context) {
-        const app = appOf(context);
-        const queue = checkPutQueue(req.queue);
-        const payload = payloadText(req.payload, app);
-        const { ttlSeconds, delaySeconds } = putTimes(app, req);
-        const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
-        const result = await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey);
-        return {
-          id: result.id,
-          queue,
-          expiresAt: timestampFromMs(result.expiresAt.getTime()),
-          deduplicated: result.deduplicated,
-        };
-      },
+      putMessage: (req, context) => putMessage(appOf(context), req),
 
       async consumeMessage(req, context) {
         const app = appOf(context);

@@ -131,4 +131,32 @@ describe("an audited change and its entry commit together", () => {
     expect(await waiting(app, "jobs")).toBe(2);
     expect(await entries(app.id, "dead_letters.replay")).toEqual(["failed", "failed", "ok", "ok"]);
   });
+
+  it("event.publish", async () => {
+    const app = await t.createApp();
+    await refuseAudit("event.publish");
+    await failure(t.admin.publishEvent({ appId: app.id, kind: "deploy.done" }));
+    expect(await waiting(app, "_events")).toBe(0);
+    expect(await entries(app.id, "event.publish")).toEqual(["failed"]);
+
+    await sql`DROP TRIGGER test_refuse_audit ON audit_log`.execute(t.server.deps.db);
+    await t.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
+    expect(await waiting(app, "_events")).toBe(1);
+    expect(await entries(app.id, "event.publish")).toEqual(["failed", "ok"]);
+  });
+
+  it("queue.put (PutTestMessage)", async () => {
+    const app = await t.createApp();
+    const payload = { kind: { case: "numberValue" as const, value: 7 } };
+    await refuseAudit("queue.put");
+    await failure(t.admin.putTestMessage({ appId: app.id, queue: "jobs", payload }));
+    expect(await waiting(app, "jobs")).toBe(0);
+    expect(await entries(app.id, "queue.put")).toEqual(["failed"]);
+
+    await sql`DROP TRIGGER test_refuse_audit ON audit_log`.execute(t.server.deps.db);
+    const { id } = await t.admin.putTestMessage({ appId: app.id, queue: "jobs", payload });
+    const { messages } = await t.admin.peekMessages({ appId: app.id, queue: "jobs", limit: 10 });
+    expect(messages.map((m) => [m.id, m.payload])).toEqual([[id, "7"]]);
+    expect(await entries(app.id, "queue.put")).toEqual(["failed", "ok"]);
+  });
 });
