@@ -41,6 +41,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
       removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
       listLinks: (appId) => secrets.listLinks(appId),
+      createSecretLink: (app, name, within) => secrets.createLink(app, name, within),
       revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
       expiringLinks: (seconds) => secrets.expiringLinks(seconds),
       declaredNames: (appId) => secrets.declaredNames(appId),

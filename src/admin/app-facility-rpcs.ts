@@ -75,6 +75,12 @@ export interface AppFacilityHooks {
   purgeQueue?(appId: string, queue: string, within?: InTransaction): Promise<number>;
   /** The queues facility's `operator.put`: a message as the app would put it, `within` in its transaction. */
   putTestMessage?(app: AppRecord, queue: string, payload: Value, within?: InTransaction): Promise<{ id: string }>;
+  /** The secrets facility's `createLink`: `CreateSecretLink` as the app, `within` in the link's transaction. */
+  createSecretLink?(
+    app: AppRecord,
+    name: string,
+    within?: InTransaction,
+  ): Promise<{ url: string; name: string; expiresAt: Date }>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
   deadLetters?: {
     list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
@@ -310,10 +316,12 @@ export function createAppFacilityRpcs(options: {
     },
 
     async createSecretLink(req, context) {
+      if (!hooks.createSecretLink) unavailable("CreateSecretLink");
       const app = await load(req.appId);
-      return auditor.audited(context, "secret.link", app, { name: req.name }, () =>
-        asApp(app, SecretsService, SecretsService.method.createSecretLink, { name: req.name }, context.signal),
-      );
+      return auditor.audited(context, "secret.link", app, { name: req.name }, async (within) => {
+        const link = await hooks.createSecretLink!(app, req.name, within);
+        return { url: link.url, name: link.name, expiresAt: timestampFromDate(link.expiresAt) };
+      });
     },
   };
 }

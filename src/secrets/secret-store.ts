@@ -180,6 +180,7 @@ export function createSecretStore(database: Db) {
      * unexpired links. The app's row is locked for the count and the insert,
      * so concurrent creations for one app take turns and never overshoot.
      * Dead links (used or expired) of the app are deleted on the way.
+     * `within` (an operator's audit entry) runs in the transaction when the link is created.
      */
     async createLink(
       appId: string,
@@ -187,6 +188,7 @@ export function createSecretStore(database: Db) {
       tokenHash: string,
       ttlSeconds: number,
       maxOutstanding: number,
+      within?: InTransaction,
     ): Promise<
       { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }
     > {
@@ -228,6 +230,7 @@ export function createSecretStore(database: Db) {
           })
           .returning("expires_at")
           .executeTakeFirstOrThrow();
+        await within?.(transactionAsDb(trx));
         return { kind: "created" as const, expiresAt: new Date(row.expires_at) };
       });
     },

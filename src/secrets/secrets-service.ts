@@ -60,6 +60,15 @@ export interface SecretsAdmin {
     confirmDestroyValues: boolean,
     within?: InTransaction,
   ): Promise<string[]>;
+  /**
+   * `CreateSecretLink` as the app (AdminService's, by an operator): a one-time link to set `name`, with
+   * `within` (the audit entry) in the transaction that creates it.
+   */
+  createLink(
+    app: AppRecord,
+    name: string,
+    within?: InTransaction,
+  ): Promise<{ url: string; name: string; expiresAt: Date }>;
   /** The app's outstanding links, never their token. */
   listLinks(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
   /** Outstanding links of every app that expire within `seconds`, soonest first (at most 100). */
@@ -130,6 +139,33 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     return result;
   }
 
+  /** `CreateSecretLink` of `app`; `within` (an operator's audit entry) runs in the transaction that creates the link. */
+  async function createLink(app: AppRecord, name: string, within?: InTransaction) {
+    requireEnabled(app);
+    checkName(name);
+    const token = crypto.randomBytes(32).toString("base64url");
+    const result = await store.createLink(
+      app.id,
+      name,
+      hashLinkToken(token),
+      app.limits.linkTtlSeconds,
+      app.limits.maxOutstandingLinks,
+      within,
+    );
+    if (result.kind === "undeclared")
+      throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
+    if (result.kind === "too_many") {
+      throw new PlatformError(
+        "too_many_links",
+        `at most ${app.limits.maxOutstandingLinks} links may be outstanding; wait for one to be used or to expire`,
+        {
+          retryAfterSeconds: result.retryAfterSeconds,
+        },
+      );
+    }
+    return { url: `${options.publicUrl}/secret-links/${token}`, name, expiresAt: result.expiresAt };
+  }
+
   return {
     impl: {
       async listSecrets(_req, context) {
@@ -176,36 +212,12 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
       },
 
       async createSecretLink(req, context) {
-        const app = appOf(context);
-        requireEnabled(app);
-        checkName(req.name);
-        const token = crypto.randomBytes(32).toString("base64url");
-        const result = await store.createLink(
-          app.id,
-          req.name,
-          hashLinkToken(token),
-          app.limits.linkTtlSeconds,
-          app.limits.maxOutstandingLinks,
-        );
-        if (result.kind === "undeclared")
-          throw new PlatformError("not_found", `secret ${req.name} is not declared by the app's blueprint`);
-        if (result.kind === "too_many") {
-          throw new PlatformError(
-            "too_many_links",
-            `at most ${app.limits.maxOutstandingLinks} links may be outstanding; wait for one to be used or to expire`,
-            {
-              retryAfterSeconds: result.retryAfterSeconds,
-            },
-          );
-        }
-        return {
-          url: `${options.publicUrl}/secret-links/${token}`,
-          name: req.name,
-          expiresAt: timestampFromDate(result.expiresAt),
-        };
+        const link = await createLink(appOf(context), req.name);
+        return { url: link.url, name: link.name, expiresAt: timestampFromDate(link.expiresAt) };
       },
     },
 
+    createLink,
     findLink: (token) => store.findLink(hashLinkToken(token)),
     useLink,
     declaredNames: (appId) => store.declaredNames(appId),

@@ -159,4 +159,20 @@ describe("an audited change and its entry commit together", () => {
     expect(messages.map((m) => [m.id, m.payload])).toEqual([[id, "7"]]);
     expect(await entries(app.id, "queue.put")).toEqual(["failed", "ok"]);
   });
+
+  it("secret.link", async () => {
+    const app = await t.createApp();
+    await t.admin.addSecretNames({ appId: app.id, names: ["KEY"] });
+    await refuseAudit("secret.link");
+    await failure(t.admin.createSecretLink({ appId: app.id, name: "KEY" }));
+    expect((await t.admin.listSecretLinks({ appId: app.id })).links).toEqual([]);
+    expect(await entries(app.id, "secret.link")).toEqual(["failed"]);
+
+    await sql`DROP TRIGGER test_refuse_audit ON audit_log`.execute(t.server.deps.db);
+    const link = await t.admin.createSecretLink({ appId: app.id, name: "KEY" });
+    expect(link.name).toBe("KEY");
+    expect((await t.admin.listSecretLinks({ appId: app.id })).links.map((l) => l.name)).toEqual(["KEY"]);
+    expect((await fetch(`${t.url}${new URL(link.url).pathname}`)).status).toBe(200);
+    expect(await entries(app.id, "secret.link")).toEqual(["failed", "ok"]);
+  });
 });
