@@ -2,10 +2,11 @@
  * How the admin API records what operators do. `audited` runs one change and
  * hands it an `InTransaction` that writes the entry: a store that takes it
  * writes the entry in the change's own transaction, so the change never
- * commits without its record. A change made through a facility that takes no
- * callback (a queue purge, a platform event) is recorded right after it
- * succeeds. A refused or failed attempt is recorded on its own, as `denied`
- * or `failed`, with the error's code.
+ * commits without its record: every facility an audited change goes through
+ * takes one (through its `index.ts`). A change that wrote no entry through it
+ * (one that changed nothing a store's transaction covers) is recorded right
+ * after. A refused or failed attempt is recorded on its own, as `denied` or
+ * `failed`, with the error's code.
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
