@@ -447,28 +447,10 @@ interface QueueDbs {
   relaxedDb: Kysely<QueueTables>;
 }
 
-/**
- * Messages: puts (plain, serialised, batched, deduplicated, dropping the oldest), claims, leases
- * (extend, nack, release, still leased), acks, peeks and purges of one queue's line.
- */
-function createMessageStore({
+/** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
+function createPutStore({
   db,
-  relaxedDb,
-}: QueueDbs): Pick<
-  QueueStore,
-  | "putSerialized"
-  | "putMany"
-  | "putAll"
-  | "release"
-  | "putDroppingOldest"
-  | "claimMany"
-  | "extend"
-  | "nack"
-  | "stillLeased"
-  | "ackMany"
-  | "peek"
-  | "purge"
-> {
+}: QueueDbs): Pick<QueueStore, "putSerialized" | "putMany" | "putAll" | "putDroppingOldest"> {
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<Row>`${PREPARED}
       WITH depth AS (
@@ -488,95 +470,6 @@ function createMessageStore({
     const row = rows[0];
     if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
     return { inserted: false, depth: Number(row.n) };
-  }
-
-  /**
-   * The claim, one statement built here once: `next` takes up to `n` visible
-   * messages of the line (`SKIP LOCKED`, so racing claims never take one
-   * message twice) and `claimed` leases them: `lease_until` is the lease's
-   * end, `visible_at` that plus the retry hold of the rule (the message comes
-   * back that long after a lapse), and the delivery is counted.
-   * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
-   * (an inlined or semi-joined subquery may be re-run by the planner).
-   * `m.id = ANY (...)` lets the UPDATE find its rows through the primary key:
-   * with the join alone the planner hashes `next` against a scan of the whole
-   * table, whose cost grows with the messages in flight. When fewer than `n`
-   * are claimed, the same round trip tells when the line's next message
-   * (other than those just taken) becomes visible, so a waiting consume can
-   * set a timer instead of polling.
-   *
-   * Under a dead-letter rule (`maxDeliveries` > 0), `dead` also takes, among
-   * the head of the line (the next `n + BURY_BATCH` visible messages, so that
-   * a long line costs no longer scan), the messages that had their last
-   * delivery and deletes them (`gone`); `moved` puts them in the queue's
-   * dead-letter list, on the policy's dead-letter queue, or nowhere (drop),
-   * all in the same statement, so a message is in exactly one place. `next`
-   * then leases only messages below the limit (one beyond the head is buried
-   * once it reaches the head). A lease is checked against the row's latest
-   * version when locked: a message leased for its last time is never leased
-   * again, by anyone. `buried` counts the moved.
-   */
-  async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
-    const max = rule.maxDeliveries;
-    const lease = sql`make_interval(secs => ${leaseSeconds})`;
-    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
-    const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
-    const target = rule.deadLetterQueue;
-    const moved =
-      target === null
-        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
-              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
-              FROM gone RETURNING 1`
-        : target === DROP_DEAD_LETTERS
-          ? sql`SELECT 1 FROM gone`
-          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
-                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
-                FROM gone RETURNING 1`;
-    const notifyMoved =
-      typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
-        ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
-        : sql`NULL`;
-    const bury =
-      max > 0
-        ? sql`head AS MATERIALIZED (
-              SELECT id, deliveries FROM queue_messages WHERE ${lineHead}
-              ORDER BY visible_at
-              LIMIT ${n + BURY_BATCH}
-            ), dead AS MATERIALIZED (
-              SELECT m.id FROM queue_messages m
-              WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${max})
-                AND m.deliveries >= ${max} AND m.visible_at <= now()
-              FOR UPDATE SKIP LOCKED
-            ), gone AS (
-              DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
-              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
-            ), moved AS (${moved}),
-            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
-        : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
-    const { rows } = await sql<ClaimRow>`${PREPARED}
-      WITH ${bury} next AS MATERIALIZED (
-        SELECT id, visible_at FROM queue_messages
-        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
-        ORDER BY visible_at
-        LIMIT ${n}
-        FOR UPDATE SKIP LOCKED
-      ), claimed AS (
-        UPDATE queue_messages m
-        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
-        FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, next.visible_at AS was_visible_at
-      )
-      SELECT id, payload, enqueued_at, expires_at, lease_until, deliveries, was_visible_at,
-             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
-      FROM claimed
-      UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
-        SELECT min(visible_at) FROM queue_messages
-        WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
-          AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
-      ), (SELECT n FROM buried)
-      WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
-    return claimedRows(queue, rows);
   }
 
   return {
@@ -709,17 +602,6 @@ function createMessageStore({
       });
     },
 
-    async release(appId, leases) {
-      if (leases.length === 0) return 0;
-      const result = await sql`
-        UPDATE queue_messages m
-        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
-        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
-                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
-        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
-      return Number(result.numAffectedRows ?? 0n);
-    },
-
     async putDroppingOldest(input) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
@@ -746,6 +628,114 @@ function createMessageStore({
         FROM ins`.execute(db);
       const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
+    },
+  };
+}
+
+/** Claims and their leases: claim (burying the dead), extend, nack, release, still leased, and acks. */
+function createLeaseStore({
+  db,
+  relaxedDb,
+}: QueueDbs): Pick<QueueStore, "release" | "claimMany" | "extend" | "nack" | "stillLeased" | "ackMany"> {
+  /**
+   * The claim, one statement built here once: `next` takes up to `n` visible
+   * messages of the line (`SKIP LOCKED`, so racing claims never take one
+   * message twice) and `claimed` leases them: `lease_until` is the lease's
+   * end, `visible_at` that plus the retry hold of the rule (the message comes
+   * back that long after a lapse), and the delivery is counted.
+   * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
+   * (an inlined or semi-joined subquery may be re-run by the planner).
+   * `m.id = ANY (...)` lets the UPDATE find its rows through the primary key:
+   * with the join alone the planner hashes `next` against a scan of the whole
+   * table, whose cost grows with the messages in flight. When fewer than `n`
+   * are claimed, the same round trip tells when the line's next message
+   * (other than those just taken) becomes visible, so a waiting consume can
+   * set a timer instead of polling.
+   *
+   * Under a dead-letter rule (`maxDeliveries` > 0), `dead` also takes, among
+   * the head of the line (the next `n + BURY_BATCH` visible messages, so that
+   * a long line costs no longer scan), the messages that had their last
+   * delivery and deletes them (`gone`); `moved` puts them in the queue's
+   * dead-letter list, on the policy's dead-letter queue, or nowhere (drop),
+   * all in the same statement, so a message is in exactly one place. `next`
+   * then leases only messages below the limit (one beyond the head is buried
+   * once it reaches the head). A lease is checked against the row's latest
+   * version when locked: a message leased for its last time is never leased
+   * again, by anyone. `buried` counts the moved.
+   */
+  async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
+    const max = rule.maxDeliveries;
+    const lease = sql`make_interval(secs => ${leaseSeconds})`;
+    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
+    const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
+    const target = rule.deadLetterQueue;
+    const moved =
+      target === null
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
+              FROM gone RETURNING 1`
+        : target === DROP_DEAD_LETTERS
+          ? sql`SELECT 1 FROM gone`
+          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
+                FROM gone RETURNING 1`;
+    const notifyMoved =
+      typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
+        ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
+        : sql`NULL`;
+    const bury =
+      max > 0
+        ? sql`head AS MATERIALIZED (
+              SELECT id, deliveries FROM queue_messages WHERE ${lineHead}
+              ORDER BY visible_at
+              LIMIT ${n + BURY_BATCH}
+            ), dead AS MATERIALIZED (
+              SELECT m.id FROM queue_messages m
+              WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${max})
+                AND m.deliveries >= ${max} AND m.visible_at <= now()
+              FOR UPDATE SKIP LOCKED
+            ), gone AS (
+              DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
+            ), moved AS (${moved}),
+            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
+        : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
+    const { rows } = await sql<ClaimRow>`${PREPARED}
+      WITH ${bury} next AS MATERIALIZED (
+        SELECT id, visible_at FROM queue_messages
+        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY visible_at
+        LIMIT ${n}
+        FOR UPDATE SKIP LOCKED
+      ), claimed AS (
+        UPDATE queue_messages m
+        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
+        FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, next.visible_at AS was_visible_at
+      )
+      SELECT id, payload, enqueued_at, expires_at, lease_until, deliveries, was_visible_at,
+             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
+      FROM claimed
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+        SELECT min(visible_at) FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
+          AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
+      ), (SELECT n FROM buried)
+      WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
+    return claimedRows(queue, rows);
+  }
+
+  return {
+    async release(appId, leases) {
+      if (leases.length === 0) return 0;
+      const result = await sql`
+        UPDATE queue_messages m
+        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
+        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
+                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
+        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
     },
 
     claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
@@ -818,7 +808,12 @@ function createMessageStore({
       const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
       return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
     },
+  };
+}
 
+/** An operator's view and control of one queue's line: peek and purge. */
+function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"> {
+  return {
     async peek(appId, queue, limit, maxChars, after) {
       // Keyset paging on the claim order, with the id as the tie-break: a page
       // starts right after the previous page's last message, whatever was
@@ -1192,7 +1187,9 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
   const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();
   const dbs: QueueDbs = { db, relaxedDb };
   return {
-    ...createMessageStore(dbs),
+    ...createPutStore(dbs),
+    ...createLeaseStore(dbs),
+    ...createControlStore(dbs),
     ...createDeadLetterStore(dbs),
     ...createCountStore(dbs),
     ...createPolicyStore(dbs),
