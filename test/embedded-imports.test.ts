@@ -21,7 +21,7 @@ import { createRequire } from "node:module";
 import { loadConfig } from "./src/core/config.ts";
 import { createLogger } from "./src/core/logger.ts";
 import { resolveDataDirSecrets } from "./src/core/data-dir.ts";
-import { createPlatformServer } from "./src/server.ts";
+import { createPlatformServer } from "./src/platform-server.ts";
 const require = createRequire(import.meta.url);
 const heavy = () => [...new Set(Object.keys(require.cache).map((f) => /node_modules\\/(mongodb|@aws-sdk\\/[^/]+|@scalar\\/[^/]+)\\//.exec(f)?.[1]).filter(Boolean))].sort();
 const { config } = await resolveDataDirSecrets(loadConfig({ DATA_DIR: process.env.DATA_DIR, PORT: "0" }));

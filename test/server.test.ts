@@ -6,7 +6,7 @@ import { AdminService } from "../gen/platform/admin/v1/admin_pb.js";
 import { MetaService } from "../gen/platform/meta/v1/meta_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { useTestApp, useTestServer, type Protocol } from "./support/harness.ts";
-import { jsonDepth } from "../src/server.ts";
+import { jsonDepth } from "../src/platform-server.ts";
 import { PlatformError, toPlatformError, toEnvelope } from "../src/core/errors.ts";
 import pkg from "../package.json" with { type: "json" };
 

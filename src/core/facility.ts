@@ -2,7 +2,7 @@
  * What a facility is to the server: one Connect service implemented once
  * (`impl`), the table of SPEC.md REST routes mapped onto that implementation
  * (`routes`), and optional start/close hooks. The composition root
- * (`src/server.ts`, `src/facilities.ts`) builds every facility from the shared
+ * (`src/platform-server.ts`, `src/facilities.ts`) builds every facility from the shared
  * `Deps`, and hands a facility the public API of another only through its
  * factory's arguments, never its internals.
  */

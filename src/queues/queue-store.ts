@@ -447,21 +447,16 @@ function claimedRows(
   return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt, buried };
 }
 
-/**
- * `db` commits synchronously: puts, whose 200 promises the message is kept,
- * and claims. `relaxedDb` may commit asynchronously (`synchronous_commit =
- * off`, see `Database.relaxedDb`): acks, expiry and the removal of deleted
- * apps' messages, whose loss in a database crash only means a message comes
- * back (a redelivery, which consumers must already tolerate) or is removed a
- * little later. Claims stay synchronous although a lost claim would also only
- * mean a redelivery: the redelivery would then count the same delivery number
- * again, so the lost lease's receipt would ack the new lease; a synchronous
- * claim keeps "an earlier receipt never acks" true even across a database
- * crash, and cost no measurable throughput once claims are batched.
- */
-export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
-  const db: Kysely<QueueTables> = database.withTables<QueueTables>();
-  const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();
+/** The two handles of `createQueueStore` (see there): `db` commits synchronously, `relaxedDb` may not. */
+interface QueueDbs {
+  db: Kysely<QueueTables>;
+  relaxedDb: Kysely<QueueTables>;
+}
+
+/** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
+function createPutStore({
+  db,
+}: QueueDbs): Pick<QueueStore, "putSerialized" | "putMany" | "putAll" | "putDroppingOldest"> {
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<Row>`${PREPARED}
       WITH depth AS (
@@ -483,108 +478,7 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
     return { inserted: false, depth: Number(row.n) };
   }
 
-  /**
-   * The claim, one statement built here once: `next` takes up to `n` visible
-   * messages of the line (`SKIP LOCKED`, so racing claims never take one
-   * message twice) and `claimed` leases them: `lease_until` is the lease's
-   * end, `visible_at` that plus the retry hold of the rule (the message comes
-   * back that long after a lapse), and the delivery is counted.
-   * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
-   * (an inlined or semi-joined subquery may be re-run by the planner).
-   * `m.id = ANY (...)` lets the UPDATE find its rows through the primary key:
-   * with the join alone the planner hashes `next` against a scan of the whole
-   * table, whose cost grows with the messages in flight. When fewer than `n`
-   * are claimed, the same round trip tells when the line's next message
-   * (other than those just taken) becomes visible, so a waiting consume can
-   * set a timer instead of polling.
-   *
-   * Under a dead-letter rule (`maxDeliveries` > 0), `dead` also takes, among
-   * the head of the line (the next `n + BURY_BATCH` visible messages, so that
-   * a long line costs no longer scan), the messages that had their last
-   * delivery and deletes them (`gone`); `moved` puts them in the queue's
-   * dead-letter list, on the policy's dead-letter queue, or nowhere (drop),
-   * all in the same statement, so a message is in exactly one place. `next`
-   * then leases only messages below the limit (one beyond the head is buried
-   * once it reaches the head). A lease is checked against the row's latest
-   * version when locked: a message leased for its last time is never leased
-   * again, by anyone. `buried` counts the moved.
-   */
-  async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
-    const max = rule.maxDeliveries;
-    const lease = sql`make_interval(secs => ${leaseSeconds})`;
-    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
-    const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
-    const target = rule.deadLetterQueue;
-    const moved =
-      target === null
-        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
-              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
-              FROM gone RETURNING 1`
-        : target === DROP_DEAD_LETTERS
-          ? sql`SELECT 1 FROM gone`
-          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
-                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
-                FROM gone RETURNING 1`;
-    const notifyMoved =
-      typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
-        ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
-        : sql`NULL`;
-    const bury =
-      max > 0
-        ? sql`head AS MATERIALIZED (
-              SELECT id, deliveries FROM queue_messages WHERE ${lineHead}
-              ORDER BY visible_at
-              LIMIT ${n + BURY_BATCH}
-            ), dead AS MATERIALIZED (
-              SELECT m.id FROM queue_messages m
-              WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${max})
-                AND m.deliveries >= ${max} AND m.visible_at <= now()
-              FOR UPDATE SKIP LOCKED
-            ), gone AS (
-              DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
-              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
-            ), moved AS (${moved}),
-            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
-        : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
-    const { rows } = await sql<ClaimRow>`${PREPARED}
-      WITH ${bury} next AS MATERIALIZED (
-        SELECT id, visible_at FROM queue_messages
-        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
-        ORDER BY visible_at
-        LIMIT ${n}
-        FOR UPDATE SKIP LOCKED
-      ), claimed AS (
-        UPDATE queue_messages m
-        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
-        FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, next.visible_at AS was_visible_at
-      )
-      SELECT id, payload, enqueued_at, expires_at, lease_until, deliveries, was_visible_at,
-             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
-      FROM claimed
-      UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
-        SELECT min(visible_at) FROM queue_messages
-        WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
-          AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
-      ), (SELECT n FROM buried)
-      WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
-    return claimedRows(queue, rows);
-  }
-
-  /** Deletes up to `limit` rows of `table` whose app is gone (deleted apps' messages and dead letters follow through housekeeping). */
-  async function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {
-    const result = await sql`
-      DELETE FROM ${sql.table(table)} WHERE id IN (
-        SELECT t.id FROM ${sql.table(table)} t
-        WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-      )`.execute(relaxedDb);
-    return Number(result.numAffectedRows ?? 0n);
-  }
-
-  const store: QueueStore = {
+  return {
     putSerialized(input, within) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(
@@ -716,96 +610,6 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       });
     },
 
-    async getPolicy(appId, queue) {
-      const { rows } = await sql<PolicyRow>`${PREPARED}
-        SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-               lease_seconds, dedup_window_seconds
-        FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
-      return rows[0] ? policyOf(rows[0]) : undefined;
-    },
-
-    updatePolicy(appId, queue, change) {
-      return db.transaction().execute(async (trx) => {
-        await sql`INSERT INTO queue_policies (app_id, queue) VALUES (${appId}, ${queue}) ON CONFLICT DO NOTHING`.execute(
-          trx,
-        );
-        const { rows } = await sql<PolicyRow>`
-          SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-                 lease_seconds, dedup_window_seconds
-          FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue} FOR UPDATE`.execute(trx);
-        const next = change(policyOf(rows[0]));
-        await sql`
-          UPDATE queue_policies
-          SET max_deliveries = ${next.maxDeliveries}, dead_letter_queue = ${next.deadLetterQueue},
-              retry_delay_seconds = ${next.retryDelaySeconds}, retry_backoff = ${next.retryBackoff},
-              max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, lease_seconds = ${next.leaseSeconds},
-              dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
-          WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
-        return next;
-      });
-    },
-
-    compactCounts(limit) {
-      return db.transaction().execute(async (trx) => {
-        const { rows } = await sql<{ app_id: string; queue: string; n: string | number }>`
-          WITH locked AS (
-            SELECT app_id, queue, slot FROM queue_counts
-            WHERE (app_id, queue) IN (
-              SELECT app_id, queue FROM queue_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
-            )
-            ORDER BY app_id, queue, slot
-            FOR UPDATE
-          ), gone AS (
-            DELETE FROM queue_counts c USING locked l
-            WHERE c.app_id = l.app_id AND c.queue = l.queue AND c.slot = l.slot
-            RETURNING c.app_id, c.queue, c.n
-          )
-          SELECT app_id, queue, sum(n) AS n FROM gone GROUP BY app_id, queue`.execute(trx);
-        const kept = rows.filter((r) => Number(r.n) !== 0);
-        if (kept.length > 0)
-          await sql`
-            INSERT INTO queue_counts (app_id, queue, slot, n)
-            SELECT * FROM unnest(${kept.map((r) => r.app_id)}::uuid[], ${kept.map((r) => r.queue)}::text[],
-                                 ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
-            ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
-        return rows.length;
-      });
-    },
-
-    async deleteControlOrphans(limit) {
-      let total = 0;
-      for (const table of ["queue_policies", "queue_dedup", "queue_counts"] as const) {
-        const result = await sql`
-          DELETE FROM ${sql.table(table)} WHERE app_id IN (
-            SELECT DISTINCT t.app_id FROM ${sql.table(table)} t
-            WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
-            LIMIT ${limit}
-          )`.execute(relaxedDb);
-        total += Number(result.numAffectedRows ?? 0n);
-      }
-      return total;
-    },
-
-    async expireDedupKeys(limit) {
-      const result = await sql`
-        DELETE FROM queue_dedup WHERE (app_id, queue, dedup_key) IN (
-          SELECT app_id, queue, dedup_key FROM queue_dedup WHERE until <= now() ORDER BY until LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
-
-    async release(appId, leases) {
-      if (leases.length === 0) return 0;
-      const result = await sql`
-        UPDATE queue_messages m
-        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
-        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
-                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
-        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
-      return Number(result.numAffectedRows ?? 0n);
-    },
-
     async putDroppingOldest(input, within) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
@@ -840,6 +644,114 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         : await statement.execute(db);
       const row = rows[0];
       return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
+    },
+  };
+}
+
+/** Claims and their leases: claim (burying the dead), extend, nack, release, still leased, and acks. */
+function createLeaseStore({
+  db,
+  relaxedDb,
+}: QueueDbs): Pick<QueueStore, "release" | "claimMany" | "extend" | "nack" | "stillLeased" | "ackMany"> {
+  /**
+   * The claim, one statement built here once: `next` takes up to `n` visible
+   * messages of the line (`SKIP LOCKED`, so racing claims never take one
+   * message twice) and `claimed` leases them: `lease_until` is the lease's
+   * end, `visible_at` that plus the retry hold of the rule (the message comes
+   * back that long after a lapse), and the delivery is counted.
+   * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
+   * (an inlined or semi-joined subquery may be re-run by the planner).
+   * `m.id = ANY (...)` lets the UPDATE find its rows through the primary key:
+   * with the join alone the planner hashes `next` against a scan of the whole
+   * table, whose cost grows with the messages in flight. When fewer than `n`
+   * are claimed, the same round trip tells when the line's next message
+   * (other than those just taken) becomes visible, so a waiting consume can
+   * set a timer instead of polling.
+   *
+   * Under a dead-letter rule (`maxDeliveries` > 0), `dead` also takes, among
+   * the head of the line (the next `n + BURY_BATCH` visible messages, so that
+   * a long line costs no longer scan), the messages that had their last
+   * delivery and deletes them (`gone`); `moved` puts them in the queue's
+   * dead-letter list, on the policy's dead-letter queue, or nowhere (drop),
+   * all in the same statement, so a message is in exactly one place. `next`
+   * then leases only messages below the limit (one beyond the head is buried
+   * once it reaches the head). A lease is checked against the row's latest
+   * version when locked: a message leased for its last time is never leased
+   * again, by anyone. `buried` counts the moved.
+   */
+  async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
+    const max = rule.maxDeliveries;
+    const lease = sql`make_interval(secs => ${leaseSeconds})`;
+    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
+    const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
+    const target = rule.deadLetterQueue;
+    const moved =
+      target === null
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
+              FROM gone RETURNING 1`
+        : target === DROP_DEAD_LETTERS
+          ? sql`SELECT 1 FROM gone`
+          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
+                FROM gone RETURNING 1`;
+    const notifyMoved =
+      typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
+        ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
+        : sql`NULL`;
+    const bury =
+      max > 0
+        ? sql`head AS MATERIALIZED (
+              SELECT id, deliveries FROM queue_messages WHERE ${lineHead}
+              ORDER BY visible_at
+              LIMIT ${n + BURY_BATCH}
+            ), dead AS MATERIALIZED (
+              SELECT m.id FROM queue_messages m
+              WHERE m.id IN (SELECT id FROM head WHERE deliveries >= ${max})
+                AND m.deliveries >= ${max} AND m.visible_at <= now()
+              FOR UPDATE SKIP LOCKED
+            ), gone AS (
+              DELETE FROM queue_messages m USING dead WHERE m.id = dead.id AND m.id = ANY (ARRAY(SELECT id FROM dead))
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
+            ), moved AS (${moved}),
+            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
+        : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
+    const { rows } = await sql<ClaimRow>`${PREPARED}
+      WITH ${bury} next AS MATERIALIZED (
+        SELECT id, visible_at FROM queue_messages
+        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY visible_at
+        LIMIT ${n}
+        FOR UPDATE SKIP LOCKED
+      ), claimed AS (
+        UPDATE queue_messages m
+        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
+        FROM next WHERE m.id = next.id AND m.id = ANY (ARRAY(SELECT id FROM next))
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, next.visible_at AS was_visible_at
+      )
+      SELECT id, payload, enqueued_at, expires_at, lease_until, deliveries, was_visible_at,
+             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
+      FROM claimed
+      UNION ALL
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+        SELECT min(visible_at) FROM queue_messages
+        WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
+          AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
+      ), (SELECT n FROM buried)
+      WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
+    return claimedRows(queue, rows);
+  }
+
+  return {
+    async release(appId, leases) {
+      if (leases.length === 0) return 0;
+      const result = await sql`
+        UPDATE queue_messages m
+        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
+        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
+                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
+        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
     },
 
     claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
@@ -912,84 +824,12 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
       return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
     },
+  };
+}
 
-    async list(appId) {
-      // From the counts (one row per queue and slot), not the messages: each
-      // queue then costs a few index probes, whatever its backlog. `oldestAt`
-      // is the oldest among the first `OLDEST_SCAN` waiting messages of the
-      // line (the oldest of all, unless leases lapsed behind younger puts). A
-      // queue holding only dead letters is listed too (FULL JOIN), so the
-      // operator sees it.
-      const { rows } = await sql<{
-        queue: string;
-        total: number | string | null;
-        in_flight: number | null;
-        oldest_at: Date | string | null;
-        dead_letters: number;
-      }>`${PREPARED}
-        WITH c AS (
-          SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = ${appId} GROUP BY queue HAVING sum(n) > 0
-        ), m AS (
-          SELECT c.queue, c.total,
-                 (SELECT count(*)::int FROM queue_messages q
-                  WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.visible_at > now() AND q.lease_until > now()) AS in_flight,
-                 (SELECT min(h.enqueued_at) FROM (
-                    SELECT q.enqueued_at FROM queue_messages q
-                    WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.expires_at > now()
-                      AND NOT coalesce(q.lease_until > now() AND q.visible_at > now(), false)
-                    ORDER BY q.visible_at LIMIT ${OLDEST_SCAN}) h) AS oldest_at
-          FROM c
-        ), e AS (
-          SELECT queue, count(*)::int AS n FROM ${EXPIRED} x WHERE x.app_id = ${appId} GROUP BY queue
-        ), d AS (
-          SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue
-        )
-        SELECT coalesce(m.queue, d.queue) AS queue, m.total - coalesce(e.n, 0) AS total, m.in_flight, m.oldest_at,
-               coalesce(d.n, 0) AS dead_letters
-        FROM m LEFT JOIN e ON e.queue = m.queue FULL JOIN d ON d.queue = m.queue
-        ORDER BY 1`.execute(db);
-      return rows
-        .map((r) => {
-          const inFlight = Number(r.in_flight ?? 0);
-          const depth = Number(r.total ?? 0) - inFlight;
-          return {
-            name: r.queue,
-            depth,
-            inFlight,
-            oldestAt: depth > 0 && r.oldest_at != null ? toDate(r.oldest_at) : null,
-            deadLetters: Number(r.dead_letters),
-          };
-        })
-        .filter((q) => q.depth > 0 || q.inFlight > 0 || q.deadLetters > 0);
-    },
-
-    async nextVisible(keys) {
-      if (keys.length === 0) return [];
-      const { rows } = await sql<Row>`
-        SELECT k.app_id, k.queue, v.at
-        FROM unnest(${keys.map((k) => k.appId)}::uuid[], ${keys.map((k) => k.queue)}::text[]) AS k (app_id, queue)
-        CROSS JOIN LATERAL (
-          SELECT visible_at AS at FROM queue_messages
-          WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now()
-          ORDER BY visible_at LIMIT 1
-        ) v`.execute(db);
-      return rows.map((r) => ({ appId: r.app_id as string, queue: r.queue as string, at: toDate(r.at) }));
-    },
-
-    async expire(limit) {
-      const result = await sql`
-        DELETE FROM queue_messages WHERE id IN (
-          SELECT id FROM queue_messages
-          WHERE expires_at <= now() AND NOT coalesce(${LEASED}, false)
-          ORDER BY expires_at
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
-
-    deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
-
+/** An operator's view and control of one queue's line: peek and purge. */
+function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"> {
+  return {
     async peek(appId, queue, limit, maxChars, after) {
       // Keyset paging on the claim order, with the id as the tie-break: a page
       // starts right after the previous page's last message, whatever was
@@ -1037,6 +877,17 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         return Number(result.numDeletedRows);
       });
     },
+  };
+}
+
+/** Dead letters: listing, replaying onto the queue and purging; their expiry is housekeeping. */
+function createDeadLetterStore({
+  db,
+}: QueueDbs): Pick<
+  QueueStore,
+  "listDeadLetters" | "replayDeadLetters" | "lastDeadLetterSeq" | "purgeDeadLetters" | "transaction"
+> {
+  return {
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<Row>`
         SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,
@@ -1112,6 +963,217 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
         return Number(result.numAffectedRows ?? 0n);
       });
     },
+  };
+}
+
+/**
+ * Counters and what is read from them: the app's queues with their depth, in flight and dead
+ * letters; when each queue's next message becomes visible; the hourly activity; and the compaction
+ * of count rows.
+ */
+function createCountStore({ db }: QueueDbs): Pick<QueueStore, "compactCounts" | "list" | "nextVisible" | "activity"> {
+  return {
+    compactCounts(limit) {
+      return db.transaction().execute(async (trx) => {
+        const { rows } = await sql<{ app_id: string; queue: string; n: string | number }>`
+          WITH locked AS (
+            SELECT app_id, queue, slot FROM queue_counts
+            WHERE (app_id, queue) IN (
+              SELECT app_id, queue FROM queue_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
+            )
+            ORDER BY app_id, queue, slot
+            FOR UPDATE
+          ), gone AS (
+            DELETE FROM queue_counts c USING locked l
+            WHERE c.app_id = l.app_id AND c.queue = l.queue AND c.slot = l.slot
+            RETURNING c.app_id, c.queue, c.n
+          )
+          SELECT app_id, queue, sum(n) AS n FROM gone GROUP BY app_id, queue`.execute(trx);
+        const kept = rows.filter((r) => Number(r.n) !== 0);
+        if (kept.length > 0)
+          await sql`
+            INSERT INTO queue_counts (app_id, queue, slot, n)
+            SELECT * FROM unnest(${kept.map((r) => r.app_id)}::uuid[], ${kept.map((r) => r.queue)}::text[],
+                                 ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
+            ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
+        return rows.length;
+      });
+    },
+
+    async list(appId) {
+      // From the counts (one row per queue and slot), not the messages: each
+      // queue then costs a few index probes, whatever its backlog. `oldestAt`
+      // is the oldest among the first `OLDEST_SCAN` waiting messages of the
+      // line (the oldest of all, unless leases lapsed behind younger puts). A
+      // queue holding only dead letters is listed too (FULL JOIN), so the
+      // operator sees it.
+      const { rows } = await sql<{
+        queue: string;
+        total: number | string | null;
+        in_flight: number | null;
+        oldest_at: Date | string | null;
+        dead_letters: number;
+      }>`${PREPARED}
+        WITH c AS (
+          SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = ${appId} GROUP BY queue HAVING sum(n) > 0
+        ), m AS (
+          SELECT c.queue, c.total,
+                 (SELECT count(*)::int FROM queue_messages q
+                  WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.visible_at > now() AND q.lease_until > now()) AS in_flight,
+                 (SELECT min(h.enqueued_at) FROM (
+                    SELECT q.enqueued_at FROM queue_messages q
+                    WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.expires_at > now()
+                      AND NOT coalesce(q.lease_until > now() AND q.visible_at > now(), false)
+                    ORDER BY q.visible_at LIMIT ${OLDEST_SCAN}) h) AS oldest_at
+          FROM c
+        ), e AS (
+          SELECT queue, count(*)::int AS n FROM ${EXPIRED} x WHERE x.app_id = ${appId} GROUP BY queue
+        ), d AS (
+          SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue
+        )
+        SELECT coalesce(m.queue, d.queue) AS queue, m.total - coalesce(e.n, 0) AS total, m.in_flight, m.oldest_at,
+               coalesce(d.n, 0) AS dead_letters
+        FROM m LEFT JOIN e ON e.queue = m.queue FULL JOIN d ON d.queue = m.queue
+        ORDER BY 1`.execute(db);
+      return rows
+        .map((r) => {
+          const inFlight = Number(r.in_flight ?? 0);
+          const depth = Number(r.total ?? 0) - inFlight;
+          return {
+            name: r.queue,
+            depth,
+            inFlight,
+            oldestAt: depth > 0 && r.oldest_at != null ? toDate(r.oldest_at) : null,
+            deadLetters: Number(r.dead_letters),
+          };
+        })
+        .filter((q) => q.depth > 0 || q.inFlight > 0 || q.deadLetters > 0);
+    },
+
+    async nextVisible(keys) {
+      if (keys.length === 0) return [];
+      const { rows } = await sql<Row>`
+        SELECT k.app_id, k.queue, v.at
+        FROM unnest(${keys.map((k) => k.appId)}::uuid[], ${keys.map((k) => k.queue)}::text[]) AS k (app_id, queue)
+        CROSS JOIN LATERAL (
+          SELECT visible_at AS at FROM queue_messages
+          WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now()
+          ORDER BY visible_at LIMIT 1
+        ) v`.execute(db);
+      return rows.map((r) => ({ appId: r.app_id as string, queue: r.queue as string, at: toDate(r.at) }));
+    },
+
+    async activity(appId, queue, hours) {
+      // The hours come from the database's clock, as the counts' hours do.
+      const { rows } = await sql<{ at: Date | string; puts: string | number; acks: string | number }>`${PREPARED}
+        WITH h AS (
+          SELECT generate_series(date_trunc('hour', now(), 'UTC') - make_interval(hours => ${hours - 1}),
+                                 date_trunc('hour', now(), 'UTC'), interval '1 hour') AS at
+        )
+        SELECT h.at, coalesce(sum(a.puts), 0) AS puts, coalesce(sum(a.acks), 0) AS acks
+        FROM h LEFT JOIN queue_activity a ON a.app_id = ${appId} AND a.queue = ${queue} AND a.hour = h.at
+        GROUP BY h.at ORDER BY h.at`.execute(db);
+      return rows.map((r) => ({ at: toDate(r.at), puts: Number(r.puts), acks: Number(r.acks) }));
+    },
+  };
+}
+
+/** Policies: a queue's stored policy, read and replaced. */
+function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "updatePolicy"> {
+  return {
+    async getPolicy(appId, queue) {
+      const { rows } = await sql<PolicyRow>`${PREPARED}
+        SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
+               lease_seconds, dedup_window_seconds
+        FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
+      return rows[0] ? policyOf(rows[0]) : undefined;
+    },
+
+    updatePolicy(appId, queue, change) {
+      return db.transaction().execute(async (trx) => {
+        await sql`INSERT INTO queue_policies (app_id, queue) VALUES (${appId}, ${queue}) ON CONFLICT DO NOTHING`.execute(
+          trx,
+        );
+        const { rows } = await sql<PolicyRow>`
+          SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
+                 lease_seconds, dedup_window_seconds
+          FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue} FOR UPDATE`.execute(trx);
+        const next = change(policyOf(rows[0]));
+        await sql`
+          UPDATE queue_policies
+          SET max_deliveries = ${next.maxDeliveries}, dead_letter_queue = ${next.deadLetterQueue},
+              retry_delay_seconds = ${next.retryDelaySeconds}, retry_backoff = ${next.retryBackoff},
+              max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, lease_seconds = ${next.leaseSeconds},
+              dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
+          WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
+        return next;
+      });
+    },
+  };
+}
+
+/** Housekeeping deletes: expired messages, dead letters and dedup keys, old activity, and what deleted apps left. */
+function createHousekeepingStore({
+  relaxedDb,
+}: QueueDbs): Pick<
+  QueueStore,
+  | "deleteControlOrphans"
+  | "expireDedupKeys"
+  | "expire"
+  | "deleteOrphans"
+  | "expireDeadLetters"
+  | "deleteDeadLetterOrphans"
+  | "pruneActivity"
+> {
+  /** Deletes up to `limit` rows of `table` whose app is gone (deleted apps' messages and dead letters follow through housekeeping). */
+  async function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {
+    const result = await sql`
+      DELETE FROM ${sql.table(table)} WHERE id IN (
+        SELECT t.id FROM ${sql.table(table)} t
+        WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
+        LIMIT ${limit}
+        FOR UPDATE SKIP LOCKED
+      )`.execute(relaxedDb);
+    return Number(result.numAffectedRows ?? 0n);
+  }
+
+  return {
+    async deleteControlOrphans(limit) {
+      let total = 0;
+      for (const table of ["queue_policies", "queue_dedup", "queue_counts"] as const) {
+        const result = await sql`
+          DELETE FROM ${sql.table(table)} WHERE app_id IN (
+            SELECT DISTINCT t.app_id FROM ${sql.table(table)} t
+            WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
+            LIMIT ${limit}
+          )`.execute(relaxedDb);
+        total += Number(result.numAffectedRows ?? 0n);
+      }
+      return total;
+    },
+
+    async expireDedupKeys(limit) {
+      const result = await sql`
+        DELETE FROM queue_dedup WHERE (app_id, queue, dedup_key) IN (
+          SELECT app_id, queue, dedup_key FROM queue_dedup WHERE until <= now() ORDER BY until LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async expire(limit) {
+      const result = await sql`
+        DELETE FROM queue_messages WHERE id IN (
+          SELECT id FROM queue_messages
+          WHERE expires_at <= now() AND NOT coalesce(${LEASED}, false)
+          ORDER BY expires_at
+          LIMIT ${limit}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(relaxedDb);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
+    deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
 
     async expireDeadLetters(limit) {
       const result = await sql`
@@ -1127,19 +1189,6 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
 
     deleteDeadLetterOrphans: (limit) => deleteOrphansOf("queue_dead_letters", limit),
 
-    async activity(appId, queue, hours) {
-      // The hours come from the database's clock, as the counts' hours do.
-      const { rows } = await sql<{ at: Date | string; puts: string | number; acks: string | number }>`${PREPARED}
-        WITH h AS (
-          SELECT generate_series(date_trunc('hour', now(), 'UTC') - make_interval(hours => ${hours - 1}),
-                                 date_trunc('hour', now(), 'UTC'), interval '1 hour') AS at
-        )
-        SELECT h.at, coalesce(sum(a.puts), 0) AS puts, coalesce(sum(a.acks), 0) AS acks
-        FROM h LEFT JOIN queue_activity a ON a.app_id = ${appId} AND a.queue = ${queue} AND a.hour = h.at
-        GROUP BY h.at ORDER BY h.at`.execute(db);
-      return rows.map((r) => ({ at: toDate(r.at), puts: Number(r.puts), acks: Number(r.acks) }));
-    },
-
     async pruneActivity(keepHours, limit) {
       const result = await sql`
         DELETE FROM queue_activity WHERE (app_id, queue, hour, slot) IN (
@@ -1151,5 +1200,31 @@ export function createQueueStore(database: Db, relaxedDatabase: Db = database): 
       return Number(result.numAffectedRows ?? 0n);
     },
   };
-  return store;
+}
+
+/**
+ * `db` commits synchronously: puts, whose 200 promises the message is kept,
+ * and claims. `relaxedDb` may commit asynchronously (`synchronous_commit =
+ * off`, see `Database.relaxedDb`): acks, expiry and the removal of deleted
+ * apps' messages, whose loss in a database crash only means a message comes
+ * back (a redelivery, which consumers must already tolerate) or is removed a
+ * little later. Claims stay synchronous although a lost claim would also only
+ * mean a redelivery: the redelivery would then count the same delivery number
+ * again, so the lost lease's receipt would ack the new lease; a synchronous
+ * claim keeps "an earlier receipt never acks" true even across a database
+ * crash, and cost no measurable throughput once claims are batched.
+ */
+export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
+  const db: Kysely<QueueTables> = database.withTables<QueueTables>();
+  const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();
+  const dbs: QueueDbs = { db, relaxedDb };
+  return {
+    ...createPutStore(dbs),
+    ...createLeaseStore(dbs),
+    ...createControlStore(dbs),
+    ...createDeadLetterStore(dbs),
+    ...createCountStore(dbs),
+    ...createPolicyStore(dbs),
+    ...createHousekeepingStore(dbs),
+  };
 }

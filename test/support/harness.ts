@@ -21,7 +21,7 @@ import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js
 import { loadConfig } from "../../src/core/config.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
-import { createPlatformServer, type PlatformServer } from "../../src/server.ts";
+import { createPlatformServer, type PlatformServer } from "../../src/platform-server.ts";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */

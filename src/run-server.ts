@@ -1,15 +1,17 @@
 /**
- * What `npm start` runs (through `main.ts`): configuration from the
- * environment, then one server on one port. With no configuration at all
+ * Runs the server process: what `npm start` runs, through `main.ts` (which
+ * imports this module only once the compile cache is on, so this module's own
+ * imports are cached too). Configuration from the environment, then one
+ * server on one port, stopped on SIGTERM/SIGINT. With no configuration at all
  * everything runs embedded (PGlite, SQL analytics, mail outbox, offline
  * inference).
  */
 import { ConfigError, loadConfig } from "./core/config.ts";
 import { adminTokenFile, resolveDataDirSecrets } from "./core/data-dir.ts";
 import { createLogger } from "./core/logger.ts";
-import { createPlatformServer } from "./server.ts";
+import { createPlatformServer } from "./platform-server.ts";
 
-async function main(): Promise<void> {
+async function runServer(): Promise<void> {
   let config;
   try {
     config = loadConfig(process.env);
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
   process.on("SIGINT", () => stop("SIGINT"));
 }
 
-main().catch((err: unknown) => {
+runServer().catch((err: unknown) => {
   // A disagreement found at start (e.g. with the other instances on the database) names its variable, like a bad value.
   if (err instanceof ConfigError) {
     process.stderr.write(`configuration error: ${err.message}\n`);
