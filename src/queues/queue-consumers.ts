@@ -160,7 +160,16 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     n: number,
     context: HandlerContext,
   ): Promise<StoredMessage[]> {
-    if (waitSeconds === 0) return (await claimSome(app, queue, leaseSeconds, rule, n)).messages;
+    /** The claimed messages, unless the caller went away during the claim: then they go back in line. */
+    const handOn = async (claimed: { messages: StoredMessage[] }): Promise<StoredMessage[]> => {
+      if (!context.signal.aborted || claimed.messages.length === 0) return claimed.messages;
+      await giveBack(app.id, claimed.messages);
+      return [];
+    };
+    // A caller already gone (its HTTP/2 stream reset before this ran) claims nothing: a message leased to
+    // it would wait out the whole lease.
+    if (context.signal.aborted) return [];
+    if (waitSeconds === 0) return handOn(await claimSome(app, queue, leaseSeconds, rule, n));
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
     // whose dependants a long-lived signal keeps until collected).
@@ -181,8 +190,9 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         used = waiter.beforeClaim();
         const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
         if (claimed.messages.length > 0) {
-          served = true;
-          return claimed.messages;
+          const handed = await handOn(claimed);
+          served = handed.length > 0;
+          return handed;
         }
         if (signal.aborted || Date.now() >= deadline) return [];
         if (claimed.nextVisibleAt && claimed.nextVisibleAt.getTime() < deadline)
@@ -295,23 +305,31 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
       context.signal.removeEventListener("abort", onAbort);
       deps.shutdownSignal.removeEventListener("abort", onAbort);
       // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
-      if (unsent.length > 0) {
-        const leases = unsent.map((m) => ({
-          id: m.id,
-          deliveries: m.deliveries,
-          visibleBefore: m.visibleBefore ?? new Date(),
-        }));
-        try {
-          streamReleased.inc(await store.release(app.id, leases));
-        } catch (err) {
-          // The leases then simply lapse: a delay, not a lost message.
-          logger.warn(
-            { err: (err as Error).message, appId: app.id, count: leases.length },
-            "could not release unsent stream leases",
-          );
-        }
-      }
+      if (unsent.length > 0) streamReleased.inc(await giveBack(app.id, unsent));
       streamsGauge.dec();
+    }
+  }
+
+  /**
+   * Undoes the leases of messages claimed for a caller that is gone before they
+   * were handed on (a stream ended, a consumer went away during its claim):
+   * back in line as if never claimed, the delivery uncounted. How many.
+   */
+  async function giveBack(appId: string, messages: StoredMessage[]): Promise<number> {
+    const leases = messages.map((m) => ({
+      id: m.id,
+      deliveries: m.deliveries,
+      visibleBefore: m.visibleBefore ?? new Date(),
+    }));
+    try {
+      return await store.release(appId, leases);
+    } catch (err) {
+      // The leases then simply lapse: a delay, not a lost message.
+      logger.warn(
+        { err: (err as Error).message, appId, count: leases.length },
+        "could not give back leases of messages not handed on",
+      );
+      return 0;
     }
   }
 
