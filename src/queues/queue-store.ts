@@ -152,7 +152,26 @@ export interface PutInput {
 
 export type PutResult = { inserted: true; id: string; expiresAt: Date } | { inserted: false; depth: number };
 
-type Row = Record<string, unknown>;
+/** What a statement reads, as the driver gives it (timestamps as Date or text, counts as number or bigint text). */
+type When = Date | string;
+type Count = number | string;
+/** A put: the new message, or (refused by the depth check) the waiting count. */
+type PutRow = { id: string | null; expires_at: When | null; n: Count };
+type DroppingPutRow = { id: string; expires_at: When; dropped: Count };
+type AckedRow = { app_id: string; id: string; deliveries: Count };
+type DeadLetterRow = {
+  seq_text: string;
+  id: string;
+  payload: string;
+  size: Count;
+  enqueued_at: When;
+  deliveries: Count;
+  died_at: When;
+  expires_at: When;
+};
+type CountRow = { n: Count };
+type SeqRow = { seq: string | null };
+type NextVisibleRow = { app_id: string; queue: string; at: When };
 
 const toDate = (v: unknown): Date => (v instanceof Date ? v : new Date(v as string));
 
@@ -458,7 +477,7 @@ function createPutStore({
   db,
 }: QueueDbs): Pick<QueueStore, "putSerialized" | "putMany" | "putAll" | "putDroppingOldest"> {
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
-    const { rows } = await sql<Row>`${PREPARED}
+    const { rows } = await sql<PutRow>`${PREPARED}
       WITH depth AS (
         SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
@@ -474,7 +493,7 @@ function createPutStore({
                   THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
       FROM depth LEFT JOIN ins ON true`.execute(on);
     const row = rows[0];
-    if (row.id) return { inserted: true, id: row.id as string, expiresAt: toDate(row.expires_at) };
+    if (row.id) return { inserted: true, id: row.id, expiresAt: toDate(row.expires_at) };
     return { inserted: false, depth: Number(row.n) };
   }
 
@@ -494,7 +513,7 @@ function createPutStore({
       // Ids are made here so each caller finds its own row in RETURNING
       // (an INSERT cannot return the source row's position).
       const ids = items.map(() => crypto.randomUUID());
-      const { rows } = await sql<Row>`${PREPARED}
+      const { rows } = await sql<PutRow>`${PREPARED}
         WITH depth AS (
           SELECT ${depthOf(appId, queue)} AS n
         ), src AS (
@@ -519,7 +538,7 @@ function createPutStore({
       let depth = 0;
       for (const row of rows) {
         depth = Number(row.n);
-        if (row.id) inserted.set(row.id as string, toDate(row.expires_at));
+        if (row.id) inserted.set(row.id, toDate(row.expires_at));
       }
       return ids.map((id): PutResult => {
         const expiresAt = inserted.get(id);
@@ -613,7 +632,7 @@ function createPutStore({
     async putDroppingOldest(input, within) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
-      const statement = sql<Row>`
+      const statement = sql<DroppingPutRow>`
         WITH ins AS (
           INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
           VALUES (${input.appId}, ${input.queue}, ${input.payload},
@@ -643,7 +662,7 @@ function createPutStore({
           })
         : await statement.execute(db);
       const row = rows[0];
-      return { id: row.id as string, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
+      return { id: row.id, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
   };
 }
@@ -804,7 +823,7 @@ function createLeaseStore({
       // `m.id = ANY` finds the rows through the primary key; joined with
       // `unnest` alone, the planner may scan every leased message of the table.
       const ids = receipts.map((r) => r.id);
-      const { rows } = await sql<Row>`${PREPARED}
+      const { rows } = await sql<AckedRow>`${PREPARED}
         WITH acked AS (
           DELETE FROM queue_messages m
           USING unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
@@ -821,7 +840,7 @@ function createLeaseStore({
         )
         SELECT id, app_id, deliveries FROM acked`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
-      const deleted = new Set(rows.map((r) => `${r.app_id as string}|${r.id as string}|${Number(r.deliveries)}`));
+      const deleted = new Set(rows.map((r) => `${r.app_id}|${r.id}|${Number(r.deliveries)}`));
       return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
     },
   };
@@ -889,7 +908,7 @@ function createDeadLetterStore({
 > {
   return {
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<DeadLetterRow>`
         SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,
                d.enqueued_at, d.deliveries, d.died_at, d.expires_at
         FROM queue_dead_letters d
@@ -897,9 +916,9 @@ function createDeadLetterStore({
         ORDER BY d.seq
         LIMIT ${limit}`.execute(db);
       return rows.map((r) => ({
-        seq: r.seq_text as string,
-        id: r.id as string,
-        payload: r.payload as string,
+        seq: r.seq_text,
+        id: r.id,
+        payload: r.payload,
         sizeBytes: Number(r.size),
         enqueuedAt: toDate(r.enqueued_at),
         deliveries: Number(r.deliveries),
@@ -914,7 +933,7 @@ function createDeadLetterStore({
       // SKIP LOCKED: a dead letter being replayed or purged by another call is
       // that call's; the DELETE and the INSERT are one statement, so a message
       // is in line or dead, never both, never neither.
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<CountRow>`
         WITH picked AS (
           SELECT id FROM queue_dead_letters
           WHERE app_id = ${appId} AND queue = ${queue}
@@ -939,9 +958,9 @@ function createDeadLetterStore({
     },
 
     async lastDeadLetterSeq(appId, queue) {
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<SeqRow>`
         SELECT max(seq)::text AS seq FROM queue_dead_letters WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
-      return (rows[0]?.seq as string | null) ?? undefined;
+      return rows[0]?.seq ?? undefined;
     },
 
     transaction(fn) {
@@ -1052,7 +1071,7 @@ function createCountStore({ db }: QueueDbs): Pick<QueueStore, "compactCounts" | 
 
     async nextVisible(keys) {
       if (keys.length === 0) return [];
-      const { rows } = await sql<Row>`
+      const { rows } = await sql<NextVisibleRow>`
         SELECT k.app_id, k.queue, v.at
         FROM unnest(${keys.map((k) => k.appId)}::uuid[], ${keys.map((k) => k.queue)}::text[]) AS k (app_id, queue)
         CROSS JOIN LATERAL (
@@ -1060,7 +1079,7 @@ function createCountStore({ db }: QueueDbs): Pick<QueueStore, "compactCounts" | 
           WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now()
           ORDER BY visible_at LIMIT 1
         ) v`.execute(db);
-      return rows.map((r) => ({ appId: r.app_id as string, queue: r.queue as string, at: toDate(r.at) }));
+      return rows.map((r) => ({ appId: r.app_id, queue: r.queue, at: toDate(r.at) }));
     },
 
     async activity(appId, queue, hours) {
