@@ -124,6 +124,15 @@ const need = (value: string | undefined, what: string): string => {
   if (!value) throw new UsageError(`missing ${what}`);
   return value;
 };
+
+/** A JSON argument (an event's data, a message's payload), or a usage error. */
+function jsonArgument(text: string): JsonValue {
+  try {
+    return JSON.parse(text) as JsonValue;
+  } catch {
+    throw new UsageError("JSON: not valid JSON");
+  }
+}
 const str = (values: Values, name: string) => values[name] as string | undefined;
 const flag = (values: Values, name: string) => (values[name] as boolean | undefined) ?? false;
 
@@ -353,14 +362,7 @@ const COMMANDS: Command[] = [
     synopsis: "NAME KIND [JSON]",
     summary: "put a platform event on the app's _events queue",
     async run(ctx) {
-      let data: JsonValue = null;
-      if (ctx.args[2] !== undefined) {
-        try {
-          data = JSON.parse(ctx.args[2]) as JsonValue;
-        } catch {
-          throw new UsageError("JSON: not valid JSON");
-        }
-      }
+      const data = ctx.args[2] === undefined ? null : jsonArgument(ctx.args[2]);
       const res = await ctx.admin().publishEvent({
         appId: need(ctx.args[0], "NAME"),
         kind: need(ctx.args[1], "KIND"),
@@ -463,13 +465,7 @@ const COMMANDS: Command[] = [
     synopsis: "NAME QUEUE JSON",
     summary: "put a test message on the queue, as the app would",
     async run(ctx) {
-      let payload: JsonValue;
-      try {
-        payload = JSON.parse(need(ctx.args[2], "JSON")) as JsonValue;
-      } catch (err) {
-        if (err instanceof UsageError) throw err;
-        throw new UsageError("JSON: not valid JSON");
-      }
+      const payload = jsonArgument(need(ctx.args[2], "JSON"));
       const res = await ctx.admin().putTestMessage({
         appId: need(ctx.args[0], "NAME"),
         queue: need(ctx.args[1], "QUEUE"),

@@ -25,11 +25,12 @@ import type { InTransaction } from "../core/database/index.ts";
 import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
+import { tokenMessage } from "./token-usage.ts";
 import {
   EVENTS_QUEUE,
   checkQueueName,
   isPeekPosition,
-  type DeadLetterPage,
+  type DeadLetterOperator,
   type DeadLetterSelection,
   type PeekedMessage,
   type QueueActivityHour,
@@ -82,17 +83,7 @@ export interface AppFacilityHooks {
     within?: InTransaction,
   ): Promise<{ url: string; name: string; expiresAt: Date }>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
-  deadLetters?: {
-    list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
-    replay(
-      appId: string,
-      queue: string,
-      which: DeadLetterSelection,
-      ttlSeconds: number,
-      within?: InTransaction,
-    ): Promise<number>;
-    purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
-  };
+  deadLetters?: DeadLetterOperator;
 }
 
 /** `all` or `ids`, exactly one: an empty list never means "every one" by accident. */
@@ -151,12 +142,7 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const tokens = await apps.listTokens(app.id);
       return {
-        tokens: tokens.map((t) => ({
-          id: t.id,
-          label: t.label,
-          createdAt: timestampFromDate(t.createdAt),
-          lastUsedAt: t.lastUsedAt ? timestampFromDate(t.lastUsedAt) : undefined,
-        })),
+        tokens: tokens.map(tokenMessage),
       };
     },
 

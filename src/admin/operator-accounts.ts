@@ -18,6 +18,7 @@ import {
   type OperatorRole as Role,
 } from "../core/operators/operator-store.ts";
 import { operatorOf, type Auditor } from "./auditor.ts";
+import { tokenMessage } from "./token-usage.ts";
 
 export type OperatorAccountRpcs = Pick<
   ServiceImpl<typeof AdminService>,
@@ -189,12 +190,7 @@ export function createOperatorAccountRpcs(options: {
       if (!(await operators.get(id))) throw notFound(id);
       const tokens = await operators.listTokens(id);
       return {
-        tokens: tokens.map((t) => ({
-          id: t.id,
-          label: t.label,
-          createdAt: timestampFromDate(t.createdAt),
-          lastUsedAt: t.lastUsedAt ? timestampFromDate(t.lastUsedAt) : undefined,
-        })),
+        tokens: tokens.map(tokenMessage),
       };
     },
   };

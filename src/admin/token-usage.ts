@@ -6,6 +6,7 @@
  * itself also skips rows written within the interval by another instance.
  * The write is not awaited by the request and a failure only loses a mark.
  */
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Logger } from "pino";
 
 export type TokenUsageRecorder = (tokenId: string) => void;
@@ -31,5 +32,15 @@ export function createTokenUsageRecorder(
     apps.markTokenUsed(tokenId, intervalMs / 1000).catch((err: unknown) => {
       logger.warn({ err: err instanceof Error ? err.message : String(err) }, "could not record a token's last use");
     });
+  };
+}
+
+/** A token as the admin API lists it (an app's or an operator's): never the token, only its id and use. */
+export function tokenMessage(t: { id: string; label: string; createdAt: Date; lastUsedAt: Date | null }) {
+  return {
+    id: t.id,
+    label: t.label,
+    createdAt: timestampFromDate(t.createdAt),
+    lastUsedAt: t.lastUsedAt ? timestampFromDate(t.lastUsedAt) : undefined,
   };
 }

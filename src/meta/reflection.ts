@@ -53,6 +53,12 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
     messageResponse: { case: "errorResponse", value: { errorCode: 5, errorMessage: message } },
   });
 
+  /** The file with its dependencies, or `not found` with `missing`. */
+  const fileAnswer = (file: DescFile | undefined, missing: string): Response =>
+    file
+      ? { messageResponse: { case: "fileDescriptorResponse", value: { fileDescriptorProto: withDependencies(file) } } }
+      : notFound(missing);
+
   const answer = (req: ServerReflectionRequest): Response => {
     const base = { validHost: req.host, originalRequest: req };
     const r = req.messageRequest;
@@ -67,17 +73,7 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
         };
       case "fileByFilename": {
         const file = files.get(r.value);
-        return {
-          ...base,
-          ...(file
-            ? {
-                messageResponse: {
-                  case: "fileDescriptorResponse",
-                  value: { fileDescriptorProto: withDependencies(file) },
-                },
-              }
-            : notFound(`no file ${r.value}`)),
-        };
+        return { ...base, ...fileAnswer(file, `no file ${r.value}`) };
       }
       case "fileContainingSymbol": {
         const symbol = r.value.replace(/^\./, "");
@@ -89,17 +85,7 @@ export function createReflectionImpl(services: DescService[]): ServiceImpl<typeo
           if (parent?.methods.some((m) => m.name === symbol.slice(cut + 1))) desc = parent;
         }
         const file = desc && "file" in desc ? desc.file : undefined;
-        return {
-          ...base,
-          ...(file
-            ? {
-                messageResponse: {
-                  case: "fileDescriptorResponse",
-                  value: { fileDescriptorProto: withDependencies(file) },
-                },
-              }
-            : notFound(`no symbol ${symbol}`)),
-        };
+        return { ...base, ...fileAnswer(file, `no symbol ${symbol}`) };
       }
       case "allExtensionNumbersOfType":
         return {

@@ -26,7 +26,7 @@ export { isPeekPosition } from "./queue-store.ts";
 export { checkQueueName } from "./queue-name.ts";
 
 export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
-export type { DeadLetterPage } from "./dead-letters.ts";
+export type { DeadLetterOperator, DeadLetterPage } from "./dead-letters.ts";
 export type { QueueAttentionRow } from "./queue-attention-store.ts";
 
 /** What the operator may do to an app's queues that the app itself may not (AdminService). */
