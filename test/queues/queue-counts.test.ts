@@ -76,19 +76,18 @@ describe("in one server", () => {
     const rows = await compare(t.server.deps.db, app.id);
     expect(rows.length).toBeGreaterThan(0);
     for (const r of rows) expect(r.counted, r.queue).toBe(r.plain);
-    const listed = (await c.listQueues({})).queues.map((q) => ({
-      name: q.name,
-      depth: Number(q.depth),
-      inFlight: Number(q.inFlight),
-    }));
+    // The listing also names a queue that holds only dead letters (c2's go to its own list): the plain
+    // count of messages has no such line, so both are compared on the queues with messages.
+    async function listedStates() {
+      return (await c.listQueues({})).queues
+        .map((q) => ({ name: q.name, depth: Number(q.depth), inFlight: Number(q.inFlight) }))
+        .filter((q) => q.depth > 0 || q.inFlight > 0);
+    }
+    const listed = await listedStates();
     // The listing and the plain count are read apart: a lease may lapse between them, so retry once if so.
     const plain = await plainStates(t.server.deps.db, app.id);
     if (JSON.stringify(listed) !== JSON.stringify(plain)) {
-      const again = (await c.listQueues({})).queues.map((q) => ({
-        name: q.name,
-        depth: Number(q.depth),
-        inFlight: Number(q.inFlight),
-      }));
+      const again = await listedStates();
       expect(again).toEqual(await plainStates(t.server.deps.db, app.id));
     }
   });
