@@ -77,6 +77,9 @@ import { connectErrorJson, connectHttpStatus, detailed, grpcStatusFields } from 
 /** Bodies up to this size take the short path; larger ones are streamed by the plugin. */
 const SHORT_MAX_BYTES = 1 << 20;
 
+const textDecoder = new TextDecoder();
+const textEncoder = new TextEncoder();
+
 /** A response compression, as `@connectrpc/connect-node` exports them (`compressionGzip`, `compressionBrotli`). */
 export type Compression = typeof compressionGzip;
 
@@ -257,7 +260,7 @@ function parseInput({ method, binary, options }: Call, bytes: Uint8Array): Messa
     }
   }
   try {
-    return fromJsonString(method.method.input, new TextDecoder().decode(bytes), options.jsonOptions);
+    return fromJsonString(method.method.input, textDecoder.decode(bytes), options.jsonOptions);
   } catch (e) {
     throw ConnectError.from(e, Code.InvalidArgument);
   }
@@ -273,7 +276,7 @@ function serializeOutput({ method, binary, options }: Call, message: Message): U
     }
   }
   try {
-    return new TextEncoder().encode(toJsonString(method.method.output, message, options.jsonOptions));
+    return textEncoder.encode(toJsonString(method.method.output, message, options.jsonOptions));
   } catch (e) {
     throw ConnectError.from(e, Code.Internal);
   }
