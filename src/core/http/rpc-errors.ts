@@ -168,7 +168,7 @@ export function grpcStatusWithDetail(fields: Headers): boolean {
   return true;
 }
 
-/** The HTTP status of a Connect unary error (the Connect protocol's table, https://connectrpc.com/docs/protocol/#error-codes). */
+/** The HTTP status of a Connect unary error: the table of https://connectrpc.com/docs/protocol/#error-codes. */
 export function connectHttpStatus(code: Code): number {
   switch (code) {
     case Code.Canceled:
