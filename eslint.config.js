@@ -22,6 +22,26 @@ export default tseslint.config(
     },
   },
   {
+    // Connect marks these "@private Internal code, does not follow semantic
+    // versioning": the service uses only Connect's public API, so an update
+    // of Connect cannot break it unannounced (see connect-short-path.ts).
+    files: ["src/**/*.ts"],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: [
+            {
+              regex: "^@connectrpc/connect/protocol",
+              message:
+                "Connect's internal code (no semantic versioning): use the public API of @connectrpc/connect, -node or -fastify.",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Tests and benchmarks read JSON answers (`res.body.x`, `await res.json()`),
     // which are `any` by nature; every other type-checked rule still applies.
     files: ["test/**/*.ts", "bench/**/*.ts", "client/test/**/*.ts"],

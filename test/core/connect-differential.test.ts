@@ -16,7 +16,8 @@ import {
   PropertyKind,
   RegisterEventTypeRequestSchema,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
+import { PutMessageRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
 import { grpcFrame, h2Call } from "../support/raw-rpc.ts";
@@ -26,6 +27,8 @@ let shared: Database | undefined;
 let short: TestServer;
 let plugin: TestServer;
 let token = "";
+/** An app with a queue at its maxDepth and no mail sender: calls that fail with metadata, and with `unimplemented`. */
+let cappedToken = "";
 
 beforeAll(async () => {
   database = await createTestDatabase();
@@ -34,6 +37,12 @@ beforeAll(async () => {
   plugin = await startServer({ database, openDatabase: shared, env: { CONNECT_SHORT_PATH: "off" } });
   const app = await short.createApp();
   token = app.token;
+  const capped = await short.createApp();
+  cappedToken = capped.token;
+  await short.admin.updateApp({ appId: capped.id, mailFrom: "", limits: { maxQueueDepth: 1 } });
+  await short
+    .client(QueueService, cappedToken)
+    .putMessage({ queue: FULL_QUEUE, payload: { kind: { case: "numberValue", value: 1 } } });
   // Enough event types that a listing is compressed when the client accepts it.
   const analytics = short.client(AnalyticsService, token);
   for (let i = 0; i < 30; i++)
@@ -53,6 +62,9 @@ const PER_REQUEST = new Set(["date", "x-request-id", "connection", "keep-alive"]
 const LIST = `/${AnalyticsService.typeName}/ListEventTypes`;
 const REGISTER = `/${AnalyticsService.typeName}/RegisterEventType`;
 const STREAM = `/${QueueService.typeName}/StreamMessages`;
+const PUT = `/${QueueService.typeName}/PutMessage`;
+const SEND_MAIL = `/${MailService.typeName}/SendMail`;
+const FULL_QUEUE = "full";
 
 async function served(server: TestServer, path: "short" | "plugin"): Promise<number> {
   const m = server.server.deps.metrics.registry.getSingleMetric("connect_calls_total");
@@ -110,6 +122,13 @@ const connectJson = () => ({ ...auth(), "content-type": "application/json" });
 const connectProto = () => ({ ...auth(), "content-type": "application/proto" });
 const grpc = () => ({ ...auth(), "content-type": "application/grpc", te: "trailers" });
 const grpcWeb = () => ({ ...auth(), "content-type": "application/grpc-web+proto", "x-grpc-web": "1" });
+const capped = (h: Record<string, string>) => ({ ...h, authorization: `Bearer ${cappedToken}` });
+const putFull = () =>
+  toBinary(
+    PutMessageRequestSchema,
+    create(PutMessageRequestSchema, { queue: FULL_QUEUE, payload: { kind: { case: "numberValue", value: 2 } } }),
+  );
+const MAIL = '{"to":"a@example.com","subject":"s","text":"t"}';
 const badName = () =>
   toBinary(RegisterEventTypeRequestSchema, create(RegisterEventTypeRequestSchema, { name: "Bad Name" }));
 /** Field 99 (varint 1): a field ListEventTypesRequest does not have. */
@@ -181,6 +200,40 @@ function cases(): Case[] {
     c("json: unknown encoding", "h1", LIST, { ...connectJson(), "content-encoding": "zstd" }, text("{}"), "plugin"),
     c("json: over the short path's 1 MiB", "h1", LIST, connectJson(), big(), "plugin"),
     c("json: over h2c", "h2", LIST, connectJson(), text("{}"), "short"),
+    c("json: byte order mark", "h1", LIST, connectJson(), text("\ufeff{}"), "short"),
+    c(
+      "json: not UTF-8",
+      "h1",
+      REGISTER,
+      connectJson(),
+      new Uint8Array([...text('{"name":"'), 0xff, ...text('"}')]),
+      "short",
+    ),
+    c(
+      "json: first accepted encoding the server has",
+      "h1",
+      LIST,
+      { ...connectJson(), "accept-encoding": "zstd, br, gzip" },
+      text("{}"),
+      "short",
+    ),
+    c(
+      "json: encoding with a weight",
+      "h1",
+      LIST,
+      { ...connectJson(), "accept-encoding": "gzip;q=1" },
+      text("{}"),
+      "short",
+    ),
+    c(
+      "json: error with metadata (retry-after)",
+      "h1",
+      PUT,
+      capped(connectJson()),
+      text(`{"queue":"${FULL_QUEUE}","payload":2}`),
+      "short",
+    ),
+    c("json: unimplemented by the service", "h1", SEND_MAIL, capped(connectJson()), text(MAIL), "short"),
     c("json: to a streaming method", "h1", STREAM, connectJson(), text('{"queue":"q","window":1}'), "plugin"),
     // Connect binary
     c("proto: valid", "h1", LIST, connectProto(), new Uint8Array(), "short"),
@@ -188,6 +241,7 @@ function cases(): Case[] {
     c("proto: truncated field", "h1", LIST, connectProto(), TRUNCATED, "short"),
     c("proto: unknown field", "h1", LIST, connectProto(), UNKNOWN_FIELD, "short"),
     c("proto: refused by the service", "h1", REGISTER, connectProto(), badName(), "short"),
+    c("proto: error with metadata (retry-after)", "h1", PUT, capped(connectProto()), putFull(), "short"),
     c(
       "proto: gzip accepted",
       "h1",
@@ -224,6 +278,15 @@ function cases(): Case[] {
       "short",
     ),
     c("grpc: refused by the service", "h2", REGISTER, grpc(), frame(badName()), "short"),
+    c("grpc: error with metadata (retry-after)", "h2", PUT, capped(grpc()), frame(putFull()), "short"),
+    c(
+      "grpc: first accepted encoding the server has",
+      "h2",
+      LIST,
+      { ...grpc(), "grpc-accept-encoding": "identity, br" },
+      frame(new Uint8Array()),
+      "short",
+    ),
     c("grpc: garbage message", "h2", LIST, grpc(), frame(GARBAGE), "short"),
     c("grpc: unknown field", "h2", LIST, grpc(), frame(UNKNOWN_FIELD), "short"),
     c("grpc: truncated frame", "h2", LIST, grpc(), frame(TRUNCATED).subarray(0, 6), "plugin"),
@@ -285,18 +348,54 @@ function cases(): Case[] {
   ];
 }
 
+type Answer = Awaited<ReturnType<typeof send>>;
+
+/** What some cases must answer, beyond answering alike: that they exercise what their names say. */
+const SHOWS: Record<string, (a: Answer) => void> = {
+  "json: valid": (a) => expect(a.status).toBe(200),
+  "proto: valid": (a) => expect(a.status).toBe(200),
+  "json: no token": (a) => expect(a.status).toBe(401),
+  "json: gzip accepted": (a) => expect(a.headers["content-encoding"]).toBe("gzip"),
+  "grpc: valid": (a) => expect(a.trailers["grpc-status"]).toBe("0"),
+  "grpc: gzip accepted": (a) => {
+    expect([a.trailers["grpc-status"], a.headers["grpc-encoding"]]).toEqual(["0", "gzip"]);
+    expect(Buffer.from(a.body, "base64")[0], "the frame's compressed flag").toBe(1);
+  },
+  "grpc: refused by the service": (a) => expect(a.trailers["grpc-status"]).toBe("3"),
+  "json: byte order mark": (a) => expect(a.status).toBe(200),
+  "json: first accepted encoding the server has": (a) => expect(a.headers["content-encoding"]).toBe("br"),
+  "json: encoding with a weight": (a) => expect([a.status, a.headers["content-encoding"]]).toEqual([200, undefined]),
+  "json: error with metadata (retry-after)": (a) => {
+    expect(a.status).toBe(429);
+    expect(a.headers["retry-after"]).toMatch(/^[1-9]\d*$/);
+  },
+  "proto: error with metadata (retry-after)": (a) => expect(a.headers["retry-after"]).toMatch(/^[1-9]\d*$/),
+  "grpc: error with metadata (retry-after)": (a) => {
+    expect(a.trailers["grpc-status"]).toBe("8");
+    expect(a.trailers["retry-after"]).toMatch(/^[1-9]\d*$/);
+  },
+  "json: unimplemented by the service": (a) => expect(a.status).toBe(501),
+  "grpc: first accepted encoding the server has": (a) => expect(a.headers["grpc-encoding"]).toBe("br"),
+};
+
 describe("the short path and the plugin alone answer alike", () => {
   it("has at least 40 cases", () => {
     expect(cases().length).toBeGreaterThanOrEqual(40);
+    const names = new Set(cases().map((c) => c.name));
+    for (const name of Object.keys(SHOWS)) expect(names.has(name), name).toBe(true);
   });
 
-  for (const c of cases()) {
-    it(c.name, async () => {
+  // The cases are built again inside each test: their tokens exist only once `beforeAll` has run.
+  for (const { name } of cases()) {
+    it(name, async () => {
+      const c = cases().find((x) => x.name === name)!;
+      expect(c.headers.authorization ?? "", "the case carries its token").not.toBe("Bearer ");
       const before = { short: await served(short, "short"), plugin: await served(short, "plugin") };
       const beforeOff = { short: await served(plugin, "short"), plugin: await served(plugin, "plugin") };
       const viaShort = await send(short, c);
       const viaPlugin = await send(plugin, c);
       expect(viaShort).toEqual(viaPlugin);
+      SHOWS[c.name]?.(viaShort);
       const after = { short: await served(short, "short"), plugin: await served(short, "plugin") };
       const afterOff = { short: await served(plugin, "short"), plugin: await served(plugin, "plugin") };
       // Which path served each leg (a request refused before any handler, e.g. by the content-type parser, counts none).

@@ -1,71 +1,53 @@
 /**
- * Serves the Connect, gRPC and gRPC-Web protocols on fastify, as
- * `@connectrpc/connect-fastify` does, with a shorter path for the calls
- * internal services make most: unary RPCs over Connect (`application/json`,
- * `application/proto`) and gRPC (`application/grpc`, `+proto`), uncompressed,
- * without a deadline header.
- *
- * Why: the general handler turns every request into web `Headers`, a `URL`
- * and async iterables, negotiates the protocol, pipes the body through
- * several async generators, and aborts a linked signal (a `DOMException`)
- * when the call ends. For a one-message call that costs two to three times
- * what the REST route for the same RPC costs (measured with
- * `npm run bench:http`). The short path reads the body in one piece, parses
- * it with the same serialization, runs the same interceptors and
- * implementation through `invokeUnaryImplementation`, and writes the answer
- * in one piece, with the same status, headers, trailers, error bodies and
- * response compression as the general handler.
- *
- * Anything else (streaming RPCs, gRPC-Web, Connect GET, compressed requests,
- * `connect-timeout-ms` / `grpc-timeout`, a body that is not one plain gRPC
- * frame, bodies over 1 MiB) goes to the general handler, with any body
- * bytes already read handed on.
+ * Serves the Connect, gRPC and gRPC-Web protocols on fastify with
+ * `@connectrpc/connect-fastify`'s `fastifyConnectPlugin`, in a scope of its
+ * own (the plugin replaces the body parsers there), with:
+ * - the unary short path in front of it (`connect-short-path.ts`), which
+ *   answers the commonest calls itself exactly as the plugin would
+ *   (`CONNECT_SHORT_PATH=off` turns it off);
+ * - an ErrorDetail on every error the protocol layer makes (`rpc-errors.ts`);
+ * - `unimplemented` at once, by its protocol, for an unknown service or method;
+ * - CORS for browsers on the origins of `CORS_ORIGINS`;
+ * - the plugin's failures logged through pino rather than `console.error`.
+ * `connect_calls_total{path}` counts which path served each call.
  */
-import type http from "node:http";
-import type http2 from "node:http2";
+import type { FastifyInstance, FastifyRequest, RouteHandlerMethod } from "fastify";
 import {
   Code,
   ConnectError,
   createContextValues,
   cors,
-  createHandlerContext,
   type ConnectRouter,
   type ContextValues,
   type Interceptor,
 } from "@connectrpc/connect";
-import {
-  compressionNegotiate,
-  createMethodSerializationLookup,
-  invokeUnaryImplementation,
-  mergeNonProtocolHeaders,
-  validateUniversalHandlerOptions,
-  type Compression,
-} from "@connectrpc/connect/protocol";
-import * as protoConnect from "@connectrpc/connect/protocol-connect";
-import * as protoGrpc from "@connectrpc/connect/protocol-grpc";
 import {
   compressionBrotli,
   compressionGzip,
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import type { DescMethodUnary, DescService, JsonValue } from "@bufbuild/protobuf";
+import type { DescService, JsonValue } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
-import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from "fastify";
 import type { Metrics } from "../metrics.ts";
-import { clientGoneSignal } from "./client-gone.ts";
-import { plainHeaders } from "./rest-router.ts";
+import { connectShortPath, nodeHeaders } from "./connect-short-path.ts";
 import {
   connectUnaryErrorWithDetail,
-  detailed,
   endOfStreamWithDetail,
   grpcStatusWithDetail,
   unimplementedAnswer,
 } from "./rpc-errors.ts";
 
-/** Bodies up to this size take the short path; larger ones are streamed by the general handler. */
-const FAST_MAX_BYTES = 1 << 20;
+/**
+ * Options both paths are given, so that they parse, serialize and compress
+ * alike: unknown JSON fields are ignored (Connect's default, stated here so
+ * the short path cannot drift from it), responses of at least 1 KiB are
+ * compressed when the client accepts gzip or br.
+ */
+const JSON_OPTIONS = { ignoreUnknownFields: true };
+const COMPRESS_MIN_BYTES = 1024;
+const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
 
 export interface ConnectRoutesOptions {
   routes: (router: ConnectRouter) => void;
@@ -90,17 +72,6 @@ export interface ConnectRoutesOptions {
    * for any). Empty (the default): no CORS headers, so other origins cannot.
    */
   corsOrigins?: readonly string[];
-}
-
-type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
-type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
-
-/** The short path of one unary RPC. */
-interface FastMethod {
-  method: DescMethodUnary;
-  impl: (req: never, context: never) => unknown;
-  serialization: ReturnType<typeof createMethodSerializationLookup>;
-  url: string;
 }
 
 /** Registers every RPC of `options.routes` at `/<service>/<method>` on `fastify` (in its own scope: it replaces the body parsers). */
@@ -135,55 +106,25 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
         maxAge: 7200,
       });
     }
-    const acceptCompression = [compressionGzip, compressionBrotli];
     const routerOptions = {
       interceptors: options.interceptors,
       readMaxBytes: options.readMaxBytes,
       shutdownSignal: options.shutdownSignal,
-      acceptCompression,
+      acceptCompression: ACCEPT_COMPRESSION,
+      compressMinBytes: COMPRESS_MIN_BYTES,
+      jsonOptions: JSON_OPTIONS,
     };
     if (options.shortPath !== false) {
-      const opt = validateUniversalHandlerOptions(routerOptions);
-      const fast = new Map<string, FastMethod>();
-      for (const { service, impl } of options.services) {
-        for (const method of service.methods) {
-          const fn = (impl as Record<string, unknown>)[method.localName];
-          if (method.methodKind !== "unary" || typeof fn !== "function") continue;
-          fast.set(`/${service.typeName}/${method.name}`, {
-            method: method as DescMethodUnary,
-            impl: (fn as (req: never, context: never) => unknown).bind(impl),
-            serialization: createMethodSerializationLookup(method, opt.binaryOptions, opt.jsonOptions, opt),
-            url: `/${service.typeName}/${method.name}`,
-          });
-        }
-      }
       // In front of the plugin, in its scope: takes the reply only in the narrow case, else lets the plugin serve.
-      instance.addHook("preHandler", async (req: FastifyRequest, reply: FastifyReply) => {
-        const shortPath = req.method === "POST" ? fast.get(req.url) : undefined;
-        const kind = shortPath ? fastKind(req.headers) : undefined;
-        if (!shortPath || !kind) return;
-        const read = await readBody(req.raw, FAST_MAX_BYTES);
-        if (read.complete) {
-          const serve = kind.grpc ? serveGrpc : serveConnect;
-          // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
-          const done = await serve(
-            shortPath,
-            kind.binary,
-            read.bytes,
-            req,
-            reply,
-            options,
-            acceptCompression,
-            opt.compressMinBytes,
-          );
-          if (done) {
-            served.inc({ path: "short" });
-            return reply;
-          }
-        }
-        // The plugin takes `req.body` as the body when it is set: what was read, then the rest.
-        req.body = bodyAgain(read, req.raw);
-      });
+      instance.addHook(
+        "preHandler",
+        connectShortPath({
+          ...routerOptions,
+          services: options.services,
+          contextValues: options.contextValues,
+          onServed: () => served.inc({ path: "short" }),
+        }),
+      );
     }
     const contextValues = (req: FastifyRequest) => options.contextValues?.(req) ?? createContextValues();
     // The plugin's route for each RPC runs the same handler, but a failure goes to the request's log, never to the
@@ -206,118 +147,6 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       contextValues,
     });
   });
-}
-
-/** Fastify keeps the headers set by hooks (`x-request-id`) on the reply until `send`, which these routes do not use. */
-function copyReplyHeaders(reply: FastifyReply): void {
-  for (const [key, value] of Object.entries(reply.getHeaders())) {
-    if (value !== undefined) reply.raw.setHeader(key, value);
-  }
-}
-
-/** Whether a request may take the short path, and as which protocol and encoding. */
-function fastKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boolean } | undefined {
-  const type = h["content-type"];
-  let kind: { grpc: boolean; binary: boolean };
-  if (type === "application/json") kind = { grpc: false, binary: false };
-  else if (type === "application/proto") kind = { grpc: false, binary: true };
-  else if (type === "application/grpc" || type === "application/grpc+proto") kind = { grpc: true, binary: true };
-  else return undefined;
-  if (kind.grpc) {
-    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity"))
-      return undefined;
-  } else if (
-    h["connect-timeout-ms"] !== undefined ||
-    (h["content-encoding"] !== undefined && h["content-encoding"] !== "identity")
-  ) {
-    return undefined;
-  }
-  const length = h["content-length"];
-  if (length !== undefined && Number(length) > FAST_MAX_BYTES) return undefined;
-  return kind;
-}
-
-type ReadResult = { complete: true; bytes: Buffer } | { complete: false; chunks: Buffer[] };
-
-/** Reads the whole body if it is at most `max` bytes; otherwise stops (paused) after the chunk that went over. */
-function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const cleanup = () => {
-      raw.off("data", onData);
-      raw.off("end", onEnd);
-      raw.off("error", onEnd);
-      raw.off("close", onEnd);
-    };
-    const onData = (chunk: Buffer) => {
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size > max) {
-        raw.pause();
-        cleanup();
-        resolve({ complete: false, chunks });
-      }
-    };
-    // An error or a close before the end: the general handler meets it again on the stream and answers as it does.
-    const onEnd = () => {
-      cleanup();
-      if (raw.readableEnded)
-        resolve({ complete: true, bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
-      else resolve({ complete: false, chunks });
-    };
-    raw.on("data", onData);
-    raw.once("end", onEnd);
-    raw.once("error", onEnd);
-    raw.once("close", onEnd);
-  });
-}
-
-/** The body for the general handler: what was read, then the rest of the stream. */
-async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uint8Array> {
-  if (read.complete) {
-    yield read.bytes;
-    return;
-  }
-  yield* read.chunks;
-  if (raw.readableEnded || raw.destroyed) return;
-  for await (const chunk of raw as AsyncIterable<Buffer>) yield chunk;
-}
-
-/** The handler context and the request's abort signal, as the general handler builds them. */
-function contextFor(
-  m: FastMethod,
-  protocolName: string,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  options: ConnectRoutesOptions,
-  responseHeader: Record<string, string>,
-  responseTrailer?: Record<string, string>,
-) {
-  // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
-  const call = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
-  const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
-  const context = createHandlerContext({
-    service: m.method.parent,
-    method: m.method,
-    protocolName,
-    requestMethod: "POST",
-    url: `${"encrypted" in req.raw.socket && req.raw.socket.encrypted ? "https" : "http"}://${authority}${req.url}`,
-    requestHeader: plainHeaders(req.headers),
-    responseHeader,
-    ...(responseTrailer ? { responseTrailer } : {}),
-    contextValues: options.contextValues?.(req) ?? createContextValues(),
-    // Not the shutdown signal: the context is never aborted at the end of a
-    // call (that costs a DOMException each), so a listener on the server's
-    // long-lived signal would stay behind. As on the REST routes, a waiting
-    // call ends at shutdown through the facility's own signal.
-    requestSignal: call.signal,
-  });
-  return { context, end: () => call.done() };
-}
-
-function toConnectErrorOf(e: unknown): ConnectError {
-  return detailed(e);
 }
 
 type Handler = ConnectRouter["handlers"][number];
@@ -401,149 +230,6 @@ function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => C
       req.log.error({ rpc, err }, "rpc handler failed");
     }
   };
-}
-
-/** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
-function nodeHeaders(headers: Headers): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  headers.forEach((v, k) => void (out[k] = k === "set-cookie" ? headers.getSetCookie() : v));
-  return out;
-}
-
-function end(
-  nodeResponse: NodeResponse,
-  status: number,
-  headers: Headers,
-  body: Uint8Array | undefined,
-  trailers?: Headers,
-): Promise<void> {
-  // One shape for both: the HTTP/2 compatibility response has the same methods.
-  const res = nodeResponse as http.ServerResponse;
-  return new Promise((resolve) => {
-    res.once("close", () => resolve());
-    res.writeHead(status, nodeHeaders(headers));
-    if (body && body.length > 0) res.write(body);
-    if (trailers) res.addTrailers(nodeHeaders(trailers));
-    res.end(() => resolve());
-  });
-}
-
-/**
- * A unary Connect call: the body is the message. Answers as the general
- * handler's `createUnaryHandler` does; returns true (it always answers).
- */
-async function serveConnect(
-  m: FastMethod,
-  binary: boolean,
-  bytes: Buffer,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  options: ConnectRoutesOptions,
-  accept: Compression[],
-  compressMinBytes: number,
-): Promise<boolean> {
-  const { context, end: ended } = contextFor(m, "connect", req, reply, options, {
-    [protoConnect.headerContentType]: binary ? protoConnect.contentTypeUnaryProto : protoConnect.contentTypeUnaryJson,
-  });
-  const compression = compressionNegotiate(
-    accept,
-    null,
-    req.headers["accept-encoding"] ?? null,
-    protoConnect.headerUnaryAcceptEncoding,
-  );
-  let status = 200;
-  let body: Uint8Array;
-  try {
-    const input = m.serialization.getI(binary).parse(bytes);
-    const output = await invokeUnaryImplementation(
-      { kind: "unary", method: m.method, impl: m.impl } as never,
-      context,
-      input,
-      options.interceptors,
-    );
-    body = m.serialization.getO(binary).serialize(output);
-  } catch (e) {
-    const error = toConnectErrorOf(e);
-    status = protoConnect.codeToHttpStatus(error.code);
-    context.responseHeader.set(protoConnect.headerContentType, protoConnect.contentTypeUnaryJson);
-    if (!error.isWireError) mergeNonProtocolHeaders(context.responseHeader, error.metadata);
-    body = protoConnect.errorToJsonBytes(error, {});
-  } finally {
-    ended();
-  }
-  if (compression.response && body.byteLength >= compressMinBytes) {
-    body = await compression.response.compress(body);
-    context.responseHeader.set(protoConnect.headerUnaryEncoding, compression.response.name);
-  }
-  const header = protoConnect.trailerMux(context.responseHeader, context.responseTrailer);
-  header.set(protoConnect.headerUnaryContentLength, body.byteLength.toString(10));
-  void reply.hijack();
-  copyReplyHeaders(reply);
-  await end(reply.raw, status, header, body);
-  return true;
-}
-
-/**
- * A unary gRPC call: the body must be exactly one uncompressed frame
- * (otherwise false: the general handler takes it, with its own errors).
- * Answers as the general handler's gRPC handler does.
- */
-async function serveGrpc(
-  m: FastMethod,
-  binary: boolean,
-  bytes: Buffer,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  options: ConnectRoutesOptions,
-  accept: Compression[],
-  compressMinBytes: number,
-): Promise<boolean> {
-  if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
-  const { context, end: ended } = contextFor(
-    m,
-    "grpc",
-    req,
-    reply,
-    options,
-    { [protoGrpc.headerContentType]: binary ? protoGrpc.contentTypeProto : protoGrpc.contentTypeJson },
-    { [protoGrpc.headerGrpcStatus]: protoGrpc.grpcStatusOk },
-  );
-  const compression = compressionNegotiate(
-    accept,
-    null,
-    headerValue(req.headers["grpc-accept-encoding"]),
-    protoGrpc.headerAcceptEncoding,
-  );
-  if (compression.response) context.responseHeader.set(protoGrpc.headerEncoding, compression.response.name);
-  let frame: Uint8Array | undefined;
-  try {
-    const input = m.serialization.getI(binary).parse(bytes.subarray(5));
-    const output = await invokeUnaryImplementation(
-      { kind: "unary", method: m.method, impl: m.impl } as never,
-      context,
-      input,
-      options.interceptors,
-    );
-    let data = m.serialization.getO(binary).serialize(output);
-    let flags = 0;
-    if (compression.response && data.byteLength >= compressMinBytes) {
-      data = await compression.response.compress(data);
-      flags = 1;
-    }
-    const out = Buffer.allocUnsafe(5 + data.byteLength);
-    out[0] = flags;
-    out.writeUInt32BE(data.byteLength, 1);
-    out.set(data, 5);
-    frame = out;
-  } catch (e) {
-    protoGrpc.setTrailerStatus(context.responseTrailer, toConnectErrorOf(e));
-  } finally {
-    ended();
-  }
-  void reply.hijack();
-  copyReplyHeaders(reply);
-  await end(reply.raw, 200, context.responseHeader, frame, context.responseTrailer);
-  return true;
 }
 
 function headerValue(v: string | string[] | undefined): string | null {

@@ -16,7 +16,7 @@
  * Only public APIs of `@bufbuild/protobuf` and `@connectrpc/connect` are used:
  * the encodings are small and fixed by the protocols' specifications.
  */
-import { toBinary, toJson } from "@bufbuild/protobuf";
+import { create, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
 import { anyPack, AnySchema } from "@bufbuild/protobuf/wkt";
 import { base64Decode, base64Encode, BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -54,35 +54,56 @@ export function fromProtocolError(code: Code, message: string): PlatformError {
   return new PlatformError("internal", message);
 }
 
-/** The error as Connect's JSON (`{ code, message, details }`), with each detail's `debug` as Connect writes it. */
+/**
+ * The error as the Connect protocol's JSON (`{ code, message, details }`),
+ * every detail with its `type`, `debug` (its JSON, when it has one) and
+ * base64 `value`, keys in the order Connect writes them: the same bytes
+ * whichever path answered.
+ */
 export function connectErrorJson(error: ConnectError): Uint8Array {
   const o: { code: string; message?: string; details?: unknown[] } = { code: codeToString(error.code) };
   if (error.rawMessage.length > 0) o.message = error.rawMessage;
-  const details = errorDetailsOf(error);
-  if (details.length > 0) {
-    // Key order as Connect writes it (type, debug, value): the same bytes whichever path answered.
-    o.details = details.map((d) => ({
-      type: ErrorDetailSchema.typeName,
-      debug: toJson(ErrorDetailSchema, d),
-      value: base64Encode(toBinary(ErrorDetailSchema, d), "std_raw"),
-    }));
+  if (error.details.length > 0) {
+    o.details = error.details.map((detail) => {
+      if (!("desc" in detail))
+        return { type: detail.type, debug: detail.debug, value: base64Encode(detail.value, "std_raw") };
+      const message = create(detail.desc, detail.value);
+      let debug: JsonValue | undefined;
+      try {
+        debug = toJson(detail.desc, message);
+      } catch {
+        // Only a readable copy (a detail holding an Any of an unknown type has none).
+      }
+      return { type: detail.desc.typeName, debug, value: base64Encode(toBinary(detail.desc, message), "std_raw") };
+    });
   }
   return new TextEncoder().encode(JSON.stringify(o));
 }
 
-/** The gRPC status fields of the error (`grpc-status`, `grpc-message`, `grpc-status-details-bin`). */
+/**
+ * The gRPC status fields of the error: `grpc-status`, `grpc-message`
+ * (percent-encoded) and, when it has details, `grpc-status-details-bin` (a
+ * `google.rpc.Status` holding each detail as an Any, base64 without padding).
+ */
 export function grpcStatusFields(error: ConnectError): Record<string, string> {
+  const fields: Record<string, string> = {
+    "grpc-status": String(error.code),
+    "grpc-message": encodeURIComponent(error.rawMessage),
+  };
+  if (error.details.length === 0) return fields;
+  // google.rpc.Status: code = 1, message = 2, repeated google.protobuf.Any details = 3.
   const writer = new BinaryWriter();
   writer.tag(1, WireType.Varint).int32(error.code);
   if (error.rawMessage.length > 0) writer.tag(2, WireType.LengthDelimited).string(error.rawMessage);
-  for (const d of errorDetailsOf(error)) {
-    writer.tag(3, WireType.LengthDelimited).bytes(toBinary(AnySchema, anyPack(ErrorDetailSchema, d)));
+  for (const detail of error.details) {
+    const any =
+      "desc" in detail
+        ? anyPack(detail.desc, create(detail.desc, detail.value))
+        : create(AnySchema, { typeUrl: `type.googleapis.com/${detail.type}`, value: detail.value });
+    writer.tag(3, WireType.LengthDelimited).bytes(toBinary(AnySchema, any));
   }
-  return {
-    "grpc-status": String(error.code),
-    "grpc-message": encodeURIComponent(error.rawMessage),
-    "grpc-status-details-bin": base64Encode(writer.finish(), "std_raw"),
-  };
+  fields["grpc-status-details-bin"] = base64Encode(writer.finish(), "std_raw");
+  return fields;
 }
 
 function errorDetailsOf(error: ConnectError): ErrorDetail[] {
@@ -147,7 +168,7 @@ export function grpcStatusWithDetail(fields: Headers): boolean {
   return true;
 }
 
-/** The HTTP status of a Connect unary error (the Connect protocol's table). */
+/** The HTTP status of a Connect unary error: the table of https://connectrpc.com/docs/protocol/#error-codes. */
 export function connectHttpStatus(code: Code): number {
   switch (code) {
     case Code.Canceled:
@@ -159,8 +180,9 @@ export function connectHttpStatus(code: Code): number {
     case Code.DeadlineExceeded:
       return 504;
     case Code.NotFound:
-    case Code.Unimplemented:
       return 404;
+    case Code.Unimplemented:
+      return 501;
     case Code.AlreadyExists:
     case Code.Aborted:
       return 409;

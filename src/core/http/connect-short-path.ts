@@ -1,0 +1,505 @@
+/**
+ * The unary short path in front of `fastifyConnectPlugin` (see
+ * `connect-routes.ts`): a fastify `preHandler` that answers the calls internal
+ * services make most itself, with the same status, headers, body and trailers
+ * as the plugin, and lets the plugin serve everything else.
+ *
+ * Why it exists: for a one-message call the plugin turns the request into web
+ * `Headers`, a `URL` and async iterables, negotiates the protocol, pipes the
+ * body through several async generators and aborts a linked signal (a
+ * `DOMException`) when the call ends; that costs two to three times what the
+ * REST route for the same RPC costs (`npm run bench:http`). This reads the
+ * body in one piece, runs the same interceptors and implementation, and writes
+ * the answer in one piece.
+ *
+ * Why it is written against the protocols rather than with Connect's own
+ * helpers: those live in `@connectrpc/connect/protocol*`, which Connect marks
+ * "@private Internal code, does not follow semantic versioning" (an ESLint
+ * rule keeps them out of `src/`). The part of the public specifications this
+ * needs is small:
+ * - Connect unary (https://connectrpc.com/docs/protocol/): the body is the
+ *   message (`application/json`, protobuf JSON; `application/proto`, binary);
+ *   an error is a JSON body `{code, message, details}` with the HTTP status of
+ *   its code; trailers go in headers prefixed `trailer-`; `accept-encoding`
+ *   chooses the response's `content-encoding`.
+ * - gRPC over HTTP/2 (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md):
+ *   one length-prefixed frame each way; the status in the `grpc-status`,
+ *   `grpc-message` (percent-encoded) and `grpc-status-details-bin` (a
+ *   `google.rpc.Status`, base64) trailers; `grpc-accept-encoding` chooses the
+ *   response's `grpc-encoding`, with the frame's compressed flag set.
+ * Serialization is @bufbuild/protobuf's, with the options the plugin is given
+ * (`jsonOptions`: unknown JSON fields ignored, as Connect does by default;
+ * binary with its defaults). Interceptors are Connect's public `Interceptor`s,
+ * given the `UnaryRequest` the plugin would give them; the context is
+ * Connect's public `createHandlerContext`.
+ *
+ * Only the narrow case is taken: POST of a unary method, content type exactly
+ * `application/json`, `application/proto`, `application/grpc` or
+ * `application/grpc+proto`, no request compression, no deadline header
+ * (`connect-timeout-ms`, `grpc-timeout`), a body of at most 1 MiB (and within
+ * the read limit) that is, for gRPC, exactly one uncompressed frame. Anything
+ * else goes to the plugin, with the body bytes already read handed on.
+ * `test/core/connect-differential.test.ts` sends each of its cases to both and
+ * requires identical answers, and which path served each.
+ */
+import type http from "node:http";
+import type http2 from "node:http2";
+import {
+  create,
+  fromBinary,
+  fromJsonString,
+  toBinary,
+  toJsonString,
+  type DescMessage,
+  type DescMethodUnary,
+  type DescService,
+  type JsonReadOptions,
+  type JsonWriteOptions,
+  type Message,
+} from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createContextValues,
+  createHandlerContext,
+  type ContextValues,
+  type HandlerContext,
+  type Interceptor,
+  type UnaryRequest,
+  type UnaryResponse,
+} from "@connectrpc/connect";
+import type { compressionGzip } from "@connectrpc/connect-node";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { clientGoneSignal } from "./client-gone.ts";
+import { plainHeaders } from "./rest-router.ts";
+import { connectErrorJson, connectHttpStatus, detailed, grpcStatusFields } from "./rpc-errors.ts";
+
+/** Bodies up to this size take the short path; larger ones are streamed by the plugin. */
+const SHORT_MAX_BYTES = 1 << 20;
+
+const textDecoder = new TextDecoder();
+const textEncoder = new TextEncoder();
+
+/** A response compression, as `@connectrpc/connect-node` exports them (`compressionGzip`, `compressionBrotli`). */
+export type Compression = typeof compressionGzip;
+
+export interface ShortPathOptions {
+  /** The services whose unary RPCs may take the short path (the same the plugin serves). */
+  services: readonly { service: DescService; impl: object }[];
+  interceptors: readonly Interceptor[];
+  /** The plugin's options of the same names: both paths must read, write and compress alike. */
+  readMaxBytes: number;
+  compressMinBytes: number;
+  acceptCompression: readonly Compression[];
+  jsonOptions: Partial<JsonReadOptions & JsonWriteOptions>;
+  contextValues?: (req: FastifyRequest) => ContextValues;
+  /** Called once for each call the short path answers. */
+  onServed: () => void;
+}
+
+type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
+
+/** The short path of one unary RPC. */
+interface ShortMethod {
+  method: DescMethodUnary;
+  impl: (req: Message, context: HandlerContext) => unknown;
+}
+
+/** What one call needs beyond its method. */
+interface Call {
+  method: ShortMethod;
+  binary: boolean;
+  req: FastifyRequest;
+  reply: FastifyReply;
+  options: ShortPathOptions;
+}
+
+/**
+ * The `preHandler` of the short path: answers the narrow case (and returns the
+ * reply, which fastify then leaves alone), or sets `req.body` to the body
+ * bytes (those already read, then the rest) for the plugin and returns nothing.
+ */
+export function connectShortPath(
+  options: ShortPathOptions,
+): (req: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined> {
+  const methods = new Map<string, ShortMethod>();
+  for (const { service, impl } of options.services) {
+    for (const method of service.methods) {
+      const fn = (impl as Record<string, unknown>)[method.localName];
+      if (method.methodKind !== "unary" || typeof fn !== "function") continue;
+      methods.set(`/${service.typeName}/${method.name}`, {
+        method: method as DescMethodUnary,
+        impl: (fn as ShortMethod["impl"]).bind(impl),
+      });
+    }
+  }
+  return async (req, reply) => {
+    const method = req.method === "POST" ? methods.get(req.url) : undefined;
+    const kind = method ? shortKind(req.headers) : undefined;
+    if (!method || !kind) return undefined;
+    const read = await readBody(req.raw, SHORT_MAX_BYTES);
+    if (read.complete && read.bytes.byteLength <= options.readMaxBytes) {
+      const call = { method, binary: kind.binary, req, reply, options };
+      // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
+      if (kind.grpc ? await serveGrpc(call, read.bytes) : await serveConnect(call, read.bytes)) {
+        options.onServed();
+        return reply;
+      }
+    }
+    // The plugin takes `req.body` as the body when it is set: what was read, then the rest.
+    req.body = bodyAgain(read, req.raw);
+    return undefined;
+  };
+}
+
+/** Whether a request may take the short path, and as which protocol and encoding. */
+function shortKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boolean } | undefined {
+  const type = h["content-type"];
+  let kind: { grpc: boolean; binary: boolean };
+  if (type === "application/json") kind = { grpc: false, binary: false };
+  else if (type === "application/proto") kind = { grpc: false, binary: true };
+  else if (type === "application/grpc" || type === "application/grpc+proto") kind = { grpc: true, binary: true };
+  else return undefined;
+  if (kind.grpc) {
+    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity"))
+      return undefined;
+  } else if (
+    h["connect-timeout-ms"] !== undefined ||
+    (h["content-encoding"] !== undefined && h["content-encoding"] !== "identity")
+  ) {
+    return undefined;
+  }
+  const length = h["content-length"];
+  if (length !== undefined && Number(length) > SHORT_MAX_BYTES) return undefined;
+  return kind;
+}
+
+type ReadResult = { complete: true; bytes: Buffer } | { complete: false; chunks: Buffer[] };
+
+/** Reads the whole body if it is at most `max` bytes; otherwise stops (paused) after the chunk that went over. */
+function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const cleanup = () => {
+      raw.off("data", onData);
+      raw.off("end", onEnd);
+      raw.off("error", onEnd);
+      raw.off("close", onEnd);
+    };
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      size += chunk.length;
+      if (size > max) {
+        raw.pause();
+        cleanup();
+        resolve({ complete: false, chunks });
+      }
+    };
+    // An error or a close before the end: the plugin meets it again on the stream and answers as it does.
+    const onEnd = () => {
+      cleanup();
+      if (raw.readableEnded)
+        resolve({ complete: true, bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
+      else resolve({ complete: false, chunks });
+    };
+    raw.on("data", onData);
+    raw.once("end", onEnd);
+    raw.once("error", onEnd);
+    raw.once("close", onEnd);
+  });
+}
+
+/** The body for the plugin: what was read, then the rest of the stream. */
+async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uint8Array> {
+  if (read.complete) {
+    yield read.bytes;
+    return;
+  }
+  yield* read.chunks;
+  if (raw.readableEnded || raw.destroyed) return;
+  for await (const chunk of raw as AsyncIterable<Buffer>) yield chunk;
+}
+
+/** The handler context of a call, as the plugin builds it, and the end of its client-gone watch. */
+function contextFor(
+  { method, req, reply, options }: Call,
+  protocolName: "connect" | "grpc",
+  responseHeader: Record<string, string>,
+  responseTrailer?: Record<string, string>,
+) {
+  // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
+  const gone = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
+  const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
+  const context = createHandlerContext({
+    service: method.method.parent,
+    method: method.method,
+    protocolName,
+    requestMethod: "POST",
+    url: `${"encrypted" in req.raw.socket && req.raw.socket.encrypted ? "https" : "http"}://${authority}${req.url}`,
+    requestHeader: plainHeaders(req.headers),
+    responseHeader,
+    ...(responseTrailer ? { responseTrailer } : {}),
+    contextValues: options.contextValues?.(req) ?? createContextValues(),
+    // Not the shutdown signal: the context is never aborted at the end of a
+    // call (that costs a DOMException each), so a listener on the server's
+    // long-lived signal would stay behind. As on the REST routes, a waiting
+    // call ends at shutdown through the facility's own signal.
+    requestSignal: gone.signal,
+  });
+  return { context, end: () => gone.done() };
+}
+
+/** The request message from its bytes, failing as Connect's serialization fails (see `rpc-errors.ts`). */
+function parseInput({ method, binary, options }: Call, bytes: Uint8Array): Message {
+  if (binary) {
+    try {
+      return fromBinary(method.method.input, bytes);
+    } catch (e) {
+      throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
+    }
+  }
+  try {
+    return fromJsonString(method.method.input, textDecoder.decode(bytes), options.jsonOptions);
+  } catch (e) {
+    throw ConnectError.from(e, Code.InvalidArgument);
+  }
+}
+
+/** The response message's bytes. */
+function serializeOutput({ method, binary, options }: Call, message: Message): Uint8Array {
+  if (binary) {
+    try {
+      return toBinary(method.method.output, message);
+    } catch (e) {
+      throw new ConnectError(`serialize binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
+    }
+  }
+  try {
+    return textEncoder.encode(toJsonString(method.method.output, message, options.jsonOptions));
+  } catch (e) {
+    throw ConnectError.from(e, Code.Internal);
+  }
+}
+
+type Next = Parameters<Interceptor>[0];
+
+/**
+ * Runs the interceptors and the implementation, as Connect does for a unary
+ * call: the first interceptor outermost; the implementation gets the context
+ * with the request's header, signal and values as the interceptors left them;
+ * its answer is made a full message; the headers and trailers the
+ * interceptors answer with become the response's.
+ */
+async function invoke(m: ShortMethod, context: HandlerContext, input: Message, interceptors: readonly Interceptor[]) {
+  const implementation: Next = async (req) => {
+    const output = await m.impl(req.message as Message, {
+      ...context,
+      service: req.service,
+      requestHeader: req.header,
+      signal: req.signal,
+      values: req.contextValues,
+    });
+    const res: UnaryResponse = {
+      stream: false,
+      message: create(m.method.output, output as never),
+      method: m.method,
+      service: m.method.parent,
+      header: context.responseHeader,
+      trailer: context.responseTrailer,
+    };
+    return res;
+  };
+  const request: UnaryRequest = {
+    stream: false,
+    message: input,
+    method: m.method,
+    requestMethod: context.requestMethod,
+    url: context.url,
+    signal: context.signal,
+    header: context.requestHeader,
+    service: m.method.parent,
+    contextValues: context.values,
+  };
+  const res = (await interceptors.reduceRight(
+    (next, interceptor) => interceptor(next),
+    implementation,
+  )(request)) as UnaryResponse<DescMessage, DescMessage>;
+  replaceFields(res.header, context.responseHeader);
+  replaceFields(res.trailer, context.responseTrailer);
+  return res.message;
+}
+
+/** `to` becomes a copy of `from` (unless they are the same object). */
+function replaceFields(from: Headers, to: Headers): void {
+  if (from === to) return;
+  const keys: string[] = [];
+  to.forEach((_, key) => keys.push(key));
+  for (const key of keys) to.delete(key);
+  from.forEach((value, key) => to.set(key, value));
+}
+
+/** What was thrown, as a ConnectError (Connect answers anything else as `internal`). */
+function thrown(e: unknown): ConnectError {
+  return e instanceof ConnectError ? e : new ConnectError("internal error", Code.Internal, undefined, undefined, e);
+}
+
+/** The header names of the protocols, which an error's metadata never sets (as Connect's handlers skip them). */
+const PROTOCOL_HEADERS = new Set([
+  "content-type",
+  "content-length",
+  "content-encoding",
+  "host",
+  "user-agent",
+  "trailer",
+  "date",
+  "accept-encoding",
+  "trailer-",
+  "connect-content-encoding",
+  "connect-accept-encoding",
+  "connect-timeout-ms",
+  "connect-protocol-version",
+  "grpc-encoding",
+  "grpc-accept-encoding",
+  "grpc-timeout",
+  "grpc-status",
+  "grpc-message",
+  "grpc-status-details-bin",
+]);
+
+/** Adds an error's metadata (e.g. `retry-after`) to the answer's header or trailer fields, as Connect does. */
+function addErrorMetadata(into: Headers, error: ConnectError): void {
+  // Errors parsed from another server's answer only relay their payload.
+  if (error.isWireError) return;
+  error.metadata.forEach((value, key) => {
+    if (!PROTOCOL_HEADERS.has(key.toLowerCase())) into.append(key, value);
+  });
+}
+
+/**
+ * The response compression the client accepts, the first of its list that the
+ * server has (the request itself is never compressed here, so none when it
+ * names none).
+ */
+function responseCompression(accept: readonly Compression[], accepted: string | null): Compression | undefined {
+  if (!accepted) return undefined;
+  for (const name of accepted.split(",")) {
+    const found = accept.find((c) => c.name === name.trim());
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/**
+ * A unary Connect call: the body is the message; an error is a JSON body with
+ * the HTTP status of its code. Returns true (it always answers).
+ */
+async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
+  const { req, options } = call;
+  const { context, end } = contextFor(call, "connect", {
+    "content-type": call.binary ? "application/proto" : "application/json",
+  });
+  const compression = responseCompression(options.acceptCompression, headerValue(req.headers["accept-encoding"]));
+  let status = 200;
+  let body: Uint8Array;
+  try {
+    const output = await invoke(call.method, context, parseInput(call, bytes), options.interceptors);
+    body = serializeOutput(call, output);
+  } catch (e) {
+    const original = thrown(e);
+    const error = detailed(original);
+    status = connectHttpStatus(error.code);
+    context.responseHeader.set("content-type", "application/json");
+    addErrorMetadata(context.responseHeader, original);
+    body = connectErrorJson(error);
+  } finally {
+    end();
+  }
+  if (compression && body.byteLength >= options.compressMinBytes) {
+    body = await compression.compress(body);
+    context.responseHeader.set("content-encoding", compression.name);
+  }
+  // Unary Connect sends trailers as headers prefixed `trailer-`.
+  const header = new Headers(context.responseHeader);
+  context.responseTrailer.forEach((value, key) => header.append(`trailer-${key}`, value));
+  header.set("content-length", String(body.byteLength));
+  await answer(call.reply, status, header, body);
+  return true;
+}
+
+/**
+ * A unary gRPC call: the body must be exactly one uncompressed frame
+ * (otherwise false: the plugin takes it, with its own errors). The answer is
+ * one frame and the status in the trailers.
+ */
+async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
+  if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
+  const { req, options } = call;
+  const { context, end } = contextFor(
+    call,
+    "grpc",
+    { "content-type": "application/grpc+proto" },
+    { "grpc-status": "0" },
+  );
+  const compression = responseCompression(options.acceptCompression, headerValue(req.headers["grpc-accept-encoding"]));
+  if (compression) context.responseHeader.set("grpc-encoding", compression.name);
+  let frame: Uint8Array | undefined;
+  try {
+    const output = await invoke(call.method, context, parseInput(call, bytes.subarray(5)), options.interceptors);
+    let data = serializeOutput(call, output);
+    let flags = 0;
+    if (compression && data.byteLength >= options.compressMinBytes) {
+      data = await compression.compress(data);
+      flags = 1; // the frame's compressed flag
+    }
+    const out = Buffer.allocUnsafe(5 + data.byteLength);
+    out[0] = flags;
+    out.writeUInt32BE(data.byteLength, 1);
+    out.set(data, 5);
+    frame = out;
+  } catch (e) {
+    const original = thrown(e);
+    addErrorMetadata(context.responseTrailer, original);
+    for (const [key, value] of Object.entries(grpcStatusFields(detailed(original))))
+      context.responseTrailer.set(key, value);
+  } finally {
+    end();
+  }
+  await answer(call.reply, 200, context.responseHeader, frame, context.responseTrailer);
+  return true;
+}
+
+/** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
+export function nodeHeaders(headers: Headers): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  headers.forEach((v, k) => void (out[k] = k === "set-cookie" ? headers.getSetCookie() : v));
+  return out;
+}
+
+/** Takes the reply from fastify and writes the answer in one piece; resolves once it is written or the client left. */
+function answer(
+  reply: FastifyReply,
+  status: number,
+  headers: Headers,
+  body: Uint8Array | undefined,
+  trailers?: Headers,
+): Promise<void> {
+  void reply.hijack();
+  // Fastify keeps the headers set by hooks (`x-request-id`) on the reply until `send`, which is not used here.
+  for (const [key, value] of Object.entries(reply.getHeaders())) {
+    if (value !== undefined) reply.raw.setHeader(key, value);
+  }
+  // Typed as HTTP/1.1's; over h2c it is the HTTP/2 compatibility response, which has the same methods.
+  const res = reply.raw;
+  return new Promise((resolve) => {
+    res.once("close", () => resolve());
+    res.writeHead(status, nodeHeaders(headers));
+    if (body && body.length > 0) res.write(body);
+    if (trailers) res.addTrailers(nodeHeaders(trailers));
+    res.end(() => resolve());
+  });
+}
+
+function headerValue(v: string | string[] | undefined): string | null {
+  return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v;
+}
