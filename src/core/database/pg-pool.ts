@@ -34,9 +34,29 @@ export interface BoundedPoolOptions {
   onAnswer(sentAt: number): void;
 }
 
+/** A statement sent and not answered yet, as the sweep sees it. */
+interface InFlight {
+  sentAt: number;
+  giveUp(): void;
+}
+
 /** `pool` for Kysely's `PostgresDialect`. */
 export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): PostgresPool {
   const bound = options.statementTimeoutMs === undefined ? undefined : options.statementTimeoutMs + NO_ANSWER_GRACE_MS;
+  // One sweep for every statement in flight, not a timer each: a timer and a `Promise.race` per statement
+  // were a measurable part of a short request's cost. The sweep runs only while statements are in flight,
+  // so a statement is given up on between `bound` and `bound` plus one sweep period after it was sent.
+  const inFlight = new Set<InFlight>();
+  let sweep: NodeJS.Timeout | undefined;
+  const sweepEveryMs = bound === undefined ? 0 : Math.max(50, Math.min(500, bound / 4));
+  const sweepNow = () => {
+    const now = Date.now();
+    for (const entry of inFlight) if (now - entry.sentAt >= bound!) entry.giveUp();
+    if (inFlight.size === 0) {
+      clearInterval(sweep);
+      sweep = undefined;
+    }
+  };
   return {
     options: pool.options,
     Client: (pool as unknown as { Client: PostgresPool["Client"] }).Client,
@@ -45,27 +65,35 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       const client = await pool.connect();
       /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
       let abandoned: Error | undefined;
-      const run = async <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
+      const run = <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
         // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
-        if (abandoned) throw abandoned;
+        if (abandoned) return Promise.reject(abandoned);
         const name = preparedNameOf(text);
         const sentAt = Date.now();
         const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
-        if (bound === undefined) return answered(await pending, sentAt);
-        let timer: NodeJS.Timeout | undefined;
-        const noAnswer = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            abandoned = new DatabaseNoAnswerError(bound);
-            // The statement may still settle (or fail when the connection is destroyed): nobody waits for it now.
-            pending.catch(() => {});
-            reject(abandoned);
-          }, bound);
+        if (bound === undefined) return pending.then((result) => answered<R>(result, sentAt));
+        return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
+          const entry: InFlight = {
+            sentAt,
+            giveUp() {
+              inFlight.delete(entry);
+              abandoned = new DatabaseNoAnswerError(bound);
+              // The statement may still settle (or fail when the connection is destroyed): nobody waits for it now.
+              reject(abandoned);
+            },
+          };
+          inFlight.add(entry);
+          sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
+          pending.then(
+            (result) => {
+              if (!inFlight.delete(entry)) return;
+              resolve(answered<R>(result, sentAt));
+            },
+            (err: Error) => {
+              if (inFlight.delete(entry)) reject(err);
+            },
+          );
         });
-        try {
-          return answered(await Promise.race([pending, noAnswer]), sentAt);
-        } finally {
-          clearTimeout(timer);
-        }
       };
       const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
         options.onAnswer(sentAt);

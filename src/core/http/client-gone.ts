@@ -29,17 +29,33 @@ export function responseClosed(res: NodeResponse): boolean {
   return res.destroyed || (res.socket?.destroyed ?? false);
 }
 
-/** A signal aborted with `reason()` once the client goes away before `done()`, including before this was called. */
+/**
+ * A signal aborted with `reason()` once the client goes away before `done()`, including before this was called.
+ *
+ * The `AbortController` is made only when `signal` is first read: most calls
+ * (a list, a put) never look at it, and a controller with its listeners is a
+ * measurable part of a short call's cost. Read late, it comes already aborted
+ * if the client left in between.
+ */
 export function clientGoneSignal(res: NodeResponse, reason: () => unknown): CallSignal {
-  const abort = new AbortController();
+  let controller: AbortController | undefined;
+  let gone = false;
   let finished = false;
   const onClose = () => {
-    if (!finished) abort.abort(reason());
+    if (finished || gone) return;
+    gone = true;
+    controller?.abort(reason());
   };
   res.once("close", onClose);
   if (responseClosed(res)) onClose();
   return {
-    signal: abort.signal,
+    get signal() {
+      if (!controller) {
+        controller = new AbortController();
+        if (gone) controller.abort(reason());
+      }
+      return controller.signal;
+    },
     done() {
       finished = true;
       res.off("close", onClose);

@@ -30,8 +30,8 @@
  * Serialization is @bufbuild/protobuf's, with the options the plugin is given
  * (`jsonOptions`: unknown JSON fields ignored, as Connect does by default;
  * binary with its defaults). Interceptors are Connect's public `Interceptor`s,
- * given the `UnaryRequest` the plugin would give them; the context is
- * Connect's public `createHandlerContext`.
+ * given the `UnaryRequest` the plugin would give them; the context is a
+ * `HandlerContext` made on first use (`call-context.ts`), as on the REST routes.
  *
  * Only the narrow case is taken: POST of a unary method, content type exactly
  * `application/json`, `application/proto`, `application/grpc` or
@@ -61,7 +61,6 @@ import {
   Code,
   ConnectError,
   createContextValues,
-  createHandlerContext,
   type ContextValues,
   type HandlerContext,
   type Interceptor,
@@ -70,8 +69,8 @@ import {
 } from "@connectrpc/connect";
 import type { compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyReply, FastifyRequest } from "fastify";
+import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
-import { plainHeaders } from "./rest-router.ts";
 import { connectErrorJson, connectHttpStatus, detailed, grpcStatusFields } from "./rpc-errors.ts";
 
 /** Bodies up to this size take the short path; larger ones are streamed by the plugin. */
@@ -231,21 +230,21 @@ function contextFor(
   // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
   const gone = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
   const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
-  const context = createHandlerContext({
+  const context = createCallContext({
     service: method.method.parent,
     method: method.method,
     protocolName,
     requestMethod: "POST",
     url: `${"encrypted" in req.raw.socket && req.raw.socket.encrypted ? "https" : "http"}://${authority}${req.url}`,
-    requestHeader: plainHeaders(req.headers),
+    headers: req.headers,
     responseHeader,
     ...(responseTrailer ? { responseTrailer } : {}),
-    contextValues: options.contextValues?.(req) ?? createContextValues(),
+    values: options.contextValues?.(req) ?? createContextValues(),
     // Not the shutdown signal: the context is never aborted at the end of a
     // call (that costs a DOMException each), so a listener on the server's
     // long-lived signal would stay behind. As on the REST routes, a waiting
     // call ends at shutdown through the facility's own signal.
-    requestSignal: gone.signal,
+    signal: gone,
   });
   return { context, end: () => gone.done() };
 }
@@ -293,10 +292,17 @@ type Next = Parameters<Interceptor>[0];
  */
 async function invoke(m: ShortMethod, context: HandlerContext, input: Message, interceptors: readonly Interceptor[]) {
   const implementation: Next = async (req) => {
+    // Spelled out, not spread: the context's headers and signal are getters (made on first use).
     const output = await m.impl(req.message as Message, {
-      ...context,
+      method: context.method,
       service: req.service,
+      protocolName: context.protocolName,
+      requestMethod: context.requestMethod,
+      url: context.url,
+      timeoutMs: context.timeoutMs,
       requestHeader: req.header,
+      responseHeader: context.responseHeader,
+      responseTrailer: context.responseTrailer,
       signal: req.signal,
       values: req.contextValues,
     });

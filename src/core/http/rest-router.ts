@@ -17,11 +17,12 @@ import {
   type MessageInitShape,
   type MessageShape,
 } from "@bufbuild/protobuf";
-import { createContextValues, createHandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { createContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { principalKey, type Authenticator } from "../auth.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
+import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { parseJson } from "./validation.ts";
 
@@ -92,7 +93,7 @@ export function defineRoute<
   return route as unknown as AnyRestRoute;
 }
 
-type Handler = (req: unknown, ctx: ReturnType<typeof createHandlerContext>) => unknown;
+type Handler = (req: unknown, ctx: HandlerContext) => unknown;
 
 /** Registers a facility's route table; each route calls `impl`, the facility's one implementation. */
 export function registerRestRoutes(
@@ -119,15 +120,15 @@ export function registerRestRoutes(
           params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
         };
         const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
-        const context = createHandlerContext({
+        const context = createCallContext({
           service: spec.rpc.parent,
           method: spec.rpc,
           protocolName: "rest",
           requestMethod: req.method,
           url: req.url,
-          requestHeader: plainHeaders(req.headers),
-          requestSignal: call.signal,
-          contextValues: createContextValues().set(principalKey, principal),
+          headers: req.headers,
+          signal: call,
+          values: createContextValues().set(principalKey, principal),
         });
         let output: unknown;
         try {
@@ -137,25 +138,9 @@ export function registerRestRoutes(
         }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
         // Headers the implementation set (e.g. `Idempotent-Replayed`).
-        context.responseHeader.forEach((value, name) => void reply.header(name, value));
+        context.responseHeaders()?.forEach((value, name) => void reply.header(name, value));
         return reply.code(200).send(spec.response(result, message));
       },
     });
   }
-}
-
-/**
- * The request's headers as the `Headers` constructor accepts them. Over
- * HTTP/2, Node's headers object also carries pseudo-headers (`:path`) and a
- * `Symbol(sensitiveHeaders)` key, which `new Headers()` refuses with a
- * TypeError; repeated headers arrive as arrays.
- */
-export function plainHeaders(headers: object): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers) as [string, unknown][]) {
-    if (name.startsWith(":")) continue;
-    if (typeof value === "string") out[name] = value;
-    else if (Array.isArray(value)) out[name] = value.filter((v) => typeof v === "string").join(", ");
-  }
-  return out;
 }
