@@ -30,11 +30,11 @@
  *   before the message is visible again (the policy's retry delay and backoff).
  * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
-import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
+import type { JsonValue } from "@bufbuild/protobuf";
+import { timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import type { InTransaction } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
@@ -57,6 +57,7 @@ import {
   STREAM_MESSAGE_JSON_OVERHEAD,
   STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
+import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-value.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
@@ -120,7 +121,7 @@ function payloadText(payload: Value | undefined, app: AppRecord, field = "payloa
   if (payload === undefined) throw invalidArgument(field, "is required");
   let text: string;
   try {
-    text = JSON.stringify(toJson(ValueSchema, payload));
+    text = valueToJsonText(payload);
   } catch {
     throw invalidArgument(field, "must be a JSON value");
   }
@@ -244,7 +245,7 @@ function toMessage(m: StoredMessage) {
   return {
     id: m.id,
     queue: m.queue,
-    payload: fromJson(ValueSchema, JSON.parse(m.payload) as JsonValue),
+    payload: valueFromJsonText(m.payload),
     receipt: encodeReceipt(m.id, m.deliveries),
     enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
     expiresAt: timestampFromMs(m.expiresAt.getTime()),
@@ -254,23 +255,33 @@ function toMessage(m: StoredMessage) {
 }
 
 /**
- * The first messages of `claimed` that fit in one `StreamMessages` response of
- * at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least one). The
- * larger of the binary size and the JSON text of the payload counts, so the
- * cap holds for the protobuf and the JSON encodings alike.
+ * The most a `Message` encodes to in binary beyond its payload `Value` and
+ * queue name: id (38 bytes), receipt (29), three timestamps (19 each at most),
+ * deliveries (6) and the payload's and queue's tags and lengths (8).
  */
-function responsePart(claimed: StoredMessage[]) {
-  const part: ReturnType<typeof toMessage>[] = [];
+const MESSAGE_BINARY_OVERHEAD = 160;
+
+/**
+ * How many of the first messages of `unsent` fit in one `StreamMessages`
+ * response of at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least
+ * one), each made into its `Message` once (kept in `made` for the response).
+ * The larger of the binary size (computed, not encoded) and the JSON text of
+ * the payload counts, so the cap holds for the protobuf and the JSON
+ * encodings alike.
+ */
+function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnType<typeof toMessage>>): number {
   let bytes = 0;
-  for (const m of claimed) {
-    const message = toMessage(m);
-    const binary = toBinary(MessageSchema, create(MessageSchema, message)).byteLength;
+  let n = 0;
+  for (const m of unsent) {
+    let message = made.get(m);
+    if (!message) made.set(m, (message = toMessage(m)));
+    const binary = valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
     const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
-    if (part.length > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
-    part.push(message);
+    if (n > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
+    n++;
     bytes += size;
   }
-  return part;
+  return n;
 }
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
@@ -523,7 +534,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         return {
           deadLetters: page.deadLetters.map((d) => ({
             id: d.id,
-            payload: fromJson(ValueSchema, JSON.parse(d.payload) as JsonValue),
+            payload: valueFromJsonText(d.payload),
             enqueuedAt: timestampFromMs(d.enqueuedAt.getTime()),
             deliveries: d.deliveries,
             diedAt: timestampFromMs(d.diedAt.getTime()),
@@ -554,9 +565,18 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
           const { policy, rule } = await policyOf(app, queue);
           const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-          const fit = (unsent: StoredMessage[]) => responsePart(unsent).length;
-          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit))
-            yield { messages: messages.map(toMessage) };
+          // Each message is made into its `Message` once: when its size is counted.
+          const made = new Map<StoredMessage, ReturnType<typeof toMessage>>();
+          const fit = (unsent: StoredMessage[]) => responsePart(unsent, made);
+          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit)) {
+            yield {
+              messages: messages.map((m) => {
+                const message = made.get(m) ?? toMessage(m);
+                made.delete(m);
+                return message;
+              }),
+            };
+          }
           throwIfPastDeadline(context);
         } catch (err) {
           const platformError = toPlatformError(err);
