@@ -3,19 +3,20 @@
  * check JSON shapes only; the rules on values (queue names, ranges, payload
  * size) are the implementation's, shared with gRPC. Times leave as epoch ms.
  */
-import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, type Value } from "@bufbuild/protobuf/wkt";
+import type { JsonValue } from "@bufbuild/protobuf";
+import type { Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { QueueService, type Message, type QueuePolicy } from "../../gen/platform/queues/v1/queues_pb.js";
 import { invalidArgument } from "../core/errors.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
+import { valueFromJson, valueToJson } from "./payload-value.ts";
 import { epochMs, jsonObject, optionalInteger, optionalJsonObject, optionalString } from "../core/http/validation.ts";
 
 function messageJson(m: Message) {
   return {
     id: m.id,
     queue: m.queue,
-    payload: m.payload ? toJson(ValueSchema, m.payload) : null,
+    payload: m.payload ? valueToJson(m.payload) : null,
     receipt: m.receipt,
     enqueuedAt: epochMs(m.enqueuedAt),
     expiresAt: epochMs(m.expiresAt),
@@ -104,7 +105,7 @@ export const SelectionBody = optionalJsonObject({
 
 function payloadValue(payload: JsonValue, field = "payload"): Value {
   try {
-    return fromJson(ValueSchema, payload);
+    return valueFromJson(payload);
   } catch {
     throw invalidArgument(field, "must be a JSON value");
   }
@@ -473,7 +474,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     response: (out) => ({
       deadLetters: out.deadLetters.map((d) => ({
         id: d.id,
-        payload: d.payload ? toJson(ValueSchema, d.payload) : null,
+        payload: d.payload ? valueToJson(d.payload) : null,
         enqueuedAt: epochMs(d.enqueuedAt),
         deliveries: d.deliveries,
         diedAt: epochMs(d.diedAt),

@@ -30,11 +30,11 @@
  *   before the message is visible again (the policy's retry delay and backoff).
  * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
-import { create, fromJson, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { ValueSchema, timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
+import type { JsonValue } from "@bufbuild/protobuf";
+import { timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { MessageSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import type { InTransaction } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
@@ -57,6 +57,7 @@ import {
   STREAM_MESSAGE_JSON_OVERHEAD,
   STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
+import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-value.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
@@ -120,7 +121,7 @@ function payloadText(payload: Value | undefined, app: AppRecord, field = "payloa
   if (payload === undefined) throw invalidArgument(field, "is required");
   let text: string;
   try {
-    text = JSON.stringify(toJson(ValueSchema, payload));
+    text = valueToJsonText(payload);
   } catch {
     throw invalidArgument(field, "must be a JSON value");
   }
@@ -244,7 +245,7 @@ function toMessage(m: StoredMessage) {
   return {
     id: m.id,
     queue: m.queue,
-    payload: fromJson(ValueSchema, JSON.parse(m.payload) as JsonValue),
+    payload: valueFromJsonText(m.payload),
     receipt: encodeReceipt(m.id, m.deliveries),
     enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
     expiresAt: timestampFromMs(m.expiresAt.getTime()),
@@ -254,23 +255,33 @@ function toMessage(m: StoredMessage) {
 }
 
 /**
- * The first messages of `claimed` that fit in one `StreamMessages` response of
- * at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least one). The
- * larger of the binary size and the JSON text of the payload counts, so the
- * cap holds for the protobuf and the JSON encodings alike.
+ * The most a `Message` encodes to in binary beyond its payload `Value` and
+ * queue name: id (38 bytes), receipt (29), three timestamps (19 each at most),
+ * deliveries (6) and the payload's and queue's tags and lengths (8).
  */
-function responsePart(claimed: StoredMessage[]) {
-  const part: ReturnType<typeof toMessage>[] = [];
+const MESSAGE_BINARY_OVERHEAD = 160;
+
+/**
+ * How many of the first messages of `unsent` fit in one `StreamMessages`
+ * response of at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least
+ * one), each made into its `Message` once (kept in `made` for the response).
+ * The larger of the binary size (computed, not encoded) and the JSON text of
+ * the payload counts, so the cap holds for the protobuf and the JSON
+ * encodings alike.
+ */
+function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnType<typeof toMessage>>): number {
   let bytes = 0;
-  for (const m of claimed) {
-    const message = toMessage(m);
-    const binary = toBinary(MessageSchema, create(MessageSchema, message)).byteLength;
+  let n = 0;
+  for (const m of unsent) {
+    let message = made.get(m);
+    if (!message) made.set(m, (message = toMessage(m)));
+    const binary = valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
     const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
-    if (part.length > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
-    part.push(message);
+    if (n > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
+    n++;
     bytes += size;
   }
-  return part;
+  return n;
 }
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
@@ -302,33 +313,43 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     within?: InTransaction,
   ): Promise<{ id: string; expiresAt: Date; deduplicated: boolean }> {
     const max = app.limits.maxQueueDepth;
-    if (dedupKey !== undefined) {
-      // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
-      const { dedupWindowSeconds } = await policies.get(app, queue);
-      const notify = hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
-      const result = await store.putAll(
-        app.id,
-        queue,
-        max,
-        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
-        dedupWindowSeconds,
-      );
+    // A put visible at once for which a waiter of this instance is idle wakes that one, and notifies no other instance.
+    const reserved = delaySeconds === 0 ? hub.reserve(app.id, queue, 1) : 0;
+    const notify = reserved
+      ? undefined
+      : hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
+    let added = false;
+    try {
+      if (dedupKey !== undefined) {
+        // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
+        const { dedupWindowSeconds } = await policies.get(app, queue);
+        const result = await store.putAll(
+          app.id,
+          queue,
+          max,
+          [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
+          dedupWindowSeconds,
+        );
+        if (!result.inserted) throw queueFull(queue, result.depth, max);
+        added = !result.messages[0].deduplicated;
+        return result.messages[0];
+      }
+      const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify };
+      let result: PutResult | undefined;
+      // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
+      if (max - DEPTH_SLACK > 0 && !within) {
+        const depthBelow = max - DEPTH_SLACK;
+        result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
+      }
+      if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
       if (!result.inserted) throw queueFull(queue, result.depth, max);
-      if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
-      return result.messages[0];
+      added = true;
+      return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
+    } finally {
+      if (!added) hub.unreserve(app.id, queue, reserved);
+      else if (reserved) hub.wakeReserved(app.id, queue, reserved);
+      else announced(app.id, queue, delaySeconds);
     }
-    const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
-    if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
-    let result: PutResult | undefined;
-    // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
-    if (max - DEPTH_SLACK > 0 && !within) {
-      const depthBelow = max - DEPTH_SLACK;
-      result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
-    }
-    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
-    if (!result.inserted) throw queueFull(queue, result.depth, max);
-    announced(app.id, queue, delaySeconds);
-    return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
   }
 
   /** `PutMessage` of `app`; `within` (an operator's test message) commits the audit entry with the message. */
@@ -422,7 +443,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const queue = checkPutQueue(req.queue);
         checkCount("messages", req.messages.length);
         const now = Date.now();
-        const items = req.messages.map((m, i) => {
+        const items = req.messages.map((m, i): PutItem & { reserved: boolean } => {
           const payload = payloadText(m.payload, app, `messages[${i}].payload`);
           const { ttlSeconds, delaySeconds } = putTimes(app, m, `messages[${i}].`);
           return {
@@ -431,16 +452,40 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             delaySeconds,
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
+            reserved: false,
           };
         });
         const max = app.limits.maxQueueDepth;
         const keyed = items.some((i) => i.dedupKey !== undefined);
         const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
-        const result = await store.putAll(app.id, queue, max, items, window);
-        if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
-        // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
-        const added = items.filter((_, i) => !result.messages[i].deduplicated);
-        const visibleNow = added.filter((i) => i.delaySeconds === 0).length;
+        // Messages visible at once, as many as this instance has idle waiters: those are woken here, and not
+        // announced to the other instances (see `WakeHub.reserve`).
+        const reserved = hub.reserve(app.id, queue, items.filter((i) => i.delaySeconds === 0).length);
+        for (let left = reserved, i = 0; left > 0; i++) {
+          if (items[i].delaySeconds > 0) continue;
+          items[i].notify = undefined;
+          items[i].reserved = true;
+          left--;
+        }
+        let result;
+        try {
+          result = await store.putAll(app.id, queue, max, items, window);
+        } catch (err) {
+          hub.unreserve(app.id, queue, reserved);
+          throw err;
+        }
+        if (!result.inserted) {
+          hub.unreserve(app.id, queue, reserved);
+          throw batchTooDeep(queue, result.depth, items.length, max);
+        }
+        const messages = result.messages;
+        // The reserved waiters are woken for the reserved messages added (not deduplicated).
+        const woken = items.filter((item, i) => item.reserved && !messages[i].deduplicated).length;
+        hub.unreserve(app.id, queue, reserved - woken);
+        hub.wakeReserved(app.id, queue, woken);
+        // Local waiters: one wake per other message visible now (no more than wait here), a timer for delayed ones.
+        const added = items.filter((_, i) => !messages[i].deduplicated);
+        const visibleNow = added.filter((i) => i.delaySeconds === 0).length - woken;
         for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
         for (const delay of new Set(added.map((i) => i.delaySeconds).filter((d) => d > 0)))
           announced(app.id, queue, delay);
@@ -523,7 +568,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         return {
           deadLetters: page.deadLetters.map((d) => ({
             id: d.id,
-            payload: fromJson(ValueSchema, JSON.parse(d.payload) as JsonValue),
+            payload: valueFromJsonText(d.payload),
             enqueuedAt: timestampFromMs(d.enqueuedAt.getTime()),
             deliveries: d.deliveries,
             diedAt: timestampFromMs(d.diedAt.getTime()),
@@ -554,9 +599,18 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
           const { policy, rule } = await policyOf(app, queue);
           const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-          const fit = (unsent: StoredMessage[]) => responsePart(unsent).length;
-          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit))
-            yield { messages: messages.map(toMessage) };
+          // Each message is made into its `Message` once: when its size is counted.
+          const made = new Map<StoredMessage, ReturnType<typeof toMessage>>();
+          const fit = (unsent: StoredMessage[]) => responsePart(unsent, made);
+          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit)) {
+            yield {
+              messages: messages.map((m) => {
+                const message = made.get(m) ?? toMessage(m);
+                made.delete(m);
+                return message;
+              }),
+            };
+          }
           throwIfPastDeadline(context);
         } catch (err) {
           const platformError = toPlatformError(err);
