@@ -21,6 +21,39 @@ export function ErrorBox({ error, title = "Something went wrong" }: { error: unk
   );
 }
 
+/**
+ * What a submitted form says under its fields: the field's own error (found
+ * before sending), the server's refusal, or what was done. One place, so every
+ * form announces them the same way (alert for errors, status for success).
+ */
+export function FormOutcome({
+  fieldError,
+  error,
+  errorTitle,
+  done,
+}: {
+  fieldError: string | null;
+  error: unknown;
+  errorTitle: string;
+  done: string | null;
+}) {
+  return (
+    <>
+      {fieldError ? (
+        <div className="error" role="alert">
+          {fieldError}
+        </div>
+      ) : null}
+      {error ? <ErrorBox error={error} title={errorTitle} /> : null}
+      {done ? (
+        <p role="status" className="ok-text">
+          {done}
+        </p>
+      ) : null}
+    </>
+  );
+}
+
 export function Empty({ title, children }: { title: string; children?: ReactNode }) {
   return (
     <div className="empty">

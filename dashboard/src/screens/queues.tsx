@@ -23,7 +23,7 @@ import {
 } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { App, QueueActivityHour } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { TimeChart } from "../chart.tsx";
-import { ConfirmDialog, Empty, ErrorBox, QueryView } from "../ui.tsx";
+import { ConfirmDialog, Empty, ErrorBox, FormOutcome, QueryView } from "../ui.tsx";
 import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
 
@@ -373,12 +373,21 @@ function ActivityView({ queue, hours }: { queue: string; hours: QueueActivityHou
 }
 
 /** Reads the payload field: any JSON value; an empty field is not one. */
-function parsePayload(text: string): { value: JsonValue } | { error: string } {
-  if (text.trim() === "") return { error: 'Write a payload: any JSON value, such as {"hello": "world"}.' };
+/**
+ * A form's JSON field as a value, or the sentence that says why not. A blank
+ * field is `blank`: a value (an event's data may be left out: `null`), or the
+ * sentence refusing it (a message needs a payload).
+ */
+function parseJsonField(
+  text: string,
+  what: string,
+  blank: { value: JsonValue } | { error: string },
+): { value: JsonValue } | { error: string } {
+  if (text.trim() === "") return blank;
   try {
     return { value: JSON.parse(text) as JsonValue };
   } catch (err) {
-    return { error: `The payload is not valid JSON (${(err as Error).message}).` };
+    return { error: `The ${what} is not valid JSON (${(err as Error).message}).` };
   }
 }
 
@@ -403,7 +412,9 @@ function SendTestMessage({ appId, queue: initial }: { appId: string; queue: stri
         e.preventDefault();
         setSent(null);
         put.reset();
-        const parsed = parsePayload(payload);
+        const parsed = parseJsonField(payload, "payload", {
+          error: 'Write a payload: any JSON value, such as {"hello": "world"}.',
+        });
         if ("error" in parsed) {
           setParseError(parsed.error);
           return;
@@ -433,17 +444,12 @@ function SendTestMessage({ appId, queue: initial }: { appId: string; queue: stri
           />
         </label>
       </div>
-      {parseError ? (
-        <div className="error" role="alert">
-          {parseError}
-        </div>
-      ) : null}
-      {put.error ? <ErrorBox error={put.error} title="Not sent" /> : null}
-      {sent ? (
-        <p role="status" className="ok-text">
-          Sent (id {sent}).
-        </p>
-      ) : null}
+      <FormOutcome
+        fieldError={parseError}
+        error={put.error}
+        errorTitle="Not sent"
+        done={sent ? `Sent (id ${sent}).` : null}
+      />
       <div className="actions">
         <button type="submit" disabled={put.isPending || queue.trim() === ""}>
           Send test message
@@ -599,15 +605,13 @@ function PublishEvent({ appId }: { appId: string }) {
       onSubmit={(e) => {
         e.preventDefault();
         setPublished(null);
-        let value: JsonValue;
-        try {
-          value = JSON.parse(data || "null") as JsonValue;
-        } catch {
-          setParseError("data: is not valid JSON");
+        const parsed = parseJsonField(data, "data", { value: null });
+        if ("error" in parsed) {
+          setParseError(parsed.error);
           return;
         }
         setParseError(null);
-        publish.mutate({ appId, kind: kind.trim(), data: fromJson(ValueSchema, value) });
+        publish.mutate({ appId, kind: kind.trim(), data: fromJson(ValueSchema, parsed.value) });
       }}
     >
       <h2>Publish a platform event</h2>
@@ -624,17 +628,12 @@ function PublishEvent({ appId }: { appId: string }) {
           <textarea value={data} onChange={(e) => setData(e.target.value)} rows={3} spellCheck={false} />
         </label>
       </div>
-      {parseError ? (
-        <div className="error" role="alert">
-          {parseError}
-        </div>
-      ) : null}
-      {publish.error ? <ErrorBox error={publish.error} title="Not published" /> : null}
-      {published ? (
-        <p role="status" className="ok-text">
-          Published (id {published}).
-        </p>
-      ) : null}
+      <FormOutcome
+        fieldError={parseError}
+        error={publish.error}
+        errorTitle="Not published"
+        done={published ? `Published (id ${published}).` : null}
+      />
       <div className="actions">
         <button type="submit" disabled={publish.isPending || kind.trim() === ""}>
           Publish event
