@@ -382,8 +382,6 @@ export interface QueueStore {
   ): Promise<string | undefined>;
   /** Of these deliveries of one app's messages, those whose lease still holds (keys `id|deliveries`). */
   stillLeased(appId: string, leases: { id: string; deliveries: number }[]): Promise<Set<string>>;
-  /** Sends a wake-up notification (`QUEUE_CHANNEL`) on its own, for puts that committed without one. */
-  notify(payload: string): Promise<void>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
@@ -678,7 +676,7 @@ function createPutStore({
 function createLeaseStore({
   db,
   relaxedDb,
-}: QueueDbs): Pick<QueueStore, "release" | "claimMany" | "extend" | "nack" | "stillLeased" | "ackMany" | "notify"> {
+}: QueueDbs): Pick<QueueStore, "release" | "claimMany" | "extend" | "nack" | "stillLeased" | "ackMany"> {
   /**
    * The claim, one statement built here once: `next` takes up to `n` visible
    * messages of the line (`SKIP LOCKED`, so racing claims never take one
@@ -820,10 +818,6 @@ function createLeaseStore({
           AND m.lease_until > now() AND m.visible_at > now()
         RETURNING m.queue`.execute(db);
       return rows[0]?.queue;
-    },
-
-    async notify(payload) {
-      await sql`SELECT pg_notify(${QUEUE_CHANNEL}, ${payload})`.execute(relaxedDb);
     },
 
     async stillLeased(appId, leases) {

@@ -313,43 +313,33 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     within?: InTransaction,
   ): Promise<{ id: string; expiresAt: Date; deduplicated: boolean }> {
     const max = app.limits.maxQueueDepth;
-    // A put visible at once for which a waiter of this instance is idle wakes that one, and notifies no other instance.
-    const reserved = delaySeconds === 0 ? hub.reserve(app.id, queue, 1) : 0;
-    const notify = reserved
-      ? undefined
-      : hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
-    let added = false;
-    try {
-      if (dedupKey !== undefined) {
-        // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
-        const { dedupWindowSeconds } = await policies.get(app, queue);
-        const result = await store.putAll(
-          app.id,
-          queue,
-          max,
-          [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
-          dedupWindowSeconds,
-        );
-        if (!result.inserted) throw queueFull(queue, result.depth, max);
-        added = !result.messages[0].deduplicated;
-        return result.messages[0];
-      }
-      const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify };
-      let result: PutResult | undefined;
-      // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
-      if (max - DEPTH_SLACK > 0 && !within) {
-        const depthBelow = max - DEPTH_SLACK;
-        result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
-      }
-      if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
+    if (dedupKey !== undefined) {
+      // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
+      const { dedupWindowSeconds } = await policies.get(app, queue);
+      const notify = hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
+      const result = await store.putAll(
+        app.id,
+        queue,
+        max,
+        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
+        dedupWindowSeconds,
+      );
       if (!result.inserted) throw queueFull(queue, result.depth, max);
-      added = true;
-      return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
-    } finally {
-      if (!added) hub.unreserve(app.id, queue, reserved);
-      else if (reserved) hub.wakeReserved(app.id, queue, reserved);
-      else announced(app.id, queue, delaySeconds);
+      if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
+      return result.messages[0];
     }
+    const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
+    if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
+    let result: PutResult | undefined;
+    // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
+    if (max - DEPTH_SLACK > 0 && !within) {
+      const depthBelow = max - DEPTH_SLACK;
+      result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
+    }
+    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
+    if (!result.inserted) throw queueFull(queue, result.depth, max);
+    announced(app.id, queue, delaySeconds);
+    return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
   }
 
   /** `PutMessage` of `app`; `within` (an operator's test message) commits the audit entry with the message. */
@@ -443,7 +433,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const queue = checkPutQueue(req.queue);
         checkCount("messages", req.messages.length);
         const now = Date.now();
-        const items = req.messages.map((m, i): PutItem & { reserved: boolean } => {
+        const items = req.messages.map((m, i) => {
           const payload = payloadText(m.payload, app, `messages[${i}].payload`);
           const { ttlSeconds, delaySeconds } = putTimes(app, m, `messages[${i}].`);
           return {
@@ -452,40 +442,16 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             delaySeconds,
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
-            reserved: false,
           };
         });
         const max = app.limits.maxQueueDepth;
         const keyed = items.some((i) => i.dedupKey !== undefined);
         const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
-        // Messages visible at once, as many as this instance has idle waiters: those are woken here, and not
-        // announced to the other instances (see `WakeHub.reserve`).
-        const reserved = hub.reserve(app.id, queue, items.filter((i) => i.delaySeconds === 0).length);
-        for (let left = reserved, i = 0; left > 0; i++) {
-          if (items[i].delaySeconds > 0) continue;
-          items[i].notify = undefined;
-          items[i].reserved = true;
-          left--;
-        }
-        let result;
-        try {
-          result = await store.putAll(app.id, queue, max, items, window);
-        } catch (err) {
-          hub.unreserve(app.id, queue, reserved);
-          throw err;
-        }
-        if (!result.inserted) {
-          hub.unreserve(app.id, queue, reserved);
-          throw batchTooDeep(queue, result.depth, items.length, max);
-        }
-        const messages = result.messages;
-        // The reserved waiters are woken for the reserved messages added (not deduplicated).
-        const woken = items.filter((item, i) => item.reserved && !messages[i].deduplicated).length;
-        hub.unreserve(app.id, queue, reserved - woken);
-        hub.wakeReserved(app.id, queue, woken);
-        // Local waiters: one wake per other message visible now (no more than wait here), a timer for delayed ones.
-        const added = items.filter((_, i) => !messages[i].deduplicated);
-        const visibleNow = added.filter((i) => i.delaySeconds === 0).length - woken;
+        const result = await store.putAll(app.id, queue, max, items, window);
+        if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
+        // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
+        const added = items.filter((_, i) => !result.messages[i].deduplicated);
+        const visibleNow = added.filter((i) => i.delaySeconds === 0).length;
         for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
         for (const delay of new Set(added.map((i) => i.delaySeconds).filter((d) => d > 0)))
           announced(app.id, queue, delay);

@@ -17,14 +17,7 @@
  *   seconds, which also learns when the next lease lapses or delay ends in
  *   each of them and sets a timer for that moment.
  * Puts on this process wake local waiters directly; the hub ignores its own
- * notifications when they come back from the database. A put that finds a
- * local waiter idle reserves it (`reserve`) and sends no notification at
- * all: the waiter it wakes once committed (`wakeReserved`) is enough, and
- * the other instances' waiters are not woken to race for a message already
- * spoken for (with several instances, each woken waiter costs a claim
- * statement, most of them finding nothing). Should the reserved waiter be
- * gone by then and no other local one be idle, the notification is sent
- * after all.
+ * notifications when they come back from the database.
  */
 import crypto from "node:crypto";
 import type { Logger } from "pino";
@@ -34,8 +27,7 @@ import { QUEUE_CHANNEL, type QueueStore } from "./queue-store.ts";
 /** How often the safety re-check runs while anyone waits. */
 export const RECHECK_MS = 5_000;
 
-/** `reserved`: a hint from a put of this process that sent no notification (see `reserve`). */
-type WakeKind = "hint" | "reserved" | "sweep";
+type WakeKind = "hint" | "sweep";
 
 /** One waiting consume. Register BEFORE the claim attempt, so no put can slip between them. */
 export interface Waiter {
@@ -54,17 +46,6 @@ export interface WakeHub {
   register(appId: string, queue: string): Waiter;
   /** After a put committed on this process: wake one local waiter (now, or when the delay ends). */
   announce(appId: string, queue: string, visibleAtMs: number): void;
-  /**
-   * Before puts of `n` messages visible at once: reserves up to `n` local
-   * waiters of the queue that are waiting (not claiming: one claiming may be
-   * served and leave) and hold no wake nor other reservation; returns how many. The puts reserved for send no notification; once they
-   * committed, `wakeReserved`, or `unreserve` if they were not made.
-   */
-  reserve(appId: string, queue: string, n: number): number;
-  /** After reserved puts committed: wakes that many local waiters, and notifies other instances of any it could not wake. */
-  wakeReserved(appId: string, queue: string, n: number): void;
-  /** Reserved puts that were not made (refused, failed, deduplicated): the reservations end. */
-  unreserve(appId: string, queue: string, n: number): void;
   /** Wakes one waiter of the queue at `atMs` (a lease lapses, a delay ends). */
   wakeAt(appId: string, queue: string, atMs: number): void;
   /** The NOTIFY payload for a put of this process. */
@@ -97,11 +78,6 @@ class WaiterImpl implements Waiter {
     return true;
   }
 
-  /** Waiting now (in `wait`, not woken): not claiming, so it leaves only when woken, at its deadline or on abort. */
-  get idle(): boolean {
-    return this.resolve !== undefined && !this.pending && !this.left;
-  }
-
   beforeClaim(): WakeKind | undefined {
     const kind = this.pending;
     this.pending = undefined;
@@ -129,11 +105,8 @@ class WaiterImpl implements Waiter {
     if (this.left) return;
     this.left = true;
     this.hub.remove(this);
-    // A wake that arrived after the last claim started was not used: hand it on (to the other
-    // instances, when it was a reserved put's and no waiter here can take it).
-    if (this.pending) {
-      if (!this.hub.wakeOne(this.key, this.pending) && this.pending === "reserved") this.hub.notifyOthers(this.key, 1);
-    }
+    // A wake that arrived after the last claim started was not used: hand it on.
+    if (this.pending) this.hub.wakeOne(this.key, this.pending);
     // A sweep that found a message may have found more.
     else if (served && usedKind === "sweep") this.hub.wakeOne(this.key, "sweep");
   }
@@ -143,8 +116,6 @@ class WakeHubImpl implements WakeHub {
   readonly instanceId = crypto.randomBytes(6).toString("base64url");
   private readonly waiters = new Map<string, Set<WaiterImpl>>();
   private readonly timers = new Map<string, { at: number; timer: NodeJS.Timeout }>();
-  /** Per queue key: waiters reserved by puts not yet committed (see `reserve`). */
-  private readonly reserved = new Map<string, number>();
   private count = 0;
   private recheckTimer: NodeJS.Timeout | undefined;
   private rechecking = false;
@@ -224,53 +195,10 @@ class WakeHubImpl implements WakeHub {
     this.wakeKeyAt(keyOf(appId, queue), Math.max(atMs, Date.now() + 20));
   }
 
-  /** Wakes one waiter of the key that holds no wake yet; false when there is none. */
-  wakeOne(key: string, kind: WakeKind): boolean {
+  wakeOne(key: string, kind: WakeKind): void {
     const set = this.waiters.get(key);
-    if (!set) return false;
-    for (const waiter of set) if (waiter.wake(kind)) return true;
-    return false;
-  }
-
-  reserve(appId: string, queue: string, n: number): number {
-    const key = keyOf(appId, queue);
-    const set = this.waiters.get(key);
-    if (!set || n <= 0) return 0;
-    const held = this.reserved.get(key) ?? 0;
-    let idle = 0;
-    for (const waiter of set) if (waiter.idle && ++idle >= held + n) break;
-    const got = Math.min(n, idle - held);
-    if (got <= 0) return 0;
-    this.reserved.set(key, held + got);
-    return got;
-  }
-
-  unreserve(appId: string, queue: string, n: number): void {
-    if (n <= 0) return;
-    const key = keyOf(appId, queue);
-    const left = (this.reserved.get(key) ?? 0) - n;
-    if (left > 0) this.reserved.set(key, left);
-    else this.reserved.delete(key);
-  }
-
-  wakeReserved(appId: string, queue: string, n: number): void {
-    if (n <= 0) return;
-    this.unreserve(appId, queue, n);
-    const key = keyOf(appId, queue);
-    let missed = 0;
-    for (let i = 0; i < n; i++) if (!this.wakeOne(key, "reserved")) missed++;
-    // The reserved waiters left meanwhile: the other instances hear of these messages after all.
-    if (missed > 0) this.notifyOthers(key, missed);
-  }
-
-  /** Tells the other instances of `count` messages visible now on the key's queue. */
-  notifyOthers(key: string, count: number): void {
-    if (this.closed) return;
-    const bar = key.indexOf("|");
-    const payload = `${this.payload(key.slice(0, bar), key.slice(bar + 1), 0)}|${count}`;
-    this.store.notify(payload).catch((err: unknown) => {
-      this.logger.warn({ err: (err as Error).message }, "queue wake-up notification failed");
-    });
+    if (!set) return;
+    for (const waiter of set) if (waiter.wake(kind)) return;
   }
 
   private hintAt(key: string, visibleAtMs: number): void {
