@@ -306,6 +306,9 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByRole("meter", { name: "Events" }).waitFor();
     await eventually(() => page.getByRole("meter", { name: "Events" }).getAttribute("aria-valuenow")).toBe("6");
     expect(await page.getByRole("meter", { name: "Events" }).getAttribute("aria-valuemax")).toBe("5000");
+    // Today's use and the history are two requests: the charts may come after the meters.
+    await page.getByRole("img", { name: "Events and mail per day, last 30 days" }).locator(".uplot").waitFor();
+    await page.getByRole("img", { name: "Model tokens per day, last 30 days" }).locator(".uplot").waitFor();
     expect(await page.locator(".uplot").count()).toBe(2);
     await shot("10-usage");
     await page.getByRole("link", { name: "Apps", exact: true }).first().click();
