@@ -17,7 +17,16 @@
  */
 import crypto from "node:crypto";
 import { sql, type Generated, type Kysely } from "kysely";
-import { PREPARED, transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
+import {
+  PREPARED,
+  intArray,
+  jsonTextArray,
+  transactionAsDb,
+  uuidArray,
+  type Db,
+  type InTransaction,
+  type Timestamp,
+} from "../core/database/index.ts";
 
 /** One message of a queue. */
 export interface QueueMessagesTable {
@@ -347,7 +356,6 @@ export interface QueueStore {
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
-    within?: InTransaction,
   ): Promise<{ id: string; expiresAt: Date; dropped: number }>;
   /**
    * Leases up to `n` visible messages in one statement, oldest first. When it
@@ -522,8 +530,8 @@ function createPutStore({
         WITH depth AS (
           SELECT ${depthOf(appId, queue)} AS n
         ), src AS (
-          SELECT k.* FROM unnest(${ids}::uuid[], ${items.map((i) => i.payload)}::text[],
-                                 ${items.map((i) => i.delaySeconds)}::int[], ${items.map((i) => i.ttlSeconds)}::int[],
+          SELECT k.* FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
+                                 ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
                                  ${items.map((i) => i.notify ?? null)}::text[])
                           WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
@@ -591,8 +599,8 @@ function createPutStore({
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
               SELECT k.id, k.payload, k.delay, k.ttl
-              FROM unnest(${fresh.map((f) => f.id)}::uuid[], ${fresh.map((f) => f.item.payload)}::text[],
-                          ${fresh.map((f) => f.item.delaySeconds)}::int[], ${fresh.map((f) => f.item.ttlSeconds)}::int[]) AS k (id, payload, delay, ttl), depth
+              FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
+                          ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))}) AS k (id, payload, delay, ttl), depth
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
               INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
@@ -634,7 +642,7 @@ function createPutStore({
       });
     },
 
-    async putDroppingOldest(input, within) {
+    async putDroppingOldest(input) {
       // The new row is not visible to the DELETE's snapshot, so keeping
       // `keep - 1` of the others leaves `keep` waiting with the new one.
       const statement = sql<DroppingPutRow>`
@@ -658,14 +666,8 @@ function createPutStore({
                CASE WHEN ${input.notify ?? null}::text IS NOT NULL
                     THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
         FROM ins`;
-      // With `within` (an operator's audit entry) the put commits with it; its NOTIFY is sent at that commit.
-      const { rows } = within
-        ? await db.transaction().execute(async (trx) => {
-            const result = await statement.execute(trx);
-            await within(transactionAsDb(trx));
-            return result;
-          })
-        : await statement.execute(db);
+      // On a store built on a transaction (the event's publisher) the NOTIFY is sent at its commit.
+      const { rows } = await statement.execute(db);
       const row = rows[0];
       return { id: row.id, expiresAt: toDate(row.expires_at), dropped: Number(row.dropped) };
     },
@@ -779,7 +781,7 @@ function createLeaseStore({
       const result = await sql`
         UPDATE queue_messages m
         SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
-        FROM unnest(${leases.map((l) => l.id)}::uuid[], ${leases.map((l) => l.deliveries)}::int[],
+        FROM unnest(${uuidArray(leases.map((l) => l.id))}, ${intArray(leases.map((l) => l.deliveries))},
                     ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
         WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
       return Number(result.numAffectedRows ?? 0n);
@@ -825,7 +827,7 @@ function createLeaseStore({
       const ids = leases.map((l) => l.id);
       const { rows } = await sql<{ id: string; deliveries: number }>`${PREPARED}
         SELECT id, deliveries FROM queue_messages
-        WHERE id = ANY (${ids}::uuid[]) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
+        WHERE id = ANY (${uuidArray(ids)}) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
         db,
       );
       return new Set(rows.map((r) => `${r.id}|${Number(r.deliveries)}`));
@@ -839,14 +841,14 @@ function createLeaseStore({
       // may scan every leased message of the table, or (a prepared
       // statement's generic plan, which takes the arrays for 10 rows) compare
       // every receipt with every row: 180 ms for 1,000 receipts.
-      const ids = receipts.map((r) => r.id);
+      const ids = uuidArray(receipts.map((r) => r.id));
       const { rows } = await sql<AckedRow>`${PREPARED}
         WITH acked AS (
           DELETE FROM queue_messages m
-          WHERE m.id = ANY (${ids}::uuid[]) AND m.lease_until > now() AND m.visible_at > now()
+          WHERE m.id = ANY (${ids}) AND m.lease_until > now() AND m.visible_at > now()
             AND ((m.app_id, m.id, m.deliveries) IN (
-                  SELECT * FROM unnest(${receipts.map((r) => r.appId)}::uuid[], ${ids}::uuid[],
-                                       ${receipts.map((r) => r.deliveries)}::int[]))) IS TRUE
+                  SELECT * FROM unnest(${uuidArray(receipts.map((r) => r.appId))}, ${ids},
+                                       ${intArray(receipts.map((r) => r.deliveries))}))) IS TRUE
           RETURNING m.id, m.app_id, m.queue, m.deliveries
         ), counted AS (
           -- The hourly ack count (migration 0019), in this statement: exactly the rows it deleted.

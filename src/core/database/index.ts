@@ -12,4 +12,5 @@ export { migrate } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
+export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";
 export { inTransaction, transactionAsDb, type InTransaction } from "./in-transaction.ts";
