@@ -29,15 +29,22 @@ export interface FeedRow {
 }
 
 export interface EventFeedStore {
-  /** Appends one event; its id. `notify` is sent on `EVENT_FEED_CHANNEL` when it commits. */
-  append(input: {
-    appId: string;
-    kind: string;
-    at: Date;
-    data: string;
-    ttlSeconds: number;
-    notify: string;
-  }): Promise<string>;
+  /**
+   * Appends one event on `trx`, the transaction that puts the same event on
+   * `_events`: both commit or neither does. Its id. `notify` is sent on
+   * `EVENT_FEED_CHANNEL` when `trx` commits.
+   */
+  append(
+    trx: Db,
+    input: {
+      appId: string;
+      kind: string;
+      at: Date;
+      data: string;
+      ttlSeconds: number;
+      notify: string;
+    },
+  ): Promise<string>;
   /** Up to `limit` of the app's events with an id above `after`, oldest first. */
   read(appId: string, after: bigint, limit: number): Promise<FeedRow[]>;
   /** The app's newest id ("0" when it has none): the cursor of "now". */
@@ -49,19 +56,19 @@ export interface EventFeedStore {
 export function createEventFeedStore(database: Db): EventFeedStore {
   const db: Kysely<EventFeedTables> = database.withTables<EventFeedTables>();
   return {
-    append(input) {
-      return db.transaction().execute(async (trx) => {
-        // Held until commit: the app's ids commit in the order they were drawn
-        // (see the migration), so no reader skips one that commits late.
-        await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`event-feed:${input.appId}`}, 0))`.execute(trx);
-        const { rows } = await sql<{ id: string }>`
-          INSERT INTO queue_event_feed (app_id, kind, at, data, expires_at)
-          VALUES (${input.appId}, ${input.kind}, ${input.at}, ${input.data},
-                  now() + make_interval(secs => ${input.ttlSeconds}))
-          RETURNING id::text AS id`.execute(trx);
-        await sql`SELECT pg_notify(${EVENT_FEED_CHANNEL}, ${input.notify}::text)`.execute(trx);
-        return rows[0].id;
-      });
+    async append(trx, input) {
+      // Held until commit: the app's ids commit in the order they were drawn
+      // (see the migration), so no reader skips one that commits late. Taken
+      // after the `_events` put in the same transaction, as every publisher
+      // does, so two publishers cannot wait on each other.
+      await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`event-feed:${input.appId}`}, 0))`.execute(trx);
+      const { rows } = await sql<{ id: string }>`
+        INSERT INTO queue_event_feed (app_id, kind, at, data, expires_at)
+        VALUES (${input.appId}, ${input.kind}, ${input.at}, ${input.data},
+                now() + make_interval(secs => ${input.ttlSeconds}))
+        RETURNING id::text AS id`.execute(trx);
+      await sql`SELECT pg_notify(${EVENT_FEED_CHANNEL}, ${input.notify}::text)`.execute(trx);
+      return rows[0].id;
     },
 
     async read(appId, after, limit) {

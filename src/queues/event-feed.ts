@@ -19,9 +19,9 @@ import { ValueSchema, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { ReadEventFeedRequest, ReadEventFeedResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
-import type { AppStore } from "../core/apps/app-store.ts";
+import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
-import type { Database } from "../core/database/index.ts";
+import type { Database, InTransaction } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -36,8 +36,14 @@ const CURSOR = /^(0|[1-9][0-9]{0,18})$/;
 const MAX_CURSOR = 2n ** 63n - 1n;
 
 export interface EventFeed {
-  /** Appends a platform event (after it was put on `_events`); wakes every reader of the app. */
-  append(appId: string, kind: string, at: number, data: JsonValue): Promise<void>;
+  /**
+   * The feed's copy of a platform event, as work for the transaction that puts
+   * the event on `_events` (so a crash between the two cannot leave it out of
+   * the feed). Call `appended` once that transaction committed.
+   */
+  append(app: AppRecord, kind: string, at: number, data: JsonValue): InTransaction;
+  /** After an append committed: wakes every reader of the app on this process (others learn by NOTIFY). */
+  appended(appId: string): void;
   /** `QueueService.ReadEventFeed`. */
   readEventFeed(
     req: ReadEventFeedRequest,
@@ -50,7 +56,6 @@ export interface EventFeed {
 
 export interface EventFeedOptions {
   store: EventFeedStore;
-  apps: AppStore;
   database: Database;
   logger: Logger;
   metrics: Metrics;
@@ -129,9 +134,8 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
   }
 
   return {
-    async append(appId, kind, at, data) {
-      const app = await options.apps.get(appId);
-      await store.append({
+    append: (app, kind, at, data) => async (trx) => {
+      await store.append(trx, {
         appId: app.id,
         kind,
         at: new Date(at),
@@ -139,8 +143,9 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
         ttlSeconds: app.limits.messageTtlSeconds,
         notify: `${instanceId}|${app.id}`,
       });
-      wakeApp(app.id);
     },
+
+    appended: (appId) => wakeApp(appId),
 
     async readEventFeed(req, context): Promise<MessageInitShape<typeof ReadEventFeedResponseSchema>> {
       const app = appOf(context);

@@ -6,7 +6,9 @@
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AppRecord } from "../core/apps/apps.ts";
-import type { InTransaction } from "../core/database/index.ts";
+import type { JsonValue } from "@bufbuild/protobuf";
+import { createAppStore } from "../core/apps/app-store.ts";
+import { inTransaction, type Db, type InTransaction } from "../core/database/index.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createEventFeed } from "./event-feed.ts";
@@ -57,7 +59,6 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
-    apps: deps.apps,
     hub,
     logger,
     metrics,
@@ -67,20 +68,39 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
 
   const feed = createEventFeed({
     store: createEventFeedStore(deps.db),
-    apps: deps.apps,
     database: deps.database,
     logger,
     metrics,
     shutdownSignal: deps.shutdownSignal,
   });
-  // Every platform event goes on `_events` (SPEC.md) and into the feed that every replica reads.
+  /**
+   * Every platform event goes on `_events` (SPEC.md) and into the feed that
+   * every replica reads, in one transaction: in both or in neither.
+   */
+  async function publishOn(trx: Db, app: AppRecord, kind: string, data: JsonValue) {
+    const at = Date.now();
+    const result = await queues.events.put(trx, app, kind, at, data);
+    await feed.append(app, kind, at, data)(trx);
+    const committed = () => {
+      queues.events.announce(app.id);
+      feed.appended(app.id);
+    };
+    return { result, committed };
+  }
   const events: PlatformEvents = {
     async publish(appId, kind, data, within) {
-      const at = Date.now();
-      // The feed's copy is appended once the event is on `_events` (and committed with `within`, if any).
-      const result = await queues.events.publish(appId, kind, data, within);
-      await feed.append(appId, kind, at, data);
+      // The app is read before the transaction: on PGlite's one connection a read outside it would wait for it.
+      const app = await deps.apps.get(appId);
+      const { result, committed } = await inTransaction(deps.db, async (trx) => {
+        const published = await publishOn(trx, app, kind, data);
+        await within?.(trx);
+        return published;
+      });
+      committed();
       return result;
+    },
+    async publishIn(trx, appId, kind, data) {
+      return (await publishOn(trx, await createAppStore(trx).get(appId), kind, data)).committed;
     },
   };
 

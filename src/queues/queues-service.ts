@@ -35,9 +35,8 @@ import { timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import type { InTransaction } from "../core/database/index.ts";
+import type { Db, InTransaction } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
-import type { AppStore } from "../core/apps/app-store.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
 import { checkQueueName } from "./queue-name.ts";
@@ -63,6 +62,7 @@ import { createQueueConsumers } from "./queue-consumers.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
 import { claimRule, effectivePolicy, type QueuePolicy } from "./queue-policy.ts";
 import {
+  createQueueStore,
   type DeadLetterSelection,
   type PutItem,
   type PutResult,
@@ -79,11 +79,26 @@ import type { WakeHub } from "./wake-hub.ts";
 export interface PlatformEvents {
   /** `within` runs in the put's transaction (an operator's audit entry): the event is on the queue with it or not at all. */
   publish(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
+  /**
+   * Publishes on `trx`, the transaction of the change the event announces
+   * (a secret's new version): the event is on `_events` and in the feed
+   * exactly when that change commits. Call what it returns once `trx`
+   * committed: it wakes this process's consumers and feed readers (other
+   * instances hear the NOTIFY sent at the commit).
+   */
+  publishIn(trx: Db, appId: string, kind: string, data: JsonValue): Promise<() => void>;
+}
+
+/** The `_events` queue as the facility's publisher uses it (see `index.ts`, which adds the feed). */
+export interface EventsQueue {
+  /** Puts `{ kind, at, data }` on the app's `_events` on `trx`; never refused for depth: the oldest is dropped. */
+  put(trx: Db, app: AppRecord, kind: string, at: number, data: JsonValue): Promise<{ id: string }>;
+  /** After the put committed: wakes this process's consumers of `_events`. */
+  announce(appId: string): void;
 }
 
 export interface QueuesServiceOptions {
   store: QueueStore;
-  apps: AppStore;
   hub: WakeHub;
   logger: Logger;
   metrics: Metrics;
@@ -96,7 +111,7 @@ export interface QueuesServiceOptions {
 export interface QueuesImplementation {
   /** Every RPC but the event feed's, which `event-feed.ts` implements. */
   readonly impl: Omit<ServiceImpl<typeof QueueService>, "readEventFeed">;
-  readonly events: PlatformEvents;
+  readonly events: EventsQueue;
   /**
    * An operator's test message (AdminService `PutTestMessage`): `PutMessage` as
    * the app, same checks and limits, with `within` (the audit entry) in the
@@ -357,29 +372,24 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     };
   }
 
-  const events: PlatformEvents = {
-    async publish(appId, kind, data, within) {
-      const app = await deps.apps.get(appId);
-      const payload = JSON.stringify({ kind, at: Date.now(), data });
-      const result = await store.putDroppingOldest(
-        {
-          appId: app.id,
-          queue: EVENTS_QUEUE,
-          payload,
-          delaySeconds: 0,
-          ttlSeconds: app.limits.messageTtlSeconds,
-          keep: app.limits.maxQueueDepth,
-          notify: hub.payload(app.id, EVENTS_QUEUE, 0),
-        },
-        within,
-      );
+  const events: EventsQueue = {
+    async put(trx, app, kind, at, data) {
+      const result = await createQueueStore(trx).putDroppingOldest({
+        appId: app.id,
+        queue: EVENTS_QUEUE,
+        payload: JSON.stringify({ kind, at, data }),
+        delaySeconds: 0,
+        ttlSeconds: app.limits.messageTtlSeconds,
+        keep: app.limits.maxQueueDepth,
+        notify: hub.payload(app.id, EVENTS_QUEUE, 0),
+      });
       if (result.dropped > 0) {
         dropped.inc(result.dropped);
         logger.info({ appId: app.id, dropped: result.dropped }, "platform events dropped at the depth cap");
       }
-      announced(app.id, EVENTS_QUEUE, 0);
       return { id: result.id };
     },
+    announce: (appId) => announced(appId, EVENTS_QUEUE, 0),
   };
 
   return {

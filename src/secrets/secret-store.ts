@@ -76,6 +76,9 @@ export interface SetResult {
 /** Seals a value for the version it is about to become (the version is part of the seal). */
 export type Sealer = (version: number) => SealedValue;
 
+/** Publishes a set's `secret.set` event on the set's own transaction: the event exists exactly when the new version does. */
+export type Announce = (trx: Db, result: SetResult) => Promise<void>;
+
 export interface LinkInfo {
   appName: string;
   name: string;
@@ -166,11 +169,24 @@ export function createSecretStore(database: Db) {
       };
     },
 
-    /** The owner's set: a new version of a declared secret. Undefined when undeclared. */
-    async set(appId: string, name: string, seal: Sealer, within?: InTransaction): Promise<SetResult | undefined> {
+    /**
+     * The owner's set: a new version of a declared secret. Undefined when
+     * undeclared. `announce` (the `secret.set` event) and `within` (an
+     * operator's audit entry) run in its transaction.
+     */
+    async set(
+      appId: string,
+      name: string,
+      seal: Sealer,
+      announce: Announce,
+      within?: InTransaction,
+    ): Promise<SetResult | undefined> {
       return db.transaction().execute(async (trx) => {
         const result = await setInTransaction(trx, appId, name, seal);
-        if (result) await within?.(transactionAsDb(trx));
+        if (result) {
+          await announce(transactionAsDb(trx), result);
+          await within?.(transactionAsDb(trx));
+        }
         return result;
       });
     },
@@ -258,6 +274,7 @@ export function createSecretStore(database: Db) {
     async useLink(
       tokenHash: string,
       seal: (appId: string, name: string, version: number) => SealedValue,
+      announce: Announce,
     ): Promise<SetResult | undefined> {
       return db.transaction().execute(async (trx) => {
         const link = await trx
@@ -278,7 +295,11 @@ export function createSecretStore(database: Db) {
           .returning(["app_id", "name"])
           .executeTakeFirst();
         if (!link) return undefined;
-        return setInTransaction(trx, link.app_id, link.name, (version) => seal(link.app_id, link.name, version));
+        const result = await setInTransaction(trx, link.app_id, link.name, (version) =>
+          seal(link.app_id, link.name, version),
+        );
+        if (result) await announce(transactionAsDb(trx), result);
+        return result;
       });
     },
 

@@ -29,7 +29,7 @@ import { isWellFormedText } from "../core/text.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { PlatformEvents } from "../queues/index.ts";
 import { UnknownKeyError, type Keyring } from "./keyring.ts";
-import { hashLinkToken, type LinkInfo, type SecretStore, type SetResult } from "./secret-store.ts";
+import { hashLinkToken, type Announce, type LinkInfo, type SecretStore, type SetResult } from "./secret-store.ts";
 
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
 export const MAX_VALUE_BYTES = 65_536;
@@ -119,24 +119,30 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
   const seal = (appId: string, name: string, value: string) => (version: number) =>
     keyring.seal(value, { appId, name, version });
 
-  /** After the set is committed: the event is best effort, the set stands either way. */
-  async function announce(result: SetResult): Promise<void> {
-    try {
-      await options.events.publish(result.appId, "secret.set", { name: result.name, version: result.version });
-    } catch (err) {
-      logger.warn(
-        { err: err instanceof Error ? err.message : String(err), appId: result.appId, secret: result.name },
-        "secret.set event not published",
-      );
-    }
+  /**
+   * Sets with their `secret.set` event: `run` gets the announcer to hand the
+   * store, which publishes on the set's transaction; after the commit the
+   * publisher wakes this process's consumers and feed readers.
+   */
+  async function announced(
+    run: (announce: Announce) => Promise<SetResult | undefined>,
+  ): Promise<SetResult | undefined> {
+    let committed: (() => void) | undefined;
+    const result = await run(async (trx, r) => {
+      committed = await options.events.publishIn(trx, r.appId, "secret.set", { name: r.name, version: r.version });
+    });
+    committed?.();
+    return result;
   }
 
-  async function useLink(token: string, value: string): Promise<SetResult | undefined> {
-    const result = await store.useLink(hashLinkToken(token), (appId, name, version) =>
-      keyring.seal(value, { appId, name, version }),
+  function useLink(token: string, value: string): Promise<SetResult | undefined> {
+    return announced((announce) =>
+      store.useLink(
+        hashLinkToken(token),
+        (appId, name, version) => keyring.seal(value, { appId, name, version }),
+        announce,
+      ),
     );
-    if (result) await announce(result);
-    return result;
   }
 
   /** `CreateSecretLink` of `app`; `within` (an operator's audit entry) runs in the transaction that creates the link. */
@@ -252,9 +258,10 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
       checkName(name);
       const problem = valueProblem(value);
       if (problem) throw invalidArgument("value", problem);
-      const result = await store.set(app.id, name, seal(app.id, name, value), within);
+      const result = await announced((announce) =>
+        store.set(app.id, name, seal(app.id, name, value), announce, within),
+      );
       if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
-      await announce(result);
       return { version: result.version, setAt: result.setAt };
     },
   };

@@ -20,6 +20,7 @@ import {
   type TestDatabase,
   type TestServer,
 } from "../support/harness.ts";
+import { refuseInserts } from "../support/refuse-inserts.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
@@ -166,6 +167,32 @@ describe("the event feed", () => {
     expect((await feed(t, b, `?after=${startB.cursor}`)).events).toEqual([]);
     // A's cursor read by B shows nothing of A either.
     expect((await feed(t, b, "?after=0")).events).toEqual([]);
+  });
+
+  it("commits an event on `_events`, in the feed and in the audit log together, or not at all", async () => {
+    const app = await t.createApp();
+    const db = t.server.deps.db;
+    const counts = async () => {
+      const { rows } = await sql<{ queued: number; fed: number; audited: number }>`
+        SELECT (SELECT count(*)::int FROM queue_messages WHERE app_id = ${app.id} AND queue = '_events') AS queued,
+               (SELECT count(*)::int FROM queue_event_feed WHERE app_id = ${app.id}) AS fed,
+               (SELECT count(*)::int FROM audit_log WHERE app_id = ${app.id}
+                  AND action = 'event.publish' AND outcome = 'ok') AS audited`.execute(db);
+      return rows[0];
+    };
+    const allow = await refuseInserts(db, "queue_event_feed");
+    try {
+      // The feed's append fails after the `_events` put and the audit entry, in their transaction.
+      const err = await t.admin
+        .publishEvent({ appId: app.id, kind: "deploy.done" })
+        .catch((e: unknown) => ConnectError.from(e));
+      expect(err).toBeInstanceOf(ConnectError);
+      expect(await counts()).toEqual({ queued: 0, fed: 0, audited: 0 });
+    } finally {
+      await allow();
+    }
+    await t.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
+    expect(await counts()).toEqual({ queued: 1, fed: 1, audited: 1 });
   });
 
   it("refuses a bad cursor or wait with a 400 naming the field, over REST and Connect", async () => {

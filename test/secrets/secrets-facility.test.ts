@@ -3,10 +3,12 @@
  * reading, link creation and its outstanding-link cap, the owner's SetSecret,
  * versions, the blueprint, the secret.set event, and the disabled facility.
  */
+import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { useTestServer, type TestApp } from "../support/harness.ts";
+import { refuseInserts } from "../support/refuse-inserts.ts";
 import { tables } from "../support/tables.ts";
 
 /** Links are built on PUBLIC_URL (here a proxy's address), not on the address the server listens on. */
@@ -313,5 +315,36 @@ describe("the secret.set event", () => {
       { name: "API_KEY", version: 1 },
       { name: "API_KEY", version: 2 },
     ]);
+  });
+
+  it("commits with the new version or not at all, for operator sets and link sets", async () => {
+    const app = await appWith(["API_KEY"]);
+    const db = t.server.deps.db;
+    const state = async () => {
+      const { rows } = await sql<{ version: number; queued: number; fed: number }>`
+        SELECT (SELECT version FROM secrets WHERE app_id = ${app.id} AND name = 'API_KEY') AS version,
+               (SELECT count(*)::int FROM queue_messages WHERE app_id = ${app.id} AND queue = '_events') AS queued,
+               (SELECT count(*)::int FROM queue_event_feed WHERE app_id = ${app.id}) AS fed`.execute(db);
+      return rows[0];
+    };
+    const token = await linkToken(app, "API_KEY");
+    for (const table of ["queue_event_feed", "queue_messages"]) {
+      const allow = await refuseInserts(db, table);
+      try {
+        expect(await connectCode(t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "one" }))).toBe(
+          Code.Internal,
+        );
+        const link = await t.request("PUT", `/secret-links/${token}`, { body: { value: "two" } });
+        expect(link.status, table).toBeGreaterThanOrEqual(500);
+        // Nothing stored, nothing announced, and the link is still unused.
+        expect(await state()).toEqual({ version: null, queued: 0, fed: 0 });
+      } finally {
+        await allow();
+      }
+    }
+    expect((await t.request("PUT", `/secret-links/${token}`, { body: { value: "two" } })).status).toBe(200);
+    expect(await state()).toEqual({ version: 1, queued: 1, fed: 1 });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "three" });
+    expect(await state()).toEqual({ version: 2, queued: 2, fed: 2 });
   });
 });
