@@ -14,7 +14,10 @@ export default tseslint.config(
     },
     rules: {
       // `_`-prefixed names are deliberately unused (positional parameters, ignored parts).
-      "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" }],
+      "@typescript-eslint/no-unused-vars": [
+        "error",
+        { argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" },
+      ],
       // An async function that only returns is how a Promise-returning interface
       // method is implemented here; \`no-floating-promises\`, \`no-misused-promises\`
       // and \`await-thenable\` still catch the mistakes this rule is after.
@@ -39,6 +42,19 @@ export default tseslint.config(
           ],
         },
       ],
+      // The same for `import()` and `require()`, which no-restricted-imports does not see.
+      "no-restricted-syntax": [
+        "error",
+        {
+          selector: "ImportExpression[source.value=/^@connectrpc\\u002Fconnect\\u002Fprotocol/]",
+          message: "Connect's internal code (no semantic versioning): use its public API.",
+        },
+        {
+          selector:
+            "CallExpression[callee.name='require'][arguments.0.value=/^@connectrpc\\u002Fconnect\\u002Fprotocol/]",
+          message: "Connect's internal code (no semantic versioning): use its public API.",
+        },
+      ],
     },
   },
   {
@@ -54,5 +70,8 @@ export default tseslint.config(
     },
   },
   { files: ["**/*.js", "**/*.cjs"], ...tseslint.configs.disableTypeChecked },
-  { files: ["**/*.cjs"], languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } } },
+  {
+    files: ["**/*.cjs"],
+    languageOptions: { sourceType: "commonjs", globals: { module: "writable", require: "readonly" } },
+  },
 );
