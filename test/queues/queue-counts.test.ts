@@ -5,16 +5,15 @@
  * server process is killed (`kill -9`) in the middle of such work; the depth
  * cap stays exact under 200 racing puts.
  */
-import crypto from "node:crypto";
 import { createClient } from "@connectrpc/connect";
 import { sql } from "kysely";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase, type Db } from "../../src/core/database/index.ts";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
-import { createTestDatabase, transportFor, useTestServer, type TestDatabase } from "../support/harness.ts";
-import { cleanEnv, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
+import { transportFor, useTestServer } from "../support/harness.ts";
+import { useCrashableService, type ServiceProcess } from "../support/service-process.ts";
 
 /** Per queue of the app: the counters' sum and a plain count of the rows; and the listing against a plain count of the states. */
 async function compare(db: Db, appId: string) {
@@ -120,32 +119,16 @@ describe("in one server", () => {
 });
 
 describe("across kill -9", () => {
-  let database: TestDatabase;
-  let server: ServiceProcess | undefined;
-  const adminToken = "pba_test_" + crypto.randomBytes(24).toString("base64url");
-  beforeAll(async () => {
-    database = await createTestDatabase();
-  });
-  afterAll(async () => {
-    server?.child.kill("SIGTERM");
-    await server?.exited;
-    await database?.drop();
-  });
+  const service = useCrashableService();
 
   it("the counts equal a plain count after the server is killed at random moments of concurrent work", async () => {
-    const env = cleanEnv({
-      PORT: "0",
-      DATA_DIR: database.dataDir,
-      ADMIN_TOKEN: adminToken,
-      SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
-      ...(database.url ? { DATABASE_URL: database.url } : {}),
-    });
-    server = await startServiceProcess(env);
-    const admin = createClient(AdminService, transportFor(server.url, "connect", adminToken));
+    let server: ServiceProcess | undefined = await service.start();
+    const { database } = service;
+    const admin = createClient(AdminService, transportFor(server.url, "connect", database.adminToken));
     const { app } = await admin.createApp({ name: "counted" });
     const { token } = await admin.issueToken({ appId: app!.id });
     for (let round = 0; round < 3; round++) {
-      if (!server) server = await startServiceProcess(env);
+      if (!server) server = await service.start();
       const c = createClient(QueueService, transportFor(server.url, "grpc", token));
       let stop = false;
       let done = 0;
@@ -175,8 +158,7 @@ describe("across kill -9", () => {
         }
       });
       await reached;
-      server.child.kill("SIGKILL");
-      expect(await server.exited).toBe("SIGKILL");
+      expect(await service.kill()).toBe("SIGKILL");
       stop = true;
       await Promise.all(workers);
       server = undefined;

@@ -3,36 +3,17 @@
  * of the server process. The server runs as a child process on the backend
  * of this run (a fresh PostgreSQL database, or PGlite in a fresh DATA_DIR).
  */
-import crypto from "node:crypto";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { createClient } from "@connectrpc/connect";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
-import { createTestDatabase, transportFor, type TestDatabase } from "../support/harness.ts";
-import { cleanEnv, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
+import { transportFor } from "../support/harness.ts";
+import { useCrashableService } from "../support/service-process.ts";
 
-let database: TestDatabase;
-let server: ServiceProcess | undefined;
-const adminToken = "pba_test_" + crypto.randomBytes(24).toString("base64url");
-
-beforeAll(async () => {
-  database = await createTestDatabase();
-});
-afterAll(async () => {
-  server?.child.kill("SIGTERM");
-  await server?.exited;
-  await database?.drop();
-});
+const service = useCrashableService();
 
 it("puts answered 200 survive kill -9 of the server, and are consumed after a restart", async () => {
-  const env = cleanEnv({
-    PORT: "0",
-    DATA_DIR: database.dataDir,
-    ADMIN_TOKEN: adminToken,
-    SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
-    ...(database.url ? { DATABASE_URL: database.url } : {}),
-  });
-  server = await startServiceProcess(env);
-  const admin = createClient(AdminService, transportFor(server.url, "connect", adminToken));
+  let server = await service.start();
+  const admin = createClient(AdminService, transportFor(server.url, "connect", service.database.adminToken));
   const { app } = await admin.createApp({ name: "durable" });
   const { token } = await admin.issueToken({ appId: app!.id });
   const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
@@ -44,7 +25,7 @@ it("puts answered 200 survive kill -9 of the server, and are consumed after a re
   const puts = Array.from({ length: 8 }, async (_, w) => {
     for (let i = 0; ; i++) {
       try {
-        const res = await fetch(`${server!.url}/v1/queues/jobs`, {
+        const res = await fetch(`${server.url}/v1/queues/jobs`, {
           method: "POST",
           headers,
           body: JSON.stringify({ payload: { w, i } }),
@@ -58,12 +39,11 @@ it("puts answered 200 survive kill -9 of the server, and are consumed after a re
     }
   });
   await twoHundredAnswered;
-  server.child.kill("SIGKILL");
-  expect(await server.exited).toBe("SIGKILL");
+  expect(await service.kill()).toBe("SIGKILL");
   await Promise.all(puts);
   expect(answered.size).toBeGreaterThanOrEqual(200);
 
-  server = await startServiceProcess(env);
+  server = await service.start();
   const got = new Set<string>();
   for (;;) {
     const res = await fetch(`${server.url}/v1/queues/jobs/consume`, {

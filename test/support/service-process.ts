@@ -5,6 +5,8 @@
 import { spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
 import type { Readable } from "node:stream";
 import path from "node:path";
+import { afterAll, beforeAll } from "vitest";
+import { createTestDatabase, type TestDatabase } from "./harness.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
 export const nodeBinary = path.join(root, "node_modules/.bin/node");
@@ -59,4 +61,63 @@ function awaitListening(child: ChildProcessByStdio<null, Readable, Readable>): P
       }
     });
   });
+}
+
+/** One service process after another on one database, for tests that kill it (see `useCrashableService`). */
+export interface CrashableService {
+  /** The database every process runs on (PGlite: their DATA_DIR, free once a process is gone), and its admin token. */
+  readonly database: TestDatabase;
+  /** Starts a process on the database (again, after a kill); it becomes the running one. */
+  start(): Promise<ServiceProcess>;
+  /** `kill -9` of the running process; its exit (the signal) once it is gone. */
+  kill(): Promise<number | NodeJS.Signals>;
+}
+
+/**
+ * The test file's service process on a fresh database of the run's backend,
+ * with the same environment (the database's admin token and secrets key) at
+ * every start; the
+ * database made before the file's first test, and the running process stopped
+ * and the database dropped after its last.
+ */
+export function useCrashableService(): CrashableService {
+  let database: TestDatabase | undefined;
+  let running: ServiceProcess | undefined;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterAll(async () => {
+    running?.child.kill("SIGTERM");
+    await running?.exited;
+    await database?.drop();
+  });
+  const db = () => {
+    if (!database) throw new Error("useCrashableService: used before beforeAll ran");
+    return database;
+  };
+  return {
+    get database() {
+      return db();
+    },
+    async start() {
+      const { url, dataDir, adminToken, secretsKey } = db();
+      running = await startServiceProcess(
+        cleanEnv({
+          PORT: "0",
+          DATA_DIR: dataDir,
+          ADMIN_TOKEN: adminToken,
+          SECRETS_KEY: secretsKey,
+          ...(url ? { DATABASE_URL: url } : {}),
+        }),
+      );
+      return running;
+    },
+    async kill() {
+      const process = running;
+      if (!process) throw new Error("useCrashableService: no process is running");
+      running = undefined;
+      process.child.kill("SIGKILL");
+      return process.exited;
+    },
+  };
 }
