@@ -56,8 +56,12 @@ export interface IdempotencyStore {
    * went away meanwhile: try again).
    */
   begin(input: BeginInput): Promise<BeginResult>;
-  /** Stores the answer of the run; false when the run no longer owns the row. */
-  finish(appId: string, key: string, attempt: string, status: number, response: Uint8Array): Promise<boolean>;
+  /**
+   * Stores the answer of the run; false when the run no longer owns the row.
+   * `on` (the transaction doing the run's work) makes the answer commit or
+   * roll back with that work.
+   */
+  finish(appId: string, key: string, attempt: string, status: number, response: Uint8Array, on?: Db): Promise<boolean>;
   /** Forgets the key after a failed run, so a retry runs again. */
   release(appId: string, key: string, attempt: string): Promise<void>;
   /** Deletes up to `batch` expired keys (of any app); how many. */
@@ -92,8 +96,8 @@ export function createIdempotencyStore(database: Db): IdempotencyStore {
       return { started: false, existing };
     },
 
-    async finish(appId, key, attempt, status, response) {
-      const result = await db
+    async finish(appId, key, attempt, status, response, on) {
+      const result = await (on ? on.withTables<IdempotencyTables>() : db)
         .updateTable("idempotency_keys")
         .set({ state: "done", status, response })
         .where("app_id", "=", appId)

@@ -25,6 +25,7 @@ import {
   uuidArray,
   type Db,
   type InTransaction,
+  type InTransactionWith,
   type Timestamp,
 } from "../core/database/index.ts";
 
@@ -159,7 +160,13 @@ export interface PutInput {
   notify: string | undefined;
 }
 
-export type PutResult = { inserted: true; id: string; expiresAt: Date } | { inserted: false; depth: number };
+/** A message put. */
+export interface PutDone {
+  id: string;
+  expiresAt: Date;
+}
+
+export type PutResult = ({ inserted: true } & PutDone) | { inserted: false; depth: number };
 
 /** What a statement reads, as the driver gives it (timestamps as Date or text, counts as number or bigint text). */
 type When = Date | string;
@@ -308,10 +315,10 @@ export interface QueueStore {
   /**
    * The same put, serialised with every other `putSerialized` on the queue by
    * a transaction-scoped advisory lock, so that near the depth cap concurrent
-   * puts cannot overshoot it. `within` (an operator's audit entry) runs in
-   * the same transaction when the message went in.
+   * puts cannot overshoot it. `within` (an operator's audit entry, an
+   * idempotent answer) runs in the same transaction when the message went in.
    */
-  putSerialized(input: PutInput, within?: InTransaction): Promise<PutResult>;
+  putSerialized(input: PutInput, within?: InTransactionWith<PutDone>): Promise<PutResult>;
   /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
@@ -323,7 +330,8 @@ export interface QueueStore {
    * Puts every item or none (`PutMessages`): serialised with `putSerialized`
    * on the queue by the same advisory lock, it inserts all of them in one
    * statement only if the waiting messages plus the batch stay within
-   * `maxDepth`; otherwise nothing, and says how many wait.
+   * `maxDepth`; otherwise nothing, and says how many wait. `within` (an
+   * idempotent answer) runs in the same transaction when the batch went in.
    */
   putAll(
     appId: string,
@@ -331,6 +339,7 @@ export interface QueueStore {
     maxDepth: number,
     items: PutItem[],
     dedupWindowSeconds?: number,
+    within?: InTransactionWith<PutAllMessage[]>,
   ): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
   /** A queue's policy as stored, or undefined when its app set none. */
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
@@ -517,7 +526,7 @@ function createPutStore({
           trx,
         );
         const result = await put(input, trx);
-        if (result.inserted) await within?.(transactionAsDb(trx));
+        if (result.inserted) await within?.(transactionAsDb(trx), { id: result.id, expiresAt: result.expiresAt });
         return result;
       });
     },
@@ -559,7 +568,7 @@ function createPutStore({
       });
     },
 
-    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0) {
+    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0, within) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
         // Dedup keys are read and written only by puts holding the lock, so
@@ -638,6 +647,7 @@ function createPutStore({
           }
           return { id: a.id, expiresAt: inserted.get(a.id)!, deduplicated: false };
         });
+        await within?.(transactionAsDb(trx), messages);
         return { inserted: true as const, messages };
       });
     },

@@ -31,14 +31,16 @@
  * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
 import type { JsonValue } from "@bufbuild/protobuf";
-import { timestampFromMs, type Value } from "@bufbuild/protobuf/wkt";
+import { timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import type { Db, InTransaction } from "../core/database/index.ts";
+import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { Db, InTransaction, InTransactionWith } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
+import { idempotentRun } from "../core/idempotent-run.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -64,6 +66,8 @@ import { claimRule, effectivePolicy, type QueuePolicy } from "./queue-policy.ts"
 import {
   createQueueStore,
   type DeadLetterSelection,
+  type PutAllMessage,
+  type PutDone,
   type PutItem,
   type PutResult,
   type QueueStore,
@@ -299,6 +303,19 @@ function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnTy
   return n;
 }
 
+/** A put as the service answers it: the message put, or (dedup key) the first one of its key. */
+interface PutAnswer extends PutDone {
+  deduplicated: boolean;
+}
+
+interface PutMessageAnswer {
+  id: string;
+  queue: string;
+  expiresAt: Timestamp;
+  deduplicated: boolean;
+}
+type PutMessagesAnswer = MessageInitShape<typeof PutMessagesResponseSchema>;
+
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
   const { store, hub, logger, metrics } = deps;
   const consumers = createQueueConsumers(deps);
@@ -325,8 +342,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     delaySeconds: number,
     ttlSeconds: number,
     dedupKey: string | undefined,
-    within?: InTransaction,
-  ): Promise<{ id: string; expiresAt: Date; deduplicated: boolean }> {
+    within?: InTransactionWith<PutAnswer>,
+  ): Promise<PutAnswer> {
     const max = app.limits.maxQueueDepth;
     if (dedupKey !== undefined) {
       // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
@@ -338,6 +355,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         max,
         [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
         dedupWindowSeconds,
+        within && ((trx, messages) => within(trx, messages[0])),
       );
       if (!result.inserted) throw queueFull(queue, result.depth, max);
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
@@ -346,30 +364,49 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     let result: PutResult | undefined;
-    // A put with `within` (an operator's audit entry) needs a transaction of its own, not a shared batch.
+    // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
     if (max - DEPTH_SLACK > 0 && !within) {
       const depthBelow = max - DEPTH_SLACK;
       result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
     }
-    if (!result?.inserted) result = await store.putSerialized({ ...input, depthBelow: max }, within);
+    if (!result?.inserted) {
+      const done = within && ((trx: Db, made: PutDone) => within(trx, { ...made, deduplicated: false }));
+      result = await store.putSerialized({ ...input, depthBelow: max }, done);
+    }
     if (!result.inserted) throw queueFull(queue, result.depth, max);
     announced(app.id, queue, delaySeconds);
     return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };
   }
 
-  /** `PutMessage` of `app`; `within` (an operator's test message) commits the audit entry with the message. */
-  async function putMessage(app: AppRecord, req: PutMessageInput, within?: InTransaction) {
+  /**
+   * `PutMessage` of `app`; what commits with the message: `audit`, an
+   * operator's audit entry (a test message), and `answerIn`, the answer of an
+   * idempotent run. (Two parameters, not one: the auditor's callback takes an
+   * optional second argument of its own, so it is never handed `made`.)
+   */
+  async function putMessage(
+    app: AppRecord,
+    req: PutMessageInput,
+    audit?: InTransaction,
+    answerIn?: InTransactionWith<PutMessageAnswer>,
+  ) {
     const queue = checkPutQueue(req.queue);
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
-    const result = await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, within);
-    return {
-      id: result.id,
+    const answer = (r: PutAnswer): PutMessageAnswer => ({
+      id: r.id,
       queue,
-      expiresAt: timestampFromMs(result.expiresAt.getTime()),
-      deduplicated: result.deduplicated,
-    };
+      expiresAt: timestampFromMs(r.expiresAt.getTime()),
+      deduplicated: r.deduplicated,
+    });
+    const done =
+      (audit || answerIn) &&
+      (async (trx: Db, made: PutAnswer) => {
+        await audit?.(trx);
+        await answerIn?.(trx, answer(made));
+      });
+    return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done));
   }
 
   const events: EventsQueue = {
@@ -411,7 +448,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         };
       },
 
-      putMessage: (req, context) => putMessage(appOf(context), req),
+      putMessage(req, context) {
+        const run = idempotentRun(context, QueueService.method.putMessage);
+        return putMessage(appOf(context), req, undefined, run && ((trx, answer) => run.answerIn(trx, answer)));
+      },
 
       async consumeMessage(req, context) {
         const app = appOf(context);
@@ -457,7 +497,23 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const max = app.limits.maxQueueDepth;
         const keyed = items.some((i) => i.dedupKey !== undefined);
         const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
-        const result = await store.putAll(app.id, queue, max, items, window);
+        const answer = (messages: PutAllMessage[]): PutMessagesAnswer => ({
+          messages: messages.map((m) => ({
+            id: m.id,
+            queue,
+            expiresAt: timestampFromMs(m.expiresAt.getTime()),
+            deduplicated: m.deduplicated,
+          })),
+        });
+        const run = idempotentRun(context, QueueService.method.putMessages);
+        const result = await store.putAll(
+          app.id,
+          queue,
+          max,
+          items,
+          window,
+          run && ((trx, messages) => run.answerIn(trx, answer(messages))),
+        );
         if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
         // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
         const added = items.filter((_, i) => !result.messages[i].deduplicated);
@@ -465,14 +521,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         for (let n = Math.min(visibleNow, hub.waiting()); n > 0; n--) announced(app.id, queue, 0);
         for (const delay of new Set(added.map((i) => i.delaySeconds).filter((d) => d > 0)))
           announced(app.id, queue, delay);
-        return {
-          messages: result.messages.map((m) => ({
-            id: m.id,
-            queue,
-            expiresAt: timestampFromMs(m.expiresAt.getTime()),
-            deduplicated: m.deduplicated,
-          })),
-        };
+        return answer(result.messages);
       },
 
       async ackMessages(req, context) {

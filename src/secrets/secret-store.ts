@@ -12,6 +12,7 @@ import {
   transactionAsDb,
   type Db,
   type InTransaction,
+  type InTransactionWith,
   type Timestamp,
   type Transaction,
 } from "../core/database/index.ts";
@@ -196,7 +197,8 @@ export function createSecretStore(database: Db) {
      * unexpired links. The app's row is locked for the count and the insert,
      * so concurrent creations for one app take turns and never overshoot.
      * Dead links (used or expired) of the app are deleted on the way.
-     * `within` (an operator's audit entry) runs in the transaction when the link is created.
+     * `within` (an operator's audit entry, an idempotent answer) runs in the
+     * transaction when the link is created.
      */
     async createLink(
       appId: string,
@@ -204,7 +206,7 @@ export function createSecretStore(database: Db) {
       tokenHash: string,
       ttlSeconds: number,
       maxOutstanding: number,
-      within?: InTransaction,
+      within?: InTransactionWith<{ expiresAt: Date }>,
     ): Promise<
       { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }
     > {
@@ -246,8 +248,9 @@ export function createSecretStore(database: Db) {
           })
           .returning("expires_at")
           .executeTakeFirstOrThrow();
-        await within?.(transactionAsDb(trx));
-        return { kind: "created" as const, expiresAt: new Date(row.expires_at) };
+        const expiresAt = new Date(row.expires_at);
+        await within?.(transactionAsDb(trx), { expiresAt });
+        return { kind: "created" as const, expiresAt };
       });
     },
 

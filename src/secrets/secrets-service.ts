@@ -23,7 +23,8 @@ import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
-import type { InTransaction } from "../core/database/index.ts";
+import type { Db, InTransaction, InTransactionWith } from "../core/database/index.ts";
+import { idempotentRun } from "../core/idempotent-run.ts";
 import { appOf } from "../core/auth.ts";
 import { isWellFormedText } from "../core/text.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
@@ -42,6 +43,13 @@ export interface SecretsServiceOptions {
   logger: Logger;
   /** Links are `${publicUrl}/secret-links/<token>`. */
   publicUrl: string;
+}
+
+/** A link made by `createLink`: its URL holds the token, shown only in this answer. */
+export interface CreatedLink {
+  url: string;
+  name: string;
+  expiresAt: Date;
 }
 
 /** What the secrets facility offers the admin API. */
@@ -64,11 +72,7 @@ export interface SecretsAdmin {
    * `CreateSecretLink` as the app (AdminService's, by an operator): a one-time link to set `name`, with
    * `within` (the audit entry) in the transaction that creates it.
    */
-  createLink(
-    app: AppRecord,
-    name: string,
-    within?: InTransaction,
-  ): Promise<{ url: string; name: string; expiresAt: Date }>;
+  createLink(app: AppRecord, name: string, within?: InTransaction): Promise<CreatedLink>;
   /** The app's outstanding links, never their token. */
   listLinks(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
   /** Outstanding links of every app that expire within `seconds`, soonest first (at most 100). */
@@ -145,18 +149,33 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     );
   }
 
-  /** `CreateSecretLink` of `app`; `within` (an operator's audit entry) runs in the transaction that creates the link. */
-  async function createLink(app: AppRecord, name: string, within?: InTransaction) {
+  /**
+   * `CreateSecretLink` of `app`; `within` (an operator's audit entry) and
+   * `answerIn` (an idempotent run's answer) run in the transaction that
+   * creates the link. (Two parameters, not one: the auditor's callback takes
+   * an optional second argument of its own, so it is never handed the link.)
+   */
+  async function createLink(
+    app: AppRecord,
+    name: string,
+    within?: InTransaction,
+    answerIn?: InTransactionWith<CreatedLink>,
+  ) {
     requireEnabled(app);
     checkName(name);
     const token = crypto.randomBytes(32).toString("base64url");
+    const url = `${options.publicUrl}/secret-links/${token}`;
     const result = await store.createLink(
       app.id,
       name,
       hashLinkToken(token),
       app.limits.linkTtlSeconds,
       app.limits.maxOutstandingLinks,
-      within,
+      (within || answerIn) &&
+        (async (trx, made) => {
+          await within?.(trx);
+          await answerIn?.(trx, { url, name, expiresAt: made.expiresAt });
+        }),
     );
     if (result.kind === "undeclared")
       throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
@@ -169,7 +188,7 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
         },
       );
     }
-    return { url: `${options.publicUrl}/secret-links/${token}`, name, expiresAt: result.expiresAt };
+    return { url, name, expiresAt: result.expiresAt };
   }
 
   return {
@@ -218,8 +237,14 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
       },
 
       async createSecretLink(req, context) {
-        const link = await createLink(appOf(context), req.name);
-        return { url: link.url, name: link.name, expiresAt: timestampFromDate(link.expiresAt) };
+        const answer = (link: CreatedLink) => ({
+          url: link.url,
+          name: link.name,
+          expiresAt: timestampFromDate(link.expiresAt),
+        });
+        const run = idempotentRun(context, SecretsService.method.createSecretLink);
+        const answerIn = run && ((trx: Db, link: CreatedLink) => run.answerIn(trx, answer(link)));
+        return answer(await createLink(appOf(context), req.name, undefined, answerIn));
       },
     },
 

@@ -7,10 +7,12 @@
 import crypto from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import {
+  backend,
   createTestDatabase,
   startInstances,
   startServer,
@@ -20,6 +22,7 @@ import {
   type TestDatabase,
   type TestServer,
 } from "../support/harness.ts";
+import { refuseWrites } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
 const DOMAIN = "mail.test.example";
@@ -299,6 +302,152 @@ describe("Idempotency-Key over REST", () => {
     expect(await keyRows(t, app.id)).toBe(0);
   });
 });
+
+describe("Idempotency-Key: an answer stored with the work it answers", () => {
+  async function links(appId: string): Promise<number> {
+    const { rows } = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM secret_links WHERE app_id = ${appId}`.execute(tables(t.server.deps.db));
+    return rows[0].n;
+  }
+
+  /**
+   * The four RPCs whose work is one transaction of the platform database:
+   * each request, and how much of its work there is (messages, links).
+   */
+  const works: {
+    what: string;
+    prepare?: (app: TestApp) => Promise<unknown>;
+    send: (app: TestApp, key: string) => ReturnType<TestServer["request"]>;
+    count: (app: TestApp) => Promise<number>;
+  }[] = [
+    {
+      what: "a put",
+      send: (app, key) => put(t, app, "jobs", { payload: { order: 1 } }, key),
+      count: (app) => depth(t, app, "jobs"),
+    },
+    {
+      what: "a put with a dedup key",
+      send: (app, key) => put(t, app, "jobs", { payload: { order: 1 }, dedupKey: "order-1" }, key),
+      count: (app) => depth(t, app, "jobs"),
+    },
+    {
+      what: "a batch put",
+      send: (app, key) =>
+        t.request("POST", "/v1/queues/jobs/batch", {
+          token: app.token,
+          body: { messages: [{ payload: 1 }, { payload: 2 }] },
+          headers: { "idempotency-key": key },
+        }),
+      count: async (app) => (await depth(t, app, "jobs")) / 2,
+    },
+    {
+      what: "a secret link",
+      prepare: (app) => t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] }),
+      send: (app, key) =>
+        t.request("POST", "/v1/secrets/API_KEY/link", { token: app.token, headers: { "idempotency-key": key } }),
+      count: (app) => links(app.id),
+    },
+  ];
+
+  for (const work of works) {
+    it(`${work.what}: when its answer cannot be stored, the work is not done either, and the retry does it once`, async () => {
+      const app = await t.createApp();
+      await work.prepare?.(app);
+      const key = newKey();
+      const db = tables(t.server.deps.db);
+      // Storing the answer fails, as it would if the process died right after the work.
+      const allow = await refuseWrites(t.server.deps.db, "idempotency_keys", "UPDATE", "NEW.state = 'done'");
+      let failed: Awaited<ReturnType<typeof work.send>>;
+      try {
+        failed = await work.send(app, key);
+      } finally {
+        await allow();
+      }
+      expect(failed.status).toBeGreaterThanOrEqual(500);
+      expect(await work.count(app)).toBe(0);
+      // Even once a held key's lock lapses, the retry finds no work done and does it once.
+      await sql`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE app_id = ${app.id}`.execute(
+        db,
+      );
+      const done = await work.send(app, key);
+      expect([done.status, done.headers.get("idempotent-replayed")]).toEqual([200, null]);
+      const again = await work.send(app, key);
+      expect([again.status, again.headers.get("idempotent-replayed")]).toEqual([200, "true"]);
+      expect(again.body).toEqual(done.body);
+      expect(await work.count(app)).toBe(1);
+    });
+  }
+});
+
+describe.skipIf(backend !== "postgres")(
+  `Idempotency-Key: a run that lost its key (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a put on a lock takes a second connection, and PGlite has one"})`,
+  () => {
+    /** Holds the queue's put lock in its transaction. */
+    let locker: pg.Client;
+    /** Reads and changes the keys outside that transaction. */
+    let observer: pg.Client;
+    beforeAll(async () => {
+      locker = new pg.Client({ connectionString: t.database.url });
+      await locker.connect();
+      observer = new pg.Client({ connectionString: t.database.url });
+      await observer.connect();
+    });
+    afterAll(async () => {
+      await locker?.end();
+      await observer?.end();
+    });
+
+    const waitingOnLocks = async () =>
+      (
+        await observer.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+        )
+      ).rows[0].n;
+    const attemptOf = async (appId: string) =>
+      (await observer.query<{ attempt: string }>("SELECT attempt FROM idempotency_keys WHERE app_id = $1", [appId]))
+        .rows[0]?.attempt;
+    const until = async (what: string, done: () => Promise<boolean>) => {
+      const deadline = Date.now() + 10_000;
+      while (!(await done())) {
+        if (Date.now() > deadline) throw new Error(`not seen within 10 s: ${what}`);
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    };
+
+    it("rolls its put back when a repeat took the key over after its lock lapsed: one message, the repeat's", async () => {
+      const app = await t.createApp();
+      const key = newKey();
+      // The queue's put lock, held here, stops the first run before its insert.
+      await locker.query("BEGIN");
+      // (A keyed put takes the serialised path, under this lock, to store its answer with the message.)
+      await locker.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`queue:${app.id}:jobs`]);
+      const first = put(t, app, "jobs", { payload: 1 }, key);
+      await until("the first put waiting on the queue's lock", async () => (await waitingOnLocks()) === 1);
+      const firstAttempt = await attemptOf(app.id);
+      expect(firstAttempt).toBeDefined();
+      // The first run is taken for dead: its lock lapses and a repeat takes the key over.
+      await observer.query("UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE app_id = $1", [
+        app.id,
+      ]);
+      const repeat = put(t, app, "jobs", { payload: 1 }, key);
+      await until(
+        "the repeat owning the key and waiting on the lock",
+        async () => (await attemptOf(app.id)) !== firstAttempt && (await waitingOnLocks()) === 2,
+      );
+      await locker.query("COMMIT");
+      const [lost, won] = await Promise.all([first, repeat]);
+      expect([lost.status, lost.body.error?.code]).toEqual([409, "idempotency_key_in_use"]);
+      expect(won.status).toBe(200);
+      expect(await depth(t, app, "jobs")).toBe(1);
+      const replay = await put(t, app, "jobs", { payload: 1 }, key);
+      expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body.id]).toEqual([
+        200,
+        "true",
+        won.body.id,
+      ]);
+    });
+  },
+);
 
 describe("Idempotency-Key over Connect and gRPC", () => {
   it("is honoured as metadata, and shared with REST for the same request", async () => {

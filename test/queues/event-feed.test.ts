@@ -20,7 +20,7 @@ import {
   type TestDatabase,
   type TestServer,
 } from "../support/harness.ts";
-import { refuseInserts } from "../support/refuse-inserts.ts";
+import { refuseInserts } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();

@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { useTestServer, type TestApp } from "../support/harness.ts";
-import { refuseInserts } from "../support/refuse-inserts.ts";
+import { refuseInserts } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
 /** Links are built on PUBLIC_URL (here a proxy's address), not on the address the server listens on. */

@@ -10,6 +10,13 @@ import type { Db, Transaction } from "./database.ts";
 /** Work to run inside another module's transaction, on that transaction. */
 export type InTransaction = (trx: Db) => Promise<void>;
 
+/**
+ * The same, told what the transaction made (a message's id, say), e.g. to
+ * store an idempotent answer with the change it answers. Any `InTransaction`
+ * is one.
+ */
+export type InTransactionWith<Made> = (trx: Db, made: Made) => Promise<void>;
+
 export function inTransaction<T>(db: Db, fn: (trx: Db) => Promise<T>): Promise<T> {
   return db.transaction().execute((trx) => fn(trx));
 }

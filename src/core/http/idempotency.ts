@@ -19,7 +19,12 @@
  *   for as long, and the client decides whether to retry);
  * - a run that fails stores nothing and forgets the key, so a retry runs again;
  * - a run whose process dies holds the key `RUN_LOCK_SECONDS`, after which a
- *   repeat of the same request runs it again.
+ *   repeat of the same request runs it again. So that this never does the
+ *   work twice where the work is one transaction of the platform database (a
+ *   put, a secret link), such an RPC stores its answer in that transaction
+ *   (`idempotentRun` in core/idempotent-run.ts): the work and its answer commit together or not at all.
+ *   Work done elsewhere (a mail handed to SES, a generate) is answered after
+ *   it, and a death in between runs it again after the lock.
  * Without the header nothing changes.
  *
  * The database never holds a key or an answer in the clear: a key is stored
@@ -44,6 +49,7 @@ import { appOf } from "../auth.ts";
 import { PlatformError, invalidArgument } from "../errors.ts";
 import { HOUSEKEEPING_BATCH, inBatches, type HousekeepingTask } from "../housekeeping.ts";
 import type { IdempotencyStore } from "../idempotency-store.ts";
+import { setIdempotentRun } from "../idempotent-run.ts";
 import type { Metrics } from "../metrics.ts";
 import type { AnyRestRoute } from "./rest-router.ts";
 
@@ -78,7 +84,12 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
     [],
   );
   return {
-    async run(method, req, context, handler) {
+    async run<I extends DescMessage, O extends DescMessage>(
+      method: DescMethodUnary<I, O>,
+      req: MessageShape<I>,
+      context: HandlerContext,
+      handler: () => Promise<MessageInitShape<O> | MessageShape<O>>,
+    ): Promise<MessageInitShape<O> | MessageShape<O>> {
       const key = context.requestHeader.get(IDEMPOTENCY_KEY_HEADER);
       if (key === null) return handler();
       if (!PRINTABLE.test(key)) throw invalidArgument("Idempotency-Key", KEY_RULE);
@@ -118,6 +129,17 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
         return fromBinary(method.output, open(key, existing.response));
       }
 
+      const sealed = (out: MessageInitShape<O> | MessageShape<O>) =>
+        seal(key, toBinary(method.output, create(method.output, out)));
+      let answered = false;
+      setIdempotentRun(context, {
+        method,
+        async answerIn(trx, out) {
+          const owned = await store.finish(app.id, stored, attempt, 200, sealed(out as MessageInitShape<O>), trx);
+          if (!owned) throw inUse();
+          answered = true;
+        },
+      });
       let output: MessageShape<typeof method.output>;
       try {
         output = create(method.output, await handler());
@@ -132,8 +154,9 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
           );
         throw err;
       }
+      if (answered) return output;
       try {
-        await store.finish(app.id, stored, attempt, 200, seal(key, toBinary(method.output, output)));
+        await store.finish(app.id, stored, attempt, 200, sealed(output));
       } catch (err) {
         // The work is done and answered; a repeat gets 409 until the run's lock lapses, then runs again.
         logger.warn(
