@@ -341,20 +341,25 @@ export function createSecretStore(database: Db) {
       within?: InTransaction,
     ): Promise<{ removed: boolean; withValues: string[] }> {
       return db.transaction().execute(async (trx) => {
+        // Every named row is locked, with or without a value: a row is read as
+        // it is once its lock is had, so a value set meanwhile (by a link, by
+        // SetSecret) is seen and refused, never deleted unconfirmed. (Locking
+        // only the rows with a value would pass over one being set right now.)
         const withValues =
           names.length === 0
             ? []
             : (
                 await trx
                   .selectFrom("secrets")
-                  .select("name")
+                  .select(["name", sql<boolean>`value_encrypted IS NOT NULL`.as("has_value")])
                   .where("app_id", "=", appId)
                   .where("name", "in", names)
-                  .where("value_encrypted", "is not", null)
                   .orderBy("name")
                   .forUpdate()
                   .execute()
-              ).map((r) => r.name);
+              )
+                .filter((r) => r.has_value)
+                .map((r) => r.name);
         if (withValues.length > 0 && !confirm) return { removed: false, withValues };
         await within?.(transactionAsDb(trx));
         if (names.length > 0)
