@@ -204,7 +204,8 @@ function Shell({ onSignOut }: { onSignOut: () => void }) {
           {route.screen === "apps" ? <AppsScreen /> : null}
           {route.screen === "operators" ? <OperatorsScreen /> : null}
           {route.screen === "audit" ? <AuditScreen /> : null}
-          {route.screen === "app" ? <AppScreen appId={route.appId} tab={route.tab} /> : null}
+          {/* Keyed by the app: edits made on one app never stay in the forms of the next. */}
+          {route.screen === "app" ? <AppScreen key={route.appId} appId={route.appId} tab={route.tab} /> : null}
         </Suspense>
       </main>
     </div>

@@ -159,6 +159,7 @@ export function OperatorsScreen() {
                                   type="button"
                                   className="secondary small"
                                   onClick={() => issue.mutate({ operatorId: o.id })}
+                                  disabled={issue.isPending}
                                   aria-label={`Issue token for ${o.name}`}
                                 >
                                   Issue token

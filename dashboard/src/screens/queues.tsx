@@ -143,9 +143,9 @@ export function QueuesTab({ app }: { app: App }) {
         </QueryView>
         <ActivityOf onShow={setActive} />
       </div>
-      {active ? <Activity appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
+      {active ? <Activity key={active} appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
       {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
-      {dead ? <DeadLetters app={app} queue={dead} onClose={() => setDead(null)} /> : null}
+      {dead ? <DeadLetters key={dead} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
       {canWrite ? (
         <SendTestMessage key={selected ?? active ?? ""} appId={app.id} queue={selected ?? active ?? ""} />
       ) : null}

@@ -200,7 +200,8 @@ export function SecretsTab({ app }: { app: App }) {
           }
         </QueryView>
       </div>
-      {setting ? <SetValue appId={app.id} name={setting} onDone={() => setSetting(null)} /> : null}
+      {/* Keyed by the name: a value typed for one secret never stays in the form of another. */}
+      {setting ? <SetValue key={setting} appId={app.id} name={setting} onDone={() => setSetting(null)} /> : null}
       <div className="card">
         <h2>Outstanding links</h2>
         <QueryView query={links} what="secret links">
