@@ -43,7 +43,9 @@ async function welcome(message: QueueMessage<SignupJob>, signal: AbortSignal): P
       ],
       maxTokens: 60,
     },
-    { signal },
+    // Keyed by the job too: a job delivered again gets the same note back (no tokens spent), so
+    // the mail below is the same request as the first time and its key answers it.
+    { signal, idempotencyKey: `welcome-note-${message.id}` },
   );
   // Keyed by the job: if this job is delivered again (a crash before the ack), the service
   // answers the first send instead of mailing twice. If this throws, the job is given back

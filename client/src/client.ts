@@ -269,8 +269,12 @@ export interface PlatformClient {
      * `secret.set` event arrives. `fresh: true` skips the cache.
      */
     get(name: string, options?: { fresh?: boolean }): Promise<Secret>;
-    /** `POST /v1/secrets/{name}/link`: a one-time link that sets this secret (a 429 is retried only when `retry.on429`). */
-    createLink(name: string, options?: CallOptions): Promise<SecretLink>;
+    /**
+     * `POST /v1/secrets/{name}/link`: a one-time link that sets this secret.
+     * Retried like a read with an `idempotencyKey` (a repeat answers the same
+     * link); else only a 429, when `retry.on429`.
+     */
+    createLink(name: string, options?: WriteOptions): Promise<SecretLink>;
     /**
      * Refreshes cached secrets as soon as a `secret.set` platform event
      * arrives, read from the events feed, so every replica learns of it (and
@@ -733,7 +737,15 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       list: async (o) => (await listSecrets(o)).secrets,
       get: (name, o) => secretCache.get(name, o?.fresh),
       createLink: (name, o) =>
-        call<SecretLink>({ method: "POST", path: `/v1/secrets/${enc(name)}/link`, retry: "refusable" }, o),
+        call<SecretLink>(
+          {
+            method: "POST",
+            path: `/v1/secrets/${enc(name)}/link`,
+            retry: "refusable",
+            idempotencyKey: o?.idempotencyKey,
+          },
+          o,
+        ),
       watch(o = {}) {
         return on<SecretSetData>("secret.set", (event) => {
           // The feed loop has already refreshed the cache for this event.

@@ -16,7 +16,11 @@ export interface SecretCacheOptions {
 
 export interface SecretCache {
   get(name: string, fresh?: boolean): Promise<Secret>;
-  /** A `secret.set` event: reads the secret again if it is cached with another version. Returns true when it did. */
+  /**
+   * A `secret.set` event: reads the secret again if it is cached with another
+   * version, or being read (that read may answer the old value). Returns true
+   * when it did.
+   */
   refresh(name: string, version: number): Promise<boolean>;
   /** Forgets one secret, or all. */
   clear(name?: string): void;
@@ -35,19 +39,28 @@ export function createSecretCache(
   const maxAgeMs = options.maxAgeMs ?? 30_000;
   const entries = new Map<string, Entry>();
   const reading = new Map<string, Promise<Secret>>();
+  /**
+   * Bumped by a `secret.set` event: a read that started before it may answer
+   * the value the event replaced, so its answer is not cached (and the event
+   * starts a read of its own instead of joining it).
+   */
+  const generations = new Map<string, number>();
   let listing: Promise<ListSecretsResponse> | undefined;
 
-  function readInto(name: string): Promise<Secret> {
-    let p = reading.get(name);
-    if (!p) {
-      p = read(name)
-        .then((secret) => {
-          entries.set(name, { secret, checkedAt: Date.now() });
-          return secret;
-        })
-        .finally(() => reading.delete(name));
-      reading.set(name, p);
-    }
+  /** Reads `name` and caches it; joins a read under way unless `own`. */
+  function readInto(name: string, own = false): Promise<Secret> {
+    const running = own ? undefined : reading.get(name);
+    if (running) return running;
+    const generation = generations.get(name) ?? 0;
+    const p: Promise<Secret> = read(name)
+      .then((secret) => {
+        if ((generations.get(name) ?? 0) === generation) entries.set(name, { secret, checkedAt: Date.now() });
+        return secret;
+      })
+      .finally(() => {
+        if (reading.get(name) === p) reading.delete(name);
+      });
+    reading.set(name, p);
     return p;
   }
 
@@ -75,12 +88,17 @@ export function createSecretCache(
     },
     async refresh(name, version) {
       const entry = entries.get(name);
-      if (!entry || entry.secret.version === version) return false;
+      if (entry?.secret.version === version) return false;
+      // Nothing cached and nothing being read: the next `get` reads anyway.
+      if (!entry && !reading.has(name)) return false;
+      generations.set(name, (generations.get(name) ?? 0) + 1);
       entries.delete(name);
-      await readInto(name);
+      await readInto(name, true);
       return true;
     },
     clear(name) {
+      // A read under way started before: its answer is not cached either.
+      for (const n of name === undefined ? reading.keys() : [name]) generations.set(n, (generations.get(n) ?? 0) + 1);
       if (name === undefined) entries.clear();
       else entries.delete(name);
     },

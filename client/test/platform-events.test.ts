@@ -78,6 +78,44 @@ describe("platform events", () => {
     await Promise.all(replicas.map((r) => r.close()));
   });
 
+  it("a read under way when the secret is set does not leave the old value cached", async () => {
+    const app = await t.createApp();
+    await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "old" });
+    // The first read of the secret gets its answer (the old value) and is held there until released.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let answered!: () => void;
+    const oldAnswered = new Promise<void>((resolve) => (answered = resolve));
+    let held = false;
+    const holdingFetch: typeof fetch = async (input, init) => {
+      const response = await fetch(input, init);
+      if (!held && String(input).endsWith("/v1/secrets/API_KEY")) {
+        held = true;
+        answered();
+        await released;
+      }
+      return response;
+    };
+    const replica = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      fetch: holdingFetch,
+      secrets: { maxAgeMs: 3_600_000 },
+    });
+    const changed = new Promise<number>((resolve) => replica.secrets.watch({ onChange: (_n, v) => resolve(v) }));
+    await replica.events.ready();
+    const first = replica.secrets.get("API_KEY");
+    await oldAnswered;
+    const { version } = await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "new" });
+    expect(await changed).toBe(Number(version));
+    release();
+    // The caller asked before the set: it may get either; the cache must not keep the old one.
+    expect(["old", "new"]).toContain((await first).value);
+    expect((await replica.secrets.get("API_KEY")).value).toBe("new");
+    await replica.close();
+  });
+
   it('delivery "one-replica" consumes _events for the kinds handled, and gives the others back unacked', async () => {
     const app = await t.createApp();
     const a = createClient({ baseUrl: t.url, token: app.token });

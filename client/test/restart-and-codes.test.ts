@@ -137,4 +137,22 @@ describe("idempotent batch put", () => {
     expect(q?.depth).toBe(2);
     await c.close();
   });
+
+  it("a secret link with an idempotencyKey whose answer was lost is retried and made once", async () => {
+    const t = await startServer();
+    cleanup.push(() => t.close());
+    const app = await t.createApp();
+    await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+    const keys: string[] = [];
+    const c = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      fetch: losingFirstAnswer("/v1/secrets/API_KEY/link", keys),
+    });
+    const link = await c.secrets.createLink("API_KEY", { idempotencyKey: "onboarding-api-key" });
+    expect(link.url).toMatch(/\/secret-links\//);
+    expect(keys).toEqual(["onboarding-api-key", "onboarding-api-key"]);
+    expect((await t.admin.listSecretLinks({ appId: app.id })).links).toHaveLength(1);
+    await c.close();
+  });
 });
