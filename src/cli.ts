@@ -155,6 +155,16 @@ async function confirm(question: string, expected: string): Promise<boolean> {
   }
 }
 
+/**
+ * Goes on when `--yes` was given or the operator typed `expected` at the
+ * prompt; else a usage error saying what to type. A destructive command never
+ * runs unasked: a script without a terminal must pass `--yes`.
+ */
+async function confirmOrRefuse(ctx: Context, command: string, question: string, expected: string, typeWhat: string) {
+  if (flag(ctx.values, "yes") || (await confirm(`${question}? type ${typeWhat} to confirm: `, expected))) return;
+  throw new UsageError(`${command}: not confirmed (type ${typeWhat}, or pass --yes)`);
+}
+
 const showApp = (ctx: Context, res: { app?: App }) => (res.app ? ctx.show(AppSchema, res.app) : print({}));
 
 const STRING = { type: "string" } as const;
@@ -214,11 +224,13 @@ const COMMANDS: Command[] = [
     options: { yes: BOOLEAN },
     async run(ctx) {
       const name = need(ctx.args[0], "NAME");
-      if (
-        !flag(ctx.values, "yes") &&
-        !(await confirm(`delete ${name} and everything it owns? type its name to confirm: `, name))
-      )
-        throw new UsageError(`apps delete ${name}: not confirmed (type the app's name, or pass --yes)`);
+      await confirmOrRefuse(
+        ctx,
+        `apps delete ${name}`,
+        `delete ${name} and everything it owns`,
+        name,
+        "the app's name",
+      );
       await ctx.admin().deleteApp({ appId: name });
       print(`deleted ${name}`);
     },
@@ -476,10 +488,19 @@ const COMMANDS: Command[] = [
   },
   {
     name: "queues purge",
-    synopsis: "NAME QUEUE",
-    summary: "delete every message of the queue",
+    synopsis: "NAME QUEUE [--yes]",
+    summary: "delete every message of the queue (asks first unless --yes)",
+    options: { yes: BOOLEAN },
     async run(ctx) {
-      const res = await ctx.admin().purgeQueue({ appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE") });
+      const [name, queue] = [need(ctx.args[0], "NAME"), need(ctx.args[1], "QUEUE")];
+      await confirmOrRefuse(
+        ctx,
+        "queues purge",
+        `delete every message of ${queue} of ${name}`,
+        queue,
+        "the queue's name",
+      );
+      const res = await ctx.admin().purgeQueue({ appId: name, queue });
       print(`purged ${res.purged} message(s)`);
     },
   },
@@ -501,15 +522,28 @@ const COMMANDS: Command[] = [
   },
   ...(["replay", "purge"] as const).map((verb): Command => ({
     name: `dead-letters ${verb}`,
-    synopsis: "NAME QUEUE (--all | ID ...)",
-    summary: verb === "replay" ? "put dead letters back in line, deliveries reset" : "delete dead letters",
-    options: { all: BOOLEAN },
+    synopsis: verb === "replay" ? "NAME QUEUE (--all | ID ...)" : "NAME QUEUE (--all | ID ...) [--yes]",
+    summary:
+      verb === "replay"
+        ? "put dead letters back in line, deliveries reset"
+        : "delete dead letters (asks first unless --yes)",
+    options: verb === "replay" ? { all: BOOLEAN } : { all: BOOLEAN, yes: BOOLEAN },
     async run(ctx) {
       const ids = ctx.args.slice(2);
       const all = flag(ctx.values, "all");
       if (all === ids.length > 0)
         throw new UsageError(`dead-letters ${verb}: give --all or one or more dead letter ids, not both`);
       const req = { appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE"), all, ids };
+      if (verb === "purge") {
+        const which = all ? "every dead letter" : `${ids.length} dead letter(s)`;
+        await confirmOrRefuse(
+          ctx,
+          "dead-letters purge",
+          `delete ${which} of ${req.queue}`,
+          req.queue,
+          "the queue's name",
+        );
+      }
       if (verb === "replay") print(`replayed ${(await ctx.admin().replayDeadLetters(req)).replayed} dead letter(s)`);
       else print(`purged ${(await ctx.admin().purgeDeadLetters(req)).purged} dead letter(s)`);
     },
@@ -598,10 +632,13 @@ const COMMANDS: Command[] = [
   },
   {
     name: "operators delete",
-    synopsis: "ID",
-    summary: "delete an operator and its tokens",
+    synopsis: "ID [--yes]",
+    summary: "delete an operator and its tokens (asks first unless --yes)",
+    options: { yes: BOOLEAN },
     async run(ctx) {
-      await ctx.admin().deleteOperator({ operatorId: need(ctx.args[0], "ID") });
+      const id = need(ctx.args[0], "ID");
+      await confirmOrRefuse(ctx, "operators delete", `delete operator ${id} and its tokens`, id, "the operator's id");
+      await ctx.admin().deleteOperator({ operatorId: id });
       print(`deleted operator ${ctx.args[0]}`);
     },
   },

@@ -90,7 +90,8 @@ describe("platform events", () => {
     let held = false;
     const holdingFetch: typeof fetch = async (input, init) => {
       const response = await fetch(input, init);
-      if (!held && String(input).endsWith("/v1/secrets/API_KEY")) {
+      const url = input instanceof Request ? input.url : input.toString();
+      if (!held && url.endsWith("/v1/secrets/API_KEY")) {
         held = true;
         answered();
         await released;

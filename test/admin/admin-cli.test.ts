@@ -121,7 +121,13 @@ describe("operators, audit and whoami", () => {
     ]);
     const byAction = JSON.parse(await ok("audit", "list", "--action", "operator.create", "--since", "2020-01-01"));
     expect(byAction.entries[0]).toMatchObject({ operatorName: "owner", outcome: "ok" });
-    await ok("operators", "delete", me.id);
+    const unconfirmed = await run(["operators", "delete", me.id]);
+    expect([unconfirmed.code, unconfirmed.stderr]).toEqual([
+      2,
+      expect.stringContaining("operators delete: not confirmed (type the operator's id, or pass --yes)"),
+    ]);
+    expect((await asViewer("whoami")).code).toBe(0);
+    await ok("operators", "delete", me.id, "--yes");
     expect((await asViewer("whoami")).stderr).toContain("unauthenticated");
   });
 });

@@ -78,7 +78,17 @@ describe("the operator commands", () => {
     expect((await cliJson("queues", "list", "cli-ops")).queues[0]).toMatchObject({ name: "work", depth: 1 });
     const peek = await cliJson("queues", "peek", "cli-ops", "work");
     expect(peek.messages[0].payload).toEqual({ job: 7 });
-    expect(await cli("queues", "purge", "cli-ops", "work")).toBe("purged 1 message(s)\n");
+    // Without a terminal to ask on, a purge needs --yes, and does nothing without it.
+    const refused = await cli("queues", "purge", "cli-ops", "work").then(
+      () => undefined,
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect([refused?.code, refused?.stderr]).toEqual([
+      2,
+      expect.stringContaining("queues purge: not confirmed (type the queue's name, or pass --yes)"),
+    ]);
+    expect((await cliJson("queues", "list", "cli-ops")).queues[0]).toMatchObject({ name: "work", depth: 1 });
+    expect(await cli("queues", "purge", "cli-ops", "work", "--yes")).toBe("purged 1 message(s)\n");
   });
 
   it("queues put, activity, and peek pages", async () => {
@@ -140,7 +150,16 @@ describe("the operator commands", () => {
     );
     expect(usage?.code).toBe(2);
     expect(usage?.stderr).toContain("give --all or one or more dead letter ids");
-    expect(await cli("dead-letters", "purge", "cli-ops", "dq", "--all")).toBe("purged 1 dead letter(s)\n");
+    const unconfirmed = await cli("dead-letters", "purge", "cli-ops", "dq", "--all").then(
+      () => undefined,
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(unconfirmed?.code).toBe(2);
+    expect(unconfirmed?.stderr).toContain("dead-letters purge: not confirmed");
+    expect(
+      (await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq"),
+    ).toMatchObject({ deadLetters: 1 });
+    expect(await cli("dead-letters", "purge", "cli-ops", "dq", "--all", "--yes")).toBe("purged 1 dead letter(s)\n");
     expect(
       (await cliJson("queues", "list", "cli-ops")).queues.find((q: { name: string }) => q.name === "dq"),
     ).toMatchObject({ depth: 1, deadLetters: 0 });
