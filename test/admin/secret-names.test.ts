@@ -4,11 +4,11 @@
  * it would destroy, until confirmed. DeclareSecrets keeps its documented
  * full-list contract for tools built against it.
  */
-import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import { backend, useTestServer } from "../support/harness.ts";
+import { usePgClients } from "../support/pg-clients.ts";
 
 const t = useTestServer();
 
@@ -78,27 +78,17 @@ describe("AddSecretNames / RemoveSecretNames", () => {
 describe.skipIf(backend !== "postgres")(
   `RemoveSecretNames racing a set (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a set open takes a second connection, and PGlite has one"})`,
   () => {
-    /** Sets a value in a transaction it holds open. */
-    let setter: pg.Client;
-    let observer: pg.Client;
-    beforeAll(async () => {
-      setter = new pg.Client({ connectionString: t.database.url });
-      await setter.connect();
-      observer = new pg.Client({ connectionString: t.database.url });
-      await observer.connect();
-    });
-    afterAll(async () => {
-      await setter?.end();
-      await observer?.end();
-    });
+    /** `setter` sets a value in a transaction it holds open; `observer` watches from outside it. */
+    const clients = usePgClients(t, 2);
+    const [setter, observer] = [() => clients[0], () => clients[1]];
 
     it("a value set while the removal runs is refused by name, not deleted unconfirmed", async () => {
       const app = await t.createApp("names-race");
       await t.admin.addSecretNames({ appId: app.id, names: ["LATE"] });
       // A set as the store makes one (row locked, value written), its commit held back.
-      await setter.query("BEGIN");
-      await setter.query("SELECT version FROM secrets WHERE app_id = $1 AND name = 'LATE' FOR UPDATE", [app.id]);
-      await setter.query(
+      await setter().query("BEGIN");
+      await setter().query("SELECT version FROM secrets WHERE app_id = $1 AND name = 'LATE' FOR UPDATE", [app.id]);
+      await setter().query(
         `UPDATE secrets SET value_encrypted = '\\x00'::bytea, key_id = 'k', version = 1, set_at = now()
          WHERE app_id = $1 AND name = 'LATE'`,
         [app.id],
@@ -107,7 +97,7 @@ describe.skipIf(backend !== "postgres")(
       const removal = failure(t.admin.removeSecretNames({ appId: app.id, names: ["LATE"] }));
       const deadline = Date.now() + 10_000;
       for (;;) {
-        const { rows } = await observer.query<{ n: number }>(
+        const { rows } = await observer().query<{ n: number }>(
           `SELECT count(*)::int AS n FROM pg_stat_activity
            WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%secrets%'`,
         );
@@ -115,11 +105,11 @@ describe.skipIf(backend !== "postgres")(
         if (Date.now() > deadline) throw new Error("the removal never waited on the set's row");
         await new Promise((resolve) => setImmediate(resolve));
       }
-      await setter.query("COMMIT");
+      await setter().query("COMMIT");
       const err = await removal;
       expect(err.code).toBe(Code.FailedPrecondition);
       expect(err.rawMessage).toContain("LATE");
-      const { rows } = await observer.query<{ set: boolean }>(
+      const { rows } = await observer().query<{ set: boolean }>(
         "SELECT value_encrypted IS NOT NULL AS set FROM secrets WHERE app_id = $1 AND name = 'LATE'",
         [app.id],
       );

@@ -7,7 +7,6 @@
 import crypto from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
@@ -22,6 +21,7 @@ import {
   type TestDatabase,
   type TestServer,
 } from "../support/harness.ts";
+import { usePgClients } from "../support/pg-clients.ts";
 import { refuseWrites } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
@@ -382,29 +382,18 @@ describe("Idempotency-Key: an answer stored with the work it answers", () => {
 describe.skipIf(backend !== "postgres")(
   `Idempotency-Key: a run that lost its key (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a put on a lock takes a second connection, and PGlite has one"})`,
   () => {
-    /** Holds the queue's put lock in its transaction. */
-    let locker: pg.Client;
-    /** Reads and changes the keys outside that transaction. */
-    let observer: pg.Client;
-    beforeAll(async () => {
-      locker = new pg.Client({ connectionString: t.database.url });
-      await locker.connect();
-      observer = new pg.Client({ connectionString: t.database.url });
-      await observer.connect();
-    });
-    afterAll(async () => {
-      await locker?.end();
-      await observer?.end();
-    });
+    /** `locker` holds the queue's put lock in its transaction; `observer` reads and changes the keys outside it. */
+    const clients = usePgClients(t, 2);
+    const [locker, observer] = [() => clients[0], () => clients[1]];
 
     const waitingOnLocks = async () =>
       (
-        await observer.query<{ n: number }>(
+        await observer().query<{ n: number }>(
           "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
         )
       ).rows[0].n;
     const attemptOf = async (appId: string) =>
-      (await observer.query<{ attempt: string }>("SELECT attempt FROM idempotency_keys WHERE app_id = $1", [appId]))
+      (await observer().query<{ attempt: string }>("SELECT attempt FROM idempotency_keys WHERE app_id = $1", [appId]))
         .rows[0]?.attempt;
     const until = async (what: string, done: () => Promise<boolean>) => {
       const deadline = Date.now() + 10_000;
@@ -418,23 +407,24 @@ describe.skipIf(backend !== "postgres")(
       const app = await t.createApp();
       const key = newKey();
       // The queue's put lock, held here, stops the first run before its insert.
-      await locker.query("BEGIN");
+      await locker().query("BEGIN");
       // (A keyed put takes the serialised path, under this lock, to store its answer with the message.)
-      await locker.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`queue:${app.id}:jobs`]);
+      await locker().query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`queue:${app.id}:jobs`]);
       const first = put(t, app, "jobs", { payload: 1 }, key);
       await until("the first put waiting on the queue's lock", async () => (await waitingOnLocks()) === 1);
       const firstAttempt = await attemptOf(app.id);
       expect(firstAttempt).toBeDefined();
       // The first run is taken for dead: its lock lapses and a repeat takes the key over.
-      await observer.query("UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE app_id = $1", [
-        app.id,
-      ]);
+      await observer().query(
+        "UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE app_id = $1",
+        [app.id],
+      );
       const repeat = put(t, app, "jobs", { payload: 1 }, key);
       await until(
         "the repeat owning the key and waiting on the lock",
         async () => (await attemptOf(app.id)) !== firstAttempt && (await waitingOnLocks()) === 2,
       );
-      await locker.query("COMMIT");
+      await locker().query("COMMIT");
       const [lost, won] = await Promise.all([first, repeat]);
       expect([lost.status, lost.body.error?.code]).toEqual([409, "idempotency_key_in_use"]);
       expect(won.status).toBe(200);

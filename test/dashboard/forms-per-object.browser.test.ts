@@ -9,38 +9,14 @@
  * - "Issue token" is one click at a time (a double click issued two tokens,
  *   one of them shown to nobody).
  */
-import path from "node:path";
-import fs from "node:fs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
+import { describe, expect, it } from "vitest";
 import { OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
+import { useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer } from "../support/harness.ts";
-import { launchChromium } from "../support/chromium.ts";
 
-const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard");
 const t = useTestServer();
-let browser: Browser;
-
-beforeAll(async () => {
-  await ensureDashboardBuilt();
-  fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
-});
-afterAll(async () => {
-  await browser?.close();
-});
-
-async function signedIn(): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  context.setDefaultTimeout(15_000);
-  const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/#/apps");
-  await page.getByLabel("Admin token").fill(t.adminToken);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
-  return { context, page };
-}
+const dashboard = useDashboardBrowser(t);
+const signedIn = () => dashboard.signIn();
 
 describe("dashboard forms belong to the object they edit", () => {
   it("forgets a value typed for one secret when Set value of another opens", async () => {
@@ -77,7 +53,7 @@ describe("dashboard forms belong to the object they edit", () => {
     await page.goto(t.url + `/dashboard/#/apps/${two.id}/settings`);
     await page.getByRole("heading", { name: new RegExp(two.name), level: 1 }).waitFor();
     expect(await eventsPerDay.inputValue()).toBe(twosLimit);
-    await page.screenshot({ path: path.join(SHOTS, "settings-next-app-1280.png") });
+    await page.screenshot({ path: dashboard.shot("settings-next-app-1280.png") });
     await context.close();
     expect(String((await t.admin.getApp({ appId: two.id })).app!.limits!.eventsPerDay)).toBe(twosLimit);
   });

@@ -8,20 +8,17 @@
  * go to test-artifacts/dashboard/screens/.
  */
 import fs from "node:fs";
-import path from "node:path";
 import { createRequire } from "node:module";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { BrowserContext, Page } from "playwright-core";
 import { OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
+import { useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
-import { launchChromium } from "../support/chromium.ts";
 
-const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard/screens");
 const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
-let browser: Browser;
+const dashboard = useDashboardBrowser(t, "dashboard/screens");
 let app: TestApp;
 
 async function post(pathname: string, body: unknown, token = app.token) {
@@ -31,31 +28,20 @@ async function post(pathname: string, body: unknown, token = app.token) {
 }
 
 beforeAll(async () => {
-  await ensureDashboardBuilt();
-  fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
   app = await t.createApp("activity");
   // 45 put in one batch, 5 leased, 3 of them acked: 40 wait.
   await post("/v1/queues/line/batch", { messages: Array.from({ length: 45 }, (_, i) => ({ payload: { i } })) });
   const { messages } = await post("/v1/queues/line/consume", { max: 5, waitSeconds: 0 });
   await post("/v1/queues/_ack", { receipts: messages.slice(0, 3).map((m: { receipt: string }) => m.receipt) });
 });
-afterAll(async () => {
-  await browser?.close();
-});
 
+/** Signed in at `width`×`height`, on the app's queues screen. */
 async function signIn(
   width: number,
   height: number,
   token = t.adminToken,
 ): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width, height } });
-  context.setDefaultTimeout(15_000);
-  const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/#/apps");
-  await page.getByLabel("Admin token").fill(token);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
+  const { context, page } = await dashboard.signIn({ viewport: { width, height }, token });
   await page.goto(t.url + `/dashboard/#/apps/${app.id}/queues`);
   await page.getByTestId("depth-line").waitFor();
   return { context, page };
@@ -87,7 +73,7 @@ describe("the queues screen", () => {
     // The current hour comes first in the table.
     expect((await rows.locator("tbody tr").first().locator("td").allTextContents()).slice(1)).toEqual(["45", "3"]);
     expect(await axeViolations(page)).toEqual([]);
-    await page.screenshot({ path: path.join(SHOTS, "queue-activity-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("queue-activity-1280-light.png"), fullPage: true });
     // A drained queue is not listed, but its activity is there by name.
     const { messages } = await post("/v1/queues/drained", { payload: 1 }).then(() =>
       post("/v1/queues/drained/consume", { max: 1, waitSeconds: 0 }),
@@ -122,7 +108,7 @@ describe("the queues screen", () => {
     const consumed = await post("/v1/queues/tests/consume", { waitSeconds: 5 });
     expect(consumed.message).toMatchObject({ id, payload: { from: "the dashboard", n: 1 } });
     expect(await axeViolations(page)).toEqual([]);
-    await page.screenshot({ path: path.join(SHOTS, "queue-send-test-390-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("queue-send-test-390-light.png"), fullPage: true });
     const audit = await t.admin.listAuditEntries({ appId: app.id, action: "queue.put", pageSize: 10 });
     expect(audit.entries.map((e) => e.outcome)).toEqual(["ok"]);
     await context.close();
@@ -152,7 +138,7 @@ describe("the queues screen", () => {
     await page.getByLabel("Per page").selectOption("100");
     await expect.poll(() => items.count()).toBe(40);
     expect(await axeViolations(page)).toEqual([]);
-    await page.screenshot({ path: path.join(SHOTS, "queue-peek-pages-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("queue-peek-pages-1280-light.png"), fullPage: true });
     await context.close();
   });
 
@@ -163,7 +149,7 @@ describe("the queues screen", () => {
     await page.getByTestId("activity-total-line").waitFor();
     expect(await page.getByRole("heading", { name: "Send a test message" }).count()).toBe(0);
     expect(await axeViolations(page)).toEqual([]);
-    await page.screenshot({ path: path.join(SHOTS, "queue-activity-viewer-390-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("queue-activity-viewer-390-light.png"), fullPage: true });
     await context.close();
   });
 });

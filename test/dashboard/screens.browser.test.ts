@@ -15,25 +15,22 @@
  * starts again from page 1.
  */
 import fs from "node:fs";
-import path from "node:path";
 import { createRequire } from "node:module";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Browser, BrowserContext, Page } from "playwright-core";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { BrowserContext, Page } from "playwright-core";
 import { sql } from "kysely";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
 import { Code, ConnectError } from "@connectrpc/connect";
+import { useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
 import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
-import { launchChromium } from "../support/chromium.ts";
 import { tables } from "../support/tables.ts";
 
-const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard/screens");
 const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
+const dashboard = useDashboardBrowser(t, "dashboard/screens");
 /** Waits (up to 15 s) for what the page shows, which changes on the page's own schedule. */
 const eventually = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
-let browser: Browser;
 let shop: TestApp;
 
 /** An app with something on every screen: events, queues with a dead letter, mail, secrets, tokens. */
@@ -75,30 +72,16 @@ async function seed(): Promise<TestApp> {
 }
 
 beforeAll(async () => {
-  await ensureDashboardBuilt();
-  fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
   shop = await seed();
 });
-afterAll(async () => {
-  await browser?.close();
-});
 
-async function signIn(
+const signIn = (
   width: number,
   height: number,
   colorScheme: "light" | "dark",
   token = t.adminToken,
-): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width, height }, colorScheme });
-  context.setDefaultTimeout(15_000);
-  const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/#/apps");
-  await page.getByLabel("Admin token").fill(token);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
-  return { context, page };
-}
+): Promise<{ context: BrowserContext; page: Page }> =>
+  dashboard.signIn({ viewport: { width, height }, colorScheme, token });
 
 interface AxeViolation {
   id: string;
@@ -215,7 +198,7 @@ describe("every screen, at both widths, light and dark", () => {
           }));
           expect(overflow, screen.name).toEqual({ page: 0, tables: [] });
           await page.screenshot({
-            path: path.join(SHOTS, `${screen.name}-${layout.label}-${scheme}.png`),
+            path: dashboard.shot(`${screen.name}-${layout.label}-${scheme}.png`),
             fullPage: true,
           });
         }
@@ -226,12 +209,15 @@ describe("every screen, at both widths, light and dark", () => {
   }
   it("the sign-in screen has no violation either", async () => {
     for (const scheme of ["light", "dark"] as const) {
-      const context = await browser.newContext({ viewport: { width: 390, height: 844 }, colorScheme: scheme });
+      const context = await dashboard.browser.newContext({
+        viewport: { width: 390, height: 844 },
+        colorScheme: scheme,
+      });
       const page = await context.newPage();
       await page.goto(t.url + "/dashboard/");
       await page.getByLabel("Admin token").waitFor();
       expect(await axeViolations(page)).toEqual([]);
-      await page.screenshot({ path: path.join(SHOTS, `sign-in-390-${scheme}.png`) });
+      await page.screenshot({ path: dashboard.shot(`sign-in-390-${scheme}.png`) });
       await context.close();
     }
   });
@@ -248,7 +234,7 @@ describe("what every screen shares", () => {
     await banner.waitFor({ timeout: 30_000 });
     expect(await banner.textContent()).toContain("The server did not answer.");
     expect(await page.getByTestId("depth-orders").textContent()).toBe("3");
-    await page.screenshot({ path: path.join(SHOTS, "refresh-failed-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("refresh-failed-1280-light.png"), fullPage: true });
     await page.unroute("**/platform.admin.v1.AdminService/**");
     await page.getByTestId("stale-banner").first().waitFor({ state: "detached", timeout: 30_000 });
     expect(await page.getByTestId("depth-orders").textContent()).toBe("3");
@@ -363,7 +349,7 @@ describe("what every screen shares", () => {
     await page.getByTestId("secret-FIRST").waitFor({ state: "detached" });
     await page.getByRole("button", { name: "Drop API_KEY" }).click();
     await page.getByText("This destroys the value").waitFor();
-    await page.screenshot({ path: path.join(SHOTS, "secrets-drop-warning-1280-light.png") });
+    await page.screenshot({ path: dashboard.shot("secrets-drop-warning-1280-light.png") });
     await page.getByRole("button", { name: "Drop and destroy the value" }).click();
     await page.getByText("the value of API_KEY was destroyed").waitFor();
     expect((await t.request("GET", "/v1/secrets/API_KEY", { token: app.token })).status).toBe(404);
@@ -441,7 +427,7 @@ describe("what every screen shares", () => {
     });
     expect(logged.status).toBe(200);
     await attention.locator('[data-kind="cap_reached"]').filter({ hasText: capped.name }).waitFor();
-    await page.screenshot({ path: path.join(SHOTS, "overview-attention-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("overview-attention-1280-light.png"), fullPage: true });
     await attention.locator('[data-kind="dead_letters"]').getByRole("link").click();
     await page.getByTestId("dead-jobs").waitFor();
     expect(new URL(page.url()).hash).toBe(`#/apps/${shop.id}/queues`);
@@ -503,7 +489,7 @@ describe("what every screen shares", () => {
     }
     await page.getByLabel("Action").selectOption("operator.create");
     await eventually(() => table.locator("tbody").textContent()).toContain("owner");
-    await page.screenshot({ path: path.join(SHOTS, "audit-filtered-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("audit-filtered-1280-light.png"), fullPage: true });
     await context.close();
   });
 
@@ -523,7 +509,7 @@ describe("what every screen shares", () => {
     await page.getByRole("button", { name: "Disable otto" }).click();
     await page.getByRole("button", { name: "Enable otto" }).waitFor();
     await expect(otto.whoAmI({})).rejects.toSatisfy((e) => e instanceof ConnectError);
-    await page.screenshot({ path: path.join(SHOTS, "operators-managed-1280-light.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("operators-managed-1280-light.png"), fullPage: true });
     await context.close();
   });
 });

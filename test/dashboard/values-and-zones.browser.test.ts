@@ -10,28 +10,16 @@
  * - bucket times are shown in the zone chosen on the screen, not the
  *   browser's, and the usage chart labels UTC days as UTC days west of UTC.
  */
-import path from "node:path";
 import fs from "node:fs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Browser, BrowserContext, Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
+import { describe, expect, it } from "vitest";
+import type { BrowserContext, Page } from "playwright-core";
+import { useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
-import { launchChromium } from "../support/chromium.ts";
 
-const SHOTS = path.resolve(import.meta.dirname, "../../test-artifacts/dashboard");
 const t = useTestServer();
+const dashboard = useDashboardBrowser(t);
 /** Waits (up to 15 s) for what the page shows, which changes on the page's own schedule. */
 const eventually = <T>(read: () => Promise<T>) => expect.poll(read, { timeout: 15_000, interval: 100 });
-let browser: Browser;
-
-beforeAll(async () => {
-  await ensureDashboardBuilt();
-  fs.mkdirSync(SHOTS, { recursive: true });
-  browser = await launchChromium();
-});
-afterAll(async () => {
-  await browser?.close();
-});
 
 /** A 4-line PEM block (test data, not a real key). */
 const PEM_KEY = [
@@ -41,16 +29,8 @@ const PEM_KEY = [
   "-----END PRIVATE KEY-----",
 ].join("\n");
 
-async function signedIn(options: { timezoneId?: string } = {}): Promise<{ context: BrowserContext; page: Page }> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, ...options });
-  context.setDefaultTimeout(15_000);
-  const page = await context.newPage();
-  await page.goto(t.url + "/dashboard/#/apps");
-  await page.getByLabel("Admin token").fill(t.adminToken);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Apps", level: 1 }).waitFor();
-  return { context, page };
-}
+const signedIn = (options: { timezoneId?: string } = {}): Promise<{ context: BrowserContext; page: Page }> =>
+  dashboard.signIn(options);
 
 async function appWithEvents(times: number[]): Promise<TestApp> {
   const app = await t.createApp();
@@ -74,7 +54,7 @@ describe("secret values in the dashboard", () => {
     await field.fill(PEM_KEY);
     // Masked while typing: the characters are not on screen.
     expect(await field.evaluate((el) => getComputedStyle(el).getPropertyValue("-webkit-text-security"))).toBe("disc");
-    await page.screenshot({ path: path.join(SHOTS, "secrets-set-value-1280.png") });
+    await page.screenshot({ path: dashboard.shot("secrets-set-value-1280.png") });
     await page.getByRole("button", { name: "Set value", exact: true }).click();
     await eventually(() => page.getByTestId("secret-TLS_KEY").textContent()).toContain("set1");
     const read = await t.request("GET", "/v1/secrets/TLS_KEY", { token: app.token });
@@ -107,7 +87,7 @@ describe("analytics and usage outside UTC", () => {
     expect(await table.locator("tbody tr").first().locator("td").first().textContent()).toBe(
       berlin.format(new Date(hour)),
     );
-    await page.screenshot({ path: path.join(SHOTS, "analytics-berlin-hourly-1280.png"), fullPage: true });
+    await page.screenshot({ path: dashboard.shot("analytics-berlin-hourly-1280.png"), fullPage: true });
     await context.close();
   });
 
