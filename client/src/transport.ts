@@ -6,7 +6,7 @@
  * - `safe`: reads, consume, ack, extend, nack and type registration
  *   (idempotent), and any call sent with an `Idempotency-Key` (the service
  *   answers a repeat with the first answer, without doing the work again).
- *   Retried on network failures, 502 and 503 with capped exponential backoff
+ *   Retried on network failures, 502, 503 and 504 with capped exponential backoff
  *   and jitter, for up to `budgetMs` (30 s: longer than a restart of the
  *   embedded service, about 11 s); a 429 only when the caller opted in; a 409
  *   `idempotency_key_in_use` (the first call with that key still runs) after
@@ -33,7 +33,7 @@ export interface RetryInfo {
 }
 
 export interface RetryOptions {
-  /** Most retries after the first attempt (network errors, 502, 503, and opted-in 429s). Default: no limit but `budgetMs`. */
+  /** Most retries after the first attempt (network errors, 502, 503, 504, and opted-in 429s). Default: no limit but `budgetMs`. */
   retries?: number;
   /**
    * No retry starts later than this after the first attempt, so a call gives
@@ -173,7 +173,9 @@ function retryDelay(
   if (kind !== "safe") return undefined;
   // The first call with this idempotency key is still running: its answer will be replayed.
   if (error.code === "idempotency_key_in_use") return Math.min((error.retryAfter ?? 1) * 1000, retry.maxDelayMs);
-  if (error.status !== 0 && error.status !== 502 && error.status !== 503) return undefined;
+  // Network failures, and the statuses of a service (or a balancer in front of it) that is failing or
+  // restarting: 502, 503, and 504 (the balancer gave up waiting; with a key the repeat waits for the first).
+  if (error.status !== 0 && error.status !== 502 && error.status !== 503 && error.status !== 504) return undefined;
   // A 503 that says when the service will be back is believed (within the cap).
   if (error.retryAfter !== undefined) return Math.min(error.retryAfter * 1000, retry.maxDelayMs);
   return backoff(attempt, retry.minDelayMs, retry.maxDelayMs);

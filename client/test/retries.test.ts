@@ -98,6 +98,31 @@ describe("safe operations are retried", () => {
     ]);
   });
 
+  it("a read and a keyed mail after a balancer's 504 (it gave up waiting): retried, the mail under its key", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    const gatewayTimeout = { status: 504, body: { error: { code: "unavailable", message: "gateway timeout" } } };
+    script.set("GET /v1/queues", [gatewayTimeout, { status: 200, body: { queues: [] } }]);
+    script.set("POST /v1/mail/send", [
+      gatewayTimeout,
+      { status: 200, body: { sent: true, from: "a@b", remainingToday: 1 } },
+    ]);
+    expect(await c.queues.list()).toEqual([]);
+    expect((await c.mail.send({ to: "x@example.com", subject: "s", text: "t" })).sent).toBe(true);
+    expect([hits.get("GET /v1/queues"), hits.get("POST /v1/mail/send")]).toEqual([2, 2]);
+    expect(retries.map((r) => [r.path, r.error.status])).toEqual([
+      ["/v1/queues", 504],
+      ["/v1/mail/send", 504],
+    ]);
+    // A put without a key is not repeated after a 504: the first may have gone in.
+    script.set("POST /v1/queues/jobs", [
+      gatewayTimeout,
+      { status: 200, body: { id: "m1", queue: "jobs", expiresAt: 1 } },
+    ]);
+    expect((await rejection(c.queues.put("jobs", 1))).status).toBe(504);
+    expect(hits.get("POST /v1/queues/jobs")).toBe(1);
+  });
+
   it("gives up after `retries` with the last error; backoff delays grow and stay under the cap", async () => {
     const retries: RetryInfo[] = [];
     const c = freshClient(retries);
