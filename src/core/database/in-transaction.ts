@@ -12,8 +12,10 @@ export type InTransaction = (trx: Db) => Promise<void>;
 
 /**
  * The same, told what the transaction made (a message's id, say), e.g. to
- * store an idempotent answer with the change it answers. Any `InTransaction`
- * is one.
+ * store an idempotent answer with the change it answers. TypeScript lets an
+ * `InTransaction` stand for one; never pass a callback that has optional
+ * parameters of its own (the auditor's) that way, as it would take `made`
+ * for its own argument: wrap it, `(trx) => within(trx)`, or keep it apart.
  */
 export type InTransactionWith<Made> = (trx: Db, made: Made) => Promise<void>;
 
