@@ -17,9 +17,12 @@ export interface SesProviderOptions {
   /** An endpoint override (`AWS_ENDPOINT_URL_SES`); undefined means the SDK's default. */
   endpoint: string | undefined;
   logger: Logger;
-  /** Attempts per message, including the first (the SDK retries throttling and 5xx). */
+  /** Attempts per message, including the first; only a throttled send is tried again. */
   maxAttempts?: number;
 }
+
+/** SES's names for "not now": the message was not taken, so sending it again cannot send it twice. */
+const THROTTLED = new Set(["TooManyRequestsException", "LimitExceededException", "ThrottlingException"]);
 
 /** The email tag that carries the sending app's id. */
 export const APP_ID_TAG = "app_id";
@@ -28,7 +31,10 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
   const client = new SESv2Client({
     region: options.region,
     ...(options.endpoint ? { endpoint: options.endpoint } : {}),
-    maxAttempts: options.maxAttempts ?? 3,
+    // SendEmail is not idempotent: the SDK's own retries would send again after a 5xx, a reset
+    // connection or a timeout, when SES may already have taken the message. Only throttling,
+    // which takes nothing, is retried (below).
+    maxAttempts: 1,
     requestHandler: { connectionTimeout: 5_000, requestTimeout: 20_000 },
   });
   return {
@@ -48,9 +54,17 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
         },
         EmailTags: [{ Name: APP_ID_TAG, Value: mail.appId }],
       });
+      const attempts = options.maxAttempts ?? 3;
       try {
-        const out = await client.send(command);
-        return { messageId: out.MessageId ?? "" };
+        for (let attempt = 1; ; attempt++) {
+          try {
+            const out = await client.send(command);
+            return { messageId: out.MessageId ?? "" };
+          } catch (err) {
+            if (attempt >= attempts || !(err instanceof Error) || !THROTTLED.has(err.name)) throw err;
+            await new Promise((resolve) => setTimeout(resolve, 100 * 2 ** (attempt - 1)));
+          }
+        }
       } catch (err) {
         const error = describeSesError(err);
         // The provider's own message may name the account, region or identities: log only its kind.

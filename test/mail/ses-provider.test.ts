@@ -227,9 +227,11 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
   const refusals: [Answer, RegExp, number][] = [
     ["reject", /rejected this message; check the recipient address and the content/, 1],
     ["unverified", /does not accept this app's sender address yet; ask the platform operator/, 1],
+    // Only throttling (SES took nothing) is tried again; after a 5xx or a dropped connection SES
+    // may have taken the message, and sending it again could send it twice.
     ["throttle", /throttling sends; retry later/, 3],
-    ["fail", /the mail provider failed; retry later/, 3],
-    ["hang-up", /could not be reached or did not answer; retry later/, 3],
+    ["fail", /the mail provider failed; retry later/, 1],
+    ["hang-up", /could not be reached or did not answer; retry later/, 1],
   ];
   for (const [answer, message, attempts] of refusals) {
     it(`${answer}: 502 upstream_error with a helpful message, no provider internals, nothing consumed`, async () => {
