@@ -77,6 +77,8 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         actual,
         onFailure: (err) => failures.inc({ model, code: (err as { code?: string }).code ?? "internal" }),
         onReleaseError: (err) => logger.error({ err, model }, "could not release an inference reservation"),
+        onSettleError: (err) =>
+          logger.error({ err, model }, "could not settle an inference reservation; charged the estimate"),
       },
       work,
     );

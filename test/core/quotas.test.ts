@@ -3,6 +3,7 @@ import { openDatabase, migrate, type Database } from "../../src/core/database/in
 import { createQuotas, withReservation } from "../../src/core/quotas/quotas.ts";
 import { PlatformError } from "../../src/core/errors.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { refuseWrites } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
 let tdb: TestDatabase;
@@ -114,6 +115,33 @@ describe(`withReservation on ${backend}`, () => {
     expect(result).toBe(20);
     expect(remaining).toBe(80);
     expect(await quotas.used(appId, "fast_tokens")).toBe(20);
+  });
+
+  it("answers the work's result when the settle fails, charged at the reservation, and reports the failure", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const settleErrors: unknown[] = [];
+    // Giving back part of a reservation is an update lowering `used`: refused here.
+    const allow = await refuseWrites(database.db, "quota_usage", "UPDATE", "NEW.used < OLD.used");
+    try {
+      const { result, remaining } = await withReservation(
+        quotas,
+        {
+          appId,
+          counter: "fast_tokens",
+          amount: 50,
+          cap: 100,
+          actual: (r: number) => r,
+          onSettleError: (err) => settleErrors.push(err),
+        },
+        async () => 20,
+      );
+      expect([result, remaining]).toEqual([20, 50]);
+    } finally {
+      await allow();
+    }
+    expect(settleErrors).toHaveLength(1);
+    expect(await quotas.used(appId, "fast_tokens")).toBe(50);
   });
 
   it("gives the reservation back whole when the work throws, and rethrows the work's error", async () => {

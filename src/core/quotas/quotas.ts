@@ -69,6 +69,12 @@ export interface ReservationOptions<T> {
   onFailure?: (err: unknown) => void;
   /** Where a failed release is reported; the work's own error is what the caller gets. */
   onReleaseError?: (err: unknown) => void;
+  /**
+   * Where a failed settle is reported. The work is done (a model answered, its
+   * tokens are spent), so its result is still answered, charged at the
+   * reservation: an error would make the caller retry and pay for it twice.
+   */
+  onSettleError?: (err: unknown) => void;
 }
 
 /**
@@ -95,10 +101,13 @@ export async function withReservation<T>(
     options.onFailure?.(err);
     throw err;
   }
-  const remaining = options.actual
-    ? await quotas.settle(reservation, options.actual(result), options.cap)
-    : reservation.remaining;
-  return { result, remaining };
+  if (!options.actual) return { result, remaining: reservation.remaining };
+  try {
+    return { result, remaining: await quotas.settle(reservation, options.actual(result), options.cap) };
+  } catch (err) {
+    options.onSettleError?.(err);
+    return { result, remaining: reservation.remaining };
+  }
 }
 
 export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quotas {
