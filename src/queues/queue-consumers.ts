@@ -225,7 +225,9 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
    * as a waiting consume does). A lease is only taken for messages about to be
    * sent: when the call ends between a claim and its send (cancel, shutdown),
    * `finally` undoes those leases (`release`), so they go back in line as if
-   * never claimed. Messages already sent keep their lease and receipt.
+   * never claimed, and so does a part that waited on a slow reader (HTTP/2
+   * flow control) past half its lease. Messages already sent keep their lease
+   * and receipt.
    */
   async function* stream(
     app: AppRecord,
@@ -291,6 +293,15 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         }
         // One response per part that fits (STREAM_RESPONSE_MAX_BYTES); the parts not yet handed on stay unsent.
         while (unsent.length > 0 && !signal.aborted) {
+          // A part that waited on a slow reader past half its lease goes back in line instead of out:
+          // sent now, it would reach the client with little or no lease left, when another consumer
+          // may already hold its messages. (The first part goes out at once, with its whole lease.)
+          if (unsent[0].leaseExpiresAt.getTime() - Date.now() < (leaseSeconds * 1000) / 2) {
+            const stale = unsent;
+            unsent = [];
+            streamReleased.inc(await giveBack(app.id, stale));
+            break;
+          }
           const messages = unsent.slice(0, Math.max(1, fit(unsent)));
           for (const m of messages) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
           // Handed to the transport from here on: sent.

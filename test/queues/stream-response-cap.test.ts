@@ -6,9 +6,14 @@
  * nor counted as a delivery.
  */
 import { execFile } from "node:child_process";
-import { create, toBinary } from "@bufbuild/protobuf";
+import http2 from "node:http2";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { QueueService, StreamMessagesRequestSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import {
+  QueueService,
+  StreamMessagesRequestSchema,
+  StreamMessagesResponseSchema,
+} from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 
 const logLines: string[] = [];
@@ -108,6 +113,78 @@ describe("StreamMessages response size", () => {
     // The messages given back were never delivered: a consume now sees its message's first delivery.
     const next = await t.client(QueueService, app.token).consumeMessage({ queue: "cut", waitSeconds: 0 });
     expect(next.message?.deliveries).toBe(1);
+  });
+
+  it("a reader that stops reading is not sent the parts whose lease ran out meanwhile: they go back in line", async () => {
+    const queues = t.client(QueueService, app.token, "grpc");
+    const big = "y".repeat(200_000);
+    // 15 messages of 200 kB: one claim, sent in parts of 5 (about 1 MiB each).
+    await queues.putMessages({
+      queue: "slow",
+      messages: Array.from({ length: 15 }, (_, i) => ({
+        payload: { kind: { case: "stringValue", value: `${i}:${big}` } },
+      })),
+    });
+    // A raw gRPC reader over HTTP/2 that stops reading after its first response: unread data fills the
+    // stream's flow-control window, and the server can send nothing more until it reads again.
+    const session = http2.connect(t.url);
+    const call = session.request({
+      ":method": "POST",
+      ":path": "/platform.queues.v1.QueueService/StreamMessages",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${app.token}`,
+    });
+    const request = toBinary(
+      StreamMessagesRequestSchema,
+      create(StreamMessagesRequestSchema, { queue: "slow", window: 100, leaseSeconds: 1 }),
+    );
+    const frame = Buffer.alloc(5 + request.length);
+    frame.writeUInt32BE(request.length, 1);
+    frame.set(request, 5);
+    call.end(frame);
+    let buffered = Buffer.alloc(0);
+    const responses: string[][] = [];
+    let arrived: () => void = () => {};
+    call.on("data", (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk]);
+      while (buffered.length >= 5 && buffered.length >= 5 + buffered.readUInt32BE(1)) {
+        const length = buffered.readUInt32BE(1);
+        const res = fromBinary(StreamMessagesResponseSchema, buffered.subarray(5, 5 + length));
+        buffered = buffered.subarray(5 + length);
+        responses.push(res.messages.map((m) => m.id));
+        if (responses.length === 1) call.pause();
+        arrived();
+      }
+    });
+    const next = async (n: number) => {
+      while (responses.length < n) await new Promise<void>((resolve) => (arrived = resolve));
+    };
+    try {
+      await next(1);
+      // Once the stream's leases lapse, another consumer takes what is back in line.
+      const other = await queues.consumeMessage({ queue: "slow", max: 15, waitSeconds: 10, leaseSeconds: 60 });
+      const taken = new Set(other.messages.map((m) => m.id));
+      expect(taken.size).toBeGreaterThan(responses[0].length);
+      // A small message put now is what the stream sends next once it may: the reader reads again.
+      const sentinel = await queues.putMessage({
+        queue: "slow",
+        payload: { kind: { case: "stringValue", value: "s" } },
+      });
+      call.resume();
+      while (!responses.flat().includes(sentinel.id)) await next(responses.length + 1);
+      const late = responses
+        .slice(1)
+        .flat()
+        .filter((id) => id !== sentinel.id);
+      // At most the part already written when the reader stopped comes late (its lease was whole when it was
+      // handed on); the parts after it went back in line, to the other consumer, not to a second holder.
+      expect(late.length).toBeLessThanOrEqual(5);
+      expect(responses[0].length + late.length).toBeLessThan(15);
+    } finally {
+      call.close();
+      session.close();
+    }
   });
 
   it("a client cancelling a busy stream is a normal end: no error-level log line", async () => {
