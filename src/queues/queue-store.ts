@@ -654,7 +654,12 @@ function createPutStore({
 
     async putDroppingOldest(input) {
       // The new row is not visible to the DELETE's snapshot, so keeping
-      // `keep - 1` of the others leaves `keep` waiting with the new one.
+      // `keep - 1` of the others leaves `keep` waiting with the new one. The
+      // oldest one kept is found without locking; only the rows older than it
+      // are locked and deleted. (`OFFSET` under `FOR UPDATE` locks every row
+      // it skips too: the newest `keep - 1` events stayed locked until the
+      // publisher's transaction ended, and consumers found `_events` empty.)
+      const others = Math.max(input.keep - 1, 0);
       const statement = sql<DroppingPutRow>`
         WITH ins AS (
           INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
@@ -666,8 +671,11 @@ function createPutStore({
           DELETE FROM queue_messages WHERE id IN (
             SELECT id FROM queue_messages
             WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
-            ORDER BY enqueued_at DESC, id DESC
-            OFFSET ${Math.max(input.keep - 1, 0)}
+              AND (${others}::int = 0 OR (enqueued_at, id) < (
+                SELECT enqueued_at, id FROM queue_messages
+                WHERE app_id = ${input.appId} AND queue = ${input.queue} AND ${WAITING}
+                ORDER BY enqueued_at DESC, id DESC
+                OFFSET greatest(${others}::int - 1, 0) LIMIT 1))
             FOR UPDATE SKIP LOCKED
           )
           RETURNING 1

@@ -4,6 +4,8 @@
  * after its own cursor, promptly (a waiting read wakes at the event, on any
  * instance), without consuming it; `_events` stays a queue.
  */
+import { fromJson, type JsonValue } from "@bufbuild/protobuf";
+import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import pg from "pg";
@@ -20,10 +22,13 @@ import {
   type TestDatabase,
   type TestServer,
 } from "../support/harness.ts";
+import { createQueueStore } from "../../src/queues/queue-store.ts";
+import { transactionAsDb } from "../../src/core/database/index.ts";
 import { refuseInserts } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
+const json = (v: JsonValue) => fromJson(ValueSchema, v);
 
 interface FeedAnswer {
   events: { cursor: string; kind: string; at: number; data: unknown }[];
@@ -267,6 +272,54 @@ describe("the event feed across two instances on one database", () => {
     expect(answers[0].cursor).toBe(answers[1].cursor);
   });
 });
+
+describe.skipIf(backend !== "postgres")(
+  `_events while a publish is still open (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a transaction open takes a second connection, and PGlite has one"})`,
+  () => {
+    it("consumers still get the waiting events: the publish locks only the events it drops", async () => {
+      const app = await t.createApp();
+      for (let i = 0; i < 5; i++) await t.admin.publishEvent({ appId: app.id, kind: "tick", data: json(i) });
+      // A publish as a secret set makes one, in a transaction that is still open.
+      let release!: () => void;
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let inside!: () => void;
+      const published = new Promise<void>((resolve) => (inside = resolve));
+      const open = t.server.deps.db.transaction().execute(async (trx) => {
+        await createQueueStore(transactionAsDb(trx)).putDroppingOldest({
+          appId: app.id,
+          queue: "_events",
+          payload: JSON.stringify({ kind: "open", at: Date.now(), data: null }),
+          delaySeconds: 0,
+          ttlSeconds: 3600,
+          keep: 100,
+          notify: undefined,
+        });
+        inside();
+        await held;
+      });
+      try {
+        await published;
+        const got = await t.request("POST", "/v1/queues/_events/consume", {
+          token: app.token,
+          body: { waitSeconds: 0 },
+        });
+        expect(got.status).toBe(200);
+        expect(got.body.message?.payload).toMatchObject({ kind: "tick", data: 0 });
+      } finally {
+        release();
+        await open;
+      }
+    });
+
+    it("keeps only the newest event when the depth cap is 1", async () => {
+      const app = await t.createApp();
+      await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 1 } });
+      for (let i = 0; i < 3; i++) await t.admin.publishEvent({ appId: app.id, kind: "tick", data: json(i) });
+      const got = await t.request("POST", "/v1/queues/_events/consume", { token: app.token, body: { max: 10 } });
+      expect(got.body.messages.map((m: { payload: { data: number } }) => m.payload.data)).toEqual([2]);
+    });
+  },
+);
 
 describe.skipIf(backend !== "postgres")(
   `the event feed when the LISTEN connection is lost (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`,
