@@ -25,6 +25,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
+import { idempotentRun } from "../core/idempotent-run.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type Quotas } from "../core/quotas/index.ts";
@@ -118,6 +119,12 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
           ? await types.get(app.id, [...names])
           : new Map<string, EventTypeRecord>();
       const events = validateEvents(req.events, known, now);
+      const answer = (remainingToday: number) => ({
+        recorded: BigInt(events.length),
+        remainingToday: BigInt(remainingToday),
+      });
+      // With an Idempotency-Key and a store in the platform database, the answer commits with the events.
+      const run = idempotentRun(context, AnalyticsService.method.logEvents);
       const { remaining } = await withReservation(
         quotas,
         {
@@ -131,10 +138,13 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
               logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
           },
         },
-        () => store.insert(app.id, events),
+        (reservation) =>
+          run && store.insertWithin
+            ? store.insertWithin(app.id, events, (trx) => run.answerIn(trx, answer(reservation.remaining)))
+            : store.insert(app.id, events),
       );
       recorded.inc({ store: store.kind }, events.length);
-      return { recorded: BigInt(events.length), remainingToday: BigInt(remaining) };
+      return answer(remaining);
     },
 
     async queryEvents(req, context) {

@@ -9,6 +9,7 @@
  */
 import { PlatformError } from "../core/errors.ts";
 import type { Unit } from "./buckets.ts";
+import type { InTransaction } from "../core/database/index.ts";
 
 /** A validated event as stored: values already turned into strings. */
 export interface StoredEvent {
@@ -42,6 +43,12 @@ export interface EventStore {
   readonly kind: "sql" | "mongodb";
   /** Stores the whole batch or nothing. */
   insert(appId: string, events: readonly StoredEvent[]): Promise<void>;
+  /**
+   * The same, with `within` in the insert's transaction of the platform
+   * database (an idempotent answer, committed with the events). Only a store
+   * in that database has it (the SQL store; not MongoDB).
+   */
+  insertWithin?(appId: string, events: readonly StoredEvent[], within: InTransaction): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
   count(query: CountQuery): Promise<CountBucket[]>;
   /**

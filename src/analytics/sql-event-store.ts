@@ -30,7 +30,7 @@
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
-import type { Db, Timestamp } from "../core/database/index.ts";
+import { transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
 import { isUtc } from "./buckets.ts";
@@ -214,17 +214,22 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   const db: EventDb = database.withTables<AnalyticsEventTables>();
   const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
   const sharedSlotMaxRows = options.sharedSlotMaxRows ?? SHARED_SLOT_MAX_ROWS;
-  const insertBatch = async (appId: string, events: readonly StoredEvent[]): Promise<void> => {
+  const insertBatch = async (appId: string, events: readonly StoredEvent[], within?: InTransaction): Promise<void> => {
     const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
-      await insertRows(appId, raw, r, slot);
+      if (!within) await insertRows(appId, raw, r, slot, db);
+      else
+        await db.transaction().execute(async (trx) => {
+          await insertRows(appId, raw, r, slot, trx);
+          await within(transactionAsDb(trx));
+        });
     } finally {
       slots.release(slot);
     }
   };
-  const insertRows = async (appId: string, raw: string, r: RollupRows, slot: number): Promise<void> => {
+  const insertRows = async (appId: string, raw: string, r: RollupRows, slot: number, on: EventDb): Promise<void> => {
     // One statement, two tables: the inserts run as data-modifying CTEs, so
     // the batch and its rollups commit together or not at all. The rollup
     // insert waits for the raw rows (`count(*)` of their RETURNING), so the
@@ -246,7 +251,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
           AS x(t, k, d, v, n, h)
         ON CONFLICT (app_id, type, prop, day, value, slot) DO UPDATE
         SET n = r.n + excluded.n,
-            hours = ${ADD_HOURS}`.execute(db),
+            hours = ${ADD_HOURS}`.execute(on),
     );
   };
 
@@ -255,6 +260,11 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async insert(appId, events) {
       if (events.length > 0) await insertBatch(appId, events);
+    },
+
+    async insertWithin(appId, events, within) {
+      if (events.length > 0) await insertBatch(appId, events, within);
+      else await db.transaction().execute((trx) => within(transactionAsDb(trx)));
     },
 
     async count(q) {

@@ -311,7 +311,7 @@ describe("Idempotency-Key: an answer stored with the work it answers", () => {
   }
 
   /**
-   * The four RPCs whose work is one transaction of the platform database:
+   * The RPCs whose work is one transaction of the platform database (events: with the SQL store):
    * each request, and how much of its work there is (messages, links).
    */
   const works: {
@@ -339,6 +339,24 @@ describe("Idempotency-Key: an answer stored with the work it answers", () => {
           headers: { "idempotency-key": key },
         }),
       count: async (app) => (await depth(t, app, "jobs")) / 2,
+    },
+    {
+      what: "a batch of analytics events",
+      prepare: (app) =>
+        t.request("POST", "/v1/analytics/types", { token: app.token, body: { name: "visit" } }).then((r) => {
+          expect(r.status).toBe(200);
+        }),
+      send: (app, key) =>
+        t.request("POST", "/v1/analytics/events", {
+          token: app.token,
+          body: { events: [{ type: "visit" }, { type: "visit" }] },
+          headers: { "idempotency-key": key },
+        }),
+      count: async (app) => {
+        const { rows } = await sql<{ n: number }>`
+          SELECT count(*)::int AS n FROM analytics_events WHERE app_id = ${app.id}`.execute(tables(t.server.deps.db));
+        return rows[0].n / 2;
+      },
     },
     {
       what: "a secret link",
