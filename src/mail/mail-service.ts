@@ -20,6 +20,8 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
 import { appOf } from "../core/auth.ts";
+import type { InTransaction } from "../core/database/index.ts";
+import { idempotentRun } from "../core/idempotent-run.ts";
 import { PlatformError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type Quotas } from "../core/quotas/index.ts";
@@ -47,10 +49,10 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
     "status",
   ] as const);
 
-  /** Logs one attempt and counts it in the metrics. */
-  const record = async (appId: string, entry: MailLogEntry) => {
+  /** Logs one attempt and counts it in the metrics; `within` commits with the log row. */
+  const record = async (appId: string, entry: MailLogEntry, within?: InTransaction) => {
     sends.inc({ provider: provider.name, status: entry.status });
-    await store.record(appId, entry);
+    await store.record(appId, entry, within);
   };
   const releaseFailed = (e: unknown) => logger.error({ err: errorText(e) }, "could not release a mail reservation");
 
@@ -65,12 +67,15 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
         );
       }
       const mail = { appId: app.id, from: app.mailFrom, to: req.to, subject: req.subject, text: req.text };
+      const answer = (remaining: number) => ({ sent: true, from: app.mailFrom, remainingToday: BigInt(remaining) });
+      // With an Idempotency-Key, the outbox's row (which is the message) commits with the answer.
+      const run = provider.delivers ? undefined : idempotentRun(context, MailService.method.sendMail);
       const entry = { to: mail.to, from: mail.from, subject: mail.subject, provider: provider.name };
       // Released whole when the work throws: the provider refused, or (outbox) the row that is the message was not stored.
       const { remaining } = await withReservation(
         quotas,
         { appId: app.id, counter: "mail", amount: 1, cap: app.limits.mailPerDay, onReleaseError: releaseFailed },
-        async () => {
+        async (reservation) => {
           let messageId: string;
           try {
             // Not tied to the request's signal: once handed over, a message may leave even if the
@@ -87,12 +92,16 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
             throw error;
           }
           try {
-            await record(app.id, {
-              ...entry,
-              text: provider.delivers ? null : mail.text,
-              status: provider.delivers ? "sent" : "stored",
-              providerMessageId: messageId,
-            });
+            await record(
+              app.id,
+              {
+                ...entry,
+                text: provider.delivers ? null : mail.text,
+                status: provider.delivers ? "sent" : "stored",
+                providerMessageId: messageId,
+              },
+              run && ((trx) => run.answerIn(trx, answer(reservation.remaining))),
+            );
           } catch (err) {
             // For the outbox the row is the message: not stored means not sent.
             if (!provider.delivers) throw toPlatformError(err);
@@ -104,7 +113,7 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
           }
         },
       );
-      return { sent: true, from: app.mailFrom, remainingToday: BigInt(remaining) };
+      return answer(remaining);
     },
   };
 }

@@ -4,7 +4,7 @@
  * order (timestamps can tie).
  */
 import { sql, type Generated, type Kysely } from "kysely";
-import type { Db, Timestamp } from "../core/database/index.ts";
+import { transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 
 /** One send attempt, by either provider. */
 export interface MailLogTable {
@@ -57,7 +57,12 @@ export interface MailSearch {
 }
 
 export interface MailStore {
-  record(appId: string, entry: MailLogEntry): Promise<void>;
+  /**
+   * Logs one attempt; `within` (an idempotent answer) runs in the same
+   * transaction, so for the outbox, whose row is the message, the message and
+   * its answer commit together.
+   */
+  record(appId: string, entry: MailLogEntry, within?: InTransaction): Promise<void>;
   /** The app's entries that match, newest first. */
   search(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /** The app's most recent `limit` entries, newest first. */
@@ -107,7 +112,12 @@ function recordFromRow(r: {
 export function createMailStore(database: Db): MailStore {
   const db: Kysely<MailTables> = database.withTables<MailTables>();
   return {
-    async record(appId, entry) {
+    async record(appId, entry, within) {
+      if (within)
+        return db.transaction().execute(async (trx) => {
+          await createMailStore(transactionAsDb(trx)).record(appId, entry);
+          await within(transactionAsDb(trx));
+        });
       await db
         .insertInto("mail_log")
         .values({

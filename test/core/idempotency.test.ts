@@ -311,7 +311,8 @@ describe("Idempotency-Key: an answer stored with the work it answers", () => {
   }
 
   /**
-   * The RPCs whose work is one transaction of the platform database (events: with the SQL store):
+   * The RPCs whose work is one transaction of the platform database (events: with the SQL store; mail:
+   * with the outbox, whose row is the message):
    * each request, and how much of its work there is (messages, links).
    */
   const works: {
@@ -357,6 +358,16 @@ describe("Idempotency-Key: an answer stored with the work it answers", () => {
           SELECT count(*)::int AS n FROM analytics_events WHERE app_id = ${app.id}`.execute(tables(t.server.deps.db));
         return rows[0].n / 2;
       },
+    },
+    {
+      what: "a mail to the outbox",
+      send: (app, key) =>
+        t.request("POST", "/v1/mail/send", {
+          token: app.token,
+          body: { to: "reader@example.com", subject: "Receipt", text: "Thanks" },
+          headers: { "idempotency-key": key },
+        }),
+      count: (app) => mailsOf(app.id),
     },
     {
       what: "a secret link",

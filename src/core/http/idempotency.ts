@@ -21,12 +21,11 @@
  * - a run whose process dies holds the key `RUN_LOCK_SECONDS`, after which a
  *   repeat of the same request runs it again. So that this never does the
  *   work twice where the work is one transaction of the platform database (a
- *   put, a secret link, events in the SQL store), such an RPC stores its
- *   answer in that transaction
- *   (`idempotentRun` in core/idempotent-run.ts): the work and its answer
- *   commit together or not at all. Work done elsewhere (a mail handed to
- *   SES, a generate) is answered after it, and a death in between runs it
- *   again after the lock.
+ *   put, a secret link, events in the SQL store, a mail to the outbox), such
+ *   an RPC stores its answer in that transaction (`idempotentRun` in
+ *   core/idempotent-run.ts): the work and its answer commit together or not
+ *   at all. Work done elsewhere (a mail handed to SES, a generate) is
+ *   answered after it, and a death in between runs it again after the lock.
  * Without the header nothing changes.
  *
  * The database never holds a key or an answer in the clear: a key is stored
