@@ -30,7 +30,7 @@
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
-import { transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
+import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
 import { isUtc } from "./buckets.ts";
@@ -221,9 +221,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     try {
       if (!within) await insertRows(appId, raw, r, slot, db);
       else
-        await db.transaction().execute(async (trx) => {
-          await insertRows(appId, raw, r, slot, trx);
-          await within(transactionAsDb(trx));
+        await inTransaction(database, async (trx) => {
+          await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>());
+          await within(trx);
         });
     } finally {
       slots.release(slot);
@@ -264,7 +264,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async insertWithin(appId, events, within) {
       if (events.length > 0) await insertBatch(appId, events, within);
-      else await db.transaction().execute((trx) => within(transactionAsDb(trx)));
+      else await inTransaction(database, within);
     },
 
     async count(q) {

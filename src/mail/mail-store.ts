@@ -4,7 +4,7 @@
  * order (timestamps can tie).
  */
 import { sql, type Generated, type Kysely } from "kysely";
-import { transactionAsDb, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
+import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 
 /** One send attempt, by either provider. */
 export interface MailLogTable {
@@ -114,9 +114,9 @@ export function createMailStore(database: Db): MailStore {
   return {
     async record(appId, entry, within) {
       if (within)
-        return db.transaction().execute(async (trx) => {
-          await createMailStore(transactionAsDb(trx)).record(appId, entry);
-          await within(transactionAsDb(trx));
+        return inTransaction(database, async (trx) => {
+          await createMailStore(trx).record(appId, entry);
+          await within(trx);
         });
       await db
         .insertInto("mail_log")

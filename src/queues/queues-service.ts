@@ -36,7 +36,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
-import type { Db, InTransaction, InTransactionWith } from "../core/database/index.ts";
+import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
@@ -400,12 +400,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       expiresAt: timestampFromMs(r.expiresAt.getTime()),
       deduplicated: r.deduplicated,
     });
-    const done =
-      (audit || answerIn) &&
-      (async (trx: Db, made: PutAnswer) => {
-        await audit?.(trx);
-        await answerIn?.(trx, answer(made));
-      });
+    const done = auditThen(audit, answerIn, answer);
     return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done));
   }
 

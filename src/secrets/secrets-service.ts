@@ -23,7 +23,7 @@ import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
-import type { Db, InTransaction, InTransactionWith } from "../core/database/index.ts";
+import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import { idempotentRun } from "../core/idempotent-run.ts";
 import { appOf } from "../core/auth.ts";
 import { isWellFormedText } from "../core/text.ts";
@@ -171,11 +171,7 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
       hashLinkToken(token),
       app.limits.linkTtlSeconds,
       app.limits.maxOutstandingLinks,
-      (within || answerIn) &&
-        (async (trx, made) => {
-          await within?.(trx);
-          await answerIn?.(trx, { url, name, expiresAt: made.expiresAt });
-        }),
+      auditThen(within, answerIn, (made: { expiresAt: Date }) => ({ url, name, expiresAt: made.expiresAt })),
     );
     if (result.kind === "undeclared")
       throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);

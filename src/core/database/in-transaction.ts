@@ -15,9 +15,27 @@ export type InTransaction = (trx: Db) => Promise<void>;
  * store an idempotent answer with the change it answers. TypeScript lets an
  * `InTransaction` stand for one; never pass a callback that has optional
  * parameters of its own (the auditor's) that way, as it would take `made`
- * for its own argument: wrap it, `(trx) => within(trx)`, or keep it apart.
+ * for its own argument: join the two with `auditThen`.
  */
 export type InTransactionWith<Made> = (trx: Db, made: Made) => Promise<void>;
+
+/**
+ * `audit` (an operator's audit entry, told nothing) then `then` (told what was
+ * made, mapped by `map`), as one `InTransactionWith`; undefined when neither
+ * is given, so a caller with neither keeps its fast path. Keeps the auditor's
+ * callback from ever being handed `made`.
+ */
+export function auditThen<Made, Answer>(
+  audit: InTransaction | undefined,
+  then: InTransactionWith<Answer> | undefined,
+  map: (made: Made) => Answer,
+): InTransactionWith<Made> | undefined {
+  if (!audit && !then) return undefined;
+  return async (trx, made) => {
+    await audit?.(trx);
+    await then?.(trx, map(made));
+  };
+}
 
 export function inTransaction<T>(db: Db, fn: (trx: Db) => Promise<T>): Promise<T> {
   return db.transaction().execute((trx) => fn(trx));

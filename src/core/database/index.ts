@@ -13,4 +13,10 @@ export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
 export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";
-export { inTransaction, transactionAsDb, type InTransaction, type InTransactionWith } from "./in-transaction.ts";
+export {
+  auditThen,
+  inTransaction,
+  transactionAsDb,
+  type InTransaction,
+  type InTransactionWith,
+} from "./in-transaction.ts";
