@@ -12,6 +12,7 @@
  * person reads it (`src/cli-format.ts`); `--json` prints the canonical proto3
  * JSON for scripts.
  */
+import crypto from "node:crypto";
 import fs from "node:fs";
 import readline from "node:readline/promises";
 import { parseArgs, type ParseArgsOptionDescriptor } from "node:util";
@@ -56,12 +57,14 @@ import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig, type Config } from "./core/config.ts";
 import { adminTokenFile } from "./core/data-dir.ts";
-import { openDatabase, migrate } from "./core/database/index.ts";
+import { openDatabase, migrate, type Db } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
+import { createAuditStore } from "./admin/audit-store.ts";
+import { OWNER } from "./core/auth.ts";
 
 class UsageError extends Error {}
 
@@ -169,6 +172,23 @@ const showApp = (ctx: Context, res: { app?: App }) => (res.app ? ctx.show(AppSch
 
 const STRING = { type: "string" } as const;
 const BOOLEAN = { type: "boolean" } as const;
+
+/**
+ * The audit entry of a command that changes the database directly (no
+ * AdminService call to record it): made by whoever holds the database's
+ * credentials, so it is the owner's, marked as from the CLI. Never a key or a
+ * token in `detail`.
+ */
+async function auditDirect(db: Db, action: string, detail: Record<string, unknown>): Promise<void> {
+  await createAuditStore(db).record({
+    operatorId: OWNER.id,
+    operatorName: `${OWNER.name} (CLI, database access)`,
+    action,
+    requestId: `cli-${crypto.randomUUID()}`,
+    outcome: "ok",
+    detail,
+  });
+}
 
 const COMMANDS: Command[] = [
   {
@@ -365,7 +385,13 @@ const COMMANDS: Command[] = [
     synopsis: "",
     summary: "re-encrypt every secret under SECRETS_KEY (direct database access)",
     async run(ctx) {
-      const { reencrypted } = await rotateSecretsKeyFromConfig(ctx.config);
+      const { reencrypted } = await rotateSecretsKeyFromConfig(ctx.config, (db, report) =>
+        auditDirect(db, "secrets.rotate_key", {
+          keyId: report.keyId,
+          reencrypted: report.reencrypted,
+          alreadyCurrent: report.alreadyCurrent,
+        }),
+      );
       print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
     },
   },
@@ -731,6 +757,7 @@ const COMMANDS: Command[] = [
       try {
         await migrate(database.db);
         await adoptAdminToken(database.db, adminToken);
+        await auditDirect(database.db, "admin_token.adopt", {});
       } finally {
         await database.close();
       }

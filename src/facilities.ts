@@ -39,7 +39,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       publishEvent: (appId, kind, data, within) => events.publish(appId, kind, data, within),
       declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
       addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
-      removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
+      removeSecretNames: (appId, names, guard, within) => secrets.removeSecretNames(appId, names, guard, within),
       listLinks: (appId) => secrets.listLinks(appId),
       createSecretLink: (app, name, within) => secrets.createLink(app, name, within),
       revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),

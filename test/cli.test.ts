@@ -3,7 +3,9 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase } from "../src/core/database/index.ts";
 import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "./support/service-process.ts";
 
 const run = promisify(execFile);
@@ -15,6 +17,23 @@ const cli = (args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<Ou
     );
     child.stdin!.end(input ?? "");
   });
+
+/** The audit log of an embedded DATA_DIR no server holds. */
+async function auditEntries(dir: string) {
+  const database = await openDatabase({ dataDir: dir });
+  try {
+    const { rows } = await sql<{
+      operator_id: string;
+      operator_name: string;
+      action: string;
+      outcome: string;
+      detail: Record<string, unknown>;
+    }>`SELECT operator_id, operator_name, action, outcome, detail FROM audit_log ORDER BY id`.execute(database.db);
+    return rows;
+  } finally {
+    await database.close();
+  }
+}
 
 let dataDir: string;
 let server: ServiceProcess;
@@ -79,6 +98,14 @@ describe("cli direct database commands (src/cli.ts, src/data-dir-lock.ts)", () =
     expect((await cli(["secrets", "rotate-key"], env)).stdout).toContain(
       "re-encrypted 0 secret value(s) under the current SECRETS_KEY",
     );
+    // A change made beside the admin API still lands in the audit log, as the owner's from the CLI.
+    expect(await auditEntries(dataDir)).toContainEqual({
+      operator_id: "owner",
+      operator_name: "owner (CLI, database access)",
+      action: "secrets.rotate_key",
+      outcome: "ok",
+      detail: { keyId: expect.stringMatching(/^[0-9a-f]{16}$/), reencrypted: 0, alreadyCurrent: 1 },
+    });
   });
 
   it("a lock left by a killed process is taken over at once", async () => {
@@ -124,6 +151,17 @@ describe("start-up failures (src/main.ts)", () => {
         /^configuration error: ADMIN_TOKEN: another instance on this database uses a different admin token/,
       );
       expect((await cli(["admin-token", "adopt"], { ...base, ADMIN_TOKEN: newToken })).stdout).toContain("adopted");
+      const adopted = (await auditEntries(dir)).filter((e) => e.action === "admin_token.adopt");
+      expect(adopted).toEqual([
+        {
+          operator_id: "owner",
+          operator_name: "owner (CLI, database access)",
+          action: "admin_token.adopt",
+          outcome: "ok",
+          detail: {},
+        },
+      ]);
+      expect(JSON.stringify(adopted)).not.toContain(newToken);
       const renewed = await startServiceProcess({ ...base, ADMIN_TOKEN: newToken });
       renewed.child.kill("SIGTERM");
       expect(await renewed.exited).toBe(0);

@@ -11,7 +11,15 @@
 import { PlatformError } from "./platform-error.ts";
 import { createSecretCache, type SecretCacheOptions } from "./secret-cache.ts";
 import { createTracker, randomId, toEpochMs, type FlushResult, type Tracker, type TrackerOptions } from "./tracker.ts";
-import { backoff, createTransport, sleep, type CallOptions, type RequestSpec, type RetryOptions } from "./transport.ts";
+import {
+  backoff,
+  createTransport,
+  sleep,
+  type CallOptions,
+  type RequestSpec,
+  type RetryInfo,
+  type RetryOptions,
+} from "./transport.ts";
 import {
   isUnsupported,
   startWorker,
@@ -393,7 +401,17 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     consume: (queue: string, o: ConsumeOptions, signal: AbortSignal) => consume(queue, { ...o, signal }),
     consumeMany: async (queue: string, o: ConsumeOptions, max: number, signal: AbortSignal) =>
       (await consume(queue, { ...o, max, signal })).messages ?? [],
-    ack: (receipt: string) => ack(receipt),
+    // Whether an attempt's answer was lost before the one that answered (so "false" may mean "acked before").
+    ack: async (receipt: string) => {
+      let afterRetry = false;
+      const onRetry = (info: RetryInfo) => {
+        afterRetry = true;
+        options.retry?.onRetry?.(info);
+      };
+      // Merged over the client's retry options by the transport, field by field.
+      const { acked } = await ack(receipt, { retry: { onRetry } });
+      return { acked, afterRetry };
+    },
     extend: (receipt: string, leaseSeconds: number) => extend(receipt, leaseSeconds),
     nack: (receipt: string, delaySeconds?: number) => nack(receipt, { delaySeconds }),
     closing: closing.signal,

@@ -61,6 +61,12 @@ export interface LeaseLost<P = JsonValue> {
   message: QueueMessage<P>;
   /** Always false: the ack (or a heartbeat) came after the lease had lapsed, so the message went back on the queue. */
   acked: false;
+  /**
+   * The ack was answered `false` only on a retry, after an attempt whose answer was lost (a dropped
+   * connection, a 502/503/504): that attempt may have acked the message, and then nothing was lost.
+   * False when the service answered the first attempt, or when a heartbeat found the lease lapsed.
+   */
+  afterRetry: boolean;
 }
 
 export interface StopOptions {
@@ -132,8 +138,11 @@ export interface WorkerDeps {
   consume(queue: string, options: ConsumeOptions, signal: AbortSignal): Promise<ConsumeResponse>;
   /** Batch consume (`{ max }`); returns the leased messages (maybe none after the wait). */
   consumeMany(queue: string, options: ConsumeOptions, max: number, signal: AbortSignal): Promise<QueueMessage[]>;
-  /** Must not be tied to the worker's signal: finished work is acked while stopping. */
-  ack(receipt: string): Promise<AckResponse>;
+  /**
+   * Must not be tied to the worker's signal: finished work is acked while stopping. `afterRetry`:
+   * the answer came on a retry, after an attempt whose answer was lost.
+   */
+  ack(receipt: string): Promise<AckResponse & { afterRetry: boolean }>;
   extend(receipt: string, leaseSeconds: number): Promise<ExtendResponse>;
   nack(receipt: string, delaySeconds?: number): Promise<NackResponse>;
   /** Aborts when the client starts closing: the worker then stops (the client waits for it with its own timeout). */
@@ -248,7 +257,7 @@ export function startWorker<P = JsonValue>(
         if (until.aborted) return;
         if (!extended) {
           leaseLost.add(message);
-          options.onLeaseLost?.({ message, acked: false });
+          options.onLeaseLost?.({ message, acked: false, afterRetry: false });
           return;
         }
       } catch (err) {
@@ -309,9 +318,9 @@ export function startWorker<P = JsonValue>(
         return;
       }
       try {
-        const { acked } = await deps.ack(message.receipt);
+        const { acked, afterRetry } = await deps.ack(message.receipt);
         // Told once: a heartbeat may already have found the lease lapsed.
-        if (!acked && !leaseLost.has(message)) options.onLeaseLost?.({ message, acked: false });
+        if (!acked && !leaseLost.has(message)) options.onLeaseLost?.({ message, acked: false, afterRetry });
       } catch (err) {
         report(err, message);
       }

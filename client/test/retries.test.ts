@@ -68,6 +68,45 @@ function freshClient(retries: RetryInfo[] = []) {
   });
 }
 
+describe("the work loop's ack after a lost answer", () => {
+  it("reports a `false` that came only on a retry as afterRetry: the lost attempt may have acked", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    const message = {
+      id: "m1",
+      queue: "jobs",
+      payload: 1,
+      receipt: "r1",
+      enqueuedAt: 1,
+      expiresAt: 2,
+      leaseExpiresAt: 3,
+      deliveries: 1,
+    };
+    // One message, then nothing (each consume answered at once); the ack's first answer is lost.
+    script.set("POST /v1/queues/jobs/consume", [
+      { status: 200, body: { message } },
+      { status: 200, body: { message: null } },
+    ]);
+    script.set("POST /v1/queues/_ack", ["drop", { status: 200, body: { acked: false } }]);
+    const reports: { afterRetry: boolean; acked: boolean }[] = [];
+    let reported!: () => void;
+    const done = new Promise<void>((resolve) => (reported = resolve));
+    const worker = c.queues.work("jobs", async () => {}, {
+      heartbeat: false,
+      onLeaseLost: ({ acked, afterRetry }) => {
+        reports.push({ acked, afterRetry });
+        reported();
+      },
+    });
+    await done;
+    await worker.stop();
+    expect(reports).toEqual([{ acked: false, afterRetry: true }]);
+    expect(hits.get("POST /v1/queues/_ack")).toBe(2);
+    // The client's own onRetry still hears of the retry.
+    expect(retries.filter((r) => r.path === "/v1/queues/_ack").map((r) => r.error.status)).toEqual([0]);
+  });
+});
+
 describe("safe operations are retried", () => {
   it("a read answered 502 then 200 succeeds on the second request", async () => {
     const retries: RetryInfo[] = [];

@@ -50,8 +50,16 @@ export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
   declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
   /** Declares more names; declared ones keep their value. `within` runs in the same transaction. */
   addSecretNames?(appId: string, names: string[], within?: InTransaction): Promise<void>;
-  /** Removes names; `failed_precondition` naming those with a value unless confirmed. The destroyed ones. */
-  removeSecretNames?(appId: string, names: string[], confirm: boolean, within?: InTransaction): Promise<string[]>;
+  /**
+   * Removes names; `failed_precondition` naming those with a value unless confirmed, `conflict` naming
+   * those not at their expected version. The destroyed ones.
+   */
+  removeSecretNames?(
+    appId: string,
+    names: string[],
+    guard: { confirmDestroyValues: boolean; expectedVersions?: ReadonlyMap<string, number> },
+    within?: InTransaction,
+  ): Promise<string[]>;
   listLinks?(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
   revokeLink?(appId: string, linkId: string, within?: InTransaction): Promise<string>;
   /** The declared secret names of one app, or of every app, by app id, in name order. */
@@ -425,13 +433,20 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const names = secretNames(req.names);
       if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
       const expected = expectedRevision(req.expectedRevision);
+      const expectedVersions = new Map<string, number>();
+      for (const [name, version] of Object.entries(req.expectedVersions)) {
+        if (!names.includes(name))
+          throw invalidArgument("expected_versions", "may only give versions of the names removed");
+        if (version < 0) throw invalidArgument("expected_versions", "must give 0 (no value) or a version, never less");
+        expectedVersions.set(name, version);
+      }
+      const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
       const destroyed = await auditor.audited(
         context,
         "secrets.remove",
         app,
         { names, confirmDestroyValues: req.confirmDestroyValues },
-        (within) =>
-          hooks.removeSecretNames!(app.id, names, req.confirmDestroyValues, blueprintChange(app.id, expected, within)),
+        (within) => hooks.removeSecretNames!(app.id, names, guard, blueprintChange(app.id, expected, within)),
       );
       return { app: await load(app.id), destroyedValues: destroyed };
     },

@@ -25,7 +25,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
-import { idempotentRun } from "../core/idempotent-run.ts";
+import { answerInRun } from "../core/idempotent-run.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type Quotas } from "../core/quotas/index.ts";
@@ -124,7 +124,7 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
         remainingToday: BigInt(remainingToday),
       });
       // With an Idempotency-Key and a store in the platform database, the answer commits with the events.
-      const run = idempotentRun(context, AnalyticsService.method.logEvents);
+      const answerIn = answerInRun(context, AnalyticsService.method.logEvents, answer);
       const { remaining } = await withReservation(
         quotas,
         {
@@ -139,8 +139,8 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
           },
         },
         (reservation) =>
-          run && store.insertWithin
-            ? store.insertWithin(app.id, events, (trx) => run.answerIn(trx, answer(reservation.remaining)))
+          answerIn && store.insertWithin
+            ? store.insertWithin(app.id, events, (trx) => answerIn(trx, reservation.remaining))
             : store.insert(app.id, events),
       );
       recorded.inc({ store: store.kind }, events.length);

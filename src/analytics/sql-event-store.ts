@@ -235,6 +235,8 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     // insert waits for the raw rows (`count(*)` of their RETURNING), so the
     // rollup rows are locked last and for as short a time as possible. An
     // existing row adds the batch's hourly counts element by element (`ADD_HOURS`).
+    // A day is its UTC midnight in seconds (`to_timestamp`), never `'epoch' + n
+    // days`, which lands on local midnight in a session zone with summer time.
     await guarded(() =>
       sql`
         WITH raw AS (
@@ -246,7 +248,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
           SELECT count(*) AS c FROM raw
         )
         INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, slot, n, hours)
-        SELECT ${appId}::uuid, x.t, x.k, timestamptz 'epoch' + x.d * interval '1 day', x.v, ${slot}::smallint, x.n, x.h::bigint[]
+        SELECT ${appId}::uuid, x.t, x.k, to_timestamp(x.d * 86400), x.v, ${slot}::smallint, x.n, x.h::bigint[]
         FROM raw_done, unnest(${r.types}::text[], ${r.props}::text[], ${r.days}::bigint[], ${r.values}::text[], ${r.counts}::bigint[], ${r.hours}::text[])
           AS x(t, k, d, v, n, h)
         ON CONFLICT (app_id, type, prop, day, value, slot) DO UPDATE

@@ -146,24 +146,29 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
   const operators = createOperatorStore(options.db);
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
-  const cache = new Map<string, { row: TokenRow; until: number }>();
+  // The app's record is made once per lookup, not per request: a busy app's
+  // requests share it (it is read, never changed, downstream).
+  const cache = new Map<string, { row: TokenRow; app: AppRecord; until: number }>();
   // Bumped by every invalidation, so a lookup that started before one cannot
   // put what it read into the emptied cache.
   let generation = 0;
 
-  const find = async (hash: string): Promise<TokenRow | undefined> => {
+  const find = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> => {
     const hit = cache.get(hash);
-    if (hit && hit.until > clock()) return hit.row;
+    if (hit && hit.until > clock()) return hit;
     const started = generation;
     const row = await lookup(hash);
-    if (row) options.onTokenLookedUp?.(row.token_id);
-    if (row && cacheMs > 0 && started === generation) {
-      if (cache.size >= 10_000) cache.clear();
-      cache.set(hash, { row, until: clock() + cacheMs });
-    } else if (!row) {
+    if (!row) {
       cache.delete(hash);
+      return undefined;
     }
-    return row;
+    options.onTokenLookedUp?.(row.token_id);
+    const found = { row, app: appFromRow(row), until: clock() + cacheMs };
+    if (cacheMs > 0 && started === generation) {
+      if (cache.size >= 10_000) cache.clear();
+      cache.set(hash, found);
+    }
+    return found;
   };
   const operatorCache = new Map<string, { identity: OperatorIdentity; until: number }>();
   const findOperator = async (hash: string): Promise<OperatorIdentity | undefined> => {
@@ -201,9 +206,9 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
         return { kind: "admin", operator };
       }
       if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
-      const row = await find(hashToken(token));
-      if (!row) throw unauthenticated();
-      const app = appFromRow(row);
+      const found = await find(hashToken(token));
+      if (!found) throw unauthenticated();
+      const { row, app } = found;
       if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {
         throw new PlatformError("app_stopped", "the app is stopped");
       }

@@ -114,6 +114,20 @@ export function invalidArgument(field: string, rule: string): PlatformError {
 }
 
 /**
+ * PostgreSQL's transaction rollbacks (class 40: a deadlock, a serialisation
+ * failure): the whole transaction was undone, so the caller may simply retry.
+ * Lock orders are chosen so none is expected; should one happen anyway, it is
+ * a 409 `conflict` to retry, not a 500.
+ */
+function isTransactionAborted(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === "40P01" || code === "40001") return true;
+  }
+  return false;
+}
+
+/**
  * Turns anything thrown into a PlatformError. Errors that are not ours become
  * `internal` with a fixed message: their text may carry internals (SQL,
  * hostnames, values) and is only ever logged.
@@ -125,6 +139,9 @@ export function toPlatformError(err: unknown): PlatformError {
       retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS,
       cause: err,
     });
+  }
+  if (isTransactionAborted(err)) {
+    return new PlatformError("conflict", "the change met a concurrent one and was not made; retry it", { cause: err });
   }
   if (err instanceof ConnectError) {
     const fromDetail = err.findDetails(ErrorDetailSchema)[0];

@@ -2,7 +2,7 @@
  * The SQL of idempotency keys (see migration 0018 and `http/idempotency.ts`),
  * always scoped by the app.
  */
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type UpdateObject } from "kysely";
 import type { Db, Timestamp } from "./database/index.ts";
 
 export interface IdempotencyKeyTable {
@@ -62,10 +62,32 @@ export interface IdempotencyStore {
    * roll back with that work.
    */
   finish(appId: string, key: string, attempt: string, status: number, response: Uint8Array, on?: Db): Promise<boolean>;
+  /**
+   * Keeps a live run's hold on its key for `lockSeconds` more; false when the
+   * run no longer owns the row (it finished, or a repeat took the key over).
+   */
+  hold(appId: string, key: string, attempt: string, lockSeconds: number): Promise<boolean>;
   /** Forgets the key after a failed run, so a retry runs again. */
   release(appId: string, key: string, attempt: string): Promise<void>;
   /** Deletes up to `batch` expired keys (of any app); how many. */
   expire(batch: number): Promise<number>;
+}
+
+/** Changes the row of a run that still owns it (same attempt, still running); whether it did. */
+async function updateRun(
+  on: Kysely<IdempotencyTables>,
+  run: { appId: string; key: string; attempt: string },
+  changes: UpdateObject<IdempotencyTables, "idempotency_keys">,
+): Promise<boolean> {
+  const result = await on
+    .updateTable("idempotency_keys")
+    .set(changes)
+    .where("app_id", "=", run.appId)
+    .where("key", "=", run.key)
+    .where("attempt", "=", run.attempt)
+    .where("state", "=", "running")
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows) > 0;
 }
 
 export function createIdempotencyStore(database: Db): IdempotencyStore {
@@ -96,16 +118,20 @@ export function createIdempotencyStore(database: Db): IdempotencyStore {
       return { started: false, existing };
     },
 
-    async finish(appId, key, attempt, status, response, on) {
-      const result = await (on ? on.withTables<IdempotencyTables>() : db)
-        .updateTable("idempotency_keys")
-        .set({ state: "done", status, response })
-        .where("app_id", "=", appId)
-        .where("key", "=", key)
-        .where("attempt", "=", attempt)
-        .where("state", "=", "running")
-        .executeTakeFirst();
-      return Number(result.numUpdatedRows) > 0;
+    finish(appId, key, attempt, status, response, on) {
+      return updateRun(
+        on ? on.withTables<IdempotencyTables>() : db,
+        { appId, key, attempt },
+        { state: "done", status, response },
+      );
+    },
+
+    hold(appId, key, attempt, lockSeconds) {
+      return updateRun(
+        db,
+        { appId, key, attempt },
+        { locked_until: sql<Date>`now() + make_interval(secs => ${lockSeconds})` },
+      );
     },
 
     async release(appId, key, attempt) {

@@ -6,7 +6,7 @@
  */
 import type { DescMessage, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
-import type { Db } from "./database/index.ts";
+import type { Db, InTransactionWith } from "./database/index.ts";
 
 /**
  * The run of a keyed request, for an RPC whose work is one transaction of the
@@ -38,6 +38,21 @@ export function idempotentRun<I extends DescMessage, O extends DescMessage>(
 ): IdempotentRun<O> | undefined {
   const run = context.values.get(runKey);
   return run?.method === method ? run : undefined;
+}
+
+/**
+ * Where the RPC doing the work stores its answer, if this request is a keyed
+ * run of `method`: called on the work's transaction with what the work made,
+ * which `map` turns into the answer. Undefined without a keyed run, so the
+ * caller keeps its path without a transaction of its own.
+ */
+export function answerInRun<I extends DescMessage, O extends DescMessage, Made>(
+  context: HandlerContext,
+  method: DescMethodUnary<I, O>,
+  map: (made: Made) => MessageInitShape<O>,
+): InTransactionWith<Made> | undefined {
+  const run = idempotentRun(context, method);
+  return run && ((trx, made) => run.answerIn(trx, map(made)));
 }
 
 /** Makes `run` the keyed run of this request (by `http/idempotency.ts`, before it calls the RPC). */

@@ -21,7 +21,7 @@ import type { Logger } from "pino";
 import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
 import { appOf } from "../core/auth.ts";
 import type { InTransaction } from "../core/database/index.ts";
-import { idempotentRun } from "../core/idempotent-run.ts";
+import { answerInRun } from "../core/idempotent-run.ts";
 import { PlatformError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type Quotas } from "../core/quotas/index.ts";
@@ -69,7 +69,7 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
       const mail = { appId: app.id, from: app.mailFrom, to: req.to, subject: req.subject, text: req.text };
       const answer = (remaining: number) => ({ sent: true, from: app.mailFrom, remainingToday: BigInt(remaining) });
       // With an Idempotency-Key, the outbox's row (which is the message) commits with the answer.
-      const run = provider.delivers ? undefined : idempotentRun(context, MailService.method.sendMail);
+      const answerIn = provider.delivers ? undefined : answerInRun(context, MailService.method.sendMail, answer);
       const entry = { to: mail.to, from: mail.from, subject: mail.subject, provider: provider.name };
       // Released whole when the work throws: the provider refused, or (outbox) the row that is the message was not stored.
       const { remaining } = await withReservation(
@@ -100,7 +100,7 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
                 status: provider.delivers ? "sent" : "stored",
                 providerMessageId: messageId,
               },
-              run && ((trx) => run.answerIn(trx, answer(reservation.remaining))),
+              answerIn && ((trx) => answerIn(trx, reservation.remaining)),
             );
           } catch (err) {
             // For the outbox the row is the message: not stored means not sent.

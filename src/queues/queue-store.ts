@@ -87,16 +87,13 @@ const EXPIRED = sql`(
 )`;
 
 /**
- * How many messages wait on one queue, in time independent of how many: its
- * row count (`queue_counts`, migration 0012, kept by triggers) less its leased
- * rows, which the line index finds among the few whose `visible_at` is ahead
- * (leased, held back or delayed), and less its expired rows not yet swept.
+ * How many messages wait on one queue, in time independent of how many, as a
+ * put sees it before it inserts: `queue_depth` (migration 0020) takes the
+ * queue's lock shared, so a batched put waits for a serialised one to commit,
+ * then counts the queue's rows (`queue_counts`, 0012) less its leased and
+ * expired ones with a snapshot of its own.
  */
-const depthOf = (appId: string, queue: string) => sql<number>`greatest(0,
-  (SELECT coalesce(sum(n), 0) FROM queue_counts WHERE app_id = ${appId} AND queue = ${queue})
-  - (SELECT count(*) FROM queue_messages WHERE app_id = ${appId} AND queue = ${queue} AND visible_at > now() AND lease_until > now())
-  - (SELECT count(*) FROM ${EXPIRED} e WHERE e.app_id = ${appId} AND e.queue = ${queue})
-)::int`;
+const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
 
 /** How a peeked message's times are written in its `position` (UTC, microseconds: exactly as stored). */
 const POSITION_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"';
@@ -498,6 +495,11 @@ interface QueueDbs {
 function createPutStore({
   db,
 }: QueueDbs): Pick<QueueStore, "putSerialized" | "putMany" | "putAll" | "putDroppingOldest"> {
+  /**
+   * One put after the queue's lock: its times start at `statement_timestamp()`,
+   * this statement's start, not at `now()`, the transaction's start, which is
+   * before the wait for the lock (as in `putAll`).
+   */
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<PutRow>`${PREPARED}
       WITH depth AS (
@@ -505,8 +507,8 @@ function createPutStore({
       ), ins AS (
         INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
-               now() + make_interval(secs => ${input.delaySeconds}),
-               now() + make_interval(secs => ${input.ttlSeconds})
+               statement_timestamp() + make_interval(secs => ${input.delaySeconds}),
+               statement_timestamp() + make_interval(secs => ${input.ttlSeconds})
         FROM depth WHERE depth.n < ${input.depthBelow}
         RETURNING id, expires_at
       )
@@ -578,7 +580,7 @@ function createPutStore({
         if (keys.length > 0) {
           const { rows } = await sql<{ dedup_key: string; message_id: string; message_expires_at: Date | string }>`
             SELECT dedup_key, message_id, message_expires_at FROM queue_dedup
-            WHERE app_id = ${appId} AND queue = ${queue} AND dedup_key = ANY (${keys}::text[]) AND until > now()`.execute(
+            WHERE app_id = ${appId} AND queue = ${queue} AND dedup_key = ANY (${keys}::text[]) AND until > statement_timestamp()`.execute(
             trx,
           );
           for (const r of rows)
@@ -613,7 +615,7 @@ function createPutStore({
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
               INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-              SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
+              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl)
               FROM src
               RETURNING id, expires_at
             ), notified AS (
@@ -630,7 +632,7 @@ function createPutStore({
             // A key past its window is taken over; one within it was read above, so none conflicts here otherwise.
             await sql`
               INSERT INTO queue_dedup (app_id, queue, dedup_key, message_id, message_expires_at, until)
-              SELECT ${appId}, ${queue}, k.key, k.id, k.expires_at, now() + make_interval(secs => ${dedupWindowSeconds})
+              SELECT ${appId}, ${queue}, k.key, k.id, k.expires_at, statement_timestamp() + make_interval(secs => ${dedupWindowSeconds})
               FROM unnest(${keyed.map((f) => f.item.dedupKey!)}::text[], ${keyed.map((f) => f.id)}::uuid[],
                           ${keyed.map((f) => inserted.get(f.id)!.toISOString())}::timestamptz[]) AS k (key, id, expires_at)
               ON CONFLICT (app_id, queue, dedup_key) DO UPDATE

@@ -40,7 +40,7 @@ import { auditThen, type Db, type InTransaction, type InTransactionWith } from "
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
-import { idempotentRun } from "../core/idempotent-run.ts";
+import { answerInRun } from "../core/idempotent-run.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -316,6 +316,11 @@ interface PutMessageAnswer {
 }
 type PutMessagesAnswer = MessageInitShape<typeof PutMessagesResponseSchema>;
 
+/** A put message as `PutMessage` and each entry of `PutMessages` answer it. */
+function putAnswer(queue: string, put: PutAnswer): PutMessageAnswer {
+  return { id: put.id, queue, expiresAt: timestampFromMs(put.expiresAt.getTime()), deduplicated: put.deduplicated };
+}
+
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
   const { store, hub, logger, metrics } = deps;
   const consumers = createQueueConsumers(deps);
@@ -394,12 +399,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
-    const answer = (r: PutAnswer): PutMessageAnswer => ({
-      id: r.id,
-      queue,
-      expiresAt: timestampFromMs(r.expiresAt.getTime()),
-      deduplicated: r.deduplicated,
-    });
+    const answer = (r: PutAnswer) => putAnswer(queue, r);
     const done = auditThen(audit, answerIn, answer);
     return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done));
   }
@@ -444,8 +444,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       },
 
       putMessage(req, context) {
-        const run = idempotentRun(context, QueueService.method.putMessage);
-        return putMessage(appOf(context), req, undefined, run && ((trx, answer) => run.answerIn(trx, answer)));
+        const answerIn = answerInRun(context, QueueService.method.putMessage, (answer: PutMessageAnswer) => answer);
+        return putMessage(appOf(context), req, undefined, answerIn);
       },
 
       async consumeMessage(req, context) {
@@ -493,22 +493,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const keyed = items.some((i) => i.dedupKey !== undefined);
         const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
         const answer = (messages: PutAllMessage[]): PutMessagesAnswer => ({
-          messages: messages.map((m) => ({
-            id: m.id,
-            queue,
-            expiresAt: timestampFromMs(m.expiresAt.getTime()),
-            deduplicated: m.deduplicated,
-          })),
+          messages: messages.map((m) => putAnswer(queue, m)),
         });
-        const run = idempotentRun(context, QueueService.method.putMessages);
-        const result = await store.putAll(
-          app.id,
-          queue,
-          max,
-          items,
-          window,
-          run && ((trx, messages) => run.answerIn(trx, answer(messages))),
-        );
+        const answerIn = answerInRun(context, QueueService.method.putMessages, answer);
+        const result = await store.putAll(app.id, queue, max, items, window, answerIn);
         if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
         // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
         const added = items.filter((_, i) => !result.messages[i].deduplicated);

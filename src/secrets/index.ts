@@ -66,7 +66,7 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
     ],
     declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
     addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
-    removeSecretNames: (appId, names, confirm, within) => secrets.removeSecretNames(appId, names, confirm, within),
+    removeSecretNames: (appId, names, guard, within) => secrets.removeSecretNames(appId, names, guard, within),
     createLink: (app, name, within) => secrets.createLink(app, name, within),
     listLinks: (appId) => secrets.listLinks(appId),
     expiringLinks: (seconds) => secrets.expiringLinks(seconds),

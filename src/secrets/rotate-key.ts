@@ -23,13 +23,18 @@ async function currentKey(config: Config): Promise<Buffer> {
   return key;
 }
 
-export async function rotateSecretsKeyFromConfig(config: Config): Promise<RotationReport> {
+export async function rotateSecretsKeyFromConfig(
+  config: Config,
+  /** Runs on the same database once the rotation is done (the CLI writes its audit entry there). */
+  afterwards?: (db: Db, report: RotationReport) => Promise<void>,
+): Promise<RotationReport> {
   const keyring = createKeyring(await currentKey(config), config.secretsOldKeys);
   const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: 2 });
   try {
     const report = await rotateSecretsKey(database.db, keyring);
     // Every value is under the current key now: it is the one every instance must start with.
     await recordSecretsKey(database.db, keyring.currentKeyId);
+    await afterwards?.(database.db, report);
     return report;
   } finally {
     await database.close();

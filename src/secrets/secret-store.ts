@@ -41,10 +41,18 @@ export interface SecretLinksTable {
   used_at: Timestamp | null;
 }
 
+/** The last version of a dropped name (migration 0021): a name declared again counts on from it. */
+export interface SecretVersionFloorsTable {
+  app_id: string;
+  name: string;
+  version: number;
+}
+
 /** The secrets tables, and `apps` for the joins that check an app's flag or lock its row. */
 export type SecretTables = AppTables & {
   secrets: SecretsTable;
   secret_links: SecretLinksTable;
+  secret_version_floors: SecretVersionFloorsTable;
 };
 
 type Tx = Transaction<SecretTables>;
@@ -89,6 +97,16 @@ export interface LinkInfo {
 /** Link tokens are stored only as this hash: SHA-256, like service tokens. */
 export const hashLinkToken: (token: string) => string = hashToken;
 
+/**
+ * Locks the app's row (`FOR NO KEY UPDATE`, as its revision bump does) at the
+ * start of a blueprint change: every transaction that touches an app's secret
+ * names, links and values takes the app row before any secret row (creating a
+ * link does), so two of them never hold one each and wait on the other.
+ */
+async function lockApp(trx: Tx, appId: string): Promise<void> {
+  await trx.selectFrom("apps").select("id").where("id", "=", appId).forNoKeyUpdate().executeTakeFirst();
+}
+
 /** Declares `names` of the app, unset; a name already declared keeps its value. */
 async function declareUnset(trx: Tx, appId: string, names: string[]): Promise<void> {
   if (names.length === 0) return;
@@ -101,6 +119,54 @@ async function declareUnset(trx: Tx, appId: string, names: string[]): Promise<vo
     .execute();
 }
 
+/** What a removal of names must find before it destroys anything (admin `RemoveSecretNames`). */
+export interface RemovalGuard {
+  /** Values may be destroyed; without it, a name with a value refuses the removal. */
+  confirmDestroyValues: boolean;
+  /** The version each of these names must still have (0: no value), as the caller last saw it. */
+  expectedVersions?: ReadonlyMap<string, number>;
+}
+
+/** Some of an app's secret names: all but `keep`, or those in `drop`. */
+type NamesPicked = { keep: string[] } | { drop: string[] };
+
+const namesPicked = (which: NamesPicked) =>
+  "keep" in which
+    ? which.keep.length === 0
+      ? sql`true`
+      : sql`name <> ALL (${which.keep}::text[])`
+    : sql`name = ANY (${which.drop}::text[])`;
+
+/**
+ * Locks the links of the picked names before their secret rows are locked or
+ * deleted (a deletion cascades to the links): the order of a link's use, which
+ * locks its link and then its secret, so the two never wait on each other.
+ */
+async function lockLinks(trx: Tx, appId: string, which: NamesPicked): Promise<void> {
+  await sql`SELECT 1 FROM secret_links WHERE app_id = ${appId}::uuid AND ${namesPicked(which)} ORDER BY id FOR UPDATE`.execute(
+    trx,
+  );
+}
+
+/**
+ * Deletes the app's secrets that `which` picks, with their values and links,
+ * and keeps each one's version as its name's floor (`secret_version_floors`),
+ * in the same statement: a name declared again never repeats a version an app
+ * may still hold.
+ */
+async function dropSecrets(trx: Tx, appId: string, which: NamesPicked): Promise<void> {
+  const picked = namesPicked(which);
+  await lockLinks(trx, appId, which);
+  await sql`
+    WITH gone AS (
+      DELETE FROM secrets WHERE app_id = ${appId}::uuid AND ${picked} RETURNING name, version
+    )
+    INSERT INTO secret_version_floors (app_id, name, version)
+    SELECT ${appId}::uuid, name, version FROM gone WHERE version IS NOT NULL
+    ON CONFLICT (app_id, name) DO UPDATE
+    SET version = greatest(secret_version_floors.version, excluded.version)`.execute(trx);
+}
+
 export function createSecretStore(database: Db) {
   const db: Kysely<SecretTables> = database.withTables<SecretTables>();
   /** Within `trx`: locks the secret row, bumps its version and stores the sealed value. Undefined when undeclared. */
@@ -108,12 +174,20 @@ export function createSecretStore(database: Db) {
     const current = await trx
       .selectFrom("secrets")
       .select("version")
+      .select((eb) =>
+        eb
+          .selectFrom("secret_version_floors as f")
+          .select("f.version")
+          .whereRef("f.app_id", "=", "secrets.app_id")
+          .whereRef("f.name", "=", "secrets.name")
+          .as("floor"),
+      )
       .where("app_id", "=", appId)
       .where("name", "=", name)
       .forUpdate()
       .executeTakeFirst();
     if (!current) return undefined;
-    const version = (current.version ?? 0) + 1;
+    const version = Math.max(current.version ?? 0, current.floor ?? 0) + 1;
     const { sealed, keyId } = seal(version);
     const row = await trx
       .updateTable("secrets")
@@ -211,7 +285,7 @@ export function createSecretStore(database: Db) {
       { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }
     > {
       return db.transaction().execute(async (trx) => {
-        await trx.selectFrom("apps").select("id").where("id", "=", appId).forNoKeyUpdate().executeTakeFirst();
+        await lockApp(trx, appId);
         const declared = await trx
           .selectFrom("secrets")
           .select("name")
@@ -314,10 +388,9 @@ export function createSecretStore(database: Db) {
      */
     async declare(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
+        await lockApp(trx, appId);
         await within?.(transactionAsDb(trx));
-        let removal = trx.deleteFrom("secrets").where("app_id", "=", appId);
-        if (names.length > 0) removal = removal.where("name", "not in", names);
-        await removal.execute();
+        await dropSecrets(trx, appId, { keep: names });
         await declareUnset(trx, appId, names);
       });
     },
@@ -331,40 +404,47 @@ export function createSecretStore(database: Db) {
     },
 
     /**
-     * Removes names with their values and links. When one of them has a value and `confirm` is
-     * false, nothing changes (not even `within`) and the names with values come back to be named.
+     * Removes names with their values and links. Nothing changes (not even
+     * `within`) when a name has a value and `guard.confirmDestroyValues` is
+     * false (`withValues` names them), or when a name's version is not the one
+     * `guard.expectedVersions` gives for it (0: no value; `changed` names them).
      */
     async removeNames(
       appId: string,
       names: string[],
-      confirm: boolean,
+      guard: RemovalGuard,
       within?: InTransaction,
-    ): Promise<{ removed: boolean; withValues: string[] }> {
+    ): Promise<{ removed: boolean; withValues: string[]; changed: string[] }> {
       return db.transaction().execute(async (trx) => {
+        await lockApp(trx, appId);
+        await lockLinks(trx, appId, { drop: names });
         // Every named row is locked, with or without a value: a row is read as
         // it is once its lock is had, so a value set meanwhile (by a link, by
         // SetSecret) is seen and refused, never deleted unconfirmed. (Locking
         // only the rows with a value would pass over one being set right now.)
-        const withValues =
+        const rows =
           names.length === 0
             ? []
-            : (
-                await trx
-                  .selectFrom("secrets")
-                  .select(["name", sql<boolean>`value_encrypted IS NOT NULL`.as("has_value")])
-                  .where("app_id", "=", appId)
-                  .where("name", "in", names)
-                  .orderBy("name")
-                  .forUpdate()
-                  .execute()
-              )
-                .filter((r) => r.has_value)
-                .map((r) => r.name);
-        if (withValues.length > 0 && !confirm) return { removed: false, withValues };
+            : await trx
+                .selectFrom("secrets")
+                .select(["name", "version", sql<boolean>`value_encrypted IS NOT NULL`.as("has_value")])
+                .where("app_id", "=", appId)
+                .where("name", "in", names)
+                .orderBy("name")
+                .forUpdate()
+                .execute();
+        const withValues = rows.filter((r) => r.has_value).map((r) => r.name);
+        const changed = rows
+          .filter((r) => {
+            const expected = guard.expectedVersions?.get(r.name);
+            return expected !== undefined && expected !== (r.has_value ? (r.version ?? 0) : 0);
+          })
+          .map((r) => r.name);
+        if (changed.length > 0 || (withValues.length > 0 && !guard.confirmDestroyValues))
+          return { removed: false, withValues, changed };
         await within?.(transactionAsDb(trx));
-        if (names.length > 0)
-          await trx.deleteFrom("secrets").where("app_id", "=", appId).where("name", "in", names).execute();
-        return { removed: true, withValues };
+        if (names.length > 0) await dropSecrets(trx, appId, { drop: names });
+        return { removed: true, withValues, changed };
       });
     },
 
@@ -401,17 +481,34 @@ export function createSecretStore(database: Db) {
       return rows.map((r) => ({ appId: r.app_id, name: r.name, expiresAt: new Date(r.expires_at) }));
     },
 
-    /** Deletes one of the app's links; its secret's name, or undefined when there was none. */
-    async revokeLink(appId: string, linkId: string, within?: InTransaction): Promise<string | undefined> {
+    /**
+     * Deletes one of the app's outstanding links: its secret's name; `used`
+     * when the link has set its value (that value stays, and the link is dead
+     * anyway); undefined when the app has no such link or it expired. The row
+     * is locked first, so a use under way finishes before this looks.
+     */
+    async revokeLink(
+      appId: string,
+      linkId: string,
+      within?: InTransaction,
+    ): Promise<{ name: string } | "used" | undefined> {
       return db.transaction().execute(async (trx) => {
-        const row = await trx
-          .deleteFrom("secret_links")
+        const link = await trx
+          .selectFrom("secret_links")
+          .select([
+            "name",
+            sql<boolean>`used_at IS NOT NULL`.as("used"),
+            sql<boolean>`expires_at <= now()`.as("expired"),
+          ])
           .where("app_id", "=", appId)
           .where("id", "=", linkId)
-          .returning("name")
+          .forUpdate()
           .executeTakeFirst();
-        if (row) await within?.(transactionAsDb(trx));
-        return row?.name;
+        if (!link || link.expired) return undefined;
+        if (link.used) return "used";
+        await trx.deleteFrom("secret_links").where("app_id", "=", appId).where("id", "=", linkId).execute();
+        await within?.(transactionAsDb(trx));
+        return { name: link.name };
       });
     },
 

@@ -23,14 +23,21 @@ import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
-import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
-import { idempotentRun } from "../core/idempotent-run.ts";
+import { auditThen, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
+import { answerInRun } from "../core/idempotent-run.ts";
 import { appOf } from "../core/auth.ts";
 import { isWellFormedText } from "../core/text.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { PlatformEvents } from "../queues/index.ts";
 import { UnknownKeyError, type Keyring } from "./keyring.ts";
-import { hashLinkToken, type Announce, type LinkInfo, type SecretStore, type SetResult } from "./secret-store.ts";
+import {
+  hashLinkToken,
+  type Announce,
+  type LinkInfo,
+  type RemovalGuard,
+  type SecretStore,
+  type SetResult,
+} from "./secret-store.ts";
 
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
 export const MAX_VALUE_BYTES = 65_536;
@@ -60,14 +67,10 @@ export interface SecretsAdmin {
   addSecretNames(appId: string, names: string[], within?: InTransaction): Promise<void>;
   /**
    * Admin `RemoveSecretNames`: refused (`failed_precondition`, naming them) when a name has a
-   * value, unless `confirmDestroyValues`. The names whose value went.
+   * value, unless `guard.confirmDestroyValues`; refused (`conflict`, naming them) when a name's
+   * version is not the expected one. The names whose value went.
    */
-  removeSecretNames(
-    appId: string,
-    names: string[],
-    confirmDestroyValues: boolean,
-    within?: InTransaction,
-  ): Promise<string[]>;
+  removeSecretNames(appId: string, names: string[], guard: RemovalGuard, within?: InTransaction): Promise<string[]>;
   /**
    * `CreateSecretLink` as the app (AdminService's, by an operator): a one-time link to set `name`, with
    * `within` (the audit entry) in the transaction that creates it.
@@ -238,8 +241,7 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
           name: link.name,
           expiresAt: timestampFromDate(link.expiresAt),
         });
-        const run = idempotentRun(context, SecretsService.method.createSecretLink);
-        const answerIn = run && ((trx: Db, link: CreatedLink) => run.answerIn(trx, answer(link)));
+        const answerIn = answerInRun(context, SecretsService.method.createSecretLink, answer);
         return answer(await createLink(appOf(context), req.name, undefined, answerIn));
       },
     },
@@ -251,8 +253,16 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     declareSecrets: (appId, names, within) => store.declare(appId, names, within),
     addSecretNames: (appId, names, within) => store.addNames(appId, names, within),
 
-    async removeSecretNames(appId, names, confirmDestroyValues, within) {
-      const result = await store.removeNames(appId, names, confirmDestroyValues, within);
+    async removeSecretNames(appId, names, guard, within) {
+      const result = await store.removeNames(appId, names, guard, within);
+      if (result.changed.length > 0) {
+        const list = result.changed.join(", ");
+        throw new PlatformError(
+          "conflict",
+          `${list} ${result.changed.length === 1 ? "has" : "have"} changed since you looked (a value was set): nothing was removed; look again`,
+          { details: result.changed.map((name) => `${name}: not at the expected version`) },
+        );
+      }
       if (!result.removed) {
         const list = result.withValues.join(", ");
         throw new PlatformError(
@@ -270,9 +280,14 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     expiringLinks: (seconds) => store.expiringLinks(seconds),
 
     async revokeLink(appId, linkId, within) {
-      const name = isUuid(linkId) ? await store.revokeLink(appId, linkId, within) : undefined;
-      if (name === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
-      return name;
+      const revoked = isUuid(linkId) ? await store.revokeLink(appId, linkId, within) : undefined;
+      if (revoked === "used")
+        throw new PlatformError(
+          "failed_precondition",
+          `link ${linkId} was already used: the value it set stays (set another value, or drop the name, to undo it)`,
+        );
+      if (revoked === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
+      return revoked.name;
     },
 
     async setSecret(app, name, value, within) {

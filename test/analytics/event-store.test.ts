@@ -5,6 +5,7 @@
  * MongoDB block is reported as skipped, never as passed.
  */
 import crypto from "node:crypto";
+import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
@@ -177,6 +178,59 @@ describe(`SQL event store (${backend})`, () => {
     );
   });
 });
+
+describe.skipIf(backend !== "postgres")(
+  `SQL event store on a database whose time zone keeps summer time (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite runs in UTC and does not apply a database's own zone"})`,
+  () => {
+    // Days are UTC days whatever the database's own zone: a rollup row stored at
+    // local midnight of a summer-time zone sat an hour before its UTC day, so its
+    // day was read as the one before and retention took it with the day before.
+    let database: TestDatabase;
+    let db: Database;
+    beforeAll(async () => {
+      database = await createTestDatabase();
+      const first = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+      await migrate(first.db);
+      await sql`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET TimeZone = %L', current_database(), 'Europe/Berlin'); END $$`.execute(
+        first.db,
+      );
+      await first.close();
+      db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    });
+    afterAll(async () => {
+      await db?.close();
+      await database?.drop();
+    });
+
+    it("stores and counts summer days and hours in UTC, and retention keeps the cutoff day", async () => {
+      const store = createSqlEventStore(db.db);
+      const appId = crypto.randomUUID();
+      const start = T("2024-07-09T00:00:00Z");
+      const events = spreadEvents(400, 11).map((e) => ({ ...e, at: start + (e.at - T("2024-02-27T00:00:00Z")) }));
+      await store.insert(appId, events);
+      const check = async (kept: StoredEvent[]) => {
+        for (const unit of ["hour", "day"] as const) {
+          const query = { unit, since: T("2024-07-09T00:00:00Z"), until: T("2024-07-16T00:00:00Z"), groupBy: "plan" };
+          const rows = await store.count({ appId, type: "signup", ...query });
+          expect(iso(rows), unit).toEqual(referenceCount(kept, query));
+        }
+      };
+      await check(events);
+      const before = new Date(T("2024-07-11T00:00:00Z"));
+      while ((await store.deleteBefore(appId, before, 500)) === 500);
+      await check(events.filter((e) => e.at >= before.getTime()));
+    });
+
+    it("runs its sessions in UTC, whatever the database's own zone", async () => {
+      const { rows } = await sql<{ setconfig: string[] }>`
+      SELECT setconfig FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+      WHERE d.datname = current_database()`.execute(db.db);
+      expect(rows.flatMap((r) => r.setconfig)).toContain("TimeZone=Europe/Berlin");
+      for (const on of [db.db, db.relaxedDb, db.unboundedDb])
+        expect((await sql<{ TimeZone: string }>`SHOW TimeZone`.execute(on)).rows).toEqual([{ TimeZone: "UTC" }]);
+    });
+  },
+);
 
 describe.skipIf(!process.env.MONGODB_URL)(
   "MongoDB event store (real server; SKIPPED unless MONGODB_URL is set)",

@@ -44,6 +44,20 @@ it("sends the calls of one turn as one batch and answers each caller with its ow
   expect(batches).toEqual([{ key: "a", items: [1, 2, 3] }]);
 });
 
+it("calls of one turn share a statement also when they come from separate callbacks, on an idle key", async () => {
+  // As requests read from two connections in one turn: the second call is made after the first's
+  // microtasks ran. An idle key used to send the first call at once, alone, and the second waited
+  // for that statement to finish.
+  const { batcher, batches, openAll } = recorder(100, 1);
+  const first = batcher.call("a", 1);
+  await Promise.resolve();
+  await Promise.resolve();
+  const second = batcher.call("a", 2);
+  await openAll();
+  expect(await Promise.all([first, second])).toEqual(["a:1", "a:2"]);
+  expect(batches).toEqual([{ key: "a", items: [1, 2] }]);
+});
+
 it("keeps keys apart, bounds a batch by maxBatch, and never runs more than maxInFlight per key", async () => {
   const { batcher, batches, openAll, maxRunning } = recorder(2, 1);
   const calls = [1, 2, 3, 4, 5].map((i) => batcher.call("a", i));

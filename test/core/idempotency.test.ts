@@ -7,8 +7,15 @@
 import crypto from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { create } from "@bufbuild/protobuf";
+import { createContextValues, createHandlerContext } from "@connectrpc/connect";
+import pino from "pino";
+import { PutMessageRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { principalKey } from "../../src/core/auth.ts";
+import { createIdempotencyStore } from "../../src/core/idempotency-store.ts";
+import { createIdempotency } from "../../src/core/http/idempotency.ts";
+import { createMetrics } from "../../src/core/metrics.ts";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import {
   backend,
@@ -280,6 +287,65 @@ describe("Idempotency-Key over REST", () => {
     expect([retaken.status, retaken.headers.get("idempotent-replayed")]).toEqual([200, null]);
     expect(retaken.body.id).not.toBe(first.body.id);
     expect((await put(t, app, "jobs", { payload: 1 }, key)).body.id).toBe(retaken.body.id);
+  });
+
+  it("a live run keeps its key past the hold's length: a repeat is told 409 and never runs the work beside it", async () => {
+    // A run of the service's own Idempotency, with a hold of 1 s instead of 300 s (a generate slower than the
+    // hold was taken over by its repeat, run twice and charged twice).
+    const idempotency = createIdempotency({
+      store: createIdempotencyStore(t.server.deps.db),
+      logger: pino({ level: "silent" }),
+      metrics: createMetrics(),
+      lockSeconds: 1,
+    });
+    const app = await t.createApp();
+    const record = await t.server.deps.apps.get(app.id);
+    const key = newKey();
+    const context = () => {
+      const values = createContextValues().set(principalKey, { kind: "app", app: record, tokenId: "t" });
+      return createHandlerContext({
+        service: QueueService,
+        method: QueueService.method.putMessage,
+        protocolName: "connect",
+        requestMethod: "POST",
+        url: "http://localhost/",
+        requestHeader: { "idempotency-key": key },
+        contextValues: values,
+      });
+    };
+    const req = create(PutMessageRequestSchema, { queue: "slow" });
+    let finishFirst!: () => void;
+    const runs: string[] = [];
+    const first = idempotency.run(QueueService.method.putMessage, req, context(), async () => {
+      runs.push("first");
+      await new Promise<void>((resolve) => (finishFirst = resolve));
+      return { id: "first-answer", queue: "slow" };
+    });
+    // Until the database's clock is past the first hold's end, with the run still going.
+    const db = tables(t.server.deps.db);
+    await vi.waitFor(
+      async () => {
+        const { rows } = await sql<{ lapsed: boolean; held: boolean }>`
+          SELECT created_at + interval '1.5 s' < now() AS lapsed, locked_until > now() AS held
+          FROM idempotency_keys WHERE app_id = ${app.id}`.execute(db);
+        expect(rows).toEqual([{ lapsed: true, held: true }]);
+      },
+      { timeout: 10_000, interval: 50 },
+    );
+    const repeat = await idempotency
+      .run(QueueService.method.putMessage, req, context(), async () => {
+        runs.push("repeat");
+        return { id: "second-answer", queue: "slow" };
+      })
+      .catch((e: unknown) => e);
+    expect((repeat as { code?: string }).code).toBe("idempotency_key_in_use");
+    finishFirst();
+    expect(await first).toMatchObject({ id: "first-answer" });
+    const replay = await idempotency.run(QueueService.method.putMessage, req, context(), async () => {
+      runs.push("replay");
+      return { id: "third-answer", queue: "slow" };
+    });
+    expect([replay.id, runs]).toEqual(["first-answer", ["first"]]);
   });
 
   it("forgets a key after 24 hours: the request runs again, and housekeeping deletes the row", async () => {

@@ -350,6 +350,18 @@ describe("what every screen shares", () => {
     await page.getByRole("button", { name: "Drop API_KEY" }).click();
     await page.getByText("This destroys the value").waitFor();
     await page.screenshot({ path: dashboard.shot("secrets-drop-warning-1280-light.png") });
+    // A new value set while the dialog shows version 1 is not destroyed unseen: the drop is refused.
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "set-while-open" });
+    await page.getByRole("button", { name: "Drop and destroy the value" }).click();
+    await page.getByText("API_KEY has changed since you looked").waitFor();
+    await page.screenshot({ path: dashboard.shot("secrets-drop-changed-1280-light.png") });
+    const kept = await t.request("GET", "/v1/secrets/API_KEY", { token: app.token });
+    expect([kept.status, kept.body.value, kept.body.version]).toEqual([200, "set-while-open", 2]);
+    // Opened again, the dialog shows the version there is now, and dropping destroys that one.
+    await page.getByRole("button", { name: "Cancel" }).click();
+    await page.getByRole("button", { name: "Drop API_KEY" }).click();
+    await page.getByText("(version 2)").waitFor();
+    expect(await page.getByText("has changed since you looked").count()).toBe(0);
     await page.getByRole("button", { name: "Drop and destroy the value" }).click();
     await page.getByText("the value of API_KEY was destroyed").waitFor();
     expect((await t.request("GET", "/v1/secrets/API_KEY", { token: app.token })).status).toBe(404);

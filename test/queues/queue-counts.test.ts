@@ -12,7 +12,8 @@ import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase, type Db } from "../../src/core/database/index.ts";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
-import { transportFor, useTestServer } from "../support/harness.ts";
+import { backend, transportFor, useTestServer } from "../support/harness.ts";
+import { usePgClients } from "../support/pg-clients.ts";
 import { useCrashableService, type ServiceProcess } from "../support/service-process.ts";
 
 /** Per queue of the app: the counters' sum and a plain count of the rows; and the listing against a plain count of the states. */
@@ -117,6 +118,116 @@ describe("in one server", () => {
     }
   });
 });
+
+describe.skipIf(backend !== "postgres")(
+  `puts that meet a put holding the queue's lock (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a put open takes a second connection, and PGlite has one"})`,
+  () => {
+    const t = useTestServer();
+    const num = (v: number) => ({ kind: { case: "numberValue" as const, value: v } });
+    /** [0] holds the gate; [1] watches the server's sessions from outside. */
+    const clients = usePgClients(t, 2);
+    const GATE = 7_424_242;
+
+    /** Sessions of the server waiting on an advisory lock other than the gate. */
+    async function waitingOnQueueLocks(): Promise<number> {
+      const { rows } = await clients[1].query(
+        `SELECT count(*)::int AS n FROM pg_locks
+         WHERE locktype = 'advisory' AND NOT granted AND NOT (classid = 0 AND objid = $1)`,
+        [GATE],
+      );
+      return rows[0].n as number;
+    }
+    async function waitingOnGate(): Promise<number> {
+      const { rows } = await clients[1].query(
+        `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 0 AND objid = $1`,
+        [GATE],
+      );
+      return rows[0].n as number;
+    }
+
+    it("single puts sent while a batch filling the queue is still open are refused, not added past the cap", async () => {
+      // The batch counts the queue under its lock, inserts, then waits at the gate (a trigger on its
+      // rows, not on the single puts') before it commits. Single puts sent meanwhile go in shared statements that count far
+      // below the cap: they must see the batch, so they wait for its commit and are then refused.
+      const cap = 100;
+      const app = await t.createApp();
+      await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: cap } });
+      const c = t.client(QueueService, app.token);
+      const db = t.server.deps.db;
+      const gate = clients[0];
+      const batchPayload = { kind: { case: "stringValue" as const, value: "batch" } };
+      await sql`
+        CREATE FUNCTION test_put_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_lock(${sql.lit(GATE)}); PERFORM pg_advisory_unlock(${sql.lit(GATE)}); RETURN NULL; END $$`.execute(
+        db,
+      );
+      await sql`
+        CREATE TRIGGER test_put_gate AFTER INSERT ON queue_messages
+        FOR EACH ROW WHEN (NEW.queue = 'gated' AND NEW.payload = '"batch"') EXECUTE FUNCTION test_put_gate()`.execute(
+        db,
+      );
+      try {
+        await gate.query("SELECT pg_advisory_lock($1)", [GATE]);
+        const batch = c
+          .putMessages({ queue: "gated", messages: Array.from({ length: cap }, () => ({ payload: batchPayload })) })
+          .then(
+            () => true,
+            () => false,
+          );
+        await vi.waitFor(async () => expect(await waitingOnGate()).toBe(1), { timeout: 10_000, interval: 20 });
+        let settled = 0;
+        const singles = Array.from({ length: 20 }, (_, i) =>
+          c.putMessage({ queue: "gated", payload: num(i) }).then(
+            () => (settled++, true),
+            () => (settled++, false),
+          ),
+        );
+        // Either the singles went past the open batch (the fault) or they wait on the queue's lock.
+        await vi.waitFor(
+          async () => expect(settled === singles.length || (await waitingOnQueueLocks()) > 0).toBe(true),
+          { timeout: 10_000, interval: 20 },
+        );
+        await gate.query("SELECT pg_advisory_unlock($1)", [GATE]);
+        expect(await batch).toBe(true);
+        const accepted = (await Promise.all(singles)).filter(Boolean).length;
+        const rows = await compare(db, app.id);
+        expect({ accepted, rows }).toEqual({ accepted: 0, rows: [{ queue: "gated", counted: cap, plain: cap }] });
+      } finally {
+        await gate.query("SELECT pg_advisory_unlock_all()");
+        await sql`DROP TRIGGER IF EXISTS test_put_gate ON queue_messages`.execute(db);
+        await sql`DROP FUNCTION IF EXISTS test_put_gate()`.execute(db);
+      }
+    });
+
+    it("a put that waited for the queue's lock counts its delay and time to live from after the wait", async () => {
+      // A cap of 10 is below the batched path's slack: every put takes the lock (a keyed one too).
+      const app = await t.createApp();
+      await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 10 } });
+      const c = t.client(QueueService, app.token);
+      const [lock, observer] = clients;
+      await lock.query("BEGIN");
+      await lock.query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [`queue:${app.id}:held`]);
+      const puts = [
+        c.putMessage({ queue: "held", payload: num(1), ttlSeconds: 600, delaySeconds: 30 }),
+        c.putMessage({ queue: "held", payload: num(2), ttlSeconds: 600, delaySeconds: 30, dedupKey: "k" }),
+      ];
+      await vi.waitFor(async () => expect(await waitingOnQueueLocks()).toBe(2), { timeout: 10_000, interval: 20 });
+      const { rows: before } = await observer.query("SELECT clock_timestamp() AS t");
+      await lock.query("COMMIT");
+      await Promise.all(puts);
+      const { rows } = await observer.query(
+        `SELECT payload, visible_at >= $2::timestamptz + interval '30 s' AS delay_after,
+                expires_at >= $2::timestamptz + interval '600 s' AS ttl_after
+         FROM queue_messages WHERE app_id = $1 AND queue = 'held' ORDER BY payload`,
+        [app.id, before[0].t],
+      );
+      expect(rows).toEqual([
+        { payload: "1", delay_after: true, ttl_after: true },
+        { payload: "2", delay_after: true, ttl_after: true },
+      ]);
+    });
+  },
+);
 
 describe("across kill -9", () => {
   const service = useCrashableService();

@@ -239,6 +239,35 @@ describe("POST /v1/secrets/{name}/link", () => {
     );
   });
 
+  it("revoking a link that was already used says so, and the value it set stays; racing a use, one of the two wins", async () => {
+    const app = await appWith(["KEY"]);
+    const token = await linkToken(app, "KEY");
+    const [link] = (await t.admin.listSecretLinks({ appId: app.id })).links;
+    expect((await t.request("PUT", `/secret-links/${token}`, { body: { value: "from the owner" } })).status).toBe(200);
+    const refused = await t.admin.revokeSecretLink({ appId: app.id, linkId: link.id }).catch((e: unknown) => e);
+    expect(ConnectError.from(refused).code).toBe(Code.FailedPrecondition);
+    expect(ConnectError.from(refused).rawMessage).toMatch(/already used: the value it set stays/);
+    expect((await t.request("GET", "/v1/secrets/KEY", { token: app.token })).body.value).toBe("from the owner");
+    // A use and a revoke at once: either the use set the value and the revoke is refused, or the revoke
+    // won and the use finds no link. Never both "revoked" and a value set through the link.
+    for (let i = 0; i < 10; i++) {
+      const name = `RACE_${i}`;
+      await t.admin.addSecretNames({ appId: app.id, names: [name] });
+      const raceToken = await linkToken(app, name);
+      const id = (await t.admin.listSecretLinks({ appId: app.id })).links.find((l) => l.name === name)!.id;
+      const [use, revoke] = await Promise.all([
+        t.request("PUT", `/secret-links/${raceToken}`, { body: { value: "v" } }),
+        t.admin.revokeSecretLink({ appId: app.id, linkId: id }).then(
+          () => "revoked",
+          (e: unknown) => Code[ConnectError.from(e).code],
+        ),
+      ]);
+      const read = await t.request("GET", `/v1/secrets/${name}`, { token: app.token });
+      if (use.status === 200) expect([revoke, read.status]).toEqual(["FailedPrecondition", 200]);
+      else expect([use.status, revoke, read.status]).toEqual([404, "revoked", 409]);
+    }
+  });
+
   it("counts only unexpired links as outstanding", async () => {
     const app = await appWith(["A"]);
     await t.admin.updateApp({ appId: app.id, limits: { maxOutstandingLinks: 1 } });
@@ -291,6 +320,33 @@ describe("admin SetSecret and DeclareSecrets", () => {
     await t.admin.declareSecrets({ appId: app.id, names: ["KEEP", "NEW", "DROP"] });
     expect((await t.request("GET", "/v1/secrets/DROP", { token: app.token })).status).toBe(409);
     expect((await t.request("PUT", `/secret-links/${dropLink}`, { body: { value: "again" } })).status).toBe(404);
+  });
+
+  it("a name dropped and declared again counts its versions on, so an app never sees a version it holds with another value", async () => {
+    const app = await appWith(["API_KEY"]);
+    const read = async () => (await t.request("GET", "/v1/secrets/API_KEY", { token: app.token })).body;
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "first" });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "second" });
+    expect(await read()).toMatchObject({ value: "second", version: 2 });
+    // Dropped by a new blueprint, declared again, set: version 3 (it was 1 again, the app's cached "version 2"
+    // would have matched a later set, and "version 1" the first).
+    await t.admin.declareSecrets({ appId: app.id, names: [] });
+    await t.admin.declareSecrets({ appId: app.id, names: ["API_KEY"] });
+    await t.admin.setSecret({ appId: app.id, name: "API_KEY", value: "third" });
+    expect(await read()).toMatchObject({ value: "third", version: 3 });
+    // Removed by name (its value confirmed destroyed), added again, set through a link: version 4.
+    expect(
+      (await t.admin.removeSecretNames({ appId: app.id, names: ["API_KEY"], confirmDestroyValues: true })).app
+        ?.declaredSecrets,
+    ).toEqual([]);
+    await t.admin.addSecretNames({ appId: app.id, names: ["API_KEY"] });
+    const token = await linkToken(app, "API_KEY");
+    expect((await t.request("PUT", `/secret-links/${token}`, { body: { value: "fourth" } })).status).toBe(200);
+    expect(await read()).toMatchObject({ value: "fourth", version: 4 });
+    // Another app's name of the same spelling keeps its own count.
+    const other = await appWith(["API_KEY"]);
+    await t.admin.setSecret({ appId: other.id, name: "API_KEY", value: "x" });
+    expect((await t.request("GET", "/v1/secrets/API_KEY", { token: other.token })).body.version).toBe(1);
   });
 });
 

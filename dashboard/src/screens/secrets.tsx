@@ -51,6 +51,9 @@ export function SecretsTab({ app }: { app: App }) {
       );
       await queryClient.invalidateQueries();
     },
+    // Refused (a value set since the dialog opened, say): the list is read again, so the secret is shown
+    // as it is now when the dialog is opened again.
+    onError: () => queryClient.invalidateQueries(),
   });
   const revoke = useMutation(revokeSecretLink, {
     onSuccess: async () => {
@@ -272,14 +275,19 @@ export function SecretsTab({ app }: { app: App }) {
         confirmLabel={dropping?.set ? "Drop and destroy the value" : "Drop secret"}
         busy={remove.isPending}
         error={remove.error}
-        onClose={() => setDropping(null)}
+        onClose={() => {
+          setDropping(null);
+          remove.reset();
+        }}
         onConfirm={() =>
           dropping &&
           remove.mutate({
             appId: app.id,
             names: [dropping.name],
-            // Only a value the operator saw is destroyed: one set since is refused by the server, which says so.
+            // Only the value the operator saw is destroyed: one set since (a first value, or a new version)
+            // is refused by the server with `conflict`, shown in the dialog.
             confirmDestroyValues: dropping.set,
+            expectedVersions: { [dropping.name]: dropping.set ? Number(dropping.version ?? 0) : 0 },
           })
         }
       >

@@ -101,6 +101,9 @@ export interface DatabaseOptions {
  */
 export const PGLITE_SETTINGS = ["-c", "shared_buffers=16MB"];
 
+/** The time zone of every PostgreSQL session (a connection option, so no statement is spent on it). */
+const SESSION_ZONE = "-c TimeZone=UTC";
+
 const INT8_OID = 20;
 const DATE_OID = 1082;
 
@@ -130,9 +133,10 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       max,
       types,
       connectionTimeoutMillis,
-      ...(settings || statementTimeoutMs !== undefined
-        ? { options: [settings, statementTimeoutOption(statementTimeoutMs)].filter(Boolean).join(" ") }
-        : {}),
+      // Every session in UTC, whatever the server's or the database's own zone:
+      // days (quotas, rollups, retention) are UTC days, and SQL that turns a
+      // timestamp into a day would otherwise follow the server's summer time.
+      options: [SESSION_ZONE, settings, statementTimeoutOption(statementTimeoutMs)].filter(Boolean).join(" "),
     });
     pool.on("error", onError);
     // A checked-out client has no pool listener: without its own, a connection

@@ -11,6 +11,7 @@ import type { Metrics } from "../metrics.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 import { registerErrorHandlers, renderFrameworkError } from "./error-handler.ts";
 import { createOnePortServer, type TlsOptions } from "./one-port.ts";
+import { createRequestLogger } from "./request-logger.ts";
 import type { HttpTimeouts } from "../config.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
@@ -32,6 +33,7 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     routerOptions: { maxParamLength: 512 },
     loggerInstance: logger,
     logController: new LogController({ disableRequestLogging: true }),
+    childLoggerFactory: createRequestLogger,
     requestIdHeader: false,
     genReqId: (req) => {
       const given = req.headers["x-request-id"];

@@ -18,11 +18,15 @@
  *   `Retry-After: 1` (it does not wait: a long generate would hold the repeat
  *   for as long, and the client decides whether to retry);
  * - a run that fails stores nothing and forgets the key, so a retry runs again;
+ * - a live run keeps its key however long it takes (a slow generate): it
+ *   renews its hold every third of `RUN_LOCK_SECONDS`, so a repeat is told
+ *   409 and never runs the work (and spends the allowance) a second time
+ *   beside it;
  * - a run whose process dies holds the key `RUN_LOCK_SECONDS`, after which a
  *   repeat of the same request runs it again. So that this never does the
  *   work twice where the work is one transaction of the platform database (a
  *   put, a secret link, events in the SQL store, a mail to the outbox), such
- *   an RPC stores its answer in that transaction (`idempotentRun` in
+ *   an RPC stores its answer in that transaction (`answerInRun` in
  *   core/idempotent-run.ts): the work and its answer commit together or not
  *   at all. Work done elsewhere (a mail handed to SES, a generate) is
  *   answered after it, and a death in between runs it again after the lock.
@@ -77,8 +81,17 @@ export interface Idempotency {
   housekeeping(): HousekeepingTask;
 }
 
-export function createIdempotency(options: { store: IdempotencyStore; logger: Logger; metrics: Metrics }): Idempotency {
+export interface IdempotencyOptions {
+  store: IdempotencyStore;
+  logger: Logger;
+  metrics: Metrics;
+  /** How long a run's hold lasts without renewal (default `RUN_LOCK_SECONDS`; shorter in tests). */
+  lockSeconds?: number;
+}
+
+export function createIdempotency(options: IdempotencyOptions): Idempotency {
   const { store, logger } = options;
+  const lockSeconds = options.lockSeconds ?? RUN_LOCK_SECONDS;
   const replays = options.metrics.counter(
     "idempotent_replays_total",
     "Requests answered from an earlier request with the same Idempotency-Key.",
@@ -106,7 +119,7 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
         fingerprint,
         attempt,
         ttlSeconds: IDEMPOTENCY_TTL_SECONDS,
-        lockSeconds: RUN_LOCK_SECONDS,
+        lockSeconds,
       };
       // The row can vanish between the claim and the read (its run failed): claim again.
       for (let tries = 0; ; tries++) {
@@ -141,10 +154,26 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
           answered = true;
         },
       });
+      // Renewed while the run lives; a failed renewal is retried at the next beat (the hold has two more).
+      const heartbeat = setInterval(
+        () => {
+          store
+            .hold(app.id, stored, attempt, lockSeconds)
+            .catch((err: unknown) =>
+              logger.warn(
+                { err: err instanceof Error ? err.message : String(err), appId: app.id, operation },
+                "idempotency key hold not renewed",
+              ),
+            );
+        },
+        (lockSeconds * 1000) / 3,
+      );
+      heartbeat.unref();
       let output: MessageShape<typeof method.output>;
       try {
         output = create(method.output, await handler());
       } catch (err) {
+        clearInterval(heartbeat);
         await store
           .release(app.id, stored, attempt)
           .catch((releaseErr: unknown) =>
@@ -155,6 +184,7 @@ export function createIdempotency(options: { store: IdempotencyStore; logger: Lo
           );
         throw err;
       }
+      clearInterval(heartbeat);
       if (answered) return output;
       try {
         await store.finish(app.id, stored, attempt, 200, sealed(output));

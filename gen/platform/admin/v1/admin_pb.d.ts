@@ -1756,6 +1756,15 @@ export declare type RemoveSecretNamesRequest = Message<"platform.admin.v1.Remove
    * @generated from field: bool confirm_destroy_values = 4;
    */
   confirmDestroyValues: boolean;
+
+  /**
+   * The version each named secret is expected to have (0: no value), e.g. as the caller showed it:
+   * when one differs (a value was set since), nothing changes and the call answers `conflict` naming
+   * it, so a value nobody saw is never destroyed. Names left out are not checked.
+   *
+   * @generated from field: map<string, int32> expected_versions = 5;
+   */
+  expectedVersions: { [key: string]: number };
 };
 
 /**

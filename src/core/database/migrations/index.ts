@@ -21,6 +21,8 @@ import * as operators from "./0016-operators.ts";
 import * as auditLog from "./0017-audit-log.ts";
 import * as idempotencyKeys from "./0018-idempotency-keys.ts";
 import * as queueActivity from "./0019-queue-activity.ts";
+import * as queueDepth from "./0020-queue-depth.ts";
+import * as secretVersionFloors from "./0021-secret-version-floors.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -41,4 +43,6 @@ export const migrations: Record<string, Migration> = {
   "0017-audit-log": auditLog,
   "0018-idempotency-keys": idempotencyKeys,
   "0019-queue-activity": queueActivity,
+  "0020-queue-depth": queueDepth,
+  "0021-secret-version-floors": secretVersionFloors,
 };
