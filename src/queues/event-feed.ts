@@ -22,6 +22,7 @@ import type { ReadEventFeedRequest, ReadEventFeedResponseSchema } from "../../ge
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import type { Database, InTransaction } from "../core/database/index.ts";
+import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -176,7 +177,10 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
               })),
             };
           }
-          if (stop.signal.aborted || Date.now() >= deadline) return { cursor: cursor.toString(), events: [] };
+          if (stop.signal.aborted || Date.now() >= deadline) {
+            throwIfPastDeadline(context, "an event");
+            return { cursor: cursor.toString(), events: [] };
+          }
           await waiter.wait(deadline, stop.signal);
         }
       } finally {

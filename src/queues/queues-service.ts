@@ -33,13 +33,14 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
+import { throwIfPastDeadline } from "../core/deadline.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
@@ -173,17 +174,6 @@ function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: num
   if (delaySeconds >= ttlSeconds)
     throw invalidArgument(`${prefix}delaySeconds`, "must be less than the message's lifetime (ttlSeconds)");
   return { ttlSeconds, delaySeconds };
-}
-
-/**
- * A call whose deadline (`connect-timeout-ms`, `grpc-timeout`) passed while it
- * waited ends with `deadline_exceeded`, as the protocols say, not with an
- * empty success the client cannot tell from "no message".
- */
-function throwIfPastDeadline(context: HandlerContext): void {
-  const left = context.timeoutMs();
-  if (left !== undefined && left <= 0)
-    throw new PlatformError("deadline_exceeded", "the call's deadline passed before a message came");
 }
 
 function checkPutQueue(name: string): string {
@@ -456,7 +446,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const { policy, rule } = await policyOf(app, queue);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
         const messages = await consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
-        if (messages.length === 0) throwIfPastDeadline(context);
+        if (messages.length === 0) throwIfPastDeadline(context, "a message");
         if (req.max !== undefined) return { messages: messages.map(toMessage) };
         return messages[0] ? { message: toMessage(messages[0]) } : {};
       },
@@ -619,7 +609,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
               }),
             };
           }
-          throwIfPastDeadline(context);
+          throwIfPastDeadline(context, "a message");
         } catch (err) {
           const platformError = toPlatformError(err);
           // A client that cancels (or goes away) ends its stream normally: nothing to log.

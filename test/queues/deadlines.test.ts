@@ -9,6 +9,9 @@ import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { ConsumeMessageRequestSchema, StreamMessagesRequestSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { throwIfPastDeadline } from "../../src/core/deadline.ts";
+import { PlatformError } from "../../src/core/errors.ts";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 import { grpcFrame, h2Call } from "../support/raw-rpc.ts";
 
@@ -58,6 +61,22 @@ describe("deadlines", () => {
     expect(res.status).toBe(504);
     expect(body.code).toBe("deadline_exceeded");
     expect(body.details?.map((d) => d.type)).toEqual(["platform.meta.v1.ErrorDetail"]);
+  });
+
+  it("Connect ReadEventFeed with connect-timeout-ms: deadline_exceeded, not an empty page", async () => {
+    const res = await fetch(`${t.url}${SERVICE}/ReadEventFeed`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        "connect-protocol-version": "1",
+        "connect-timeout-ms": "500",
+        authorization: `Bearer ${app.token}`,
+      },
+      body: JSON.stringify({ waitSeconds: 20 }),
+    });
+    const body = (await res.json()) as { code: string };
+    expect(res.status).toBe(504);
+    expect(body.code).toBe("deadline_exceeded");
   });
 
   it("gRPC ConsumeMessage with grpc-timeout: status 4", async () => {
@@ -122,5 +141,37 @@ describe("deadlines", () => {
       i += 5 + len;
     }
     expect(end?.error?.code).toBe("deadline_exceeded");
+  });
+
+  describe("throwIfPastDeadline", () => {
+    /** A call's context as connect builds it: its signal, aborted or not, and the clock's time left. */
+    function contextOf(reason: unknown, leftMs: number | undefined) {
+      const controller = new AbortController();
+      if (reason !== undefined) controller.abort(reason);
+      return { signal: controller.signal, timeoutMs: () => leftMs };
+    }
+
+    it("counts an abort by the deadline's timer even while the clock still shows a millisecond left", () => {
+      // Node's timers and Date.now() are different clocks: the deadline's setTimeout can fire first.
+      const timedOut = new ConnectError("the operation timed out", Code.DeadlineExceeded);
+      const thrown = (() => {
+        try {
+          throwIfPastDeadline(contextOf(timedOut, 1), "a message");
+        } catch (err) {
+          return err;
+        }
+      })();
+      expect(thrown).toBeInstanceOf(PlatformError);
+      expect((thrown as PlatformError).code).toBe("deadline_exceeded");
+    });
+
+    it("leaves a call alone that was cancelled, that has time left, or that has no deadline", () => {
+      expect(() =>
+        throwIfPastDeadline(contextOf(new ConnectError("gone", Code.Canceled), 1), "a message"),
+      ).not.toThrow();
+      expect(() => throwIfPastDeadline(contextOf(undefined, 200), "a message")).not.toThrow();
+      expect(() => throwIfPastDeadline(contextOf(undefined, undefined), "a message")).not.toThrow();
+      expect(() => throwIfPastDeadline(contextOf(undefined, 0), "a message")).toThrow(PlatformError);
+    });
   });
 });
