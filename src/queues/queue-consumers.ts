@@ -123,7 +123,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     afterBurying(app.id, rule, claimed.buried);
     return claimed;
   }
-  const ackBatcher = createBatcher<{ appId: string; id: string; deliveries: number }, boolean>({
+  const ackBatcher = createBatcher<{ appId: string; id: string; claim: number }, boolean>({
     maxBatch: ACK_BATCH,
     maxInFlight: 1,
     run: (_key, items) => store.ackMany(items),
@@ -214,8 +214,8 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
 
   /** Acks a batch of one app's receipts in one statement, and frees the stream windows that held them. */
   async function ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]> {
-    const acked = await store.ackMany(receipts.map((r) => ({ appId, id: r.id, deliveries: r.deliveries })));
-    acked.forEach((ok, i) => ok && windows.acked(appId, receipts[i].id, receipts[i].deliveries));
+    const acked = await store.ackMany(receipts.map((r) => ({ appId, id: r.id, claim: r.claim })));
+    acked.forEach((ok, i) => ok && windows.acked(appId, receipts[i].id, receipts[i].claim));
     return acked;
   }
 
@@ -264,8 +264,8 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           const leased = await store.stillLeased(app.id, held);
           let freed = 0;
           for (const r of held)
-            if (!leased.has(`${r.id}|${r.deliveries}`)) {
-              windows.acked(app.id, r.id, r.deliveries);
+            if (!leased.has(`${r.id}|${r.claim}`)) {
+              windows.acked(app.id, r.id, r.claim);
               freed++;
             }
           recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
@@ -303,7 +303,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
             break;
           }
           const messages = unsent.slice(0, Math.max(1, fit(unsent)));
-          for (const m of messages) window.add(app.id, m.id, m.deliveries, m.leaseExpiresAt.getTime());
+          for (const m of messages) window.add(app.id, m.id, m.claims, m.leaseExpiresAt.getTime());
           // Handed to the transport from here on: sent.
           unsent = unsent.slice(messages.length);
           streamSent.inc(messages.length);
@@ -329,7 +329,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   async function giveBack(appId: string, messages: StoredMessage[]): Promise<number> {
     const leases = messages.map((m) => ({
       id: m.id,
-      deliveries: m.deliveries,
+      claim: m.claims,
       visibleBefore: m.visibleBefore ?? new Date(),
     }));
     try {
@@ -345,8 +345,8 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   }
 
   async function ackOne(appId: string, receipt: Receipt): Promise<boolean> {
-    const acked = await ackBatcher.call("", { appId, id: receipt.id, deliveries: receipt.deliveries });
-    if (acked) windows.acked(appId, receipt.id, receipt.deliveries);
+    const acked = await ackBatcher.call("", { appId, id: receipt.id, claim: receipt.claim });
+    if (acked) windows.acked(appId, receipt.id, receipt.claim);
     return acked;
   }
 

@@ -40,8 +40,10 @@ export interface QueueMessagesTable {
   /** When the message may next be claimed: the put (plus any delay), or the end of its current lease. */
   visible_at: Timestamp;
   expires_at: Timestamp;
-  /** Deliveries so far; also the lease's nonce inside the receipt. */
+  /** Deliveries so far, counted toward `maxDeliveries`; 0 again after a replay. */
   deliveries: Generated<number>;
+  /** Leases in all the message's lives (never 0 again): the lease's nonce inside the receipt (migration 0022). */
+  claims: Generated<number>;
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
@@ -53,6 +55,8 @@ export interface QueueDeadLettersTable {
   payload: string;
   enqueued_at: Timestamp;
   deliveries: number;
+  /** The message's `claims`, carried back into line by a replay. */
+  claims: number;
   died_at: Generated<Timestamp>;
   expires_at: Timestamp;
 }
@@ -125,6 +129,8 @@ export interface StoredMessage {
   expiresAt: Date;
   leaseExpiresAt: Date;
   deliveries: number;
+  /** The message's leases in all its lives, this one included: the receipt's nonce. */
+  claims: number;
   /** Set by a claim: `visible_at` before it, so a lease never handed out can be undone (`release`). */
   visibleBefore?: Date;
 }
@@ -171,7 +177,7 @@ type Count = number | string;
 /** A put: the new message, or (refused by the depth check) the waiting count. */
 type PutRow = { id: string | null; expires_at: When | null; n: Count };
 type DroppingPutRow = { id: string; expires_at: When; dropped: Count };
-type AckedRow = { app_id: string; id: string; deliveries: Count };
+type AckedRow = { app_id: string; id: string; claims: Count };
 type DeadLetterRow = {
   seq_text: string;
   id: string;
@@ -287,6 +293,7 @@ interface ClaimRow {
   expires_at: number | null;
   lease_until: number | null;
   deliveries: number | null;
+  claims: number | null;
   was_visible_at: number | null;
   next_visible_at: Date | string | null;
   buried: number | null;
@@ -358,7 +365,7 @@ export interface QueueStore {
    * place in line with its delivery uncounted, if that lease is still the
    * current one. Returns how many were released.
    */
-  release(appId: string, leases: { id: string; deliveries: number; visibleBefore: Date }[]): Promise<number>;
+  release(appId: string, leases: { id: string; claim: number; visibleBefore: Date }[]): Promise<number>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
@@ -380,7 +387,7 @@ export interface QueueStore {
    * from now, keeping its retry hold after it; the new end, or null when the
    * lease had lapsed or the message is gone.
    */
-  extend(appId: string, id: string, deliveries: number, leaseSeconds: number): Promise<Date | null>;
+  extend(appId: string, id: string, claim: number, leaseSeconds: number): Promise<Date | null>;
   /**
    * Ends the lease of a receipt that still holds it: the message waits again,
    * visible after `delaySeconds`, or (undefined) after the retry hold of its
@@ -390,14 +397,14 @@ export interface QueueStore {
   nack(
     appId: string,
     id: string,
-    deliveries: number,
+    claim: number,
     delaySeconds: number | undefined,
     defaults: ClaimRule["retry"],
   ): Promise<string | undefined>;
-  /** Of these deliveries of one app's messages, those whose lease still holds (keys `id|deliveries`). */
-  stillLeased(appId: string, leases: { id: string; deliveries: number }[]): Promise<Set<string>>;
+  /** Of these leases of one app's messages, those that still hold (keys `id|claim`). */
+  stillLeased(appId: string, leases: { id: string; claim: number }[]): Promise<Set<string>>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
-  ackMany(receipts: { appId: string; id: string; deliveries: number }[]): Promise<boolean[]>;
+  ackMany(receipts: { appId: string; id: string; claim: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
   list(appId: string): Promise<QueueStats[]>;
   /** For the wake-up safety net: of the given queues, the earliest time each has a message visible (past or future). */
@@ -477,6 +484,7 @@ function claimedRows(
       expiresAt: new Date(Number(row.expires_at)),
       leaseExpiresAt: new Date(Number(row.lease_until)),
       deliveries: Number(row.deliveries),
+      claims: Number(row.claims),
       was: Math.trunc(Number(row.was_visible_at)),
     });
   }
@@ -737,8 +745,8 @@ function createLeaseStore({
     const target = rule.deadLetterQueue;
     const moved =
       target === null
-        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, expires_at)
-              SELECT id, app_id, queue, payload, enqueued_at, deliveries, now() + make_interval(secs => ${rule.ttlSeconds})
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, claims, expires_at)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, claims, now() + make_interval(secs => ${rule.ttlSeconds})
               FROM gone RETURNING 1`
         : target === DROP_DEAD_LETTERS
           ? sql`SELECT 1 FROM gone`
@@ -762,7 +770,7 @@ function createLeaseStore({
               FOR UPDATE SKIP LOCKED
             ), gone AS (
               DELETE FROM queue_messages m WHERE m.id = ANY (ARRAY(SELECT id FROM dead))
-              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries, m.claims
             ), moved AS (${moved}),
             buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
         : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
@@ -775,18 +783,19 @@ function createLeaseStore({
         FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE queue_messages m
-        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1
+        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1,
+            claims = m.claims + 1
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims
       )
       SELECT c.id, c.payload, (extract(epoch FROM c.enqueued_at) * 1000)::float8 AS enqueued_at,
              (extract(epoch FROM c.expires_at) * 1000)::float8 AS expires_at,
-             (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries,
+             (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries, c.claims,
              (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at,
              NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
         SELECT min(visible_at) FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
@@ -800,29 +809,29 @@ function createLeaseStore({
       if (leases.length === 0) return 0;
       const result = await sql`
         UPDATE queue_messages m
-        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1
-        FROM unnest(${uuidArray(leases.map((l) => l.id))}, ${intArray(leases.map((l) => l.deliveries))},
-                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, deliveries, visible_before)
-        WHERE m.id = k.id AND m.app_id = ${appId} AND m.deliveries = k.deliveries`.execute(db);
+        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1, claims = m.claims - 1
+        FROM unnest(${uuidArray(leases.map((l) => l.id))}, ${intArray(leases.map((l) => l.claim))},
+                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, claim, visible_before)
+        WHERE m.id = k.id AND m.app_id = ${appId} AND m.claims = k.claim`.execute(db);
       return Number(result.numAffectedRows ?? 0n);
     },
 
     claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
       claimManyWith(appId, queue, leaseSeconds, n, rule),
 
-    async extend(appId, id, deliveries, leaseSeconds) {
+    async extend(appId, id, claim, leaseSeconds) {
       const { rows } = await sql<{ lease_until: Date | string }>`${PREPARED}
         UPDATE queue_messages
         SET visible_at = now() + make_interval(secs => ${leaseSeconds}) + (visible_at - lease_until),
             lease_until = now() + make_interval(secs => ${leaseSeconds})
-        WHERE id = ${id} AND app_id = ${appId} AND deliveries = ${deliveries} AND ${LEASED}
+        WHERE id = ${id} AND app_id = ${appId} AND claims = ${claim} AND ${LEASED}
         RETURNING lease_until`.execute(db);
       return rows[0] ? toDate(rows[0].lease_until) : null;
     },
 
-    async nack(appId, id, deliveries, delaySeconds, defaults) {
-      // The delivery that ends here is the `deliveries`-th: its hold is the
-      // one a lapse of it would have had (the claim's formula, one delivery on).
+    async nack(appId, id, claim, delaySeconds, defaults) {
+      // The delivery that ends here is the row's `deliveries`-th: its hold is
+      // the one a lapse of it would have had (the claim's formula, one delivery on).
       const { rows } = await sql<{ queue: string }>`${PREPARED}
         WITH p AS (
           SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
@@ -836,7 +845,7 @@ function createLeaseStore({
             visible_at = now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
                                                                 least(p.max_delay, p.delay * power(p.backoff, m.deliveries - 1))))
         FROM p
-        WHERE m.id = ${id} AND m.app_id = ${appId} AND m.deliveries = ${deliveries}
+        WHERE m.id = ${id} AND m.app_id = ${appId} AND m.claims = ${claim}
           AND m.lease_until > now() AND m.visible_at > now()
         RETURNING m.queue`.execute(db);
       return rows[0]?.queue;
@@ -845,12 +854,12 @@ function createLeaseStore({
     async stillLeased(appId, leases) {
       if (leases.length === 0) return new Set();
       const ids = leases.map((l) => l.id);
-      const { rows } = await sql<{ id: string; deliveries: number }>`${PREPARED}
-        SELECT id, deliveries FROM queue_messages
+      const { rows } = await sql<{ id: string; claims: number }>`${PREPARED}
+        SELECT id, claims FROM queue_messages
         WHERE id = ANY (${uuidArray(ids)}) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
         db,
       );
-      return new Set(rows.map((r) => `${r.id}|${Number(r.deliveries)}`));
+      return new Set(rows.map((r) => `${r.id}|${Number(r.claims)}`));
     },
 
     async ackMany(receipts) {
@@ -866,10 +875,10 @@ function createLeaseStore({
         WITH acked AS (
           DELETE FROM queue_messages m
           WHERE m.id = ANY (${ids}) AND m.lease_until > now() AND m.visible_at > now()
-            AND ((m.app_id, m.id, m.deliveries) IN (
+            AND ((m.app_id, m.id, m.claims) IN (
                   SELECT * FROM unnest(${uuidArray(receipts.map((r) => r.appId))}, ${ids},
-                                       ${intArray(receipts.map((r) => r.deliveries))}))) IS TRUE
-          RETURNING m.id, m.app_id, m.queue, m.deliveries
+                                       ${intArray(receipts.map((r) => r.claim))}))) IS TRUE
+          RETURNING m.id, m.app_id, m.queue, m.claims
         ), counted AS (
           -- The hourly ack count (migration 0019), in this statement: exactly the rows it deleted.
           INSERT INTO queue_activity (app_id, queue, hour, slot, acks)
@@ -877,10 +886,10 @@ function createLeaseStore({
           FROM acked GROUP BY app_id, queue ORDER BY app_id, queue
           ON CONFLICT (app_id, queue, hour, slot) DO UPDATE SET acks = queue_activity.acks + excluded.acks
         )
-        SELECT id, app_id, deliveries FROM acked`.execute(relaxedDb);
+        SELECT id, app_id, claims FROM acked`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
-      const deleted = new Set(rows.map((r) => `${r.app_id}|${r.id}|${Number(r.deliveries)}`));
-      return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.deliveries}`));
+      const deleted = new Set(rows.map((r) => `${r.app_id}|${r.id}|${Number(r.claims)}`));
+      return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.claim}`));
     },
   };
 }
@@ -983,10 +992,11 @@ function createDeadLetterStore({
           FOR UPDATE SKIP LOCKED
         ), back AS (
           DELETE FROM queue_dead_letters d USING picked WHERE d.id = picked.id
-          RETURNING d.id, d.app_id, d.queue, d.payload, d.enqueued_at, d.seq
+          RETURNING d.id, d.app_id, d.queue, d.payload, d.enqueued_at, d.claims, d.seq
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, enqueued_at, visible_at, expires_at, deliveries)
-          SELECT id, app_id, queue, payload, enqueued_at, now(), now() + make_interval(secs => ${ttlSeconds}), 0
+          -- deliveries start again; claims go on, so no receipt of the message's earlier life matches again.
+          INSERT INTO queue_messages (id, app_id, queue, payload, enqueued_at, visible_at, expires_at, deliveries, claims)
+          SELECT id, app_id, queue, payload, enqueued_at, now(), now() + make_interval(secs => ${ttlSeconds}), 0, claims
           FROM back ORDER BY seq
           RETURNING 1
         ), n AS (SELECT count(*)::int AS n FROM ins)

@@ -11,9 +11,11 @@
  *   `depth` counts these, and the depth cap (`maxDepth`) applies to them.
  * - **leased / in flight**: handed to a consumer until `leaseExpiresAt`; no
  *   other consumer gets it meanwhile. A lapsed lease puts it back in line.
- * - **delivery**: one lease of a message; `deliveries` counts them.
- * - **receipt**: names one delivery; only the receipt of the current,
- *   unexpired lease acks (deletes) the message.
+ * - **delivery**: one lease of a message; `deliveries` counts them toward
+ *   `maxDeliveries` (0 again after a replay), `claims` in all its lives.
+ * - **receipt**: names one delivery (the message and its `claims`); only the
+ *   receipt of the current, unexpired lease acks (deletes) the message, and no
+ *   receipt ever names two leases, across a replay too.
  * - **expiry**: a waiting message is dropped at `expiresAt`.
  * - **wake-up**: how a put ends a waiting consume, on any instance (see
  *   `wake-hub.ts`).
@@ -255,7 +257,7 @@ function toMessage(m: StoredMessage) {
     id: m.id,
     queue: m.queue,
     payload: valueFromJsonText(m.payload),
-    receipt: encodeReceipt(m.id, m.deliveries),
+    receipt: encodeReceipt(m.id, m.claims),
     enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
     expiresAt: timestampFromMs(m.expiresAt.getTime()),
     leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
@@ -508,8 +510,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         const receipt = decodeReceipt(req.receipt);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, 0);
-        const until = await store.extend(app.id, receipt.id, receipt.deliveries, leaseSeconds);
-        if (until) windows.extended(app.id, receipt.id, receipt.deliveries, until.getTime());
+        const until = await store.extend(app.id, receipt.id, receipt.claim, leaseSeconds);
+        if (until) windows.extended(app.id, receipt.id, receipt.claim, until.getTime());
         return until ? { extended: true, leaseExpiresAt: timestampFromMs(until.getTime()) } : { extended: false };
       },
 
@@ -522,9 +524,9 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
         const defaults = claimRule(app, effectivePolicy(app, undefined), () => "").retry;
-        const queue = await store.nack(app.id, receipt.id, receipt.deliveries, delaySeconds, defaults);
+        const queue = await store.nack(app.id, receipt.id, receipt.claim, delaySeconds, defaults);
         if (queue === undefined) return { nacked: false };
-        windows.acked(app.id, receipt.id, receipt.deliveries);
+        windows.acked(app.id, receipt.id, receipt.claim);
         if (delaySeconds === 0) announced(app.id, queue, 0);
         return { nacked: true };
       },

@@ -1,21 +1,24 @@
 /**
  * Receipts: what a consumer needs to ack one delivery of one message. A
- * receipt names the message and the delivery (the `deliveries` count the
+ * receipt names the message and the lease (the message's `claims` count the
  * claim set), so nothing beyond the message row is stored: a redelivery
- * counts up, and every earlier receipt of that message stops matching.
+ * counts up, and every earlier receipt of that message stops matching. The
+ * count never starts again (a replay from the dead letters resets
+ * `deliveries`, not `claims`), so no earlier receipt ever matches again.
  * Opaque to callers: base64url of the 16 id bytes and a 4-byte count.
  */
 import { invalidArgument } from "../core/errors.ts";
 
 export interface Receipt {
   id: string;
-  deliveries: number;
+  /** The message's `claims` when this lease was taken. */
+  claim: number;
 }
 
-export function encodeReceipt(id: string, deliveries: number): string {
+export function encodeReceipt(id: string, claim: number): string {
   const bytes = Buffer.alloc(20);
   Buffer.from(id.replace(/-/g, ""), "hex").copy(bytes, 0);
-  bytes.writeUInt32BE(deliveries, 16);
+  bytes.writeUInt32BE(claim, 16);
   return bytes.toString("base64url");
 }
 
@@ -26,7 +29,7 @@ export function decodeReceipt(receipt: string): Receipt {
   if (bytes.length !== 20) throw invalidArgument("receipt", "is not a receipt");
   const hex = bytes.subarray(0, 16).toString("hex");
   const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
-  const deliveries = bytes.readUInt32BE(16);
-  if (deliveries < 1 || deliveries > 0x7fffffff) throw invalidArgument("receipt", "is not a receipt");
-  return { id, deliveries };
+  const claim = bytes.readUInt32BE(16);
+  if (claim < 1 || claim > 0x7fffffff) throw invalidArgument("receipt", "is not a receipt");
+  return { id, claim };
 }

@@ -23,11 +23,11 @@ export interface StreamWindow {
   /** Receipts handed out and not yet acked here nor lapsed (lapsed ones are counted until `shrunk` prunes them). */
   readonly size: number;
   /** Records a delivery as handed out; call before it is sent, so an immediate ack finds it. */
-  add(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number): void;
+  add(appId: string, id: string, claim: number, leaseExpiresAtMs: number): void;
   /** Resolves once the window has shrunk (an ack of its own, a lapsed lease), on abort, or after `maxWaitMs`. */
   shrunk(signal: AbortSignal, maxWaitMs?: number): Promise<void>;
-  /** The receipts held, as `{ id, deliveries }` (to ask the database which still hold their lease). */
-  receipts(): { id: string; deliveries: number }[];
+  /** The receipts held, as `{ id, claim }` (to ask the database which still hold their lease). */
+  receipts(): { id: string; claim: number }[];
   /** Forgets every receipt: the stream ended (its deliveries keep their leases). */
   close(): void;
 }
@@ -35,14 +35,14 @@ export interface StreamWindow {
 export interface StreamWindows {
   open(): StreamWindow;
   /** After an ack deleted a message on this instance: frees the place of that receipt, if a local stream holds it. */
-  acked(appId: string, id: string, deliveries: number): void;
+  acked(appId: string, id: string, claim: number): void;
   /** After a lease was extended on this instance: its place is held until the new end. */
-  extended(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number): void;
+  extended(appId: string, id: string, claim: number, leaseExpiresAtMs: number): void;
   /** Open streams on this instance. */
   readonly count: number;
 }
 
-const receiptKey = (appId: string, id: string, deliveries: number) => `${appId}|${id}|${deliveries}`;
+const receiptKey = (appId: string, id: string, claim: number) => `${appId}|${id}|${claim}`;
 
 export function createStreamWindows(): StreamWindows {
   const owners = new Map<string, WindowImpl>();
@@ -57,9 +57,9 @@ export function createStreamWindows(): StreamWindows {
       return this.held.size;
     }
 
-    add(appId: string, id: string, deliveries: number, leaseExpiresAtMs: number) {
+    add(appId: string, id: string, claim: number, leaseExpiresAtMs: number) {
       if (this.closed) return;
-      const key = receiptKey(appId, id, deliveries);
+      const key = receiptKey(appId, id, claim);
       this.held.set(key, leaseExpiresAtMs);
       owners.set(key, this);
     }
@@ -88,8 +88,8 @@ export function createStreamWindows(): StreamWindows {
 
     receipts() {
       return [...this.held.keys()].map((key) => {
-        const [, id, deliveries] = key.split("|");
-        return { id, deliveries: Number(deliveries) };
+        const [, id, claim] = key.split("|");
+        return { id, claim: Number(claim) };
       });
     }
 
@@ -128,15 +128,15 @@ export function createStreamWindows(): StreamWindows {
       count++;
       return new WindowImpl();
     },
-    acked(appId, id, deliveries) {
-      const key = receiptKey(appId, id, deliveries);
+    acked(appId, id, claim) {
+      const key = receiptKey(appId, id, claim);
       const owner = owners.get(key);
       if (!owner) return;
       owners.delete(key);
       owner.release(key);
     },
-    extended(appId, id, deliveries, leaseExpiresAtMs) {
-      const key = receiptKey(appId, id, deliveries);
+    extended(appId, id, claim, leaseExpiresAtMs) {
+      const key = receiptKey(appId, id, claim);
       const owner = owners.get(key);
       if (owner?.held.has(key)) owner.held.set(key, leaseExpiresAtMs);
     },

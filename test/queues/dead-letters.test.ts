@@ -129,6 +129,26 @@ describe("the rule", () => {
     expect(await restQueue(app, "q")).toBeUndefined();
   });
 
+  it("a replayed message's delivery has a receipt no earlier lease had: an old receipt neither acks, nacks nor extends it", async () => {
+    const app = await appWith(1);
+    await app.c.putMessage({ queue: "r", payload: num(1) });
+    const before = (await app.c.consumeMessage({ queue: "r", waitSeconds: 0 })).message!;
+    await lapse(app.id, "r");
+    expect((await app.c.consumeMessage({ queue: "r", waitSeconds: 0 })).message).toBeUndefined();
+    expect((await app.c.replayQueueDeadLetters({ queue: "r" })).replayed).toBe(1);
+    const after = (await app.c.consumeMessage({ queue: "r", waitSeconds: 0 })).message!;
+    // Counted from 0 again toward maxDeliveries, but the lease is a new one.
+    expect(after).toMatchObject({ id: before.id, deliveries: 1 });
+    expect(after.receipt).not.toBe(before.receipt);
+    // The consumer whose lease lapsed before the death cannot touch the lease now held.
+    expect((await app.c.extendLease({ receipt: before.receipt, leaseSeconds: 60 })).extended).toBe(false);
+    expect((await app.c.nackMessage({ receipt: before.receipt })).nacked).toBe(false);
+    expect((await app.c.ackMessage({ receipt: before.receipt })).acked).toBe(false);
+    expect(await restQueue(app, "r")).toMatchObject({ depth: 0, inFlight: 1 });
+    expect((await app.c.ackMessage({ receipt: after.receipt })).acked).toBe(true);
+    expect(await restQueue(app, "r")).toBeUndefined();
+  });
+
   it("the platform's _events queue obeys it too", async () => {
     const app = await appWith(1);
     await t.admin.publishEvent({ appId: app.id, kind: "deploy.done", data: num(1) });

@@ -23,6 +23,7 @@ import * as idempotencyKeys from "./0018-idempotency-keys.ts";
 import * as queueActivity from "./0019-queue-activity.ts";
 import * as queueDepth from "./0020-queue-depth.ts";
 import * as secretVersionFloors from "./0021-secret-version-floors.ts";
+import * as queueClaims from "./0022-queue-claims.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -45,4 +46,5 @@ export const migrations: Record<string, Migration> = {
   "0019-queue-activity": queueActivity,
   "0020-queue-depth": queueDepth,
   "0021-secret-version-floors": secretVersionFloors,
+  "0022-queue-claims": queueClaims,
 };
