@@ -379,11 +379,21 @@ describe("what every screen shares", () => {
     expect((await t.admin.getApp({ appId: other.id })).app?.limits?.mailPerDay).toBe(9);
     await eventually(() => page.getByLabel("Events per day").inputValue()).toBe("700");
     expect(await page.getByLabel("Mail per day").inputValue()).toBe("7");
+    // Changed once more elsewhere after that reload (the page refreshes to it): saving is refused again,
+    // not made on the refreshed revision over a value the operator never saw.
+    await t.admin.updateApp({ appId: other.id, limits: { mailPerDay: 11, eventsPerDay: 800 } });
+    await eventually(() => page.getByLabel("Events per day").inputValue()).toBe("800");
+    const refusedAgain = page.waitForResponse((r) => r.url().endsWith("/UpdateApp"));
+    await page.getByRole("button", { name: "Save settings" }).click();
+    expect((await refusedAgain).status()).toBe(409);
+    await page.getByText("the app was changed elsewhere since you started editing").waitFor();
+    expect((await t.admin.getApp({ appId: other.id })).app?.limits?.mailPerDay).toBe(11);
+    await eventually(() => page.getByLabel("Mail per day").inputValue()).toBe("7");
     // Saving again, on the reloaded revision, applies the edit.
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
     const { app } = await t.admin.getApp({ appId: other.id });
-    expect([app?.limits?.mailPerDay, app?.limits?.eventsPerDay]).toEqual([7, 700]);
+    expect([app?.limits?.mailPerDay, app?.limits?.eventsPerDay]).toEqual([7, 800]);
     await context.close();
   });
 

@@ -4,7 +4,7 @@
  * given), so a value changed elsewhere while the form is open is not written
  * back; the API validates them and its message is shown as a sentence.
  */
-import { useState } from "react";
+import { useEffect, useState } from "react";
 import { useMutation } from "@connectrpc/connect-query";
 import { useQueryClient } from "@tanstack/react-query";
 import { updateApp } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
@@ -46,6 +46,8 @@ export function SettingsTab({ app }: { app: App }) {
   const [base, setBase] = useState<bigint | null>(null);
   const [saved, setSaved] = useState(false);
   const [conflict, setConflict] = useState(false);
+  // After a conflict: the revision the refused save was made on, until the app reloaded past it.
+  const [refused, setRefused] = useState<bigint | null>(null);
   const { canWrite } = useOperator();
   const update = useMutation(updateApp, {
     onSuccess: async () => {
@@ -53,17 +55,26 @@ export function SettingsTab({ app }: { app: App }) {
       setConflict(false);
       setEdits({});
       setBase(null);
+      setRefused(null);
       await queryClient.invalidateQueries();
     },
-    onError: async (err) => {
+    onError: async (err, sent) => {
       if (err instanceof ConnectError && err.code === Code.Aborted) {
-        // Changed elsewhere: reload, keep the operator's edits on top of the new values, and say so.
+        // Changed elsewhere: reload, keep the operator's edits on top of the new values, and say so. The
+        // next save is made on the revision reloaded now (the one the banner speaks of), never on whatever
+        // the page refreshes to later: a change made meanwhile is refused again, not overwritten unseen.
         setConflict(true);
-        setBase(null);
+        setRefused(sent.expectedRevision ?? null);
         await queryClient.invalidateQueries();
       }
     },
   });
+  useEffect(() => {
+    if (refused !== null && app.revision !== refused) {
+      setBase(app.revision);
+      setRefused(null);
+    }
+  }, [refused, app.revision]);
   const mailFrom = edits.mailFrom ?? app.mailFrom;
   const analytics = edits.analyticsEnabled ?? app.analyticsEnabled;
   const secrets = edits.secretsEnabled ?? app.secretsEnabled;
@@ -157,6 +168,8 @@ export function SettingsTab({ app }: { app: App }) {
             className="link"
             onClick={() => {
               setEdits({});
+              setBase(null);
+              setRefused(null);
               setConflict(false);
             }}
           >
