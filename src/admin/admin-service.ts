@@ -25,8 +25,14 @@ import {
   type AppLimits,
   type AppRecord,
 } from "../core/apps/apps.ts";
-import { createAppStore, type AppChanges, type AppOrder, type AppStore } from "../core/apps/app-store.ts";
-import { inTransaction, type Db, type InTransaction } from "../core/database/index.ts";
+import {
+  createAppStore,
+  type AppChanges,
+  type AppOrder,
+  type AppPagePosition,
+  type AppStore,
+} from "../core/apps/app-store.ts";
+import { inTransaction, isExactTimeText, type Db, type InTransaction } from "../core/database/index.ts";
 import type { Logger } from "pino";
 import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
@@ -158,15 +164,30 @@ function appMessage(app: AppRecord, secrets: string[]): MessageInitShape<typeof 
 
 const APP_ORDERS: readonly AppOrder[] = ["name", "-name", "created_at", "-created_at"];
 
-/** ListApps' page token: the offset of the next page, opaque to the caller. */
-function appPageToken(offset: number): string {
-  return Buffer.from(`apps:${offset}`).toString("base64url");
+/**
+ * ListApps' page token, opaque to the caller: the order it was made in and
+ * where the page ended (the last app's sort key and id), so the next page
+ * starts right after that app, whatever was created or deleted meanwhile.
+ */
+function appPageToken(order: AppOrder, end: AppPagePosition): string {
+  return Buffer.from(JSON.stringify(["apps", order, end.key, end.id])).toString("base64url");
 }
 
-function appPageOffset(token: string): number {
-  const match = /^apps:(\d{1,9})$/.exec(Buffer.from(token, "base64url").toString("utf8"));
-  if (!match) throw invalidArgument("page_token", "must be the next_page_token of the previous page");
-  return Number(match[1]);
+function appPagePosition(token: string, order: AppOrder): AppPagePosition {
+  const refused = () => invalidArgument("page_token", "must be the next_page_token of the previous page");
+  let parts: unknown;
+  try {
+    parts = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
+  } catch {
+    throw refused();
+  }
+  if (!Array.isArray(parts) || parts.length !== 4 || parts[0] !== "apps") throw refused();
+  const [, madeIn, key, id] = parts as unknown[];
+  if (typeof key !== "string" || typeof id !== "string" || !isUuid(id) || key.length > 256) throw refused();
+  if (madeIn !== order)
+    throw invalidArgument("page_token", "was made for another order_by: start again from the first page");
+  if ((order === "created_at" || order === "-created_at") && !isExactTimeText(key)) throw refused();
+  return { key, id };
 }
 
 /** The `expected_revision` of a request, checked for range. */
@@ -269,10 +290,9 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const pageSize = req.pageSize ?? 0;
       if (!Number.isInteger(pageSize) || pageSize < 0 || pageSize > 1000)
         throw invalidArgument("page_size", "must be from 1 to 1000 (or 0 for every app)");
-      const offset = req.pageToken === "" ? 0 : appPageOffset(req.pageToken);
-      const order = req.orderBy || "name";
-      if (!APP_ORDERS.includes(order as AppOrder))
-        throw invalidArgument("order_by", `must be one of ${APP_ORDERS.join(", ")}`);
+      const order = (req.orderBy || "name") as AppOrder;
+      if (!APP_ORDERS.includes(order)) throw invalidArgument("order_by", `must be one of ${APP_ORDERS.join(", ")}`);
+      const after = req.pageToken === "" ? undefined : appPagePosition(req.pageToken, order);
       const filter = req.filter ?? "";
       if (filter.length > 64) throw invalidArgument("filter", "must be at most 64 characters");
       let status: "running" | "stopped" | undefined;
@@ -281,14 +301,18 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
           throw invalidArgument("status", "must be APP_STATUS_RUNNING or APP_STATUS_STOPPED");
         status = req.status === AppStatus.RUNNING ? "running" : "stopped";
       }
-      const { apps: all, total } = await apps.page({
+      const {
+        apps: all,
+        total,
+        next,
+      } = await apps.page({
         filter: filter || undefined,
         status,
-        order: order as AppOrder,
-        offset,
+        order,
+        after,
         limit: pageSize === 0 ? undefined : pageSize,
       });
-      const nextPageToken = pageSize > 0 && offset + all.length < total ? appPageToken(offset + all.length) : "";
+      const nextPageToken = next ? appPageToken(order, next) : "";
       const secrets = await hooks.declaredNames();
       const today = await quotas.usedToday();
       const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({

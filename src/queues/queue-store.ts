@@ -19,7 +19,9 @@ import crypto from "node:crypto";
 import { sql, type Generated, type Kysely } from "kysely";
 import {
   PREPARED,
+  exactTimeText,
   intArray,
+  isExactTimeText,
   jsonTextArray,
   transactionAsDb,
   uuidArray,
@@ -99,20 +101,12 @@ const EXPIRED = sql`(
  */
 const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
 
-/** How a peeked message's times are written in its `position` (UTC, microseconds: exactly as stored). */
-const POSITION_FORMAT = 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"';
+const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
-const POSITION_SHAPE =
-  /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\.\d{6}Z\|(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\.\d{6}Z\|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
-/** Whether a `position` from outside (a page token) is one `peek` wrote: checked before it reaches a cast. */
+/** Whether a `position` from outside (a page token) is one `peek` wrote (`visible_at|enqueued_at|id`): checked before it reaches a cast. */
 export function isPeekPosition(position: string): boolean {
-  const m = POSITION_SHAPE.exec(position);
-  // A real calendar time (no 30 February): it comes back the same from Date.
-  return (
-    !!m &&
-    [m[1], m[2]].every((t) => !Number.isNaN(Date.parse(`${t}Z`)) && new Date(`${t}Z`).toISOString().startsWith(t))
-  );
+  const parts = position.split("|");
+  return parts.length === 3 && isExactTimeText(parts[0]) && isExactTimeText(parts[1]) && UUID_SHAPE.test(parts[2]);
 }
 
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */
@@ -913,8 +907,7 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
         position: string;
       }>`
         SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries,
-               to_char(visible_at AT TIME ZONE 'UTC', ${POSITION_FORMAT}) || '|' ||
-               to_char(enqueued_at AT TIME ZONE 'UTC', ${POSITION_FORMAT}) || '|' || id AS position
+               ${exactTimeText(sql`visible_at`)} || '|' || ${exactTimeText(sql`enqueued_at`)} || '|' || id AS position
         FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND ${WAITING}
           AND (${afterId}::uuid IS NULL

@@ -64,6 +64,43 @@ describe("ListApps paging", () => {
     await expect(t.admin.listApps({ pageSize: 10, orderBy: "size" })).rejects.toThrow(/order_by: must be one of/);
     await expect(t.admin.listApps({ pageSize: 10, pageToken: "nonsense" })).rejects.toThrow(/page_token/);
   });
+
+  it("a page starts right after the previous page's last app, whatever was deleted or created meanwhile", async () => {
+    const names = Array.from({ length: 7 }, (_, i) => `shift-${i}`);
+    const ids = new Map<string, string>();
+    for (const name of names) ids.set(name, (await t.admin.createApp({ name })).app!.id);
+    const first = await t.admin.listApps({ pageSize: 3, filter: "shift-" });
+    expect(first.apps.map((a) => a.name)).toEqual(["shift-0", "shift-1", "shift-2"]);
+    // Deleted from the first page: an offset would now start at shift-4 and never show shift-3.
+    await t.admin.deleteApp({ appId: ids.get("shift-1")! });
+    const second = await t.admin.listApps({ pageSize: 3, filter: "shift-", pageToken: first.nextPageToken });
+    expect(second.apps.map((a) => a.name)).toEqual(["shift-3", "shift-4", "shift-5"]);
+    expect(second.totalSize).toBe(6);
+
+    // Newest first: an app created meanwhile sorts before the page read, and shows nothing twice.
+    const newest = await t.admin.listApps({ pageSize: 2, filter: "shift-", orderBy: "-created_at" });
+    expect(newest.apps.map((a) => a.name)).toEqual(["shift-6", "shift-5"]);
+    await t.admin.createApp({ name: "shift-7" });
+    const next = await t.admin.listApps({
+      pageSize: 2,
+      filter: "shift-",
+      orderBy: "-created_at",
+      pageToken: newest.nextPageToken,
+    });
+    expect(next.apps.map((a) => a.name)).toEqual(["shift-4", "shift-3"]);
+    // The last page says so; a token of one order is refused for another.
+    const rest = await t.admin.listApps({
+      pageSize: 5,
+      filter: "shift-",
+      orderBy: "-created_at",
+      pageToken: next.nextPageToken,
+    });
+    expect(rest.apps.map((a) => a.name)).toEqual(["shift-2", "shift-0"]);
+    expect(rest.nextPageToken).toBe("");
+    await expect(
+      t.admin.listApps({ pageSize: 2, filter: "shift-", orderBy: "name", pageToken: newest.nextPageToken }),
+    ).rejects.toThrow(/page_token: was made for another order_by/);
+  });
 });
 
 describe("ListMail search and GetMail", () => {

@@ -6,7 +6,7 @@
  * lock), and `queues/queue-store.ts` finds the rows of apps that are gone.
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
-import { PREPARED, type Db, type Timestamp } from "../database/index.ts";
+import { PREPARED, exactTimeText, type Db, type Timestamp } from "../database/index.ts";
 import { PlatformError } from "../errors.ts";
 import { appFromRow, isUuid, type AppLimits, type AppRecord, type AppRow } from "./apps.ts";
 
@@ -75,13 +75,25 @@ export interface AppChanges {
 
 export type AppOrder = "name" | "-name" | "created_at" | "-created_at";
 
+/**
+ * Where a page of apps ends: the last app's sort key (its name, or its
+ * `created_at` as exact text) and id. The next page starts right after it in
+ * the order, whatever was created or deleted meanwhile (an offset would skip
+ * or repeat apps then).
+ */
+export interface AppPagePosition {
+  key: string;
+  id: string;
+}
+
 export interface AppPageQuery {
   /** A case-insensitive substring of the name. */
   filter?: string | undefined;
   status?: "running" | "stopped" | undefined;
   order: AppOrder;
-  offset: number;
-  /** Undefined: every app from `offset` on. */
+  /** The end of the previous page; undefined for the first. */
+  after?: AppPagePosition | undefined;
+  /** Undefined: every app from `after` on. */
   limit?: number | undefined;
 }
 
@@ -89,8 +101,8 @@ export interface AppStore {
   /** One app by id or name; a missing app is `not_found`. */
   get(idOrName: string): Promise<AppRecord>;
   list(): Promise<AppRecord[]>;
-  /** One page of the apps that match, and how many match in all. */
-  page(query: AppPageQuery): Promise<{ apps: AppRecord[]; total: number }>;
+  /** One page of the apps that match, how many match in all, and where the page ended when more follow. */
+  page(query: AppPageQuery): Promise<{ apps: AppRecord[]; total: number; next?: AppPagePosition }>;
   /** Undefined when the name is taken. */
   create(name: string, mailFrom: string): Promise<AppRecord | undefined>;
   nameTaken(name: string): Promise<boolean>;
@@ -131,26 +143,38 @@ export function createAppStore(database: Db): AppStore {
     },
 
     async page(query) {
-      let select = db.selectFrom("apps");
+      let matching = db.selectFrom("apps");
       if (query.filter) {
         const pattern = `%${query.filter.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-        select = select.where("apps.name", "ilike", pattern);
+        matching = matching.where("apps.name", "ilike", pattern);
       }
-      if (query.status) select = select.where("apps.status", "=", query.status);
-      const column = query.order.replace("-", "") as "name" | "created_at";
+      if (query.status) matching = matching.where("apps.status", "=", query.status);
+      const byName = query.order === "name" || query.order === "-name";
       const direction = query.order.startsWith("-") ? "desc" : "asc";
-      let rows = select
-        .select([...APP_COLUMNS, sql<string>`count(*) over ()`.as("total")])
-        .orderBy(`apps.${column}`, direction)
-        .orderBy("apps.id", direction)
-        .offset(query.offset);
-      if (query.limit !== undefined) rows = rows.limit(query.limit);
-      const found = await rows.execute();
-      if (found.length === 0 && query.offset > 0) {
-        const counted = await select.select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow();
-        return { apps: [], total: Number(counted.n) };
+      const key = byName ? sql<string>`apps.name` : exactTimeText(sql`apps.created_at`);
+      let rows = matching.select([...APP_COLUMNS, key.as("page_key")]);
+      if (query.after) {
+        const after = byName ? sql`${query.after.key}::text` : sql`${query.after.key}::timestamptz`;
+        const column = byName ? sql`apps.name` : sql`apps.created_at`;
+        rows = rows.where(
+          sql<boolean>`(${column}, apps.id) ${sql.raw(direction === "asc" ? ">" : "<")} (${after}, ${query.after.id}::uuid)`,
+        );
       }
-      return { apps: found.map(appFromRow), total: found.length === 0 ? 0 : Number(found[0].total) };
+      rows = rows.orderBy(byName ? "apps.name" : "apps.created_at", direction).orderBy("apps.id", direction);
+      // One more than asked: whether another page follows.
+      if (query.limit !== undefined) rows = rows.limit(query.limit + 1);
+      const [found, counted] = await Promise.all([
+        rows.execute(),
+        matching.select((eb) => eb.fn.countAll<string>().as("n")).executeTakeFirstOrThrow(),
+      ]);
+      const more = query.limit !== undefined && found.length > query.limit;
+      const page = more ? found.slice(0, query.limit) : found;
+      const last = page[page.length - 1];
+      return {
+        apps: page.map(appFromRow),
+        total: Number(counted.n),
+        ...(more ? { next: { key: last.page_key, id: last.id } } : {}),
+      };
     },
 
     async create(name, mailFrom) {

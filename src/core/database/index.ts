@@ -13,6 +13,7 @@ export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
 export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";
+export { exactTimeText, isExactTimeText } from "./exact-time.ts";
 export {
   auditThen,
   inTransaction,

@@ -235,7 +235,8 @@ export declare type ListAppsRequest = Message<"platform.admin.v1.ListAppsRequest
   pageSize?: number | undefined;
 
   /**
-   * The next_page_token of the previous page; empty for the first page.
+   * The next_page_token of the previous page (made with the same order_by); empty for the first page.
+   * It holds where that page ended: apps created or deleted meanwhile shift nothing.
    *
    * @generated from field: string page_token = 2;
    */
