@@ -249,6 +249,9 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     // The policy as the call began: a stream keeps the rule it started with.
     streamsGauge.inc();
     let unsent: StoredMessage[] = [];
+    // When the claim of `unsent` answered, on this process's clock: lease ends come from the database's
+    // clock, and a skew between the two must not decide whether a part is still worth sending.
+    let claimedAt!: number;
     let recheckMs = STREAM_RECHECK_MIN_MS;
     try {
       while (!signal.aborted) {
@@ -282,6 +285,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           if (claimed.messages.length > 0) {
             served = true;
             unsent = claimed.messages;
+            claimedAt = Date.now();
           } else {
             if (signal.aborted) break;
             if (claimed.nextVisibleAt) hub.wakeAt(app.id, queue, claimed.nextVisibleAt.getTime());
@@ -295,15 +299,15 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         while (unsent.length > 0 && !signal.aborted) {
           // A part that waited on a slow reader past half its lease goes back in line instead of out:
           // sent now, it would reach the client with little or no lease left, when another consumer
-          // may already hold its messages. (The first part goes out at once, with its whole lease.)
-          if (unsent[0].leaseExpiresAt.getTime() - Date.now() < (leaseSeconds * 1000) / 2) {
+          // may already hold its messages. Measured from the claim on this process's clock.
+          if (Date.now() - claimedAt > (leaseSeconds * 1000) / 2) {
             const stale = unsent;
             unsent = [];
             streamReleased.inc(await giveBack(app.id, stale));
             break;
           }
           const messages = unsent.slice(0, Math.max(1, fit(unsent)));
-          for (const m of messages) window.add(app.id, m.id, m.claims, m.leaseExpiresAt.getTime());
+          for (const m of messages) window.add(app.id, m.id, m.claims, claimedAt + leaseSeconds * 1000);
           // Handed to the transport from here on: sent.
           unsent = unsent.slice(messages.length);
           streamSent.inc(messages.length);

@@ -511,7 +511,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const receipt = decodeReceipt(req.receipt);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, 0);
         const until = await store.extend(app.id, receipt.id, receipt.claim, leaseSeconds);
-        if (until) windows.extended(app.id, receipt.id, receipt.claim, until.getTime());
+        // The window's clock is this process's (see stream-windows.ts): the new end, counted from now.
+        if (until) windows.extended(app.id, receipt.id, receipt.claim, Date.now() + leaseSeconds * 1000);
         return until ? { extended: true, leaseExpiresAt: timestampFromMs(until.getTime()) } : { extended: false };
       },
 

@@ -14,15 +14,15 @@
  * nothing frees, backing off to `STREAM_RECHECK_MAX_MS`; so its window frees
  * within that time of an ack anywhere. A lease that lapses frees its place at
  * its end (the stream sets a timer for its earliest lease), which is also when
- * a lease the caller never acknowledged frees it. Lease ends come from the
- * database's clock and are compared with this process's: a skew only moves
- * that moment.
+ * a lease the caller never acknowledged frees it. Lease ends are on this
+ * process's clock (the claim's or the extension's answer plus the lease), never
+ * the database's `lease_until`: a skew between the clocks moves nothing.
  */
 
 export interface StreamWindow {
   /** Receipts handed out and not yet acked here nor lapsed (lapsed ones are counted until `shrunk` prunes them). */
   readonly size: number;
-  /** Records a delivery as handed out; call before it is sent, so an immediate ack finds it. */
+  /** Records a delivery as handed out (its lease's end on this process's clock); call before it is sent, so an immediate ack finds it. */
   add(appId: string, id: string, claim: number, leaseExpiresAtMs: number): void;
   /** Resolves once the window has shrunk (an ack of its own, a lapsed lease), on abort, or after `maxWaitMs`. */
   shrunk(signal: AbortSignal, maxWaitMs?: number): Promise<void>;
