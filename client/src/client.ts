@@ -370,6 +370,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       { method: "POST", path: "/v1/queues/_extend", body: { receipt, leaseSeconds }, retry: "safe" },
       o,
     );
+  const policy = (queue: string, o?: CallOptions) =>
+    call<QueuePolicy>({ method: "GET", path: `/v1/queues/${enc(queue)}/policy`, retry: "safe" }, o);
   const nack = (receipt: string, o: NackOptions & CallOptions = {}) => {
     const body: { receipt: string; delaySeconds?: number } = { receipt };
     if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
@@ -414,6 +416,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     },
     extend: (receipt: string, leaseSeconds: number) => extend(receipt, leaseSeconds),
     nack: (receipt: string, delaySeconds?: number) => nack(receipt, { delaySeconds }),
+    policyLeaseSeconds: async (queue: string) => (await policy(queue)).leaseSeconds,
     closing: closing.signal,
   };
 
@@ -729,8 +732,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       ack: async (receipt, o) => (await ack(receipt, o)).acked,
       extend: (receipt, leaseSeconds, o) => extend(receipt, leaseSeconds, o),
       nack: async (receipt, o) => (await nack(receipt, o)).nacked,
-      policy: (queue, o) =>
-        call<QueuePolicy>({ method: "GET", path: `/v1/queues/${enc(queue)}/policy`, retry: "safe" }, o),
+      policy: (queue, o) => policy(queue, o),
       setPolicy: (queue, change, o) =>
         call<QueuePolicy>({ method: "PUT", path: `/v1/queues/${enc(queue)}/policy`, body: change, retry: "safe" }, o),
       work,

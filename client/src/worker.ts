@@ -145,12 +145,17 @@ export interface WorkerDeps {
   ack(receipt: string): Promise<AckResponse & { afterRetry: boolean }>;
   extend(receipt: string, leaseSeconds: number): Promise<ExtendResponse>;
   nack(receipt: string, delaySeconds?: number): Promise<NackResponse>;
+  /** The queue's lease length (its policy's): what the heartbeat extends by when `leaseSeconds` is not given. */
+  policyLeaseSeconds(queue: string): Promise<number>;
   /** Aborts when the client starts closing: the worker then stops (the client waits for it with its own timeout). */
   closing: AbortSignal;
 }
 
 /** The longest lease the service grants. */
 const MAX_LEASE_SECONDS = 43_200;
+
+/** How long the heartbeat trusts a queue policy's lease length it read, before it reads it again. */
+const POLICY_READ_MS = 60_000;
 
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
@@ -238,21 +243,53 @@ export function startWorker<P = JsonValue>(
     changed();
   }
 
+  /**
+   * The lease length the heartbeat extends by without `leaseSeconds`: the
+   * queue policy's, read from the service (again after a minute). Never
+   * worked out from the message's `leaseExpiresAt`, which is on the server's
+   * clock: with this machine's clock ahead, that gave a lease of a second, and
+   * every beat cut the lease down to it. Only when the policy cannot be read
+   * (a server without policies, a failed call, read again at the next beat)
+   * does the message's lease, as this machine's clock sees it, stand in.
+   */
+  let policyLease: { seconds: Promise<number | undefined>; at: number } | undefined;
+  async function leaseSecondsOf(message: QueueMessage<P>): Promise<number> {
+    if (options.leaseSeconds !== undefined) return options.leaseSeconds;
+    if (!policyLease || Date.now() - policyLease.at > POLICY_READ_MS) {
+      const seconds = deps.policyLeaseSeconds(queue).then(
+        (s) => Math.min(MAX_LEASE_SECONDS, Math.max(1, s)),
+        () => {
+          policyLease = undefined;
+          return undefined;
+        },
+      );
+      policyLease = { seconds, at: Date.now() };
+    }
+    const read = await policyLease.seconds;
+    if (read !== undefined) return read;
+    const toldMs = Math.max(1000, message.leaseExpiresAt - Date.now());
+    return Math.min(MAX_LEASE_SECONDS, Math.round(toldMs / 1000));
+  }
+
   /** Extends the lease every third of its length while the handler runs. */
   function heartbeat(message: QueueMessage<P>, until: AbortSignal): void {
     if (!heartbeatSupported) return;
-    // Without leaseSeconds, the lease is the queue policy's: read off the message, whose
-    // leaseExpiresAt is the server's clock, so the beat also comes at least every 10 s in case
-    // this machine's clock is behind the server's.
-    const leaseMs = Math.max(1000, message.leaseExpiresAt - Date.now());
-    const leaseSeconds = options.leaseSeconds ?? Math.min(MAX_LEASE_SECONDS, Math.max(1, Math.round(leaseMs / 1000)));
-    const intervalMs = Math.max(250, Math.floor((leaseSeconds * 1000) / 3));
-    const firstMs = options.leaseSeconds === undefined ? Math.min(intervalMs, 10_000) : intervalMs;
+    // The first beat comes within a third of the lease as the message tells it (the policy may have
+    // changed since it was read; a clock skew only makes this beat early), and within 10 s.
+    const toldMs = Math.max(750, message.leaseExpiresAt - Date.now());
+    const firstMs =
+      options.leaseSeconds !== undefined
+        ? Math.max(250, Math.floor((options.leaseSeconds * 1000) / 3))
+        : Math.min(Math.floor(toldMs / 3), 10_000);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const beat = async () => {
       timer = undefined;
       if (until.aborted || !heartbeatSupported) return;
+      let intervalMs = firstMs;
       try {
+        const leaseSeconds = await leaseSecondsOf(message);
+        intervalMs = Math.max(250, Math.floor((leaseSeconds * 1000) / 3));
+        if (until.aborted) return;
         const { extended } = await deps.extend(message.receipt, leaseSeconds);
         if (until.aborted) return;
         if (!extended) {

@@ -7,8 +7,10 @@
  * are exposed.
  */
 import { urlOf } from "./support.ts";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
+import { sql } from "kysely";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { backend, startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
+import { tables } from "../../test/support/tables.ts";
 import { createClient, type LeaseLost, type PlatformClient, type QueueMessage, type Worker } from "../src/index.ts";
 
 let t: TestServer;
@@ -59,6 +61,48 @@ describe("queue controls in the client", () => {
     expect(errors).toEqual([]);
     expect(await queueEntry(queue)).toEqual({ depth: 0, inFlight: 0 });
   });
+
+  it.skipIf(backend !== "postgres")(
+    `the heartbeat extends by the queue's lease when this machine's clock runs ahead of the server's${backend === "postgres" ? "" : " (skipped: PGlite runs on this process's clock, so the two cannot differ; needs DATABASE_URL)"}`,
+    async () => {
+      const queue = "skewed";
+      const put = await client.queues.put(queue, { job: 2 });
+      /** The message's lease as the database sees it: its end (ms) and what is left of it (s). */
+      const lease = async () => {
+        const { rows } = await sql<{ until_ms: number; left_s: number }>`
+          SELECT (extract(epoch FROM lease_until) * 1000)::float8 AS until_ms,
+                 extract(epoch FROM lease_until - now())::float8 AS left_s
+          FROM queue_messages WHERE id = ${put.id}`.execute(tables(t.server.deps.db));
+        return rows[0];
+      };
+      // 29 s ahead of the database, whose clock the message's leaseExpiresAt (30 s on) is on. Only Date is
+      // faked (timers are real), and it keeps running.
+      vi.useFakeTimers({ toFake: ["Date"], now: Date.now() + 29_000, shouldAdvanceTime: true });
+      let worker!: Worker;
+      try {
+        const left = await new Promise<number>((resolve, reject) => {
+          worker = client.queues.work(
+            queue,
+            async () => {
+              const granted = (await lease()).until_ms;
+              // Once a beat moved the lease's end: what it left.
+              await expect
+                .poll(async () => Math.abs((await lease()).until_ms - granted), { timeout: 15_000 })
+                .toBeGreaterThan(100);
+              resolve((await lease()).left_s);
+            },
+            { onError: reject },
+          );
+        });
+        // The queue's 30 s lease, not the second the two clocks made of it (every beat cut it to 1 s before).
+        expect(left).toBeGreaterThan(20);
+      } finally {
+        vi.useRealTimers();
+        await worker?.stop();
+      }
+      expect(await queueEntry(queue)).toEqual({ depth: 0, inFlight: 0 });
+    },
+  );
 
   it("a handler that throws gives its message back at once (nack), not after its 60 s lease", async () => {
     const queue = "flaky";
