@@ -320,16 +320,26 @@ const COMMANDS: Command[] = [
   },
   {
     name: "secrets undeclare",
-    synopsis: "NAME SECRET ... [--yes]",
-    summary: "remove secret names; one with a value only with --yes (which destroys it)",
-    options: { yes: BOOLEAN },
+    synopsis: "NAME SECRET ... [--yes] [--expect-version SECRET=VERSION ...]",
+    summary:
+      "remove secret names; one with a value only with --yes (which destroys it); --expect-version refuses if that secret's version (0: no value) changed since you looked",
+    options: { yes: BOOLEAN, "expect-version": { type: "string", multiple: true } },
     async run(ctx) {
       const appId = need(ctx.args[0], "NAME");
       need(ctx.args[1], "SECRET");
+      const names = ctx.args.slice(1);
+      const expectedVersions: Record<string, number> = {};
+      for (const item of (ctx.values["expect-version"] as string[] | undefined) ?? []) {
+        const [name, version] = item.split("=");
+        if (!names.includes(name ?? "") || !/^\d{1,9}$/.test(version ?? ""))
+          throw new UsageError(`--expect-version ${item}: must be SECRET=VERSION, a secret named in this command`);
+        expectedVersions[name] = Number(version);
+      }
       const res = await ctx.admin().removeSecretNames({
         appId,
-        names: ctx.args.slice(1),
+        names,
         confirmDestroyValues: flag(ctx.values, "yes"),
+        expectedVersions,
       });
       if (res.destroyedValues.length > 0)
         process.stderr.write(`destroyed the value(s) of ${res.destroyedValues.join(", ")}\n`);

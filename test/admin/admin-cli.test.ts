@@ -63,6 +63,28 @@ describe("secrets declare / undeclare", () => {
     expect(done.stderr).toContain("destroyed the value(s) of DB_URL");
     expect(JSON.parse(done.stdout)).toMatchObject({ app: { declaredSecrets: [] }, destroyedValues: ["DB_URL"] });
   });
+
+  it("undeclare --expect-version destroys only the version the operator saw", async () => {
+    await ok("apps", "create", "cli-seen");
+    await ok("secrets", "declare", "cli-seen", "TOKEN");
+    expect((await run(["secrets", "set", "cli-seen", "TOKEN"], {}, "one\n")).code).toBe(0);
+    // Seen at version 1; set again by someone else before the undeclare.
+    expect((await run(["secrets", "set", "cli-seen", "TOKEN"], {}, "two\n")).code).toBe(0);
+    const refused = await run(["secrets", "undeclare", "cli-seen", "TOKEN", "--yes", "--expect-version", "TOKEN=1"]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("conflict");
+    expect(refused.stderr).toContain("TOKEN");
+    const kept = JSON.parse(await ok("secrets", "list", "cli-seen")).secrets;
+    expect(kept).toEqual([expect.objectContaining({ name: "TOKEN", version: 2 })]);
+    const bad = await run(["secrets", "undeclare", "cli-seen", "TOKEN", "--expect-version", "OTHER=1"]);
+    expect([bad.code, bad.stderr]).toEqual([
+      2,
+      expect.stringContaining("--expect-version OTHER=1: must be SECRET=VERSION"),
+    ]);
+    const done = await run(["secrets", "undeclare", "cli-seen", "TOKEN", "--yes", "--expect-version", "TOKEN=2"]);
+    expect(done.code).toBe(0);
+    expect(JSON.parse(done.stdout)).toMatchObject({ destroyedValues: ["TOKEN"] });
+  });
 });
 
 describe("a server that does not answer", () => {
