@@ -51,6 +51,16 @@ describe("AdminService apps", () => {
     expect(results.filter((r) => r.status === "fulfilled")).toHaveLength(1);
   });
 
+  it("CreateApp refuses a name shaped like an app id: apps are found by id or name, and it would name another app", async () => {
+    const { app: other } = await t.admin.createApp({ name: "holder" });
+    // A lowercase UUID starting with a letter matches the name pattern.
+    const shaped = `a${other!.id.slice(1)}`;
+    const err = await connectError(t.admin.createApp({ name: shaped }));
+    expect(err.code).toBe(Code.InvalidArgument);
+    expect(err.rawMessage).toBe("name: must not have the shape of an app id (a UUID)");
+    expect((await t.admin.listApps({})).apps.map((a) => a.name)).not.toContain(shaped);
+  });
+
   it("GetApp and ListApps: by id or by name; unknown is NotFound", async () => {
     const { app } = await t.admin.createApp({ name: "lookup" });
     expect((await t.admin.getApp({ appId: app!.id })).app?.name).toBe("lookup");

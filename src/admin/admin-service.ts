@@ -269,6 +269,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async createApp(req, context) {
       return auditor.audited(context, "app.create", undefined, { name: req.name }, async (within) => {
         if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
+        // Every call that takes an app takes its id or its name; a name shaped like an id would be read as one.
+        if (isUuid(req.name)) throw invalidArgument("name", "must not have the shape of an app id (a UUID)");
         const taken = () => invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
         if (await apps.nameTaken(req.name)) throw taken();
         const app = await inTransaction(db, async (trx) => {

@@ -164,6 +164,9 @@ export declare const AppSchema: GenMessage<App>;
  */
 export declare type CreateAppRequest = Message<"platform.admin.v1.CreateAppRequest"> & {
   /**
+   * ^[a-z][a-z0-9_.-]{0,62}$, and not shaped like a UUID: every call that takes an app_id takes the
+   * app's id or its name.
+   *
    * @generated from field: string name = 1;
    */
   name: string;
