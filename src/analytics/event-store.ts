@@ -56,8 +56,14 @@ export interface EventStore {
    * go with their events and queries stay exact), at most `batch` raw rows a statement; how many.
    */
   deleteBefore(appId: string, before: Date, batch: number): Promise<number>;
-  /** Deletes every event of the app (the app is being deleted). */
-  deleteApp(appId: string): Promise<void>;
+  /** Deletes every event of the app (the app is being deleted); how many. */
+  deleteApp(appId: string): Promise<number>;
+  /**
+   * The apps that have events here: only a store outside the platform
+   * database has it (MongoDB), whose events do not go with their app's row,
+   * so housekeeping can sweep those of deleted apps.
+   */
+  appIds?(): Promise<string[]>;
   /** Resolves when the store answers (for `/ready`); the SQL store lives in the platform database, checked already. */
   ping?(signal: AbortSignal): Promise<void>;
   close(): Promise<void>;

@@ -11,7 +11,7 @@ import type { EventStore } from "./event-store.ts";
 import { createEventTypeStore } from "./event-type-store.ts";
 import { createSqlEventStore, POSTGRES_ROLLUP_SLOTS } from "./sql-event-store.ts";
 import { readinessOf } from "../core/readiness.ts";
-import { retentionTask } from "../core/housekeeping.ts";
+import { orphanSweepTask, retentionTask } from "../core/housekeeping.ts";
 
 export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
   /** Deletes every analytics event of the app (before the app itself is deleted). */
@@ -54,9 +54,19 @@ export async function createAnalyticsFacility(
     }),
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),
-    deleteAppData: (appId) => store.deleteApp(appId),
+    deleteAppData: async (appId) => void (await store.deleteApp(appId)),
     housekeeping: () => [
       retentionTask("analytics retention", apps, (appId, before, batch) => store.deleteBefore(appId, before, batch)),
+      ...(store.appIds
+        ? [
+            orphanSweepTask(
+              "analytics of deleted apps",
+              () => store.appIds!(),
+              apps,
+              (appId) => store.deleteApp(appId),
+            ),
+          ]
+        : []),
     ],
     async close() {
       await store.close();

@@ -170,7 +170,16 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
 
     async deleteApp(appId) {
       try {
-        await (await collection()).deleteMany(eventsFilter(appId));
+        return (await (await collection()).deleteMany(eventsFilter(appId))).deletedCount;
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    // `meta` is the buckets' own field: the distinct values come from the buckets, not every event.
+    async appIds() {
+      try {
+        return (await (await collection()).distinct("meta.app")) as string[];
       } catch (err) {
         throw upstreamError(err);
       }

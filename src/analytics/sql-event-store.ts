@@ -288,7 +288,10 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     },
 
     // The app's rows go with the app itself (a trigger of the analytics migration, in the same transaction).
-    async deleteApp() {},
+    // The app's rows go with it (a trigger on apps, migration 0003), in the same transaction.
+    async deleteApp() {
+      return 0;
+    },
 
     async close() {},
   };

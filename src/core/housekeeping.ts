@@ -65,6 +65,34 @@ export function retentionTask(
   };
 }
 
+/**
+ * An orphan sweep, for data kept outside the platform database (analytics
+ * events on MongoDB), which does not go with its app's row: an insert that
+ * was under way while the app was deleted lands after the deletion of its
+ * data. Hourly, removes the data of every app the store holds that no longer
+ * exists. The store is asked before the apps are listed, so an app created in
+ * between cannot look deleted (a new app has no data before it exists, and a
+ * deleted app never comes back).
+ */
+export function orphanSweepTask(
+  name: string,
+  storeApps: () => Promise<readonly string[]>,
+  apps: { list(): Promise<readonly { id: string }[]> },
+  deleteApp: (appId: string) => Promise<number>,
+): HousekeepingTask {
+  return {
+    name,
+    intervalMs: RETENTION_INTERVAL_MS,
+    async run() {
+      const held = await storeApps();
+      const existing = new Set((await apps.list()).map((app) => app.id));
+      let removed = 0;
+      for (const appId of held) if (!existing.has(appId)) removed += await deleteApp(appId);
+      return removed;
+    },
+  };
+}
+
 export function createHousekeeping(
   tasks: readonly HousekeepingTask[],
   options: { logger: Logger; health: DatabaseHealth },

@@ -254,5 +254,21 @@ describe.skipIf(!process.env.MONGODB_URL)(
         },
       };
     });
+
+    it("lists the apps it holds events of, and deletes an app's events, saying how many", async () => {
+      const collection = `analytics_events_test_${crypto.randomBytes(4).toString("hex")}`;
+      const dbName = process.env.MONGODB_DB ?? "platform_batteries_test";
+      const store = createMongoEventStore({ url: process.env.MONGODB_URL!, dbName, collection });
+      try {
+        const [a, b] = [crypto.randomUUID(), crypto.randomUUID()];
+        await store.insert(a, spreadEvents(5));
+        await store.insert(b, spreadEvents(3));
+        expect((await store.appIds!()).sort()).toEqual([a, b].sort());
+        expect(await store.deleteApp(a)).toBe(5);
+        expect(await store.appIds!()).toEqual([b]);
+      } finally {
+        await store.close();
+      }
+    });
   },
 );

@@ -4,7 +4,8 @@
  * events, so counts stay exact); used and expired secret links are swept for
  * every app, by any instance, each row once; deleting an app removes its
  * analytics events in every store (MongoDB included: the filter is checked
- * with mingo) or fails whole when that store cannot be reached.
+ * with mingo) or fails whole when that store cannot be reached, and what a
+ * store outside the database still holds of deleted apps is swept.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Query } from "mingo";
@@ -12,6 +13,7 @@ import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsFilter } from "../../src/analytics/mongo-event-store.ts";
 import { retentionCutoff } from "../../src/core/apps/apps.ts";
+import { orphanSweepTask } from "../../src/core/housekeeping.ts";
 import { startInstances, startServer, useTestServer, type Instances, type TestApp } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
@@ -172,6 +174,56 @@ describe("secret link sweep (src/secrets/secret-store.ts deleteDeadLinks)", () =
     const left = await links.selectFrom("secret_links").select(["app_id", "used_at", "expires_at"]).execute();
     expect(left.map((r) => r.app_id).sort()).toEqual(outstanding.sort());
     expect(left.every((r) => r.used_at === null && new Date(r.expires_at).getTime() > Date.now())).toBe(true);
+  });
+});
+
+describe("orphan sweep (src/core/housekeeping.ts orphanSweepTask)", () => {
+  it("removes what a store outside the database holds of deleted apps, never of an app created while it runs", async () => {
+    const kept = await t.createApp();
+    const gone = await t.createApp();
+    await t.admin.deleteApp({ appId: gone.id });
+    // What such a store holds (MongoDB events of the apps, as counts): here, every app's data by its id.
+    const held = new Map<string, number>([
+      [kept.id, 3],
+      [gone.id, 2],
+    ]);
+    const apps = t.server.deps.apps;
+    let fresh: TestApp | undefined;
+    const task = orphanSweepTask(
+      "test sweep",
+      async () => [...held.keys()],
+      {
+        // An app created, and given data, right after the apps were listed.
+        async list() {
+          const listed = await apps.list();
+          fresh = await t.createApp();
+          held.set(fresh.id, 1);
+          return listed;
+        },
+      },
+      async (appId) => {
+        const n = held.get(appId) ?? 0;
+        held.delete(appId);
+        return n;
+      },
+    );
+    expect(await task.run()).toBe(2);
+    expect([...held.keys()].sort()).toEqual([kept.id, fresh!.id].sort());
+  });
+
+  it("is a housekeeping task of the analytics facility only when its store lives outside the platform database", async () => {
+    const names = Object.keys(await t.server.housekeeping.runAll());
+    expect(names).toContain("analytics retention");
+    expect(names).not.toContain("analytics of deleted apps");
+    const onMongo = await startServer({
+      env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" },
+    });
+    try {
+      // Run (and failed, the server being unreachable: a failed pass removes nothing and is tried again).
+      expect(await onMongo.server.housekeeping.runAll()).toMatchObject({ "analytics of deleted apps": 0 });
+    } finally {
+      await onMongo.close();
+    }
   });
 });
 
