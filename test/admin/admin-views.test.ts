@@ -78,23 +78,15 @@ describe("ListApps paging", () => {
     expect(second.totalSize).toBe(6);
 
     // Newest first: an app created meanwhile sorts before the page read, and shows nothing twice.
-    const newest = await t.admin.listApps({ pageSize: 2, filter: "shift-", orderBy: "-created_at" });
+    const newestPage = (pageSize: number, pageToken = "") =>
+      t.admin.listApps({ pageSize, filter: "shift-", orderBy: "-created_at", pageToken });
+    const newest = await newestPage(2);
     expect(newest.apps.map((a) => a.name)).toEqual(["shift-6", "shift-5"]);
     await t.admin.createApp({ name: "shift-7" });
-    const next = await t.admin.listApps({
-      pageSize: 2,
-      filter: "shift-",
-      orderBy: "-created_at",
-      pageToken: newest.nextPageToken,
-    });
+    const next = await newestPage(2, newest.nextPageToken);
     expect(next.apps.map((a) => a.name)).toEqual(["shift-4", "shift-3"]);
     // The last page says so; a token of one order is refused for another.
-    const rest = await t.admin.listApps({
-      pageSize: 5,
-      filter: "shift-",
-      orderBy: "-created_at",
-      pageToken: next.nextPageToken,
-    });
+    const rest = await newestPage(5, next.nextPageToken);
     expect(rest.apps.map((a) => a.name)).toEqual(["shift-2", "shift-0"]);
     expect(rest.nextPageToken).toBe("");
     await expect(

@@ -44,9 +44,9 @@ function grpcErrorDetailCode(trailers: Record<string, string>): string | undefin
 }
 
 describe("deadlines", () => {
-  it("Connect ConsumeMessage with connect-timeout-ms: deadline_exceeded, not an empty success", async () => {
-    const started = Date.now();
-    const res = await fetch(`${t.url}${SERVICE}/ConsumeMessage`, {
+  /** A Connect JSON unary call with a 500 ms deadline. */
+  const connectCall = (method: string, request: unknown) =>
+    fetch(`${t.url}${SERVICE}/${method}`, {
       method: "POST",
       headers: {
         "content-type": "application/json",
@@ -54,8 +54,12 @@ describe("deadlines", () => {
         "connect-timeout-ms": "500",
         authorization: `Bearer ${app.token}`,
       },
-      body: JSON.stringify({ queue: "deadline-connect", waitSeconds: 20 }),
+      body: JSON.stringify(request),
     });
+
+  it("Connect ConsumeMessage with connect-timeout-ms: deadline_exceeded, not an empty success", async () => {
+    const started = Date.now();
+    const res = await connectCall("ConsumeMessage", { queue: "deadline-connect", waitSeconds: 20 });
     const body = (await res.json()) as { code: string; details?: { type: string }[] };
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(res.status).toBe(504);
@@ -64,16 +68,7 @@ describe("deadlines", () => {
   });
 
   it("Connect ReadEventFeed with connect-timeout-ms: deadline_exceeded, not an empty page", async () => {
-    const res = await fetch(`${t.url}${SERVICE}/ReadEventFeed`, {
-      method: "POST",
-      headers: {
-        "content-type": "application/json",
-        "connect-protocol-version": "1",
-        "connect-timeout-ms": "500",
-        authorization: `Bearer ${app.token}`,
-      },
-      body: JSON.stringify({ waitSeconds: 20 }),
-    });
+    const res = await connectCall("ReadEventFeed", { waitSeconds: 20 });
     const body = (await res.json()) as { code: string };
     expect(res.status).toBe(504);
     expect(body.code).toBe("deadline_exceeded");
