@@ -75,6 +75,7 @@ export interface PlatformErrorInit {
   details?: string[];
   retryAfter?: number;
   requestId?: string;
+  replayed?: boolean;
   cause?: unknown;
 }
 
@@ -89,6 +90,13 @@ export class PlatformError extends Error {
   readonly retryAfter: number | undefined;
   /** The `x-request-id` of the answer: quote it when asking the platform's operators. */
   readonly requestId: string | undefined;
+  /**
+   * The service answered a repeat of an Idempotency-Key with the first call's
+   * error (`Idempotent-Replayed`): the work may have been done (the mail
+   * provider failed after taking the mail), and retrying with that key gets
+   * the same answer. Deciding to send again is the caller's, with a new key.
+   */
+  readonly replayed: boolean;
 
   constructor(init: PlatformErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -97,6 +105,7 @@ export class PlatformError extends Error {
     this.details = init.details ?? [];
     this.retryAfter = init.retryAfter;
     this.requestId = init.requestId;
+    this.replayed = init.replayed ?? false;
   }
 }
 
@@ -134,5 +143,6 @@ export function errorFromResponse(status: number, headers: Headers, text: string
     details,
     retryAfter: parseRetryAfter(headers.get("retry-after")),
     requestId: headers.get("x-request-id") ?? undefined,
+    replayed: headers.get("idempotent-replayed") === "true",
   });
 }

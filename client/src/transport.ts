@@ -10,7 +10,8 @@
  *   and jitter, for up to `budgetMs` (30 s: longer than a restart of the
  *   embedded service, about 11 s); a 429 only when the caller opted in; a 409
  *   `idempotency_key_in_use` (the first call with that key still runs) after
- *   its Retry-After.
+ *   its Retry-After. An error that is the replay of the first call's answer
+ *   (`Idempotent-Replayed`: its work may have been done) is not retried.
  * - `refusable`: put and link creation. Repeating one after a lost answer
  *   could do it twice, so only a 429 (which did nothing) is retried, and only
  *   when opted in.
@@ -171,6 +172,8 @@ function retryDelay(
     return ms > retry.maxRetryAfterMs ? undefined : ms;
   }
   if (kind !== "safe") return undefined;
+  // A stored answer (the first call's error, kept because its work may have been done): the same every time.
+  if (error.replayed) return undefined;
   // The first call with this idempotency key is still running: its answer will be replayed.
   if (error.code === "idempotency_key_in_use") return Math.min((error.retryAfter ?? 1) * 1000, retry.maxDelayMs);
   // Network failures, and the statuses of a service (or a balancer in front of it) that is failing or

@@ -208,6 +208,18 @@ describe("operations that spend allowance or create things are never repeated", 
     expect(retries.map((r) => [r.error.status, r.error.code])).toEqual([[502, "upstream_error"]]);
   });
 
+  it("mail send whose 502 is the replay of the first attempt's (Idempotent-Replayed) is not retried again", async () => {
+    const retries: RetryInfo[] = [];
+    const c = freshClient(retries);
+    // The first answer is lost; the repeat under the same key gets the first attempt's error back, kept
+    // by the service because the mail may have left: the same every time, so the client stops there.
+    script.set("POST /v1/mail/send", ["drop", { ...upstream, headers: { "idempotent-replayed": "true" } }]);
+    const err = await c.mail.send({ to: "x@example.com", subject: "s", text: "t" }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ status: 502, code: "upstream_error", replayed: true });
+    expect(hits.get("POST /v1/mail/send")).toBe(2);
+    expect(retries).toHaveLength(1);
+  });
+
   it("generate, embed, event logging and put: one request each, even after a dropped connection", async () => {
     const c = freshClient();
     for (const path of ["/v1/inference/generate", "/v1/inference/embed", "/v1/analytics/events", "/v1/queues/jobs"])

@@ -83,6 +83,13 @@ export interface PlatformErrorOptions {
   retryAfterSeconds?: number;
   /** The underlying error, for the log only; it never reaches the caller. */
   cause?: unknown;
+  /**
+   * The work may have been done although this error is answered: a provider
+   * that failed or went silent after the request reached it (SES may have
+   * taken the mail). Under an Idempotency-Key this error is the key's answer,
+   * replayed to a repeat, instead of letting the repeat do the work again.
+   */
+  outcomeUnknown?: boolean;
 }
 
 export class PlatformError extends Error {
@@ -90,12 +97,14 @@ export class PlatformError extends Error {
   readonly code: ErrorCode;
   readonly details: string[] | undefined;
   readonly retryAfterSeconds: number | undefined;
+  readonly outcomeUnknown: boolean;
 
   constructor(code: ErrorCode, message: string, options: PlatformErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.details = options.details;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.outcomeUnknown = options.outcomeUnknown ?? false;
   }
 
   get status(): number {

@@ -85,7 +85,10 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
             const error =
               err instanceof PlatformError
                 ? err
-                : new PlatformError("upstream_error", "the mail provider failed; retry later", { cause: err });
+                : new PlatformError("upstream_error", "the mail provider failed; retry later", {
+                    cause: err,
+                    outcomeUnknown: provider.delivers,
+                  });
             await record(app.id, { ...entry, text: null, status: "failed", providerMessageId: "" }).catch(
               (e: unknown) => logger.error({ err: errorText(e), appId: app.id }, "could not log a failed mail"),
             );

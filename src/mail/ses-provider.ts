@@ -72,7 +72,10 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
           { appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus },
           "SES did not accept a message",
         );
-        throw new PlatformError("upstream_error", error.message, { cause: err });
+        // Only an answer of SES refusing (4xx) says the message was not taken; after a 5xx, a reset
+        // connection or a timeout it may have been.
+        const refused = error.httpStatus !== undefined && error.httpStatus >= 400 && error.httpStatus < 500;
+        throw new PlatformError("upstream_error", error.message, { cause: err, outcomeUnknown: !refused });
       }
     },
     close() {

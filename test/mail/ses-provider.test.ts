@@ -265,6 +265,48 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
     });
   }
 
+  it("with an Idempotency-Key, a send SES failed or went silent on is answered once: a repeat is that 502 again, not a second mail", async () => {
+    const a = await refusing.createApp();
+    const send = (key: string) =>
+      refusing.request("POST", "/v1/mail/send", {
+        token: a.token,
+        headers: { "idempotency-key": key },
+        body: { to: "x@example.com", subject: "s", text: "t" },
+      });
+    // After a 5xx or a dropped connection SES may have taken the mail: the error is the key's answer.
+    for (const answer of ["fail", "hang-up"] as const) {
+      fixture.set(answer);
+      const first = await send(`k-${answer}`);
+      expect([first.status, first.body.error.code]).toEqual([502, "upstream_error"]);
+      fixture.set("accept");
+      const repeat = await send(`k-${answer}`);
+      expect([repeat.status, repeat.body.error]).toEqual([502, first.body.error]);
+      expect(repeat.headers.get("idempotent-replayed")).toBe("true");
+      expect(fixture.requests, `${answer}: SES asked once`).toHaveLength(0);
+    }
+    // A refusal (4xx) says nothing was taken: the key is free again, and a repeat sends.
+    fixture.set("reject");
+    expect((await send("k-reject")).status).toBe(502);
+    fixture.set("accept");
+    const sent = await send("k-reject");
+    expect([sent.status, sent.headers.get("idempotent-replayed")]).toEqual([200, null]);
+    expect(fixture.requests).toHaveLength(1);
+    // Over gRPC, the repeat is the same error.
+    fixture.set("fail");
+    const client = refusing.client(MailService, a.token, "grpc");
+    const call = () =>
+      client
+        .sendMail({ to: "x@example.com", subject: "s", text: "t" }, { headers: { "idempotency-key": "k-grpc" } })
+        .then(
+          () => expect.unreachable("answered"),
+          (e: unknown) => ConnectError.from(e),
+        );
+    const [one, two] = [await call(), await call()];
+    expect([one.code, two.code]).toEqual([Code.Unavailable, Code.Unavailable]);
+    expect(two.findDetails(ErrorDetailSchema)[0]?.code).toBe("upstream_error");
+    expect(fixture.requests).toHaveLength(1);
+  });
+
   it("over gRPC a refusal is Unavailable with the upstream_error detail", async () => {
     const a = await refusing.createApp();
     fixture.set("reject");

@@ -18,6 +18,10 @@
  *   `Retry-After: 1` (it does not wait: a long generate would hold the repeat
  *   for as long, and the client decides whether to retry);
  * - a run that fails stores nothing and forgets the key, so a retry runs again;
+ *   except a failure after which the work may have been done all the same
+ *   (`outcomeUnknown`: SES failed or went silent after taking the request):
+ *   that error is the key's answer, replayed to a repeat, which so never sends
+ *   the mail a second time;
  * - a live run keeps its key however long it takes (a slow generate): it
  *   renews its hold every third of `RUN_LOCK_SECONDS`, so a repeat is told
  *   409 and never runs the work (and spends the allowance) a second time
@@ -51,7 +55,7 @@ import {
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { appOf } from "../auth.ts";
-import { PlatformError, invalidArgument } from "../errors.ts";
+import { PlatformError, invalidArgument, type ErrorCode } from "../errors.ts";
 import { HOUSEKEEPING_BATCH, inBatches, type HousekeepingTask } from "../housekeeping.ts";
 import type { IdempotencyStore } from "../idempotency-store.ts";
 import { setIdempotentRun } from "../idempotent-run.ts";
@@ -140,6 +144,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         if (existing.state === "running" || !existing.response) throw inUse();
         replays.inc();
         context.responseHeader.set(REPLAYED_HEADER, "true");
+        if (existing.status !== 200) throw storedError(open(key, existing.response));
         return fromBinary(method.output, open(key, existing.response));
       }
 
@@ -174,6 +179,18 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         output = create(method.output, await handler());
       } catch (err) {
         clearInterval(heartbeat);
+        if (err instanceof PlatformError && err.outcomeUnknown) {
+          // Kept as the answer: a repeat must not do again what may have been done.
+          await store
+            .finish(app.id, stored, attempt, err.status, seal(key, errorBytes(err)))
+            .catch((finishErr: unknown) =>
+              logger.warn(
+                { err: finishErr instanceof Error ? finishErr.message : String(finishErr), appId: app.id, operation },
+                "idempotent error answer not stored; a repeat waits for the run's lock to lapse",
+              ),
+            );
+          throw err;
+        }
         await store
           .release(app.id, stored, attempt)
           .catch((releaseErr: unknown) =>
@@ -204,6 +221,20 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       run: () => inBatches((batch) => store.expire(batch), HOUSEKEEPING_BATCH),
     }),
   };
+}
+
+/** An error kept as a key's answer: its code, message and details (what the caller was told). */
+function errorBytes(err: PlatformError): Uint8Array {
+  return Buffer.from(JSON.stringify({ code: err.code, message: err.message, details: err.details }));
+}
+
+function storedError(bytes: Uint8Array): PlatformError {
+  const { code, message, details } = JSON.parse(Buffer.from(bytes).toString("utf8")) as {
+    code: ErrorCode;
+    message: string;
+    details?: string[];
+  };
+  return new PlatformError(code, message, { details, outcomeUnknown: true });
 }
 
 /** The AES-256-GCM key of a stored answer: derived from the Idempotency-Key, which is stored only hashed. */

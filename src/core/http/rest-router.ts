@@ -130,15 +130,19 @@ export function registerRestRoutes(
           signal: call,
           values: createContextValues().set(principalKey, principal),
         });
+        // Headers the implementation set (e.g. `Idempotent-Replayed`), on an answer and on an error alike.
+        const withHeaders = () => context.responseHeaders()?.forEach((value, name) => void reply.header(name, value));
         let output: unknown;
         try {
           output = await handler.call(impl, message, context);
+        } catch (err) {
+          withHeaders();
+          throw err;
         } finally {
           call.done();
         }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
-        // Headers the implementation set (e.g. `Idempotent-Replayed`).
-        context.responseHeaders()?.forEach((value, name) => void reply.header(name, value));
+        withHeaders();
         return reply.code(200).send(spec.response(result, message));
       },
     });
