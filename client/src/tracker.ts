@@ -260,7 +260,8 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   return {
     track(type, properties, at) {
       const event: AnalyticsEvent = { type, at: toEpochMs(at ?? Date.now()) };
-      if (properties && Object.keys(properties).length > 0) event.properties = properties;
+      // A copy: the batch leaves later, and the caller may change its object meanwhile (values are scalars).
+      if (properties && Object.keys(properties).length > 0) event.properties = { ...properties };
       if (closed) return report({ reason: "closed", events: [event] });
       buffer.push(event);
       if (buffer.length > maxBuffer) overflow.push(...buffer.splice(0, buffer.length - maxBuffer));

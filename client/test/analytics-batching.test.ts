@@ -102,6 +102,28 @@ describe("analytics.track", () => {
     await c.close();
   });
 
+  it("keeps each event's properties as they were when tracked, whatever the caller changes afterwards", async () => {
+    const a = await t.createApp();
+    const c = createClient({ baseUrl: t.url, token: a.token, analytics: { flushIntervalMs: 3_600_000 } });
+    await c.analytics.registerType({ name: "click", properties: { button: "string" } });
+    // One object, reused and changed between calls (as a loop over a mutable state would).
+    const props = { button: "first" };
+    c.analytics.track("click", props);
+    props.button = "second";
+    c.analytics.track("click", props);
+    await c.analytics.flush();
+    const result = await c.analytics.query({
+      type: "click",
+      since: Date.now() - 3_600_000,
+      until: Date.now() + 60_000,
+      interval: "hour",
+      groupBy: "button",
+    });
+    const counts = Object.fromEntries(result.buckets.map((b) => [b.group, b.count]));
+    expect(counts).toEqual({ first: 1, second: 1 });
+    await c.close();
+  });
+
   it("flushes what is waiting on close(), and reports later events as dropped", async () => {
     const drops: DropInfo[] = [];
     const c = createClient({
