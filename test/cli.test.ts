@@ -143,6 +143,17 @@ describe("start-up failures (src/main.ts)", () => {
         ),
       ]);
 
+      // A rotation run with a key the instances do not have (and without theirs among the old keys) is refused
+      // before it changes anything: moving the record to that key would stop every instance from starting.
+      const wrongRotation = await cli(["secrets", "rotate-key"], { ...base, SECRETS_KEY: otherKey });
+      expect([wrongRotation.code, wrongRotation.stdout]).toEqual([2, ""]);
+      expect(wrongRotation.stderr).toMatch(
+        /^SECRETS_KEY: this database's instances use key id [0-9a-f]{16}, and this command has key id [0-9a-f]{16} without /,
+      );
+      const stillStarts = await startServiceProcess(base);
+      stillStarts.child.kill("SIGTERM");
+      expect(await stillStarts.exited).toBe(0);
+
       const newToken = "pba_" + "n".repeat(40);
       const wrongToken = await run(nodeBinary, ["src/main.ts"], { env: { ...base, ADMIN_TOKEN: newToken } }).catch(
         (e: Outcome) => e,

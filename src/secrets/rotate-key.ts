@@ -10,7 +10,7 @@ import { readSecretsKeyFile, secretsKeyFile } from "../core/data-dir.ts";
 import { openDatabase, type Db } from "../core/database/index.ts";
 import { createKeyring, UnknownKeyError, type Keyring } from "./keyring.ts";
 import { createSecretStore } from "./secret-store.ts";
-import { recordSecretsKey } from "../core/shared-keys/index.ts";
+import { checkSecretsKeyMove, recordSecretsKey } from "../core/shared-keys/index.ts";
 
 /** The current key: `SECRETS_KEY`, else the key the server generated into DATA_DIR. Never generates one. */
 async function currentKey(config: Config): Promise<Buffer> {
@@ -31,9 +31,10 @@ export async function rotateSecretsKeyFromConfig(
   const keyring = createKeyring(await currentKey(config), config.secretsOldKeys);
   const database = await openDatabase({ databaseUrl: config.databaseUrl, dataDir: config.dataDir, poolSize: 2 });
   try {
+    await checkSecretsKeyMove(database.db, keyring);
     const report = await rotateSecretsKey(database.db, keyring);
     // Every value is under the current key now: it is the one every instance must start with.
-    await recordSecretsKey(database.db, keyring.currentKeyId);
+    await recordSecretsKey(database.db, keyring);
     await afterwards?.(database.db, report);
     return report;
   } finally {

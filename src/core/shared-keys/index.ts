@@ -1,2 +1,8 @@
 /** What instances on one database must share: the secrets key and the admin token. */
-export { adoptAdminToken, recordSecretsKey, verifySharedKeys, type KeyIds } from "./shared-keys.ts";
+export {
+  adoptAdminToken,
+  checkSecretsKeyMove,
+  recordSecretsKey,
+  verifySharedKeys,
+  type KeyIds,
+} from "./shared-keys.ts";

@@ -21,6 +21,8 @@ export interface SettingsStore {
   recordOrRead(name: string, value: string): Promise<string>;
   /** Records `value` under `name`, replacing what was there. */
   put(name: string, value: string): Promise<void>;
+  /** What is recorded under `name`; undefined when nothing is. */
+  read(name: string): Promise<string | undefined>;
 }
 
 export function createSettingsStore(database: Db): SettingsStore {
@@ -38,6 +40,10 @@ export function createSettingsStore(database: Db): SettingsStore {
         .where("name", "=", name)
         .executeTakeFirstOrThrow();
       return row.value;
+    },
+    async read(name) {
+      const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirst();
+      return row?.value;
     },
     async put(name, value) {
       await db

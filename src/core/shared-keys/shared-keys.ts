@@ -51,9 +51,28 @@ export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; admin
   }
 }
 
-/** Makes `keyId` the secrets key every instance must have (after `secrets rotate-key` re-sealed every value under it). */
-export async function recordSecretsKey(db: Db, keyId: string): Promise<void> {
-  await createSettingsStore(db).put(SECRETS_KEY_ID, keyId);
+/**
+ * Throws `ConfigError` unless the recorded secrets key may move to this
+ * keyring's current one: nothing is recorded, it is that key, or the keyring
+ * has it (`SECRETS_OLD_KEYS`). Else the command runs with a key the instances
+ * do not have (a shell without the production `SECRETS_KEY`, which falls back
+ * to a local DATA_DIR key), and moving the record would make every instance
+ * refuse to start. Checked before `secrets rotate-key` changes anything.
+ */
+export async function checkSecretsKeyMove(db: Db, keyring: KeyIds): Promise<void> {
+  const recorded = await createSettingsStore(db).read(SECRETS_KEY_ID);
+  if (recorded === undefined || recorded === keyring.currentKeyId || keyring.has(recorded)) return;
+  throw new ConfigError(
+    "SECRETS_KEY",
+    `this database's instances use key id ${recorded}, and this command has key id ${keyring.currentKeyId} without ` +
+      `${recorded} in SECRETS_OLD_KEYS: run it with the new key as SECRETS_KEY and the instances' key in SECRETS_OLD_KEYS`,
+  );
+}
+
+/** Makes the keyring's current key the one every instance must have (after `secrets rotate-key` re-sealed every value under it). */
+export async function recordSecretsKey(db: Db, keyring: KeyIds): Promise<void> {
+  await checkSecretsKeyMove(db, keyring);
+  await createSettingsStore(db).put(SECRETS_KEY_ID, keyring.currentKeyId);
 }
 
 /** Makes `adminToken` the one every instance must use (an intended change of the admin token). */
