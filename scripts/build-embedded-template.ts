@@ -10,6 +10,7 @@
  * lacks a migration; a failure is reported and the start goes on (the server
  * then runs `initdb` itself).
  */
+import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import path from "node:path";
 import { PGlite } from "@electric-sql/pglite";
@@ -35,8 +36,9 @@ export async function isTemplateCurrent(cache: string = TEMPLATE_CACHE): Promise
 
 /**
  * Builds the template: a new PGlite database with every migration, closed
- * cleanly, written beside the old one and renamed into place (a concurrent
- * start reads either the old template or the new one, never a partial one).
+ * cleanly, written beside the old one and renamed into place, with a new
+ * build id in its manifest (a concurrent start's copy that saw the id change
+ * is made again: see `seedFromTemplate`).
  */
 export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<string> {
   const dir = await templateDir(cache);
@@ -51,7 +53,11 @@ export async function buildTemplate(cache: string = TEMPLATE_CACHE): Promise<str
   } finally {
     await db.destroy(); // closes PGlite: a clean shutdown, so the copies need no recovery
   }
-  const manifest: Manifest = { pglite: await pgliteVersion(), migrations: Object.keys(migrations) };
+  const manifest: Manifest = {
+    pglite: await pgliteVersion(),
+    migrations: Object.keys(migrations),
+    build: crypto.randomUUID(),
+  };
   await fs.writeFile(path.join(work, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
   // PGlite makes its files 0666; the copies of the template start as owner-only as it is.
   await makeOwnerOnly(work);

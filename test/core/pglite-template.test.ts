@@ -4,13 +4,20 @@
  * database of its own, and a template this code cannot migrate from is not used.
  * PGlite only, whatever the backend of the run (the template is PGlite's).
  */
+import { watch } from "node:fs";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { migrate, openDatabase } from "../../src/core/database/index.ts";
-import { findTemplate, isMigratablePrefix, seedFromTemplate } from "../../src/core/database/pglite-template.ts";
+import {
+  findTemplate,
+  isMigratablePrefix,
+  seedFromTemplate,
+  templateDir,
+  type Manifest,
+} from "../../src/core/database/pglite-template.ts";
 import { buildTemplate, isTemplateCurrent } from "../../scripts/build-embedded-template.ts";
 import { migrations } from "../../src/core/database/migrations/index.ts";
 
@@ -98,6 +105,54 @@ describe("the embedded database template", () => {
     await fs.writeFile(manifestFile, JSON.stringify({ ...manifest, migrations: withGap }));
     expect(await findTemplate(gap)).toBeUndefined();
     expect(await seedFromTemplate(path.join(scratch, "g", "pg"), gap)).toBe(false);
+  });
+
+  it("a copy made while the template is replaced is thrown away and made again: a new DATA_DIR is one build whole", async () => {
+    const own = path.join(scratch, "swap-cache");
+    await fs.cp(cache, own, { recursive: true });
+    const dir = await templateDir(own);
+    // Another build to swap in: its own id, and a marker file in every directory of its database.
+    const other = `${dir}-other`;
+    await fs.cp(dir, other, { recursive: true });
+    const manifest = JSON.parse(await fs.readFile(path.join(other, "manifest.json"), "utf8")) as Manifest;
+    await fs.writeFile(path.join(other, "manifest.json"), JSON.stringify({ ...manifest, build: "other" }));
+    const dirsOf = async (root: string) => [
+      root,
+      ...(await fs.readdir(root, { recursive: true, withFileTypes: true }))
+        .filter((e) => e.isDirectory())
+        .map((e) => path.join(e.parentPath, e.name)),
+    ];
+    for (const d of await dirsOf(path.join(other, "pgdata"))) await fs.writeFile(path.join(d, "marker"), "");
+
+    const dataDir = path.join(scratch, "swap-data");
+    await fs.mkdir(dataDir);
+    // As soon as the copy has begun, the template is replaced by the other build (what a rebuild does).
+    let swapped: Promise<void> | undefined;
+    const watcher = watch(dataDir, (_event, name) => {
+      if (swapped || !name?.startsWith("pg.seeding-")) return;
+      swapped = (async () => {
+        await fs.rename(dir, `${dir}-away`);
+        await fs.rename(other, dir);
+        await fs.rename(`${dir}-away`, other);
+      })();
+    });
+    try {
+      expect(await seedFromTemplate(path.join(dataDir, "pg"), own)).toBe(true);
+    } finally {
+      watcher.close();
+    }
+    await swapped;
+    expect(swapped).toBeDefined();
+    const marked = await Promise.all(
+      (await dirsOf(path.join(dataDir, "pg"))).map((d) =>
+        fs.access(path.join(d, "marker")).then(
+          () => 1,
+          () => 0,
+        ),
+      ),
+    );
+    // Every directory from the one build (the other, copied again after the swap), none mixed.
+    expect(new Set(marked)).toEqual(new Set([1]));
   });
 
   it("isMigratablePrefix: only the first migrations of this code, in order", () => {

@@ -31,6 +31,8 @@ export const TEMPLATE_CACHE = path.resolve(import.meta.dirname, "../../../node_m
 export interface Manifest {
   pglite: string;
   migrations: string[];
+  /** A random id of this build: a copy that saw it change was made while the template was replaced. */
+  build?: string;
 }
 
 /** The installed PGlite version: templates are Postgres files of that build. */
@@ -48,8 +50,8 @@ export async function templateDir(cache: string): Promise<string> {
   return path.join(cache, `pglite-${await pgliteVersion()}`);
 }
 
-/** The template's data directory, if there is one this code can start from. */
-export async function findTemplate(cache: string = TEMPLATE_CACHE): Promise<string | undefined> {
+/** The template's data directory and its manifest, if there is one this code can start from. */
+async function usableTemplate(cache: string): Promise<{ pgdata: string; manifest: Manifest } | undefined> {
   const dir = await templateDir(cache);
   let manifest: Manifest;
   try {
@@ -58,7 +60,12 @@ export async function findTemplate(cache: string = TEMPLATE_CACHE): Promise<stri
     return undefined;
   }
   if (!isMigratablePrefix(manifest.migrations)) return undefined;
-  return path.join(dir, "pgdata");
+  return { pgdata: path.join(dir, "pgdata"), manifest };
+}
+
+/** The template's data directory, if there is one this code can start from. */
+export async function findTemplate(cache: string = TEMPLATE_CACHE): Promise<string | undefined> {
+  return (await usableTemplate(cache))?.pgdata;
 }
 
 /**
@@ -73,21 +80,35 @@ export function isMigratablePrefix(applied: readonly string[]): boolean {
   return applied.length <= ours.length && [...applied].sort().every((name, i) => name === ours[i]);
 }
 
+/** Copies of a template being replaced meanwhile, tried before a new DATA_DIR is made by `initdb` instead. */
+const SEED_ATTEMPTS = 3;
+
 /**
  * Makes `pgDir` (DATA_DIR/pg) a copy of the template when it holds no
  * database yet. The copy is made beside it and renamed into place, so an
- * interrupted copy never looks like a database. Returns whether it copied.
+ * interrupted copy never looks like a database. A copy is made file by file:
+ * when the template was rebuilt meanwhile (`npm install`, another start), it
+ * would mix the files of two databases, so one that saw the build id change,
+ * or a file vanish, is thrown away and made again. Returns whether it copied.
  */
 export async function seedFromTemplate(pgDir: string, cache: string = TEMPLATE_CACHE): Promise<boolean> {
   if (await exists(path.join(pgDir, "PG_VERSION"))) return false;
-  const template = await findTemplate(cache);
-  if (!template) return false;
   const partial = `${pgDir}.seeding-${process.pid}`;
+  for (let attempt = 0; attempt < SEED_ATTEMPTS; attempt++) {
+    const template = await usableTemplate(cache);
+    if (!template) return false;
+    await fs.rm(partial, { recursive: true, force: true });
+    const copied = await fs.cp(template.pgdata, partial, { recursive: true }).then(
+      () => true,
+      () => false,
+    );
+    if (!copied || (await usableTemplate(cache))?.manifest.build !== template.manifest.build) continue;
+    await fs.rm(pgDir, { recursive: true, force: true });
+    await fs.rename(partial, pgDir);
+    return true;
+  }
   await fs.rm(partial, { recursive: true, force: true });
-  await fs.cp(template, partial, { recursive: true });
-  await fs.rm(pgDir, { recursive: true, force: true });
-  await fs.rename(partial, pgDir);
-  return true;
+  return false;
 }
 
 async function exists(p: string): Promise<boolean> {
