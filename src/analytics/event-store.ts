@@ -69,8 +69,9 @@ export interface EventStore {
   close(): Promise<void>;
 }
 
-export function upstreamError(cause: unknown): PlatformError {
-  return new PlatformError("upstream_error", "analytics store unreachable", { cause });
+/** The store failed; `outcomeUnknown` when some of the work may be stored all the same. */
+export function upstreamError(cause: unknown, outcomeUnknown = false): PlatformError {
+  return new PlatformError("upstream_error", "analytics store unreachable", { cause, outcomeUnknown });
 }
 
 /** Sorts buckets the way SPEC.md/DESIGN.md order them: by `at`, then group, null first. */

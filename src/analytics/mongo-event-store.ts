@@ -15,7 +15,9 @@
  * Whole-batch semantics: time-series collections take no multi-document
  * transactions, so every event of a batch carries the batch id `b`; when an
  * insert fails midway, the events of that batch already written are deleted
- * before the error is answered (502).
+ * before the error is answered (502); when even that fails, the 502 says the
+ * outcome is unknown (`outcomeUnknown`: the batch stays counted, and a keyed
+ * retry gets the same 502 instead of storing part of it twice).
  */
 import crypto from "node:crypto";
 import { MongoClient, MongoError, type Collection, type Document } from "mongodb";
@@ -139,9 +141,14 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
       try {
         await coll.insertMany(toDocuments(appId, events, batchId), { ordered: true });
       } catch (err) {
-        // Never half a batch: take back what was written (best effort; the store may be gone).
-        await coll.deleteMany({ "meta.app": appId, b: batchId }).catch(() => {});
-        throw upstreamError(err);
+        // Never half a batch: take back what was written. If that fails too (the store is gone), part
+        // of the batch may be stored: the error says so, so that it stays counted and a keyed retry is
+        // answered this error again instead of storing that part twice.
+        const undone = await coll.deleteMany({ "meta.app": appId, b: batchId }).then(
+          () => true,
+          () => false,
+        );
+        throw upstreamError(err, !undone);
       }
     },
 

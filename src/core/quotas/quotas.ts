@@ -93,10 +93,14 @@ export async function withReservation<T>(
   try {
     result = await work(reservation);
   } catch (err) {
-    try {
-      await quotas.release(reservation);
-    } catch (releaseErr) {
-      options.onReleaseError?.(releaseErr);
+    // Work that may have been done all the same (a provider failed after taking it) stays counted:
+    // released, it could be done once more within the cap and overspend it.
+    if (!(err instanceof PlatformError && err.outcomeUnknown)) {
+      try {
+        await quotas.release(reservation);
+      } catch (releaseErr) {
+        options.onReleaseError?.(releaseErr);
+      }
     }
     options.onFailure?.(err);
     throw err;
