@@ -4,7 +4,9 @@
  * shapes, unicode edge cases, huge values and odd paths, answers a 4xx with
  * the error envelope (or a 200 where the input happens to be acceptable).
  */
+import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
+import { AdminService } from "../gen/platform/admin/v1/admin_pb.js";
 import { endpoints } from "./support/endpoints.ts";
 import { HTTP_VERSIONS, useTestApp, useTestServer, type TestApp, type TestServer } from "./support/harness.ts";
 
@@ -240,5 +242,57 @@ describe("bad input over Connect never answers Internal", () => {
         expect([Code.Internal, Code.Unknown], `${what}: ${ConnectError.from(err).message}`).not.toContain(code);
       }
     }
+  });
+});
+
+describe("values the database cannot take are refused at the edge, never a 500", () => {
+  const b64 = (text: string) => Buffer.from(text).toString("base64url");
+
+  it("an app's: a NUL or a lone surrogate in a dedup key, a page cursor past int64, a zone abbreviation", async () => {
+    for (const dedupKey of ["k\u0000", "\ud800"]) {
+      const res = await t.request("POST", "/v1/queues/jobs", { token: plainApp.token, body: { payload: 1, dedupKey } });
+      expect([res.status, res.body.error.message]).toEqual([
+        400,
+        "dedupKey: must be text without NUL characters or lone surrogates",
+      ]);
+    }
+    const cursor = b64("dl:9999999999999999999");
+    const page = await t.request("GET", `/v1/queues/jobs/dead-letters?cursor=${cursor}`, { token: plainApp.token });
+    expect([page.status, page.body.error.message]).toEqual([400, "cursor: is not a cursor of this listing"]);
+    // IST is India to ICU and Israel to PostgreSQL: refused rather than counted in either.
+    const query = await t.request("POST", "/v1/analytics/query", {
+      token: plainApp.token,
+      body: { type: "signup", since: 0, interval: "day", timezone: "IST" },
+    });
+    expect(query.status).toBe(400);
+    expect(query.body.error.message).toMatch(
+      /^timezone: must be an IANA time zone name .* not an abbreviation \(IST\)$/,
+    );
+  });
+
+  it("an operator's: page tokens out of range, times out of range, a NUL in an app id or a label", async () => {
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => "ok",
+        (e: unknown) => ConnectError.from(e).code,
+      );
+    expect(await codeOf(t.admin.listAuditEntries({ pageToken: "9999999999999999999" }))).toBe(Code.InvalidArgument);
+    const yearZero = b64(
+      JSON.stringify(["apps", "created_at", "0000-01-01T00:00:00.000000Z", "00000000-0000-0000-0000-000000000000"]),
+    );
+    expect(await codeOf(t.admin.listApps({ pageSize: 5, orderBy: "created_at", pageToken: yearZero }))).toBe(
+      Code.InvalidArgument,
+    );
+    // Binary protobuf carries any seconds (JSON stops at year 9999).
+    const binary = t.client(AdminService, t.adminToken, "grpc");
+    const farAway = { seconds: 10n ** 15n, nanos: 0 };
+    expect(await codeOf(binary.listMail({ appId: plainApp.id, since: farAway }))).toBe(Code.InvalidArgument);
+    expect(await codeOf(binary.listAuditEntries({ until: farAway }))).toBe(Code.InvalidArgument);
+    expect(await codeOf(t.admin.getApp({ appId: "x\u0000" }))).toBe(Code.NotFound);
+    // The net under the edge: a NUL that reaches the database is a 400, not a 500.
+    expect(await codeOf(t.admin.issueToken({ appId: plainApp.id, label: "a\u0000b" }))).toBe(Code.InvalidArgument);
+    expect(await codeOf(t.admin.updateApp({ appId: plainApp.id, mailFrom: "a\u0000@example.com" }))).toBe(
+      Code.InvalidArgument,
+    );
   });
 });

@@ -5,7 +5,7 @@
  * that facility's public hooks, handed in by the composition root.
  */
 import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema, timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   AdminService,
@@ -145,7 +145,8 @@ const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
 };
 
 const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;
-const MAIL_FROM_PATTERN = /^[^\s@<>",;]{1,64}@[A-Za-z0-9.-]{1,253}$/;
+// eslint-disable-next-line no-control-regex -- control characters are what it keeps out
+const MAIL_FROM_PATTERN = /^[^\s@<>",;\x00-\x1f\x7f]{1,64}@[A-Za-z0-9.-]{1,253}$/;
 
 function appMessage(app: AppRecord, secrets: string[]): MessageInitShape<typeof AppSchema> {
   return {
@@ -189,6 +190,16 @@ function appPagePosition(token: string, order: AppOrder): AppPagePosition {
   if ((order === "created_at" || order === "-created_at") && !isExactTimeText(key)) throw refused();
   return { key, id };
 }
+
+/** A request's Timestamp as a Date, within years 1 to 9999 (binary protobuf carries any seconds; SQL does not). */
+function checkedDate(field: string, ts: Timestamp): Date {
+  const ms = Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6);
+  if (!Number.isFinite(ms) || ms < MIN_TIMESTAMP_MS || ms > MAX_TIMESTAMP_MS)
+    throw invalidArgument(field, "must be a time from year 1 to 9999");
+  return timestampDate(ts);
+}
+const MIN_TIMESTAMP_MS = Date.parse("0001-01-01T00:00:00Z");
+const MAX_TIMESTAMP_MS = Date.parse("9999-12-31T23:59:59.999Z");
 
 /** The `expected_revision` of a request, checked for range. */
 function expectedRevision(value: bigint | undefined): number | undefined {
@@ -540,8 +551,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const found = await hooks.searchMail(app.id, {
         query: query || undefined,
         status,
-        since: req.since ? timestampDate(req.since) : undefined,
-        until: req.until ? timestampDate(req.until) : undefined,
+        since: req.since ? checkedDate("since", req.since) : undefined,
+        until: req.until ? checkedDate("until", req.until) : undefined,
         beforeId: req.pageToken || undefined,
         limit: limit + 1,
       });
@@ -588,7 +599,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const pageSize = req.pageSize || 50;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 500)
         throw invalidArgument("page_size", "must be from 1 to 500");
-      if (req.pageToken !== "" && !/^[1-9][0-9]{0,18}$/.test(req.pageToken))
+      if (req.pageToken !== "" && !(/^[1-9][0-9]{0,18}$/.test(req.pageToken) && BigInt(req.pageToken) < 2n ** 63n))
         throw invalidArgument("page_token", "must be the next_page_token of the previous page");
       // By id also once the app is gone (its entries outlive it); a name is looked up.
       const appId = !req.appId ? undefined : isUuid(req.appId) ? req.appId.toLowerCase() : (await getApp(req.appId)).id;
@@ -596,8 +607,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         appId,
         operatorId: req.operatorId || undefined,
         action: req.action || undefined,
-        since: req.since ? timestampDate(req.since) : undefined,
-        until: req.until ? timestampDate(req.until) : undefined,
+        since: req.since ? checkedDate("since", req.since) : undefined,
+        until: req.until ? checkedDate("until", req.until) : undefined,
         beforeId: req.pageToken || undefined,
         limit: pageSize + 1,
       });

@@ -47,6 +47,10 @@ function formatter(zone: string): Intl.DateTimeFormat {
 export function checkTimezone(zone: string, field = "timezone"): string {
   if (zone.length > 64 || !ZONE_PATTERN.test(zone))
     throw invalidArgument(field, "must be an IANA time zone name such as Europe/Berlin");
+  // Abbreviations (IST, BST, NST...) are zones to ICU and abbreviations of other zones to PostgreSQL:
+  // the two stores would count in different zones.
+  if (/^[A-Z]{2,5}$/.test(zone) && !/^(UTC|GMT|UCT)$/.test(zone))
+    throw invalidArgument(field, `must be an IANA time zone name such as Europe/Berlin, not an abbreviation (${zone})`);
   try {
     formatter(zone);
   } catch {

@@ -137,6 +137,19 @@ function isTransactionAborted(err: unknown): boolean {
 }
 
 /**
+ * PostgreSQL's data exceptions (class 22: a number or a time out of range, a
+ * NUL character in text): a value the database cannot take, which came from
+ * the request, so a 400, not a 500.
+ */
+function isDataException(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && /^22[0-9A-Z]{3}$/.test(code)) return true;
+  }
+  return false;
+}
+
+/**
  * Turns anything thrown into a PlatformError. Errors that are not ours become
  * `internal` with a fixed message: their text may carry internals (SQL,
  * hostnames, values) and is only ever logged.
@@ -151,6 +164,14 @@ export function toPlatformError(err: unknown): PlatformError {
   }
   if (isTransactionAborted(err)) {
     return new PlatformError("conflict", "the change met a concurrent one and was not made; retry it", { cause: err });
+  }
+  if (isDataException(err)) {
+    // The edge's checks name the field of every such value they know of; this is the net under them.
+    return new PlatformError(
+      "invalid_argument",
+      "a value is out of the range the database can store, or holds a character it cannot store (NUL)",
+      { cause: err },
+    );
   }
   if (err instanceof ConnectError) {
     const fromDetail = err.findDetails(ErrorDetailSchema)[0];

@@ -34,6 +34,8 @@ export interface DeadLetterOperator {
   purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
 }
 
+const MAX_INT64 = 2n ** 63n - 1n;
+
 /** The token names the last dead letter of a page (its `seq`); opaque to callers. */
 function encodeToken(seq: string): string {
   return Buffer.from(`dl:${seq}`).toString("base64url");
@@ -43,7 +45,9 @@ function decodeToken(token: string): string | undefined {
   if (token === "") return undefined;
   const text = /^[A-Za-z0-9_-]{1,40}$/.test(token) ? Buffer.from(token, "base64url").toString() : "";
   const match = /^dl:([1-9][0-9]{0,18})$/.exec(text);
-  if (!match) throw invalidArgument("page_token", "is not a page token of ListDeadLetters");
+  // A seq is a bigint: 19 digits can be more.
+  if (!match || BigInt(match[1]) > MAX_INT64)
+    throw invalidArgument("page_token", "is not a page token of ListDeadLetters");
   return match[1];
 }
 

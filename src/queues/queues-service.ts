@@ -44,6 +44,7 @@ import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
+import { isWellFormedText } from "../core/text.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -224,6 +225,9 @@ function checkDedupKey(field: string, key: string | undefined): string | undefin
   if (key === undefined) return undefined;
   const n = [...key].length;
   if (n < 1 || n > 128) throw invalidArgument(field, `must be 1 to 128 characters (was ${n})`);
+  // Compared as stored: a NUL cannot be stored, and a lone surrogate would be stored as U+FFFD (matching others).
+  if (key.includes("\0") || !isWellFormedText(key))
+    throw invalidArgument(field, "must be text without NUL characters or lone surrogates");
   return key;
 }
 

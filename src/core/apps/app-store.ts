@@ -8,7 +8,7 @@
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import { PREPARED, exactTimeText, type Db, type Timestamp } from "../database/index.ts";
 import { PlatformError } from "../errors.ts";
-import { appFromRow, isUuid, type AppLimits, type AppRecord, type AppRow } from "./apps.ts";
+import { NAME_PATTERN, appFromRow, isUuid, type AppLimits, type AppRecord, type AppRow } from "./apps.ts";
 
 export interface AppsTable {
   id: Generated<string>;
@@ -128,6 +128,9 @@ export function createAppStore(database: Db): AppStore {
   const db: Kysely<AppTables> = database.withTables<AppTables>();
   return {
     async get(idOrName) {
+      // Neither an id nor a name any app can have (e.g. a NUL in it): no such app, without asking SQL.
+      if (!isUuid(idOrName) && !NAME_PATTERN.test(idOrName))
+        throw new PlatformError("not_found", `no app ${JSON.stringify(idOrName)}`);
       const row = await db
         .selectFrom("apps")
         .select(APP_COLUMNS)

@@ -19,5 +19,11 @@ const EXACT_TIME_SHAPE = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\.\d{6}Z$/;
 /** Whether text is what `exactTimeText` writes, and a real calendar time (no 30 February). */
 export function isExactTimeText(text: string): boolean {
   const m = EXACT_TIME_SHAPE.exec(text);
-  return !!m && !Number.isNaN(Date.parse(`${m[1]}Z`)) && new Date(`${m[1]}Z`).toISOString().startsWith(m[1]);
+  // Year 0000 parses in JavaScript (1 BC) but not as a PostgreSQL timestamptz written this way.
+  return (
+    !!m &&
+    !m[1].startsWith("0000") &&
+    !Number.isNaN(Date.parse(`${m[1]}Z`)) &&
+    new Date(`${m[1]}Z`).toISOString().startsWith(m[1])
+  );
 }
