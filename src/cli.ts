@@ -170,6 +170,21 @@ async function confirmOrRefuse(ctx: Context, command: string, question: string, 
 
 const showApp = (ctx: Context, res: { app?: App }) => (res.app ? ctx.show(AppSchema, res.app) : print({}));
 
+/** The `NAME=NUMBER` values of a repeatable option; a usage error for one that `valid` refuses. */
+function namedNumbers(
+  items: unknown,
+  valid: (name: string, value: string) => boolean,
+  refusal: (item: string) => string,
+): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const item of (items as string[] | undefined) ?? []) {
+    const [name = "", value = ""] = item.split("=");
+    if (!valid(name, value)) throw new UsageError(refusal(item));
+    out[name] = Number(value);
+  }
+  return out;
+}
+
 const STRING = { type: "string" } as const;
 const BOOLEAN = { type: "boolean" } as const;
 
@@ -261,14 +276,11 @@ const COMMANDS: Command[] = [
     summary: "change an app's settings and limits (only those given)",
     options: { "mail-from": STRING, analytics: STRING, secrets: STRING, limit: { type: "string", multiple: true } },
     async run(ctx) {
-      const limits: Partial<Record<keyof AppLimits, number>> = {};
-      for (const item of (ctx.values.limit as string[] | undefined) ?? []) {
-        const [name, value] = item.split("=");
-        if (!(LIMIT_NAMES as string[]).includes(name ?? "") || !/^\d+$/.test(value ?? "")) {
-          throw new UsageError(`--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}`);
-        }
-        limits[name as keyof AppLimits] = Number(value);
-      }
+      const limits: Partial<Record<keyof AppLimits, number>> = namedNumbers(
+        ctx.values.limit,
+        (name, value) => (LIMIT_NAMES as string[]).includes(name) && /^\d+$/.test(value),
+        (item) => `--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}`,
+      );
       showApp(
         ctx,
         await ctx.admin().updateApp({
@@ -328,13 +340,11 @@ const COMMANDS: Command[] = [
       const appId = need(ctx.args[0], "NAME");
       need(ctx.args[1], "SECRET");
       const names = ctx.args.slice(1);
-      const expectedVersions: Record<string, number> = {};
-      for (const item of (ctx.values["expect-version"] as string[] | undefined) ?? []) {
-        const [name, version] = item.split("=");
-        if (!names.includes(name ?? "") || !/^\d{1,9}$/.test(version ?? ""))
-          throw new UsageError(`--expect-version ${item}: must be SECRET=VERSION, a secret named in this command`);
-        expectedVersions[name] = Number(version);
-      }
+      const expectedVersions = namedNumbers(
+        ctx.values["expect-version"],
+        (name, version) => names.includes(name) && /^\d{1,9}$/.test(version),
+        (item) => `--expect-version ${item}: must be SECRET=VERSION, a secret named in this command`,
+      );
       const res = await ctx.admin().removeSecretNames({
         appId,
         names,

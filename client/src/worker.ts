@@ -250,10 +250,11 @@ export function startWorker<P = JsonValue>(
    * clock: with this machine's clock ahead, that gave a lease of a second, and
    * every beat cut the lease down to it. Only when the policy cannot be read
    * (a server without policies, a failed call, read again at the next beat)
-   * does the message's lease, as this machine's clock sees it, stand in.
+   * does the message's lease as it was told (`toldMs`, on this machine's
+   * clock when the message came) stand in.
    */
   let policyLease: { seconds: Promise<number | undefined>; at: number } | undefined;
-  async function leaseSecondsOf(message: QueueMessage<P>): Promise<number> {
+  async function leaseSecondsOf(toldMs: number): Promise<number> {
     if (options.leaseSeconds !== undefined) return options.leaseSeconds;
     if (!policyLease || Date.now() - policyLease.at > POLICY_READ_MS) {
       const seconds = deps.policyLeaseSeconds(queue).then(
@@ -267,8 +268,7 @@ export function startWorker<P = JsonValue>(
     }
     const read = await policyLease.seconds;
     if (read !== undefined) return read;
-    const toldMs = Math.max(1000, message.leaseExpiresAt - Date.now());
-    return Math.min(MAX_LEASE_SECONDS, Math.round(toldMs / 1000));
+    return Math.min(MAX_LEASE_SECONDS, Math.round(Math.max(1000, toldMs) / 1000));
   }
 
   /** Extends the lease every third of its length while the handler runs. */
@@ -276,18 +276,18 @@ export function startWorker<P = JsonValue>(
     if (!heartbeatSupported) return;
     // The first beat comes within a third of the lease as the message tells it (the policy may have
     // changed since it was read; a clock skew only makes this beat early), and within 10 s.
-    const toldMs = Math.max(750, message.leaseExpiresAt - Date.now());
+    const toldMs = message.leaseExpiresAt - Date.now();
     const firstMs =
       options.leaseSeconds !== undefined
         ? Math.max(250, Math.floor((options.leaseSeconds * 1000) / 3))
-        : Math.min(Math.floor(toldMs / 3), 10_000);
+        : Math.min(Math.floor(Math.max(750, toldMs) / 3), 10_000);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const beat = async () => {
       timer = undefined;
       if (until.aborted || !heartbeatSupported) return;
       let intervalMs = firstMs;
       try {
-        const leaseSeconds = await leaseSecondsOf(message);
+        const leaseSeconds = await leaseSecondsOf(toldMs);
         intervalMs = Math.max(250, Math.floor((leaseSeconds * 1000) / 3));
         if (until.aborted) return;
         const { extended } = await deps.extend(message.receipt, leaseSeconds);

@@ -5,7 +5,9 @@
  * that facility's public hooks, handed in by the composition root.
  */
 import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema, timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { ValueSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import { isInt64Text } from "../core/text.ts";
+import { timestampToMs } from "../core/time.ts";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   AdminService,
@@ -193,13 +195,10 @@ function appPagePosition(token: string, order: AppOrder): AppPagePosition {
 
 /** A request's Timestamp as a Date, within years 1 to 9999 (binary protobuf carries any seconds; SQL does not). */
 function checkedDate(field: string, ts: Timestamp): Date {
-  const ms = Number(ts.seconds) * 1000 + Math.floor(ts.nanos / 1e6);
-  if (!Number.isFinite(ms) || ms < MIN_TIMESTAMP_MS || ms > MAX_TIMESTAMP_MS)
-    throw invalidArgument(field, "must be a time from year 1 to 9999");
-  return timestampDate(ts);
+  const ms = timestampToMs(ts);
+  if (ms === undefined) throw invalidArgument(field, "must be a time from year 1 to 9999");
+  return new Date(ms);
 }
-const MIN_TIMESTAMP_MS = Date.parse("0001-01-01T00:00:00Z");
-const MAX_TIMESTAMP_MS = Date.parse("9999-12-31T23:59:59.999Z");
 
 /** The `expected_revision` of a request, checked for range. */
 function expectedRevision(value: bigint | undefined): number | undefined {
@@ -599,7 +598,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       const pageSize = req.pageSize || 50;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 500)
         throw invalidArgument("page_size", "must be from 1 to 500");
-      if (req.pageToken !== "" && !(/^[1-9][0-9]{0,18}$/.test(req.pageToken) && BigInt(req.pageToken) < 2n ** 63n))
+      if (req.pageToken !== "" && !(/^[1-9][0-9]{0,18}$/.test(req.pageToken) && isInt64Text(req.pageToken)))
         throw invalidArgument("page_token", "must be the next_page_token of the previous page");
       // By id also once the app is gone (its entries outlive it); a name is looked up.
       const appId = !req.appId ? undefined : isUuid(req.appId) ? req.appId.toLowerCase() : (await getApp(req.appId)).id;

@@ -33,14 +33,8 @@ import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc } from "./buckets.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
-import {
-  MAX_EVENTS_PER_CALL,
-  MAX_PROPERTIES,
-  MAX_TIME_MS,
-  quoted,
-  timestampToMs,
-  validateEvents,
-} from "./validate-events.ts";
+import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, quoted, validateEvents } from "./validate-events.ts";
+import { MAX_TIME_MS, timestampToMs } from "../core/time.ts";
 
 export interface AnalyticsServiceOptions {
   types: EventTypeStore;

@@ -4,12 +4,12 @@
  * is refused whole, and the message names the first bad event by its index,
  * e.g. `events[3].properties.plan: must be a string (declared string)`.
  */
-import { timestampMs, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { isWellFormedText } from "../core/text.ts";
-import { DAY_MS } from "../core/time.ts";
+import { DAY_MS, timestampToMs } from "../core/time.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 
@@ -21,9 +21,6 @@ export const MAX_FUTURE_MS = DAY_MS;
 export const MAX_PROPERTIES = 64;
 /** Longest string value, in UTF-8 bytes (values are index keys of the rollups). */
 export const MAX_VALUE_BYTES = 1024;
-/** The instants a timestamp may take: years 0001 to 9999, as google.protobuf.Timestamp allows. */
-export const MIN_TIME_MS = -62_135_596_800_000;
-export const MAX_TIME_MS = 253_402_300_799_999;
 
 /** The shape of an event as both protocols deliver it. */
 export interface EventInput {
@@ -63,12 +60,6 @@ function storedValue(value: Value | undefined, kind: PropertyKindName): string |
       if (v?.case !== "boolValue") return { rule: "must be a boolean (declared boolean)" };
       return v.value ? "true" : "false";
   }
-}
-
-/** Epoch ms of a timestamp, or undefined when it is out of range. */
-export function timestampToMs(ts: Timestamp): number | undefined {
-  const ms = timestampMs(ts);
-  return Number.isFinite(ms) && ms >= MIN_TIME_MS && ms <= MAX_TIME_MS ? Math.floor(ms) : undefined;
 }
 
 /**

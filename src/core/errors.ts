@@ -122,32 +122,29 @@ export function invalidArgument(field: string, rule: string): PlatformError {
   return new PlatformError("invalid_argument", `${field}: ${rule}`, { details: [`${field}: ${rule}`] });
 }
 
+/** Whether `err`, or what caused it, is a PostgreSQL error whose SQLSTATE passes `test`. */
+function hasSqlState(err: unknown, test: (state: string) => boolean): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && test(code)) return true;
+  }
+  return false;
+}
+
 /**
  * PostgreSQL's transaction rollbacks (class 40: a deadlock, a serialisation
  * failure): the whole transaction was undone, so the caller may simply retry.
  * Lock orders are chosen so none is expected; should one happen anyway, it is
  * a 409 `conflict` to retry, not a 500.
  */
-function isTransactionAborted(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (code === "40P01" || code === "40001") return true;
-  }
-  return false;
-}
+const isTransactionAborted = (err: unknown) => hasSqlState(err, (s) => s === "40P01" || s === "40001");
 
 /**
  * PostgreSQL's data exceptions (class 22: a number or a time out of range, a
  * NUL character in text): a value the database cannot take, which came from
  * the request, so a 400, not a 500.
  */
-function isDataException(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === "string" && /^22[0-9A-Z]{3}$/.test(code)) return true;
-  }
-  return false;
-}
+const isDataException = (err: unknown) => hasSqlState(err, (s) => /^22[0-9A-Z]{3}$/.test(s));
 
 /**
  * Turns anything thrown into a PlatformError. Errors that are not ours become

@@ -8,6 +8,7 @@
  */
 import type { InTransaction } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
+import { isInt64Text } from "../core/text.ts";
 import type { DeadLetter, DeadLetterSelection, QueueStore } from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
@@ -34,8 +35,6 @@ export interface DeadLetterOperator {
   purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
 }
 
-const MAX_INT64 = 2n ** 63n - 1n;
-
 /** The token names the last dead letter of a page (its `seq`); opaque to callers. */
 function encodeToken(seq: string): string {
   return Buffer.from(`dl:${seq}`).toString("base64url");
@@ -45,9 +44,7 @@ function decodeToken(token: string): string | undefined {
   if (token === "") return undefined;
   const text = /^[A-Za-z0-9_-]{1,40}$/.test(token) ? Buffer.from(token, "base64url").toString() : "";
   const match = /^dl:([1-9][0-9]{0,18})$/.exec(text);
-  // A seq is a bigint: 19 digits can be more.
-  if (!match || BigInt(match[1]) > MAX_INT64)
-    throw invalidArgument("page_token", "is not a page token of ListDeadLetters");
+  if (!match || !isInt64Text(match[1])) throw invalidArgument("page_token", "is not a page token of ListDeadLetters");
   return match[1];
 }
 

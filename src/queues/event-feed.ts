@@ -26,6 +26,7 @@ import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
+import { isInt64Text } from "../core/text.ts";
 import { EVENT_FEED_CHANNEL, type EventFeedStore } from "./event-feed-store.ts";
 import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, MAX_WAIT_SECONDS } from "./queue-limits.ts";
 
@@ -33,8 +34,6 @@ import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, MAX_WAIT_SECONDS } from "./queue-limi
 export const FEED_PAGE = 100;
 
 /** A cursor is the decimal id of an event (a PostgreSQL bigint), "0" before the first. */
-const CURSOR = /^(0|[1-9][0-9]{0,18})$/;
-const MAX_CURSOR = 2n ** 63n - 1n;
 
 export interface EventFeed {
   /**
@@ -65,7 +64,7 @@ export interface EventFeedOptions {
 }
 
 function parseCursor(after: string): bigint {
-  if (!CURSOR.test(after) || BigInt(after) > MAX_CURSOR)
+  if (!isInt64Text(after))
     throw invalidArgument("after", "must be a cursor returned by the feed (a string of decimal digits)");
   return BigInt(after);
 }

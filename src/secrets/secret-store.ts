@@ -152,11 +152,10 @@ async function lockLinks(trx: Tx, appId: string, which: NamesPicked): Promise<vo
  * Deletes the app's secrets that `which` picks, with their values and links,
  * and keeps each one's version as its name's floor (`secret_version_floors`),
  * in the same statement: a name declared again never repeats a version an app
- * may still hold.
+ * may still hold. Their links must be locked already (`lockLinks`).
  */
 async function dropSecrets(trx: Tx, appId: string, which: NamesPicked): Promise<void> {
   const picked = namesPicked(which);
-  await lockLinks(trx, appId, which);
   await sql`
     WITH gone AS (
       DELETE FROM secrets WHERE app_id = ${appId}::uuid AND ${picked} RETURNING name, version
@@ -390,6 +389,7 @@ export function createSecretStore(database: Db) {
       await db.transaction().execute(async (trx) => {
         await lockApp(trx, appId);
         await within?.(transactionAsDb(trx));
+        await lockLinks(trx, appId, { keep: names });
         await dropSecrets(trx, appId, { keep: names });
         await declareUnset(trx, appId, names);
       });

@@ -153,17 +153,18 @@ export function createAppStore(database: Db): AppStore {
       }
       if (query.status) matching = matching.where("apps.status", "=", query.status);
       const byName = query.order === "name" || query.order === "-name";
+      const column = byName ? "apps.name" : "apps.created_at";
       const direction = query.order.startsWith("-") ? "desc" : "asc";
-      const key = byName ? sql<string>`apps.name` : exactTimeText(sql`apps.created_at`);
+      // The sort key as the page token keeps it, and read back from it: a name, or the time as exact text.
+      const key = byName ? sql.ref<string>(column) : exactTimeText(sql.ref(column));
       let rows = matching.select([...APP_COLUMNS, key.as("page_key")]);
       if (query.after) {
-        const after = byName ? sql`${query.after.key}::text` : sql`${query.after.key}::timestamptz`;
-        const column = byName ? sql`apps.name` : sql`apps.created_at`;
+        const after = sql`${query.after.key}::${sql.raw(byName ? "text" : "timestamptz")}`;
         rows = rows.where(
-          sql<boolean>`(${column}, apps.id) ${sql.raw(direction === "asc" ? ">" : "<")} (${after}, ${query.after.id}::uuid)`,
+          sql<boolean>`(${sql.ref(column)}, apps.id) ${sql.raw(direction === "asc" ? ">" : "<")} (${after}, ${query.after.id}::uuid)`,
         );
       }
-      rows = rows.orderBy(byName ? "apps.name" : "apps.created_at", direction).orderBy("apps.id", direction);
+      rows = rows.orderBy(column, direction).orderBy("apps.id", direction);
       // One more than asked: whether another page follows.
       if (query.limit !== undefined) rows = rows.limit(query.limit + 1);
       const [found, counted] = await Promise.all([
