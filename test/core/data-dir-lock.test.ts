@@ -17,41 +17,67 @@ beforeAll(async () => {
 });
 afterAll(() => fs.rm(scratch, { recursive: true, force: true }));
 
-/** Starts a holder; resolves with what it said, and a way to let it go. */
-function holder(dir: string): Promise<{ said: string; release(): Promise<void> }> {
+/** Starts a holder; resolves once it is ready, with a way to start its race, what it then said, and its release. */
+function holder(dir: string): Promise<{ go(): Promise<string>; release(): Promise<void> }> {
   const child = spawn(nodeBinary, [HOLDER, dir], { stdio: ["pipe", "pipe", "inherit"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const lines: string[] = [];
+  const waiting: ((line: string) => void)[] = [];
+  let out = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    out += chunk.toString();
+    let end;
+    while ((end = out.indexOf("\n")) >= 0) {
+      const line = out.slice(0, end);
+      out = out.slice(end + 1);
+      const w = waiting.shift();
+      if (w) w(line);
+      else lines.push(line);
+    }
+  });
+  const nextLine = () =>
+    new Promise<string>((resolve) => (lines.length ? resolve(lines.shift()!) : waiting.push(resolve)));
   return new Promise((resolve, reject) => {
-    let out = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.endsWith("\n"))
-        resolve({
-          said: out.trim(),
-          release: async () => {
-            child.stdin.end();
-            await exited;
-          },
-        });
-    });
     child.once("error", reject);
+    void nextLine().then((ready) => {
+      if (ready !== "ready") return reject(new Error(`holder said ${ready}`));
+      resolve({
+        go: () => {
+          child.stdin.write("go\n");
+          return nextLine();
+        },
+        release: async () => {
+          child.stdin.end();
+          await exited;
+        },
+      });
+    });
   });
 }
 
+/** Writes a lock left by a process that has ended into a new directory `name`. */
+async function staleLockDir(name: string, gone: string): Promise<string> {
+  const dir = path.join(scratch, name);
+  await fs.mkdir(dir, { mode: 0o700 });
+  await fs.writeFile(path.join(dir, "pg.lock"), `${gone}\n`, { mode: 0o600 });
+  return dir;
+}
+
 describe("lockDataDir (src/core/database/data-dir-lock.ts)", () => {
-  it("of two processes racing for a stale lock, exactly one takes it, every time", async () => {
-    // The pid of a process that has ended: its lock is stale.
-    const gone = spawnSync(nodeBinary, ["-e", "process.stdout.write(String(process.pid))"], {
-      encoding: "utf8",
-    }).stdout;
-    for (let trial = 0; trial < 20; trial++) {
-      const dir = path.join(scratch, `d${trial}`);
-      await fs.mkdir(dir, { mode: 0o700 });
-      await fs.writeFile(path.join(dir, "pg.lock"), `${gone}\n`, { mode: 0o600 });
-      const both = await Promise.all([holder(dir), holder(dir)]);
-      const said = both.map((h) => h.said.split(" ")[0]).sort();
-      await Promise.all(both.map((h) => h.release()));
-      expect(said, `trial ${trial}`).toEqual(["in-use", "locked"]);
-    }
-  });
+  // The pid of a process that has ended: its lock is stale.
+  const gone = () =>
+    spawnSync(nodeBinary, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout;
+
+  for (const racers of [2, 4]) {
+    it(`of ${racers} processes racing for a stale lock at one moment, exactly one takes it, every time`, async () => {
+      const pid = gone();
+      for (let trial = 0; trial < 20; trial++) {
+        const dir = await staleLockDir(`r${racers}-${trial}`, pid);
+        const holders = await Promise.all(Array.from({ length: racers }, () => holder(dir)));
+        const said = (await Promise.all(holders.map((h) => h.go()))).map((s) => s.split(" ")[0]).sort();
+        await Promise.all(holders.map((h) => h.release()));
+        expect(said, `trial ${trial}`).toEqual(["locked", ...Array<string>(racers - 1).fill("in-use")].sort());
+      }
+    });
+  }
 });

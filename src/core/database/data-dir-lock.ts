@@ -7,7 +7,7 @@
  * The lock is a file holding the owner's pid, linked into place whole. A lock
  * whose pid no longer runs (the owner was killed) is stale and taken over at
  * once, so a restart after `kill -9` is never blocked; of several openers
- * taking over at the same moment, one gets it. A directory lock with
+ * taking over at the same moment, one gets it (`removeStale`). A directory lock with
  * a heartbeat (proper-lockfile) would make that restart wait for staleness.
  */
 import crypto from "node:crypto";
@@ -36,6 +36,9 @@ function isRunning(pid: number): boolean {
   }
 }
 
+/** How long an opener keeps trying while others take over a stale lock (each takeover takes a few file operations). */
+const TAKEOVER_PATIENCE_MS = 5_000;
+
 /** Takes the lock of `dataDir`; resolves to its release. Throws `DataDirInUseError` while another live process holds it. */
 export async function lockDataDir(dataDir: string): Promise<() => Promise<void>> {
   const file = path.join(dataDir, "pg.lock");
@@ -45,11 +48,12 @@ export async function lockDataDir(dataDir: string): Promise<() => Promise<void>>
   const mine = `${file}.${process.pid}.${crypto.randomBytes(6).toString("hex")}`;
   await fs.writeFile(mine, `${process.pid}\n`, { flag: "wx", mode: 0o600 });
   try {
-    for (let attempt = 0; attempt < 5; attempt++) {
+    const giveUpAt = Date.now() + TAKEOVER_PATIENCE_MS;
+    while (Date.now() < giveUpAt) {
       try {
         await fs.link(mine, file);
         return async () => {
-          // Only our own lock is removed (a stale-lock takeover may have replaced it).
+          // Only our own lock is removed (nobody takes over the lock of a live process).
           const owner = Number((await fs.readFile(file, "utf8").catch(() => "")).trim());
           if (owner === process.pid) await fs.rm(file, { force: true });
         };
@@ -62,23 +66,57 @@ export async function lockDataDir(dataDir: string): Promise<() => Promise<void>>
       if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isRunning(owner)) {
         throw new DataDirInUseError(dataDir, owner);
       }
-      // Stale (its owner is gone), unreadable, or our own from an earlier open that was not closed. Moved
-      // aside under a name of our own rather than deleted: of two openers that judged it stale, the second
-      // would otherwise delete the lock the first has just taken. What was moved is checked: if it is not
-      // the lock judged stale, it is put back.
-      const aside = `${file}.stale.${process.pid}.${crypto.randomBytes(6).toString("hex")}`;
-      try {
-        await fs.rename(file, aside);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === "ENOENT") continue;
-        throw err;
-      }
-      const moved = await fs.readFile(aside, "utf8").catch(() => undefined);
-      if (moved !== text) await fs.link(aside, file).catch(() => undefined);
-      await fs.rm(aside, { force: true });
+      // Stale (its owner is gone), unreadable, or our own from an earlier open that was not closed.
+      await removeStale(file, text, mine);
     }
     throw new Error(`DATA_DIR ${dataDir}: could not take ${path.basename(file)}`);
   } finally {
     await fs.rm(mine, { force: true });
+  }
+}
+
+/**
+ * Removes `file` if it still holds `text` (the lock judged stale), one opener
+ * at a time: the remover first links its own pid file (`mine`) as
+ * `<file>.takeover`. Without that gate, an opener that judged the old lock
+ * stale could remove a fresh lock another opener had linked in the meantime,
+ * and two processes would open one database. Under the gate the check and the
+ * removal cannot be overtaken: nobody else removes a lock, and nobody links
+ * one while the stale one is there. A gate left by a remover that died is
+ * itself taken away, moved aside and checked (a narrower race: it needs a
+ * remover killed within its few file operations and several openers at once).
+ * Resolves when the caller should try to link its lock again.
+ */
+async function removeStale(file: string, text: string, mine: string): Promise<void> {
+  const gate = `${file}.takeover`;
+  try {
+    await fs.link(mine, gate);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    const gateText = await fs.readFile(gate, "utf8").catch(() => undefined);
+    if (gateText === undefined) return;
+    const remover = Number(gateText.trim());
+    if (Number.isInteger(remover) && remover > 0 && isRunning(remover)) {
+      // Another opener is removing it: try again in a moment.
+      await new Promise((resolve) => setTimeout(resolve, 2 + Math.random() * 8));
+      return;
+    }
+    const aside = `${gate}.stale.${process.pid}.${crypto.randomBytes(6).toString("hex")}`;
+    try {
+      await fs.rename(gate, aside);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code === "ENOENT") return;
+      throw e;
+    }
+    const moved = await fs.readFile(aside, "utf8").catch(() => undefined);
+    if (moved !== gateText) await fs.link(aside, gate).catch(() => undefined);
+    await fs.rm(aside, { force: true });
+    return;
+  }
+  try {
+    const current = await fs.readFile(file, "utf8").catch(() => undefined);
+    if (current === text) await fs.rm(file, { force: true });
+  } finally {
+    await fs.rm(gate, { force: true });
   }
 }
