@@ -23,7 +23,9 @@
  * one run after the other (the baseline first for each operation). Each run's
  * log line also gives the server's CPU time per request (user + system, from
  * /proc, warm-up included): on a busy machine a steadier comparison than
- * requests per second.
+ * requests per second; and the load generator's own CPU time per request (it
+ * shares the machine's cores with the servers, and its HTTP/2 client costs
+ * about twice its HTTP/1.1 one, which lowers every h2 protocol's figure).
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
  * for operations `event_types_list`, `queues_list`, `models_list`, `queue_put`
@@ -289,6 +291,7 @@ async function main(): Promise<void> {
         const t = target(op, protocol, protocol === "baseline" ? baseline.url : url, opToken, run++);
         const server = protocol === "baseline" ? baseline.child : service.child;
         const cpu0 = await cpuMs(server.pid!);
+        const load0 = process.cpuUsage();
         const r = await runLoad(t, {
           concurrency: CONCURRENCY,
           h2Sessions: H2_SESSIONS,
@@ -298,8 +301,10 @@ async function main(): Promise<void> {
         results[protocol] = r.reqPerS;
         figures[`${op.key}_${protocol}_req_s`] = round(r.reqPerS, 0);
         const cpuUs = (((await cpuMs(server.pid!)) - cpu0) * 1000) / r.allRequests;
+        const load = process.cpuUsage(load0);
+        const loadUs = (load.user + load.system) / r.allRequests;
         log(
-          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
+          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
         );
         if (r.errors > 0) throw new Error(`${op.key} over ${protocol}: ${r.errors} errors (${r.firstError})`);
       }
