@@ -1,7 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { createQuotas, withReservation } from "../../src/core/quotas/quotas.ts";
-import { PlatformError } from "../../src/core/errors.ts";
+import { PlatformError, toPlatformError } from "../../src/core/errors.ts";
+import { DatabaseNoAnswerError } from "../../src/core/database/health.ts";
+import { sql } from "kysely";
+import { startTcpProxy } from "../support/tcp-proxy.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
 import { refuseWrites } from "../support/refuse-writes.ts";
 import { tables } from "../support/tables.ts";
@@ -161,6 +164,73 @@ describe(`withReservation on ${backend}`, () => {
     ).rejects.toBe(boom);
     expect(failures).toEqual([boom]);
     expect(await quotas.used(appId, "mail")).toBe(0);
+  });
+
+  it.runIf(process.env.DATABASE_URL !== undefined)(
+    "keeps the reservation when the work's statement got no answer (it may have committed): the cap is not overspent",
+    async () => {
+      const quotas = createQuotas(database.db);
+      const appId = await newApp();
+      // The work writes through a connection whose answers are lost on the way: the statement runs and
+      // commits, and the bounded pool gives up on it (DatabaseNoAnswerError).
+      const proxy = await startTcpProxy(tdb.url!);
+      const other = await openDatabase({ databaseUrl: proxy.url, dataDir: tdb.dataDir, statementTimeoutMs: 200 });
+      try {
+        await sql`SELECT 1`.execute(other.db); // connected before the answers are held
+        const failed = await withReservation(quotas, { appId, counter: "mail", amount: 1, cap: 1 }, async () => {
+          proxy.holdAnswers();
+          await sql`UPDATE apps SET name = name || '-done' WHERE id = ${appId}::uuid`.execute(other.db);
+        }).catch((err: unknown) => err);
+        expect(failed).toBeInstanceOf(DatabaseNoAnswerError);
+        const { name } = await tables(database.db)
+          .selectFrom("apps")
+          .select("name")
+          .where("id", "=", appId)
+          .executeTakeFirstOrThrow();
+        expect(name.endsWith("-done")).toBe(true); // the work was done
+        expect(await quotas.used(appId, "mail")).toBe(1); // and stays counted
+        await expect(quotas.reserve(appId, "mail", 1, 1)).rejects.toMatchObject({ code: "quota_exceeded" });
+      } finally {
+        proxy.release();
+        await other.close();
+        await proxy.close();
+      }
+    },
+  );
+
+  it("keeps the reservation when the work's error was made from a statement without answer", async () => {
+    const quotas = createQuotas(database.db);
+    const appId = await newApp();
+    const noAnswer = toPlatformError(new DatabaseNoAnswerError(200));
+    await expect(
+      withReservation(quotas, { appId, counter: "events", amount: 3, cap: 10 }, () => Promise.reject(noAnswer)),
+    ).rejects.toBe(noAnswer);
+    expect(await quotas.used(appId, "events")).toBe(3);
+  });
+
+  it("answers the new day's figure, never below zero, when the work ran past UTC midnight", async () => {
+    let now = new Date("2026-03-01T23:59:59.000Z");
+    const quotas = createQuotas(database.db, () => now);
+    const appId = await newApp();
+    // A generation reserves 60 before midnight and settles (to 10) after it, when today's use is above the cap.
+    const settled = withReservation(
+      quotas,
+      { appId, counter: "fast_tokens", amount: 60, cap: 100, actual: (r: number) => r },
+      async () => {
+        now = new Date("2026-03-02T00:00:01.000Z");
+        const other = await quotas.reserve(appId, "fast_tokens", 90, 100);
+        await quotas.settle(other, 130, 100);
+        return 10;
+      },
+    );
+    await expect(settled).resolves.toEqual({ result: 10, remaining: 0 });
+    // A mail reserved before midnight and sent after it: what is left is the new day's, 5 of 5 (the mail counts on the day it was reserved).
+    now = new Date("2026-03-02T23:59:59.000Z");
+    const mail = withReservation(quotas, { appId, counter: "mail", amount: 1, cap: 5 }, async () => {
+      now = new Date("2026-03-03T00:00:01.000Z");
+      return "sent";
+    });
+    await expect(mail).resolves.toEqual({ result: "sent", remaining: 5 });
   });
 
   it("refuses before the work when the allowance is spent (the work never runs)", async () => {

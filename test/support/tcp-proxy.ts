@@ -2,8 +2,10 @@
  * A TCP proxy a test puts between the service and its PostgreSQL, to make the
  * database hang without stopping it: `hold()` stops forwarding bytes either
  * way (connections stay open, new ones are accepted, nothing answers), as a
- * stopped server or a network that drops packets would; `release()` forwards
- * what was held and carries on.
+ * stopped server or a network that drops packets would; `holdAnswers()` stops
+ * only the server's side (statements arrive and run, their answers are lost on
+ * the way, so the client cannot know whether they committed); `release()`
+ * forwards what was held and carries on.
  */
 import net from "node:net";
 
@@ -11,18 +13,19 @@ export interface TcpProxy {
   /** `url` with its host and port replaced by the proxy's. */
   readonly url: string;
   hold(): void;
+  holdAnswers(): void;
   release(): void;
   close(): Promise<void>;
 }
 
 export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   const target = new URL(targetUrl);
-  let held = false;
+  let held: "none" | "both" | "answers" = "none";
   const pending: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
-  const forward = (from: net.Socket, to: net.Socket) => {
+  const forward = (from: net.Socket, to: net.Socket, answers: boolean) => {
     from.on("data", (chunk: Buffer) => {
-      if (held) pending.push(() => to.write(chunk));
+      if (held === "both" || (held === "answers" && answers)) pending.push(() => to.write(chunk));
       else to.write(chunk);
     });
     from.on("close", () => to.destroy());
@@ -33,8 +36,8 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
     sockets.add(client).add(upstream);
     client.on("close", () => sockets.delete(client));
     upstream.on("close", () => sockets.delete(upstream));
-    forward(client, upstream);
-    forward(upstream, client);
+    forward(client, upstream, false);
+    forward(upstream, client, true);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as net.AddressInfo;
@@ -44,10 +47,13 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
   return {
     url: url.toString(),
     hold() {
-      held = true;
+      held = "both";
+    },
+    holdAnswers() {
+      held = "answers";
     },
     release() {
-      held = false;
+      held = "none";
       for (const write of pending.splice(0)) write();
     },
     async close() {

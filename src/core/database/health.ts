@@ -36,6 +36,18 @@ export class DatabaseNoAnswerError extends Error {
   }
 }
 
+/**
+ * Whether `err` (or an error it was made from) is a statement the database did
+ * not answer: it may have run and committed all the same, so what it did must
+ * be counted as done (a reservation kept, never given back).
+ */
+export function isNoAnswer(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if (e instanceof DatabaseNoAnswerError) return true;
+  }
+  return false;
+}
+
 /** Network errors of a connection, and the server refusing or ending connections. */
 const NETWORK_CODES = new Set([
   "ECONNREFUSED",

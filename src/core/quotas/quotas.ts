@@ -14,6 +14,7 @@
 import type { Db } from "../database/index.ts";
 import { createQuotaStore } from "./quota-store.ts";
 import { PlatformError } from "../errors.ts";
+import { isNoAnswer } from "../database/health.ts";
 import { DAY_MS } from "../time.ts";
 
 /** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
@@ -38,6 +39,11 @@ export interface Quotas {
   reserve(appId: string, counter: QuotaCounter, amount: number, cap: number): Promise<Reservation>;
   /** Replaces a reservation by what was really used; returns what is left today. */
   settle(reservation: Reservation, actual: number, cap: number): Promise<number>;
+  /**
+   * What is left today once `reservation` is spent: its own figure, or, when
+   * the work ran past UTC midnight, the new day's (read again).
+   */
+  remainingAfter(reservation: Reservation, cap: number): Promise<number>;
   /** Gives a reservation back whole (the work failed). */
   release(reservation: Reservation): Promise<void>;
   /** What was used today. */
@@ -93,9 +99,10 @@ export async function withReservation<T>(
   try {
     result = await work(reservation);
   } catch (err) {
-    // Work that may have been done all the same (a provider failed after taking it) stays counted:
-    // released, it could be done once more within the cap and overspend it.
-    if (!(err instanceof PlatformError && err.outcomeUnknown)) {
+    // Work that may have been done all the same (a provider failed after taking it, or the database did
+    // not answer a statement that may still have committed) stays counted: released, it could be done
+    // once more within the cap and overspend it.
+    if (!((err instanceof PlatformError && err.outcomeUnknown) || isNoAnswer(err))) {
       try {
         await quotas.release(reservation);
       } catch (releaseErr) {
@@ -105,9 +112,11 @@ export async function withReservation<T>(
     options.onFailure?.(err);
     throw err;
   }
-  if (!options.actual) return { result, remaining: reservation.remaining };
   try {
-    return { result, remaining: await quotas.settle(reservation, options.actual(result), options.cap) };
+    const remaining = options.actual
+      ? await quotas.settle(reservation, options.actual(result), options.cap)
+      : await quotas.remainingAfter(reservation, options.cap);
+    return { result, remaining };
   } catch (err) {
     options.onSettleError?.(err);
     return { result, remaining: reservation.remaining };
@@ -133,13 +142,17 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
 
     async settle(reservation, actual, cap) {
       const delta = Math.max(0, Math.round(actual)) - reservation.amount;
-      if (delta === 0) return reservation.remaining;
+      if (delta === 0) return this.remainingAfter(reservation, cap);
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
       const used = await store.adjust(reservation.appId, reservation.day, reservation.counter, delta);
-      return reservation.day === utcDay(clock())
-        ? Math.max(0, cap - used)
-        : cap - (await this.used(reservation.appId, reservation.counter));
+      return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : this.remainingAfter(reservation, cap);
+    },
+
+    async remainingAfter(reservation, cap) {
+      if (reservation.day === utcDay(clock())) return reservation.remaining;
+      // Today's use may be above the cap (a settle beyond the estimate): nothing is left then, never less.
+      return Math.max(0, cap - (await this.used(reservation.appId, reservation.counter)));
     },
 
     async release(reservation) {
