@@ -132,7 +132,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   const all: Facility[] = [meta, admin, ...facilities.list];
   // Each facility's implementation as every protocol calls it: the RPCs of its
   // `idempotent` routes honour the Idempotency-Key header.
-  const idempotency = createIdempotency({ store: createIdempotencyStore(database.db), logger, metrics });
+  const idempotency = createIdempotency({
+    store: createIdempotencyStore(database.db),
+    logger,
+    metrics,
+    answerSecrets: keyringFromConfig(config).deriveKeys("idempotent answers"),
+  });
   const served = all.map((facility) => ({
     facility,
     service: facility.service,

@@ -220,6 +220,13 @@ describe("Idempotency-Key over REST", () => {
     const raw = Buffer.from(rows[0].response);
     expect(raw.includes(key)).toBe(false);
     expect(raw.includes(linkToken)).toBe(false);
+    // Nor can whoever reads the database and guesses the key open it: a server-side secret is mixed in.
+    const byKeyAlone = Buffer.from(
+      crypto.hkdfSync("sha256", key, Buffer.alloc(0), "platform-batteries idempotent answer", 32),
+    );
+    const decipher = crypto.createDecipheriv("aes-256-gcm", byKeyAlone, raw.subarray(0, 12));
+    decipher.setAuthTag(raw.subarray(12, 28));
+    expect(() => Buffer.concat([decipher.update(raw.subarray(28)), decipher.final()])).toThrow();
   });
 
   it("replays a batch of analytics events without storing or counting them twice", async () => {
@@ -297,6 +304,7 @@ describe("Idempotency-Key over REST", () => {
       logger: pino({ level: "silent" }),
       metrics: createMetrics(),
       lockSeconds: 1,
+      answerSecrets: [crypto.randomBytes(32)],
     });
     const app = await t.createApp();
     const record = await t.server.deps.apps.get(app.id);

@@ -91,10 +91,18 @@ export interface IdempotencyOptions {
   metrics: Metrics;
   /** How long a run's hold lasts without renewal (default `RUN_LOCK_SECONDS`; shorter in tests). */
   lockSeconds?: number;
+  /**
+   * Server-side keys mixed into every stored answer's key, the first for new
+   * answers, all of them (e.g. during a secrets key rotation) for opening:
+   * an answer may carry a secret link's token, and an Idempotency-Key alone
+   * (an order id, a counter) may be guessed by whoever reads the database.
+   */
+  answerSecrets: readonly Buffer[];
 }
 
 export function createIdempotency(options: IdempotencyOptions): Idempotency {
   const { store, logger } = options;
+  const { seal, open } = answerSealing(options.answerSecrets);
   const lockSeconds = options.lockSeconds ?? RUN_LOCK_SECONDS;
   const replays = options.metrics.counter(
     "idempotent_replays_total",
@@ -237,24 +245,43 @@ function storedError(bytes: Uint8Array): PlatformError {
   return new PlatformError(code, message, { details, outcomeUnknown: true });
 }
 
-/** The AES-256-GCM key of a stored answer: derived from the Idempotency-Key, which is stored only hashed. */
-function answerKey(key: string): Buffer {
-  return Buffer.from(crypto.hkdfSync("sha256", key, Buffer.alloc(0), "platform-batteries idempotent answer", 32));
-}
-
-/** `iv (12) | tag (16) | ciphertext`. */
-function seal(key: string, plain: Uint8Array): Uint8Array {
-  const iv = crypto.randomBytes(12);
-  const cipher = crypto.createCipheriv("aes-256-gcm", answerKey(key), iv);
-  const body = Buffer.concat([cipher.update(plain), cipher.final()]);
-  return Buffer.concat([iv, cipher.getAuthTag(), body]);
-}
-
-function open(key: string, sealed: Uint8Array): Uint8Array {
-  const data = Buffer.from(sealed);
-  const decipher = crypto.createDecipheriv("aes-256-gcm", answerKey(key), data.subarray(0, 12));
-  decipher.setAuthTag(data.subarray(12, 28));
-  return Buffer.concat([decipher.update(data.subarray(28)), decipher.final()]);
+/**
+ * The AES-256-GCM sealing of stored answers (`iv (12) | tag (16) | ciphertext`).
+ * The key is derived from the Idempotency-Key (stored only hashed, so the
+ * database alone never opens an answer) and a server-side secret (so a key
+ * that is easy to guess does not open it either). Answers stored before the
+ * server-side secret was mixed in (within the last day) still open.
+ */
+function answerSealing(secrets: readonly Buffer[]) {
+  if (secrets.length === 0) throw new Error("idempotent answers need a server-side secret");
+  const derive = (key: string, secret: Buffer) =>
+    Buffer.from(crypto.hkdfSync("sha256", key, secret, "platform-batteries idempotent answer", 32));
+  const withoutSecret = Buffer.alloc(0);
+  return {
+    seal: (key: string, plain: Uint8Array): Uint8Array => {
+      const iv = crypto.randomBytes(12);
+      const cipher = crypto.createCipheriv("aes-256-gcm", derive(key, secrets[0]), iv);
+      const body = Buffer.concat([cipher.update(plain), cipher.final()]);
+      return Buffer.concat([iv, cipher.getAuthTag(), body]);
+    },
+    open: (key: string, sealed: Uint8Array): Uint8Array => {
+      const data = Buffer.from(sealed);
+      for (const secret of [...secrets, withoutSecret]) {
+        const decipher = crypto.createDecipheriv("aes-256-gcm", derive(key, secret), data.subarray(0, 12));
+        decipher.setAuthTag(data.subarray(12, 28));
+        try {
+          return Buffer.concat([decipher.update(data.subarray(28)), decipher.final()]);
+        } catch {
+          // Sealed under another secret: try the next.
+        }
+      }
+      // Sealed under a secrets key this instance no longer has (dropped from SECRETS_OLD_KEYS within a day).
+      throw new PlatformError(
+        "conflict",
+        "Idempotency-Key: the answer stored for this key cannot be read with this server's secrets keys; the request was not run again",
+      );
+    },
+  };
 }
 
 function inUse(): PlatformError {
