@@ -352,46 +352,57 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async updateApp(req, context) {
-      const changes: AppChanges = {};
-      if (req.status !== undefined) {
-        if (req.status !== AppStatus.RUNNING && req.status !== AppStatus.STOPPED) {
-          throw invalidArgument("status", "must be APP_STATUS_RUNNING or APP_STATUS_STOPPED");
-        }
-        changes.status = req.status === AppStatus.RUNNING ? "running" : "stopped";
-      }
-      if (req.mailFrom !== undefined) {
-        if (req.mailFrom !== "" && !MAIL_FROM_PATTERN.test(req.mailFrom))
-          throw invalidArgument("mail_from", "must be an email address or empty");
-        changes.mailFrom = req.mailFrom;
-      }
-      if (req.analyticsEnabled !== undefined) changes.analyticsEnabled = req.analyticsEnabled;
-      if (req.secretsEnabled !== undefined) changes.secretsEnabled = req.secretsEnabled;
-      const limits = validateLimits(req.limits);
-      if (Object.keys(limits).length > 0) changes.limits = limits;
-      const expected = expectedRevision(req.expectedRevision);
       const app = await getApp(req.appId);
-      if (Object.keys(changes).length === 0) {
-        if (expected !== undefined && expected !== app.revision) await apps.update(app.id, {}, expected);
-        return { app: await load(app.id) };
-      }
-      const { limits: changedLimits, ...settings } = changes;
-      const only = Object.keys(changes);
+      // What was asked, as given: the entry of a refused attempt (a bad limit, a stale revision) says it too.
+      const asked: Record<string, unknown> = {};
+      if (req.status !== undefined)
+        asked.status =
+          req.status === AppStatus.RUNNING ? "running" : req.status === AppStatus.STOPPED ? "stopped" : req.status;
+      if (req.mailFrom !== undefined) asked.mailFrom = req.mailFrom;
+      if (req.analyticsEnabled !== undefined) asked.analyticsEnabled = req.analyticsEnabled;
+      if (req.secretsEnabled !== undefined) asked.secretsEnabled = req.secretsEnabled;
+      const askedLimits = Object.fromEntries(
+        LIMIT_NAMES.flatMap((name) => (req.limits?.[name] === undefined ? [] : [[name, req.limits[name]]])),
+      );
+      if (Object.keys(askedLimits).length > 0) asked.limits = askedLimits;
+      const only = Object.keys(asked);
+      if (only.length === 0 && req.expectedRevision === undefined) return { app: await load(app.id) };
+      if (req.expectedRevision !== undefined)
+        asked.expectedRevision =
+          req.expectedRevision <= BigInt(Number.MAX_SAFE_INTEGER)
+            ? Number(req.expectedRevision)
+            : String(req.expectedRevision);
       const action =
-        only.length === 1 && changes.status !== undefined
-          ? changes.status === "stopped"
+        only.length === 1 && (asked.status === "stopped" || asked.status === "running")
+          ? asked.status === "stopped"
             ? "app.stop"
             : "app.start"
-          : only.length === 1 && changedLimits
+          : only.length === 1 && asked.limits
             ? "app.limits"
             : "app.update";
-      const detail: Record<string, unknown> = { ...settings, ...(changedLimits ? { limits: changedLimits } : {}) };
-      if (expected !== undefined) detail.expectedRevision = expected;
-      await auditor.audited(context, action, app, detail, (within) =>
-        inTransaction(db, async (trx) => {
+      await auditor.audited(context, action, app, asked, async (within) => {
+        const changes: AppChanges = {};
+        if (req.status !== undefined) {
+          if (req.status !== AppStatus.RUNNING && req.status !== AppStatus.STOPPED) {
+            throw invalidArgument("status", "must be APP_STATUS_RUNNING or APP_STATUS_STOPPED");
+          }
+          changes.status = req.status === AppStatus.RUNNING ? "running" : "stopped";
+        }
+        if (req.mailFrom !== undefined) {
+          if (req.mailFrom !== "" && !MAIL_FROM_PATTERN.test(req.mailFrom))
+            throw invalidArgument("mail_from", "must be an email address or empty");
+          changes.mailFrom = req.mailFrom;
+        }
+        if (req.analyticsEnabled !== undefined) changes.analyticsEnabled = req.analyticsEnabled;
+        if (req.secretsEnabled !== undefined) changes.secretsEnabled = req.secretsEnabled;
+        const limits = validateLimits(req.limits);
+        if (Object.keys(limits).length > 0) changes.limits = limits;
+        const expected = expectedRevision(req.expectedRevision);
+        await inTransaction(db, async (trx) => {
           await createAppStore(trx).update(app.id, changes, expected);
           await within(trx);
-        }),
-      );
+        });
+      });
       onAuthChanged();
       return { app: await load(app.id) };
     },
@@ -438,51 +449,55 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       return {};
     },
 
+    // The names and revisions are checked inside `audited`: a refused attempt is recorded as `failed` too.
     async declareSecrets(req, context) {
       const app = await getApp(req.appId);
       const names = [...new Set(req.names)];
-      names.forEach((name, i) => {
-        if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
+      await auditor.audited(context, "secrets.declare", app, { names }, (within) => {
+        names.forEach((name, i) => {
+          if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
+        });
+        const expected = expectedRevision(req.expectedRevision);
+        return hooks.declareSecrets(app.id, names, blueprintChange(app.id, expected, within));
       });
-      const expected = expectedRevision(req.expectedRevision);
-      await auditor.audited(context, "secrets.declare", app, { names }, (within) =>
-        hooks.declareSecrets(app.id, names, blueprintChange(app.id, expected, within)),
-      );
       return { app: await load(app.id) };
     },
 
     async addSecretNames(req, context) {
       if (!hooks.addSecretNames) unimplemented("AddSecretNames");
       const app = await getApp(req.appId);
-      const names = secretNames(req.names);
-      if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
-      const expected = expectedRevision(req.expectedRevision);
-      await auditor.audited(context, "secrets.add", app, { names }, (within) =>
-        hooks.addSecretNames!(app.id, names, blueprintChange(app.id, expected, within)),
-      );
+      await auditor.audited(context, "secrets.add", app, { names: [...new Set(req.names)] }, (within) => {
+        const names = secretNames(req.names);
+        if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
+        const expected = expectedRevision(req.expectedRevision);
+        return hooks.addSecretNames!(app.id, names, blueprintChange(app.id, expected, within));
+      });
       return { app: await load(app.id) };
     },
 
     async removeSecretNames(req, context) {
       if (!hooks.removeSecretNames) unimplemented("RemoveSecretNames");
       const app = await getApp(req.appId);
-      const names = secretNames(req.names);
-      if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
-      const expected = expectedRevision(req.expectedRevision);
-      const expectedVersions = new Map<string, number>();
-      for (const [name, version] of Object.entries(req.expectedVersions)) {
-        if (!names.includes(name))
-          throw invalidArgument("expected_versions", "may only give versions of the names removed");
-        if (version < 0) throw invalidArgument("expected_versions", "must give 0 (no value) or a version, never less");
-        expectedVersions.set(name, version);
-      }
-      const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
       const destroyed = await auditor.audited(
         context,
         "secrets.remove",
         app,
-        { names, confirmDestroyValues: req.confirmDestroyValues },
-        (within) => hooks.removeSecretNames!(app.id, names, guard, blueprintChange(app.id, expected, within)),
+        { names: [...new Set(req.names)], confirmDestroyValues: req.confirmDestroyValues },
+        (within) => {
+          const names = secretNames(req.names);
+          if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
+          const expected = expectedRevision(req.expectedRevision);
+          const expectedVersions = new Map<string, number>();
+          for (const [name, version] of Object.entries(req.expectedVersions)) {
+            if (!names.includes(name))
+              throw invalidArgument("expected_versions", "may only give versions of the names removed");
+            if (version < 0)
+              throw invalidArgument("expected_versions", "must give 0 (no value) or a version, never less");
+            expectedVersions.set(name, version);
+          }
+          const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
+          return hooks.removeSecretNames!(app.id, names, guard, blueprintChange(app.id, expected, within));
+        },
       );
       return { app: await load(app.id), destroyedValues: destroyed };
     },
@@ -636,5 +651,6 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     ...createAppFacilityRpcs({ apps, quotas, hooks, getApp, auditor }),
     ...createOperatorAccountRpcs({ db, auditor, onAuthChanged, startedAt: options.startedAt ?? new Date() }),
   };
-  return withRoles(impl, auditor);
+  // A refused attempt names the app it was aimed at, when there is one (so the app's own log lists it).
+  return withRoles(impl, auditor, (ref) => getApp(ref).catch(() => undefined));
 }

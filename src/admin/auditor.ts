@@ -32,8 +32,8 @@ export interface Auditor {
     detail: Record<string, unknown>,
     work: (within: AuditWithin) => Promise<T>,
   ): Promise<T>;
-  /** Records an attempt that did not run (a viewer's write). */
-  refused(context: HandlerContext, action: string, detail: Record<string, unknown>): Promise<void>;
+  /** Records an attempt that did not run (a viewer's write), on `app` when it was aimed at one. */
+  refused(context: HandlerContext, action: string, detail: Record<string, unknown>, app?: AuditedApp): Promise<void>;
 }
 
 /** The operator of an admin call (the interceptor guarantees one). */
@@ -93,8 +93,8 @@ export function createAuditor(db: Db, logger: Logger): Auditor {
       return result;
     },
 
-    async refused(context, action, detail) {
-      await recordAside(entry(context, action, undefined, "denied", detail));
+    async refused(context, action, detail, app) {
+      await recordAside(entry(context, action, app, "denied", detail));
     },
   };
 }

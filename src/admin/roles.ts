@@ -8,7 +8,7 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { PlatformError } from "../core/errors.ts";
-import { operatorOf, type Auditor } from "./auditor.ts";
+import { operatorOf, type AuditedApp, type Auditor } from "./auditor.ts";
 
 type AdminImpl = ServiceImpl<typeof AdminService>;
 
@@ -61,7 +61,11 @@ export const RPC_ACTIONS: Readonly<Record<string, string>> = {
 };
 
 /** Wraps every RPC of `impl` with the role check. */
-export function withRoles(impl: AdminImpl, auditor: Auditor): AdminImpl {
+export function withRoles(
+  impl: AdminImpl,
+  auditor: Auditor,
+  findApp: (ref: string) => Promise<AuditedApp | undefined>,
+): AdminImpl {
   const guarded: Record<string, unknown> = {};
   for (const [name, fn] of Object.entries(impl) as [string, (req: unknown, ctx: HandlerContext) => unknown][]) {
     guarded[name] = async (req: { appId?: unknown }, context: HandlerContext) => {
@@ -69,7 +73,10 @@ export function withRoles(impl: AdminImpl, auditor: Auditor): AdminImpl {
       if (operator.role !== "admin" && !VIEWER_RPCS.has(name)) {
         const action = RPC_ACTIONS[name];
         const appRef = typeof req.appId === "string" && req.appId ? req.appId : undefined;
-        if (action) await auditor.refused(context, action, appRef ? { app: appRef } : {});
+        if (action) {
+          const app = appRef ? await findApp(appRef) : undefined;
+          await auditor.refused(context, action, appRef ? { app: appRef } : {}, app);
+        }
         throw new PlatformError(
           "permission_denied",
           `the ${operator.role} role may not call ${name[0].toUpperCase()}${name.slice(1)}`,

@@ -100,6 +100,43 @@ describe("operators", () => {
     const denied = await t.admin.listAuditEntries({ operatorId: vera.id, pageSize: 50 });
     expect(denied.entries.map((e) => e.action).sort()).toEqual(writes.map(([a]) => a).sort());
     for (const e of denied.entries) expect(e).toMatchObject({ operatorName: "vera", outcome: "denied" });
+    // The attempts aimed at the app are in the app's own log, naming it.
+    const onApp = await t.admin.listAuditEntries({ appId: app.id, operatorId: vera.id, pageSize: 50 });
+    expect(onApp.entries.map((e) => e.action).sort()).toEqual(
+      ["app.update", "token.issue", "secret.set", "secret.link", "secrets.add"].sort(),
+    );
+    for (const e of onApp.entries) expect(e).toMatchObject({ appId: app.id, appName: "viewed", outcome: "denied" });
+  });
+
+  it("records refused attempts with bad input as failed, saying what was asked", async () => {
+    const ops = await newOperator("careless-cal", OperatorRole.ADMIN);
+    const { app } = await ops.client.createApp({ name: "refusals" });
+    const appId = app!.id;
+    const attempts: [string, () => Promise<unknown>][] = [
+      ["app.limits", () => ops.client.updateApp({ appId, limits: { mailPerDay: -1 } })],
+      ["app.update", () => ops.client.updateApp({ appId, mailFrom: "not an address", analyticsEnabled: true })],
+      ["app.update", () => ops.client.updateApp({ appId, expectedRevision: app!.revision + 7n })],
+      ["secrets.declare", () => ops.client.declareSecrets({ appId, names: ["1x"] })],
+      ["secrets.add", () => ops.client.addSecretNames({ appId, names: [] })],
+      ["secrets.remove", () => ops.client.removeSecretNames({ appId, names: ["A"], expectedVersions: { B: 1 } })],
+    ];
+    for (const [action, call] of attempts) {
+      const err = await failure(call());
+      expect([Code.InvalidArgument, Code.Aborted], action).toContain(err.code);
+    }
+    const { entries } = await t.admin.listAuditEntries({ operatorId: ops.id, appId, pageSize: 50 });
+    const failed = entries.filter((e) => e.outcome === "failed").reverse();
+    expect(failed.map((e) => e.action)).toEqual(attempts.map(([a]) => a));
+    expect(failed.map((e) => e.detail?.error)).toEqual([
+      "invalid_argument",
+      "invalid_argument",
+      "conflict",
+      "invalid_argument",
+      "invalid_argument",
+      "invalid_argument",
+    ]);
+    expect(failed[0].detail).toMatchObject({ limits: { mailPerDay: -1 } });
+    expect(failed[3].detail).toMatchObject({ names: ["1x"] });
   });
 
   it("a revoked token and a disabled operator are refused at once; a role change applies at once", async () => {
