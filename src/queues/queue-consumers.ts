@@ -226,7 +226,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
    * sent: when the call ends between a claim and its send (cancel, shutdown),
    * `finally` undoes those leases (`release`), so they go back in line as if
    * never claimed, and so does a part that waited on a slow reader (HTTP/2
-   * flow control) past half its lease. Messages already sent keep their lease
+   * flow control) past half its lease, also while the stream is paused on it. Messages already sent keep their lease
    * and receipt.
    */
   async function* stream(
@@ -253,6 +253,16 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     // clock, and a skew between the two must not decide whether a part is still worth sending.
     let claimedAt!: number;
     let recheckMs = STREAM_RECHECK_MIN_MS;
+    // While the stream waits on a slow reader after a part (paused at `yield`: the transport takes the next
+    // part only once the last is written), the parts not yet handed on are given back at half their lease
+    // all the same: left to lapse, each would count a delivery that never reached anyone.
+    let lapseTimer: NodeJS.Timeout | undefined;
+    let givingBack: Promise<void> | undefined;
+    const giveBackUnsent = () => {
+      const stale = unsent;
+      unsent = [];
+      if (stale.length > 0) givingBack = giveBack(app.id, stale).then((n) => void streamReleased.inc(n));
+    };
     try {
       while (!signal.aborted) {
         const room = windowSize - window.size;
@@ -311,15 +321,21 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           // Handed to the transport from here on: sent.
           unsent = unsent.slice(messages.length);
           streamSent.inc(messages.length);
+          if (unsent.length > 0)
+            lapseTimer = setTimeout(giveBackUnsent, Math.max(0, claimedAt + (leaseSeconds * 1000) / 2 - Date.now()));
           yield { messages };
+          clearTimeout(lapseTimer);
+          await givingBack;
         }
         if (signal.aborted) break;
       }
     } finally {
+      clearTimeout(lapseTimer);
       window.close();
       context.signal.removeEventListener("abort", onAbort);
       deps.shutdownSignal.removeEventListener("abort", onAbort);
       // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
+      await givingBack;
       if (unsent.length > 0) streamReleased.inc(await giveBack(app.id, unsent));
       streamsGauge.dec();
     }

@@ -167,6 +167,7 @@ describe("StreamMessages response size", () => {
       const other = await queues.consumeMessage({ queue: "slow", max: 15, waitSeconds: 10, leaseSeconds: 60 });
       const taken = new Set(other.messages.map((m) => m.id));
       expect(taken.size).toBeGreaterThan(responses[0].length);
+
       // A small message put now is what the stream sends next once it may: the reader reads again.
       const sentinel = await queues.putMessage({
         queue: "slow",
@@ -182,6 +183,12 @@ describe("StreamMessages response size", () => {
       // handed on); the parts after it went back in line, to the other consumer, not to a second holder.
       expect(late.length).toBeLessThanOrEqual(5);
       expect(responses[0].length + late.length).toBeLessThan(15);
+      // What the stream never handed on was given back while it waited on the reader, not left to lapse:
+      // the other consumer's is its first delivery (a lapse counts one, and with maxDeliveries 1 buries it).
+      const handedOn = new Set([...responses[0], ...late]);
+      const neverSent = other.messages.filter((m) => !handedOn.has(m.id));
+      expect(neverSent.length).toBeGreaterThan(0);
+      expect(neverSent.map((m) => m.deliveries)).toEqual(neverSent.map(() => 1));
     } finally {
       call.close();
       session.close();
