@@ -14,6 +14,7 @@ import {
   CLAIM_BATCH,
   MAX_WAIT_SECONDS,
   STREAM_CLAIM_BATCH,
+  STREAM_EXTENDED_RECHECK_MS,
   STREAM_RECHECK_MAX_MS,
   STREAM_RECHECK_MIN_MS,
 } from "./queue-limits.ts";
@@ -272,14 +273,18 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
             recheckMs = STREAM_RECHECK_MIN_MS;
             continue;
           }
-          // Still full: acks made on other instances are not reported here; ask the database.
+          // Still full: acks made on other instances are not reported here, nor extensions; ask the database.
           const held = window.receipts();
           const leased = await store.stillLeased(app.id, held);
           let freed = 0;
+          const now = Date.now();
           for (const r of held)
             if (!leased.has(`${r.id}|${r.claim}`)) {
               windows.acked(app.id, r.id, r.claim);
               freed++;
+            } else if (r.untilMs <= now) {
+              // Past its end here, yet leased: extended elsewhere (or the database's clock is behind).
+              window.holdUntil(app.id, r.id, r.claim, now + STREAM_EXTENDED_RECHECK_MS);
             }
           recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
           continue;

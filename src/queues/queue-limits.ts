@@ -53,6 +53,8 @@ export const MAX_CONSUME_MESSAGES = 100;
 export const STREAM_RECHECK_MIN_MS = 5;
 /** ...and, while none was, twice as long each time, up to this. */
 export const STREAM_RECHECK_MAX_MS = 100;
+/** A stream's receipt found still leased past its lease end here (extended on another instance) is asked about again this often. */
+export const STREAM_EXTENDED_RECHECK_MS = 1_000;
 /**
  * Most encoded bytes of one `StreamMessages` response (at least one message is
  * always sent). Standard gRPC clients (grpc-js, grpcio, grpc-go, grpc-java)

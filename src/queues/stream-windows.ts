@@ -12,22 +12,30 @@
  * is full asks the database which of its receipts still hold their lease
  * (`receipts`, then `acked` for the others), every few milliseconds while
  * nothing frees, backing off to `STREAM_RECHECK_MAX_MS`; so its window frees
- * within that time of an ack anywhere. A lease that lapses frees its place at
- * its end (the stream sets a timer for its earliest lease), which is also when
- * a lease the caller never acknowledged frees it. Lease ends are on this
- * process's clock (the claim's or the extension's answer plus the lease), never
- * the database's `lease_until`: a skew between the clocks moves nothing.
+ * within that time of an ack anywhere. A lease that reaches its end (the
+ * stream sets a timer for its earliest) is checked the same way before its
+ * place frees: the caller may have extended it on another instance, which is
+ * not reported here either; a lease still held is checked again a little later
+ * (`holdUntil`). Lease ends are on this process's clock (the claim's or the
+ * extension's answer plus the lease), never the database's `lease_until`: a
+ * skew between the clocks moves nothing.
  */
 
 export interface StreamWindow {
-  /** Receipts handed out and not yet acked here nor lapsed (lapsed ones are counted until `shrunk` prunes them). */
+  /** Receipts handed out and not yet freed (an ack here, or a check that found the lease gone). */
   readonly size: number;
   /** Records a delivery as handed out (its lease's end on this process's clock); call before it is sent, so an immediate ack finds it. */
   add(appId: string, id: string, claim: number, leaseExpiresAtMs: number): void;
-  /** Resolves once the window has shrunk (an ack of its own, a lapsed lease), on abort, or after `maxWaitMs`. */
+  /**
+   * Resolves once the window has shrunk (an ack of its own), a lease held has
+   * reached its end on this process's clock (to be checked), on abort, or
+   * after `maxWaitMs`.
+   */
   shrunk(signal: AbortSignal, maxWaitMs?: number): Promise<void>;
-  /** The receipts held, as `{ id, claim }` (to ask the database which still hold their lease). */
-  receipts(): { id: string; claim: number }[];
+  /** The receipts held, as `{ id, claim, untilMs }` (to ask the database which still hold their lease). */
+  receipts(): { id: string; claim: number; untilMs: number }[];
+  /** A receipt found still leased after its end here (extended elsewhere): its place is held until `untilMs`. */
+  holdUntil(appId: string, id: string, claim: number, untilMs: number): void;
   /** Forgets every receipt: the stream ended (its deliveries keep their leases). */
   close(): void;
 }
@@ -71,31 +79,32 @@ export function createStreamWindows(): StreamWindows {
       wake?.();
     }
 
-    /** Drops lapsed leases; true when any was dropped. Returns the earliest remaining lease end. */
-    private prune(): { dropped: boolean; earliest: number } {
+    /** Whether a lease held has reached its end here, and the earliest end of the others. */
+    private due(): { reached: boolean; earliest: number } {
       const now = Date.now();
-      let dropped = false;
       let earliest = Infinity;
-      for (const [key, at] of this.held) {
-        if (at <= now) {
-          this.held.delete(key);
-          if (owners.get(key) === this) owners.delete(key);
-          dropped = true;
-        } else if (at < earliest) earliest = at;
+      for (const at of this.held.values()) {
+        if (at <= now) return { reached: true, earliest: at };
+        if (at < earliest) earliest = at;
       }
-      return { dropped, earliest };
+      return { reached: false, earliest };
     }
 
     receipts() {
-      return [...this.held.keys()].map((key) => {
+      return [...this.held].map(([key, untilMs]) => {
         const [, id, claim] = key.split("|");
-        return { id, claim: Number(claim) };
+        return { id, claim: Number(claim), untilMs };
       });
     }
 
+    holdUntil(appId: string, id: string, claim: number, untilMs: number) {
+      const key = receiptKey(appId, id, claim);
+      if (this.held.has(key)) this.held.set(key, untilMs);
+    }
+
     shrunk(signal: AbortSignal, maxWaitMs = 2 ** 31 - 1): Promise<void> {
-      const { dropped, earliest } = this.prune();
-      if (dropped || signal.aborted || this.closed) return Promise.resolve();
+      const { reached, earliest } = this.due();
+      if (reached || signal.aborted || this.closed) return Promise.resolve();
       return new Promise<void>((resolve) => {
         const finish = () => {
           clearTimeout(timer);

@@ -48,3 +48,42 @@ it("a stream on instance A keeps delivering while its messages are acked on inst
   // 15 windows' worth, each freed by acks on the other instance: seconds at most, not 15 leases of 600 s.
   expect(Date.now() - started).toBeLessThan(20_000);
 }, 30_000);
+
+it("a stream on instance A keeps its window full while a lease it handed out is extended on instance B", async () => {
+  const onA = a.client(QueueService, app.token, "grpc");
+  const onB = b.client(QueueService, app.token, "grpc");
+  await onB.putMessages({
+    queue: "extended",
+    messages: [0, 1].map((i) => ({ payload: { kind: { case: "numberValue", value: i } } })),
+  });
+  const stop = new AbortController();
+  const received: { id: string; at: number }[] = [];
+  let extendedAt = 0;
+  const reading = (async () => {
+    try {
+      for await (const res of onA.streamMessages(
+        { queue: "extended", window: 1, leaseSeconds: 1 },
+        { signal: stop.signal },
+      )) {
+        for (const m of res.messages) {
+          received.push({ id: m.id, at: Date.now() });
+          if (received.length === 1) {
+            // Held past the lease it came with, by an extension made on the other instance.
+            const { leaseExpiresAt } = await onB.extendLease({ receipt: m.receipt, leaseSeconds: 60 });
+            expect(leaseExpiresAt).toBeDefined();
+            extendedAt = Date.now();
+          }
+        }
+      }
+    } catch {
+      // The test's own stop.
+    }
+  })();
+  // Longer than the first message's original lease (1 s), well within its extension (60 s).
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  stop.abort();
+  await reading;
+  expect(extendedAt).toBeGreaterThan(0);
+  // A window of 1 holds the extended message: the second one is not sent beside it.
+  expect(received.map((r) => r.id)).toHaveLength(1);
+}, 30_000);
