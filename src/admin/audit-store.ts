@@ -4,6 +4,16 @@
  * change it records (the caller hands in that transaction as a `Db`), so a
  * change is never without its record; refused and failed attempts are
  * written on their own.
+ *
+ * Entries become visible in the order of their ids and times: a reader that
+ * pages newest first (`id` below the last seen) or polls by time never passes
+ * over an entry committed later with a smaller id or an earlier time. Each
+ * entry is written holding a transaction-scoped advisory lock (`audit-log`)
+ * that is taken before its id is drawn and kept until its transaction ends,
+ * and its time is the clock when it is written, not when its transaction
+ * began. The entry is its change's last statement (every store calls
+ * `within` last), so the lock is held only for the commit and its holder
+ * waits on nothing else: it cannot be part of a deadlock.
  */
 import { sql, type ColumnType, type Kysely } from "kysely";
 import type { Db } from "../core/database/index.ts";
@@ -65,19 +75,12 @@ export function createAuditStore(database: Db): AuditStore {
   const db: Kysely<AuditTables> = database.withTables<AuditTables>();
   return {
     async record(entry) {
-      await db
-        .insertInto("audit_log")
-        .values({
-          operator_id: entry.operatorId,
-          operator_name: entry.operatorName,
-          action: entry.action,
-          app_id: entry.appId ?? null,
-          app_name: entry.appName ?? "",
-          request_id: entry.requestId,
-          outcome: entry.outcome,
-          detail: JSON.stringify(entry.detail),
-        })
-        .execute();
+      await sql`
+        WITH turn AS (SELECT pg_advisory_xact_lock(hashtextextended('audit-log', 0)))
+        INSERT INTO audit_log (at, operator_id, operator_name, action, app_id, app_name, request_id, outcome, detail)
+        SELECT clock_timestamp(), ${entry.operatorId}, ${entry.operatorName}, ${entry.action}, ${entry.appId ?? null}::uuid,
+               ${entry.appName ?? ""}, ${entry.requestId}, ${entry.outcome}, ${JSON.stringify(entry.detail)}::jsonb
+        FROM turn`.execute(db);
     },
 
     async list(filter) {

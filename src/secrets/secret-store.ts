@@ -388,18 +388,20 @@ export function createSecretStore(database: Db) {
     async declare(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
         await lockApp(trx, appId);
-        await within?.(transactionAsDb(trx));
         await lockLinks(trx, appId, { keep: names });
         await dropSecrets(trx, appId, { keep: names });
         await declareUnset(trx, appId, names);
+        // Last, as every `within`: the operator's audit entry holds its lock only for the commit.
+        await within?.(transactionAsDb(trx));
       });
     },
 
-    /** Declares more names, unset; names already declared keep their value. `within` runs first, in the transaction. */
+    /** Declares more names, unset; names already declared keep their value. `within` runs last, in the transaction. */
     async addNames(appId: string, names: string[], within?: InTransaction): Promise<void> {
       await db.transaction().execute(async (trx) => {
-        await within?.(transactionAsDb(trx));
+        await lockApp(trx, appId);
         await declareUnset(trx, appId, names);
+        await within?.(transactionAsDb(trx));
       });
     },
 
@@ -442,8 +444,8 @@ export function createSecretStore(database: Db) {
           .map((r) => r.name);
         if (changed.length > 0 || (withValues.length > 0 && !guard.confirmDestroyValues))
           return { removed: false, withValues, changed };
-        await within?.(transactionAsDb(trx));
         if (names.length > 0) await dropSecrets(trx, appId, { drop: names });
+        await within?.(transactionAsDb(trx));
         return { removed: true, withValues, changed };
       });
     },

@@ -10,7 +10,8 @@ import { Code, ConnectError, createClient, type Client } from "@connectrpc/conne
 import { sql } from "kysely";
 import { AdminService, AppStatus, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import { hashToken } from "../../src/core/auth.ts";
-import { transportFor, useTestServer } from "../support/harness.ts";
+import { backend, transportFor, useTestServer } from "../support/harness.ts";
+import { usePgClients } from "../support/pg-clients.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
@@ -282,3 +283,48 @@ describe("the audit log", () => {
     expect(left.entries.map((e) => e.appName)).toContain("paged-1");
   });
 });
+
+describe.skipIf(backend !== "postgres")(
+  `the audit log's order (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a change on a lock takes a second connection, and PGlite has one"})`,
+  () => {
+    const clients = usePgClients(t, 2);
+    const [locker, observer] = [() => clients[0], () => clients[1]];
+    const newerThan = async (id: bigint) =>
+      (await t.admin.listAuditEntries({ pageSize: 100 })).entries.filter((e) => BigInt(e.id) > id);
+
+    it("a poller reading what is newer than the newest it saw misses no entry of a change that committed late", async () => {
+      const { app } = await t.admin.createApp({ name: "late-declare" });
+      await t.admin.declareSecrets({ appId: app!.id, names: ["A"] });
+      await t.admin.createSecretLink({ appId: app!.id, name: "A" });
+      let seen = BigInt((await t.admin.listAuditEntries({ pageSize: 1 })).entries[0].id);
+      // A link of A held locked from outside: a declaration that drops A waits for it, mid-transaction.
+      await locker().query("BEGIN");
+      await locker().query("SELECT 1 FROM secret_links WHERE app_id = $1 FOR UPDATE", [app!.id]);
+      const declared = t.admin.declareSecrets({ appId: app!.id, names: [] });
+      const deadline = Date.now() + 10_000;
+      while (
+        (
+          await observer().query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%secret_links%'",
+          )
+        ).rows[0].n === 0
+      ) {
+        if (Date.now() > deadline) throw new Error("the declaration never waited on the link");
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      // Meanwhile another change commits, and the poller reads it.
+      await t.admin.createApp({ name: "meanwhile" });
+      const first = await newerThan(seen);
+      expect(first.map((e) => e.action)).toEqual(["app.create"]);
+      seen = BigInt(first[0].id);
+      await locker().query("COMMIT");
+      await declared;
+      // The declaration committed after it: the next poll finds it (its id and time came after).
+      const second = await newerThan(seen);
+      expect(second.map((e) => e.action)).toEqual(["secrets.declare"]);
+      expect(second[0].at!.seconds * 1000n + BigInt(second[0].at!.nanos) / 1_000_000n).toBeGreaterThanOrEqual(
+        first[0].at!.seconds * 1000n + BigInt(first[0].at!.nanos) / 1_000_000n,
+      );
+    });
+  },
+);

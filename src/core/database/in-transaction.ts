@@ -7,7 +7,12 @@
  */
 import type { Db, Transaction } from "./database.ts";
 
-/** Work to run inside another module's transaction, on that transaction. */
+/**
+ * Work to run inside another module's transaction, on that transaction. A
+ * store runs it as the last statement of its transaction: an operator's audit
+ * entry takes a lock that orders the log (see the admin facility's
+ * `audit-store.ts`), and its holder must wait on nothing but the commit.
+ */
 export type InTransaction = (trx: Db) => Promise<void>;
 
 /**
@@ -20,10 +25,11 @@ export type InTransaction = (trx: Db) => Promise<void>;
 export type InTransactionWith<Made> = (trx: Db, made: Made) => Promise<void>;
 
 /**
- * `audit` (an operator's audit entry, told nothing) then `then` (told what was
- * made, mapped by `map`), as one `InTransactionWith`; undefined when neither
- * is given, so a caller with neither keeps its fast path. Keeps the auditor's
- * callback from ever being handed `made`.
+ * `then` (told what was made, mapped by `map`) then `audit` (an operator's
+ * audit entry, told nothing, last as `InTransaction` says), as one
+ * `InTransactionWith`; undefined when neither is given, so a caller with
+ * neither keeps its fast path. Keeps the auditor's callback from ever being
+ * handed `made`.
  */
 export function auditThen<Made, Answer>(
   audit: InTransaction | undefined,
@@ -32,8 +38,8 @@ export function auditThen<Made, Answer>(
 ): InTransactionWith<Made> | undefined {
   if (!audit && !then) return undefined;
   return async (trx, made) => {
-    await audit?.(trx);
     await then?.(trx, map(made));
+    await audit?.(trx);
   };
 }
 
