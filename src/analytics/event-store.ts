@@ -56,12 +56,12 @@ export interface EventStore {
    * go with their events and queries stay exact), at most `batch` raw rows a statement; how many.
    */
   deleteBefore(appId: string, before: Date, batch: number): Promise<number>;
-  /** Deletes every event of the app (the app is being deleted); how many. */
+  /** Deletes every event of the app (the app is being deleted, or is gone); how many raw events. */
   deleteApp(appId: string): Promise<number>;
   /**
-   * The apps that have events here: only a store outside the platform
-   * database has it (MongoDB), whose events do not go with their app's row,
-   * so housekeeping can sweep those of deleted apps.
+   * The apps that have events here, so housekeeping can sweep those of deleted
+   * apps: MongoDB's events do not go with their app's row at all, and a batch
+   * in flight while an app is deleted lands after the deletion in either store.
    */
   appIds?(): Promise<string[]>;
   /** Resolves when the store answers (for `/ready`); the SQL store lives in the platform database, checked already. */

@@ -287,10 +287,28 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
       return removed;
     },
 
-    // The app's rows go with the app itself (a trigger of the analytics migration, in the same transaction).
-    // The app's rows go with it (a trigger on apps, migration 0003), in the same transaction.
-    async deleteApp() {
-      return 0;
+    // The app's rows go with the app itself (a trigger on apps, migration 0003, in the same transaction).
+    // Rows a batch in flight during the deletion inserted after it are the orphan sweep's (`appIds`).
+    async deleteApp(appId) {
+      const raw = await db.deleteFrom("analytics_events").where("app_id", "=", appId).executeTakeFirst();
+      await db.deleteFrom("analytics_daily").where("app_id", "=", appId).execute();
+      return Number(raw.numDeletedRows);
+    },
+
+    async appIds() {
+      // The distinct app ids of both tables, one index probe per app (their primary key and index lead
+      // with app_id): a scan of every row would cost the size of the tables, this the number of apps.
+      const distinct = (table: "analytics_events" | "analytics_daily") =>
+        sql<{ app_id: string | null }>`
+        WITH RECURSIVE ids AS (
+          (SELECT app_id FROM ${sql.table(table)} ORDER BY app_id LIMIT 1)
+          UNION ALL
+          SELECT (SELECT t.app_id FROM ${sql.table(table)} t WHERE t.app_id > ids.app_id ORDER BY t.app_id LIMIT 1)
+          FROM ids WHERE ids.app_id IS NOT NULL
+        )
+        SELECT app_id FROM ids WHERE app_id IS NOT NULL`.execute(db);
+      const [events, daily] = await Promise.all([distinct("analytics_events"), distinct("analytics_daily")]);
+      return [...new Set([...events.rows, ...daily.rows].map((r) => r.app_id!))];
     },
 
     async close() {},

@@ -211,10 +211,50 @@ describe("orphan sweep (src/core/housekeeping.ts orphanSweepTask)", () => {
     expect([...held.keys()].sort()).toEqual([kept.id, fresh!.id].sort());
   });
 
-  it("is a housekeeping task of the analytics facility only when its store lives outside the platform database", async () => {
-    const names = Object.keys(await t.server.housekeeping.runAll());
-    expect(names).toContain("analytics retention");
-    expect(names).not.toContain("analytics of deleted apps");
+  it("sweeps the analytics events a batch in flight stored after its app was deleted (the SQL store)", async () => {
+    const kept = await t.createApp();
+    const gone = await t.createApp();
+    for (const app of [kept, gone]) {
+      await t.request("POST", "/v1/analytics/types", {
+        token: app.token,
+        body: { name: "visit", properties: { page: "string" } },
+      });
+      await logAt(app, [Date.now() - 1000, Date.now()]);
+    }
+    const db = tables(t.server.deps.db);
+    const rowsOf = async (appId: string) => ({
+      events: (
+        await sql<{ n: number }>`SELECT count(*)::int AS n FROM analytics_events WHERE app_id = ${appId}`.execute(db)
+      ).rows[0].n,
+      daily: (
+        await sql<{ n: number }>`SELECT count(*)::int AS n FROM analytics_daily WHERE app_id = ${appId}`.execute(db)
+      ).rows[0].n,
+    });
+    // The rows a logEvents batch writes; deleting the app deletes them (a trigger, in its transaction)...
+    const events = await sql<{
+      r: unknown;
+    }>`SELECT to_json(e) AS r FROM analytics_events e WHERE app_id = ${gone.id}`.execute(db);
+    const daily = await sql<{
+      r: unknown;
+    }>`SELECT to_json(d) AS r FROM analytics_daily d WHERE app_id = ${gone.id}`.execute(db);
+    expect(events.rows.length).toBe(2);
+    await t.admin.deleteApp({ appId: gone.id });
+    expect(await rowsOf(gone.id)).toEqual({ events: 0, daily: 0 });
+    // ...but a batch that was in flight commits after the deletion: its rows land for an app that is gone.
+    await sql`INSERT INTO analytics_events SELECT * FROM json_populate_recordset(null::analytics_events, ${JSON.stringify(events.rows.map((r) => r.r))}::json)`.execute(
+      db,
+    );
+    await sql`INSERT INTO analytics_daily SELECT * FROM json_populate_recordset(null::analytics_daily, ${JSON.stringify(daily.rows.map((r) => r.r))}::json)`.execute(
+      db,
+    );
+    const keptBefore = await rowsOf(kept.id);
+    const removed = await t.server.housekeeping.runAll();
+    expect(removed["analytics of deleted apps"]).toBe(2);
+    expect(await rowsOf(gone.id)).toEqual({ events: 0, daily: 0 });
+    expect(await rowsOf(kept.id)).toEqual(keptBefore);
+  });
+
+  it("runs for MongoDB too, whose events do not go with the app's row at all", async () => {
     const onMongo = await startServer({
       env: { MONGODB_URL: "mongodb://127.0.0.1:9/?serverSelectionTimeoutMS=300&connectTimeoutMS=300" },
     });
