@@ -2,17 +2,21 @@
  * Edges of the transports that answered wrongly once (issue: the serving
  * layer): a REST consume whose HTTP/2 stream is reset at any moment leaves no
  * waiter behind; the drain of HTTP/1.1 keep-alive connections answers every
- * request with `Connection: close` and resets none.
+ * request with `Connection: close` and resets none; a Connect call whose
+ * client went away mid-body is never run on the part that came.
  */
 import http from "node:http";
 import http2 from "node:http2";
 import { once } from "node:events";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
+import { PutMessagesRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createOnePortServer } from "../../src/core/http/one-port.ts";
 import { useTestApp, useTestServer } from "../support/harness.ts";
 
-const t = useTestServer();
+const logLines: string[] = [];
+const t = useTestServer({ logLines, env: { LOG_LEVEL: "debug" } });
 const app = useTestApp(t);
 
 function waitingConsumers(): number {
@@ -155,5 +159,64 @@ describe("the drain of HTTP/1.1 keep-alive connections (src/core/http/one-port.t
       server.closeAllConnections();
       server.close();
     }
+  });
+});
+
+describe("a Connect call whose client goes away before the end of its body (src/core/http/connect-short-path.ts)", () => {
+  const PATH = "/platform.queues.v1.QueueService/PutMessages";
+  /** Log lines of calls of the route that ended (the handler ran its course, whatever it answered). */
+  const finished = () => logLines.filter((l) => l.includes("PutMessages") && l.includes("call ended")).length;
+  /** A PutMessages of two messages, and the first part of it: a whole message, as a cut at the right byte makes it. */
+  const bodies = (queue: string) => {
+    const messages = ["first", "second"].map((value) => ({
+      payload: { kind: { case: "stringValue" as const, value } },
+    }));
+    const full = toBinary(PutMessagesRequestSchema, create(PutMessagesRequestSchema, { queue, messages }));
+    const part = toBinary(
+      PutMessagesRequestSchema,
+      create(PutMessagesRequestSchema, { queue, messages: messages.slice(0, 1) }),
+    );
+    expect(Buffer.from(full).subarray(0, part.length).equals(Buffer.from(part))).toBe(true);
+    return Buffer.from(part);
+  };
+  const listed = async (queue: string) =>
+    (await t.client(QueueService, app.token).listQueues({})).queues.filter((q) => q.name === queue);
+
+  it("over HTTP/1.1 (chunked, the connection cut): runs nothing", async () => {
+    const queue = `cut-h1-${Date.now()}`;
+    const part = bodies(queue);
+    const before = finished();
+    const { port, hostname } = new URL(t.url);
+    const socket = net.connect(Number(port), hostname);
+    await once(socket, "connect");
+    socket.on("error", () => {});
+    socket.write(
+      `POST ${PATH} HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/proto\r\n` +
+        `authorization: Bearer ${app.token}\r\ntransfer-encoding: chunked\r\n\r\n`,
+    );
+    socket.write(Buffer.concat([Buffer.from(`${part.length.toString(16)}\r\n`), part, Buffer.from("\r\n")]));
+    socket.destroy();
+    // The server read what came, ran the call's handler, and gave up answering a client that is gone.
+    await until(() => finished() > before, "the call to end");
+    expect(await listed(queue)).toEqual([]);
+  });
+
+  it("over HTTP/2 (the stream's body never ended, the connection cut): runs nothing", async () => {
+    const queue = `cut-h2-${Date.now()}`;
+    const part = bodies(queue);
+    const before = finished();
+    const session = http2.connect(t.url);
+    session.on("error", () => {});
+    await once(session, "connect");
+    const stream = session.request(
+      { ":method": "POST", ":path": PATH, "content-type": "application/proto", authorization: `Bearer ${app.token}` },
+      { endStream: false },
+    );
+    stream.on("error", () => {});
+    await new Promise<void>((resolve) => stream.write(part, () => resolve()));
+    session.destroy();
+    // The server read what came, ran the call's handler, and gave up answering a client that is gone.
+    await until(() => finished() > before, "the call to end");
+    expect(await listed(queue)).toEqual([]);
   });
 });

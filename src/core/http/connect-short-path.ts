@@ -173,7 +173,12 @@ function shortKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boole
   return kind;
 }
 
-type ReadResult = { complete: true; bytes: Buffer } | { complete: false; chunks: Buffer[] };
+/**
+ * What `readBody` read: the whole body, or its first chunks, either because
+ * it is larger than the short path takes (the rest is still to be read) or
+ * because the client went away before its end (`gone`: there is no rest).
+ */
+type ReadResult = { complete: true; bytes: Buffer } | { complete: false; chunks: Buffer[]; gone: boolean };
 
 /** Reads the whole body if it is at most `max` bytes; otherwise stops (paused) after the chunk that went over. */
 function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
@@ -192,15 +197,16 @@ function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
       if (size > max) {
         raw.pause();
         cleanup();
-        resolve({ complete: false, chunks });
+        resolve({ complete: false, chunks, gone: false });
       }
     };
-    // An error or a close before the end: the plugin meets it again on the stream and answers as it does.
+    // An error or a close before the end: the client went away mid-body. (An HTTP/2 stream reset also ends
+    // the request's stream, so an end that comes with `aborted` is one too.)
     const onEnd = () => {
       cleanup();
-      if (raw.readableEnded)
+      if (raw.readableEnded && !raw.aborted)
         resolve({ complete: true, bytes: chunks.length === 1 ? chunks[0] : Buffer.concat(chunks) });
-      else resolve({ complete: false, chunks });
+      else resolve({ complete: false, chunks, gone: true });
     };
     raw.on("data", onData);
     raw.once("end", onEnd);
@@ -209,15 +215,24 @@ function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
   });
 }
 
-/** The body for the plugin: what was read, then the rest of the stream. */
+/**
+ * The body for the plugin: what was read, then the rest of the stream. A body
+ * whose client went away before its end fails as the plugin's own reading
+ * fails then: handed on as if whole, the part that came would be run (the
+ * first messages of a PutMessages, say) while the client, answered nothing,
+ * sends the whole batch again.
+ */
 async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uint8Array> {
   if (read.complete) {
     yield read.bytes;
     return;
   }
+  const gone = () => new ConnectError("the client went away before the end of the body", Code.Canceled);
+  if (read.gone) throw gone();
   yield* read.chunks;
-  if (raw.readableEnded || raw.destroyed) return;
   for await (const chunk of raw as AsyncIterable<Buffer>) yield chunk;
+  // An HTTP/2 stream reset ends the request's stream as if the body were whole.
+  if (raw.aborted) throw gone();
 }
 
 /** The handler context of a call, as the plugin builds it, and the end of its client-gone watch. */
