@@ -53,7 +53,8 @@ export interface EventStore {
   count(query: CountQuery): Promise<CountBucket[]>;
   /**
    * Deletes the app's events before `before`, a UTC day start (so the rollups of whole hours and days
-   * go with their events and queries stay exact), at most `batch` raw rows a statement; how many.
+   * go with their events and queries stay exact), at most `batch` rows a statement (raw events; then,
+   * once none is left, the rollups of those days); how many raw events.
    */
   deleteBefore(appId: string, before: Date, batch: number): Promise<number>;
   /** Deletes every event of the app (the app is being deleted, or is gone); how many raw events. */

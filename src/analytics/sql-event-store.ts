@@ -281,8 +281,15 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
         db,
       );
       const removed = Number(raw.numAffectedRows ?? 0);
-      if (removed < batch) {
-        await db.deleteFrom("analytics_daily").where("app_id", "=", appId).where("day", "<", before).execute();
+      if (removed === batch) return removed;
+      // The raw rows are gone: then the rollups of those days, in batches too (an app with many property
+      // values over many days has more rollup rows than one statement should delete).
+      for (let n = batch; n === batch;) {
+        const rollups = await sql`
+          DELETE FROM analytics_daily WHERE ctid = ANY (ARRAY(
+            SELECT ctid FROM analytics_daily WHERE app_id = ${appId}::uuid AND day < ${before}
+            LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(db);
+        n = Number(rollups.numAffectedRows ?? 0);
       }
       return removed;
     },

@@ -44,7 +44,10 @@ export async function inBatches(step: (batch: number) => Promise<number>, batch 
 
 /**
  * A retention task: for every app, deletes what is older than the app's
- * `retentionDays` (from the start of that UTC day), in batches.
+ * `retentionDays` (from the start of that UTC day), in batches. An app whose
+ * deletion fails does not stop the others (else one app that always fails,
+ * say a statement past its timeout, would keep every app after it from ever
+ * being swept); the first failure is thrown once all were tried.
  */
 export function retentionTask(
   name: string,
@@ -56,10 +59,16 @@ export function retentionTask(
     intervalMs: RETENTION_INTERVAL_MS,
     async run() {
       let removed = 0;
+      let failure: Error | undefined;
       for (const app of await apps.list()) {
         const before = retentionCutoff(app.limits.retentionDays);
-        removed += await inBatches((batch) => deleteBefore(app.id, before, batch));
+        try {
+          removed += await inBatches((batch) => deleteBefore(app.id, before, batch));
+        } catch (err) {
+          failure ??= err instanceof Error ? err : new Error(String(err));
+        }
       }
+      if (failure !== undefined) throw failure;
       return removed;
     },
   };
@@ -87,7 +96,17 @@ export function orphanSweepTask(
       const held = await storeApps();
       const existing = new Set((await apps.list()).map((app) => app.id));
       let removed = 0;
-      for (const appId of held) if (!existing.has(appId)) removed += await deleteApp(appId);
+      let failure: Error | undefined;
+      // As in retention: one app that fails does not keep the others from being swept.
+      for (const appId of held) {
+        if (existing.has(appId)) continue;
+        try {
+          removed += await deleteApp(appId);
+        } catch (err) {
+          failure ??= err instanceof Error ? err : new Error(String(err));
+        }
+      }
+      if (failure !== undefined) throw failure;
       return removed;
     },
   };

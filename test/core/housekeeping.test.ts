@@ -13,7 +13,7 @@ import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsFilter } from "../../src/analytics/mongo-event-store.ts";
 import { retentionCutoff } from "../../src/core/apps/apps.ts";
-import { orphanSweepTask } from "../../src/core/housekeeping.ts";
+import { orphanSweepTask, retentionTask } from "../../src/core/housekeeping.ts";
 import { startInstances, startServer, useTestServer, type Instances, type TestApp } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
@@ -174,6 +174,21 @@ describe("secret link sweep (src/secrets/secret-store.ts deleteDeadLinks)", () =
     const left = await links.selectFrom("secret_links").select(["app_id", "used_at", "expires_at"]).execute();
     expect(left.map((r) => r.app_id).sort()).toEqual(outstanding.sort());
     expect(left.every((r) => r.used_at === null && new Date(r.expires_at).getTime() > Date.now())).toBe(true);
+  });
+});
+
+describe("retention (src/core/housekeeping.ts retentionTask)", () => {
+  it("an app whose deletion fails does not stop the others; the failure is told after all were tried", async () => {
+    const apps = ["a", "b", "c"].map((id) => ({ id, limits: { retentionDays: 30 } }));
+    const swept: string[] = [];
+    const timeout = new Error("canceling statement due to statement timeout");
+    const task = retentionTask("test retention", { list: async () => apps }, async (appId, _before, batch) => {
+      if (appId === "a") throw timeout;
+      swept.push(appId);
+      return batch - 1;
+    });
+    await expect(task.run()).rejects.toBe(timeout);
+    expect(swept).toEqual(["b", "c"]);
   });
 });
 
