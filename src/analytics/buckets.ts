@@ -63,6 +63,24 @@ export function isUtc(zone: string | undefined): boolean {
   return zone === undefined || /^(utc|etc\/utc|gmt|etc\/gmt|zulu|etc\/zulu|universal|etc\/universal)$/i.test(zone);
 }
 
+/**
+ * The start of a zoned bucket as the stores answer it, made the first instant
+ * of its wall-clock time. A local midnight can happen twice: a zone whose
+ * summer time ends at 01:00, back to 00:00 (Atlantic/Azores in October,
+ * America/Havana in November), has two. PostgreSQL's `date_trunc` answers the
+ * second (it reads an ambiguous local time as standard time), which is after
+ * events of that very day; the day starts at the first. MongoDB's answer is
+ * made the same way, so the two stores agree whichever one each picks.
+ */
+export function firstInstantOfWallTime(ms: number, zone: string | undefined): number {
+  if (isUtc(zone)) return ms;
+  const f = formatter(zone!);
+  const wall = f.format(new Date(ms));
+  // Summer time shifts are 30 minutes, one hour or two: an earlier instant with the same wall clock is one of these back.
+  for (const back of [2 * HOUR_MS, HOUR_MS, HOUR_MS / 2]) if (f.format(new Date(ms - back)) === wall) return ms - back;
+  return ms;
+}
+
 /** The local calendar date of an instant in `zone`, as a UTC-midnight day number and its fields. */
 export function localDate(ms: number, zone: string | undefined): { year: number; month: number; day: number } {
   if (isUtc(zone)) {

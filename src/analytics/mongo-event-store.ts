@@ -22,7 +22,7 @@
 import crypto from "node:crypto";
 import { MongoClient, MongoError, type Collection, type Document } from "mongodb";
 import type { Unit } from "./buckets.ts";
-import { isUtc } from "./buckets.ts";
+import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
 import {
   compareBuckets,
   upstreamError,
@@ -159,7 +159,11 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
           .aggregate<{ at: Date; group: string | null; count: number }>(buildCountPipeline(q))
           .toArray();
         return rows
-          .map((r): CountBucket => ({ at: r.at.getTime(), group: r.group ?? null, count: Number(r.count) }))
+          .map((r): CountBucket => ({
+            at: firstInstantOfWallTime(r.at.getTime(), q.timezone),
+            group: r.group ?? null,
+            count: Number(r.count),
+          }))
           .sort(compareBuckets);
       } catch (err) {
         throw upstreamError(err);

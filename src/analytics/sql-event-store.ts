@@ -33,7 +33,7 @@ import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
-import { isUtc } from "./buckets.ts";
+import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
 import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 
 /** Raw events (property values are strings). */
@@ -424,7 +424,8 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
   await Promise.all(work);
 
   const out: CountBucket[] = [];
-  for (const [at, groups] of buckets) {
+  for (const [truncated, groups] of buckets) {
+    const at = firstInstantOfWallTime(truncated, q.timezone);
     for (const [group, count] of groups) if (count > 0) out.push({ at, group, count });
   }
   return out.sort(compareBuckets);

@@ -277,6 +277,27 @@ export const STORE_CASES: StoreCase[] = [
       ["2024-03-10T18:30:00.000Z", "pro", 1],
     ],
   },
+  {
+    name: "Atlantic/Azores: a day whose midnight happens twice (summer time ends at 01:00, back to 00:00) starts at the first",
+    zoned: true,
+    events: [
+      ev("2024-10-26T12:00:00Z"), // Oct 26
+      ev("2024-10-27T00:30:00Z"), // 00:30 on Oct 27, summer time (+00:00)
+      ev("2024-10-27T01:30:00Z"), // 00:30 on Oct 27 again, standard time (-01:00)
+    ],
+    query: q("day", "2024-10-26T00:00:00Z", "2024-10-29T00:00:00Z", { timezone: "Atlantic/Azores" }),
+    expected: [
+      ["2024-10-26T00:00:00.000Z", null, 1],
+      ["2024-10-27T00:00:00.000Z", null, 2],
+    ],
+  },
+  {
+    name: "America/Havana: a month whose first midnight happens twice starts at the first",
+    zoned: true,
+    events: [ev("2026-11-01T04:30:00Z"), ev("2026-11-01T05:30:00Z"), ev("2026-11-20T12:00:00Z")],
+    query: q("month", "2026-10-15T00:00:00Z", "2026-11-25T00:00:00Z", { timezone: "America/Havana" }),
+    expected: [["2026-11-01T04:00:00.000Z", null, 3]],
+  },
 ];
 
 /** A seeded spread of events over a few days, for comparing a store with the reference count. */
