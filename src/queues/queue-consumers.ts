@@ -349,16 +349,23 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   /**
    * Undoes the leases of messages claimed for a caller that is gone before they
    * were handed on (a stream ended, a consumer went away during its claim):
-   * back in line as if never claimed, the delivery uncounted. How many.
+   * back in line as if never claimed, the delivery uncounted, and the queue's
+   * waiting consumers and streams woken as by a put (on this instance now, on
+   * others through the statement's NOTIFY). How many.
    */
   async function giveBack(appId: string, messages: StoredMessage[]): Promise<number> {
+    if (messages.length === 0) return 0;
+    // One claim's messages: one queue.
+    const queue = messages[0].queue;
     const leases = messages.map((m) => ({
       id: m.id,
       claim: m.claims,
       visibleBefore: m.visibleBefore ?? new Date(),
     }));
     try {
-      return await store.release(appId, leases);
+      const released = await store.release(appId, leases, hub.payload(appId, queue, 0));
+      for (let n = Math.min(released, hub.waiting()); n > 0; n--) hub.announce(appId, queue, 0);
+      return released;
     } catch (err) {
       // The leases then simply lapse: a delay, not a lost message.
       logger.warn(

@@ -359,7 +359,12 @@ export interface QueueStore {
    * place in line with its delivery uncounted, if that lease is still the
    * current one. Returns how many were released.
    */
-  release(appId: string, leases: { id: string; claim: number; visibleBefore: Date }[]): Promise<number>;
+  release(
+    appId: string,
+    leases: { id: string; claim: number; visibleBefore: Date }[],
+    /** Wake-up payload (`WakeHub.payload`) sent with the count released, in the same statement, to other instances. */
+    notify?: string,
+  ): Promise<number>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
@@ -799,15 +804,22 @@ function createLeaseStore({
   }
 
   return {
-    async release(appId, leases) {
+    async release(appId, leases, notify) {
       if (leases.length === 0) return 0;
-      const result = await sql`
-        UPDATE queue_messages m
-        SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1, claims = m.claims - 1
-        FROM unnest(${uuidArray(leases.map((l) => l.id))}, ${intArray(leases.map((l) => l.claim))},
-                    ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, claim, visible_before)
-        WHERE m.id = k.id AND m.app_id = ${appId} AND m.claims = k.claim`.execute(db);
-      return Number(result.numAffectedRows ?? 0n);
+      const { rows } = await sql<{ n: number }>`
+        WITH released AS (
+          UPDATE queue_messages m
+          SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1, claims = m.claims - 1
+          FROM unnest(${uuidArray(leases.map((l) => l.id))}, ${intArray(leases.map((l) => l.claim))},
+                      ${leases.map((l) => l.visibleBefore.toISOString())}::timestamptz[]) AS k (id, claim, visible_before)
+          WHERE m.id = k.id AND m.app_id = ${appId} AND m.claims = k.claim
+          RETURNING 1
+        )
+        SELECT count(*)::int AS n,
+               CASE WHEN count(*) > 0 AND ${notify ?? null}::text IS NOT NULL
+                    THEN pg_notify(${QUEUE_CHANNEL}, ${notify ?? null}::text || '|' || count(*)) END AS notified
+        FROM released`.execute(db);
+      return Number(rows[0]?.n ?? 0);
     },
 
     claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
