@@ -67,21 +67,49 @@ export function createSesProvider(options: SesProviderOptions): MailProvider {
         }
       } catch (err) {
         const error = describeSesError(err);
+        if (error.httpStatus !== undefined && error.httpStatus >= 200 && error.httpStatus < 300) {
+          // SES answered 200, so it took the message; only its answer's body could not be read (cut short,
+          // not JSON). Told as refused, the app would send the mail again.
+          options.logger.warn(
+            { appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus },
+            "SES accepted a message, but its answer could not be read: sent without a message id",
+          );
+          return { messageId: "" };
+        }
         // The provider's own message may name the account, region or identities: log only its kind.
         options.logger.warn(
           { appId: mail.appId, sesError: error.kind, httpStatus: error.httpStatus },
           "SES did not accept a message",
         );
-        // Only an answer of SES refusing (4xx) says the message was not taken; after a 5xx, a reset
-        // connection or a timeout it may have been.
+        // Only an answer of SES refusing (4xx), or a connection never made, says the message was not
+        // taken; after a 5xx, a reset connection or a timeout it may have been.
         const refused = error.httpStatus !== undefined && error.httpStatus >= 400 && error.httpStatus < 500;
-        throw new PlatformError("upstream_error", error.message, { cause: err, outcomeUnknown: !refused });
+        const outcomeUnknown = !refused && !neverConnected(err);
+        throw new PlatformError("upstream_error", error.message, { cause: err, outcomeUnknown });
       }
     },
     close() {
       client.destroy();
     },
   };
+}
+
+/** Network errors that come before a connection exists: nothing of the request reached SES. */
+const BEFORE_CONNECTION_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+/**
+ * Whether a failure came before any connection to SES existed (refused, DNS,
+ * no route, the SDK's connect timeout): the message certainly did not leave,
+ * so the send may be given back and run again. Errors of a connection that
+ * existed (a reset, a request timeout) are not: the request may have arrived.
+ */
+export function neverConnected(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const e = err as NodeJS.ErrnoException;
+  if (e.code !== undefined && BEFORE_CONNECTION_CODES.has(e.code)) return true;
+  if (e.syscall === "connect" || e.syscall === "getaddrinfo") return true;
+  // @smithy/node-http-handler's connection timeout ("... did not establish a connection ...").
+  return e.name === "TimeoutError" && /did not establish a connection/.test(e.message);
 }
 
 interface SesErrorDescription {

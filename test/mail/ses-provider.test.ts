@@ -49,7 +49,7 @@ async function startSesLocal(): Promise<{ url: string; child: ChildProcess }> {
 }
 
 /** What the SES stand-in answers next, and every request it got. */
-type Answer = "accept" | "reject" | "unverified" | "throttle" | "fail" | "hang-up";
+type Answer = "accept" | "reject" | "unverified" | "throttle" | "fail" | "hang-up" | "cut-after-200";
 
 function startSesFixture() {
   const requests: { url: string; headers: http.IncomingHttpHeaders; body: any }[] = []; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -93,6 +93,12 @@ function startSesFixture() {
           return error(res, 500, "InternalServiceErrorException", "internal failure at host ip-10-0-0-1");
         case "hang-up":
           req.socket.destroy();
+          return;
+        case "cut-after-200":
+          // Accepted, but the answer's body is cut short.
+          res.writeHead(200, { "content-type": "application/json", "content-length": "40" });
+          res.write('{"MessageId":"ab');
+          setTimeout(() => res.socket?.destroy(), 30);
           return;
       }
     });
@@ -307,6 +313,58 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
     expect([one.code, two.code]).toEqual([Code.Unavailable, Code.Unavailable]);
     expect(two.findDetails(ErrorDetailSchema)[0]?.code).toBe("upstream_error");
     expect(fixture.requests).toHaveLength(1);
+  });
+
+  it("an answer of 200 whose body cannot be read is a mail sent (SES took it), not a refusal to send again", async () => {
+    const a = await refusing.createApp();
+    fixture.set("cut-after-200");
+    const res = await refusing.request("POST", "/v1/mail/send", {
+      token: a.token,
+      body: { to: "x@example.com", subject: "cut", text: "t" },
+    });
+    expect([res.status, res.body.sent]).toEqual([200, true]);
+    expect(fixture.requests).toHaveLength(1);
+    const { mails } = await refusing.admin.listMail({ appId: a.id });
+    expect(mails[0]).toMatchObject({ status: MailStatus.SENT, providerMessageId: "", subject: "cut" });
+    expect(Number((await refusing.admin.getUsage({ appId: a.id })).mail!.used)).toBe(1);
+    fixture.set("accept");
+  });
+
+  it("SES never reached (nothing listens): nothing consumed, and a keyed repeat runs again", async () => {
+    // A port nothing listens on.
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const unreachable = await startServer({
+      env: {
+        MAIL_PROVIDER: "ses",
+        MAIL_DOMAIN: DOMAIN,
+        AWS_REGION: "us-east-1",
+        AWS_ENDPOINT_URL_SES: `http://127.0.0.1:${port}`,
+      },
+      database,
+    });
+    try {
+      const a = await unreachable.createApp();
+      await unreachable.admin.updateApp({ appId: a.id, limits: { mailPerDay: 1 } });
+      const send = () =>
+        unreachable.request("POST", "/v1/mail/send", {
+          token: a.token,
+          headers: { "idempotency-key": "k-unreachable" },
+          body: { to: "x@example.com", subject: "s", text: "t" },
+        });
+      const first = await send();
+      expect([first.status, first.body.error.code]).toEqual([502, "upstream_error"]);
+      expect(first.body.error.message).toMatch(/could not be reached/);
+      expect(Number((await unreachable.admin.getUsage({ appId: a.id })).mail!.used)).toBe(0);
+      // Not stored as the key's answer: the repeat is run (and fails again, SES still down), not replayed.
+      const repeat = await send();
+      expect([repeat.status, repeat.headers.get("idempotent-replayed")]).toEqual([502, null]);
+      expect(Number((await unreachable.admin.getUsage({ appId: a.id })).mail!.used)).toBe(0);
+    } finally {
+      await unreachable.close();
+    }
   });
 
   it("over gRPC a refusal is Unavailable with the upstream_error detail", async () => {
