@@ -40,6 +40,16 @@ export type Principal =
 /** Where the Connect interceptor and the REST routes leave the caller for the implementations. */
 export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
 
+/**
+ * Authenticates the call's credentials once more, as a new request would be:
+ * a call that lasts (a stream, a waiting consume) asks before each claim, so a
+ * stopped app, a revoked token or a deleted app ends it (the authenticator's
+ * cache is cleared on every instance when one of these changes).
+ */
+export const reauthenticateKey = createContextKey<(() => Promise<Principal>) | undefined>(undefined, {
+  description: "reauthenticate",
+});
+
 /** The id of the HTTP request carrying a Connect call (as in its log line and `x-request-id`), for the audit log. */
 export const requestIdKey = createContextKey<string>("", { description: "request id" });
 
@@ -225,6 +235,19 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
 /** The authenticated app of a facility call; the interceptor guarantees one is there. */
 export function appOf(context: HandlerContext): AppRecord {
   const principal = context.values.get(principalKey);
+  if (principal.kind !== "app") throw unauthenticated();
+  return principal.app;
+}
+
+/**
+ * The call's app as it is now (its status, limits): authenticated again
+ * (`reauthenticateKey`). Throws as a new request would be refused: the app
+ * stopped, the token revoked, the app deleted.
+ */
+export async function currentApp(context: HandlerContext): Promise<AppRecord> {
+  const again = context.values.get(reauthenticateKey);
+  if (!again) return appOf(context);
+  const principal = await again();
   if (principal.kind !== "app") throw unauthenticated();
   return principal.app;
 }

@@ -7,6 +7,7 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { AppRecord } from "../core/apps/apps.ts";
+import { currentApp } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
@@ -187,7 +188,13 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     let served = false;
     let used: ReturnType<typeof waiter.beforeClaim>;
     try {
-      for (;;) {
+      for (let again = false; ; again = true) {
+        if (again) {
+          // A claim after a wait acts on the app as it is now: stopped, its token revoked or the app deleted
+          // meanwhile, the consume is refused as a new one would be; a changed limit or policy applies.
+          app = await currentApp(context);
+          rule = (await policyOf(app, queue)).rule;
+        }
         used = waiter.beforeClaim();
         const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
         if (claimed.messages.length > 0) {
@@ -257,6 +264,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     // While the stream waits on a slow reader after a part (paused at `yield`: the transport takes the next
     // part only once the last is written), the parts not yet handed on are given back at half their lease
     // all the same: left to lapse, each would count a delivery that never reached anyone.
+    let claims = 0;
     let lapseTimer: NodeJS.Timeout | undefined;
     let givingBack: Promise<void> | undefined;
     const giveBackUnsent = () => {
@@ -289,6 +297,10 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
           continue;
         }
+        // Each claim after the first acts for the app as it is now: a stream of an app stopped, deleted or
+        // whose token was revoked meanwhile ends as a new call would be refused (the claim rule stays the
+        // one the stream started with).
+        if (claims++ > 0) await currentApp(context);
         // Registered before the claim, so a put landing between the claim and the wait still wakes it.
         const waiter = hub.register(app.id, queue);
         let served = false;

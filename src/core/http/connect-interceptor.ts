@@ -5,7 +5,7 @@
  */
 import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { principalKey, type Authenticator } from "../auth.ts";
+import { principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
@@ -16,8 +16,10 @@ export function createConnectInterceptor(
 ): Interceptor {
   return (next) => async (req) => {
     try {
-      const principal = await authenticator.authenticate(req.header.get("authorization"), req.method);
+      const authorization = req.header.get("authorization");
+      const principal = await authenticator.authenticate(authorization, req.method);
       req.contextValues.set(principalKey, principal);
+      req.contextValues.set(reauthenticateKey, () => authenticator.authenticate(authorization, req.method));
       return await next(req);
     } catch (err) {
       const platformError = toPlatformError(err);

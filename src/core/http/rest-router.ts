@@ -20,7 +20,7 @@ import {
 import { createContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
-import { principalKey, type Authenticator } from "../auth.ts";
+import { principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
 import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
@@ -128,7 +128,9 @@ export function registerRestRoutes(
           url: req.url,
           headers: req.headers,
           signal: call,
-          values: createContextValues().set(principalKey, principal),
+          values: createContextValues()
+            .set(principalKey, principal)
+            .set(reauthenticateKey, () => authenticator.authenticate(req.headers.authorization, spec.rpc)),
         });
         // Headers the implementation set (e.g. `Idempotent-Replayed`), on an answer and on an error alike.
         const withHeaders = () => context.responseHeaders()?.forEach((value, name) => void reply.header(name, value));
