@@ -9,6 +9,7 @@ import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi, type MockInstance } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestApp, useTestServer, type Protocol } from "../support/harness.ts";
+import { metricValue } from "../support/server-state.ts";
 
 const logLines: string[] = [];
 const t = useTestServer({ logLines });
@@ -36,12 +37,7 @@ afterAll(() => {
   stderrWrite.mockRestore();
 });
 
-function streamsOpen(): number {
-  const m = t.server.deps.metrics.registry.getSingleMetric("queue_streams") as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
+const streamsOpen = () => metricValue(t, "queue_streams");
 
 /** Waits until the server has ended every stream (its `finally` ran), without a fixed sleep. */
 async function streamsEnded(): Promise<void> {

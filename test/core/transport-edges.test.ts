@@ -14,26 +14,13 @@ import { describe, expect, it } from "vitest";
 import { PutMessagesRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { createOnePortServer } from "../../src/core/http/one-port.ts";
 import { useTestApp, useTestServer } from "../support/harness.ts";
+import { metricValue, until } from "../support/server-state.ts";
 
 const logLines: string[] = [];
 const t = useTestServer({ logLines, env: { LOG_LEVEL: "debug" } });
 const app = useTestApp(t);
 
-function waitingConsumers(): number {
-  const m = t.server.deps.metrics.registry.getSingleMetric("queue_waiting_consumers") as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
-
-/** Polls until `check()` holds (an event the test cannot await directly: the server's own bookkeeping). */
-async function until(check: () => boolean, what: string, ms = 10_000): Promise<void> {
-  const started = Date.now();
-  while (!check()) {
-    if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setImmediate(r));
-  }
-}
+const waitingConsumers = () => metricValue(t, "queue_waiting_consumers");
 
 describe("REST consume over HTTP/2, stream reset before the body ends", () => {
   it("leaves no waiter, at any moment of the reset; the next put goes to a live consumer at once", async () => {

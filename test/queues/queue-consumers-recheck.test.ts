@@ -11,6 +11,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { startInstances, type Instances, type TestServer } from "../support/harness.ts";
+import { metricValue, until } from "../support/server-state.ts";
 
 let instances: Instances;
 let a: TestServer;
@@ -22,23 +23,6 @@ beforeAll(async () => {
 afterAll(() => instances?.close());
 
 const num = (i: number) => ({ kind: { case: "numberValue" as const, value: i } });
-
-/** A gauge of a server, summed over its labels. */
-function gauge(server: TestServer, name: string): number {
-  const m = server.server.deps.metrics.registry.getSingleMetric(name) as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
-
-/** Polls until `check()` holds: the server's own bookkeeping, which the test cannot await directly. */
-async function until(check: () => boolean, what: string): Promise<void> {
-  const started = Date.now();
-  while (!check()) {
-    if (Date.now() - started > 10_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setImmediate(r));
-  }
-}
 
 describe("StreamMessages after the app changed (queue-consumers.ts stream)", () => {
   const changes = {
@@ -63,7 +47,7 @@ describe("StreamMessages after the app changed (queue-consumers.ts stream)", () 
           ended = e;
         }
       })();
-      await until(() => gauge(b, "queue_streams") === 1, "the stream to open");
+      await until(() => metricValue(b, "queue_streams") === 1, "the stream to open");
       if (change === "stop") await a.admin.updateApp({ appId: app.id, status: AppStatus.STOPPED });
       if (change === "revoke") {
         const { tokens } = await a.admin.listTokens({ appId: app.id });
@@ -90,7 +74,7 @@ describe("a waiting ConsumeMessage after the limits changed (queue-consumers.ts 
       expect(first.message?.deliveries).toBe(1);
       // Waits on B: the one message is leased for 2 s; the consume wakes when that lease lapses.
       const waiting = b.client(QueueService, app.token, "connect").consumeMessage({ queue: "q", waitSeconds: 4 });
-      await until(() => gauge(b, "queue_waiting_consumers") === 1, "the consume to wait");
+      await until(() => metricValue(b, "queue_waiting_consumers") === 1, "the consume to wait");
       if (how === "operator limit") await a.admin.updateApp({ appId: app.id, limits: { maxDeliveries: 1 } });
       else await b.client(QueueService, app.token).updateQueuePolicy({ queue: "q", maxDeliveries: 1 });
       const got = await waiting;
@@ -107,7 +91,7 @@ describe("a waiting ConsumeMessage after the limits changed (queue-consumers.ts 
       (r) => r,
       (e: unknown) => ConnectError.from(e),
     );
-    await until(() => gauge(b, "queue_waiting_consumers") === 1, "the consume to wait");
+    await until(() => metricValue(b, "queue_waiting_consumers") === 1, "the consume to wait");
     await a.admin.updateApp({ appId: app.id, status: AppStatus.STOPPED });
     const got = await waiting;
     expect(got instanceof ConnectError ? got.code : "answered").toBe(Code.PermissionDenied);

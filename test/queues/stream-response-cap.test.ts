@@ -16,6 +16,7 @@ import {
   StreamMessagesResponseSchema,
 } from "../../gen/platform/queues/v1/queues_pb.js";
 import { backend, useTestApp, useTestServer } from "../support/harness.ts";
+import { metricValue } from "../support/server-state.ts";
 
 const logLines: string[] = [];
 const t = useTestServer({ logLines });
@@ -65,26 +66,9 @@ async function queueStats(queue: string) {
   return { depth: Number(q.depth), inFlight: Number(q.inFlight) };
 }
 
-function counter(name: string): number {
-  const m = t.server.deps.metrics.registry.getSingleMetric(name) as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
-
-function waitingConsumers(): number {
-  const m = t.server.deps.metrics.registry.getSingleMetric("queue_waiting_consumers") as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
-
-function streamsOpen(): number {
-  const m = t.server.deps.metrics.registry.getSingleMetric("queue_streams") as unknown as {
-    hashMap: Record<string, { value: number }>;
-  };
-  return Object.values(m.hashMap).reduce((sum, v) => sum + v.value, 0);
-}
+const counter = (name: string) => metricValue(t, name);
+const waitingConsumers = () => metricValue(t, "queue_waiting_consumers");
+const streamsOpen = () => metricValue(t, "queue_streams");
 
 describe("StreamMessages response size", () => {
   it("grpcio receives 100 × 250 kB messages, in responses of at most 1 MiB with at least one message each", async () => {
