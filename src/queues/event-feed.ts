@@ -20,7 +20,7 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import type { ReadEventFeedRequest, ReadEventFeedResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import type { AppRecord } from "../core/apps/apps.ts";
-import { appOf } from "../core/auth.ts";
+import { appOf, currentApp } from "../core/auth.ts";
 import type { Database, InTransaction } from "../core/database/index.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
@@ -161,7 +161,10 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
       options.shutdownSignal.addEventListener("abort", onAbort, { once: true });
       const waiter = register(app.id);
       try {
-        for (;;) {
+        for (let again = false; ; again = true) {
+          // A read after a wait is for the app as it is now: deleted or its token revoked meanwhile, it is
+          // refused as a new read would be (as a waiting consume is).
+          if (again) await currentApp(context);
           waiter.reset();
           const rows = await store.read(app.id, cursor, FEED_PAGE);
           if (rows.length > 0) {

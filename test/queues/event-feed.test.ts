@@ -271,6 +271,22 @@ describe("the event feed across two instances on one database", () => {
       expect(answer.events.map((e) => [e.kind, e.data])).toEqual([["secret.set", { name: "API_KEY", version: 1 }]]);
     expect(answers[0].cursor).toBe(answers[1].cursor);
   });
+
+  it("refuses a waiting read whose token was revoked on the other instance, instead of handing it the next event", async () => {
+    const [one, two] = pair.servers as [TestServer, TestServer];
+    const app = await one.createApp();
+    await declared(one, app);
+    const { cursor } = await feed(one, app);
+    const waitingBefore = await waitingReaders(two);
+    const reader = two.request("GET", `/v1/queues/_events/feed?after=${cursor}&waitSeconds=25`, { token: app.token });
+    await vi.waitFor(async () => expect(await waitingReaders(two)).toBe(waitingBefore + 1), { timeout: 10_000 });
+    const { tokens } = await one.admin.listTokens({ appId: app.id });
+    await one.admin.revokeToken({ tokenId: tokens[0].id });
+    // An event for the app wakes the reader: it reads for the token as it is now.
+    await one.admin.setSecret({ appId: app.id, name: "API_KEY", value: "after the revocation" });
+    const answer = await reader;
+    expect([answer.status, (answer.body as { error: { code: string } }).error?.code]).toEqual([401, "unauthenticated"]);
+  });
 });
 
 describe.skipIf(backend !== "postgres")(
