@@ -211,7 +211,10 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         const vector = vectorOf(body.embedding);
         if (!vector) throw malformed("Titan answer has no embedding");
         embeddings[index] = vector;
-        const counted = typeof body.inputTextTokenCount === "number" ? body.inputTextTokenCount : headerTokens;
+        // A count that is not a whole number of tokens is not taken: a negative or fractional one would lower the charge.
+        const fromBody = body.inputTextTokenCount;
+        const counted =
+          Number.isSafeInteger(fromBody) && (fromBody as number) >= 0 ? (fromBody as number) : headerTokens;
         tokens += counted ?? estimateTokens(text);
       }
     };

@@ -305,6 +305,19 @@ describe("embed through InvokeModel on Titan Text Embeddings", () => {
     expect(res.body.remainingToday).toBe(1000000 - 20);
   });
 
+  it("does not take a Titan token count that is not a whole number of tokens: the estimate is charged", async () => {
+    // A negative or fractional count in the body would lower the charge (even below zero for the request).
+    fixture.handle = (req) => ({
+      json: { embedding: [1, 2], inputTextTokenCount: req.body.inputText === "a" ? -1_000 : 2.5 },
+    });
+    const fresh = await t.createApp();
+    const res = await embed({ input: ["a", "bb"] }, fresh.token);
+    expect(res.status).toBe(200);
+    const charged = res.body.usage.tokens as number;
+    expect(Number.isInteger(charged) && charged > 0).toBe(true);
+    expect(await embedUsed(fresh.id)).toBe(charged);
+  });
+
   it("runs the calls of one request concurrently, with a bound", async () => {
     fixture.handle = (req) => ({ ...titanAnswer(req), delayMs: 30 });
     const res = await embed({ input: Array.from({ length: 40 }, (_, i) => `text ${i}`) });
