@@ -171,7 +171,7 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         const result = await next(args);
         const headers = (result.response as { headers?: Record<string, string | undefined> }).headers ?? {};
         const value = Number(headers["x-amzn-bedrock-input-token-count"]);
-        if (Number.isSafeInteger(value) && value >= 0) headerTokens = value;
+        headerTokens = wholeCount(value) ?? headerTokens;
         return result;
       },
       { step: "deserialize", name: "platformInputTokenCount" },
@@ -190,6 +190,14 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
     return Array.isArray(value) && value.length > 0 && value.every((v) => typeof v === "number" && Number.isFinite(v))
       ? value
       : undefined;
+  }
+
+  /**
+   * A token count from an answer, if it is a whole number of 0 or more: any other (negative, fractional)
+   * would lower the charge, or fail the usage figure's conversion.
+   */
+  function wholeCount(value: unknown): number | undefined {
+    return Number.isSafeInteger(value) && (value as number) >= 0 ? (value as number) : undefined;
   }
 
   async function embedTitan(
@@ -211,11 +219,7 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         const vector = vectorOf(body.embedding);
         if (!vector) throw malformed("Titan answer has no embedding");
         embeddings[index] = vector;
-        // A count that is not a whole number of tokens is not taken: a negative or fractional one would lower the charge.
-        const fromBody = body.inputTextTokenCount;
-        const counted =
-          Number.isSafeInteger(fromBody) && (fromBody as number) >= 0 ? (fromBody as number) : headerTokens;
-        tokens += counted ?? estimateTokens(text);
+        tokens += wholeCount(body.inputTextTokenCount) ?? headerTokens ?? estimateTokens(text);
       }
     };
     const workers = Array.from({ length: Math.min(titanConcurrency, inputs.length) }, () =>
@@ -282,8 +286,9 @@ export function createBedrockProvider(options: BedrockProviderOptions): Inferenc
         return {
           text,
           finishReason: stopReasonToFinishReason(output.stopReason),
-          inputTokens: output.usage?.inputTokens ?? estimateTokensOfAll(call.messages.map((m) => m.content)),
-          outputTokens: output.usage?.outputTokens ?? estimateTokens(text),
+          inputTokens:
+            wholeCount(output.usage?.inputTokens) ?? estimateTokensOfAll(call.messages.map((m) => m.content)),
+          outputTokens: wholeCount(output.usage?.outputTokens) ?? estimateTokens(text),
         };
       } catch (err) {
         throw mapError(err, "converse", signal);
