@@ -175,7 +175,6 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     services: served,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     readMaxBytes: BODY_LIMIT_BYTES,
-    shutdownSignal: shutdown.signal,
     contextValues: (req) => createContextValues().set(requestIdKey, req.id),
     shortPath: config.connectShortPath,
     metrics,

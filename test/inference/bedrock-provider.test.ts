@@ -9,7 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import pino from "pino";
 import { FinishReason, InferenceService, Role } from "../../gen/platform/inference/v1/inference_pb.js";
-import { useTestApp, useTestServer } from "../support/harness.ts";
+import { startServer, useTestApp, useTestServer } from "../support/harness.ts";
 import { createBedrockProvider, stopReasonToFinishReason } from "../../src/inference/bedrock-provider.ts";
 import { estimateTokens } from "../../src/inference/token-estimator.ts";
 import { startBedrockFixture, type BedrockFixture, type FixtureRequest } from "./bedrock-fixture.ts";
@@ -71,6 +71,44 @@ async function fastUsed(appId: string): Promise<number> {
 async function embedUsed(appId: string): Promise<number> {
   return Number((await t.admin.getUsage({ appId })).embedTokens!.used);
 }
+
+describe("shutdown with a model call in flight", () => {
+  it("a Generate served by Connect's own handler (here: it carries a deadline) is finished by the drain, not cut off", async () => {
+    const server = await startServer({
+      env: {
+        INFERENCE_PROVIDER: "bedrock",
+        AWS_REGION: "us-east-1",
+        AWS_ENDPOINT_URL_BEDROCK_RUNTIME: fixture.url,
+        BEDROCK_FAST_MODEL: FAST_MODEL_ID,
+      },
+    });
+    let closed: Promise<void> | undefined;
+    try {
+      const a = await server.createApp();
+      fixture.handle = () => ({ ...converseAnswer("finished"), delayMs: 800 });
+      const answer = fetch(`${server.url}/platform.inference.v1.InferenceService/Generate`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: `Bearer ${a.token}`,
+          "connect-timeout-ms": "30000",
+        },
+        body: JSON.stringify({ messages: [{ role: "ROLE_USER", content: "hi" }], maxTokens: 10 }),
+      });
+      // The call reached the model; the server is told to stop while it waits for the answer.
+      const started = Date.now();
+      while (fixture.requests.length === 0 && Date.now() - started < 10_000)
+        await new Promise((resolve) => setImmediate(resolve));
+      expect(fixture.requests).toHaveLength(1);
+      closed = server.close();
+      const res = await answer;
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { text: string }).text).toBe("finished");
+    } finally {
+      await (closed ?? server.close());
+    }
+  });
+});
 
 describe("generate through Converse", () => {
   it("maps system messages to system, merges same-role turns, and sends inferenceConfig", async () => {

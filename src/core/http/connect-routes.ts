@@ -55,7 +55,6 @@ export interface ConnectRoutesOptions {
   services: readonly { service: DescService; impl: object }[];
   interceptors: Interceptor[];
   readMaxBytes: number;
-  shutdownSignal: AbortSignal;
   /** The context values of one call; given the request, e.g. for its id (`requestIdKey`). */
   contextValues?: (req: FastifyRequest) => ContextValues;
   /**
@@ -109,7 +108,9 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
     const routerOptions = {
       interceptors: options.interceptors,
       readMaxBytes: options.readMaxBytes,
-      shutdownSignal: options.shutdownSignal,
+      // No `shutdownSignal`: Connect would abort every call's signal at shutdown, cutting short calls in flight
+      // (a model's answer, a claim) that the drain lets finish. What waits (a consume, a stream, the event feed)
+      // ends on the server's own shutdown signal, as over REST and the short path.
       acceptCompression: ACCEPT_COMPRESSION,
       compressMinBytes: COMPRESS_MIN_BYTES,
       jsonOptions: JSON_OPTIONS,
