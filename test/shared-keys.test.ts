@@ -5,8 +5,9 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "../src/core/database/index.ts";
-import { adoptAdminToken } from "../src/core/shared-keys/index.ts";
+import { migrate, openDatabase } from "../src/core/database/index.ts";
+import { adoptAdminToken, verifySharedKeys } from "../src/core/shared-keys/index.ts";
+import { createKeyring } from "../src/secrets/keyring.ts";
 import { tables } from "./support/tables.ts";
 import { ConfigError } from "../src/core/config.ts";
 import { createTestDatabase, startServer, type TestDatabase } from "./support/harness.ts";
@@ -44,6 +45,33 @@ describe("verifySharedKeys (src/shared-keys.ts)", () => {
       expect(read).toMatchObject({ status: 200, body: { value: "shared-value", version: 1 } });
     } finally {
       await second.close();
+    }
+  });
+
+  it("of two instances rotating at once from one recorded key to two different keys, one starts", async () => {
+    const own = await createTestDatabase();
+    const db = await openDatabase({ databaseUrl: own.url, dataDir: own.dataDir });
+    try {
+      await migrate(db.db);
+      const adminToken = otherToken();
+      const key = () => crypto.randomBytes(32);
+      for (let trial = 0; trial < 10; trial++) {
+        const recorded = key();
+        await db.db.deleteFrom("platform_settings" as never).execute();
+        await verifySharedKeys(db.db, { keyring: createKeyring(recorded), adminToken });
+        // Both list the recorded key among their old keys, each with a new key of its own.
+        const starts = await Promise.allSettled(
+          [key(), key()].map((next) =>
+            verifySharedKeys(db.db, { keyring: createKeyring(next, [recorded]), adminToken }),
+          ),
+        );
+        expect(starts.map((s) => s.status).sort(), `trial ${trial}`).toEqual(["fulfilled", "rejected"]);
+        const refused = starts.find((s): s is PromiseRejectedResult => s.status === "rejected")!.reason as ConfigError;
+        expect(refused.variable).toBe("SECRETS_KEY");
+      }
+    } finally {
+      await db.close();
+      await own.drop();
     }
   });
 

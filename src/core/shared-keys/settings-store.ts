@@ -21,6 +21,11 @@ export interface SettingsStore {
   recordOrRead(name: string, value: string): Promise<string>;
   /** Records `value` under `name`, replacing what was there. */
   put(name: string, value: string): Promise<void>;
+  /**
+   * Replaces `expected` under `name` by `value`, if `expected` is still what is recorded; answers what is
+   * recorded now (`value` when this replaced it, else what another writer put there first).
+   */
+  replace(name: string, expected: string, value: string): Promise<string | undefined>;
   /** What is recorded under `name`; undefined when nothing is. */
   read(name: string): Promise<string | undefined>;
 }
@@ -40,6 +45,15 @@ export function createSettingsStore(database: Db): SettingsStore {
         .where("name", "=", name)
         .executeTakeFirstOrThrow();
       return row.value;
+    },
+    async replace(name, expected, value) {
+      await db
+        .updateTable("platform_settings")
+        .set({ value, updated_at: new Date() })
+        .where("name", "=", name)
+        .where("value", "=", expected)
+        .execute();
+      return this.read(name);
     },
     async read(name) {
       const row = await db.selectFrom("platform_settings").select("value").where("name", "=", name).executeTakeFirst();

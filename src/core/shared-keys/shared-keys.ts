@@ -39,7 +39,16 @@ export async function verifySharedKeys(db: Db, options: { keyring: KeyIds; admin
       );
     }
     // A rotation: the recorded key is one of SECRETS_OLD_KEYS; from now on the new key is the one to share.
-    await settings.put(SECRETS_KEY_ID, keyring.currentKeyId);
+    // Only if it is still the recorded one: of two instances rotating to different keys at once, one moves the
+    // record and the other, finding the record moved to a key it lacks, is refused.
+    const now = await settings.replace(SECRETS_KEY_ID, recordedKey, keyring.currentKeyId);
+    if (now !== keyring.currentKeyId) {
+      throw new ConfigError(
+        "SECRETS_KEY",
+        `another instance on this database moved its secrets to key id ${now ?? "(none)"} while this one started with key id ${keyring.currentKeyId}: ` +
+          "every instance on one database must use the same SECRETS_KEY",
+      );
+    }
   }
   const tokenHash = hashToken(options.adminToken);
   if ((await settings.recordOrRead(ADMIN_TOKEN_HASH, tokenHash)) !== tokenHash) {
