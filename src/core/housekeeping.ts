@@ -43,11 +43,29 @@ export async function inBatches(step: (batch: number) => Promise<number>, batch 
 }
 
 /**
+ * Runs `step` for each app in turn and sums what they removed. An app whose
+ * step fails does not stop the others (else one app that always fails, say a
+ * statement past its timeout, would keep every app after it from ever being
+ * swept); the first failure is thrown once all were tried.
+ */
+async function sumOverApps<A>(apps: readonly A[], step: (app: A) => Promise<number>): Promise<number> {
+  let removed = 0;
+  let failure: Error | undefined;
+  for (const app of apps) {
+    try {
+      removed += await step(app);
+    } catch (err) {
+      failure ??= err instanceof Error ? err : new Error(String(err));
+    }
+  }
+  if (failure !== undefined) throw failure;
+  return removed;
+}
+
+/**
  * A retention task: for every app, deletes what is older than the app's
- * `retentionDays` (from the start of that UTC day), in batches. An app whose
- * deletion fails does not stop the others (else one app that always fails,
- * say a statement past its timeout, would keep every app after it from ever
- * being swept); the first failure is thrown once all were tried.
+ * `retentionDays` (from the start of that UTC day), in batches; one app that
+ * fails does not stop the others (`sumOverApps`).
  */
 export function retentionTask(
   name: string,
@@ -58,18 +76,10 @@ export function retentionTask(
     name,
     intervalMs: RETENTION_INTERVAL_MS,
     async run() {
-      let removed = 0;
-      let failure: Error | undefined;
-      for (const app of await apps.list()) {
+      return sumOverApps(await apps.list(), (app) => {
         const before = retentionCutoff(app.limits.retentionDays);
-        try {
-          removed += await inBatches((batch) => deleteBefore(app.id, before, batch));
-        } catch (err) {
-          failure ??= err instanceof Error ? err : new Error(String(err));
-        }
-      }
-      if (failure !== undefined) throw failure;
-      return removed;
+        return inBatches((batch) => deleteBefore(app.id, before, batch));
+      });
     },
   };
 }
@@ -95,19 +105,10 @@ export function orphanSweepTask(
     async run() {
       const held = await storeApps();
       const existing = new Set((await apps.list()).map((app) => app.id));
-      let removed = 0;
-      let failure: Error | undefined;
-      // As in retention: one app that fails does not keep the others from being swept.
-      for (const appId of held) {
-        if (existing.has(appId)) continue;
-        try {
-          removed += await deleteApp(appId);
-        } catch (err) {
-          failure ??= err instanceof Error ? err : new Error(String(err));
-        }
-      }
-      if (failure !== undefined) throw failure;
-      return removed;
+      return sumOverApps(
+        held.filter((appId) => !existing.has(appId)),
+        (appId) => deleteApp(appId),
+      );
     },
   };
 }

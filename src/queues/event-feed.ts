@@ -33,8 +33,6 @@ import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, MAX_WAIT_SECONDS } from "./queue-limi
 /** Most events in one answer; a reader with more to catch up on reads again at once. */
 export const FEED_PAGE = 100;
 
-/** A cursor is the decimal id of an event (a PostgreSQL bigint), "0" before the first. */
-
 export interface EventFeed {
   /**
    * The feed's copy of a platform event, as work for the transaction that puts
@@ -63,6 +61,7 @@ export interface EventFeedOptions {
   shutdownSignal: AbortSignal;
 }
 
+/** A cursor is the decimal id of an event (a PostgreSQL bigint), "0" before the first. */
 function parseCursor(after: string): bigint {
   if (!isInt64Text(after))
     throw invalidArgument("after", "must be a cursor returned by the feed (a string of decimal digits)");

@@ -292,7 +292,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
               freed++;
             } else if (r.untilMs <= now) {
               // Past its end here, yet leased: extended elsewhere (or the database's clock is behind).
-              window.holdUntil(app.id, r.id, r.claim, now + STREAM_EXTENDED_RECHECK_MS);
+              windows.extended(app.id, r.id, r.claim, now + STREAM_EXTENDED_RECHECK_MS);
             }
           recheckMs = freed > 0 ? STREAM_RECHECK_MIN_MS : Math.min(recheckMs * 2, STREAM_RECHECK_MAX_MS);
           continue;

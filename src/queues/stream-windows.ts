@@ -16,7 +16,7 @@
  * stream sets a timer for its earliest) is checked the same way before its
  * place frees: the caller may have extended it on another instance, which is
  * not reported here either; a lease still held is checked again a little later
- * (`holdUntil`). Lease ends are on this process's clock (the claim's or the
+ * (its place held on, as by `extended`). Lease ends are on this process's clock (the claim's or the
  * extension's answer plus the lease), never the database's `lease_until`: a
  * skew between the clocks moves nothing.
  */
@@ -34,8 +34,6 @@ export interface StreamWindow {
   shrunk(signal: AbortSignal, maxWaitMs?: number): Promise<void>;
   /** The receipts held, as `{ id, claim, untilMs }` (to ask the database which still hold their lease). */
   receipts(): { id: string; claim: number; untilMs: number }[];
-  /** A receipt found still leased after its end here (extended elsewhere): its place is held until `untilMs`. */
-  holdUntil(appId: string, id: string, claim: number, untilMs: number): void;
   /** Forgets every receipt: the stream ended (its deliveries keep their leases). */
   close(): void;
 }
@@ -95,11 +93,6 @@ export function createStreamWindows(): StreamWindows {
         const [, id, claim] = key.split("|");
         return { id, claim: Number(claim), untilMs };
       });
-    }
-
-    holdUntil(appId: string, id: string, claim: number, untilMs: number) {
-      const key = receiptKey(appId, id, claim);
-      if (this.held.has(key)) this.held.set(key, untilMs);
     }
 
     shrunk(signal: AbortSignal, maxWaitMs = 2 ** 31 - 1): Promise<void> {
