@@ -16,7 +16,7 @@
  * leases mean the same on every instance.
  */
 import crypto from "node:crypto";
-import { sql, type Generated, type Kysely } from "kysely";
+import { sql, type Generated, type Kysely, type RawBuilder } from "kysely";
 import {
   PREPARED,
   exactTimeText,
@@ -391,7 +391,10 @@ export interface QueueStore {
    * Ends the lease of a receipt that still holds it: the message waits again,
    * visible after `delaySeconds`, or (undefined) after the retry hold of its
    * queue's policy for its delivery count (`defaults` where the policy sets
-   * none). The message's queue when the lease was current, else undefined.
+   * none). The message's queue and when it is visible again (epoch ms; 0:
+   * now) when the lease was current, else undefined. With `notifyPrefix` the
+   * statement also notifies, like a put: the prefix with `queue|visibleAtMs`
+   * appended (the receipt names the message, not its queue).
    */
   nack(
     appId: string,
@@ -399,7 +402,8 @@ export interface QueueStore {
     claim: number,
     delaySeconds: number | undefined,
     defaults: ClaimRule["retry"],
-  ): Promise<string | undefined>;
+    notifyPrefix?: string,
+  ): Promise<{ queue: string; visibleAtMs: number } | undefined>;
   /** Of these leases of one app's messages, those that still hold (keys `id|claim`). */
   stillLeased(appId: string, leases: { id: string; claim: number }[]): Promise<Set<string>>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
@@ -739,7 +743,12 @@ function createLeaseStore({
   async function claimManyWith(appId: string, queue: string, leaseSeconds: number, n: number, rule: ClaimRule) {
     const max = rule.maxDeliveries;
     const lease = sql`make_interval(secs => ${leaseSeconds})`;
-    const hold = sql`make_interval(secs => least(${rule.retry.maxDelaySeconds}::float8, ${rule.retry.delaySeconds}::float8 * power(${rule.retry.backoff}::float8, m.deliveries)))`;
+    const hold = sql`make_interval(secs => ${retryHoldSeconds(
+      sql`${rule.retry.delaySeconds}::float8`,
+      sql`${rule.retry.backoff}::float8`,
+      sql`${rule.retry.maxDelaySeconds}::float8`,
+      sql`m.deliveries`,
+    )})`;
     const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
     const target = rule.deadLetterQueue;
     const moved =
@@ -835,26 +844,33 @@ function createLeaseStore({
       return rows[0] ? toDate(rows[0].lease_until) : null;
     },
 
-    async nack(appId, id, claim, delaySeconds, defaults) {
+    async nack(appId, id, claim, delaySeconds, defaults, notifyPrefix) {
       // The delivery that ends here is the row's `deliveries`-th: its hold is
       // the one a lapse of it would have had (the claim's formula, one delivery on).
-      const { rows } = await sql<{ queue: string }>`${PREPARED}
+      const { rows } = await sql<{ queue: string; visible_at_ms: number }>`${PREPARED}
         WITH p AS (
           SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
                  coalesce(p.retry_backoff, ${defaults.backoff})::float8 AS backoff,
                  coalesce(p.max_retry_delay_seconds, ${defaults.maxDelaySeconds})::float8 AS max_delay
           FROM queue_messages m LEFT JOIN queue_policies p ON p.app_id = m.app_id AND p.queue = m.queue
           WHERE m.id = ${id} AND m.app_id = ${appId}
+        ), nacked AS (
+          UPDATE queue_messages m
+          SET lease_until = NULL,
+              visible_at = now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
+                                                                  ${retryHoldSeconds(sql`p.delay`, sql`p.backoff`, sql`p.max_delay`, sql`m.deliveries - 1`)}))
+          FROM p
+          WHERE m.id = ${id} AND m.app_id = ${appId} AND m.claims = ${claim}
+            AND m.lease_until > now() AND m.visible_at > now()
+          RETURNING m.queue, CASE WHEN m.visible_at <= now() THEN 0
+                                  ELSE (extract(epoch FROM m.visible_at) * 1000)::float8 END AS visible_at_ms
         )
-        UPDATE queue_messages m
-        SET lease_until = NULL,
-            visible_at = now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
-                                                                least(p.max_delay, p.delay * power(p.backoff, m.deliveries - 1))))
-        FROM p
-        WHERE m.id = ${id} AND m.app_id = ${appId} AND m.claims = ${claim}
-          AND m.lease_until > now() AND m.visible_at > now()
-        RETURNING m.queue`.execute(db);
-      return rows[0]?.queue;
+        SELECT queue, visible_at_ms,
+               CASE WHEN ${notifyPrefix ?? null}::text IS NOT NULL
+                    THEN pg_notify(${QUEUE_CHANNEL}, ${notifyPrefix ?? null}::text || queue || '|' || round(visible_at_ms)) END AS notified
+        FROM nacked`.execute(db);
+      const row = rows[0];
+      return row ? { queue: row.queue, visibleAtMs: Number(row.visible_at_ms) } : undefined;
     },
 
     async stillLeased(appId, leases) {
@@ -1287,6 +1303,27 @@ function createHousekeepingStore({
  * claim keeps "an earlier receipt never acks" true even across a database
  * crash, and cost no measurable throughput once claims are batched.
  */
+/**
+ * The retry hold, in seconds, after a message's `n`-th delivery lapsed or was
+ * nacked: `min(maxDelay, delay * backoff^n)`.
+ *
+ * Why not `power(backoff, n)`: PostgreSQL raises an error where a float8
+ * overflows instead of answering infinity, so from 2^1024 (the default
+ * backoff's 1,024th delivery; 10^309 for the largest) every claim that reached
+ * such a message failed, and the message, never leased, stopped its whole
+ * queue. The power is taken as `exp(n * ln(backoff))` with the exponent capped
+ * where the hold is the cap anyway (any delay above 0 times e^600 is past any
+ * `maxDelay`; a delay of 0 stays 0). `backoff` is at least 1.
+ */
+function retryHoldSeconds(
+  delay: RawBuilder<unknown>,
+  backoff: RawBuilder<unknown>,
+  maxDelay: RawBuilder<unknown>,
+  n: RawBuilder<unknown>,
+) {
+  return sql`least(${maxDelay}, ${delay} * exp(least((${n}) * ln(${backoff}), 600)))`;
+}
+
 export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
   const db: Kysely<QueueTables> = database.withTables<QueueTables>();
   const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();

@@ -529,10 +529,18 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
         const defaults = claimRule(app, effectivePolicy(app, undefined), () => "").retry;
-        const queue = await store.nack(app.id, receipt.id, receipt.claim, delaySeconds, defaults);
-        if (queue === undefined) return { nacked: false };
+        const nacked = await store.nack(
+          app.id,
+          receipt.id,
+          receipt.claim,
+          delaySeconds,
+          defaults,
+          hub.payloadPrefix(app.id),
+        );
+        if (nacked === undefined) return { nacked: false };
         windows.acked(app.id, receipt.id, receipt.claim);
-        if (delaySeconds === 0) announced(app.id, queue, 0);
+        // Waiters here now (or when the hold ends); other instances through the statement's NOTIFY.
+        hub.announce(app.id, nacked.queue, nacked.visibleAtMs);
         return { nacked: true };
       },
 

@@ -50,6 +50,8 @@ export interface WakeHub {
   wakeAt(appId: string, queue: string, atMs: number): void;
   /** The NOTIFY payload for a put of this process. */
   payload(appId: string, queue: string, visibleAtMs: number): string;
+  /** The payload's start, for a statement that learns the queue itself and appends `queue|visibleAtMs` (a nack). */
+  payloadPrefix(appId: string): string;
   /** How many consumes wait on this process (for metrics and tests). */
   waiting(): number;
 }
@@ -153,7 +155,11 @@ class WakeHubImpl implements WakeHub {
   }
 
   payload(appId: string, queue: string, visibleAtMs: number): string {
-    return `${this.instanceId}|${appId}|${queue}|${visibleAtMs}`;
+    return `${this.payloadPrefix(appId)}${queue}|${visibleAtMs}`;
+  }
+
+  payloadPrefix(appId: string): string {
+    return `${this.instanceId}|${appId}|`;
   }
 
   register(appId: string, queue: string): Waiter {

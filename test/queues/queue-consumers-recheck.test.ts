@@ -5,6 +5,8 @@
  * instance, ends them as a new call would be refused, instead of leasing on;
  * a waiting consume claims under the limits and policy in force when it
  * wakes. Two instances on one database: the change is made on the other one.
+ * Also: a nack on one instance wakes a consume waiting on the other (the nack
+ * statement notifies, as a put does).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -95,5 +97,22 @@ describe("a waiting ConsumeMessage after the limits changed (queue-consumers.ts 
     await a.admin.updateApp({ appId: app.id, status: AppStatus.STOPPED });
     const got = await waiting;
     expect(got instanceof ConnectError ? got.code : "answered").toBe(Code.PermissionDenied);
+  }, 20_000);
+});
+
+describe("a nack on another instance", () => {
+  it("wakes a consume waiting here when the message is back at once, not at the 5 s safety check", async () => {
+    const app = await a.createApp();
+    const onA = a.client(QueueService, app.token, "connect");
+    const onB = b.client(QueueService, app.token, "connect");
+    await onA.putMessage({ queue: "q", payload: num(1) });
+    const [first] = (await onA.consumeMessage({ queue: "q", waitSeconds: 0, max: 1 })).messages;
+    const started = Date.now();
+    const waiting = onB.consumeMessage({ queue: "q", waitSeconds: 20, max: 1 });
+    await until(() => metricValue(b, "queue_waiting_consumers") === 1, "the consume to wait");
+    expect((await onA.nackMessage({ receipt: first.receipt })).nacked).toBe(true);
+    const { messages } = await waiting;
+    expect(messages.map((m) => [m.id, m.deliveries])).toEqual([[first.id, 2]]);
+    expect(Date.now() - started).toBeLessThan(3000);
   }, 20_000);
 });

@@ -8,6 +8,7 @@ import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { useTestServer, type TestApp } from "../support/harness.ts";
+import { metricValue, until } from "../support/server-state.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
@@ -180,6 +181,49 @@ describe("nack", () => {
     expect((await consume(app, "plain")).message?.deliveries).toBe(2);
     expect((await consume(app, "held")).message).toBeNull();
     expect(await listed(app, "held")).toMatchObject({ depth: 1, inFlight: 0 });
+  });
+
+  it("a message delivered past where the backoff's power overflows a float8 still leases, nacks and lets the line move", async () => {
+    // 2^1024 (the default backoff, 2) and 10^309 (the largest) overflow: PostgreSQL raised an error in every claim
+    // that reached such a message, so nothing behind it was ever consumed.
+    const app = await newApp();
+    await rest(app, "PUT", "/v1/queues/worn10/policy", {
+      retryDelaySeconds: 5,
+      retryBackoff: 10,
+      maxRetryDelaySeconds: 60,
+    });
+    const db = tables(t.server.deps.db);
+    for (const queue of ["worn", "worn10"]) {
+      const worn = await put(app, queue, "worn");
+      await put(app, queue, "next");
+      await sql`UPDATE queue_messages SET deliveries = 5000, claims = 5000 WHERE id = ${worn.id}`.execute(db);
+      const first = (await consume(app, queue)).message!;
+      expect(first).toMatchObject({ id: worn.id, deliveries: 5001 });
+      const second = (await consume(app, queue)).message!;
+      expect(second.payload).toBe("next");
+      expect((await rest(app, "POST", "/v1/queues/_nack", { receipt: first.receipt })).body).toEqual({ nacked: true });
+    }
+    // The holds are the policy's maximum (60 s) and the default's (0: back at once).
+    const { rows } = await sql<{ queue: string; hold: number }>`
+      SELECT queue, extract(epoch FROM visible_at - now())::float8 AS hold FROM queue_messages
+      WHERE app_id = ${app.id} AND deliveries = 5001`.execute(db);
+    const holds = Object.fromEntries(rows.map((r) => [r.queue, Math.max(0, Math.round(r.hold))]));
+    expect(holds).toEqual({ worn: 0, worn10: 60 });
+    expect((await consume(app, "worn")).message?.deliveries).toBe(5002);
+  });
+
+  it("a nack without delaySeconds wakes a waiting consumer at once when the message is back at once", async () => {
+    const app = await newApp();
+    await put(app, "nack-wake", 1);
+    const first = (await consume(app, "nack-wake")).message!;
+    const started = Date.now();
+    const waiting = rest(app, "POST", "/v1/queues/nack-wake/consume", { waitSeconds: 20 });
+    await until(() => metricValue(t, "queue_waiting_consumers") === 1, "the consume to wait");
+    expect((await rest(app, "POST", "/v1/queues/_nack", { receipt: first.receipt })).body).toEqual({ nacked: true });
+    const res = await waiting;
+    expect(res.body.message).toMatchObject({ id: first.id, deliveries: 2 });
+    // Not at the wake-up hub's 5 s safety check.
+    expect(Date.now() - started).toBeLessThan(3000);
   });
 
   it("a nack racing an ack: exactly one of them wins", async () => {
