@@ -47,6 +47,7 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
   // were a measurable part of a short request's cost. The sweep runs only while statements are in flight,
   // so a statement is given up on between `bound` and `bound` plus one sweep period after it was sent.
   const inFlight = new Set<InFlight>();
+  const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
   let sweep: NodeJS.Timeout | undefined;
   const sweepEveryMs = bound === undefined ? 0 : Math.max(50, Math.min(500, bound / 4));
   const sweepNow = () => {
@@ -63,56 +64,68 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
     end: () => pool.end(),
     async connect(): Promise<PostgresPoolClient> {
       const client = await pool.connect();
-      /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
-      let abandoned: Error | undefined;
-      const run = <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
-        // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
-        if (abandoned) return Promise.reject(abandoned);
-        const name = preparedNameOf(text);
-        const sentAt = Date.now();
-        const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
-        if (bound === undefined) return pending.then((result) => answered<R>(result, sentAt));
-        return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
-          const entry: InFlight = {
-            sentAt,
-            giveUp() {
-              inFlight.delete(entry);
-              abandoned = new DatabaseNoAnswerError(bound);
-              // The statement may still settle (or fail when the connection is destroyed): nobody waits for it now.
-              reject(abandoned);
-            },
-          };
-          inFlight.add(entry);
-          sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
-          pending.then(
-            (result) => {
-              if (!inFlight.delete(entry)) return;
-              resolve(answered<R>(result, sentAt));
-            },
-            (err: Error) => {
-              if (inFlight.delete(entry)) reject(err);
-            },
-          );
-        });
-      };
-      const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
-        options.onAnswer(sentAt);
-        return result as unknown as PostgresQueryResult<R>;
-      };
-      return {
-        get processID() {
-          return (client as unknown as { processID?: number }).processID;
-        },
-        query: ((textOrCursor: string | PostgresCursor<unknown>, values: readonly unknown[]) =>
-          typeof textOrCursor === "string"
-            ? run(textOrCursor, values)
-            : client.query(textOrCursor as never)) as PostgresPoolClient["query"],
-        release(destroy?: boolean) {
-          client.release(abandoned ?? destroy);
-        },
-      };
+      let wrapper = wrappers.get(client);
+      if (wrapper === undefined) wrappers.set(client, (wrapper = wrap(client)));
+      return wrapper;
     },
   };
+
+  /**
+   * The client as Kysely sees it, made once per connection. Why once: Kysely keys its own per-connection
+   * object by this one in a WeakMap, so a new wrapper per checkout made it a new entry per statement; those
+   * entries outlived the scavenges that should have freed them and were a large part of the old
+   * generation's growth, so of the full collections, under load.
+   */
+  function wrap(client: pg.PoolClient): PostgresPoolClient {
+    /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
+    let abandoned: Error | undefined;
+    const run = <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
+      // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
+      if (abandoned) return Promise.reject(abandoned);
+      const name = preparedNameOf(text);
+      const sentAt = Date.now();
+      const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
+      if (bound === undefined) return pending.then((result) => answered<R>(result, sentAt));
+      return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
+        const entry: InFlight = {
+          sentAt,
+          giveUp() {
+            inFlight.delete(entry);
+            abandoned = new DatabaseNoAnswerError(bound);
+            // The statement may still settle (or fail when the connection is destroyed): nobody waits for it now.
+            reject(abandoned);
+          },
+        };
+        inFlight.add(entry);
+        sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
+        pending.then(
+          (result) => {
+            if (!inFlight.delete(entry)) return;
+            resolve(answered<R>(result, sentAt));
+          },
+          (err: Error) => {
+            if (inFlight.delete(entry)) reject(err);
+          },
+        );
+      });
+    };
+    const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
+      options.onAnswer(sentAt);
+      return result as unknown as PostgresQueryResult<R>;
+    };
+    return {
+      get processID() {
+        return (client as unknown as { processID?: number }).processID;
+      },
+      query: ((textOrCursor: string | PostgresCursor<unknown>, values: readonly unknown[]) =>
+        typeof textOrCursor === "string"
+          ? run(textOrCursor, values)
+          : client.query(textOrCursor as never)) as PostgresPoolClient["query"],
+      release(destroy?: boolean) {
+        client.release(abandoned ?? destroy);
+      },
+    };
+  }
 }
 
 /** The connection options that make the server enforce the bound itself (`statement_timeout`). */
