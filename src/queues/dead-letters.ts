@@ -22,7 +22,14 @@ export interface DeadLetterPage {
 }
 
 export interface DeadLetterOperator {
-  list(appId: string, queue: string, pageSize: number, pageToken: string, maxChars: number): Promise<DeadLetterPage>;
+  /** A page of dead letters; payloads cut after `maxChars` + 1 when given (the operator's listing), else whole. */
+  list(
+    appId: string,
+    queue: string,
+    pageSize: number,
+    pageToken: string,
+    maxChars: number | undefined,
+  ): Promise<DeadLetterPage>;
   /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`; wakes waiting consumers. Returns how many. */
   replay(
     appId: string,

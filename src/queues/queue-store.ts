@@ -424,13 +424,16 @@ export interface QueueStore {
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   /** Deletes the queue's waiting messages; `within` runs in the same transaction (the operator's audit entry). */
   purge(appId: string, queue: string, within?: InTransaction): Promise<number>;
-  /** Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last). */
+  /**
+   * Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last);
+   * payloads cut after `maxChars` + 1 when given, else whole.
+   */
   listDeadLetters(
     appId: string,
     queue: string,
     afterSeq: string | undefined,
     limit: number,
-    maxChars: number,
+    maxChars: number | undefined,
   ): Promise<DeadLetter[]>;
   /**
    * Puts up to `limit` of the selected dead letters back in line (visible now,
@@ -791,8 +794,9 @@ function createLeaseStore({
         FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE queue_messages m
-        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold}, deliveries = m.deliveries + 1,
-            claims = m.claims + 1
+        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold},
+            deliveries = least(m.deliveries, ${INT4_MAX - 1}) + 1,
+            claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
         RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims
       )
@@ -978,7 +982,9 @@ function createDeadLetterStore({
   return {
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<DeadLetterRow>`
-        SELECT d.seq::text AS seq_text, d.id, left(d.payload, ${maxChars + 1}) AS payload, octet_length(d.payload) AS size,
+        SELECT d.seq::text AS seq_text, d.id,
+               ${maxChars === undefined ? sql`d.payload` : sql`left(d.payload, ${maxChars + 1})`} AS payload,
+               octet_length(d.payload) AS size,
                d.enqueued_at, d.deliveries, d.died_at, d.expires_at
         FROM queue_dead_letters d
         WHERE d.app_id = ${appId} AND d.queue = ${queue} AND d.seq > ${afterSeq ?? "0"}::bigint
@@ -1315,6 +1321,16 @@ function createHousekeepingStore({
  * where the hold is the cap anyway (any delay above 0 times e^600 is past any
  * `maxDelay`; a delay of 0 stays 0). `backoff` is at least 1.
  */
+/**
+ * The largest `deliveries` and `claims` (int4 columns). Both grow by one per
+ * lease with no end when `maxDeliveries` is 0, a message can live a year and
+ * a replay keeps `claims`: past it, `+ 1` would raise an error in the claim
+ * statement and, with the message at the head of the line, stop its whole
+ * queue. `deliveries` stays at it; `claims` starts again from 1 (a receipt's
+ * count need only differ from the last ones').
+ */
+const INT4_MAX = 2_147_483_647;
+
 function retryHoldSeconds(
   delay: RawBuilder<unknown>,
   backoff: RawBuilder<unknown>,

@@ -571,7 +571,9 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const limit = checkRange("limit", req.limit, 1, 100, 50);
         let page;
         try {
-          page = await deps.deadLetters.list(app.id, queue, limit, req.cursor, app.limits.maxPayloadBytes);
+          // Whole payloads, as a consume answers them: a letter may be longer than the app's payload limit now
+          // (the limit lowered since, or a platform event, which that limit does not bound).
+          page = await deps.deadLetters.list(app.id, queue, limit, req.cursor, undefined);
         } catch (err) {
           // The operator's message names its own field; this one is `cursor`.
           if (err instanceof PlatformError && err.code === "invalid_argument")

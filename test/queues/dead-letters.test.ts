@@ -119,6 +119,21 @@ describe("the rule", () => {
     expect(keptMs).toBe(4 * 24 * 3600 * 1000);
   });
 
+  it("the app's listing answers a letter longer than the app's payload limit now, whole (the limit lowered since)", async () => {
+    const app = await appWith(1);
+    const big = "x".repeat(5000);
+    await app.c.putMessage({ queue: "big", payload: { kind: { case: "stringValue", value: big } } });
+    await app.c.consumeMessage({ queue: "big", waitSeconds: 0 });
+    await lapse(app.id, "big");
+    expect((await app.c.consumeMessage({ queue: "big", waitSeconds: 0 })).message).toBeUndefined();
+    await t.admin.updateApp({ appId: app.id, limits: { maxPayloadBytes: 1024 } });
+    const rest = await t.request("GET", "/v1/queues/big/dead-letters", { token: app.token });
+    expect(rest.status, JSON.stringify(rest.body)).toBe(200);
+    expect(rest.body.deadLetters.map((d: { payload: unknown }) => d.payload)).toEqual([big]);
+    const { deadLetters } = await app.c.listQueueDeadLetters({ queue: "big" });
+    expect(deadLetters.map((d) => d.payload?.kind.value)).toEqual([big]);
+  });
+
   it("an ack within the last lease deletes the message as before", async () => {
     const app = await appWith(1);
     await app.c.putMessage({ queue: "q", payload: num(1) });

@@ -212,6 +212,20 @@ describe("nack", () => {
     expect((await consume(app, "worn")).message?.deliveries).toBe(5002);
   });
 
+  it("a message leased 2^31 - 1 times is leased again and lets the line move (the counts are int4)", async () => {
+    const app = await newApp();
+    const worn = await put(app, "counted", "worn");
+    await put(app, "counted", "next");
+    await sql`UPDATE queue_messages SET deliveries = 2147483647, claims = 2147483647 WHERE id = ${worn.id}`.execute(
+      tables(t.server.deps.db),
+    );
+    const first = (await consume(app, "counted")).message!;
+    expect(first).toMatchObject({ id: worn.id, deliveries: 2147483647 });
+    expect((await consume(app, "counted")).message?.payload).toBe("next");
+    // The new receipt holds the lease: it acks.
+    expect((await rest(app, "POST", "/v1/queues/_ack", { receipt: first.receipt })).body).toEqual({ acked: true });
+  });
+
   it("a nack without delaySeconds wakes a waiting consumer at once when the message is back at once", async () => {
     const app = await newApp();
     await put(app, "nack-wake", 1);
