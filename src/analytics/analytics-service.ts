@@ -34,7 +34,7 @@ import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
 import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, quoted, validateEvents } from "./validate-events.ts";
-import { MAX_TIME_MS, timestampToMs } from "../core/time.ts";
+import { MAX_TIME_MS, MIN_TIME_MS, timestampToMs } from "../core/time.ts";
 
 export interface AnalyticsServiceOptions {
   types: EventTypeStore;
@@ -185,7 +185,13 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
         since: timestampFromMs(since),
         until: timestampFromMs(until),
         groupBy: req.groupBy,
-        buckets: rows.map((r) => ({ at: timestampFromMs(r.at), group: r.group ?? undefined, count: BigInt(r.count) })),
+        // A zoned first bucket may begin before year 1 (New York's day holding 0001-01-01T00:00Z began in
+        // year 0), which a Timestamp cannot hold: it is answered from the earliest instant there is.
+        buckets: rows.map((r) => ({
+          at: timestampFromMs(Math.max(r.at, MIN_TIME_MS)),
+          group: r.group ?? undefined,
+          count: BigInt(r.count),
+        })),
         total: BigInt(total),
       };
     },

@@ -118,6 +118,30 @@ describe("AnalyticsService over gRPC", () => {
     ]);
   });
 
+  for (const protocol of ["connect", "grpc"] as const) {
+    it(`a zoned bucket that would start before year 1 is answered from 0001-01-01T00:00Z (${protocol})`, async () => {
+      // New York's local day holding 0001-01-01T00:00Z began on 31 December of year 0, which a Timestamp cannot
+      // hold: Connect JSON answered 500 with the encoder's message, PGlite (reading the year-0 time) 500 on every protocol.
+      const { client } = await newClient(protocol);
+      await client.logEvents({
+        events: ["0001-01-01T00:00:00Z", "0001-01-01T12:00:00Z"].map((iso) => ({
+          type: "signup",
+          at: timestampFromMs(T(iso)),
+        })),
+      });
+      const res = await client.queryEvents({
+        type: "signup",
+        since: timestampFromMs(T("0001-01-01T00:00:00Z")),
+        until: timestampFromMs(T("0001-01-03T00:00:00Z")),
+        timezone: "America/New_York",
+      });
+      expect(buckets(res)).toEqual([
+        ["0001-01-01T00:00:00.000Z", null, 1],
+        ["0001-01-01T04:56:02.000Z", null, 1],
+      ]);
+    });
+  }
+
   it("refuses a bad batch whole, naming the first bad event", async () => {
     const { client } = await newClient();
     const at = timestampFromMs(T("2024-03-10T10:00:00Z"));

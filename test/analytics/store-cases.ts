@@ -298,6 +298,15 @@ export const STORE_CASES: StoreCase[] = [
     query: q("month", "2026-10-15T00:00:00Z", "2026-11-25T00:00:00Z", { timezone: "America/Havana" }),
     expected: [["2026-11-01T04:00:00.000Z", null, 3]],
   },
+  {
+    name: "the years 1 to 99 are their own (not read as 1900s or 2000s)",
+    events: [ev("0050-03-01T10:30:00Z"), ev("0099-12-31T23:59:59Z")],
+    query: q("month", "0050-03-01T00:00:00Z", "0100-01-01T00:00:00Z"),
+    expected: [
+      ["0050-03-01T00:00:00.000Z", null, 1],
+      ["0099-12-01T00:00:00.000Z", null, 1],
+    ],
+  },
 ];
 
 /** A seeded spread of events over a few days, for comparing a store with the reference count. */

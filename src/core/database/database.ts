@@ -106,6 +106,8 @@ const SESSION_ZONE = "-c TimeZone=UTC";
 
 const INT8_OID = 20;
 const DATE_OID = 1082;
+const TIMESTAMP_OID = 1114;
+const TIMESTAMPTZ_OID = 1184;
 
 export async function openDatabase(options: DatabaseOptions): Promise<Database> {
   return options.databaseUrl ? openPostgres(options.databaseUrl, options) : openPglite(options);
@@ -178,7 +180,14 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     // A copied template, or files PGlite made 0666 (it ignores the umask), become owner-only.
     await makeOwnerOnly(dir);
     pglite = await PGlite.create(dir, {
-      parsers: { [INT8_OID]: (v: string) => Number(v), [DATE_OID]: (v: string) => v },
+      // Timestamps as node-pg reads them on PostgreSQL: PGlite's own parser is `new Date(text)`, which
+      // reads the years 1 to 99 as 1900s or 2000s ("0050-03-01" is 1950) and a BC time as Invalid Date.
+      parsers: {
+        [INT8_OID]: (v: string) => Number(v),
+        [DATE_OID]: (v: string) => v,
+        [TIMESTAMP_OID]: pg.types.getTypeParser(TIMESTAMP_OID, "text") as (v: string) => Date,
+        [TIMESTAMPTZ_OID]: pg.types.getTypeParser(TIMESTAMPTZ_OID, "text") as (v: string) => Date,
+      },
       startParams: [...PGlite.defaultStartParams, ...PGLITE_SETTINGS],
     });
   } catch (err) {
