@@ -19,7 +19,8 @@ export interface DatabaseHealth {
   /**
    * A connection was made, or a statement sent at `sentAt` (epoch ms) answered:
    * an outage, if there was one, is over. A statement sent before the outage
-   * began proves nothing (it may answer while the server is going down).
+   * began, or within `OUTAGE_SETTLE_MS` after, proves nothing (it may answer
+   * while the server is going down).
    */
   succeeded(sentAt?: number): void;
   readonly reachable: boolean;
@@ -92,6 +93,14 @@ export function isDatabaseUnreachable(err: unknown): boolean {
   return false;
 }
 
+/**
+ * How long after the first failure a statement's answer still proves nothing:
+ * a server going down ends its connections one by one, so a statement sent
+ * just after another connection failed may be answered all the same, and the
+ * outage then looked over and began again (two warnings for one outage).
+ */
+const OUTAGE_SETTLE_MS = 1000;
+
 export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
   let downSince: number | undefined;
   return {
@@ -107,7 +116,7 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       return true;
     },
     succeeded(sentAt) {
-      if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince)) return;
+      if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince + OUTAGE_SETTLE_MS)) return;
       log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
       downSince = undefined;
     },
