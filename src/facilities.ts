@@ -49,6 +49,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       listMail: (appId, limit) => mail.listMail(appId, limit),
       searchMail: (appId, search) => mail.searchMail(appId, search),
       deleteAppData: (appId) => analytics.deleteAppData(appId),
+      beforeAppDelete: (trx, appId) => secrets.lockForAppDeletion(trx, appId),
       getMail: (appId, id) => mail.getMail(appId, id),
       peekMessages: (appId, queue, limit, maxChars, after) =>
         queues.operator.peek(appId, queue, limit, maxChars, after),

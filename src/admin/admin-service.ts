@@ -84,10 +84,13 @@ export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
   /** The mail log searched, newest first (ListMail's query, status, dates and pages). */
   searchMail?(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /**
-   * Removes what the app keeps outside the platform database (its analytics events on MongoDB),
-   * before the app's rows go: if that store cannot be reached, the deletion fails whole and can be retried.
+   * Removes what the app keeps outside the platform database's cascade (its analytics events on MongoDB),
+   * after the app's row went. Not before: a deletion refused after it (a conflict) left the app without its
+   * data. Should it fail, the hourly orphan sweep removes that data.
    */
   deleteAppData?(appId: string): Promise<void>;
+  /** Runs in the deletion's transaction before the app's row goes: the locks a facility needs taken first. */
+  beforeAppDelete?(trx: Db, appId: string): Promise<void>;
   getMail?(appId: string, id: string): Promise<MailLogRecord | undefined>;
 }
 
@@ -410,13 +413,21 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async deleteApp(req, context) {
       const app = await getApp(req.appId);
       await auditor.audited(context, "app.delete", app, {}, async (within) => {
-        await hooks.deleteAppData?.(app.id);
         await inTransaction(db, async (trx) => {
+          await hooks.beforeAppDelete?.(trx, app.id);
           await createAppStore(trx).delete(app.id);
           await within(trx);
         });
       });
       onAuthChanged();
+      try {
+        await hooks.deleteAppData?.(app.id);
+      } catch (err) {
+        options.logger.warn(
+          { appId: app.id, err: err instanceof Error ? err.message : String(err) },
+          "a deleted app's data outside the database is left to the hourly orphan sweep",
+        );
+      }
       return {};
     },
 

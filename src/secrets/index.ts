@@ -64,6 +64,7 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
         run: () => inBatches((batch) => store.deleteDeadLinks(batch)),
       },
     ],
+    lockForAppDeletion: (trx, appId) => secrets.lockForAppDeletion(trx, appId),
     declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
     addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
     removeSecretNames: (appId, names, guard, within) => secrets.removeSecretNames(appId, names, guard, within),

@@ -199,6 +199,18 @@ export function createSecretStore(database: Db) {
   }
 
   return {
+    /**
+     * In the transaction that deletes the app (`trx`): takes the app's row and
+     * then its links before the deletion cascades to its secrets and links, the
+     * order every change of secrets takes (a link's use locks its link, then its
+     * secret). The cascade alone locked the secrets first, and a link used at that
+     * moment deadlocked with the deletion.
+     */
+    async lockForAppDeletion(trx: Db, appId: string): Promise<void> {
+      await sql`SELECT 1 FROM apps WHERE id = ${appId}::uuid FOR UPDATE`.execute(trx);
+      await sql`SELECT 1 FROM secret_links WHERE app_id = ${appId}::uuid ORDER BY id FOR UPDATE`.execute(trx);
+    },
+
     /** Deletes up to `batch` used or expired links, of any app; how many. */
     async deleteDeadLinks(batch: number): Promise<number> {
       const result = await db

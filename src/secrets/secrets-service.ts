@@ -23,7 +23,7 @@ import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
-import { auditThen, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
+import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
 import { appOf } from "../core/auth.ts";
 import { isWellFormedText } from "../core/text.ts";
@@ -61,6 +61,8 @@ export interface CreatedLink {
 
 /** What the secrets facility offers the admin API. */
 export interface SecretsAdmin {
+  /** In the admin's `DeleteApp` transaction, before the app's row goes (see `SecretStore.lockForAppDeletion`). */
+  lockForAppDeletion(trx: Db, appId: string): Promise<void>;
   /** Admin `DeclareSecrets`: dropped names lose their value and their links. `within` runs in its transaction. */
   declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
   /** Admin `AddSecretNames`: additive; declared names keep their value. */
@@ -250,6 +252,7 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     findLink: (token) => store.findLink(hashLinkToken(token)),
     useLink,
     declaredNames: (appId) => store.declaredNames(appId),
+    lockForAppDeletion: (trx, appId) => store.lockForAppDeletion(trx, appId),
     declareSecrets: (appId, names, within) => store.declare(appId, names, within),
     addSecretNames: (appId, names, within) => store.addNames(appId, names, within),
 
