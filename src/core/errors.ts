@@ -140,6 +140,20 @@ function hasSqlState(err: unknown, test: (state: string) => boolean): boolean {
 const isTransactionAborted = (err: unknown) => hasSqlState(err, (s) => s === "40P01" || s === "40001");
 
 /**
+ * A row that names its app refused because the app is gone (23503, a foreign
+ * key violation, on a table's `app_id` constraint): the app was deleted while
+ * the request ran, after it was authenticated. A new request would be refused
+ * 401, and so is this one, instead of a 500.
+ */
+function isAppGone(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const { code, constraint } = e as { code?: unknown; constraint?: unknown };
+    if (code === "23503" && typeof constraint === "string" && constraint.endsWith("app_id_fkey")) return true;
+  }
+  return false;
+}
+
+/**
  * PostgreSQL's data exceptions (class 22: a number or a time out of range, a
  * NUL character in text): a value the database cannot take, which came from
  * the request, so a 400, not a 500.
@@ -162,6 +176,7 @@ export function toPlatformError(err: unknown): PlatformError {
   if (isTransactionAborted(err)) {
     return new PlatformError("conflict", "the change met a concurrent one and was not made; retry it", { cause: err });
   }
+  if (isAppGone(err)) return new PlatformError("unauthenticated", "the app was deleted", { cause: err });
   if (isDataException(err)) {
     // The edge's checks name the field of every such value they know of; this is the net under them.
     return new PlatformError(
