@@ -51,6 +51,8 @@ export interface EventFeedStore {
   head(appId: string): Promise<string>;
   /** Deletes up to `batch` expired events (of any app); how many. */
   expire(batch: number): Promise<number>;
+  /** Deletes up to `batch` events of apps that no longer exist; how many. */
+  deleteOrphans(batch: number): Promise<number>;
 }
 
 export function createEventFeedStore(database: Db): EventFeedStore {
@@ -90,6 +92,19 @@ export function createEventFeedStore(database: Db): EventFeedStore {
       const result = await sql`
         DELETE FROM queue_event_feed WHERE id IN (
           SELECT id FROM queue_event_feed WHERE expires_at <= now()
+          LIMIT ${batch}
+          FOR UPDATE SKIP LOCKED
+        )`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
+    },
+
+    async deleteOrphans(batch) {
+      // The feed has no foreign key to its app, so its rows do not go with it: a deleted app's events
+      // (operators' data, secret names) would otherwise stay until their own expiry, up to a year.
+      const result = await sql`
+        DELETE FROM queue_event_feed WHERE id IN (
+          SELECT f.id FROM queue_event_feed f
+          WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = f.app_id)
           LIMIT ${batch}
           FOR UPDATE SKIP LOCKED
         )`.execute(db);

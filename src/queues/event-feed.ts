@@ -24,7 +24,7 @@ import { appOf, currentApp } from "../core/auth.ts";
 import type { Database, InTransaction } from "../core/database/index.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
-import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { inBatches, RETENTION_INTERVAL_MS, type HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { isInt64Text } from "../core/text.ts";
 import { EVENT_FEED_CHANNEL, type EventFeedStore } from "./event-feed-store.ts";
@@ -47,7 +47,7 @@ export interface EventFeed {
     req: ReadEventFeedRequest,
     context: HandlerContext,
   ): Promise<MessageInitShape<typeof ReadEventFeedResponseSchema>>;
-  housekeeping(): HousekeepingTask;
+  housekeeping(): HousekeepingTask[];
   start(): Promise<void>;
   close(): Promise<void>;
 }
@@ -191,11 +191,18 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
       }
     },
 
-    housekeeping: () => ({
-      name: "queue event feed expiry",
-      intervalMs: EXPIRE_INTERVAL_MS,
-      run: () => inBatches((batch) => store.expire(batch), EXPIRE_BATCH),
-    }),
+    housekeeping: () => [
+      {
+        name: "queue event feed expiry",
+        intervalMs: EXPIRE_INTERVAL_MS,
+        run: () => inBatches((batch) => store.expire(batch), EXPIRE_BATCH),
+      },
+      {
+        name: "queue event feed of deleted apps",
+        intervalMs: RETENTION_INTERVAL_MS,
+        run: () => inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH),
+      },
+    ],
 
     async start() {
       unlisten = await options.database.listen(

@@ -117,7 +117,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },
-    housekeeping: () => [...housekeeping, feed.housekeeping()],
+    housekeeping: () => [...housekeeping, ...feed.housekeeping()],
     async start() {
       await hub.start();
       await feed.start();

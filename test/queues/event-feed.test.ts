@@ -237,6 +237,21 @@ describe("the event feed", () => {
     await t.server.housekeeping.runAll();
     expect(await count()).toBe(0);
   });
+
+  it("of a deleted app is swept by housekeeping within the hour, not kept until it expires", async () => {
+    const app = await t.createApp();
+    const other = await t.createApp();
+    await t.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
+    await t.admin.publishEvent({ appId: other.id, kind: "deploy.done" });
+    await t.admin.deleteApp({ appId: app.id });
+    const db = tables(t.server.deps.db);
+    const count = async (appId: string) =>
+      (await sql<{ n: number }>`SELECT count(*)::int AS n FROM queue_event_feed WHERE app_id = ${appId}`.execute(db))
+        .rows[0].n;
+    expect(await count(app.id)).toBe(1);
+    expect((await t.server.housekeeping.runAll())["queue event feed of deleted apps"]).toBe(1);
+    expect([await count(app.id), await count(other.id)]).toEqual([0, 1]);
+  });
 });
 
 describe("the event feed across two instances on one database", () => {
