@@ -38,27 +38,45 @@ export function responseClosed(res: NodeResponse): boolean {
  * if the client left in between.
  */
 export function clientGoneSignal(res: NodeResponse, reason: () => unknown): CallSignal {
-  let controller: AbortController | undefined;
-  let gone = false;
-  let finished = false;
-  const onClose = () => {
-    if (finished || gone) return;
-    gone = true;
-    controller?.abort(reason());
+  return new ClientGoneSignal(res, reason);
+}
+
+/**
+ * A class, not an object literal with a `get signal()` closure: V8 keeps an
+ * accessor's function in the object's map, so each such literal got a map of
+ * its own, in the old generation, whose getter held the response and the whole
+ * request until the next full collection. Every request's objects were then
+ * promoted (about 6 KB a request) and the old generation filled every few
+ * hundred milliseconds under load.
+ */
+class ClientGoneSignal implements CallSignal {
+  #res: NodeResponse | undefined;
+  readonly #reason: () => unknown;
+  #controller: AbortController | undefined;
+  #gone = false;
+  readonly #onClose = () => {
+    if (this.#res === undefined || this.#gone) return;
+    this.#gone = true;
+    this.#controller?.abort(this.#reason());
   };
-  res.once("close", onClose);
-  if (responseClosed(res)) onClose();
-  return {
-    get signal() {
-      if (!controller) {
-        controller = new AbortController();
-        if (gone) controller.abort(reason());
-      }
-      return controller.signal;
-    },
-    done() {
-      finished = true;
-      res.off("close", onClose);
-    },
-  };
+
+  constructor(res: NodeResponse, reason: () => unknown) {
+    this.#res = res;
+    this.#reason = reason;
+    res.once("close", this.#onClose);
+    if (responseClosed(res)) this.#onClose();
+  }
+
+  get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#gone) this.#controller.abort(this.#reason());
+    }
+    return this.#controller.signal;
+  }
+
+  done(): void {
+    this.#res?.off("close", this.#onClose);
+    this.#res = undefined;
+  }
 }
