@@ -72,9 +72,9 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
 
   /**
    * The client as Kysely sees it, made once per connection. Why once: Kysely keys its own per-connection
-   * object by this one in a WeakMap, so a new wrapper per checkout made it a new entry per statement; those
-   * entries outlived the scavenges that should have freed them and were a large part of the old
-   * generation's growth, so of the full collections, under load.
+   * object by this one (a WeakMap), so a new wrapper per checkout made a new entry and a new connection
+   * object per statement; and an object literal with an accessor (`processID`) gets a map of its own, in
+   * the old generation, which kept each one, with what it reached, past the young generation's collections.
    */
   function wrap(client: pg.PoolClient): PostgresPoolClient {
     /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
@@ -84,8 +84,16 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       if (abandoned) return Promise.reject(abandoned);
       const name = preparedNameOf(text);
       const sentAt = Date.now();
-      const pending = client.query({ text, values: values as unknown[], ...(name ? { name } : {}) });
-      if (bound === undefined) return pending.then((result) => answered<R>(result, sentAt));
+      const config = { text, values: values as unknown[], ...(name ? { name } : {}) };
+      // pg's callback form, not its promise: the promise pg makes per statement kept each request's objects
+      // alive past the young generation's collections (most of a short request's objects were promoted).
+      if (bound === undefined) {
+        return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
+          client.query(config, (err: Error | null, result: pg.QueryResult) =>
+            err ? reject(err) : resolve(answered<R>(result, sentAt)),
+          );
+        });
+      }
       return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
         const entry: InFlight = {
           sentAt,
@@ -98,15 +106,11 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
         };
         inFlight.add(entry);
         sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
-        pending.then(
-          (result) => {
-            if (!inFlight.delete(entry)) return;
-            resolve(answered<R>(result, sentAt));
-          },
-          (err: Error) => {
-            if (inFlight.delete(entry)) reject(err);
-          },
-        );
+        client.query(config, (err: Error | null, result: pg.QueryResult) => {
+          if (!inFlight.delete(entry)) return;
+          if (err) reject(err);
+          else resolve(answered<R>(result, sentAt));
+        });
       });
     };
     const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
