@@ -174,6 +174,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     },
     services: served,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
+    authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req) => createContextValues().set(requestIdKey, req.id),
     shortPath: config.connectShortPath,

@@ -49,16 +49,25 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
   });
 }
 
-/** Depth of a parsed JSON value, walked without recursion so no input can overflow the stack. */
+/**
+ * Depth of a parsed JSON value, walked without recursion so no input can
+ * overflow the stack. Only objects and arrays are pushed: a body of millions
+ * of numbers (32 MiB of `[0,0,…]`) pushed a pair per number and held the event
+ * loop for seconds, for any client, before its token was looked at.
+ */
 export function jsonDepth(value: unknown): number {
+  if (value === null || typeof value !== "object") return 0;
   let max = 0;
-  const stack: [unknown, number][] = [[value, 1]];
+  const stack: [object, number][] = [[value, 1]];
   while (stack.length > 0) {
     const [v, d] = stack.pop()!;
-    if (v === null || typeof v !== "object") continue;
     if (d > max) max = d;
     if (max > MAX_JSON_DEPTH) return max;
-    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, d + 1]);
+    const children: unknown[] = Array.isArray(v) ? v : Object.values(v);
+    for (let i = 0; i < children.length; i++) {
+      const child = children[i];
+      if (child !== null && typeof child === "object") stack.push([child, d + 1]);
+    }
   }
   return max;
 }

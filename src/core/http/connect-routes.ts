@@ -27,15 +27,17 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import type { DescService, JsonValue } from "@bufbuild/protobuf";
+import type { DescMethod, DescService, JsonValue } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
+import { toPlatformError } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
 import { connectShortPath, nodeHeaders } from "./connect-short-path.ts";
 import {
   connectUnaryErrorWithDetail,
   endOfStreamWithDetail,
   grpcStatusWithDetail,
+  rpcErrorAnswer,
   unimplementedAnswer,
 } from "./rpc-errors.ts";
 
@@ -55,6 +57,12 @@ export interface ConnectRoutesOptions {
   services: readonly { service: DescService; impl: object }[];
   interceptors: Interceptor[];
   readMaxBytes: number;
+  /**
+   * Authenticates a call when its head arrives, before its body is read (may throw `PlatformError`); the
+   * interceptors authenticate it again for the implementation (through the authenticator's cache). Without it,
+   * a body of 32 MiB, or a gzip body that inflates 1000-fold, was read and decoded for any client first.
+   */
+  authenticate?: (authorization: string | undefined, method: DescMethod) => Promise<unknown>;
   /** The context values of one call; given the request, e.g. for its id (`requestIdKey`). */
   contextValues?: (req: FastifyRequest) => ContextValues;
   /**
@@ -126,6 +134,29 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
           onServed: () => served.inc({ path: "short" }),
         }),
       );
+    }
+    const authenticate = options.authenticate;
+    if (authenticate) {
+      instance.addHook("onRequest", async (req, reply) => {
+        const handler = byPath.get(req.routeOptions.url ?? "");
+        if (!handler) return;
+        try {
+          await authenticate(headerValue(req.headers.authorization) ?? undefined, handler.method);
+        } catch (err) {
+          const refused = toPlatformError(err);
+          // An outage or a fault is the interceptor's to answer and report, as for any call.
+          if (refused.code === "unavailable" || refused.code === "internal") return;
+          const answer = rpcErrorAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, refused);
+          // Not an RPC's content type: the plugin refuses it as it does.
+          if (!answer) return;
+          void reply.hijack();
+          reply.raw.writeHead(answer.status, {
+            ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
+            ...answer.headers,
+          });
+          reply.raw.end(answer.body);
+        }
+      });
     }
     const contextValues = (req: FastifyRequest) => options.contextValues?.(req) ?? createContextValues();
     // The plugin's route for each RPC runs the same handler, but a failure goes to the request's log, never to the

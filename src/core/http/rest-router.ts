@@ -20,7 +20,7 @@ import {
 import { createContextValues, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
-import { principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
+import { principalKey, reauthenticateKey, type Authenticator, type Principal } from "../auth.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
 import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
@@ -95,13 +95,26 @@ export function defineRoute<
 
 type Handler = (req: unknown, ctx: HandlerContext) => unknown;
 
-/** Registers a facility's route table; each route calls `impl`, the facility's one implementation. */
+const clientWentAway = () => new PlatformError("internal", "client went away");
+
+/** The caller, authenticated when the request's head arrived (see `registerRestRoutes`). */
+interface AuthenticatedRequest extends FastifyRequest {
+  principal: Principal | undefined;
+}
+
+/**
+ * Registers a facility's route table; each route calls `impl`, the facility's one implementation.
+ *
+ * The caller is authenticated in the route's `onRequest`, before its body is read: a body of up to 32 MiB
+ * from a client without a valid token is refused unread, not parsed and checked first.
+ */
 export function registerRestRoutes(
   fastify: FastifyInstance,
   authenticator: Authenticator,
   impl: ServiceImpl<never> | Record<string, unknown>,
   routes: readonly AnyRestRoute[],
 ): void {
+  if (!fastify.hasRequestDecorator("principal")) fastify.decorateRequest("principal", undefined);
   for (const spec of routes) {
     const handler = (impl as Record<string, unknown>)[spec.rpc.localName] as Handler | undefined;
     if (typeof handler !== "function")
@@ -109,11 +122,14 @@ export function registerRestRoutes(
     fastify.route({
       method: spec.method,
       url: spec.url,
+      onRequest: async (req: FastifyRequest) => {
+        (req as AuthenticatedRequest).principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+      },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
         // A client that goes away ends its request (a waiting consume stops
         // waiting), whenever it goes: before the handler ran, too.
-        const call = clientGoneSignal(reply.raw, () => new PlatformError("internal", "client went away"));
-        const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+        const call = clientGoneSignal(reply.raw, clientWentAway);
+        const principal = (req as AuthenticatedRequest).principal!;
         const input: RestInput<unknown, unknown, unknown> = {
           body: spec.body ? parseJson(spec.body, req.body, "body") : undefined,
           query: spec.query ? parseJson(spec.query, req.query ?? {}, "query") : req.query,

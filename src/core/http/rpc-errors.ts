@@ -21,7 +21,7 @@ import { anyPack, AnySchema } from "@bufbuild/protobuf/wkt";
 import { base64Decode, base64Encode, BinaryReader, BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, type ErrorDetail } from "../../../gen/platform/meta/v1/error_pb.js";
-import { PlatformError, toConnectError } from "../errors.ts";
+import { PlatformError, statusOf, toConnectError } from "../errors.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 
 /** `Code.InvalidArgument` as the Connect protocol spells it: `invalid_argument`. */
@@ -287,17 +287,40 @@ export function unimplementedAnswer(
   url: string,
 ): { status: number; headers: Fields; body?: Uint8Array } | undefined {
   const [path, query = ""] = url.split("?", 2);
-  const type = (contentType ?? "").split(";")[0].trim().toLowerCase();
-  const error = toConnectError(new PlatformError("unimplemented", `${path}: no such service or method`));
-  if (type.startsWith("application/grpc-web") || type.startsWith("application/grpc")) {
-    return { status: 200, headers: { "content-type": type, ...grpcStatusFields(error) } };
-  }
   const rpcPath = /^\/[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\/[A-Za-z_]\w*$/.test(path);
-  const connectType =
-    type.startsWith("application/connect+") ||
-    (method === "POST" && (type === "application/json" || type === "application/proto"));
   // Connect's GET form of a side-effect-free call: `?connect=v1&encoding=json&message=...`.
   const connectGet = method === "GET" && /(^|&)encoding=/.test(query);
-  if (!rpcPath || !(connectType || connectGet)) return undefined;
-  return { status: 404, headers: { "content-type": "application/json" }, body: connectErrorJson(error) };
+  const type = mediaType(contentType);
+  if (!isGrpcType(type) && !(rpcPath && (isConnectType(type, method) || connectGet))) return undefined;
+  const answer = rpcErrorAnswer(
+    contentType,
+    connectGet ? "GET" : "POST",
+    new PlatformError("unimplemented", `${path}: no such service or method`),
+  );
+  return answer && { ...answer, status: isGrpcType(type) ? answer.status : 404 };
 }
+
+/**
+ * `err` answered at once to a call of an RPC this server has, by its content
+ * type, without reading its body: gRPC and gRPC-Web as a trailers-only
+ * response, Connect (unary, streaming, GET) as its JSON error with the HTTP
+ * status of the code. Undefined when the request is of none of these (the
+ * plugin then refuses it as it does).
+ */
+export function rpcErrorAnswer(
+  contentType: string | undefined,
+  method: string,
+  err: PlatformError,
+): { status: number; headers: Fields; body?: Uint8Array } | undefined {
+  const type = mediaType(contentType);
+  const error = toConnectError(err);
+  if (isGrpcType(type)) return { status: 200, headers: { "content-type": type, ...grpcStatusFields(error) } };
+  if (!isConnectType(type, method) && method !== "GET") return undefined;
+  return { status: statusOf(err.code), headers: { "content-type": "application/json" }, body: connectErrorJson(error) };
+}
+
+const mediaType = (contentType: string | undefined) => (contentType ?? "").split(";")[0].trim().toLowerCase();
+const isGrpcType = (type: string) => type.startsWith("application/grpc");
+const isConnectType = (type: string, method: string) =>
+  type.startsWith("application/connect+") ||
+  (method === "POST" && (type === "application/json" || type === "application/proto"));
