@@ -58,6 +58,40 @@ describe("createOnePortServer timeouts (src/core/http/one-port.ts)", () => {
     expect(Date.now() - started).toBeLessThan(10 * HEADERS_TIMEOUT_MS);
   });
 
+  it("cuts a request whose body has not all arrived within the request timeout, over HTTP/1.1 and h2c", async () => {
+    // Part of a body, then nothing: held for ever before (what was sent with it).
+    const app = await t.createApp();
+    const { socket, closed } = await connect(t.url);
+    socket.on("error", () => {});
+    let answer = "";
+    socket.on("data", (d: Buffer) => (answer += d.toString("latin1")));
+    socket.write(
+      `POST /v1/queues/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.token}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"payload":`,
+    );
+    await closed;
+    expect(answer).toBe("");
+    const session = http2.connect(t.url);
+    try {
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/v1/queues/jobs",
+        authorization: `Bearer ${app.token}`,
+        "content-type": "application/json",
+      });
+      stream.on("error", () => {});
+      stream.write('{"payload":');
+      await once(stream, "close");
+      expect(stream.rstCode).toBe(http2.constants.NGHTTP2_CANCEL);
+      // The session stays: only the stream was cut.
+      expect(session.closed).toBe(false);
+    } finally {
+      session.destroy();
+    }
+    const listed = await t.request("GET", "/v1/queues", { token: app.token });
+    expect(listed.body.queues).toEqual([]);
+  });
+
   it("closes an HTTP/2 session with no stream after the keep-alive timeout, but never a quiet long-poll", async () => {
     const app = await t.createApp();
     const session = http2.connect(t.url);

@@ -59,8 +59,59 @@ export interface OnePortOptions {
   timeouts: HttpTimeouts;
 }
 
+/**
+ * The request-body deadline: a request whose body has not all arrived
+ * `requestTimeoutMs` after its head is cut (its HTTP/1.1 connection, or its
+ * HTTP/2 stream). Without it a client could send part of a body and hold the
+ * request, and what it sent, for ever (Node's own `requestTimeout` never runs
+ * for connections handed to the inner servers). One sweep for every request
+ * whose body is still coming, not a timer each; a long-poll, whose body is in,
+ * is not watched.
+ */
+function createBodyDeadlines(requestTimeoutMs: number) {
+  // HTTP/1.1: the parser's mark, whoever reads the body. HTTP/2: the stream's end (the compatibility request
+  // reads its stream as it comes, so this holds once END_STREAM is in, even when nobody reads the request).
+  const bodyIn = (req: http.IncomingMessage | http2.Http2ServerRequest) =>
+    "stream" in req ? req.stream.readableEnded || req.stream.destroyed : req.complete;
+  const watched = new Map<http.IncomingMessage | http2.Http2ServerRequest, number>();
+  let sweep: NodeJS.Timeout | undefined;
+  const sweepNow = () => {
+    const now = Date.now();
+    for (const [req, deadline] of watched) {
+      if (bodyIn(req)) watched.delete(req);
+      else if (now >= deadline) {
+        watched.delete(req);
+        if ("stream" in req) req.stream.close(http2.constants.NGHTTP2_CANCEL);
+        else req.socket.destroy();
+      }
+    }
+    if (watched.size === 0) {
+      clearInterval(sweep);
+      sweep = undefined;
+    }
+  };
+  return {
+    watch(req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) {
+      if (bodyIn(req)) return;
+      watched.set(req, Date.now() + requestTimeoutMs);
+      res.once("close", () => watched.delete(req));
+      sweep ??= setInterval(sweepNow, Math.max(50, Math.min(1000, requestTimeoutMs / 4))).unref();
+    },
+    stop() {
+      clearInterval(sweep);
+      watched.clear();
+    },
+  };
+}
+
 export function createOnePortServer(handler: Handler, options: OnePortOptions): OnePortServer {
   const { timeouts } = options;
+  const bodies = createBodyDeadlines(timeouts.requestTimeoutMs);
+  const inner: Handler = handler;
+  handler = (req, res) => {
+    bodies.watch(req, res);
+    inner(req, res);
+  };
   const sessions = new Set<http2.ServerHttp2Session>();
   const trackSessions = (server: http2.Http2Server | http2.Http2SecureServer) => {
     server.on("session", (session: http2.ServerHttp2Session) => {
@@ -81,7 +132,8 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   };
   // Node's default of 10 MB per HTTP/2 session refuses (ENHANCE_YOUR_CALM) a single request near the
   // body limit (a full PutMessages); the read limit, not this, is what bounds a request.
-  const h2Options: http2.ServerOptions = { maxSessionMemory: 128 };
+  // At most 1000 streams open at once on one session (Node's default is 2^32 - 1): each holds what it was sent.
+  const h2Options: http2.ServerOptions = { maxSessionMemory: 128, settings: { maxConcurrentStreams: 1000 } };
   const h1Options: http.ServerOptions = {
     headersTimeout: timeouts.headersTimeoutMs,
     requestTimeout: timeouts.requestTimeoutMs,
@@ -214,6 +266,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   };
   server.on("close", () => {
     clearTimeout(drainTimer);
+    bodies.stop();
   });
   return server;
 }
