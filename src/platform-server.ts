@@ -12,7 +12,7 @@ import { AUTH_CHANGED_CHANNEL, createAuthenticator, requestIdKey, type Authentic
 import type { ResolvedConfig } from "./core/data-dir.ts";
 import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
-import { checkReadiness, type ReadinessCheck } from "./core/readiness.ts";
+import { checkReadiness, sharedReadiness, type ReadinessCheck } from "./core/readiness.ts";
 import { createHousekeeping, type Housekeeping } from "./core/housekeeping.ts";
 import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
@@ -187,8 +187,9 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes);
     facility.registerRoutes?.(fastify);
   }
+  const readiness = sharedReadiness(readinessChecks);
   fastify.get("/ready", async (_req, reply) => {
-    const report = await checkReadiness(readinessChecks());
+    const report = await readiness();
     if (report.ready) return { status: "ready", checks: report.checks };
     const failing = Object.entries(report.checks).filter(([, state]) => state !== "ok");
     void reply.code(503).header("retry-after", "5");

@@ -45,3 +45,17 @@ export async function checkReadiness(
   );
   return { ready: entries.every(([, state]) => state === "ok"), checks: Object.fromEntries(entries) };
 }
+
+/**
+ * `checkReadiness` of `checks()`, one run at a time: calls made while a run is
+ * under way share its report. `/ready` needs no token, so a burst of it would
+ * otherwise send as many pings to the database (and calls to the providers)
+ * as requests, slowing every app's work.
+ */
+export function sharedReadiness(checks: () => Record<string, ReadinessCheck>): () => Promise<ReadinessReport> {
+  let running: Promise<ReadinessReport> | undefined;
+  return () =>
+    (running ??= checkReadiness(checks()).finally(() => {
+      running = undefined;
+    }));
+}

@@ -6,6 +6,7 @@
  */
 import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sharedReadiness } from "../../src/core/readiness.ts";
 import { startServer, type TestServer } from "../support/harness.ts";
 import { startBedrockFixture, type BedrockFixture } from "../inference/bedrock-fixture.ts";
 
@@ -84,5 +85,27 @@ describe("GET /ready (src/core/readiness.ts)", () => {
       status: 200,
       body: { checks: { database: "ok", inference: "ok" } },
     });
+  });
+});
+
+describe("sharedReadiness (src/core/readiness.ts)", () => {
+  it("runs the checks once for a burst of calls made while a run is under way, and again after", async () => {
+    let runs = 0;
+    let answer: () => void = () => {};
+    const ready = sharedReadiness(() => ({
+      database: () => {
+        runs++;
+        return new Promise<void>((resolve) => (answer = resolve));
+      },
+    }));
+    const burst = Array.from({ length: 50 }, () => ready());
+    answer();
+    const reports = await Promise.all(burst);
+    expect(runs).toBe(1);
+    expect(reports.every((r) => r.ready && r.checks.database === "ok")).toBe(true);
+    const next = ready();
+    answer();
+    await next;
+    expect(runs).toBe(2);
   });
 });
