@@ -248,7 +248,13 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     fit: (unsent: StoredMessage[]) => number = (unsent) => unsent.length,
   ) {
     const stop = new AbortController();
-    const onAbort = () => stop.abort();
+    // Ended while paused at `yield` (a slow reader): the parts not yet handed on go back now. The transport
+    // may hold the paused write until the stream is torn down, and `finally` runs only then.
+    let pausedAtYield = false;
+    const onAbort = () => {
+      stop.abort();
+      if (pausedAtYield) giveBackUnsent();
+    };
     const { signal } = stop;
     if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
     context.signal.addEventListener("abort", onAbort, { once: true });
@@ -340,7 +346,9 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           streamSent.inc(messages.length);
           if (unsent.length > 0)
             lapseTimer = setTimeout(giveBackUnsent, Math.max(0, claimedAt + (leaseSeconds * 1000) / 2 - Date.now()));
+          pausedAtYield = true;
           yield { messages };
+          pausedAtYield = false;
           clearTimeout(lapseTimer);
           await givingBack;
         }

@@ -110,37 +110,51 @@ describe("StreamMessages response size", () => {
   it("messages a cancelled stream gives back wake a consumer waiting on the queue at once", async () => {
     await put100("woken");
     const queues = t.client(QueueService, app.token, "grpc");
-    // A stream claims all 100 (one claim, a window of 1000) and stops after its first response.
-    const abort = new AbortController();
-    const aborted = new Promise((resolve) => abort.signal.addEventListener("abort", resolve));
-    let first!: () => void;
-    const firstResponse = new Promise<void>((resolve) => (first = resolve));
-    const streamed = (async () => {
-      try {
-        for await (const res of queues.streamMessages(
-          { queue: "woken", window: 1000, leaseSeconds: 300 },
-          { signal: abort.signal },
-        )) {
-          if (res.messages.length > 0) first();
-          await aborted;
+    // A raw gRPC reader that stops reading after its first response, so that HTTP/2 flow control holds the
+    // rest on the server, unsent (a client that buffers what arrives would take all 100 as sent instead).
+    const session = http2.connect(t.url);
+    const call = session.request({
+      ":method": "POST",
+      ":path": "/platform.queues.v1.QueueService/StreamMessages",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${app.token}`,
+    });
+    call.on("error", () => {});
+    const request = toBinary(
+      StreamMessagesRequestSchema,
+      create(StreamMessagesRequestSchema, { queue: "woken", window: 1000, leaseSeconds: 300 }),
+    );
+    const frame = Buffer.alloc(5 + request.length);
+    frame.writeUInt32BE(request.length, 1);
+    frame.set(request, 5);
+    call.end(frame);
+    let buffered = Buffer.alloc(0);
+    const firstResponse = new Promise<void>((resolve) =>
+      call.on("data", (chunk: Buffer) => {
+        buffered = Buffer.concat([buffered, chunk]);
+        if (buffered.length >= 5 && buffered.length >= 5 + buffered.readUInt32BE(1)) {
+          call.pause();
+          resolve();
         }
-      } catch {
-        // The test's own cancel.
-      }
-    })();
-    await firstResponse;
-    // Nothing is visible now: a consume waits (its own wake-up is the leases' end, minutes away).
-    const consumed = queues.consumeMessage({ queue: "woken", waitSeconds: 20, leaseSeconds: 60 });
-    const deadline = Date.now() + 10_000;
-    while (waitingConsumers() === 0 && Date.now() < deadline) await new Promise((r) => setImmediate(r));
-    expect(waitingConsumers()).toBe(1);
-    const cancelled = Date.now();
-    abort.abort();
-    const got = await consumed;
-    await streamed;
-    expect(got.message?.deliveries).toBe(1);
-    // Woken by the give-back itself, not by the hub's safety re-check (every 5 s).
-    expect(Date.now() - cancelled).toBeLessThan(1_000);
+      }),
+    );
+    try {
+      await firstResponse;
+      // Nothing is visible now: a consume waits (its own wake-up is the leases' end, minutes away).
+      const consumed = queues.consumeMessage({ queue: "woken", waitSeconds: 20, leaseSeconds: 60 });
+      const deadline = Date.now() + 10_000;
+      while (waitingConsumers() === 0 && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+      expect(waitingConsumers()).toBe(1);
+      const cancelled = Date.now();
+      call.close(http2.constants.NGHTTP2_CANCEL);
+      const got = await consumed;
+      expect(got.message?.deliveries).toBe(1);
+      // Woken by the give-back itself, not by the hub's safety re-check (every 5 s).
+      expect(Date.now() - cancelled).toBeLessThan(1_000);
+    } finally {
+      session.destroy();
+    }
   });
 
   it("a reader that stops reading is not sent the parts whose lease ran out meanwhile: they go back in line", async () => {

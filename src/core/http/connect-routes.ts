@@ -32,6 +32,7 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
 import { toPlatformError } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
+import { responseClosed } from "./client-gone.ts";
 import { connectShortPath, nodeHeaders } from "./connect-short-path.ts";
 import {
   connectUnaryErrorWithDetail,
@@ -255,7 +256,7 @@ function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => C
     } catch (err) {
       const rpc = `${handler.service.typeName}/${handler.method.name}`;
       const code = ConnectError.from(err).code;
-      if (code === Code.Aborted || code === Code.Canceled || reply.raw.destroyed || req.raw.destroyed) {
+      if (code === Code.Aborted || code === Code.Canceled || responseClosed(reply.raw) || req.raw.destroyed) {
         req.log.debug({ rpc, err: (err as Error).message }, "call ended: the client went away");
         return;
       }
