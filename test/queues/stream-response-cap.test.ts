@@ -49,6 +49,24 @@ function grpcioStream(queue: string, stopAfter: number): Promise<Record<string, 
   });
 }
 
+/** A raw gRPC `StreamMessages` call over HTTP/2 (no client library buffering what arrives): its session and stream. */
+function rawStream(request: { queue: string; window: number; leaseSeconds: number }) {
+  const session = http2.connect(t.url);
+  const call = session.request({
+    ":method": "POST",
+    ":path": "/platform.queues.v1.QueueService/StreamMessages",
+    "content-type": "application/grpc",
+    te: "trailers",
+    authorization: `Bearer ${app.token}`,
+  });
+  const message = toBinary(StreamMessagesRequestSchema, create(StreamMessagesRequestSchema, request));
+  const frame = Buffer.alloc(5 + message.length);
+  frame.writeUInt32BE(message.length, 1);
+  frame.set(message, 5);
+  call.end(frame);
+  return { session, call };
+}
+
 async function put100(queue: string): Promise<void> {
   const queues = t.client(QueueService, app.token);
   const big = "x".repeat(250_000);
@@ -112,23 +130,8 @@ describe("StreamMessages response size", () => {
     const queues = t.client(QueueService, app.token, "grpc");
     // A raw gRPC reader that stops reading after its first response, so that HTTP/2 flow control holds the
     // rest on the server, unsent (a client that buffers what arrives would take all 100 as sent instead).
-    const session = http2.connect(t.url);
-    const call = session.request({
-      ":method": "POST",
-      ":path": "/platform.queues.v1.QueueService/StreamMessages",
-      "content-type": "application/grpc",
-      te: "trailers",
-      authorization: `Bearer ${app.token}`,
-    });
+    const { session, call } = rawStream({ queue: "woken", window: 1000, leaseSeconds: 300 });
     call.on("error", () => {});
-    const request = toBinary(
-      StreamMessagesRequestSchema,
-      create(StreamMessagesRequestSchema, { queue: "woken", window: 1000, leaseSeconds: 300 }),
-    );
-    const frame = Buffer.alloc(5 + request.length);
-    frame.writeUInt32BE(request.length, 1);
-    frame.set(request, 5);
-    call.end(frame);
     let buffered = Buffer.alloc(0);
     const firstResponse = new Promise<void>((resolve) =>
       call.on("data", (chunk: Buffer) => {
@@ -169,22 +172,7 @@ describe("StreamMessages response size", () => {
     });
     // A raw gRPC reader over HTTP/2 that stops reading after its first response: unread data fills the
     // stream's flow-control window, and the server can send nothing more until it reads again.
-    const session = http2.connect(t.url);
-    const call = session.request({
-      ":method": "POST",
-      ":path": "/platform.queues.v1.QueueService/StreamMessages",
-      "content-type": "application/grpc",
-      te: "trailers",
-      authorization: `Bearer ${app.token}`,
-    });
-    const request = toBinary(
-      StreamMessagesRequestSchema,
-      create(StreamMessagesRequestSchema, { queue: "slow", window: 100, leaseSeconds: 1 }),
-    );
-    const frame = Buffer.alloc(5 + request.length);
-    frame.writeUInt32BE(request.length, 1);
-    frame.set(request, 5);
-    call.end(frame);
+    const { session, call } = rawStream({ queue: "slow", window: 100, leaseSeconds: 1 });
     let buffered = Buffer.alloc(0);
     const responses: string[][] = [];
     let arrived: () => void = () => {};
