@@ -107,10 +107,10 @@ function createBodyDeadlines(requestTimeoutMs: number) {
 export function createOnePortServer(handler: Handler, options: OnePortOptions): OnePortServer {
   const { timeouts } = options;
   const bodies = createBodyDeadlines(timeouts.requestTimeoutMs);
-  const inner: Handler = handler;
-  handler = (req, res) => {
+  /** Every request, over either protocol: its body watched (`createBodyDeadlines`), then handled. */
+  const serve: Handler = (req, res) => {
     bodies.watch(req, res);
-    inner(req, res);
+    handler(req, res);
   };
   const sessions = new Set<http2.ServerHttp2Session>();
   const trackSessions = (server: http2.Http2Server | http2.Http2SecureServer) => {
@@ -151,7 +151,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
         handshakeTimeout: timeouts.headersTimeoutMs,
         ...h1Options,
       },
-      handler as never,
+      serve as never,
     );
     trackSessions(secure);
     return Object.assign(secure, {
@@ -196,7 +196,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       else if (left <= 0 && !socket.destroyed)
         expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
     });
-    handler(req, res);
+    serve(req, res);
   });
   h1.on("connection", (socket: net.Socket) => {
     expectHeader(socket, timeouts.headersTimeoutMs);
@@ -205,7 +205,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       headerDeadlines.delete(socket);
     });
   });
-  const h2 = http2.createServer(h2Options, handler as never);
+  const h2 = http2.createServer(h2Options, serve as never);
   trackSessions(h2);
   const sockets = new Set<net.Socket>();
   const isHttp2 = new WeakSet<net.Socket>();
