@@ -11,7 +11,7 @@
  * - the plugin's failures logged through pino rather than `console.error`.
  * `connect_calls_total{path}` counts which path served each call.
  */
-import type { FastifyInstance, FastifyRequest, RouteHandlerMethod } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from "fastify";
 import {
   Code,
   ConnectError,
@@ -89,13 +89,7 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
     if (!req.is404) return done();
     const answer = unimplementedAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, req.url);
     if (!answer) return done();
-    void reply.hijack();
-    const res = reply.raw;
-    res.writeHead(answer.status, {
-      ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
-      ...answer.headers,
-    });
-    res.end(answer.body);
+    answerAtHead(reply, answer);
   });
   const served = options.metrics.counter(
     "connect_calls_total",
@@ -150,12 +144,7 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
           const answer = rpcErrorAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, refused);
           // Not an RPC's content type: the plugin refuses it as it does.
           if (!answer) return;
-          void reply.hijack();
-          reply.raw.writeHead(answer.status, {
-            ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
-            ...answer.headers,
-          });
-          reply.raw.end(answer.body);
+          answerAtHead(reply, answer);
         }
       });
     }
@@ -180,6 +169,19 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       contextValues,
     });
   });
+}
+
+/** Writes `answer` in place of the route, its body unread, with the headers hooks set (`x-request-id`). */
+function answerAtHead(
+  reply: FastifyReply,
+  answer: { status: number; headers: Record<string, string>; body?: Uint8Array },
+) {
+  void reply.hijack();
+  reply.raw.writeHead(answer.status, {
+    ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
+    ...answer.headers,
+  });
+  reply.raw.end(answer.body);
 }
 
 type Handler = ConnectRouter["handlers"][number];
