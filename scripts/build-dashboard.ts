@@ -93,7 +93,7 @@ export async function buildDashboard(): Promise<void> {
   await precompress(DASHBOARD_DIST);
 }
 
-/** Builds when stale (the browser tests, before they load the page). */
+/** Builds when stale (the test suite's global set-up, before any browser test loads the page). */
 export async function ensureDashboardBuilt(): Promise<void> {
   if (isDashboardStale()) await buildDashboard();
 }

@@ -8,7 +8,13 @@ import type { FastifyInstance } from "fastify";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { createOperatorStore } from "./core/operators/operator-store.ts";
-import { AUTH_CHANGED_CHANNEL, createAuthenticator, requestIdKey, type Authenticator } from "./core/auth.ts";
+import {
+  AUTH_CHANGED_CHANNEL,
+  createAuthenticator,
+  headPrincipalKey,
+  requestIdKey,
+  type Authenticator,
+} from "./core/auth.ts";
 import type { ResolvedConfig } from "./core/data-dir.ts";
 import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
@@ -176,7 +182,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
-    contextValues: (req) => createContextValues().set(requestIdKey, req.id),
+    contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
     shortPath: config.connectShortPath,
     metrics,
     corsOrigins: config.corsOrigins,

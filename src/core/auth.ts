@@ -46,6 +46,13 @@ export const principalKey = createContextKey<Principal>({ kind: "public" }, { de
  * stopped app, a revoked token or a deleted app ends it (the authenticator's
  * cache is cleared on every instance when one of these changes).
  */
+/**
+ * The principal the call's head was authenticated as, before its body was read (`registerConnectRoutes`'
+ * `authenticate`): the interceptor takes it rather than authenticating the call a second time.
+ */
+export const headPrincipalKey = createContextKey<Principal | undefined>(undefined, {
+  description: "principal authenticated at the call's head",
+});
 export const reauthenticateKey = createContextKey<(() => Promise<Principal>) | undefined>(undefined, {
   description: "reauthenticate",
 });

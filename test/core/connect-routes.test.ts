@@ -151,3 +151,37 @@ describe("unary Connect and gRPC calls: the short path answers as the general ha
     expect(compressed.headers["grpc-encoding"]).toBe("gzip");
   });
 });
+
+describe("registerConnectRoutes: authentication", () => {
+  it("authenticates a call once, at its head, on the short path and the plugin's alike (the interceptor takes that principal)", async () => {
+    const app = await t.createApp();
+    const auth = { authorization: `Bearer ${app.token}` };
+    const authenticator = t.server.authenticator;
+    const original = authenticator.authenticate;
+    let calls = 0;
+    authenticator.authenticate = (...args) => {
+      calls++;
+      return original.apply(authenticator, args);
+    };
+    try {
+      const counted = async (call: () => Promise<unknown>) => {
+        calls = 0;
+        await call();
+        return calls;
+      };
+      const json = { ...auth, "content-type": "application/json" };
+      expect(await counted(() => connectCall(LIST, "{}", json))).toBe(1);
+      expect(await counted(() => connectCall(LIST, "{}", { ...json, ...GENERAL_CONNECT }))).toBe(1);
+      expect(await counted(() => grpcCall(LIST, new Uint8Array(), auth))).toBe(1);
+      expect(await counted(() => grpcCall(LIST, new Uint8Array(), { ...auth, ...GENERAL_GRPC }))).toBe(1);
+      // Refused at the head: not authenticated again, and never answered as a success.
+      const refused = await connectCall(LIST, "{}", {
+        authorization: "Bearer pbt_nobody",
+        "content-type": "application/json",
+      });
+      expect(refused.status).toBe(401);
+    } finally {
+      authenticator.authenticate = original;
+    }
+  });
+});

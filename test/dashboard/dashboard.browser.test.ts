@@ -12,7 +12,6 @@ import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
 import { sql } from "kysely";
 import { startServer, type TestServer } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
@@ -28,7 +27,6 @@ const requests: string[] = [];
 const consoleErrors: string[] = [];
 
 beforeAll(async () => {
-  await ensureDashboardBuilt();
   fs.mkdirSync(SHOTS, { recursive: true });
   t = await startServer();
   browser = await chromium.launch({

@@ -1,14 +1,14 @@
 /**
- * The set-up the dashboard's browser tests share: the dashboard built, one
- * real Chromium for the test file (closed after it), a folder for the
- * screenshots a person looks at, and operators signed in the way a person
- * does it (token typed on the sign-in screen).
+ * The set-up the dashboard's browser tests share (the dashboard itself is
+ * built by the suite's global set-up, before any file runs): one real
+ * Chromium for the test file (closed after it), a folder for the screenshots
+ * a person looks at, and operators signed in the way a person does it (token
+ * typed on the sign-in screen).
  */
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll } from "vitest";
 import type { Browser, BrowserContext, BrowserContextOptions, Page } from "playwright-core";
-import { ensureDashboardBuilt } from "../../scripts/build-dashboard.ts";
 import { launchChromium } from "./chromium.ts";
 import type { TestServer } from "./harness.ts";
 
@@ -29,7 +29,6 @@ export function useDashboardBrowser(t: TestServer, folder = "dashboard"): Dashbo
   const shots = path.resolve(import.meta.dirname, "../../test-artifacts", folder);
   let browser: Browser | undefined;
   beforeAll(async () => {
-    await ensureDashboardBuilt();
     fs.mkdirSync(shots, { recursive: true });
     browser = await launchChromium();
   });

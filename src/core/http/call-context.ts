@@ -32,10 +32,15 @@ export interface CallContextInit {
   responseTrailer?: Record<string, string>;
 }
 
-/** A `HandlerContext` whose headers and signal are made on first use; `responseHeaders()` tells whether any were set. */
+/**
+ * A `HandlerContext` whose headers and signal are made on first use; `responseHeaders()` and
+ * `responseTrailers()` tell whether any were set.
+ */
 export interface CallContext extends HandlerContext {
   /** The response headers so far, or undefined when nobody touched them (nor gave initial ones). */
   responseHeaders(): Headers | undefined;
+  /** The response trailers so far, or undefined when nobody touched them (nor gave initial ones). */
+  responseTrailers(): Headers | undefined;
 }
 
 class LazyCallContext implements CallContext {
@@ -84,6 +89,10 @@ class LazyCallContext implements CallContext {
 
   responseHeaders(): Headers | undefined {
     return this.#responseHeader ?? (this.#init.responseHeader ? this.responseHeader : undefined);
+  }
+
+  responseTrailers(): Headers | undefined {
+    return this.#responseTrailer ?? (this.#init.responseTrailer ? this.responseTrailer : undefined);
   }
 }
 

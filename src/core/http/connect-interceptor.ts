@@ -1,11 +1,12 @@
 /**
  * The Connect/gRPC side of authentication and error mapping: the same
- * `Authenticator` as the REST router decides who calls, and every error
+ * `Authenticator` as the REST router decides who calls (the principal found
+ * at the call's head, `headPrincipalKey`, when there is one), and every error
  * leaves as a `ConnectError` carrying our string code (`toConnectError`).
  */
 import type { Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
+import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
@@ -16,10 +17,11 @@ export function createConnectInterceptor(
 ): Interceptor {
   return (next) => async (req) => {
     try {
-      const authorization = req.header.get("authorization");
-      const principal = await authenticator.authenticate(authorization, req.method);
+      // The request's headers are read only when needed: most calls were authenticated at their head.
+      const again = () => authenticator.authenticate(req.header.get("authorization"), req.method);
+      const principal = req.contextValues.get(headPrincipalKey) ?? (await again());
       req.contextValues.set(principalKey, principal);
-      req.contextValues.set(reauthenticateKey, () => authenticator.authenticate(authorization, req.method));
+      req.contextValues.set(reauthenticateKey, again);
       return await next(req);
     } catch (err) {
       const platformError = toPlatformError(err);

@@ -52,20 +52,23 @@ const JSON_OPTIONS = { ignoreUnknownFields: true };
 const COMPRESS_MIN_BYTES = 1024;
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
 
-export interface ConnectRoutesOptions {
+export interface ConnectRoutesOptions<Authenticated = unknown> {
   routes: (router: ConnectRouter) => void;
   /** The services whose unary RPCs may take the short path (the same as `routes` registers). */
   services: readonly { service: DescService; impl: object }[];
   interceptors: Interceptor[];
   readMaxBytes: number;
   /**
-   * Authenticates a call when its head arrives, before its body is read (may throw `PlatformError`); the
-   * interceptors authenticate it again for the implementation (through the authenticator's cache). Without it,
-   * a body of 32 MiB, or a gzip body that inflates 1000-fold, was read and decoded for any client first.
+   * Authenticates a call when its head arrives, before its body is read (may throw `PlatformError`). What it
+   * resolves to is given to `contextValues`, so the interceptors need not authenticate the call again. Without
+   * it, a body of 32 MiB, or a gzip body that inflates 1000-fold, was read and decoded for any client first.
    */
-  authenticate?: (authorization: string | undefined, method: DescMethod) => Promise<unknown>;
-  /** The context values of one call; given the request, e.g. for its id (`requestIdKey`). */
-  contextValues?: (req: FastifyRequest) => ContextValues;
+  authenticate?: (authorization: string | undefined, method: DescMethod) => Promise<Authenticated>;
+  /**
+   * The context values of one call; given the request, e.g. for its id (`requestIdKey`), and what
+   * `authenticate` resolved to for it (undefined when it did not, e.g. in an outage: the interceptors decide).
+   */
+  contextValues?: (req: FastifyRequest, authenticated: Authenticated | undefined) => ContextValues;
   /**
    * Whether unary calls may take the short path in front of the plugin
    * (default true). False: `fastifyConnectPlugin` alone serves every call
@@ -83,7 +86,10 @@ export interface ConnectRoutesOptions {
 }
 
 /** Registers every RPC of `options.routes` at `/<service>/<method>` on `fastify` (in its own scope: it replaces the body parsers). */
-export async function registerConnectRoutes(fastify: FastifyInstance, options: ConnectRoutesOptions): Promise<void> {
+export async function registerConnectRoutes<Authenticated>(
+  fastify: FastifyInstance,
+  options: ConnectRoutesOptions<Authenticated>,
+): Promise<void> {
   // An unknown service or method: `unimplemented` at once, by its protocol, without reading the body.
   fastify.addHook("onRequest", (req, reply, done) => {
     if (!req.is404) return done();
@@ -118,6 +124,9 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
       compressMinBytes: COMPRESS_MIN_BYTES,
       jsonOptions: JSON_OPTIONS,
     };
+    const contextValues = (req: FastifyRequest) =>
+      options.contextValues?.(req, (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED]) ??
+      createContextValues();
     if (options.shortPath !== false) {
       // In front of the plugin, in its scope: takes the reply only in the narrow case, else lets the plugin serve.
       instance.addHook(
@@ -125,18 +134,22 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
         connectShortPath({
           ...routerOptions,
           services: options.services,
-          contextValues: options.contextValues,
+          contextValues,
           onServed: () => served.inc({ path: "short" }),
         }),
       );
     }
     const authenticate = options.authenticate;
+    instance.decorateRequest(AUTHENTICATED, undefined);
     if (authenticate) {
       instance.addHook("onRequest", async (req, reply) => {
         const handler = byPath.get(req.routeOptions.url ?? "");
         if (!handler) return;
         try {
-          await authenticate(headerValue(req.headers.authorization) ?? undefined, handler.method);
+          (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED] = await authenticate(
+            headerValue(req.headers.authorization) ?? undefined,
+            handler.method,
+          );
         } catch (err) {
           const refused = toPlatformError(err);
           // An outage or a fault is the interceptor's to answer and report, as for any call.
@@ -148,7 +161,6 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
         }
       });
     }
-    const contextValues = (req: FastifyRequest) => options.contextValues?.(req) ?? createContextValues();
     // The plugin's route for each RPC runs the same handler, but a failure goes to the request's log, never to the
     // plugin's `console.error` (see `logFailures`).
     const byPath = new Map<string, Handler>();
@@ -170,6 +182,10 @@ export async function registerConnectRoutes(fastify: FastifyInstance, options: C
     });
   });
 }
+
+/** The request's decoration holding what `authenticate` resolved to at the call's head. */
+const AUTHENTICATED = "connectAuthenticated";
+type AuthenticatedRequest<A> = FastifyRequest & { [AUTHENTICATED]: A | undefined };
 
 /** Writes `answer` in place of the route, its body unread, with the headers hooks set (`x-request-id`). */
 function answerAtHead(

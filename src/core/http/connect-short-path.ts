@@ -236,12 +236,7 @@ async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uin
 }
 
 /** The handler context of a call, as the plugin builds it, and the end of its client-gone watch. */
-function contextFor(
-  { method, req, reply, options }: Call,
-  protocolName: "connect" | "grpc",
-  responseHeader: Record<string, string>,
-  responseTrailer?: Record<string, string>,
-) {
+function contextFor({ method, req, reply, options }: Call, protocolName: "connect" | "grpc") {
   // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
   const gone = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
   const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
@@ -252,8 +247,6 @@ function contextFor(
     requestMethod: "POST",
     url: `${"encrypted" in req.raw.socket && req.raw.socket.encrypted ? "https" : "http"}://${authority}${req.url}`,
     headers: req.headers,
-    responseHeader,
-    ...(responseTrailer ? { responseTrailer } : {}),
     values: options.contextValues?.(req) ?? createContextValues(),
     // Not the shutdown signal: the context is never aborted at the end of a
     // call (that costs a DOMException each), so a listener on the server's
@@ -299,6 +292,88 @@ function serializeOutput({ method, binary, options }: Call, message: Message): U
 type Next = Parameters<Interceptor>[0];
 
 /**
+ * The `UnaryRequest` the interceptors get. Its header and signal are the
+ * context's, made only when someone reads them: most calls read neither
+ * (the caller was authenticated at the head), and the `Headers` of the
+ * request and the client-gone controller were a measurable part of a short
+ * call's cost. They are own enumerable accessors, not the prototype's, so an
+ * interceptor that copies the request (`{ ...req, message }`) copies them.
+ */
+class ShortRequest implements UnaryRequest {
+  readonly stream = false;
+  readonly message: Message;
+  readonly method: DescMethodUnary;
+  readonly service: DescService;
+  readonly requestMethod: string;
+  readonly url: string;
+  readonly contextValues: ContextValues;
+  declare readonly header: Headers;
+  declare readonly signal: AbortSignal;
+  readonly context: HandlerContext;
+
+  // Shared by every instance (one hidden class for all, whose accessors hold nothing of a call).
+  static readonly #lazy: PropertyDescriptorMap = {
+    header: {
+      get(this: ShortRequest) {
+        return this.context.requestHeader;
+      },
+      enumerable: true,
+    },
+    signal: {
+      get(this: ShortRequest) {
+        return this.context.signal;
+      },
+      enumerable: true,
+    },
+  };
+
+  constructor(context: HandlerContext, method: DescMethodUnary, message: Message) {
+    this.message = message;
+    this.method = method;
+    this.service = method.parent;
+    this.requestMethod = context.requestMethod;
+    this.url = context.url;
+    this.contextValues = context.values;
+    this.context = context;
+    Object.defineProperties(this, ShortRequest.#lazy);
+  }
+}
+
+/** The `UnaryResponse` of the implementation: its header and trailer are the context's, made only when read. */
+class ShortResponse implements UnaryResponse {
+  readonly stream = false;
+  readonly message: Message;
+  readonly method: DescMethodUnary;
+  readonly service: DescService;
+  declare readonly header: Headers;
+  declare readonly trailer: Headers;
+  readonly context: HandlerContext;
+
+  static readonly #lazy: PropertyDescriptorMap = {
+    header: {
+      get(this: ShortResponse) {
+        return this.context.responseHeader;
+      },
+      enumerable: true,
+    },
+    trailer: {
+      get(this: ShortResponse) {
+        return this.context.responseTrailer;
+      },
+      enumerable: true,
+    },
+  };
+
+  constructor(context: HandlerContext, method: DescMethodUnary, message: Message) {
+    this.message = message;
+    this.method = method;
+    this.service = method.parent;
+    this.context = context;
+    Object.defineProperties(this, ShortResponse.#lazy);
+  }
+}
+
+/**
  * Runs the interceptors and the implementation, as Connect does for a unary
  * call: the first interceptor outermost; the implementation gets the context
  * with the request's header, signal and values as the interceptors left them;
@@ -306,48 +381,38 @@ type Next = Parameters<Interceptor>[0];
  * interceptors answer with become the response's.
  */
 async function invoke(m: ShortMethod, context: HandlerContext, input: Message, interceptors: readonly Interceptor[]) {
+  const request = new ShortRequest(context, m.method, input);
   const implementation: Next = async (req) => {
-    // Spelled out, not spread: the context's headers and signal are getters (made on first use).
-    const output = await m.impl(req.message as Message, {
-      method: context.method,
-      service: req.service,
-      protocolName: context.protocolName,
-      requestMethod: context.requestMethod,
-      url: context.url,
-      timeoutMs: context.timeoutMs,
-      requestHeader: req.header,
-      responseHeader: context.responseHeader,
-      responseTrailer: context.responseTrailer,
-      signal: req.signal,
-      values: req.contextValues,
-    });
-    const res: UnaryResponse = {
-      stream: false,
-      message: create(m.method.output, output as never),
-      method: m.method,
-      service: m.method.parent,
-      header: context.responseHeader,
-      trailer: context.responseTrailer,
-    };
-    return res;
-  };
-  const request: UnaryRequest = {
-    stream: false,
-    message: input,
-    method: m.method,
-    requestMethod: context.requestMethod,
-    url: context.url,
-    signal: context.signal,
-    header: context.requestHeader,
-    service: m.method.parent,
-    contextValues: context.values,
+    // The request as it was made (its header and signal still the context's, made or not): the context as is.
+    // A copy an interceptor made: the context spelled out with the copy's fields.
+    const output = await m.impl(
+      req.message as Message,
+      req === request
+        ? context
+        : {
+            method: context.method,
+            service: req.service,
+            protocolName: context.protocolName,
+            requestMethod: context.requestMethod,
+            url: context.url,
+            timeoutMs: context.timeoutMs,
+            requestHeader: req.header,
+            responseHeader: context.responseHeader,
+            responseTrailer: context.responseTrailer,
+            signal: req.signal,
+            values: req.contextValues,
+          },
+    );
+    return new ShortResponse(context, m.method, create(m.method.output, output as never));
   };
   const res = (await interceptors.reduceRight(
     (next, interceptor) => interceptor(next),
     implementation,
   )(request)) as UnaryResponse<DescMessage, DescMessage>;
-  replaceFields(res.header, context.responseHeader);
-  replaceFields(res.trailer, context.responseTrailer);
+  if (!(res instanceof ShortResponse && res.context === context)) {
+    replaceFields(res.header, context.responseHeader);
+    replaceFields(res.trailer, context.responseTrailer);
+  }
   return res.message;
 }
 
@@ -417,11 +482,10 @@ function responseCompression(accept: readonly Compression[], accepted: string | 
  */
 async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
   const { req, options } = call;
-  const { context, end } = contextFor(call, "connect", {
-    "content-type": call.binary ? "application/proto" : "application/json",
-  });
+  const { context, end } = contextFor(call, "connect");
   const compression = responseCompression(options.acceptCompression, headerValue(req.headers["accept-encoding"]));
   let status = 200;
+  let contentType = call.binary ? "application/proto" : "application/json";
   let body: Uint8Array;
   try {
     const output = await invoke(call.method, context, parseInput(call, bytes), options.interceptors);
@@ -430,20 +494,23 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
     const original = thrown(e);
     const error = detailed(original);
     status = connectHttpStatus(error.code);
-    context.responseHeader.set("content-type", "application/json");
+    contentType = "application/json";
     addErrorMetadata(context.responseHeader, original);
     body = connectErrorJson(error);
   } finally {
     end();
   }
+  // The header fields as the plugin writes them: the content type (which the implementation may set), what the
+  // call set, unary Connect's trailers as headers prefixed `trailer-`, the encoding and the length.
+  const header: NodeHeaders = { "content-type": contentType };
+  addFields(header, context.responseHeaders());
+  if (status !== 200) header["content-type"] = contentType;
+  addFields(header, context.responseTrailers(), "trailer-");
   if (compression && body.byteLength >= options.compressMinBytes) {
     body = await compression.compress(body);
-    context.responseHeader.set("content-encoding", compression.name);
+    header["content-encoding"] = compression.name;
   }
-  // Unary Connect sends trailers as headers prefixed `trailer-`.
-  const header = new Headers(context.responseHeader);
-  context.responseTrailer.forEach((value, key) => header.append(`trailer-${key}`, value));
-  header.set("content-length", String(body.byteLength));
+  header["content-length"] = String(body.byteLength);
   await answer(call.reply, status, header, body);
   return true;
 }
@@ -456,15 +523,10 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
 async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
   const { req, options } = call;
-  const { context, end } = contextFor(
-    call,
-    "grpc",
-    { "content-type": "application/grpc+proto" },
-    { "grpc-status": "0" },
-  );
+  const { context, end } = contextFor(call, "grpc");
   const compression = responseCompression(options.acceptCompression, headerValue(req.headers["grpc-accept-encoding"]));
-  if (compression) context.responseHeader.set("grpc-encoding", compression.name);
   let frame: Uint8Array | undefined;
+  let status: Record<string, string> = { "grpc-status": "0" };
   try {
     const output = await invoke(call.method, context, parseInput(call, bytes.subarray(5)), options.interceptors);
     let data = serializeOutput(call, output);
@@ -481,29 +543,42 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   } catch (e) {
     const original = thrown(e);
     addErrorMetadata(context.responseTrailer, original);
-    for (const [key, value] of Object.entries(grpcStatusFields(detailed(original))))
-      context.responseTrailer.set(key, value);
+    status = grpcStatusFields(detailed(original));
   } finally {
     end();
   }
-  await answer(call.reply, 200, context.responseHeader, frame, context.responseTrailer);
+  const header: NodeHeaders = { "content-type": "application/grpc+proto" };
+  if (compression) header["grpc-encoding"] = compression.name;
+  addFields(header, context.responseHeaders());
+  const trailer: NodeHeaders = { "grpc-status": "0" };
+  addFields(trailer, context.responseTrailers());
+  Object.assign(trailer, status);
+  await answer(call.reply, 200, header, frame, trailer);
   return true;
 }
 
+/** Header fields as Node takes them. */
+type NodeHeaders = Record<string, string | string[]>;
+
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
-export function nodeHeaders(headers: Headers): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  headers.forEach((v, k) => void (out[k] = k === "set-cookie" ? headers.getSetCookie() : v));
+export function nodeHeaders(headers: Headers): NodeHeaders {
+  const out: NodeHeaders = {};
+  addFields(out, headers);
   return out;
+}
+
+/** Sets the fields of `headers` (when there are any) in `into`, each name prefixed with `prefix`. */
+function addFields(into: NodeHeaders, headers: Headers | undefined, prefix = ""): void {
+  headers?.forEach((v, k) => void (into[prefix + k] = k === "set-cookie" ? headers.getSetCookie() : v));
 }
 
 /** Takes the reply from fastify and writes the answer in one piece; resolves once it is written or the client left. */
 function answer(
   reply: FastifyReply,
   status: number,
-  headers: Headers,
+  headers: NodeHeaders,
   body: Uint8Array | undefined,
-  trailers?: Headers,
+  trailers?: NodeHeaders,
 ): Promise<void> {
   void reply.hijack();
   // Fastify keeps the headers set by hooks (`x-request-id`) on the reply until `send`, which is not used here.
@@ -514,10 +589,14 @@ function answer(
   const res = reply.raw;
   return new Promise((resolve) => {
     res.once("close", () => resolve());
-    res.writeHead(status, nodeHeaders(headers));
-    if (body && body.length > 0) res.write(body);
-    if (trailers) res.addTrailers(nodeHeaders(trailers));
-    res.end(() => resolve());
+    res.writeHead(status, headers);
+    if (trailers) {
+      if (body && body.length > 0) res.write(body);
+      res.addTrailers(trailers);
+      res.end(() => resolve());
+    } else {
+      res.end(body && body.length > 0 ? body : undefined, () => resolve());
+    }
   });
 }
 
