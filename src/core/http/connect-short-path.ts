@@ -292,84 +292,73 @@ function serializeOutput({ method, binary, options }: Call, message: Message): U
 type Next = Parameters<Interceptor>[0];
 
 /**
+ * Own enumerable accessors, each reading one field of the object's `context`
+ * when first asked: shared by every instance of a class (one hidden class for
+ * all, whose accessors hold nothing of a call). Own, not the prototype's, so
+ * that an interceptor that copies a request or response (`{ ...req, message }`)
+ * copies them.
+ */
+function fromContext(fields: Record<string, keyof HandlerContext>): PropertyDescriptorMap {
+  const map: PropertyDescriptorMap = {};
+  for (const [name, field] of Object.entries(fields)) {
+    map[name] = {
+      get(this: { context: HandlerContext }) {
+        return this.context[field];
+      },
+      enumerable: true,
+    };
+  }
+  return map;
+}
+
+/** What a short call's request and response share: the call's context, its method and its message. */
+class ShortMessage {
+  readonly stream = false;
+  readonly context: HandlerContext;
+  readonly method: DescMethodUnary;
+  readonly service: DescService;
+  readonly message: Message;
+
+  constructor(context: HandlerContext, method: DescMethodUnary, message: Message, lazy: PropertyDescriptorMap) {
+    this.context = context;
+    this.method = method;
+    this.service = method.parent;
+    this.message = message;
+    Object.defineProperties(this, lazy);
+  }
+}
+
+/**
  * The `UnaryRequest` the interceptors get. Its header and signal are the
  * context's, made only when someone reads them: most calls read neither
  * (the caller was authenticated at the head), and the `Headers` of the
  * request and the client-gone controller were a measurable part of a short
- * call's cost. They are own enumerable accessors, not the prototype's, so an
- * interceptor that copies the request (`{ ...req, message }`) copies them.
+ * call's cost.
  */
-class ShortRequest implements UnaryRequest {
-  readonly stream = false;
-  readonly message: Message;
-  readonly method: DescMethodUnary;
-  readonly service: DescService;
+class ShortRequest extends ShortMessage implements UnaryRequest {
+  static readonly #lazy = fromContext({ header: "requestHeader", signal: "signal" });
   readonly requestMethod: string;
   readonly url: string;
   readonly contextValues: ContextValues;
   declare readonly header: Headers;
   declare readonly signal: AbortSignal;
-  readonly context: HandlerContext;
-
-  // Shared by every instance (one hidden class for all, whose accessors hold nothing of a call).
-  static readonly #lazy: PropertyDescriptorMap = {
-    header: {
-      get(this: ShortRequest) {
-        return this.context.requestHeader;
-      },
-      enumerable: true,
-    },
-    signal: {
-      get(this: ShortRequest) {
-        return this.context.signal;
-      },
-      enumerable: true,
-    },
-  };
 
   constructor(context: HandlerContext, method: DescMethodUnary, message: Message) {
-    this.message = message;
-    this.method = method;
-    this.service = method.parent;
+    super(context, method, message, ShortRequest.#lazy);
     this.requestMethod = context.requestMethod;
     this.url = context.url;
     this.contextValues = context.values;
-    this.context = context;
-    Object.defineProperties(this, ShortRequest.#lazy);
   }
 }
 
 /** The `UnaryResponse` of the implementation: its header and trailer are the context's, made only when read. */
-class ShortResponse implements UnaryResponse {
-  readonly stream = false;
-  readonly message: Message;
-  readonly method: DescMethodUnary;
-  readonly service: DescService;
+class ShortResponse extends ShortMessage implements UnaryResponse {
+  static readonly #lazy = fromContext({ header: "responseHeader", trailer: "responseTrailer" });
   declare readonly header: Headers;
   declare readonly trailer: Headers;
-  readonly context: HandlerContext;
-
-  static readonly #lazy: PropertyDescriptorMap = {
-    header: {
-      get(this: ShortResponse) {
-        return this.context.responseHeader;
-      },
-      enumerable: true,
-    },
-    trailer: {
-      get(this: ShortResponse) {
-        return this.context.responseTrailer;
-      },
-      enumerable: true,
-    },
-  };
 
   constructor(context: HandlerContext, method: DescMethodUnary, message: Message) {
-    this.message = message;
-    this.method = method;
-    this.service = method.parent;
-    this.context = context;
-    Object.defineProperties(this, ShortResponse.#lazy);
+    super(context, method, message, ShortResponse.#lazy);
   }
 }
 
