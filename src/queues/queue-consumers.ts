@@ -16,6 +16,7 @@ import {
   MAX_WAIT_SECONDS,
   STREAM_CLAIM_BATCH,
   STREAM_EXTENDED_RECHECK_MS,
+  STREAM_RECHECK_BATCH,
   STREAM_RECHECK_MAX_MS,
   STREAM_RECHECK_MIN_MS,
 } from "./queue-limits.ts";
@@ -131,6 +132,21 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     run: (_key, items) => store.ackMany(items),
   });
   const windows = createStreamWindows();
+  const streamRechecks = metrics.counter(
+    "queue_stream_rechecks_total",
+    "Statements asking which leases of full StreamMessages windows still hold (those due at once share one).",
+    [],
+  );
+  // The streams whose checks are due in the same turn (`windows.recheckTick`) ask in one statement.
+  const recheckBatcher = createBatcher<{ appId: string; held: { id: string }[] }, Set<string>>({
+    maxBatch: STREAM_RECHECK_BATCH,
+    maxInFlight: 2,
+    run: async (_key, items) => {
+      streamRechecks.inc();
+      const leased = await store.stillLeased(items.flatMap(({ appId, held }) => held.map(({ id }) => ({ appId, id }))));
+      return items.map(() => leased);
+    },
+  });
   const streamsGauge = metrics.gauge("queue_streams", "StreamMessages calls open on this instance.", []);
   const streamSent = metrics.counter(
     "queue_stream_messages_sent_total",
@@ -282,18 +298,18 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
       while (!signal.aborted) {
         const room = windowSize - window.size;
         if (room <= 0) {
-          await window.shrunk(signal, recheckMs);
+          await window.shrunk(signal, windows.recheckTick(recheckMs));
           if (signal.aborted || window.size < windowSize) {
             recheckMs = STREAM_RECHECK_MIN_MS;
             continue;
           }
           // Still full: acks made on other instances are not reported here, nor extensions; ask the database.
           const held = window.receipts();
-          const leased = await store.stillLeased(app.id, held);
+          const leased = await recheckBatcher.call("", { appId: app.id, held });
           let freed = 0;
           const now = Date.now();
           for (const r of held)
-            if (!leased.has(`${r.id}|${r.claim}`)) {
+            if (!leased.has(`${app.id}|${r.id}|${r.claim}`)) {
               windows.acked(app.id, r.id, r.claim);
               freed++;
             } else if (r.untilMs <= now) {

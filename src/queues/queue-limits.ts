@@ -53,6 +53,8 @@ export const MAX_CONSUME_MESSAGES = 100;
 export const STREAM_RECHECK_MIN_MS = 5;
 /** ...and, while none was, twice as long each time, up to this. */
 export const STREAM_RECHECK_MAX_MS = 100;
+/** Most streams whose full windows one statement asks about (each holds at most `MAX_STREAM_WINDOW` receipts). */
+export const STREAM_RECHECK_BATCH = 32;
 /** A stream's receipt found still leased past its lease end here (extended on another instance) is asked about again this often. */
 export const STREAM_EXTENDED_RECHECK_MS = 1_000;
 /**

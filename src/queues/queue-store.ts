@@ -404,8 +404,11 @@ export interface QueueStore {
     defaults: ClaimRule["retry"],
     notifyPrefix?: string,
   ): Promise<{ queue: string; visibleAtMs: number } | undefined>;
-  /** Of these leases of one app's messages, those that still hold (keys `id|claim`). */
-  stillLeased(appId: string, leases: { id: string; claim: number }[]): Promise<Set<string>>;
+  /**
+   * Of these messages (of any apps: the full windows of several streams), the leases that still hold, as keys
+   * `appId|id|claim`: a message is found only under the app it was named with.
+   */
+  stillLeased(messages: { appId: string; id: string }[]): Promise<Set<string>>;
   /** Acks several receipts (of any apps) in one statement; true where that receipt's lease was current. */
   ackMany(receipts: { appId: string; id: string; claim: number }[]): Promise<boolean[]>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
@@ -877,15 +880,18 @@ function createLeaseStore({
       return row ? { queue: row.queue, visibleAtMs: Number(row.visible_at_ms) } : undefined;
     },
 
-    async stillLeased(appId, leases) {
-      if (leases.length === 0) return new Set();
-      const ids = leases.map((l) => l.id);
-      const { rows } = await sql<{ id: string; claims: number }>`${PREPARED}
-        SELECT id, claims FROM queue_messages
-        WHERE id = ANY (${uuidArray(ids)}) AND app_id = ${appId} AND lease_until > now() AND visible_at > now()`.execute(
-        db,
+    async stillLeased(messages) {
+      if (messages.length === 0) return new Set();
+      const named = new Set(messages.map((m) => `${m.appId}|${m.id}`));
+      const apps = [...new Set(messages.map((m) => m.appId))];
+      const { rows } = await sql<{ app_id: string; id: string; claims: number }>`${PREPARED}
+        SELECT app_id, id, claims FROM queue_messages
+        WHERE id = ANY (${uuidArray(messages.map((m) => m.id))}) AND app_id = ANY (${uuidArray(apps)})
+          AND lease_until > now() AND visible_at > now()`.execute(db);
+      // The statement narrows by app; each message is matched with the app it was named with here.
+      return new Set(
+        rows.filter((r) => named.has(`${r.app_id}|${r.id}`)).map((r) => `${r.app_id}|${r.id}|${Number(r.claims)}`),
       );
-      return new Set(rows.map((r) => `${r.id}|${Number(r.claims)}`));
     },
 
     async ackMany(receipts) {

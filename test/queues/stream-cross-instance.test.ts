@@ -3,10 +3,13 @@
  * instance: behind a load balancer that spreads HTTP/2 requests, the stream
  * runs on one instance and its `AckMessages` calls land on another. Before,
  * the window freed only as leases lapsed (window ÷ lease messages a second).
+ * The streams of an instance whose windows are full ask the database together
+ * (`stream-windows.ts` `recheckTick`, `queue-consumers.ts`).
  */
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { startInstances, type Instances, type TestApp, type TestServer } from "../support/harness.ts";
+import { metricValue, until } from "../support/server-state.ts";
 
 let instances: Instances;
 let a: TestServer;
@@ -86,4 +89,52 @@ it("a stream on instance A keeps its window full while a lease it handed out is 
   expect(extendedAt).toBeGreaterThan(0);
   // A window of 1 holds the extended message: the second one is not sent beside it.
   expect(received.map((r) => r.id)).toHaveLength(1);
+}, 30_000);
+
+it("streams with full windows ask the database together, and an ack on B frees only the window of the stream that sent it", async () => {
+  const other = await a.createApp();
+  const streams = 12;
+  const owners = Array.from({ length: streams }, (_, i) => (i % 2 === 0 ? app : other));
+  await Promise.all(
+    owners.map((owner, i) =>
+      b.client(QueueService, owner.token, "grpc").putMessages({
+        queue: `full-${i}`,
+        messages: [0, 1].map((n) => ({ payload: { kind: { case: "numberValue", value: n } } })),
+      }),
+    ),
+  );
+  const stop = new AbortController();
+  const received = owners.map(() => [] as { id: string; receipt: string }[]);
+  const readers = owners.map(async (owner, i) => {
+    try {
+      for await (const res of a
+        .client(QueueService, owner.token, "grpc")
+        .streamMessages({ queue: `full-${i}`, window: 1, leaseSeconds: 600 }, { signal: stop.signal }))
+        received[i].push(...res.messages);
+    } catch {
+      // The test's own stop.
+    }
+  });
+  try {
+    await until(() => received.every((r) => r.length === 1), "every stream to fill its window of 1");
+    // Past the backoff's first steps (5 to 80 ms): every stream asks at the 100 ms step now.
+    const from = metricValue(a, "queue_stream_rechecks_total");
+    await until(() => metricValue(a, "queue_stream_rechecks_total") >= from + 3, "three rechecks");
+    const counted = metricValue(a, "queue_stream_rechecks_total");
+    const started = Date.now();
+    await until(() => metricValue(a, "queue_stream_rechecks_total") >= counted + 10, "ten more rechecks");
+    // One statement a step for all 12 streams: ten take about a second. Each stream on its own timer, ten
+    // statements went out within one step.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(700);
+    // An ack on B of stream 3's message (the other app's) frees its window alone, within a step or two.
+    const { acked } = await b.client(QueueService, owners[3].token, "grpc").ackMessages({
+      receipts: [received[3][0].receipt],
+    });
+    expect(acked).toEqual([true]);
+    await until(() => received[3].length === 2, "stream 3 to get its second message");
+    expect(received.map((r) => r.length)).toEqual(owners.map((_, i) => (i === 3 ? 2 : 1)));
+  } finally {
+    stop.abort();
+    await Promise.all(readers);
+  }
 }, 30_000);
