@@ -252,7 +252,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       if (closed) return;
       closed = true;
       shutdown.abort(new PlatformError("internal", "server shutting down"));
-      housekeeping.stop();
+      await housekeeping.stop();
       await fastify.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();

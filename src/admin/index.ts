@@ -39,9 +39,9 @@ export function createAdminFacility(
       {
         name: "audit log",
         intervalMs: AUDIT_SWEEP_INTERVAL_MS,
-        run: () => {
+        run: (signal) => {
           const cutoff = retentionCutoff(deps.config.auditRetentionDays);
-          return inBatches((batch) => audit.deleteOlderThan(cutoff, batch));
+          return inBatches(signal, (batch) => audit.deleteOlderThan(cutoff, batch));
         },
       },
     ],

@@ -4,7 +4,9 @@
  * `SKIP LOCKED` or keyed deletes, so instances share the work instead of
  * waiting on each other, and a run never overlaps the previous run of the
  * same task. A failure is logged (once per outage when the database is
- * unreachable) and the next run tries again.
+ * unreachable) and the next run tries again. `stop()` ends the runs under way
+ * between two batches and waits for them, so a server that closes never has a
+ * task's statement cut by the database's close (logged as a failed task).
  */
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "./database/index.ts";
@@ -15,13 +17,14 @@ export interface HousekeepingTask {
   /** For the log and the metrics: e.g. `mail retention`. */
   readonly name: string;
   readonly intervalMs: number;
-  /** One pass; resolves to how many rows it removed. */
-  run(): Promise<number>;
+  /** One pass; resolves to how many rows it removed. Ends early, between two batches, once `signal` aborts. */
+  run(signal: AbortSignal): Promise<number>;
 }
 
 export interface Housekeeping {
   start(): void;
-  stop(): void;
+  /** No more runs; the runs under way end after their current batch, and this resolves when they have. */
+  stop(): Promise<void>;
   /** Runs every task once now, in order (for tests and for an operator's command). */
   runAll(): Promise<Record<string, number>>;
 }
@@ -32,10 +35,14 @@ export const RETENTION_INTERVAL_MS = HOUR_MS;
 /** Rows one statement of a housekeeping task may touch: small enough to hold no lock for long. */
 export const HOUSEKEEPING_BATCH = 1000;
 
-/** Calls `step(batch)` until it removes fewer than a batch; the total removed. */
-export async function inBatches(step: (batch: number) => Promise<number>, batch = HOUSEKEEPING_BATCH): Promise<number> {
+/** Calls `step(batch)` until it removes fewer than a batch, or `signal` aborts; the total removed. */
+export async function inBatches(
+  signal: AbortSignal,
+  step: (batch: number) => Promise<number>,
+  batch = HOUSEKEEPING_BATCH,
+): Promise<number> {
   let total = 0;
-  for (let n = batch; n === batch;) {
+  for (let n = batch; n === batch && !signal.aborted;) {
     n = await step(batch);
     total += n;
   }
@@ -48,10 +55,15 @@ export async function inBatches(step: (batch: number) => Promise<number>, batch 
  * statement past its timeout, would keep every app after it from ever being
  * swept); the first failure is thrown once all were tried.
  */
-async function sumOverApps<A>(apps: readonly A[], step: (app: A) => Promise<number>): Promise<number> {
+async function sumOverApps<A>(
+  signal: AbortSignal,
+  apps: readonly A[],
+  step: (app: A) => Promise<number>,
+): Promise<number> {
   let removed = 0;
   let failure: Error | undefined;
   for (const app of apps) {
+    if (signal.aborted) break;
     try {
       removed += await step(app);
     } catch (err) {
@@ -75,10 +87,10 @@ export function retentionTask(
   return {
     name,
     intervalMs: RETENTION_INTERVAL_MS,
-    async run() {
-      return sumOverApps(await apps.list(), (app) => {
+    async run(signal) {
+      return sumOverApps(signal, await apps.list(), (app) => {
         const before = retentionCutoff(app.limits.retentionDays);
-        return inBatches((batch) => deleteBefore(app.id, before, batch));
+        return inBatches(signal, (batch) => deleteBefore(app.id, before, batch));
       });
     },
   };
@@ -102,10 +114,11 @@ export function orphanSweepTask(
   return {
     name,
     intervalMs: RETENTION_INTERVAL_MS,
-    async run() {
+    async run(signal) {
       const held = await storeApps();
       const existing = new Set((await apps.list()).map((app) => app.id));
       return sumOverApps(
+        signal,
         held.filter((appId) => !existing.has(appId)),
         (appId) => deleteApp(appId),
       );
@@ -119,11 +132,18 @@ export function createHousekeeping(
 ): Housekeeping {
   const timers: NodeJS.Timeout[] = [];
   const running = new Set<string>();
-  const runOne = async (task: HousekeepingTask): Promise<number> => {
-    if (running.has(task.name)) return 0;
+  const runs = new Set<Promise<number>>();
+  const stopping = new AbortController();
+  const runOne = (task: HousekeepingTask): Promise<number> => {
+    const run = runTask(task);
+    runs.add(run);
+    return run.finally(() => runs.delete(run));
+  };
+  const runTask = async (task: HousekeepingTask): Promise<number> => {
+    if (running.has(task.name) || stopping.signal.aborted) return 0;
     running.add(task.name);
     try {
-      const removed = await task.run();
+      const removed = await task.run(stopping.signal);
       if (removed > 0) options.logger.info({ task: task.name, removed }, "housekeeping");
       return removed;
     } catch (err) {
@@ -145,8 +165,10 @@ export function createHousekeeping(
         timers.push(timer);
       }
     },
-    stop() {
+    async stop() {
       for (const timer of timers.splice(0)) clearInterval(timer);
+      stopping.abort();
+      await Promise.all(runs);
     },
     async runAll() {
       const out: Record<string, number> = {};

@@ -195,12 +195,12 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
       {
         name: "queue event feed expiry",
         intervalMs: EXPIRE_INTERVAL_MS,
-        run: () => inBatches((batch) => store.expire(batch), EXPIRE_BATCH),
+        run: (signal) => inBatches(signal, (batch) => store.expire(batch), EXPIRE_BATCH),
       },
       {
         name: "queue event feed of deleted apps",
         intervalMs: RETENTION_INTERVAL_MS,
-        run: () => inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH),
+        run: (signal) => inBatches(signal, (batch) => store.deleteOrphans(batch), EXPIRE_BATCH),
       },
     ],
 

@@ -26,8 +26,8 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
     {
       name: "queue expiry",
       intervalMs: EXPIRE_INTERVAL_MS,
-      async run() {
-        const n = await inBatches((batch) => store.expire(batch), EXPIRE_BATCH);
+      async run(signal) {
+        const n = await inBatches(signal, (batch) => store.expire(batch), EXPIRE_BATCH);
         if (n > 0) expired.inc(n);
         return n;
       },
@@ -35,29 +35,29 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
     {
       name: "queue dead-letter expiry",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: () => inBatches((batch) => store.expireDeadLetters(batch), EXPIRE_BATCH),
+      run: (signal) => inBatches(signal, (batch) => store.expireDeadLetters(batch), EXPIRE_BATCH),
     },
     {
       name: "queue dedup keys",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: () => inBatches((batch) => store.expireDedupKeys(batch), EXPIRE_BATCH),
+      run: (signal) => inBatches(signal, (batch) => store.expireDedupKeys(batch), EXPIRE_BATCH),
     },
     {
       name: "queue count slots",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: () => inBatches((batch) => store.compactCounts(batch), EXPIRE_BATCH),
+      run: (signal) => inBatches(signal, (batch) => store.compactCounts(batch), EXPIRE_BATCH),
     },
     {
       name: "queue activity hours",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: () => inBatches((batch) => store.pruneActivity(ACTIVITY_KEEP_HOURS, batch), EXPIRE_BATCH),
+      run: (signal) => inBatches(signal, (batch) => store.pruneActivity(ACTIVITY_KEEP_HOURS, batch), EXPIRE_BATCH),
     },
     {
       name: "queue messages of deleted apps",
       intervalMs: ORPHAN_INTERVAL_MS,
-      run: async () =>
-        (await inBatches((batch) => store.deleteOrphans(batch), EXPIRE_BATCH)) +
-        (await inBatches((batch) => store.deleteDeadLetterOrphans(batch), EXPIRE_BATCH)) +
+      run: async (signal) =>
+        (await inBatches(signal, (batch) => store.deleteOrphans(batch), EXPIRE_BATCH)) +
+        (await inBatches(signal, (batch) => store.deleteDeadLetterOrphans(batch), EXPIRE_BATCH)) +
         (await store.deleteControlOrphans(EXPIRE_BATCH)),
     },
   ];

@@ -61,7 +61,7 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
       {
         name: "secret links",
         intervalMs: LINK_SWEEP_INTERVAL_MS,
-        run: () => inBatches((batch) => store.deleteDeadLinks(batch)),
+        run: (signal) => inBatches(signal, (batch) => store.deleteDeadLinks(batch)),
       },
     ],
     lockForAppDeletion: (trx, appId) => secrets.lockForAppDeletion(trx, appId),

@@ -13,7 +13,9 @@ import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { eventsFilter } from "../../src/analytics/mongo-event-store.ts";
 import { retentionCutoff } from "../../src/core/apps/apps.ts";
-import { orphanSweepTask, retentionTask } from "../../src/core/housekeeping.ts";
+import pino from "pino";
+import { createDatabaseHealth } from "../../src/core/database/health.ts";
+import { createHousekeeping, inBatches, orphanSweepTask, retentionTask } from "../../src/core/housekeeping.ts";
 import { startInstances, startServer, useTestServer, type Instances, type TestApp } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
@@ -177,6 +179,50 @@ describe("secret link sweep (src/secrets/secret-store.ts deleteDeadLinks)", () =
   });
 });
 
+describe("createHousekeeping: stop", () => {
+  it("ends a run under way after its current batch and resolves once it has, with nothing logged as failed", async () => {
+    const lines: string[] = [];
+    const logger = pino({ level: "debug" }, { write: (line: string) => void lines.push(line) });
+    let batches = 0;
+    let inBatch!: () => void;
+    const entered = new Promise<void>((resolve) => (inBatch = resolve));
+    let finishBatch!: () => void;
+    const finished = new Promise<void>((resolve) => (finishBatch = resolve));
+    const housekeeping = createHousekeeping(
+      [
+        {
+          name: "test sweep",
+          intervalMs: 60_000,
+          // Always a full batch: without the stop it would go on for ever.
+          run: (signal) =>
+            inBatches(signal, async (batch) => {
+              batches++;
+              inBatch();
+              await finished;
+              return batch;
+            }),
+        },
+      ],
+      { logger, health: createDatabaseHealth() },
+    );
+    const running = housekeeping.runAll();
+    await entered;
+    let stopped = false;
+    const stopping = housekeeping.stop().then(() => (stopped = true));
+    // The batch under way is not cut: stop waits for it.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(stopped).toBe(false);
+    finishBatch();
+    await stopping;
+    expect(await running).toEqual({ "test sweep": 1000 });
+    expect(batches).toBe(1);
+    expect(lines.filter((l) => l.includes("failed"))).toEqual([]);
+    // Stopped: no run starts any more.
+    expect(await housekeeping.runAll()).toEqual({ "test sweep": 0 });
+    expect(batches).toBe(1);
+  });
+});
+
 describe("retention (src/core/housekeeping.ts retentionTask)", () => {
   it("an app whose deletion fails does not stop the others; the failure is told after all were tried", async () => {
     const apps = ["a", "b", "c"].map((id) => ({ id, limits: { retentionDays: 30 } }));
@@ -187,7 +233,7 @@ describe("retention (src/core/housekeeping.ts retentionTask)", () => {
       swept.push(appId);
       return batch - 1;
     });
-    await expect(task.run()).rejects.toBe(timeout);
+    await expect(task.run(new AbortController().signal)).rejects.toBe(timeout);
     expect(swept).toEqual(["b", "c"]);
   });
 });
@@ -222,7 +268,7 @@ describe("orphan sweep (src/core/housekeeping.ts orphanSweepTask)", () => {
         return n;
       },
     );
-    expect(await task.run()).toBe(2);
+    expect(await task.run(new AbortController().signal)).toBe(2);
     expect([...held.keys()].sort()).toEqual([kept.id, fresh!.id].sort());
   });
 

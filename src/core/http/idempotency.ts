@@ -226,7 +226,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
     housekeeping: () => ({
       name: "idempotency key expiry",
       intervalMs: IDEMPOTENCY_SWEEP_INTERVAL_MS,
-      run: () => inBatches((batch) => store.expire(batch), HOUSEKEEPING_BATCH),
+      run: (signal) => inBatches(signal, (batch) => store.expire(batch), HOUSEKEEPING_BATCH),
     }),
   };
 }
