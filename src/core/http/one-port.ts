@@ -69,10 +69,11 @@ export interface OnePortOptions {
  * is not watched.
  */
 function createBodyDeadlines(requestTimeoutMs: number) {
-  // HTTP/1.1: the parser's mark, whoever reads the body. HTTP/2: the stream's end (the compatibility request
-  // reads its stream as it comes, so this holds once END_STREAM is in, even when nobody reads the request).
+  // HTTP/1.1: the parser's mark, whoever reads the body. HTTP/2: a request without a body (END_STREAM on its
+  // HEADERS, as for a GET), or the stream's end (the compatibility request reads its stream as it comes, so this
+  // holds once END_STREAM is in, even when nobody reads the request).
   const bodyIn = (req: http.IncomingMessage | http2.Http2ServerRequest) =>
-    "stream" in req ? req.stream.readableEnded || req.stream.destroyed : req.complete;
+    "stream" in req ? req.stream.endAfterHeaders || req.stream.readableEnded || req.stream.destroyed : req.complete;
   const watched = new Map<http.IncomingMessage | http2.Http2ServerRequest, number>();
   let sweep: NodeJS.Timeout | undefined;
   const sweepNow = () => {
