@@ -41,18 +41,20 @@ export type Principal =
 export const principalKey = createContextKey<Principal>({ kind: "public" }, { description: "principal" });
 
 /**
+ * The principal the call's head was authenticated as, before its body was read (`registerConnectRoutes`'
+ * `authenticate`): the interceptor takes it rather than authenticating the call a second time, as the REST
+ * routes do (a call that lasts still asks again before each claim, `reauthenticateKey`).
+ */
+export const headPrincipalKey = createContextKey<Principal | undefined>(undefined, {
+  description: "principal authenticated at the call's head",
+});
+
+/**
  * Authenticates the call's credentials once more, as a new request would be:
  * a call that lasts (a stream, a waiting consume) asks before each claim, so a
  * stopped app, a revoked token or a deleted app ends it (the authenticator's
  * cache is cleared on every instance when one of these changes).
  */
-/**
- * The principal the call's head was authenticated as, before its body was read (`registerConnectRoutes`'
- * `authenticate`): the interceptor takes it rather than authenticating the call a second time.
- */
-export const headPrincipalKey = createContextKey<Principal | undefined>(undefined, {
-  description: "principal authenticated at the call's head",
-});
 export const reauthenticateKey = createContextKey<(() => Promise<Principal>) | undefined>(undefined, {
   description: "reauthenticate",
 });

@@ -161,6 +161,7 @@ export function createStreamWindows(): StreamWindows {
     recheckTick(ms) {
       let tick = ticks.get(ms);
       if (!tick) {
+        // Unref'd: a stream waiting on it keeps the process up through its own call; the tick alone does not.
         tick = new Promise<void>((resolve) =>
           setTimeout(
             () => {
@@ -168,7 +169,7 @@ export function createStreamWindows(): StreamWindows {
               resolve();
             },
             ms - (Date.now() % ms),
-          ),
+          ).unref(),
         );
         ticks.set(ms, tick);
       }

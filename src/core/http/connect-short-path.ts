@@ -556,9 +556,14 @@ export function nodeHeaders(headers: Headers): NodeHeaders {
   return out;
 }
 
-/** Sets the fields of `headers` (when there are any) in `into`, each name prefixed with `prefix`. */
+/**
+ * Sets the fields of `headers` (when there are any) in `into`, each name prefixed with `prefix`. `set-cookie`
+ * keeps its values apart only as itself: as `trailer-set-cookie` they are joined, as Connect joins them.
+ */
 function addFields(into: NodeHeaders, headers: Headers | undefined, prefix = ""): void {
-  headers?.forEach((v, k) => void (into[prefix + k] = k === "set-cookie" ? headers.getSetCookie() : v));
+  headers?.forEach(
+    (v, k) => void (into[prefix + k] = k === "set-cookie" && prefix === "" ? headers.getSetCookie() : v),
+  );
 }
 
 /** Takes the reply from fastify and writes the answer in one piece; resolves once it is written or the client left. */
