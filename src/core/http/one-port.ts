@@ -69,11 +69,17 @@ export interface OnePortOptions {
  * is not watched.
  */
 function createBodyDeadlines(requestTimeoutMs: number) {
-  // HTTP/1.1: the parser's mark, whoever reads the body. HTTP/2: a request without a body (END_STREAM on its
-  // HEADERS, as for a GET), or the stream's end (the compatibility request reads its stream as it comes, so this
-  // holds once END_STREAM is in, even when nobody reads the request).
+  // A request without a body: over HTTP/1.1 one with neither `content-length` (or 0) nor `transfer-encoding`
+  // (the request is handed on before the parser marks it complete); over HTTP/2 END_STREAM on its HEADERS (a
+  // GET). Otherwise, HTTP/1.1: the parser's mark, whoever reads the body. HTTP/2: the stream's end (the
+  // compatibility request reads its stream as it comes, so this holds once END_STREAM is in, even when nobody
+  // reads the request).
   const bodyIn = (req: http.IncomingMessage | http2.Http2ServerRequest) =>
-    "stream" in req ? req.stream.endAfterHeaders || req.stream.readableEnded || req.stream.destroyed : req.complete;
+    "stream" in req
+      ? req.stream.endAfterHeaders || req.stream.readableEnded || req.stream.destroyed
+      : req.complete ||
+        ((req.headers["content-length"] === undefined || req.headers["content-length"] === "0") &&
+          req.headers["transfer-encoding"] === undefined);
   const watched = new Map<http.IncomingMessage | http2.Http2ServerRequest, number>();
   let sweep: NodeJS.Timeout | undefined;
   const sweepNow = () => {
