@@ -597,7 +597,7 @@ const COMMANDS: Command[] = [
   {
     name: "mail list",
     synopsis:
-      "NAME [--limit N] [--query TEXT] [--status sent|stored|failed] [--since TIME] [--until TIME] [--page TOKEN]",
+      "NAME [--limit N] [--query TEXT] [--status sent|stored|failed|unconfirmed] [--since TIME] [--until TIME] [--page TOKEN]",
     summary: "the app's mail, newest first (a page; --page continues)",
     options: { limit: STRING, query: STRING, status: STRING, since: STRING, until: STRING, page: STRING },
     async run(ctx) {
@@ -605,10 +605,11 @@ const COMMANDS: Command[] = [
         sent: MailStatus.SENT,
         stored: MailStatus.STORED,
         failed: MailStatus.FAILED,
+        unconfirmed: MailStatus.UNCONFIRMED,
       };
       const status = str(ctx.values, "status");
       if (status !== undefined && !(status in statuses))
-        throw new UsageError("--status: must be sent, stored or failed");
+        throw new UsageError("--status: must be sent, stored, failed or unconfirmed");
       const since = str(ctx.values, "since");
       const until = str(ctx.values, "until");
       const res = await ctx.admin().listMail({

@@ -119,6 +119,7 @@ const MAIL_STATUS: Record<MailLogStatus, MailStatus> = {
   sent: MailStatus.SENT,
   stored: MailStatus.STORED,
   failed: MailStatus.FAILED,
+  unconfirmed: MailStatus.UNCONFIRMED,
 };
 
 function mailMessage(r: MailLogRecord): MailInit {
@@ -571,7 +572,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
       if (req.status !== undefined && req.status !== MailStatus.UNSPECIFIED) {
         status = (Object.keys(MAIL_STATUS) as MailLogStatus[]).find((k) => MAIL_STATUS[k] === req.status);
         if (!status)
-          throw invalidArgument("status", "must be MAIL_STATUS_SENT, MAIL_STATUS_STORED or MAIL_STATUS_FAILED");
+          throw invalidArgument(
+            "status",
+            "must be MAIL_STATUS_SENT, MAIL_STATUS_STORED, MAIL_STATUS_FAILED or MAIL_STATUS_UNCONFIRMED",
+          );
       }
       const found = await hooks.searchMail(app.id, {
         query: query || undefined,

@@ -89,8 +89,10 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
                     cause: err,
                     outcomeUnknown: provider.delivers,
                   });
-            await record(app.id, { ...entry, text: null, status: "failed", providerMessageId: "" }).catch(
-              (e: unknown) => logger.error({ err: errorText(e), appId: app.id }, "could not log a failed mail"),
+            // A provider that failed after taking the message may have sent it: not "failed", which says it was not.
+            const status = error.outcomeUnknown ? "unconfirmed" : "failed";
+            await record(app.id, { ...entry, text: null, status, providerMessageId: "" }).catch((e: unknown) =>
+              logger.error({ err: errorText(e), appId: app.id }, "could not log a failed mail"),
             );
             throw error;
           }

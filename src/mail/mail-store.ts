@@ -15,7 +15,7 @@ export interface MailLogTable {
   subject: string;
   /** Kept only for the outbox, where the row is the message; null for SES. */
   body_text: string | null;
-  status: "sent" | "stored" | "failed";
+  status: MailLogStatus;
   provider: string;
   provider_message_id: string;
   created_at: Timestamp;
@@ -25,7 +25,11 @@ export type MailTables = {
   mail_log: MailLogTable;
 };
 
-export type MailLogStatus = "sent" | "stored" | "failed";
+/**
+ * `sent`: the provider took it; `stored`: the outbox holds it; `failed`: not sent (refused, or the provider was
+ * never reached); `unconfirmed`: the provider failed after taking it (SES 5xx, no answer), so it may have been.
+ */
+export type MailLogStatus = "sent" | "stored" | "failed" | "unconfirmed";
 
 export interface MailLogEntry {
   to: string;

@@ -257,11 +257,18 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
       );
       expect(fixture.requests).toHaveLength(attempts);
 
-      // The refusal is logged as failed. A refusal leaves the whole allowance; a failure after which SES
-      // may have sent the mail keeps it counted (released, a cap of 1 could send 2).
+      // A refusal is logged as failed and leaves the whole allowance; a failure after which SES may have sent
+      // the mail is logged as unconfirmed (an operator must not read it as not sent) and keeps it counted
+      // (released, a cap of 1 could send 2).
       const { mails } = await refusing.admin.listMail({ appId: a.id });
       expect(mails).toHaveLength(1);
-      expect(mails[0]).toMatchObject({ status: MailStatus.FAILED, providerMessageId: "", subject: "s" });
+      expect(mails[0]).toMatchObject({
+        status: mayHaveLeft ? MailStatus.UNCONFIRMED : MailStatus.FAILED,
+        providerMessageId: "",
+        subject: "s",
+      });
+      const unconfirmed = await refusing.admin.listMail({ appId: a.id, status: MailStatus.UNCONFIRMED });
+      expect(unconfirmed.mails).toHaveLength(mayHaveLeft ? 1 : 0);
       expect(Number((await refusing.admin.getUsage({ appId: a.id })).mail!.used)).toBe(mayHaveLeft ? 1 : 0);
       fixture.set("accept");
       const next = await refusing.request("POST", "/v1/mail/send", {

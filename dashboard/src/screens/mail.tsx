@@ -13,6 +13,7 @@ const STATUS: Record<MailStatus, string> = {
   [MailStatus.SENT]: "sent",
   [MailStatus.STORED]: "stored",
   [MailStatus.FAILED]: "failed",
+  [MailStatus.UNCONFIRMED]: "unconfirmed",
 };
 
 const PAGE_SIZE = 50;
@@ -79,6 +80,7 @@ export function MailTab({ app }: { app: App }) {
               <option value={MailStatus.SENT}>sent</option>
               <option value={MailStatus.STORED}>stored</option>
               <option value={MailStatus.FAILED}>failed</option>
+              <option value={MailStatus.UNCONFIRMED}>unconfirmed</option>
             </select>
           </label>
           <label className="field">

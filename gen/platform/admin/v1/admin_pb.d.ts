@@ -2669,11 +2669,19 @@ export enum MailStatus {
   STORED = 2,
 
   /**
-   * Refused by the provider, or the provider failed.
+   * Refused by the provider, or the provider failed before taking it: not sent.
    *
    * @generated from enum value: MAIL_STATUS_FAILED = 3;
    */
   FAILED = 3,
+
+  /**
+   * The provider failed after taking it (SES answered 5xx, or did not answer): it may have been sent. The app
+   * got 502 and the message stays counted; sending it again may deliver it twice.
+   *
+   * @generated from enum value: MAIL_STATUS_UNCONFIRMED = 4;
+   */
+  UNCONFIRMED = 4,
 }
 
 /**

@@ -24,6 +24,7 @@ import * as queueActivity from "./0019-queue-activity.ts";
 import * as queueDepth from "./0020-queue-depth.ts";
 import * as secretVersionFloors from "./0021-secret-version-floors.ts";
 import * as queueClaims from "./0022-queue-claims.ts";
+import * as mailUnconfirmed from "./0023-mail-unconfirmed.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -47,4 +48,5 @@ export const migrations: Record<string, Migration> = {
   "0020-queue-depth": queueDepth,
   "0021-secret-version-floors": secretVersionFloors,
   "0022-queue-claims": queueClaims,
+  "0023-mail-unconfirmed": mailUnconfirmed,
 };
