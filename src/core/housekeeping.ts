@@ -131,17 +131,16 @@ export function createHousekeeping(
   options: { logger: Logger; health: DatabaseHealth },
 ): Housekeeping {
   const timers: NodeJS.Timeout[] = [];
-  const running = new Set<string>();
-  const runs = new Set<Promise<number>>();
+  // The run under way of each task, by name: a task never overlaps itself, and `stop` waits for these.
+  const running = new Map<string, Promise<number>>();
   const stopping = new AbortController();
-  const runOne = (task: HousekeepingTask): Promise<number> => {
-    const run = runTask(task);
-    runs.add(run);
-    return run.finally(() => runs.delete(run));
+  const runOne = async (task: HousekeepingTask): Promise<number> => {
+    if (running.has(task.name) || stopping.signal.aborted) return 0;
+    const run = runTask(task).finally(() => running.delete(task.name));
+    running.set(task.name, run);
+    return run;
   };
   const runTask = async (task: HousekeepingTask): Promise<number> => {
-    if (running.has(task.name) || stopping.signal.aborted) return 0;
-    running.add(task.name);
     try {
       const removed = await task.run(stopping.signal);
       if (removed > 0) options.logger.info({ task: task.name, removed }, "housekeeping");
@@ -153,8 +152,6 @@ export function createHousekeeping(
           "housekeeping task failed",
         );
       return 0;
-    } finally {
-      running.delete(task.name);
     }
   };
   return {
@@ -168,7 +165,7 @@ export function createHousekeeping(
     async stop() {
       for (const timer of timers.splice(0)) clearInterval(timer);
       stopping.abort();
-      await Promise.all(runs);
+      await Promise.all(running.values());
     },
     async runAll() {
       const out: Record<string, number> = {};

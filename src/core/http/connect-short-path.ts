@@ -539,7 +539,8 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   const header: NodeHeaders = { "content-type": "application/grpc+proto" };
   if (compression) header["grpc-encoding"] = compression.name;
   addFields(header, context.responseHeaders());
-  const trailer: NodeHeaders = { "grpc-status": "0" };
+  // The status last: it wins over a trailer of the same name the call set.
+  const trailer: NodeHeaders = {};
   addFields(trailer, context.responseTrailers());
   Object.assign(trailer, status);
   await answer(call.reply, 200, header, frame, trailer);
