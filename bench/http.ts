@@ -23,9 +23,13 @@
  * one run after the other (the baseline first for each operation). Each run's
  * log line also gives the server's CPU time per request (user + system, from
  * /proc, warm-up included): on a busy machine a steadier comparison than
- * requests per second; and the load generator's own CPU time per request (it
- * shares the machine's cores with the servers, and its HTTP/2 client costs
- * about twice its HTTP/1.1 one, which lowers every h2 protocol's figure).
+ * requests per second; the load generator's own CPU time per request; and how
+ * much of one core the server kept busy, and the share of the machine's CPU
+ * left idle. Both servers run JavaScript on one
+ * thread, and under this load that thread is the bottleneck (busy ~100% of a
+ * core, while the load generator and PostgreSQL leave part of the other core
+ * idle): so a ratio of requests per second is, closely, the inverse ratio of
+ * the servers' CPU time per request.
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
  * for operations `event_types_list`, `queues_list`, `models_list`, `queue_put`
@@ -195,6 +199,12 @@ async function cpuMs(pid: number): Promise<number> {
 }
 const CLOCK_TICKS = 100;
 
+/** The machine's idle and total CPU time so far, in clock ticks (all cores): how much the run left unused. */
+async function machineTicks(): Promise<{ idle: number; total: number }> {
+  const fields = (await fs.readFile("/proc/stat", "utf8")).split("\n")[0].trim().split(/\s+/).slice(1).map(Number);
+  return { idle: fields[3] + fields[4], total: fields.reduce((a, b) => a + b, 0) };
+}
+
 async function startBaseline(
   databaseUrl: string,
   appId: string,
@@ -292,6 +302,8 @@ async function main(): Promise<void> {
         const server = protocol === "baseline" ? baseline.child : service.child;
         const cpu0 = await cpuMs(server.pid!);
         const load0 = process.cpuUsage();
+        const wall0 = performance.now();
+        const machine0 = await machineTicks();
         const r = await runLoad(t, {
           concurrency: CONCURRENCY,
           h2Sessions: H2_SESSIONS,
@@ -300,11 +312,15 @@ async function main(): Promise<void> {
         });
         results[protocol] = r.reqPerS;
         figures[`${op.key}_${protocol}_req_s`] = round(r.reqPerS, 0);
-        const cpuUs = (((await cpuMs(server.pid!)) - cpu0) * 1000) / r.allRequests;
+        const serverMs = (await cpuMs(server.pid!)) - cpu0;
+        const cpuUs = (serverMs * 1000) / r.allRequests;
+        const busy = serverMs / (performance.now() - wall0);
+        const machine1 = await machineTicks();
+        const idle = (machine1.idle - machine0.idle) / (machine1.total - machine0.total);
         const load = process.cpuUsage(load0);
         const loadUs = (load.user + load.system) / r.allRequests;
         log(
-          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
+          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs; server busy ${String(round(busy * 100, 0)).padStart(3)}% of a core, machine ${String(round(idle * 100, 0)).padStart(2)}% idle)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
         );
         if (r.errors > 0) throw new Error(`${op.key} over ${protocol}: ${r.errors} errors (${r.firstError})`);
       }
