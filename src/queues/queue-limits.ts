@@ -11,21 +11,13 @@ export const MAX_DELAY_SECONDS = 86_400;
 /** `Retry-After` hint of `queue_full`: consumers usually drain a little within a few seconds. */
 export const QUEUE_FULL_RETRY_AFTER_SECONDS = 5;
 /**
- * Puts below `maxDepth - DEPTH_SLACK` waiting messages take the one-statement
- * path; nearer the cap, puts on one queue are serialised by an advisory lock
- * so concurrent puts cannot overshoot it (a fast-path put could only do so
- * with more than this many puts on one queue in flight at once).
- */
-export const DEPTH_SLACK = 64;
-/**
  * Concurrent puts on one queue share one statement and one commit (group
  * commit), at most this many rows each and one such statement per queue at a
- * time on an instance: so one statement stays within half of `DEPTH_SLACK`,
- * and an overshoot of the cap would still take more than `DEPTH_SLACK` puts on
- * one queue in flight at once (several instances sending full batches at the
- * same moment).
+ * time on an instance. The statement counts the queue under its lock (taken
+ * exclusively, migration 0024), so the depth cap is exact up to the cap
+ * itself, whatever the number of instances.
  */
-export const PUT_BATCH = DEPTH_SLACK / 2;
+export const PUT_BATCH = 32;
 /** Concurrent consumes of one queue claim in one statement, at most this many messages. */
 export const CLAIM_BATCH = 64;
 /** Concurrent acks (of any app) go in one statement, at most this many. */

@@ -94,10 +94,10 @@ const EXPIRED = sql`(
 
 /**
  * How many messages wait on one queue, in time independent of how many, as a
- * put sees it before it inserts: `queue_depth` (migration 0020) takes the
- * queue's lock shared, so a batched put waits for a serialised one to commit,
- * then counts the queue's rows (`queue_counts`, 0012) less its leased and
- * expired ones with a snapshot of its own.
+ * put sees it before it inserts: `queue_depth` (migrations 0020 and 0024)
+ * takes the queue's lock, so a put waits for every put before it on the queue
+ * to commit, on any instance, then counts the queue's rows (`queue_counts`,
+ * 0012) less its leased and expired ones with a snapshot of its own.
  */
 const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
 
@@ -311,22 +311,24 @@ export type DeadLetterSelection = { all: true } | { ids: string[] };
 
 export interface QueueStore {
   /**
-   * The same put, serialised with every other `putSerialized` on the queue by
-   * a transaction-scoped advisory lock, so that near the depth cap concurrent
-   * puts cannot overshoot it. `within` (an operator's audit entry, an
-   * idempotent answer) runs in the same transaction when the message went in.
+   * One put in a transaction of its own, holding the queue's advisory lock
+   * (the lock every put on the queue takes to count it), so that `within` (an
+   * operator's audit entry, an idempotent answer) commits with the message.
    */
   putSerialized(input: PutInput, within?: InTransactionWith<PutDone>): Promise<PutResult>;
   /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
-   * `inserted: false` with the depth seen. One notification per distinct
-   * `notify`, its count appended (`...|n`), since NOTIFY folds equal payloads.
+   * `inserted: false` with the depth seen. The count waits for the queue's lock
+   * (`queue_depth`), so batches of several instances on one queue go one after
+   * the other and never together past `depthBelow`. One notification per
+   * distinct `notify`, its count appended (`...|n`), since NOTIFY folds equal
+   * payloads.
    */
   putMany(appId: string, queue: string, depthBelow: number, items: PutItem[]): Promise<PutResult[]>;
   /**
-   * Puts every item or none (`PutMessages`): serialised with `putSerialized`
-   * on the queue by the same advisory lock, it inserts all of them in one
+   * Puts every item or none (`PutMessages`): serialised with the queue's other
+   * puts by the same advisory lock, it inserts all of them in one
    * statement only if the waiting messages plus the batch stay within
    * `maxDepth`; otherwise nothing, and says how many wait. `within` (an
    * idempotent answer) runs in the same transaction when the batch went in.
@@ -554,18 +556,20 @@ function createPutStore({
       // Ids are made here so each caller finds its own row in RETURNING
       // (an INSERT cannot return the source row's position).
       const ids = items.map(() => crypto.randomUUID());
+      // The times count from after the queue's lock (the clock's, read once the count is made), not from the
+      // statement's start: a batch that waited for another instance's is not shortened by the wait.
       const { rows } = await sql<PutRow>`${PREPARED}
         WITH depth AS (
-          SELECT ${depthOf(appId, queue)} AS n
+          SELECT d.n, clock_timestamp() AS t FROM (SELECT ${depthOf(appId, queue)} AS n OFFSET 0) d
         ), src AS (
-          SELECT k.* FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
+          SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
                                  ${items.map((i) => i.notify ?? null)}::text[])
                           WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
           INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-          SELECT id, ${appId}, ${queue}, payload, now() + make_interval(secs => delay), now() + make_interval(secs => ttl)
+          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)
           FROM src
           RETURNING id, expires_at
         ), notified AS (

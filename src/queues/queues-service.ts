@@ -49,7 +49,6 @@ import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
-  DEPTH_SLACK,
   EVENTS_QUEUE,
   MAX_BATCH_MESSAGES,
   MAX_CONSUME_MESSAGES,
@@ -364,16 +363,12 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     }
     const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
-    let result: PutResult | undefined;
     // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
-    if (max - DEPTH_SLACK > 0 && !within) {
-      const depthBelow = max - DEPTH_SLACK;
-      result = await putBatcher.call(`${app.id}|${queue}|${depthBelow}`, { ...input, depthBelow });
-    }
-    if (!result?.inserted) {
-      const done = within && ((trx: Db, made: PutDone) => within(trx, { ...made, deduplicated: false }));
-      result = await store.putSerialized({ ...input, depthBelow: max }, done);
-    }
+    const result: PutResult = within
+      ? await store.putSerialized({ ...input, depthBelow: max }, (trx: Db, made: PutDone) =>
+          within(trx, { ...made, deduplicated: false }),
+        )
+      : await putBatcher.call(`${app.id}|${queue}|${max}`, { ...input, depthBelow: max });
     if (!result.inserted) throw queueFull(queue, result.depth, max);
     announced(app.id, queue, delaySeconds);
     return { id: result.id, expiresAt: result.expiresAt, deduplicated: false };

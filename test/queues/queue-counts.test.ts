@@ -91,7 +91,7 @@ describe("in one server", () => {
     });
   });
 
-  it("the depth cap is exact under 200 racing puts (single, batch and keyed), below and above the batched path's slack", async () => {
+  it("the depth cap is exact under 200 racing puts (single, batch and keyed), with caps below and above two shared statements' worth (64)", async () => {
     for (const cap of [50, 150]) {
       const app = await t.createApp();
       await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: cap } });
@@ -200,7 +200,7 @@ describe.skipIf(backend !== "postgres")(
     });
 
     it("a put that waited for the queue's lock counts its delay and time to live from after the wait", async () => {
-      // A cap of 10 is below the batched path's slack: every put takes the lock (a keyed one too).
+      // Both kinds of put wait for the lock: the unkeyed one in a shared statement, the keyed one in a transaction of its own.
       const app = await t.createApp();
       await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 10 } });
       const c = t.client(QueueService, app.token);
@@ -225,6 +225,62 @@ describe.skipIf(backend !== "postgres")(
         { payload: "1", delay_after: true, ttl_after: true },
         { payload: "2", delay_after: true, ttl_after: true },
       ]);
+    });
+
+    it("createQueueStore putMany: four instances' batches sent at the same moment stay within the cap", async () => {
+      // Each instance sends at most one batch per queue at a time; four instances each send a full one
+      // (32) at once on a queue capped at 100. A trigger on the first row a batch inserts waits at the gate, so
+      // every batch that has counted the queue is held open with its rows uncommitted. Counting beside each
+      // other, each would see none of the others' rows and insert all 32 (128); the cap lets 100 in.
+      const cap = 100;
+      const app = await t.createApp();
+      const db = t.server.deps.db;
+      const gate = clients[0];
+      await sql`
+        CREATE FUNCTION test_put_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_lock(${sql.lit(GATE)}); PERFORM pg_advisory_unlock(${sql.lit(GATE)}); RETURN NULL; END $$`.execute(
+        db,
+      );
+      await sql`
+        CREATE TRIGGER test_put_gate AFTER INSERT ON queue_messages
+        FOR EACH ROW WHEN (NEW.queue = 'gated' AND NEW.payload = '"first"') EXECUTE FUNCTION test_put_gate()`.execute(
+        db,
+      );
+      try {
+        await gate.query("SELECT pg_advisory_lock($1)", [GATE]);
+        const instances = Array.from({ length: 4 }, () => createQueueStore(db));
+        const batches = instances.map((store) =>
+          store.putMany(
+            app.id,
+            "gated",
+            cap,
+            Array.from({ length: 32 }, (_, i) => ({
+              payload: JSON.stringify(i === 0 ? "first" : i),
+              delaySeconds: 0,
+              ttlSeconds: 600,
+              notify: undefined,
+            })),
+          ),
+        );
+        // Every batch is either held at the gate (it counted) or waits for the queue's lock (it has not).
+        await vi.waitFor(async () => expect((await waitingOnGate()) + (await waitingOnQueueLocks())).toBe(4), {
+          timeout: 10_000,
+          interval: 20,
+        });
+        await gate.query("SELECT pg_advisory_unlock($1)", [GATE]);
+        const results = (await Promise.all(batches)).flat();
+        const rows = await compare(db, app.id);
+        expect({ inserted: results.filter((r) => r.inserted).length, rows }).toEqual({
+          inserted: cap,
+          rows: [{ queue: "gated", counted: cap, plain: cap }],
+        });
+        // Those left out are told the depth they met.
+        for (const r of results) if (!r.inserted) expect(r.depth).toBe(cap);
+      } finally {
+        await gate.query("SELECT pg_advisory_unlock_all()");
+        await sql`DROP TRIGGER IF EXISTS test_put_gate ON queue_messages`.execute(db);
+        await sql`DROP FUNCTION IF EXISTS test_put_gate()`.execute(db);
+      }
     });
   },
 );

@@ -146,7 +146,7 @@ describe("state table: (none) -> waiting (put)", () => {
     expect((await entry(q, capped.token))?.depth).toBe(20);
   });
 
-  it("keeps the depth cap exact when concurrent puts share statements (cap above the one-statement path's slack)", async () => {
+  it("keeps the depth cap exact when concurrent puts share statements (cap above one shared statement's 32)", async () => {
     const capped = await t.createApp();
     await t.admin.updateApp({ appId: capped.id, limits: { maxQueueDepth: 100 } });
     const q = freshQueue();

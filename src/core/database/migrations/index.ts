@@ -25,6 +25,7 @@ import * as queueDepth from "./0020-queue-depth.ts";
 import * as secretVersionFloors from "./0021-secret-version-floors.ts";
 import * as queueClaims from "./0022-queue-claims.ts";
 import * as mailUnconfirmed from "./0023-mail-unconfirmed.ts";
+import * as queueDepthExclusive from "./0024-queue-depth-exclusive.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -49,4 +50,5 @@ export const migrations: Record<string, Migration> = {
   "0021-secret-version-floors": secretVersionFloors,
   "0022-queue-claims": queueClaims,
   "0023-mail-unconfirmed": mailUnconfirmed,
+  "0024-queue-depth-exclusive": queueDepthExclusive,
 };
