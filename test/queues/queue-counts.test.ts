@@ -145,6 +145,34 @@ describe.skipIf(backend !== "postgres")(
       return rows[0].n as number;
     }
 
+    /**
+     * Runs `run` with the gate held and a trigger that makes every insert of a
+     * row of queue `gated` with payload `payload` (JSON text) wait at the gate
+     * before its statement can commit: a put is held open after it counted.
+     */
+    async function withGate(payload: string, run: () => Promise<void>): Promise<void> {
+      const db = t.server.deps.db;
+      await sql`
+        CREATE FUNCTION test_put_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_lock(${sql.lit(GATE)}); PERFORM pg_advisory_unlock(${sql.lit(GATE)}); RETURN NULL; END $$`.execute(
+        db,
+      );
+      await sql`
+        CREATE TRIGGER test_put_gate AFTER INSERT ON queue_messages
+        FOR EACH ROW WHEN (NEW.queue = 'gated' AND NEW.payload = ${sql.lit(payload)}) EXECUTE FUNCTION test_put_gate()`.execute(
+        db,
+      );
+      try {
+        await clients[0].query("SELECT pg_advisory_lock($1)", [GATE]);
+        await run();
+      } finally {
+        await clients[0].query("SELECT pg_advisory_unlock_all()");
+        await sql`DROP TRIGGER IF EXISTS test_put_gate ON queue_messages`.execute(db);
+        await sql`DROP FUNCTION IF EXISTS test_put_gate()`.execute(db);
+      }
+    }
+    const openGate = () => clients[0].query("SELECT pg_advisory_unlock($1)", [GATE]);
+
     it("single puts sent while a batch filling the queue is still open are refused, not added past the cap", async () => {
       // The batch counts the queue under its lock, inserts, then waits at the gate (a trigger on its
       // rows, not on the single puts') before it commits. Single puts sent meanwhile go in shared statements that count far
@@ -154,20 +182,8 @@ describe.skipIf(backend !== "postgres")(
       await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: cap } });
       const c = t.client(QueueService, app.token);
       const db = t.server.deps.db;
-      const gate = clients[0];
       const batchPayload = { kind: { case: "stringValue" as const, value: "batch" } };
-      await sql`
-        CREATE FUNCTION test_put_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_advisory_lock(${sql.lit(GATE)}); PERFORM pg_advisory_unlock(${sql.lit(GATE)}); RETURN NULL; END $$`.execute(
-        db,
-      );
-      await sql`
-        CREATE TRIGGER test_put_gate AFTER INSERT ON queue_messages
-        FOR EACH ROW WHEN (NEW.queue = 'gated' AND NEW.payload = '"batch"') EXECUTE FUNCTION test_put_gate()`.execute(
-        db,
-      );
-      try {
-        await gate.query("SELECT pg_advisory_lock($1)", [GATE]);
+      await withGate('"batch"', async () => {
         const batch = c
           .putMessages({ queue: "gated", messages: Array.from({ length: cap }, () => ({ payload: batchPayload })) })
           .then(
@@ -187,16 +203,12 @@ describe.skipIf(backend !== "postgres")(
           async () => expect(settled === singles.length || (await waitingOnQueueLocks()) > 0).toBe(true),
           { timeout: 10_000, interval: 20 },
         );
-        await gate.query("SELECT pg_advisory_unlock($1)", [GATE]);
+        await openGate();
         expect(await batch).toBe(true);
         const accepted = (await Promise.all(singles)).filter(Boolean).length;
         const rows = await compare(db, app.id);
         expect({ accepted, rows }).toEqual({ accepted: 0, rows: [{ queue: "gated", counted: cap, plain: cap }] });
-      } finally {
-        await gate.query("SELECT pg_advisory_unlock_all()");
-        await sql`DROP TRIGGER IF EXISTS test_put_gate ON queue_messages`.execute(db);
-        await sql`DROP FUNCTION IF EXISTS test_put_gate()`.execute(db);
-      }
+      });
     });
 
     it("a put that waited for the queue's lock counts its delay and time to live from after the wait", async () => {
@@ -235,19 +247,7 @@ describe.skipIf(backend !== "postgres")(
       const cap = 100;
       const app = await t.createApp();
       const db = t.server.deps.db;
-      const gate = clients[0];
-      await sql`
-        CREATE FUNCTION test_put_gate() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_advisory_lock(${sql.lit(GATE)}); PERFORM pg_advisory_unlock(${sql.lit(GATE)}); RETURN NULL; END $$`.execute(
-        db,
-      );
-      await sql`
-        CREATE TRIGGER test_put_gate AFTER INSERT ON queue_messages
-        FOR EACH ROW WHEN (NEW.queue = 'gated' AND NEW.payload = '"first"') EXECUTE FUNCTION test_put_gate()`.execute(
-        db,
-      );
-      try {
-        await gate.query("SELECT pg_advisory_lock($1)", [GATE]);
+      await withGate('"first"', async () => {
         const instances = Array.from({ length: 4 }, () => createQueueStore(db));
         const batches = instances.map((store) =>
           store.putMany(
@@ -267,7 +267,7 @@ describe.skipIf(backend !== "postgres")(
           timeout: 10_000,
           interval: 20,
         });
-        await gate.query("SELECT pg_advisory_unlock($1)", [GATE]);
+        await openGate();
         const results = (await Promise.all(batches)).flat();
         const rows = await compare(db, app.id);
         expect({ inserted: results.filter((r) => r.inserted).length, rows }).toEqual({
@@ -276,11 +276,7 @@ describe.skipIf(backend !== "postgres")(
         });
         // Those left out are told the depth they met.
         for (const r of results) if (!r.inserted) expect(r.depth).toBe(cap);
-      } finally {
-        await gate.query("SELECT pg_advisory_unlock_all()");
-        await sql`DROP TRIGGER IF EXISTS test_put_gate ON queue_messages`.execute(db);
-        await sql`DROP FUNCTION IF EXISTS test_put_gate()`.execute(db);
-      }
+      });
     });
   },
 );

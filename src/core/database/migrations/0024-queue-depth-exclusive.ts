@@ -17,32 +17,13 @@
  * (each instance still sends up to 32 puts in one statement); puts on
  * different queues do not wait for each other.
  */
-import { sql, type Kysely } from "kysely";
-
-const depthFunction = (lock: "pg_advisory_xact_lock" | "pg_advisory_xact_lock_shared") => sql`
-  CREATE OR REPLACE FUNCTION queue_depth(p_app_id uuid, p_queue text) RETURNS int
-  LANGUAGE plpgsql VOLATILE AS $$
-  DECLARE
-    t timestamptz;
-  BEGIN
-    PERFORM ${sql.raw(lock)}(hashtextextended('queue:' || p_app_id || ':' || p_queue, 0));
-    t := clock_timestamp();
-    RETURN greatest(0,
-      (SELECT coalesce(sum(n), 0) FROM queue_counts WHERE app_id = p_app_id AND queue = p_queue)
-      - (SELECT count(*) FROM queue_messages
-         WHERE app_id = p_app_id AND queue = p_queue AND visible_at > t AND lease_until > t)
-      - (SELECT count(*) FROM (
-           SELECT app_id, queue FROM queue_messages
-           WHERE expires_at <= t AND NOT coalesce(lease_until > t AND visible_at > t, false)
-           ORDER BY expires_at LIMIT 10000
-         ) e WHERE e.app_id = p_app_id AND e.queue = p_queue)
-    )::int;
-  END $$`;
+import type { Kysely } from "kysely";
+import { queueDepthFunction } from "./0020-queue-depth.ts";
 
 export async function up(db: Kysely<unknown>): Promise<void> {
-  await depthFunction("pg_advisory_xact_lock").execute(db);
+  await queueDepthFunction("pg_advisory_xact_lock").execute(db);
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
-  await depthFunction("pg_advisory_xact_lock_shared").execute(db);
+  await queueDepthFunction("pg_advisory_xact_lock_shared").execute(db);
 }
