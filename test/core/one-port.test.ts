@@ -3,7 +3,9 @@
  * finish a request header (or the HTTP/2 preface) are dropped after the
  * headers timeout, idle HTTP/2 sessions after the keep-alive timeout, a quiet
  * long-poll is never cut, and a SIGTERM under keep-alive load answers every
- * request that reached the server instead of resetting its socket.
+ * request that reached the server instead of resetting its socket; a body
+ * that fails to parse closes an HTTP/1.1 connection and, over HTTP/2, sets no
+ * connection header.
  */
 import crypto from "node:crypto";
 import http from "node:http";
@@ -167,6 +169,53 @@ describe("graceful shutdown (src/main.ts, src/core/http/one-port.ts)", () => {
       expect(await service.exited).toBe(0);
     } finally {
       if (service.child.exitCode === null) service.child.kill("SIGKILL");
+      await fs.rm(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("a body fastify could not parse (src/core/http/error-handler.ts)", () => {
+  it("closes an HTTP/1.1 connection, and over HTTP/2 sets no connection header (Node would drop it with a process warning)", async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-parse-"));
+    const adminToken = "pba_" + crypto.randomBytes(24).toString("base64url");
+    const service = await startServiceProcess(cleanEnv({ DATA_DIR: dataDir, PORT: "0", ADMIN_TOKEN: adminToken }));
+    try {
+      const admin = createClient(AdminService, transportFor(service.url, "connect", adminToken));
+      const { app } = await admin.createApp({ name: "parse" });
+      const { token } = await admin.issueToken({ appId: app!.id });
+      const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+      // HTTP/1.1: the client may send more after a body that failed, so the connection ends with the answer.
+      const h1 = await new Promise<{ status: number; connection: string | undefined }>((resolve, reject) => {
+        const req = http.request(`${service.url}/v1/queues/jobs`, { method: "POST", headers }, (res) => {
+          res.resume();
+          res.once("end", () => resolve({ status: res.statusCode!, connection: res.headers.connection }));
+        });
+        req.once("error", reject);
+        req.end("{");
+      });
+      expect(h1).toEqual({ status: 400, connection: "close" });
+      const session = http2.connect(service.url);
+      try {
+        const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const stream = session.request({ ":method": "POST", ":path": "/v1/queues/jobs", ...headers });
+          let status = 0;
+          let body = "";
+          stream.on("response", (h) => (status = Number(h[":status"])));
+          stream.on("data", (c: Buffer) => (body += c.toString()));
+          stream.once("end", () => resolve({ status, body }));
+          stream.once("error", reject);
+          stream.end("{");
+        });
+        expect(answer.status).toBe(400);
+        expect(JSON.parse(answer.body)).toMatchObject({ error: { code: "invalid_argument" } });
+      } finally {
+        session.close();
+      }
+      // The warning is written when the answer's head is written, before its body reaches the client.
+      expect(service.stderr()).not.toContain("connection header");
+    } finally {
+      service.child.kill("SIGTERM");
+      await service.exited;
       await fs.rm(dataDir, { recursive: true, force: true });
     }
   });

@@ -16,6 +16,8 @@ export interface ServiceProcess {
   readonly url: string;
   /** Everything written to stdout so far. */
   stdout(): string;
+  /** Everything written to stderr so far (Node's own warnings go there). */
+  stderr(): string;
   /** Resolves with the exit code (or the signal) when the process ends. */
   readonly exited: Promise<number | NodeJS.Signals>;
 }
@@ -56,7 +58,7 @@ function awaitListening(child: ChildProcessByStdio<null, Readable, Readable>): P
           () => {},
           () => {},
         );
-        resolve({ child, url, stdout: () => out, exited });
+        resolve({ child, url, stdout: () => out, stderr: () => err, exited });
         return;
       }
     });

@@ -20,6 +20,9 @@ export function registerErrorHandlers(fastify: FastifyInstance, health: Database
     }
     if (platformError.retryAfterSeconds !== undefined)
       void reply.header("retry-after", String(platformError.retryAfterSeconds));
+    // fastify asks to close the connection after a body it could not parse (the client may send more of it).
+    // HTTP/2 has no such header: Node drops it with a process warning, and the stream ends on its own.
+    if (req.raw.httpVersionMajor === 2) void reply.removeHeader("connection");
     return reply.code(platformError.status).send(toEnvelope(platformError));
   });
   fastify.setNotFoundHandler((req, reply) => {
