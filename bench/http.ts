@@ -26,10 +26,11 @@
  * requests per second; the load generator's own CPU time per request; and how
  * much of one core the server kept busy, and the share of the machine's CPU
  * left idle. Both servers run JavaScript on one
- * thread, and under this load that thread is the bottleneck (busy ~100% of a
- * core, while the load generator and PostgreSQL leave part of the other core
- * idle): so a ratio of requests per second is, closely, the inverse ratio of
- * the servers' CPU time per request.
+ * thread: on the light reads (types, models) that thread is the bottleneck
+ * (busy ~100% of a core while part of the machine stays idle), so a ratio of
+ * requests per second is, closely, the inverse ratio of the servers' CPU time
+ * per request; on the queue listing and puts PostgreSQL is (the machine is
+ * nearly all busy, the servers are not).
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
  * for operations `event_types_list`, `queues_list`, `models_list`, `queue_put`
