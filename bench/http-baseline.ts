@@ -19,7 +19,7 @@
  * channel nobody listens to, so the service under test is not woken by the
  * baseline's puts.
  */
-import Fastify from "fastify";
+import Fastify, { type FastifyInstance } from "fastify";
 import pg from "pg";
 
 const INT8_OID = 20;
@@ -94,7 +94,14 @@ const PUT = `
 const ms = (d: Date | null) => (d ? d.getTime() : null);
 const day = () => new Date().toISOString().slice(0, 10);
 
-const fastify = Fastify({ logger: false });
+/**
+ * BASELINE_HTTP2=1 serves cleartext HTTP/2 (prior knowledge) instead of HTTP/1.1: the floor of what any
+ * fastify route on Node's HTTP/2 can reach, which the service's gRPC, h2c REST and (with
+ * BENCH_CONNECT_HTTP=2) Connect figures cannot beat, since connect-fastify serves them on that same layer.
+ */
+const fastify = (process.env.BASELINE_HTTP2 === "1"
+  ? Fastify({ logger: false, http2: true })
+  : Fastify({ logger: false })) as unknown as FastifyInstance;
 
 fastify.get("/v1/analytics/types", async () => {
   const { rows } = await pool.query<{
@@ -178,9 +185,7 @@ fastify.post<{ Params: { queue: string }; Body: { payload: unknown } }>("/v1/que
 });
 
 await fastify.listen({ port: Number(process.env.PORT), host: "127.0.0.1" });
+// No fastify.close(): over h2c it waits for every client session to end, and the load generator's may linger.
 process.on("SIGTERM", () => {
-  void fastify
-    .close()
-    .then(() => pool.end())
-    .then(() => process.exit(0));
+  void pool.end().finally(() => process.exit(0));
 });

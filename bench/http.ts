@@ -39,9 +39,16 @@
  * operation's baseline); `max_protocol_spread` (over the operations, the
  * largest (fastest - slowest) / fastest among the five protocols); and
  * `queues_list_req_s` (`GET /v1/queues` over REST on HTTP/1.1).
+ *
+ * The same bare baseline also runs over h2c (`<operation>_baseline_h2c_req_s`;
+ * `h2c_floor_ratio`, the lowest of its figure over the HTTP/1.1 baseline's).
+ * It is not counted in the two ratios: it shows the most that REST over h2c and
+ * gRPC can reach, since connect-fastify serves them through fastify on Node's
+ * HTTP/2 layer, before any of the service's own work.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
+import { connect as http2Connect } from "node:http2";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -78,6 +85,8 @@ const PROTOCOLS = (process.env.BENCH_PROTOCOLS ?? "rest_h1,rest_h2c,connect_json
 ) as Protocol[];
 
 type Protocol = "rest_h1" | "rest_h2c" | "connect_json" | "connect_proto" | "grpc";
+/** The bare baseline over HTTP/1.1 (what the ratios are taken against), and the same over h2c (the HTTP/2 floor). */
+type Baseline = "baseline" | "baseline_h2c";
 
 const PUT_PAYLOAD = { order: 1234, items: ["a", "b", "c"], note: "x".repeat(64) };
 
@@ -130,17 +139,18 @@ const OPERATIONS: Operation[] = [
 ];
 
 /** The load target of one operation over one protocol (or the baseline). */
-function target(op: Operation, protocol: Protocol | "baseline", url: string, token: string, run: number): LoadTarget {
+function target(op: Operation, protocol: Protocol | Baseline, url: string, token: string, run: number): LoadTarget {
   const auth = { authorization: `Bearer ${token}` };
   const indices = Array.from({ length: op.variants }, (_, i) => i);
-  if (protocol === "rest_h1" || protocol === "rest_h2c" || protocol === "baseline") {
+  if (protocol === "rest_h1" || protocol === "rest_h2c" || protocol === "baseline" || protocol === "baseline_h2c") {
     const requests: LoadRequest[] = indices.map((i) => {
       const { path: p, body } = op.rest(run, i);
       return body === undefined ? { path: p } : { path: p, body: Buffer.from(JSON.stringify(body)) };
     });
-    const headers: Record<string, string> = protocol === "baseline" ? {} : { ...auth };
+    const headers: Record<string, string> = protocol.startsWith("baseline") ? {} : { ...auth };
     if (op.method === "POST") headers["content-type"] = "application/json";
-    return { transport: protocol === "rest_h2c" ? "h2" : "h1", url, method: op.method, headers, requests };
+    const h2 = protocol === "rest_h2c" || protocol === "baseline_h2c";
+    return { transport: h2 ? "h2" : "h1", url, method: op.method, headers, requests };
   }
   const rpcPath = `/${op.rpc.parent.typeName}/${op.rpc.name}`;
   const messages = indices.map((i) => create(op.rpc.input, op.request(run, i)));
@@ -206,10 +216,31 @@ async function machineTicks(): Promise<{ idle: number; total: number }> {
   return { idle: fields[3] + fields[4], total: fields.reduce((a, b) => a + b, 0) };
 }
 
+/** Whether a GET answers at all over HTTP/1.1, or over h2c with `http2` (the baseline's readiness). */
+async function answers(url: string, http2: boolean): Promise<boolean> {
+  if (!http2)
+    return fetch(`${url}/v1/analytics/types`).then(
+      () => true,
+      () => false,
+    );
+  return new Promise((resolve) => {
+    const session = http2Connect(url);
+    session.on("error", () => resolve(false));
+    const req = session.request({ ":path": "/v1/analytics/types" });
+    req.on("response", () => {
+      session.close();
+      resolve(true);
+    });
+    req.on("error", () => resolve(false));
+    req.end();
+  });
+}
+
 async function startBaseline(
   databaseUrl: string,
   appId: string,
   writeAppId: string,
+  http2: boolean,
 ): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
   const { flags } = await startCommandArgs();
@@ -224,6 +255,7 @@ async function startBaseline(
         PORT: String(port),
         BASELINE_APP_ID: appId,
         BASELINE_WRITE_APP_ID: writeAppId,
+        BASELINE_HTTP2: http2 ? "1" : "0",
       },
       stdio: ["ignore", "ignore", "inherit"],
     },
@@ -231,12 +263,7 @@ async function startBaseline(
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
     if (child.exitCode !== null) throw new Error("the baseline exited at start");
-    try {
-      await fetch(`${url}/v1/analytics/types`);
-      return { url, child };
-    } catch {
-      // not listening yet
-    }
+    if (await answers(url, http2)) return { url, child };
     if (i > 600) throw new Error("the baseline did not start");
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -260,6 +287,7 @@ async function main(): Promise<void> {
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   let service: { url: string; child: ChildProcess } | undefined;
   let baseline: { url: string; child: ChildProcess } | undefined;
+  let baselineH2c: { url: string; child: ChildProcess } | undefined;
   try {
     service = await startService({ databaseUrl: dbUrl.toString(), dataDir, adminToken });
     const url = service.url;
@@ -282,9 +310,10 @@ async function main(): Promise<void> {
     const listed = (await rest(url, token, "GET", "/v1/queues")) as { queues: unknown[] };
     if (listed.queues.length !== QUEUES) throw new Error(`expected ${QUEUES} queues, listed ${listed.queues.length}`);
     await admin.query(`VACUUM ANALYZE`).catch(() => undefined);
-    baseline = await startBaseline(dbUrl.toString(), app.id, writer.id);
+    baseline = await startBaseline(dbUrl.toString(), app.id, writer.id, false);
+    baselineH2c = await startBaseline(dbUrl.toString(), app.id, writer.id, true);
     log(
-      `service on ${url}, baseline on ${baseline.url}, database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages; Connect over HTTP/${CONNECT_HTTP}`,
+      `service on ${url}, baseline on ${baseline.url} (HTTP/1.1) and ${baselineH2c.url} (h2c), database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages; Connect over HTTP/${CONNECT_HTTP}`,
     );
     log(
       `load: ${CONCURRENCY} in flight (HTTP/2: ${H2_SESSIONS} sessions), ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`,
@@ -293,14 +322,16 @@ async function main(): Promise<void> {
     const figures: Record<string, number> = {};
     let minRatio = Infinity;
     let maxSpread = 0;
+    let h2FloorRatio = Infinity;
     let run = 0;
     for (const op of OPERATIONS) {
       if (!OPS.has(op.key)) continue;
       const opToken = op.method === "POST" ? writerToken : token;
-      const results: Partial<Record<Protocol | "baseline", number>> = {};
-      for (const protocol of ["baseline", ...PROTOCOLS] as const) {
-        const t = target(op, protocol, protocol === "baseline" ? baseline.url : url, opToken, run++);
-        const server = protocol === "baseline" ? baseline.child : service.child;
+      const results: Partial<Record<Protocol | Baseline, number>> = {};
+      for (const protocol of ["baseline", "baseline_h2c", ...PROTOCOLS] as const) {
+        const { url: targetUrl, child: server } =
+          protocol === "baseline" ? baseline : protocol === "baseline_h2c" ? baselineH2c : service;
+        const t = target(op, protocol, targetUrl, opToken, run++);
         const cpu0 = await cpuMs(server.pid!);
         const load0 = process.cpuUsage();
         const wall0 = performance.now();
@@ -329,22 +360,26 @@ async function main(): Promise<void> {
       const perProtocol = PROTOCOLS.map((p) => results[p]!);
       const ratios = perProtocol.map((v) => v / base);
       const spread = (Math.max(...perProtocol) - Math.min(...perProtocol)) / Math.max(...perProtocol);
+      const h2Floor = results.baseline_h2c! / base;
       minRatio = Math.min(minRatio, ...ratios);
       maxSpread = Math.max(maxSpread, spread);
+      h2FloorRatio = Math.min(h2FloorRatio, h2Floor);
       log(
-        `${op.key}: ratios vs baseline ${PROTOCOLS.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}`,
+        `${op.key}: ratios vs baseline ${PROTOCOLS.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}; the baseline over h2c ${round(h2Floor)}`,
       );
     }
     process.stdout.write(
       JSON.stringify({
         min_ratio_vs_baseline: round(minRatio),
         max_protocol_spread: round(maxSpread),
+        h2c_floor_ratio: round(h2FloorRatio),
         queues_list_req_s: figures.queues_list_rest_h1_req_s ?? null,
         ...figures,
       }) + "\n",
     );
   } finally {
     await stop(baseline?.child);
+    await stop(baselineH2c?.child);
     await stop(service?.child);
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await admin.end();
