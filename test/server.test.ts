@@ -157,6 +157,47 @@ describe("the error envelope at the edge", () => {
     expect(jsonDepth(JSON.parse("[[[1]]]"))).toBe(3);
   });
 
+  it("a number JSON cannot keep exactly is 400 naming its field; numbers it keeps come back as sent", async () => {
+    const refused = [
+      ['{"payload":{"orderId":12345678901234567890}}', "payload.orderId", "12345678901234567000"],
+      ['{"payload":{"ids":[1,-9007199254740993]}}', "payload.ids[1]", "-9007199254740992"],
+      // 2^60 is a double, but it is written back as 1152921504606847000.
+      ['{"payload":{"n":1152921504606846976}}', "payload.n", "1152921504606847000"],
+      ['{"payload":[{"x":1e400}]}', "payload[0].x", "beyond the range"],
+    ];
+    for (const [body, field, says] of refused) {
+      const res = await t.request("POST", "/v1/queues/exact", { token: app.token, body });
+      expect(res.status, body).toBe(400);
+      expect(res.body.error.code).toBe("invalid_argument");
+      expect(res.body.error.message, body).toMatch(new RegExp(`^${field.replace(/[[\].]/g, "\\$&")}: `));
+      expect(res.body.error.message, body).toContain(says);
+      expect(res.body.error.details, body).toEqual([res.body.error.message]);
+    }
+    // An event property of kind number is refused alike (it would be stored as the string of another number).
+    await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: { name: "big_order", properties: { amount: "number" } },
+    });
+    const event = await t.request("POST", "/v1/analytics/events", {
+      token: app.token,
+      body: '{"events":[{"type":"big_order","properties":{"amount":99999999999999999999}}]}',
+    });
+    expect(event.status).toBe(400);
+    expect(event.body.error.message).toMatch(/^events\[0\]\.properties\.amount: /);
+
+    // Kept: 2^53, a large integer written as it comes back, digits in a string, a fraction (the double it
+    // denotes, as JSON numbers always are), and a large exponent within range. Nothing was put before.
+    const kept = '{"a":9007199254740992,"b":1152921504606847000,"c":"12345678901234567890","d":0.1,"e":1e+300}';
+    const put = await t.request("POST", "/v1/queues/exact", { token: app.token, body: `{"payload":${kept}}` });
+    expect(put.status).toBe(200);
+    const res = await fetch(`${t.url}/v1/queues/exact/consume`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${app.token}` },
+    });
+    const text = await res.text();
+    expect(text).toContain(`"payload":${kept}`);
+  });
+
   it("a body over 32 MiB is 413 payload_too_large", async () => {
     const big = JSON.stringify({ payload: "x".repeat(33 * 1024 * 1024) });
     const res = await t.request("POST", "/v1/queues/big", { token: app.token, body: big });

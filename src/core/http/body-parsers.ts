@@ -1,8 +1,9 @@
 /**
  * How request bodies are read, for every route outside Connect (whose plugin
- * parses its own): JSON with bounded depth, an empty body of any type as "no
- * body" (fetch sends `text/plain` with `body: ""`, and a consume needs none),
- * forms for the link page, and anything else refused as not JSON.
+ * parses its own): JSON with bounded depth and only numbers a JSON number keeps
+ * exactly, an empty body of any type as "no body" (fetch sends `text/plain`
+ * with `body: ""`, and a consume needs none), forms for the link page, and
+ * anything else refused as not JSON.
  */
 import type { FastifyInstance } from "fastify";
 import { PlatformError } from "../errors.ts";
@@ -33,6 +34,8 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
         undefined,
       );
     }
+    const inexact = MAYBE_INEXACT.test(body) ? inexactNumber(body, value) : undefined;
+    if (inexact) return done(new PlatformError("invalid_argument", inexact, { details: [inexact] }), undefined);
     done(null, value);
   });
   fastify.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "string" }, (_req, text, done) => {
@@ -70,4 +73,53 @@ export function jsonDepth(value: unknown): number {
     }
   }
   return max;
+}
+
+/**
+ * A literal that may not survive `JSON.parse` as written: 16 or more digits in a row (an integer
+ * beyond 2^53 has at least 16), or an exponent of three digits (1e400 parses as Infinity). Most
+ * bodies have neither, so they are not parsed a second time.
+ */
+const MAYBE_INEXACT = /\d{16}|[eE][+-]?\d{3}/;
+
+/**
+ * Why a body holds a number that would not be kept as sent, or undefined. An integer beyond ±2^53
+ * (a 64-bit id, say) parses to the nearest double: `12345678901234567890` would be stored, and
+ * answered back, as `12345678901234567000`, another value with no word said. Such a body is
+ * refused, naming the field, so that the sender can send the number as a string instead; one
+ * written as it would come back (`12345678901234567000`) is kept. A fraction or an exponent is
+ * taken as the double it denotes, as JSON numbers always are.
+ */
+function inexactNumber(body: string, parsed: unknown): string | undefined {
+  let found: { key: string; value: number; source: string } | undefined;
+  JSON.parse(body, (key, value: unknown, context?: { source?: string }) => {
+    if (found || typeof value !== "number" || context?.source === undefined) return value;
+    const source = context.source;
+    if (!Number.isFinite(value) || (Math.abs(value) >= 2 ** 53 && /^-?\d+$/.test(source) && String(value) !== source))
+      found = { key, value, source };
+    return value;
+  });
+  if (!found) return undefined;
+  const field = fieldPath(parsed, found.key, found.value);
+  return Number.isFinite(found.value)
+    ? `${field}: the integer ${found.source} cannot be kept exactly as a JSON number (beyond ±2^53 it would come back as ${String(found.value)}); send it as a string`
+    : `${field}: the number ${found.source} is beyond the range of a JSON number`;
+}
+
+/** The path (`payload.ids[2]`) of the first number `value` under `key` in a parsed body, for messages. */
+function fieldPath(root: unknown, key: string, value: number): string {
+  const stack: [unknown, string][] = [[root, ""]];
+  while (stack.length > 0) {
+    const [node, path] = stack.pop()!;
+    if (node === null || typeof node !== "object") continue;
+    const entries: [string, unknown][] = Array.isArray(node)
+      ? node.map((v, i) => [String(i), v])
+      : Object.entries(node);
+    for (const [k, v] of entries) {
+      const at = Array.isArray(node) ? `${path}[${k}]` : path === "" ? k : `${path}.${k}`;
+      if (k === key && v === value) return at;
+      if (v !== null && typeof v === "object") stack.push([v, at]);
+    }
+  }
+  return "body";
 }
