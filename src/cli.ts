@@ -139,12 +139,17 @@ function jsonArgument(text: string): JsonValue {
 const str = (values: Values, name: string) => values[name] as string | undefined;
 const flag = (values: Values, name: string) => (values[name] as boolean | undefined) ?? false;
 
+/** Standard input as text, less one final line break; refused unless UTF-8 (a Latin-1 file would be changed). */
 async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks)
-    .toString("utf8")
-    .replace(/\r?\n$/, "");
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(Buffer.concat(chunks));
+  } catch {
+    throw new UsageError("standard input: is not UTF-8 text; convert it first (iconv -t UTF-8)");
+  }
+  return text.replace(/\r?\n$/, "");
 }
 
 /** Asks on the terminal; false without one (a script must say --yes). */

@@ -10,7 +10,7 @@ import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "
 
 const run = promisify(execFile);
 type Outcome = { code: number; stdout: string; stderr: string };
-const cli = (args: string[], env: NodeJS.ProcessEnv, input?: string): Promise<Outcome> =>
+const cli = (args: string[], env: NodeJS.ProcessEnv, input?: string | Buffer): Promise<Outcome> =>
   new Promise((resolve) => {
     const child = execFile(nodeBinary, ["src/cli.ts", ...args], { env }, (err, stdout, stderr) =>
       resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
@@ -65,6 +65,12 @@ describe("cli output (src/cli-format.ts)", () => {
     expect(setOut).toMatchObject({ name: "API_KEY", version: 1 });
     expect(typeof setOut.setAt).toBe("string");
     expect(set.stdout).not.toContain("s3cret");
+    // A value read as Latin-1 bytes is refused, not set with U+FFFD in place of the byte.
+    const latin1 = await cli(["secrets", "set", "fmt-app", "API_KEY"], env, Buffer.from([0x70, 0xe4, 0x73, 0x73]));
+    expect(latin1.code).not.toBe(0);
+    expect(latin1.stderr).toContain("standard input: is not UTF-8");
+    const utf8 = await cli(["secrets", "set", "fmt-app", "API_KEY"], env, "päss\n");
+    expect(JSON.parse(utf8.stdout)).toMatchObject({ name: "API_KEY", version: 2 });
 
     const usage = JSON.parse((await cli(["usage", "fmt-app"], env)).stdout);
     expect(usage.events).toEqual({ used: 0, cap: 100000 });

@@ -198,6 +198,26 @@ describe("the error envelope at the edge", () => {
     expect(text).toContain(`"payload":${kept}`);
   });
 
+  it("a JSON body that is not UTF-8 is 400, not stored with U+FFFD in place of its bytes", async () => {
+    const latin1 = Buffer.concat([Buffer.from('{"payload":"caf'), Buffer.from([0xe9]), Buffer.from('"}')]);
+    for (const body of [latin1, Buffer.from([0x7b, 0xed, 0xa0, 0x80, 0x7d]) /* a surrogate in CESU-8 */]) {
+      const res = await fetch(`${t.url}/v1/queues/utf8`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${app.token}`, "content-type": "application/json; charset=iso-8859-1" },
+        body,
+      });
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatchObject({
+        code: "invalid_argument",
+        message: "body: is not UTF-8 (JSON is UTF-8 text)",
+      });
+    }
+    const ok = await t.request("POST", "/v1/queues/utf8", { token: app.token, body: { payload: "café \ufffd" } });
+    expect(ok.status).toBe(200);
+    const consumed = await t.request("POST", "/v1/queues/utf8/consume", { token: app.token });
+    expect(consumed.body.message.payload).toBe("café \ufffd");
+  });
+
   it("a body over 32 MiB is 413 payload_too_large", async () => {
     const big = JSON.stringify({ payload: "x".repeat(33 * 1024 * 1024) });
     const res = await t.request("POST", "/v1/queues/big", { token: app.token, body: big });

@@ -204,6 +204,34 @@ describe("PUT /secret-links/:token (scripts)", () => {
   });
 });
 
+describe("a link and bytes that are not UTF-8", () => {
+  it("refuses them with 400, keeping the link, instead of setting U+FFFD in their place", async () => {
+    const app = await appWith(["API_KEY"]);
+    const link = await newLink(app, "API_KEY");
+    const csrf = csrfOf((await getPage(link.path)).html);
+    // "pässword" as Latin-1: the form's percent-encoded bytes, and the JSON body's raw bytes.
+    const form = await fetch(t.url + link.path, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: `csrf=${encodeURIComponent(csrf)}&value=p%E4ssword`,
+    });
+    expect(form.status).toBe(400);
+    const put = await fetch(t.url + link.path, {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: Buffer.concat([Buffer.from('{"value":"p'), Buffer.from([0xe4]), Buffer.from('ssword"}')]),
+    });
+    expect(put.status).toBe(400);
+    expect(await put.json()).toMatchObject({
+      error: { code: "invalid_argument", message: expect.stringContaining("UTF-8") },
+    });
+    expect((await t.request("GET", "/v1/secrets", { token: app.token })).body.secrets[0].set).toBe(false);
+    // The same word in UTF-8 sets it, through the link that was kept.
+    expect((await postForm(link.path, { csrf, value: "pässword" })).status).toBe(200);
+    expect((await readValue(app, "API_KEY")).value).toBe("pässword");
+  });
+});
+
 describe("a stopped app's link", () => {
   it("still sets the value, so the owner can fix a credential before starting the app", async () => {
     const app = await appWith(["API_KEY"]);
