@@ -190,6 +190,7 @@ function namedNumbers(
   return out;
 }
 
+const INT32_MAX = 2 ** 31 - 1;
 const STRING = { type: "string" } as const;
 const BOOLEAN = { type: "boolean" } as const;
 
@@ -283,8 +284,10 @@ const COMMANDS: Command[] = [
     async run(ctx) {
       const limits: Partial<Record<keyof AppLimits, number>> = namedNumbers(
         ctx.values.limit,
-        (name, value) => (LIMIT_NAMES as string[]).includes(name) && /^\d+$/.test(value),
-        (item) => `--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}`,
+        // The limits are int32 fields: a larger number failed in the client's encoder as "internal error".
+        (name, value) => (LIMIT_NAMES as string[]).includes(name) && /^\d+$/.test(value) && Number(value) <= INT32_MAX,
+        (item) =>
+          `--limit ${item}: must be NAME=INTEGER (0 to ${INT32_MAX}) with NAME one of ${LIMIT_NAMES.join(", ")}`,
       );
       showApp(
         ctx,

@@ -84,6 +84,13 @@ describe("cli output (src/cli-format.ts)", () => {
     const list = await cli(["apps", "list"], env);
     expect(list.stdout).not.toContain("$typeName");
     expect(JSON.parse(list.stdout).apps[0].limits.eventsPerDay).toBe(100000);
+    // A limit past int32 is a usage error naming the range (it was "internal: internal error"); within int32 the
+    // service's own rule answers.
+    const tooBig = await cli(["apps", "set", "fmt-app", "--limit", "eventsPerDay=2147483648"], env);
+    expect(tooBig.code).not.toBe(0);
+    expect(tooBig.stderr).toContain("--limit eventsPerDay=2147483648: must be NAME=INTEGER (0 to 2147483647)");
+    const large = await cli(["apps", "set", "fmt-app", "--limit", "eventsPerDay=2147483647"], env);
+    expect(large.stderr).toContain("invalid_argument: limits.eventsPerDay: must be an integer from 0 to");
   });
 });
 
