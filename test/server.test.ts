@@ -218,6 +218,26 @@ describe("the error envelope at the edge", () => {
     expect(consumed.body.message.payload).toBe("café \ufffd");
   });
 
+  it("a form body outside the secret link's page is 400 content-type (curl -d's default), an empty one no body", async () => {
+    const form = (body: string) =>
+      fetch(`${t.url}/v1/queues/forms/consume`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${app.token}`, "content-type": "application/x-www-form-urlencoded" },
+        body,
+      });
+    // Read as a form, this JSON was one odd field, and the consume waited 25 s instead of answering at once.
+    const json = await form('{"waitSeconds":0}');
+    expect(json.status).toBe(400);
+    expect((await json.json()).error).toMatchObject({
+      code: "invalid_argument",
+      message: "content-type: must be application/json",
+    });
+    await t.request("POST", "/v1/queues/forms", { token: app.token, body: { payload: 1 } });
+    const empty = await form("");
+    expect(empty.status).toBe(200);
+    expect((await empty.json()).message.payload).toBe(1);
+  });
+
   it("a body over 32 MiB is 413 payload_too_large", async () => {
     const big = JSON.stringify({ payload: "x".repeat(33 * 1024 * 1024) });
     const res = await t.request("POST", "/v1/queues/big", { token: app.token, body: big });

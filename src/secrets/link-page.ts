@@ -17,6 +17,7 @@
 import crypto from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { PlatformError } from "../core/errors.ts";
+import { FORM_ROUTE_CONFIG } from "../core/http/body-parsers.ts";
 import { registerSecurityHeaders, type CspDirectives } from "../core/http/security-headers.ts";
 import type { LinkInfo, SetResult } from "./secret-store.ts";
 import { hashLinkToken } from "./secret-store.ts";
@@ -192,6 +193,7 @@ function registerLinkRoutes(fastify: FastifyInstance, options: LinkPageOptions):
   fastify.route({
     method: "POST",
     url: "/secret-links/:token",
+    config: FORM_ROUTE_CONFIG,
     onRequest,
     handler: async (req, reply) => {
       const token = tokenOf(req);

@@ -39,7 +39,11 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
     if (inexact) return done(new PlatformError("invalid_argument", inexact, { details: [inexact] }), undefined);
     done(null, value);
   });
-  fastify.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "buffer" }, (_req, bytes, done) => {
+  fastify.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "buffer" }, (req, bytes, done) => {
+    // curl -d sends this type by default: a JSON body sent so to /v1 was read as one odd form field, and a
+    // consume's { waitSeconds } was ignored without a word.
+    if ((req.routeOptions.config as { acceptsForm?: boolean }).acceptsForm !== true)
+      return done((bytes as Buffer).toString("latin1").trim() === "" ? null : notJson(), undefined);
     const body = utf8(bytes as Buffer);
     if (body === undefined || !percentEncodedUtf8(body))
       return done(notUtf8("body: a form field is not UTF-8 (send the form as UTF-8)"), undefined);
@@ -47,12 +51,7 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
   });
   fastify.addContentTypeParser("*", { parseAs: "string" }, (_req, text, done) => {
     if (String(text).trim() === "") return done(null, undefined);
-    done(
-      new PlatformError("invalid_argument", "content-type: must be application/json", {
-        details: ["content-type: must be application/json"],
-      }),
-      undefined,
-    );
+    done(notJson(), undefined);
   });
 }
 
@@ -81,6 +80,14 @@ function percentEncodedUtf8(body: string): boolean {
   }
   return true;
 }
+
+/** The `config` of a route that takes an HTML form's body (the secret link's page); other routes refuse forms. */
+export const FORM_ROUTE_CONFIG = { acceptsForm: true };
+
+const notJson = () =>
+  new PlatformError("invalid_argument", "content-type: must be application/json", {
+    details: ["content-type: must be application/json"],
+  });
 
 const notUtf8 = (message: string) => new PlatformError("invalid_argument", message, { details: [message] });
 
