@@ -10,12 +10,15 @@
  * index (`events[3].type: ...`), those are dropped and the rest sent again.
  * At the daily cap the tracker sends exactly what is left (the last answer's
  * `remainingToday`, or the 429's "N of CAP left today"; halving the batch when
- * neither says) and then stops sending until the cap resets (the 429's
- * `Retry-After`), instead of spending a refused call per batch. Every batch
- * carries an `Idempotency-Key`, so a batch whose answer was lost is sent
- * again safely (the service answers the first result without storing it
- * twice). Drops are reported to `onDrop` once per batch and reason, and
- * counted in `flush()`'s answer; nothing is thrown from a timer.
+ * neither says) and then drops later batches without a call, instead of
+ * spending a refused call per batch, but only for `capRecheckMs` (60 s): then
+ * the next batch is sent and the service's answer decides, so a cap raised
+ * by an operator is seen within a minute, not at the next UTC midnight (the
+ * 429's `Retry-After`). Every batch carries an `Idempotency-Key`, so a batch
+ * whose answer was lost is sent again safely (the service answers the first
+ * result without storing it twice). Drops are reported to `onDrop` once per
+ * batch and reason, and counted in `flush()`'s answer; nothing is thrown from
+ * a timer.
  */
 import { PlatformError } from "./platform-error.ts";
 import {
@@ -62,6 +65,15 @@ export interface TrackerOptions {
   onSent?: (info: SentInfo) => void;
   /** Called once per batch and reason with the events dropped. Default: one `console.warn` line. */
   onDrop?: (info: DropInfo) => void;
+  /**
+   * Longest time the tracker trusts that the daily cap is spent (a 429, or
+   * `remainingToday` in the last answer) and drops batches without a call.
+   * After it the next batch is sent and the service's answer decides: the
+   * cap may have been raised since (AdminService.UpdateApp), which the 429's
+   * `Retry-After` (seconds to the next UTC midnight) cannot tell. At most one
+   * refused call per interval. Default 60000 ms.
+   */
+  capRecheckMs?: number;
 }
 
 /** What was stored and dropped since the previous `flush()` answered (or since the start). */
@@ -101,6 +113,7 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   }
   const flushIntervalMs = options.flushIntervalMs ?? 5000;
   const maxBuffer = Math.max(batchSize, options.maxBuffer ?? 10_000);
+  const capRecheckMs = options.capRecheckMs ?? 60_000;
   const onDrop =
     options.onDrop ??
     ((info: DropInfo) => {
@@ -112,9 +125,17 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   let closed: Promise<FlushResult> | undefined;
   /** Dropped from a full buffer since the last report: reported together, not one line per event. */
   let overflow: AnalyticsEvent[] = [];
-  /** What the service last said is left today (and on which UTC day), to fill the cap exactly. */
-  let remaining: { count: number; day: number } | undefined;
-  /** While the daily cap is spent: nothing is sent before this instant (epoch ms). */
+  /**
+   * What the service last said is left today (on which UTC day, and when), to
+   * fill the cap exactly. Trusted for `capRecheckMs` only: an operator may
+   * raise the cap meanwhile, and a stale 0 would drop what could be stored.
+   */
+  let remaining: { count: number; day: number; at: number } | undefined;
+  /**
+   * While the daily cap is spent: nothing is sent before this instant (epoch
+   * ms). At most `capRecheckMs` ahead, not the 429's `Retry-After`, which
+   * counts to midnight and knows nothing of a raised cap.
+   */
   let cappedUntil = 0;
   /** Counts since the previous flush() answer. */
   const totals: FlushResult = { recorded: 0, dropped: 0 };
@@ -140,7 +161,8 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
 
   function sent(events: number, res: LogEventsResponse): void {
     totals.recorded += res.recorded;
-    remaining = { count: res.remainingToday, day: utcDay(Date.now()) };
+    const now = Date.now();
+    remaining = { count: res.remainingToday, day: utcDay(now), at: now };
     try {
       options.onSent?.({ events, recorded: res.recorded, remainingToday: res.remainingToday });
     } catch {
@@ -169,7 +191,12 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
         capDrops.push(...events);
         continue;
       }
-      if (remaining && remaining.day === utcDay(now) && remaining.count < events.length) {
+      if (
+        remaining &&
+        remaining.day === utcDay(now) &&
+        now - remaining.at < capRecheckMs &&
+        remaining.count < events.length
+      ) {
         // Fill what is left exactly; the rest cannot be stored today.
         capDrops.push(...events.slice(remaining.count));
         events = events.slice(0, remaining.count);
@@ -180,11 +207,14 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       } catch (error) {
         if (error instanceof PlatformError && error.code === "quota_exceeded") {
           capError = error;
+          // The cap state counts from the answer, like `remaining` after a 200.
+          const at = Date.now();
+          const until = at + Math.min((error.retryAfter ?? 60) * 1000, capRecheckMs);
           const left = Number(LEFT_TODAY.exec(error.details.join("\n"))?.[1] ?? NaN);
           if (Number.isFinite(left) && left < events.length) {
-            remaining = { count: left, day: utcDay(now) };
+            remaining = { count: left, day: utcDay(at), at };
             if (left === 0) {
-              cappedUntil = now + (error.retryAfter ?? 60) * 1000;
+              cappedUntil = until;
               capDrops.push(...events);
             } else todo.unshift(events.slice(0, left), events.slice(left));
           } else if (events.length > 1) {
@@ -192,7 +222,7 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
             const half = Math.ceil(events.length / 2);
             todo.unshift(events.slice(0, half), events.slice(half));
           } else {
-            cappedUntil = now + (error.retryAfter ?? 60) * 1000;
+            cappedUntil = until;
             capDrops.push(...events);
           }
           continue;

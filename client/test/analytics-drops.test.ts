@@ -3,7 +3,8 @@
  * service: a batch with bad events is sent again without them, every drop is
  * counted in `flush()` and reported once per batch, and at the daily cap
  * (a small `eventsPerDay` set through AdminService) the allowance is filled
- * exactly and nothing more is sent until the reset.
+ * exactly and nothing more is sent for `capRecheckMs`; after it the service is
+ * asked again, so a cap raised meanwhile is used the same day.
  */
 import { urlOf } from "./support.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
@@ -37,6 +38,20 @@ async function stored(token: string): Promise<number> {
   });
   await c.close();
   return total;
+}
+
+/** Today's events counted by the service for the app, and its cap. */
+async function usage(appId: string): Promise<{ used: number; cap: number }> {
+  const { events } = await t.admin.getUsage({ appId });
+  return { used: Number(events!.used), cap: Number(events!.cap) };
+}
+
+/**
+ * Resolves once `ms` have passed since `from` (epoch ms): the tracker's cap
+ * recheck interval elapsing is the behaviour under test, and no event marks it.
+ */
+async function elapsed(from: number, ms: number): Promise<void> {
+  while (Date.now() <= from + ms) await new Promise((r) => setTimeout(r, from + ms - Date.now() + 1));
 }
 
 /** A fetch that records the status of every log call. */
@@ -121,7 +136,7 @@ describe("tracker drops", () => {
     await c.close();
   });
 
-  it("at a 429 the batch is cut to what the service says is left, then nothing is sent until the reset", async () => {
+  it("at a 429 the batch is cut to what the service says is left, then nothing is sent for capRecheckMs", async () => {
     const a = await appWithCap(5000);
     // Someone else spent 4,950 of the 5,000: this client does not know it.
     const other = createClient({ baseUrl: t.url, token: a.token });
@@ -137,7 +152,7 @@ describe("tracker drops", () => {
     for (let i = 0; i < 1000; i++) c.analytics.track("click");
     expect(await c.analytics.flush()).toEqual({ recorded: 50, dropped: 950 });
     expect(statuses).toEqual([429, 200]);
-    // Capped until the reset: later batches are dropped without a call.
+    // Capped for capRecheckMs (default 60 s): later batches are dropped without a call.
     for (let i = 0; i < 2000; i++) c.analytics.track("click");
     expect(await c.analytics.flush()).toEqual({ recorded: 0, dropped: 2000 });
     expect(statuses).toEqual([429, 200]);
@@ -169,6 +184,78 @@ describe("tracker drops", () => {
     for (let i = 0; i < 100; i++) c.analytics.track("click");
     expect(await c.analytics.flush()).toEqual({ recorded: 63, dropped: 37 });
     expect(await stored(a.token)).toBe(1000);
+    await c.close();
+  });
+
+  it("after a 429 with nothing left, a cap raised meanwhile is used once capRecheckMs has passed", async () => {
+    const a = await appWithCap(5);
+    // Someone else spent the 5: this client learns it from a 429 ("0 of 5 left today").
+    const other = createClient({ baseUrl: t.url, token: a.token });
+    await other.analytics.log(Array.from({ length: 5 }, () => ({ type: "click" })));
+    await other.close();
+    const statuses: number[] = [];
+    const drops: DropInfo[] = [];
+    const capRecheckMs = 500;
+    const c = createClient({
+      baseUrl: t.url,
+      token: a.token,
+      fetch: statusRecorder(statuses),
+      analytics: { flushIntervalMs: 3_600_000, capRecheckMs, onDrop: (d) => drops.push(d) },
+    });
+    for (let i = 0; i < 3; i++) c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 0, dropped: 3 });
+    const cappedAt = Date.now();
+    expect(statuses).toEqual([429]);
+    // Within capRecheckMs the cap is trusted: dropped without a call.
+    c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 0, dropped: 1 });
+    expect(statuses).toEqual([429]);
+    expect(drops.map((d) => d.reason)).toEqual(["daily_cap", "daily_cap"]);
+
+    await t.admin.updateApp({ appId: a.id, limits: { eventsPerDay: 1000 } });
+    await elapsed(cappedAt, capRecheckMs);
+    for (let i = 0; i < 10; i++) c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 10, dropped: 0 });
+    expect(statuses).toEqual([429, 200]);
+    expect(await usage(a.id)).toEqual({ used: 15, cap: 1000 });
+    expect(await stored(a.token)).toBe(15);
+    await c.close();
+  });
+
+  it("after an answer of remainingToday 0, a cap raised meanwhile is used once capRecheckMs has passed", async () => {
+    const a = await appWithCap(5);
+    const statuses: number[] = [];
+    const sent: number[] = [];
+    const capRecheckMs = 500;
+    const c = createClient({
+      baseUrl: t.url,
+      token: a.token,
+      fetch: statusRecorder(statuses),
+      analytics: {
+        flushIntervalMs: 3_600_000,
+        capRecheckMs,
+        onSent: (s) => sent.push(s.remainingToday),
+        onDrop: () => {},
+      },
+    });
+    // Exactly the cap: one call, answered with remainingToday 0 (no 429 involved).
+    for (let i = 0; i < 5; i++) c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 5, dropped: 0 });
+    const cappedAt = Date.now();
+    expect(sent).toEqual([0]);
+    // Within capRecheckMs that 0 is trusted: dropped without a call.
+    for (let i = 0; i < 3; i++) c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 0, dropped: 3 });
+    expect(statuses).toEqual([200]);
+
+    await t.admin.updateApp({ appId: a.id, limits: { eventsPerDay: 1000 } });
+    await elapsed(cappedAt, capRecheckMs);
+    for (let i = 0; i < 10; i++) c.analytics.track("click");
+    expect(await c.analytics.flush()).toEqual({ recorded: 10, dropped: 0 });
+    expect(statuses).toEqual([200, 200]);
+    expect(sent).toEqual([0, 985]);
+    expect(await usage(a.id)).toEqual({ used: 15, cap: 1000 });
+    expect(await stored(a.token)).toBe(15);
     await c.close();
   });
 });
