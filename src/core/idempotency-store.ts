@@ -37,7 +37,15 @@ export interface BeginInput {
   /** As stored: the SHA-256 of the client's key. */
   key: string;
   operation: string;
+  /** Stored with the row; compared with a repeat's to tell it from another request under the key. */
   fingerprint: string;
+  /**
+   * The fingerprint the request had before fingerprints were taken of its
+   * JSON form (`requestFingerprint` in http/idempotency.ts): a row stored
+   * with it (within its 24 hours) is the same request too, and may be taken
+   * over once its run's lock lapsed.
+   */
+  legacyFingerprint: string;
   /** Names this run: only it may finish or release the row. */
   attempt: string;
   /** How long the key is remembered (from now). */
@@ -105,7 +113,8 @@ export function createIdempotencyStore(database: Db): IdempotencyStore {
           locked_until = excluded.locked_until, expires_at = excluded.expires_at
         WHERE k.expires_at <= now()
            OR (k.state = 'running' AND k.locked_until <= now()
-               AND k.operation = excluded.operation AND k.fingerprint = excluded.fingerprint)
+               AND k.operation = excluded.operation
+               AND k.fingerprint IN (excluded.fingerprint, ${input.legacyFingerprint}))
         RETURNING true AS started`.execute(db);
       if (rows.length > 0) return { started: true };
       const existing = await db

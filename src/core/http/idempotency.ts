@@ -11,8 +11,9 @@
  * repeat within `IDEMPOTENCY_TTL_SECONDS` with the same key, RPC and request
  * gets that answer again with `Idempotent-Replayed: true`, without running the
  * RPC, so it spends no allowance and does no work twice. The request is
- * compared as the RPC receives it (SHA-256 of its protobuf encoding): for REST
- * that is the body and the path parameters as the route reads them.
+ * compared as the RPC receives it (`requestFingerprint`: SHA-256 of its
+ * protobuf JSON, object keys sorted): for REST that is the body and the path
+ * parameters as the route reads them, whatever the order of an object's keys.
  * - another request under the key: 422 `idempotency_key_reused`;
  * - a repeat while the first still runs: 409 `idempotency_key_in_use` with
  *   `Retry-After: 1` (it does not wait: a long generate would hold the repeat
@@ -46,6 +47,7 @@ import {
   create,
   fromBinary,
   toBinary,
+  toJson,
   type DescMessage,
   type DescMethodUnary,
   type DescService,
@@ -54,6 +56,7 @@ import {
 } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import { configure } from "safe-stable-stringify";
 import { appOf } from "../auth.ts";
 import { PlatformError, invalidArgument, type ErrorCode } from "../errors.ts";
 import { HOUSEKEEPING_BATCH, inBatches, type HousekeepingTask } from "../housekeeping.ts";
@@ -121,7 +124,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       if (!PRINTABLE.test(key)) throw invalidArgument("Idempotency-Key", KEY_RULE);
       const app = appOf(context);
       const operation = `${method.parent.typeName}/${method.name}`;
-      const fingerprint = crypto.createHash("sha256").update(toBinary(method.input, req)).digest("hex");
+      const { fingerprint, legacy } = requestFingerprint(method.input, req);
       const attempt = crypto.randomUUID();
       const stored = crypto.createHash("sha256").update(key).digest("hex");
       const input = {
@@ -129,6 +132,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         key: stored,
         operation,
         fingerprint,
+        legacyFingerprint: legacy,
         attempt,
         ttlSeconds: IDEMPOTENCY_TTL_SECONDS,
         lockSeconds,
@@ -142,7 +146,10 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
           if (tries < 3) continue;
           throw inUse();
         }
-        if (existing.operation !== operation || existing.fingerprint !== fingerprint) {
+        if (
+          existing.operation !== operation ||
+          (existing.fingerprint !== fingerprint && existing.fingerprint !== legacy)
+        ) {
           throw new PlatformError(
             "idempotency_key_reused",
             "Idempotency-Key: was used for another request in the last 24 hours; send a new key for a new request",
@@ -229,6 +236,48 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       run: (signal) => inBatches(signal, (batch) => store.expire(batch), HOUSEKEEPING_BATCH),
     }),
   };
+}
+
+/** JSON text with object keys sorted, lone surrogates escaped (`\ud800`), and anything that is not JSON refused. */
+const canonicalJson = configure({ deterministic: true, strict: true });
+
+/**
+ * What a repeat under a key is compared by: the SHA-256 of the request in its
+ * protobuf JSON form, with object keys sorted and lone surrogates escaped, so
+ * that two requests are one exactly when the RPC reads them alike. Not of its
+ * binary encoding, as it was: that writes a string as UTF-8, which turns a
+ * lone surrogate into U+FFFD, so puts of the payloads "\ud800", "\udbff" and
+ * "\ufffd" (three messages: a queue keeps the payload's JSON text, in which
+ * they stay apart) were one request, the second and third answered the
+ * first's answer and never put; and it keeps a `Struct`'s keys in the order
+ * they came, so the same JSON object with its keys in another order was
+ * refused as another request. The JSON form keeps every value the RPC reads
+ * (64-bit integers and bytes as exact text) and drops what it does not read
+ * (unknown fields).
+ *
+ * `legacy` is that old binary fingerprint, which the keys stored before this
+ * change carry: such a key still answers a repeat of its request (a client
+ * retrying across the deploy) until it expires; new keys store `fingerprint`.
+ * Once no key older than the change is left (24 hours), `legacy` can go.
+ *
+ * A request with no JSON form (a `Value` that is NaN, infinite or unset, as a
+ * gRPC client may send it; the RPC refuses it) is compared by its binary
+ * encoding, so that the RPC still answers it with its own error.
+ */
+function requestFingerprint<I extends DescMessage>(
+  schema: I,
+  req: MessageShape<I>,
+): { fingerprint: string; legacy: string } {
+  const sha256 = (data: string | Uint8Array) => crypto.createHash("sha256").update(data).digest("hex");
+  const legacy = sha256(toBinary(schema, req));
+  let json: string;
+  try {
+    json = canonicalJson(toJson(schema, req));
+  } catch {
+    return { fingerprint: legacy, legacy };
+  }
+  // Well-formed text (no lone surrogate left), so its UTF-8 loses nothing.
+  return { fingerprint: sha256(json), legacy };
 }
 
 /** An error kept as a key's answer: its code, message and details (what the caller was told). */
