@@ -8,6 +8,9 @@
 import net from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
 import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../../test/support/harness.ts";
+import { sql } from "kysely";
+import { RUN_LOCK_SECONDS } from "../../src/core/http/idempotency.ts";
+import { tables } from "../../test/support/tables.ts";
 import { createClient, type RetryInfo } from "../src/index.ts";
 import { urlOf } from "./support.ts";
 
@@ -117,6 +120,46 @@ describe("idempotent retries", () => {
     expect(total).toBe(40);
     await Promise.all([c.close(), setup.close()]);
   });
+});
+
+describe("a run that died holding its key", () => {
+  it("is taken over within the client's default retry budget, so the retried call is done, not given up", async () => {
+    const t = await startServer({ env: { MAIL_DOMAIN: "apps.example" } });
+    cleanup.push(() => t.close());
+    const app = await t.createApp();
+    const db = tables(t.server.deps.db);
+    let died: number | undefined;
+    // The first send runs; then its process "dies": its work rolls back and its key stays claimed for the
+    // full hold, as a kill -9 right after the claim leaves it; its client sees the connection drop.
+    const dying: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (died === undefined && urlOf(input).endsWith("/v1/mail/send")) {
+        await res.text();
+        await sql`UPDATE idempotency_keys SET state = 'running', response = NULL, status = NULL,
+                    locked_until = now() + make_interval(secs => ${RUN_LOCK_SECONDS}) WHERE app_id = ${app.id}`.execute(
+          db,
+        );
+        await sql`DELETE FROM mail_log WHERE app_id = ${app.id}`.execute(db);
+        died = Date.now();
+        throw new TypeError("fetch failed", { cause: { code: "ECONNRESET" } });
+      }
+      return res;
+    };
+    const retried: string[] = [];
+    const c = createClient({
+      baseUrl: t.url,
+      token: app.token,
+      fetch: dying,
+      retry: { onRetry: (info) => void retried.push(info.error.code) },
+    });
+    const res = await c.mail.send({ to: "ada@example.com", subject: "Hi", text: "Hello" });
+    expect(res.sent).toBe(true);
+    // Told the key was in use until the dead run's hold lapsed, then the repeat ran it.
+    expect(retried).toContain("idempotency_key_in_use");
+    expect(Date.now() - died!).toBeGreaterThanOrEqual((RUN_LOCK_SECONDS - 1) * 1000);
+    expect((await t.admin.listMail({ appId: app.id })).mails).toHaveLength(1);
+    await c.close();
+  }, 60_000);
 });
 
 describe("idempotent batch put", () => {

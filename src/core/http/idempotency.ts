@@ -69,8 +69,13 @@ export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
 export const REPLAYED_HEADER = "idempotent-replayed";
 /** How long a key and its answer are remembered. */
 export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
-/** How long a run holds its key before a repeat may take over (its process may have died). */
-export const RUN_LOCK_SECONDS = 300;
+/**
+ * How long a run holds its key before a repeat may take over (its process may have died). A live run
+ * renews it every third of this, so it bounds only a dead run's hold: it was 300 s, ten times the client's
+ * default retry budget (30 s), so a batch whose instance was killed mid-request was told 409 until the
+ * client gave up, and the tracker dropped it. 15 s leaves the client half of its budget.
+ */
+export const RUN_LOCK_SECONDS = 15;
 /** How often expired keys are deleted. */
 export const IDEMPOTENCY_SWEEP_INTERVAL_MS = 600_000;
 
