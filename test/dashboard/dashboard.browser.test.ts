@@ -224,7 +224,7 @@ describe("the operator dashboard in Chromium", () => {
     await shot("06-queues");
   });
 
-  it("sets maxDeliveries in the settings, shows a queue's dead letters and replays one", async () => {
+  it("sets maxDeliveries in the settings, shows a queue's dead letters, replays one and purges one after confirming", async () => {
     await tab("Settings");
     await page.getByLabel("Max deliveries (0 = no limit)").fill("1");
     await page.getByRole("button", { name: "Save settings" }).click();
@@ -258,6 +258,31 @@ describe("the operator dashboard in Chromium", () => {
     await eventually(() => page.getByTestId("dead-jobs").textContent()).toBe("0");
     const jobs = (await t.admin.listQueues({ appId })).queues.find((q) => q.name === "jobs");
     expect([Number(jobs?.depth), Number(jobs?.deadLetters)]).toEqual([1, 0]);
+
+    // Dead again; purging one is confirmed first (it purged at the click), and Cancel keeps it.
+    expect(
+      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
+    ).not.toBeNull();
+    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(
+      tables(t.server.deps.db),
+    );
+    expect(
+      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
+    ).toBeNull();
+    const [again] = (await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters;
+    await page.getByRole("button", { name: "Close" }).click();
+    await page.getByRole("button", { name: "Dead letters of jobs" }).click();
+    await page.getByRole("button", { name: `Purge ${again.id}` }).click();
+    const dialog = page.getByRole("dialog", { name: `Purge dead letter ${again.id}?` });
+    await dialog.waitFor();
+    await shot("06c-purge-one-dead-letter");
+    await dialog.getByRole("button", { name: "Cancel" }).click();
+    await dialog.waitFor({ state: "hidden" });
+    expect((await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters.map((d) => d.id)).toEqual([again.id]);
+    await page.getByRole("button", { name: `Purge ${again.id}` }).click();
+    await dialog.getByRole("button", { name: "Purge", exact: true }).click();
+    await page.getByText("Purged 1.").waitFor();
+    expect((await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters).toHaveLength(0);
     await t.admin.updateApp({ appId, limits: { maxDeliveries: 0 } });
   });
 

@@ -461,12 +461,14 @@ function SendTestMessage({ appId, queue: initial }: { appId: string; queue: stri
 
 /**
  * One queue's dead letters, a page at a time (oldest death first): replay
- * (back in line, deliveries reset) or purge one, or all of them after a
- * confirmation.
+ * (back in line, deliveries reset) or purge one, or all of them. A purge, of
+ * one or of all, is confirmed first: it deletes for good, and a misclick on a
+ * row's button lost the message (the CLI asks too).
  */
 function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose: () => void }) {
   const [pageToken, setPageToken] = useState("");
-  const [confirm, setConfirm] = useState<"replay" | "purge" | null>(null);
+  /** The action awaiting confirmation: on all dead letters, or (a purge) on the one with `id`. */
+  const [confirm, setConfirm] = useState<{ action: "replay" | "purge"; id?: string } | null>(null);
   const [done, setDone] = useState<string | null>(null);
   const page = useQuery(listDeadLetters, { appId: app.id, queue, pageSize: 20, pageToken });
   const queryClient = useQueryClient();
@@ -510,10 +512,15 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
           ) : (
             <>
               <div className="actions" hidden={!canWrite}>
-                <button type="button" disabled={busy} onClick={() => setConfirm("replay")}>
+                <button type="button" disabled={busy} onClick={() => setConfirm({ action: "replay" })}>
                   Replay all
                 </button>
-                <button type="button" className="danger" disabled={busy} onClick={() => setConfirm("purge")}>
+                <button
+                  type="button"
+                  className="danger"
+                  disabled={busy}
+                  onClick={() => setConfirm({ action: "purge" })}
+                >
                   Purge all
                 </button>
               </div>
@@ -540,7 +547,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                         className="danger small"
                         disabled={busy}
                         aria-label={`Purge ${d.id}`}
-                        onClick={() => purge.mutate({ appId: app.id, queue, ids: [d.id] })}
+                        onClick={() => setConfirm({ action: "purge", id: d.id })}
                       >
                         Purge
                       </button>
@@ -566,21 +573,29 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
       </QueryView>
       <ConfirmDialog
         open={confirm !== null}
-        title={confirm === "replay" ? `Replay every dead letter of ${queue}?` : `Purge every dead letter of ${queue}?`}
-        confirmLabel={confirm === "replay" ? "Replay all" : "Purge all"}
+        title={
+          confirm?.action === "replay"
+            ? `Replay every dead letter of ${queue}?`
+            : confirm?.id
+              ? `Purge dead letter ${confirm.id}?`
+              : `Purge every dead letter of ${queue}?`
+        }
+        confirmLabel={confirm?.action === "replay" ? "Replay all" : confirm?.id ? "Purge" : "Purge all"}
         busy={busy}
-        error={confirm === "replay" ? replay.error : purge.error}
+        error={confirm?.action === "replay" ? replay.error : purge.error}
         onClose={() => setConfirm(null)}
         onConfirm={() =>
-          confirm === "replay"
+          confirm?.action === "replay"
             ? replay.mutate({ appId: app.id, queue, all: true })
-            : purge.mutate({ appId: app.id, queue, all: true })
+            : purge.mutate({ appId: app.id, queue, ...(confirm?.id ? { ids: [confirm.id] } : { all: true }) })
         }
       >
         <p>
-          {confirm === "replay"
+          {confirm?.action === "replay"
             ? "They go back in line, visible at once, with their deliveries reset to 0."
-            : "They are deleted for good."}
+            : confirm?.id
+              ? "It is deleted for good."
+              : "They are deleted for good."}
         </p>
       </ConfirmDialog>
     </div>
