@@ -16,9 +16,22 @@
  * by an operator is seen within a minute, not at the next UTC midnight (the
  * 429's `Retry-After`). Every batch carries an `Idempotency-Key`, so a batch
  * whose answer was lost is sent again safely (the service answers the first
- * result without storing it twice). Drops are reported to `onDrop` once per
- * batch and reason, and counted in `flush()`'s answer; nothing is thrown from
- * a timer.
+ * result without storing it twice).
+ *
+ * A batch that cannot be delivered for longer than the transport's retry
+ * budget (30 s of network errors, 502, 503, 504 or 409
+ * `idempotency_key_in_use`: the service down, its database failing over) is
+ * not dropped: it is kept, with the events behind it, and sent again first,
+ * in order, under the same key (its first attempt may have been stored and
+ * only the answer lost), `flushIntervalMs` after each failed attempt, even if
+ * nothing new is tracked. Kept events count toward `maxBuffer`: past it the
+ * oldest go (`buffer_full`; a batch already sent goes whole, as its key is
+ * only good for exactly its events). `close()` tries once more and drops what
+ * still cannot be delivered (`error`): a closing process cannot wait for ever.
+ * Other failures (401, 403, 404, 500...) are dropped (`error`) at once.
+ *
+ * Drops are reported to `onDrop` once per batch and reason, and counted in
+ * `flush()`'s answer; nothing is thrown from a timer.
  */
 import { PlatformError } from "./platform-error.ts";
 import {
@@ -34,9 +47,13 @@ export type DropReason =
   | "daily_cap"
   /** The service refused these events (400: an unregistered type, an undeclared property...). */
   | "rejected"
-  /** Anything else: the service could not be reached, or failed, after the retries. */
+  /**
+   * The service failed (401, 403, 404, 500...); or, on `close()`, it still could not be reached (network
+   * errors, 502, 503, 504, 409 `idempotency_key_in_use` after the retries). Before `close()` such a batch
+   * is kept and sent again instead.
+   */
   | "error"
-  /** More than `maxBuffer` events were waiting; the oldest were dropped. */
+  /** More than `maxBuffer` events were waiting (those kept for a retry included); the oldest were dropped. */
   | "buffer_full"
   /** Tracked after `close()`. */
   | "closed";
@@ -59,7 +76,10 @@ export interface TrackerOptions {
   batchSize?: number;
   /** Longest time an event waits before its batch is sent. Default 5000 ms. */
   flushIntervalMs?: number;
-  /** Most events kept waiting; beyond it the oldest are dropped (`buffer_full`). Default 10000. */
+  /**
+   * Most events kept waiting, those kept for a retry while the service cannot be reached included; beyond
+   * it the oldest are dropped (`buffer_full`). Default 10000.
+   */
   maxBuffer?: number;
   /** Called with every call the service took. */
   onSent?: (info: SentInfo) => void;
@@ -76,7 +96,10 @@ export interface TrackerOptions {
   capRecheckMs?: number;
 }
 
-/** What was stored and dropped since the previous `flush()` answered (or since the start). */
+/**
+ * What was stored and dropped since the previous `flush()` answered (or since the start). Events kept
+ * for a retry (the service could not be reached) are neither: they are still `pending`.
+ */
 export interface FlushResult {
   /** Events the service stored. */
   recorded: number;
@@ -86,15 +109,41 @@ export interface FlushResult {
 
 export interface Tracker {
   track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
+  /**
+   * Sends what is waiting, in order, and answers once it is sent or the service could not be reached
+   * (after the transport's retries): then the batch that failed and everything after it stay waiting
+   * (`pending`) and are sent again `flushIntervalMs` later.
+   */
   flush(): Promise<FlushResult>;
-  /** Flushes what is waiting and stops; later `track` calls are dropped (`closed`). */
+  /**
+   * Flushes what is waiting (one more attempt, the transport's retries included) and stops: what still
+   * cannot be delivered is dropped (`error`), and later `track` calls are dropped (`closed`).
+   */
   close(): Promise<FlushResult>;
-  /** Events waiting to be sent. */
+  /** Events waiting to be sent, those kept for a retry included. */
   readonly pending: number;
 }
 
 /** Sends one batch; `key` is its idempotency key, the same for every retry of the same events. */
 export type LogFn = (events: AnalyticsEvent[], key: string) => Promise<LogEventsResponse>;
+
+/** Events to send in one call, and the idempotency key they were already sent under, if any. */
+interface Piece {
+  events: AnalyticsEvent[];
+  /** Reused only for exactly these events: a piece cut or split sends its parts under new keys. */
+  key?: string;
+}
+
+/**
+ * A failure that says nothing about the events: the service or the way to it is down (no answer, 502,
+ * 503, 504), or the first call under the key still runs (409). The piece is kept and sent again under its
+ * key. A replayed error is the key's stored answer: the same key would get it again for ever.
+ */
+function unreachable(error: unknown): boolean {
+  if (!(error instanceof PlatformError) || error.replayed) return false;
+  if (error.code === "idempotency_key_in_use") return true;
+  return error.status === 0 || error.status === 502 || error.status === 503 || error.status === 504;
+}
 
 /** `events[12].type: ...` → 12. */
 const BAD_INDEX = /^events\[(\d+)\]/;
@@ -121,8 +170,17 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       console.warn(`analytics: dropped ${info.events.length} events (${info.reason})${why}`);
     });
   const buffer: AnalyticsEvent[] = [];
+  /**
+   * Pieces that could not be delivered (the service unreachable after the transport's retries), in
+   * order, ahead of `buffer`: sent again first, each under its key, by the next drain.
+   */
+  const kept: Piece[] = [];
+  /** Events in `kept`. */
+  let keptCount = 0;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let closed: Promise<FlushResult> | undefined;
+  /** Set by `close()`: a piece that cannot be delivered is then dropped, not kept. */
+  let closing = false;
   /** Dropped from a full buffer since the last report: reported together, not one line per event. */
   let overflow: AnalyticsEvent[] = [];
   /**
@@ -173,19 +231,23 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   /**
    * Sends one batch, dropping only what cannot be stored; never rejects.
    * Each piece sent gets its own idempotency key, reused by the transport's
-   * retries of that piece.
+   * retries of that piece, and by later sends of the same piece (`batch.key`).
+   * Answers what could not be delivered (the service unreachable): the piece
+   * that failed, under its key, and the rest of the batch, in order.
    */
-  async function send(batch: AnalyticsEvent[]): Promise<void> {
+  async function send(batch: Piece): Promise<{ left: Piece[]; error?: unknown }> {
     const id = `${session}-${++batchNumber}`;
     let piece = 0;
     const capDrops: AnalyticsEvent[] = [];
     let capError: unknown;
     const rejected: AnalyticsEvent[] = [];
     let rejectError: unknown;
+    let undelivered: Piece[] = [];
+    let unreachableError: unknown;
     // Pieces still to send, in order.
-    const todo: AnalyticsEvent[][] = [batch];
+    const todo: Piece[] = [batch];
     while (todo.length > 0) {
-      let events = todo.shift()!;
+      let { events, key } = todo.shift()!;
       const now = Date.now();
       if (now < cappedUntil) {
         capDrops.push(...events);
@@ -195,15 +257,19 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
         remaining &&
         remaining.day === utcDay(now) &&
         now - remaining.at < capRecheckMs &&
-        remaining.count < events.length
+        remaining.count < events.length &&
+        // A piece already sent may have been stored (its answer lost): cut, its rest would go under a new
+        // key and be stored twice. It goes whole under its key, and the service's answer decides.
+        (key === undefined || remaining.count === 0)
       ) {
         // Fill what is left exactly; the rest cannot be stored today.
         capDrops.push(...events.slice(remaining.count));
         events = events.slice(0, remaining.count);
         if (events.length === 0) continue;
       }
+      key ??= `${id}.${++piece}`;
       try {
-        sent(events.length, await log(events, `${id}.${++piece}`));
+        sent(events.length, await log(events, key));
       } catch (error) {
         if (error instanceof PlatformError && error.code === "quota_exceeded") {
           capError = error;
@@ -216,11 +282,11 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
             if (left === 0) {
               cappedUntil = until;
               capDrops.push(...events);
-            } else todo.unshift(events.slice(0, left), events.slice(left));
+            } else todo.unshift({ events: events.slice(0, left) }, { events: events.slice(left) });
           } else if (events.length > 1) {
             // The service did not say how much is left: halve until what fits is found.
             const half = Math.ceil(events.length / 2);
-            todo.unshift(events.slice(0, half), events.slice(half));
+            todo.unshift({ events: events.slice(0, half) }, { events: events.slice(half) });
           } else {
             cappedUntil = until;
             capDrops.push(...events);
@@ -242,8 +308,15 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
           const good: AnalyticsEvent[] = [];
           events.forEach((e, i) => (bad.has(i) ? rejected : good).push(e));
           // The service names at most 20 issues per answer: the next try names the next ones.
-          if (good.length > 0) todo.unshift(good);
+          if (good.length > 0) todo.unshift({ events: good });
           continue;
+        }
+        if (unreachable(error)) {
+          // Nothing is wrong with the events: this piece (under the key it was sent with) and the rest
+          // wait for the service, before anything newer.
+          undelivered = [{ events, key }, ...todo];
+          unreachableError = error;
+          break;
         }
         report({
           reason: error instanceof PlatformError && error.status === 429 ? "daily_cap" : "error",
@@ -254,21 +327,80 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
     }
     report({ reason: "rejected", events: rejected, error: rejectError });
     report({ reason: "daily_cap", events: capDrops, error: capError });
+    return { left: undelivered, error: unreachableError };
   }
 
-  /** One loop at a time sends batches (in order) until nothing is waiting. */
+  /** The events beyond `maxBuffer` go to `overflow`, the oldest first (those kept for a retry). */
+  function trim(): void {
+    let excess = keptCount + buffer.length - maxBuffer;
+    while (excess > 0 && kept.length > 0) {
+      const first = kept[0];
+      // A piece already sent goes whole: its key is good only for exactly its events.
+      if (first.key !== undefined || first.events.length <= excess) {
+        kept.shift();
+        overflow.push(...first.events);
+        keptCount -= first.events.length;
+        excess -= first.events.length;
+      } else {
+        overflow.push(...first.events.splice(0, excess));
+        keptCount -= excess;
+        excess = 0;
+      }
+    }
+    if (excess > 0) overflow.push(...buffer.splice(0, excess));
+  }
+
+  /** Sends what is waiting `flushIntervalMs` from now (the first event's wait, or the next retry). */
+  function schedule(): void {
+    if (timer !== undefined) return;
+    timer = setTimeout(() => {
+      timer = undefined;
+      void drain();
+    }, flushIntervalMs);
+  }
+
+  /**
+   * One loop at a time sends batches (in order: those kept first) until
+   * nothing is waiting, or until the service cannot be reached: then what is
+   * left is kept and the loop is tried again `flushIntervalMs` later; when
+   * closing, it is dropped instead.
+   */
   function drain(): Promise<void> {
     if (overflow.length > 0 && !draining) reportOverflow();
     // Nothing to send: the loop below would end (and clear `draining`) before being stored.
-    if (buffer.length === 0) return draining ?? Promise.resolve();
+    if (kept.length === 0 && buffer.length === 0) return draining ?? Promise.resolve();
     draining ??= (async () => {
       try {
-        while (buffer.length > 0) {
-          await send(buffer.splice(0, batchSize));
+        while (kept.length > 0 || buffer.length > 0) {
+          let batch: Piece;
+          if (kept.length > 0) {
+            batch = kept.shift()!;
+            keptCount -= batch.events.length;
+          } else batch = { events: buffer.splice(0, batchSize) };
+          const { left, error } = await send(batch);
+          if (left.length > 0) {
+            if (closing) {
+              // A closing process cannot wait for the service: what is still waiting goes.
+              const events = left.flatMap((p) => p.events);
+              for (const p of kept) events.push(...p.events);
+              events.push(...buffer.splice(0));
+              kept.length = 0;
+              keptCount = 0;
+              report({ reason: "error", events, error });
+            } else {
+              kept.unshift(...left);
+              for (const p of left) keptCount += p.events.length;
+              trim();
+            }
+            if (overflow.length > 0) reportOverflow();
+            break;
+          }
           if (overflow.length > 0) reportOverflow();
         }
       } finally {
         draining = undefined;
+        // The service could not be reached: try again later, even if nothing new is tracked.
+        if (kept.length > 0 && !closing) schedule();
       }
     })();
     return draining;
@@ -292,25 +424,22 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       const event: AnalyticsEvent = { type, at: toEpochMs(at ?? Date.now()) };
       // A copy: the batch leaves later, and the caller may change its object meanwhile (values are scalars).
       if (properties && Object.keys(properties).length > 0) event.properties = { ...properties };
-      if (closed) return report({ reason: "closed", events: [event] });
+      if (closing) return report({ reason: "closed", events: [event] });
       buffer.push(event);
-      if (buffer.length > maxBuffer) overflow.push(...buffer.splice(0, buffer.length - maxBuffer));
-      if (buffer.length >= batchSize) {
-        void drain();
-      } else if (timer === undefined) {
-        timer = setTimeout(() => {
-          timer = undefined;
-          void drain();
-        }, flushIntervalMs);
-      }
+      if (keptCount + buffer.length > maxBuffer) trim();
+      // While batches are kept (the service unreachable), the retry timer sends: not every new batch.
+      if (kept.length === 0 && buffer.length >= batchSize) void drain();
+      else schedule();
     },
     flush,
     close() {
+      // Set first: a loop running now drops what it cannot deliver instead of keeping it.
+      closing = true;
       closed ??= flush();
       return closed;
     },
     get pending() {
-      return buffer.length;
+      return keptCount + buffer.length;
     },
   };
 }
