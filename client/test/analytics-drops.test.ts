@@ -6,9 +6,9 @@
  * exactly and nothing more is sent for `capRecheckMs`; after it the service is
  * asked again, so a cap raised meanwhile is used the same day.
  */
-import { urlOf } from "./support.ts";
+import { appWithClicks, storedClicks, urlOf } from "./support.ts";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
+import { startServer, type TestServer } from "../../test/support/harness.ts";
 import { createClient, type DropInfo } from "../src/index.ts";
 
 let t: TestServer;
@@ -19,26 +19,9 @@ beforeAll(async () => {
 afterAll(() => t?.close());
 
 /** A fresh app with the `click` type registered, and its daily event cap. */
-async function appWithCap(eventsPerDay?: number): Promise<TestApp> {
-  const a = await t.createApp();
-  if (eventsPerDay !== undefined) await t.admin.updateApp({ appId: a.id, limits: { eventsPerDay } });
-  const setup = createClient({ baseUrl: t.url, token: a.token });
-  await setup.analytics.registerType({ name: "click", properties: { button: "string" } });
-  await setup.close();
-  return a;
-}
+const appWithCap = (eventsPerDay?: number) => appWithClicks(t, eventsPerDay);
 
-async function stored(token: string): Promise<number> {
-  const c = createClient({ baseUrl: t.url, token });
-  const { total } = await c.analytics.query({
-    type: "click",
-    since: Date.now() - 3_600_000,
-    until: Date.now() + 60_000,
-    interval: "day",
-  });
-  await c.close();
-  return total;
-}
+const stored = (token: string) => storedClicks(t, token);
 
 /** Today's events counted by the service for the app, and its cap. */
 async function usage(appId: string): Promise<{ used: number; cap: number }> {

@@ -9,9 +9,9 @@
  * front of the service that fails the log calls as a dropped network would.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, type TestApp, type TestServer } from "../../test/support/harness.ts";
+import { startServer, type TestServer } from "../../test/support/harness.ts";
 import { createClient, type DropInfo, type RetryOptions, type SentInfo } from "../src/index.ts";
-import { urlOf } from "./support.ts";
+import { appWithClicks, storedClicks, urlOf } from "./support.ts";
 
 let t: TestServer;
 
@@ -24,26 +24,9 @@ afterAll(() => t?.close());
 const shortBudget: RetryOptions = { budgetMs: 300, minDelayMs: 20, maxDelayMs: 100 };
 
 /** A fresh app with the `click` type registered. */
-async function appWithClick(): Promise<TestApp> {
-  const a = await t.createApp();
-  const setup = createClient({ baseUrl: t.url, token: a.token });
-  await setup.analytics.registerType({ name: "click", properties: { button: "string" } });
-  await setup.close();
-  return a;
-}
+const appWithClick = () => appWithClicks(t);
 
-/** Click events the service stored for the app (asked without the outage in between). */
-async function stored(token: string): Promise<number> {
-  const c = createClient({ baseUrl: t.url, token });
-  const { total } = await c.analytics.query({
-    type: "click",
-    since: Date.now() - 3_600_000,
-    until: Date.now() + 60_000,
-    interval: "day",
-  });
-  await c.close();
-  return total;
-}
+const stored = (token: string) => storedClicks(t, token);
 
 interface Delivered {
   key: string;

@@ -236,17 +236,18 @@ describe("the operator dashboard in Chromium", () => {
         headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
         body: JSON.stringify(body),
       });
+    /** Delivers the waiting message once; its lease lapses (without waiting for it); the next consume buries it. */
+    const deliverAndBury = async () => {
+      const consume = async () =>
+        ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message;
+      expect(await consume()).not.toBeNull();
+      await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(
+        tables(t.server.deps.db),
+      );
+      expect(await consume()).toBeNull();
+    };
     expect((await rest("/v1/queues/jobs", { payload: { job: "resize" } })).status).toBe(200);
-    expect(
-      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
-    ).not.toBeNull();
-    // The lease lapses (without waiting for it); the next consume moves the message to the dead letters.
-    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(
-      tables(t.server.deps.db),
-    );
-    expect(
-      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
-    ).toBeNull();
+    await deliverAndBury();
     await tab("Queues");
     await page.getByRole("button", { name: "Dead letters of jobs" }).click();
     await page.getByRole("heading", { name: "Dead letters of jobs" }).waitFor();
@@ -260,15 +261,7 @@ describe("the operator dashboard in Chromium", () => {
     expect([Number(jobs?.depth), Number(jobs?.deadLetters)]).toEqual([1, 0]);
 
     // Dead again; purging one is confirmed first (it purged at the click), and Cancel keeps it.
-    expect(
-      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
-    ).not.toBeNull();
-    await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond' WHERE app_id = ${appId} AND queue = 'jobs'`.execute(
-      tables(t.server.deps.db),
-    );
-    expect(
-      ((await (await rest("/v1/queues/jobs/consume", { waitSeconds: 0 })).json()) as { message: unknown }).message,
-    ).toBeNull();
+    await deliverAndBury();
     const [again] = (await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters;
     await page.getByRole("button", { name: "Close" }).click();
     await page.getByRole("button", { name: "Dead letters of jobs" }).click();
