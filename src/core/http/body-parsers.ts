@@ -18,7 +18,7 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
   fastify.removeContentTypeParser(["application/json", "text/plain"]);
   fastify.addContentTypeParser("application/json", { parseAs: "buffer" }, (_req, bytes, done) => {
     const body = utf8(bytes as Buffer);
-    if (body === undefined) return done(notUtf8("body: is not UTF-8 (JSON is UTF-8 text)"), undefined);
+    if (body === undefined) return done(refused("body: is not UTF-8 (JSON is UTF-8 text)"), undefined);
     if (body.trim() === "") return done(null, undefined);
     let value: unknown;
     try {
@@ -36,7 +36,7 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
       );
     }
     const inexact = MAYBE_INEXACT.test(body) ? inexactNumber(body, value) : undefined;
-    if (inexact) return done(new PlatformError("invalid_argument", inexact, { details: [inexact] }), undefined);
+    if (inexact) return done(refused(inexact), undefined);
     done(null, value);
   });
   fastify.addContentTypeParser("application/x-www-form-urlencoded", { parseAs: "buffer" }, (req, bytes, done) => {
@@ -46,7 +46,7 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
       return done((bytes as Buffer).toString("latin1").trim() === "" ? null : notJson(), undefined);
     const body = utf8(bytes as Buffer);
     if (body === undefined || !percentEncodedUtf8(body))
-      return done(notUtf8("body: a form field is not UTF-8 (send the form as UTF-8)"), undefined);
+      return done(refused("body: a form field is not UTF-8 (send the form as UTF-8)"), undefined);
     done(null, Object.fromEntries(new URLSearchParams(body)));
   });
   fastify.addContentTypeParser("*", { parseAs: "string" }, (_req, text, done) => {
@@ -84,12 +84,10 @@ function percentEncodedUtf8(body: string): boolean {
 /** The `config` of a route that takes an HTML form's body (the secret link's page); other routes refuse forms. */
 export const FORM_ROUTE_CONFIG = { acceptsForm: true };
 
-const notJson = () =>
-  new PlatformError("invalid_argument", "content-type: must be application/json", {
-    details: ["content-type: must be application/json"],
-  });
+const notJson = () => refused("content-type: must be application/json");
 
-const notUtf8 = (message: string) => new PlatformError("invalid_argument", message, { details: [message] });
+/** A 400 whose one detail is its message (it names the field or the body). */
+const refused = (message: string) => new PlatformError("invalid_argument", message, { details: [message] });
 
 /**
  * Depth of a parsed JSON value, walked without recursion so no input can
