@@ -61,6 +61,7 @@ import { openDatabase, migrate, type Db } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
+import { checkSecretsKey } from "./secrets/check-key.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
@@ -421,6 +422,17 @@ const COMMANDS: Command[] = [
         }),
       );
       print(`re-encrypted ${reencrypted} secret value(s) under the current SECRETS_KEY`);
+    },
+  },
+  {
+    name: "secrets check-key",
+    synopsis: "",
+    summary:
+      "whether SECRETS_KEY (or SECRETS_KEY_FILE) opens the database's secrets; exit 0 if so, 1 if not (direct database access, changes nothing)",
+    async run(ctx) {
+      const check = await checkSecretsKey(ctx.config);
+      print(flag(ctx.values, "json") ? check : check.summary);
+      if (!check.opens) process.exitCode = 1;
     },
   },
   {

@@ -5,6 +5,7 @@
  * `loadConfig`. A bad value throws `ConfigError` naming the variable, so the
  * process stops with one clear line instead of failing later at first use.
  */
+import fs from "node:fs";
 import path from "node:path";
 import { z } from "zod";
 
@@ -263,10 +264,58 @@ const environmentSchema = z
     corsOrigins: env.CORS_ORIGINS,
   }));
 
+/**
+ * Variables that may instead be given as a file's contents, `NAME_FILE` (the
+ * convention of Docker and Kubernetes secrets): a key kept in a file is
+ * generated once and survives every restart, where one generated inline on a
+ * command line is lost with it.
+ */
+export const FILE_VARIABLES = ["ADMIN_TOKEN", "SECRETS_KEY"] as const;
+
+/**
+ * `env` with each `NAME_FILE` of `FILE_VARIABLES` read into `NAME` (one final
+ * line break dropped), and the names whose value came from a file. A file that
+ * cannot be read or is empty, or both forms set, is a `ConfigError` naming the
+ * `_FILE` variable; the message never holds the file's contents.
+ */
+function readFileVariables(env: Env): { env: Env; fromFile: Map<string, string> } {
+  const out: Env = { ...env };
+  const fromFile = new Map<string, string>();
+  for (const name of FILE_VARIABLES) {
+    const fileVariable = `${name}_FILE`;
+    const file = set(env[fileVariable]);
+    if (file === undefined) continue;
+    if (set(env[name]) !== undefined) throw new ConfigError(fileVariable, `set ${name} or ${fileVariable}, not both`);
+    let contents: string;
+    try {
+      contents = fs.readFileSync(file, "utf8");
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      const why =
+        code === "ENOENT"
+          ? "does not exist"
+          : code === "EACCES"
+            ? "is not readable by this user"
+            : `cannot be read (${code ?? "error"})`;
+      throw new ConfigError(fileVariable, `${file} ${why}`);
+    }
+    const value = contents.replace(/\r?\n$/, "");
+    if (value.trim() === "") throw new ConfigError(fileVariable, `${file} is empty`);
+    out[name] = value;
+    fromFile.set(name, file);
+  }
+  return { env: out, fromFile };
+}
+
 /** The configuration of `env`; the first variable that breaks its rule throws `ConfigError` naming it. */
 export function loadConfig(env: Env = process.env): Config {
-  const result = environmentSchema.safeParse(env);
+  const files = readFileVariables(env);
+  const result = environmentSchema.safeParse(files.env);
   if (result.success) return result.data;
   const issue = result.error.issues[0];
-  throw new ConfigError(String(issue.path[0]), issue.message);
+  const name = String(issue.path[0]);
+  // A value read from a file is named by the variable that gave the file.
+  const file = files.fromFile.get(name);
+  if (file !== undefined) throw new ConfigError(`${name}_FILE`, `the contents of ${file} ${issue.message}`);
+  throw new ConfigError(name, issue.message);
 }

@@ -25,7 +25,7 @@ export const metaRoutes: readonly AnyRestRoute[] = [
       summary: "Package name and version",
       public: true,
       errors: [],
-      responseExample: { name: "platform-batteries", version: "0.1.0" },
+      responseExample: { name: "platform-batteries", version: "0.2.0" },
     },
     response: (res) => ({ name: res.name, version: res.version }),
   }),

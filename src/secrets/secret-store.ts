@@ -593,6 +593,30 @@ export function createSecretStore(database: Db) {
       return Number(row.n);
     },
 
+    /** For each key id, how many values it seals and one of them (`secrets check-key` opens it). */
+    async sampleUnderEachKey(): Promise<{ keyId: string; count: number; sample: StaleValue }[]> {
+      const rows = await db
+        .selectFrom("secrets")
+        .select(["app_id", "name", "version", "key_id", "value_encrypted"])
+        .select(sql<number>`count(*) OVER (PARTITION BY key_id)`.as("n"))
+        .distinctOn("key_id")
+        .where("value_encrypted", "is not", null)
+        .orderBy("key_id")
+        .orderBy("app_id")
+        .orderBy("name")
+        .execute();
+      return rows.map((r) => ({
+        keyId: r.key_id ?? "(none)",
+        count: Number(r.n),
+        sample: {
+          appId: r.app_id,
+          name: r.name,
+          version: r.version,
+          value: { sealed: r.value_encrypted!, keyId: r.key_id ?? "(none)" },
+        },
+      }));
+    },
+
     /** Key ids of stored values, to warn at start about values no configured key opens. */
     async keyIds(): Promise<string[]> {
       const rows = await db.selectFrom("secrets").select("key_id").distinct().where("key_id", "is not", null).execute();

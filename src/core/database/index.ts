@@ -8,7 +8,7 @@ export {
   type Transaction,
   type Unlisten,
 } from "./database.ts";
-export { migrate } from "./migrate.ts";
+export { appliedMigrations, migrate, NewerDatabaseError } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";

@@ -3,6 +3,7 @@ export {
   adoptAdminToken,
   checkSecretsKeyMove,
   recordSecretsKey,
+  recordedSecretsKeyId,
   verifySharedKeys,
   type KeyIds,
 } from "./shared-keys.ts";
