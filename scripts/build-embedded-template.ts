@@ -75,7 +75,20 @@ async function exists(p: string): Promise<boolean> {
   );
 }
 
+/**
+ * The one line an install prints when npm runs on a Node older than 24 (its
+ * EBADENGINE warnings are off: see .npmrc). npm names its own Node in
+ * `npm_config_user_agent` ("npm/11.6.2 node/v20.19.5 linux x64 ...").
+ */
+export function olderNodeNote(env: NodeJS.ProcessEnv): string | undefined {
+  const npmNode = /\bnode\/v(\d+)\.[\d.]+/.exec(env.npm_config_user_agent ?? "");
+  if (env.npm_lifecycle_event !== "prepare" || !npmNode || Number(npmNode[1]) >= 24) return undefined;
+  return `npm runs on Node v${npmNode[0].slice(6)} here; this install brought Node ${process.versions.node} (the node package, node_modules/.bin/node), which every npm script runs, because the server and its dependencies need Node 22 or newer (npm's engine warnings about v${npmNode[1]} are off: .npmrc)\n`;
+}
+
 if (import.meta.main) {
+  const note = olderNodeNote(process.env);
+  if (note) process.stderr.write(note);
   const ifNeeded = process.argv.includes("--if-needed");
   // The environment is read as the server reads it (`loadConfig`); a bad variable is the
   // server's to report, with the rest of the configuration, so the template step skips.

@@ -816,7 +816,12 @@ const COMMON_OPTIONS: Record<string, ParseArgsOptionDescriptor> = {
 
 const usageLine = (c: Command) => `${c.name}${c.synopsis ? ` ${c.synopsis}` : ""}`;
 
-export const USAGE = `usage: npm run cli -- <command> [--url URL] [--json]
+/** How the command is run: `npm run cli --` in a checkout, `platform-batteries` where the package is installed. */
+let program = "npm run cli --";
+
+/** The usage of every command, as `program` runs them. */
+export function usage(run: string = program): string {
+  return `usage: ${run} <command> [--url URL] [--json]
 
 ${COMMANDS.map((c) => {
   const line = usageLine(c);
@@ -826,6 +831,7 @@ ${COMMANDS.map((c) => {
 --url URL   the server (else PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT)
 --json      canonical proto3 JSON (64-bit integers as strings, enum names in full) for scripts
 Limits: ${LIMIT_NAMES.join(", ")}`;
+}
 
 /** The command named by the first words of `argv` (the longest name that matches), and the rest. */
 function findCommand(words: string[]): { command: Command; rest: string[] } | undefined {
@@ -863,8 +869,8 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
   others.push(...argv.slice(i));
   const found = findCommand(words);
   if (!found) {
-    if (words.length === 0 || argv.includes("--help") || argv.includes("-h")) return print(USAGE);
-    throw new UsageError(`unknown command: ${words.join(" ")}\n\n${USAGE}`);
+    if (words.length === 0 || argv.includes("--help") || argv.includes("-h")) return print(usage());
+    throw new UsageError(`unknown command: ${words.join(" ")}\n\n${usage()}`);
   }
   const { command } = found;
   let parsed: { values: Values; positionals: string[] };
@@ -876,9 +882,9 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
     });
     parsed = { values: values as Values, positionals };
   } catch (err) {
-    throw new UsageError(`${(err as Error).message}\nusage: npm run cli -- ${usageLine(command)}`);
+    throw new UsageError(`${(err as Error).message}\nusage: ${program} ${usageLine(command)}`);
   }
-  if (parsed.values.help) return print(`usage: npm run cli -- ${usageLine(command)}\n  ${command.summary}`);
+  if (parsed.values.help) return print(`usage: ${program} ${usageLine(command)}\n  ${command.summary}`);
   const config = loadConfig(env);
   let client: Client<typeof AdminService> | undefined;
   const json = flag(parsed.values, "json");
@@ -931,13 +937,18 @@ export function unreachableMessage(url: string, why: string): string {
   return (
     `error: no server answers at ${url} (${why}).\n` +
     `  Start it with \`npm start\` (it listens on HOST:PORT, default 127.0.0.1:8080),\n` +
-    `  or point the CLI at a running one: PLATFORM_ADMIN_URL=https://host:port npm run cli -- ... (or --url URL).\n`
+    `  or point the CLI at a running one: PLATFORM_ADMIN_URL=https://host:port ${program} ... (or --url URL).\n`
   );
 }
 
-const isMain = import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli.ts");
-if (isMain) {
-  runCli(process.argv.slice(2)).catch((err: unknown) => {
+/**
+ * Runs one command and exits with its status: 0, 1 for a refused or failed
+ * call, 2 for a usage or configuration error. `run` is how the operator ran
+ * it, for the usage lines (`platform-batteries` from the installed package).
+ */
+export function main(argv: string[], run?: string): void {
+  if (run !== undefined) program = run;
+  runCli(argv).catch((err: unknown) => {
     if (err instanceof UsageError || err instanceof ConfigError) {
       process.stderr.write(`${err.message}\n`);
       process.exit(2);
@@ -962,3 +973,7 @@ if (isMain) {
     process.exit(1);
   });
 }
+
+const isMain =
+  import.meta.url === `file://${process.argv[1]}` || /\/(src|dist)\/cli\.[jt]s$/.test(process.argv[1] ?? "");
+if (isMain) main(process.argv.slice(2));

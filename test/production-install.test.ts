@@ -20,8 +20,14 @@ const pkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8"))
   files: string[];
 };
 
-/** What `npm start`, `npm run cli` and `npm install` (prepare) run. */
-const ENTRY_POINTS = ["src/main.ts", "src/cli.ts", "scripts/build-embedded-template.ts", "scripts/build-dashboard.ts"];
+/** What `npm start`, `npm run cli`, the `platform-batteries` command and `npm install` (prepare) run. */
+const ENTRY_POINTS = [
+  "src/main.ts",
+  "src/bin.ts",
+  "src/cli.ts",
+  "scripts/build-embedded-template.ts",
+  "scripts/build-dashboard.ts",
+];
 /** Dev-only packages a runtime module may import, guarded by their presence. */
 const GUARDED: Record<string, string[]> = { "scripts/build-dashboard.ts": ["vite"] };
 
