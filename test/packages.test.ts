@@ -56,20 +56,24 @@ async function npm(args: string[], cwd: string): Promise<string> {
   return (await exec("npm", args, { cwd, maxBuffer: 64 * MB })).stdout;
 }
 
-async function pack(args: string[]): Promise<Packed> {
-  const out = await npm(["pack", "--json", "--ignore-scripts", "--pack-destination", work, ...args], root);
+async function pack(args: string[], cwd: string): Promise<Packed> {
+  const out = await npm(["pack", "--json", "--ignore-scripts", "--pack-destination", work, ...args], cwd);
   return (JSON.parse(out) as Packed[])[0];
 }
 
 beforeAll(async () => {
   work = await fs.mkdtemp(path.join(os.tmpdir(), "pb-packages-"));
-  // What prepack (`npm run build`) makes, made first so that pack's own output is only its JSON.
-  await npm(["run", "build:client"], root);
+  // What prepack (`npm run build`) makes, made first so that pack's own output is only its JSON. The
+  // client is built and packed from a copy: other test files read client/dist while this one runs.
   await npm(["run", "build:server"], root);
   await exec(nodeBinary, ["scripts/build-dashboard.ts", "--if-stale"], { cwd: root });
-  packed.server = await pack([]);
-  packed.client = await pack(["--workspace", "client"]);
-  packed.gen = await pack(["--workspace", "gen"]);
+  packed.server = await pack([], root);
+  const client = path.join(work, "client");
+  for (const entry of ["package.json", "README.md", "LICENSE", "tsconfig.json", "src"])
+    await fs.cp(path.join(root, "client", entry), path.join(client, entry), { recursive: true });
+  await exec(path.join(root, "node_modules/.bin/tsc"), ["-p", client], { cwd: root });
+  packed.client = await pack([], client);
+  packed.gen = await pack(["--workspace", "gen"], root);
 
   scratch = path.join(work, "service");
   await fs.mkdir(scratch);
