@@ -901,7 +901,9 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
       const adminToken =
         config.adminToken ?? (fs.existsSync(tokenFile) ? fs.readFileSync(tokenFile, "utf8").trim() : undefined);
       if (!adminToken)
-        throw new UsageError(`no admin token: set ADMIN_TOKEN or start the server once to create ${tokenFile}`);
+        throw new UsageError(
+          `no admin token: set ADMIN_TOKEN or ADMIN_TOKEN_FILE, or start the server once to create ${tokenFile}`,
+        );
       client = createClient(
         AdminService,
         createConnectTransport({
