@@ -84,3 +84,19 @@ describe("the production install (package.json)", () => {
     expect(pkg.scripts.prepack).toBe("npm run build");
   });
 });
+
+describe("an install with npm on an older Node (.npmrc, scripts/build-embedded-template.ts)", () => {
+  it("hides npm's engine warnings and says in one line why Node 24 comes with the install", async () => {
+    // A fresh `npm ci` by Node 20's npm printed 105 lines of EBADENGINE for packages that never run on it.
+    expect(fs.readFileSync(path.join(root, ".npmrc"), "utf8")).toMatch(/^loglevel=error$/m);
+    const { olderNodeNote } = await import("../scripts/build-embedded-template.ts");
+    const agent = (node: string) => `npm/11.19.1 node/${node} linux x64 workspaces/false`;
+    const note = olderNodeNote({ npm_lifecycle_event: "prepare", npm_config_user_agent: agent("v20.20.2") });
+    expect(note).toMatch(/^npm runs on Node v20\.20\.2 here; this install brought Node 24\.[^\n]*\n$/);
+    expect(olderNodeNote({ npm_lifecycle_event: "prepare", npm_config_user_agent: agent("v24.21.0") })).toBeUndefined();
+    // Only at install (`prepare`), not when `npm start` runs the script.
+    expect(
+      olderNodeNote({ npm_lifecycle_event: "prestart", npm_config_user_agent: agent("v20.20.2") }),
+    ).toBeUndefined();
+  });
+});
