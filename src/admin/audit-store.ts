@@ -71,10 +71,43 @@ export interface AuditStore {
   deleteOlderThan(cutoff: Date, limit: number): Promise<number>;
 }
 
+/**
+ * What PostgreSQL's text and jsonb cannot hold, NUL, written as the JSON
+ * escape it was sent as (`\u0000`). The log records what a caller typed, and a
+ * refused call is what such input makes: the entry of a `CreateApp` named
+ * "\u0000" must not be lost because its name cannot be stored. (A lone
+ * surrogate never gets this far: Connect's JSON form refuses it and the binary
+ * form cannot carry one.)
+ */
+function storableText(s: string): string {
+  return s.replaceAll("\u0000", "\\u0000");
+}
+
+function storableValue(value: unknown): unknown {
+  if (typeof value === "string") return storableText(value);
+  if (Array.isArray(value)) return value.map(storableValue);
+  if (value !== null && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [storableText(k), storableValue(v)]));
+  }
+  return value;
+}
+
+function storable(entry: AuditEntryInput): AuditEntryInput {
+  return {
+    ...entry,
+    operatorName: storableText(entry.operatorName),
+    action: storableText(entry.action),
+    appName: entry.appName === undefined ? undefined : storableText(entry.appName),
+    requestId: storableText(entry.requestId),
+    detail: storableValue(entry.detail) as Record<string, unknown>,
+  };
+}
+
 export function createAuditStore(database: Db): AuditStore {
   const db: Kysely<AuditTables> = database.withTables<AuditTables>();
   return {
-    async record(entry) {
+    async record(input) {
+      const entry = storable(input);
       await sql`
         WITH turn AS (SELECT pg_advisory_xact_lock(hashtextextended('audit-log', 0)))
         INSERT INTO audit_log (at, operator_id, operator_name, action, app_id, app_name, request_id, outcome, detail)
