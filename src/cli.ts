@@ -1,6 +1,6 @@
 /**
  * `npm run cli -- <command>`: the admin API from a shell. Every command but
- * `migrate`, `secrets rotate-key` and `admin-token adopt` is an AdminService
+ * `migrate`, `secrets rotate-key`, `admin-token adopt`, `backup` and `restore` is an AdminService
  * call to the running server (the same code path as any other admin client;
  * with the embedded database only the server may open DATA_DIR). The server's
  * address comes from `--url`, else PLATFORM_ADMIN_URL, else PUBLIC_URL, else
@@ -61,6 +61,7 @@ import { openDatabase, migrate, type Db } from "./core/database/index.ts";
 import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
+import { backupDataDir, restoreDataDir } from "./backup-restore.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
@@ -755,6 +756,30 @@ const COMMANDS: Command[] = [
         pageToken: str(ctx.values, "page") ?? "",
       });
       ctx.show(ListAuditEntriesResponseSchema, res);
+    },
+  },
+  {
+    name: "backup",
+    synopsis: "FILE",
+    summary:
+      "write the embedded database (DATA_DIR) to a new archive FILE; with the server stopped (direct database access). Not in it: the secrets key, the admin token",
+    async run(ctx) {
+      for (const line of await backupDataDir(ctx.config, need(ctx.args[0], "FILE"))) print(line);
+    },
+  },
+  {
+    name: "restore",
+    synopsis: "FILE [--key-file KEY_FILE] [--force]",
+    summary:
+      "put a backup's database in DATA_DIR, with the server stopped; refused unless the key (--key-file, SECRETS_KEY or DATA_DIR/secrets-key) opens its secrets, and over a database unless --force",
+    options: { "key-file": STRING, force: BOOLEAN },
+    async run(ctx) {
+      const lines = await restoreDataDir(ctx.config, need(ctx.args[0], "FILE"), {
+        keyFile: str(ctx.values, "key-file"),
+        force: flag(ctx.values, "force"),
+        audit: (db, detail) => auditDirect(db, "database.restore", detail),
+      });
+      for (const line of lines) print(line);
     },
   },
   {
