@@ -28,7 +28,7 @@ import {
   secretsKeyFile,
 } from "./core/data-dir.ts";
 import type { Db } from "./core/database/index.ts";
-import { ArchiveRefusal, restoreArchive, writeArchive } from "./core/database/pglite-archive.ts";
+import { ArchiveRefusal, readManifest, restoreArchive, writeArchive } from "./core/database/pglite-archive.ts";
 import { DataDirInUseError } from "./core/database/data-dir-lock.ts";
 import { adoptAdminToken, readSharedKeys } from "./core/shared-keys/index.ts";
 import { createKeyring, keyIdOf, keysNeeded } from "./secrets/index.ts";
@@ -39,10 +39,10 @@ export { ArchiveRefusal } from "./core/database/pglite-archive.ts";
 const NOT_IN_ARCHIVE =
   "NOT in the archive: the secrets key and the admin token. Keep a copy of the secrets key apart from the archive: without it the archive's secrets can never be read";
 
-function refuseOnPostgres(config: Config, command: string, tool: string): void {
+function refuseOnPostgres(config: Config, command: string, instead: string): void {
   if (config.databaseUrl)
     throw new ArchiveRefusal(
-      `${command}: DATABASE_URL is set: ${command} PostgreSQL with ${tool} (docs/operations.md, "Backups and restore"); this command is for the embedded DATA_DIR`,
+      `${command}: DATABASE_URL is set: ${instead} (docs/operations.md, "Backups and restore"); this command is for the embedded DATA_DIR`,
     );
 }
 
@@ -62,7 +62,7 @@ const megabytes = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MB`;
 
 /** Writes DATA_DIR's database to `file`; the lines to print. */
 export async function backupDataDir(config: Config, file: string): Promise<string[]> {
-  refuseOnPostgres(config, "backup", "pg_dump -Fc");
+  refuseOnPostgres(config, "backup", "back up PostgreSQL with pg_dump -Fc");
   const { manifest, bytes } = await whileNotInUse("backup", config.dataDir, () =>
     writeArchive({
       dataDir: config.dataDir,
@@ -111,7 +111,7 @@ export async function restoreDataDir(
     audit?: (db: Db, detail: Record<string, unknown>) => Promise<void>;
   },
 ): Promise<string[]> {
-  refuseOnPostgres(config, "restore", "pg_restore");
+  refuseOnPostgres(config, "restore", "restore PostgreSQL with pg_restore");
   const { dataDir } = config;
   const given = options.keyFile === undefined ? undefined : await readKeyFile(options.keyFile);
   if (given && config.secretsKey && !given.equals(config.secretsKey))
@@ -120,6 +120,22 @@ export async function restoreDataDir(
     );
   const key = given ?? config.secretsKey ?? (await readSecretsKeyFile(dataDir));
   const source = given ? `--key-file ${options.keyFile}` : config.secretsKey ? "SECRETS_KEY" : secretsKeyFile(dataDir);
+  const keyring = key ? createKeyring(key, config.secretsOldKeys) : undefined;
+  const refuseMissing = (missing: string[]) => {
+    if (missing.length === 0) return;
+    const has = key ? `the key of ${source} has id ${keyIdOf(key)}` : "no key was given";
+    throw new ArchiveRefusal(
+      `restore: the archive's secrets need key id ${missing.join(", ")} and ${has}` +
+        `${config.secretsOldKeys.length > 0 ? " (nor SECRETS_OLD_KEYS)" : ""}: give that key with --key-file FILE or SECRETS_KEY (without it they can never be read); nothing was restored`,
+    );
+  };
+  // Refused at once from the manifest's key ids, before the archive is unpacked.
+  const described = await readManifest(file);
+  const listed: unknown[] = [
+    described.secretsKeyId,
+    ...(Array.isArray(described.sealedKeyIds) ? (described.sealedKeyIds as unknown[]) : []),
+  ];
+  refuseMissing([...new Set(listed.filter((id): id is string => typeof id === "string" && !keyring?.has(id)))]);
   const lines: string[] = [];
   const manifest = await whileNotInUse("restore", dataDir, () =>
     restoreArchive({
@@ -127,15 +143,9 @@ export async function restoreDataDir(
       file,
       force: options.force,
       async prepare(db, archive) {
-        const keyring = key ? createKeyring(key, config.secretsOldKeys) : undefined;
+        // The database itself is the authority (a manifest can be edited); the manifest was checked first.
         const needed = await keysNeeded(db, keyring);
-        if (needed.missing.length > 0) {
-          const has = key ? `the key of ${source} has id ${keyIdOf(key)}` : "no key was given";
-          throw new ArchiveRefusal(
-            `restore: the archive's secrets need key id ${needed.missing.join(", ")} and ${has}` +
-              `${config.secretsOldKeys.length > 0 ? " (nor SECRETS_OLD_KEYS)" : ""}: give that key with --key-file FILE or SECRETS_KEY (without it they can never be read); nothing was restored`,
-          );
-        }
+        refuseMissing(needed.missing);
         // The key where the server will find it: SECRETS_KEY when set, else DATA_DIR/secrets-key.
         if (key && !config.secretsKey) {
           const { created } = await keepSecretsKeyFile(dataDir, key);
