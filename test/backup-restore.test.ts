@@ -345,6 +345,10 @@ describe.runIf(backend === "pglite")("backup and restore of DATA_DIR (PGlite)", 
       const newToken = (await fs.readFile(path.join(dataDir, "admin-token"), "utf8")).trim();
       expect(newToken).not.toBe(database.adminToken);
       await findEverything(server.url, newToken, filled);
+      // Nor is a restore run under a running server.
+      const busy = await cli(["restore", archive, "--force"], env);
+      expect(busy.code).toBe(1);
+      expect(busy.stderr).toMatch(/^error: restore: DATA_DIR .* is held by a running server \(pid \d+\)/);
       const restoreEntries = await adminClient(server.url, newToken).listAuditEntries({ action: "database.restore" });
       // The forced restore's entry only: the first restore's was in the database it replaced.
       expect(restoreEntries.entries.map((e) => e.detail)).toEqual([

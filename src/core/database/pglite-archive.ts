@@ -188,6 +188,9 @@ export async function restoreArchive(options: {
       throw new ArchiveRefusal(
         `restore: DATA_DIR ${dataDir} holds a database already: restore into an empty DATA_DIR, or pass --force to replace it`,
       );
+    // A staging directory left by a restore that was killed (none runs now: this one holds the lock).
+    for (const entry of await fs.readdir(dataDir))
+      if (entry.startsWith(".restore-")) await fs.rm(path.join(dataDir, entry), { recursive: true, force: true });
     await ownerOnlyDir(staging);
     await extract({
       file,
