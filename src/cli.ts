@@ -762,7 +762,7 @@ const COMMANDS: Command[] = [
     name: "backup",
     synopsis: "FILE",
     summary:
-      "write the embedded database (DATA_DIR) to a new archive FILE; with the server stopped (direct database access). Not in it: the secrets key, the admin token",
+      "the embedded database to a new archive, server stopped (no key or admin token in it; direct database access)",
     async run(ctx) {
       for (const line of await backupDataDir(ctx.config, need(ctx.args[0], "FILE"))) print(line);
     },
@@ -771,7 +771,7 @@ const COMMANDS: Command[] = [
     name: "restore",
     synopsis: "FILE [--key-file KEY_FILE] [--force]",
     summary:
-      "put a backup's database in DATA_DIR, with the server stopped; refused unless the key (--key-file, SECRETS_KEY or DATA_DIR/secrets-key) opens its secrets, and over a database unless --force",
+      "a backup into DATA_DIR, server stopped; refused unless the key opens its secrets, or over a database without --force",
     options: { "key-file": STRING, force: BOOLEAN },
     async run(ctx) {
       const lines = await restoreDataDir(ctx.config, need(ctx.args[0], "FILE"), {
