@@ -411,3 +411,45 @@ describe.runIf(backend === "postgres")("backup and restore of PostgreSQL (pg_dum
     STEP_TIMEOUT_MS,
   );
 });
+
+describe("restore refuses what it cannot restore, before touching DATA_DIR", () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-restore-refusals-"));
+  });
+  afterAll(() => fs.rm(dir, { recursive: true, force: true }));
+
+  it(
+    "a file that is no backup, and a backup migrated by a newer version",
+    async () => {
+      const dataDir = path.join(dir, "data");
+      const env = cleanEnv({ DATA_DIR: dataDir });
+      const notBackup = path.join(dir, "notes.txt");
+      await fs.writeFile(notBackup, "not an archive");
+      const newer = path.join(dir, "newer.tar.gz");
+      await fs.mkdir(path.join(dir, "src/pg"), { recursive: true });
+      await fs.writeFile(
+        path.join(dir, "src/backup.json"),
+        JSON.stringify({
+          format: "platform-batteries-backup",
+          formatVersion: 1,
+          migrations: ["0001-foundation", "9999-from-the-future"],
+        }),
+      );
+      await run("tar", ["-czf", newer, "-C", path.join(dir, "src"), "backup.json", "pg"]);
+
+      const refusals = [
+        [notBackup, /^error: restore: .*notes\.txt is not a backup made by `backup`/],
+        [newer, /^error: restore: .*newer\.tar\.gz holds a database migrated by a newer version/],
+      ] as const;
+      for (const [file, message] of refusals) {
+        const refused = await cli(["restore", file], env);
+        expect(refused.code).toBe(1);
+        expect(refused.stderr.trim().split("\n")).toHaveLength(1);
+        expect(refused.stderr).toMatch(message);
+      }
+      await expect(fs.access(dataDir)).rejects.toThrow();
+    },
+    STEP_TIMEOUT_MS,
+  );
+});
