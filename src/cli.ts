@@ -1,6 +1,6 @@
 /**
  * `npm run cli -- <command>`: the admin API from a shell. Every command but
- * `migrate`, `secrets rotate-key` and `admin-token adopt` is an AdminService
+ * `migrate`, `secrets rotate-key`, `admin-token adopt`, `backup` and `restore` is an AdminService
  * call to the running server (the same code path as any other admin client;
  * with the embedded database only the server may open DATA_DIR). The server's
  * address comes from `--url`, else PLATFORM_ADMIN_URL, else PUBLIC_URL, else
@@ -62,6 +62,7 @@ import { LIMIT_NAMES } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { checkSecretsKey } from "./secrets/check-key.ts";
+import { backupDataDir, restoreDataDir } from "./backup-restore.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
@@ -767,6 +768,30 @@ const COMMANDS: Command[] = [
         pageToken: str(ctx.values, "page") ?? "",
       });
       ctx.show(ListAuditEntriesResponseSchema, res);
+    },
+  },
+  {
+    name: "backup",
+    synopsis: "FILE",
+    summary:
+      "the embedded database to a new archive, server stopped (no key or admin token in it; direct database access)",
+    async run(ctx) {
+      for (const line of await backupDataDir(ctx.config, need(ctx.args[0], "FILE"))) print(line);
+    },
+  },
+  {
+    name: "restore",
+    synopsis: "FILE [--key-file KEY_FILE] [--force]",
+    summary:
+      "a backup into DATA_DIR, server stopped; refused unless the key opens its secrets, or over a database without --force",
+    options: { "key-file": STRING, force: BOOLEAN },
+    async run(ctx) {
+      const lines = await restoreDataDir(ctx.config, need(ctx.args[0], "FILE"), {
+        keyFile: str(ctx.values, "key-file"),
+        force: flag(ctx.values, "force"),
+        audit: (db, detail) => auditDirect(db, "database.restore", detail),
+      });
+      for (const line of lines) print(line);
     },
   },
   {

@@ -128,3 +128,17 @@ export async function resolveDataDirSecrets(config: Config): Promise<Resolution>
   }
   return { config: { ...config, adminToken, secretsKey }, generatedAdminToken };
 }
+
+/**
+ * Puts `key` in `secretsKeyFile` (a restore's key, for the server to find) unless a file is there; throws
+ * `ConfigError` when the file there holds another key (it is never replaced: it may be the only copy).
+ */
+export async function keepSecretsKeyFile(dataDir: string, key: Buffer): Promise<{ created: boolean }> {
+  const r = await readOrCreate(secretsKeyFile(dataDir), () => key.toString("base64"));
+  if (!decodeSecretsKey(dataDir, r.value).equals(key))
+    throw new ConfigError(
+      "SECRETS_KEY",
+      `${secretsKeyFile(dataDir)} holds another key: move it away first (it is never replaced; it may be the only copy of that key)`,
+    );
+  return { created: r.created };
+}

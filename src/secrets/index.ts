@@ -16,7 +16,8 @@ import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 export type { SecretsAdmin } from "./secrets-service.ts";
 export { MAX_VALUE_BYTES } from "./secrets-service.ts";
 export { rotateSecretsKeyFromConfig } from "./rotate-key.ts";
-export { keyringFromConfig } from "./keyring.ts";
+export { keyringFromConfig, createKeyring, keyIdOf } from "./keyring.ts";
+export { keysNeeded, type KeysNeeded } from "./key-check.ts";
 
 export interface SecretsFacilityOptions {
   /** The queues facility's `_events` publisher. */

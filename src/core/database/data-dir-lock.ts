@@ -1,7 +1,7 @@
 /**
  * The embedded database (PGlite in `DATA_DIR/pg`) may be opened by one
  * process at a time: two PGlite instances on one directory corrupt it. Every
- * opener (the server, `npm run cli -- migrate`, `secrets rotate-key`) takes
+ * opener (the server, `npm run cli -- migrate`, `secrets rotate-key`, `backup`, `restore`) takes
  * this lock first, so a second opener is refused with a clear line instead.
  *
  * The lock is a file holding the owner's pid, linked into place whole. A lock

@@ -2,6 +2,7 @@
 export {
   adoptAdminToken,
   checkSecretsKeyMove,
+  readSharedKeys,
   recordSecretsKey,
   recordedSecretsKeyId,
   verifySharedKeys,

@@ -93,3 +93,9 @@ export async function recordSecretsKey(db: Db, keyring: KeyIds): Promise<void> {
 export async function adoptAdminToken(db: Db, adminToken: string): Promise<void> {
   await createSettingsStore(db).put(ADMIN_TOKEN_HASH, hashToken(adminToken));
 }
+
+/** What this database records of its instances' keys: the secrets key's id and the admin token's hash (undefined before a first start). */
+export async function readSharedKeys(db: Db): Promise<{ secretsKeyId?: string; adminTokenHash?: string }> {
+  const settings = createSettingsStore(db);
+  return { secretsKeyId: await settings.read(SECRETS_KEY_ID), adminTokenHash: await settings.read(ADMIN_TOKEN_HASH) };
+}
