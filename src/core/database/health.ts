@@ -63,6 +63,44 @@ const NETWORK_CODES = new Set([
 ]);
 /** SQLSTATEs of a server that is shutting down, starting up, crashed, or full (class 08: connection exceptions). */
 const SERVER_STATES = new Set(["57P01", "57P02", "57P03", "53300"]);
+/**
+ * SQLSTATEs of a failover: a server that is not (or no longer) the primary.
+ * 25006 (`read_only_sql_transaction`) is a write reaching a standby, which
+ * happens while a proxy in front of the database (HAProxy, a VIP, DNS)
+ * already sends new connections to the standby and it is not promoted yet;
+ * 57P01-57P03 are the server ending the connection (an administrator, a
+ * crash, a start). The connection is then of no further use: see `isFailover`.
+ */
+const FAILOVER_STATES = new Set(["25006", "57P01", "57P02", "57P03"]);
+/**
+ * A standby cancelling a statement that conflicts with the WAL it replays:
+ * PostgreSQL reports it as 40001 (or 40P01 for a buffer deadlock), the codes
+ * of a serialisation failure, so only the message tells it apart. It is the
+ * server's state, not the request's fault, and not a conflict to report 409.
+ */
+const RECOVERY_CONFLICT = "conflict with recovery";
+
+/** Whether `e` is a recovery-conflict cancel of a standby (see `RECOVERY_CONFLICT`). */
+function isRecoveryConflict(e: Error): boolean {
+  const code = (e as { code?: unknown }).code;
+  return (code === "40001" || code === "40P01") && e.message.includes(RECOVERY_CONFLICT);
+}
+
+/**
+ * Is `err` (or what caused it) a statement refused because its connection
+ * reached a server that is not the primary, or that ended the connection? An
+ * outage (answered 503 like `isDatabaseUnreachable`), and the connection must
+ * be discarded, not given back to the pool: after a failover it still leads
+ * to the standby (read-only) or to a server going away.
+ */
+export function isFailover(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (FAILOVER_STATES.has(code) || code.startsWith("08"))) return true;
+    if (isRecoveryConflict(e)) return true;
+  }
+  return false;
+}
 /** `query_canceled`: only the server's own `statement_timeout` cancels statements of this service (`pg-pool.ts`). */
 const STATEMENT_TIMEOUT = "57014";
 const DRIVER_MESSAGES = [
@@ -85,9 +123,14 @@ export function isDatabaseUnreachable(err: unknown): boolean {
     const code = (e as { code?: unknown }).code;
     if (
       typeof code === "string" &&
-      (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code === STATEMENT_TIMEOUT || code.startsWith("08"))
+      (NETWORK_CODES.has(code) ||
+        SERVER_STATES.has(code) ||
+        FAILOVER_STATES.has(code) ||
+        code === STATEMENT_TIMEOUT ||
+        code.startsWith("08"))
     )
       return true;
+    if (isRecoveryConflict(e)) return true;
     if (DRIVER_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return true;
   }
   return false;
