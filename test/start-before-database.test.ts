@@ -159,7 +159,7 @@ describe.skipIf(backend !== "postgres")(
             body: JSON.stringify(body),
           });
           expect(res.status).toBe(200);
-          return (await res.json()) as Record<string, never>;
+          return (await res.json()) as Record<string, unknown>;
         };
         const { app } = (await admin("CreateApp", { name: "early" })) as { app: { id: string } };
         const { token } = (await admin("IssueToken", { appId: app.id })) as { token: string };

@@ -139,7 +139,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   };
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
-  const onAnswer = (sentAt: number) => health.succeeded(sentAt);
+  const onAnswer = (sentAt: number, text: string) => health.succeeded(sentAt, text);
   const openPool = (name: PoolStats["pool"], max: number, settings: string, statementTimeoutMs: number | undefined) => {
     const pool = new pg.Pool({
       connectionString,
@@ -155,7 +155,9 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     // A checked-out client has no pool listener: without its own, a connection
     // ended by the server (a restart) between two queries would crash the process.
     pool.on("connect", (client) => {
-      health.succeeded();
+      // As of now, not of when it began: a connection made just as the outage began proves nothing (see
+      // `succeeded`), nor, during a failover, one made to a standby (a read-only outage needs a write).
+      health.succeeded(Date.now());
       client.on("error", onError);
     });
     pools.push({ name, pool, max });
@@ -168,7 +170,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   const db: Db = openPool("main", poolSize, "", bound);
   const relaxedDb: Db = openPool("relaxed", Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
   const unboundedDb: Db = openPool("unbounded", 2, "", undefined);
-  const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
+  const notifications = createPgNotifications(connectionString, onError, () => health.succeeded(Date.now()));
   return {
     db,
     relaxedDb,

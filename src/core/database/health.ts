@@ -17,12 +17,14 @@ export interface DatabaseHealth {
    */
   failed(err: unknown): boolean;
   /**
-   * A connection was made, or a statement sent at `sentAt` (epoch ms) answered:
-   * an outage, if there was one, is over. A statement sent before the outage
-   * began, or within `OUTAGE_SETTLE_MS` after, proves nothing (it may answer
-   * while the server is going down).
+   * A connection was made, or a statement (`statement`) sent at `sentAt` (epoch
+   * ms) answered: an outage, if there was one, is over. A statement sent before
+   * the outage began, or within `OUTAGE_SETTLE_MS` after, proves nothing (it
+   * may answer while the server is going down). When the outage is a read-only
+   * server (a failover), only a write answering ends it: reads, and new
+   * connections, answer on a standby too.
    */
-  succeeded(sentAt?: number): void;
+  succeeded(sentAt?: number, statement?: string): void;
   readonly reachable: boolean;
 }
 
@@ -144,11 +146,28 @@ export function isDatabaseUnreachable(err: unknown): boolean {
  */
 const OUTAGE_SETTLE_MS = 1000;
 
+/**
+ * A statement that writes (or locks rows to write them): one answering proves the server takes writes
+ * again. A read-only server refuses each of these with 25006, `SELECT ... FOR UPDATE` included.
+ */
+const WRITES = /\b(INSERT|UPDATE|DELETE|MERGE)\b/i;
+
+/** Whether `err` is a server that is read-only: a write refused (25006), or a standby's recovery conflict. */
+function isReadOnly(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if ((e as { code?: unknown }).code === "25006" || isRecoveryConflict(e)) return true;
+  }
+  return false;
+}
+
 export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
   let downSince: number | undefined;
+  /** The outage includes a read-only server: only a write answering ends it. */
+  let readOnly = false;
   return {
     failed(err) {
       if (!isDatabaseUnreachable(err)) return false;
+      if (isReadOnly(err)) readOnly = true;
       if (downSince === undefined) {
         downSince = Date.now();
         log?.warn(
@@ -158,10 +177,12 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       }
       return true;
     },
-    succeeded(sentAt) {
+    succeeded(sentAt, statement) {
       if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince + OUTAGE_SETTLE_MS)) return;
+      if (readOnly && (statement === undefined || !WRITES.test(statement))) return;
       log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
       downSince = undefined;
+      readOnly = false;
     },
     get reachable() {
       return downSince === undefined;

@@ -30,8 +30,8 @@ const NO_ANSWER_GRACE_MS = 1000;
 export interface BoundedPoolOptions {
   /** The longest a statement may run (server-side `statement_timeout`); undefined: unbounded (migrations, the CLI). */
   statementTimeoutMs: number | undefined;
-  /** A statement sent at `sentAt` (epoch ms) answered: the database is reachable. */
-  onAnswer(sentAt: number): void;
+  /** A statement (`text`) sent at `sentAt` (epoch ms) answered: the database is reachable. */
+  onAnswer(sentAt: number, text: string): void;
 }
 
 /** A statement sent and not answered yet, as the sweep sees it. */
@@ -100,7 +100,7 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       if (bound === undefined) {
         return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
           client.query(config, (err: Error | null, result: pg.QueryResult) =>
-            err ? reject(failed(err)) : resolve(answered<R>(result, sentAt)),
+            err ? reject(failed(err)) : resolve(answered<R>(result, sentAt, text)),
           );
         });
       }
@@ -119,12 +119,12 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
         client.query(config, (err: Error | null, result: pg.QueryResult) => {
           if (!inFlight.delete(entry)) return;
           if (err) reject(failed(err));
-          else resolve(answered<R>(result, sentAt));
+          else resolve(answered<R>(result, sentAt, text));
         });
       });
     };
-    const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
-      options.onAnswer(sentAt);
+    const answered = <R>(result: pg.QueryResult, sentAt: number, text: string): PostgresQueryResult<R> => {
+      options.onAnswer(sentAt, text);
       return result as unknown as PostgresQueryResult<R>;
     };
     return {
