@@ -26,6 +26,10 @@ import path from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
+import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { backend } from "../support/harness.ts";
 import { cleanEnv, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
 
@@ -143,9 +147,8 @@ describe.skipIf(why !== undefined)(`PostgreSQL failover behind HAProxy${why ? ` 
       ADMIN_TOKEN: adminToken,
       SECRETS_KEY: crypto.randomBytes(32).toString("base64"),
     });
-    // The first migrates (waiting for HAProxy to take connections, if need be); the second finds it done.
-    instances.push(await startServiceProcess(env));
-    instances.push(await startServiceProcess(env));
+    // Both at once: one migrates, the other waits for its migration lock (and both for HAProxy, if need be).
+    instances.push(...(await Promise.all([startServiceProcess(env), startServiceProcess(env)])));
   }, 120_000);
 
   afterAll(async () => {
@@ -235,7 +238,50 @@ describe.skipIf(why !== undefined)(`PostgreSQL failover behind HAProxy${why ? ` 
         await call(url, "ack", "/v1/queues/_ack", { receipt: message.receipt });
       }
     };
-    const loops = [0, 1, 2, 3, 4, 5].map(producer).concat([0, 1].map(consumer));
+    /** Puts over gRPC (h2c) and Connect: a refusal must be UNAVAILABLE carrying our code and a retry hint. */
+    const rpcProducer = async (p: number) => {
+      const url = instances[p % 2].url;
+      const protocol = p % 2 === 0 ? "grpc" : "connect";
+      const transport =
+        protocol === "grpc"
+          ? createGrpcTransport({ baseUrl: url })
+          : createConnectTransport({ baseUrl: url, httpVersion: "1.1" });
+      const queues = createClient(QueueService, transport);
+      for (let n = 0; !load.stop; n++) {
+        const key = `${protocol}${p}-${n}`;
+        let answer: Load["answers"][number];
+        try {
+          await queues.putMessage(
+            {
+              queue: "load",
+              payload: {
+                kind: {
+                  case: "structValue",
+                  value: { fields: { key: { kind: { case: "stringValue", value: key } } } },
+                },
+              },
+            },
+            { headers: { authorization: `Bearer ${token}`, "idempotency-key": key }, timeoutMs: 30_000 },
+          );
+          load.acked.add(key);
+          answer = { at: Date.now(), status: 200, what: "put" };
+        } catch (err) {
+          const e = ConnectError.from(err);
+          const detail = e.findDetails(ErrorDetailSchema)[0];
+          answer = {
+            at: Date.now(),
+            // UNAVAILABLE counts as the 503 it is over REST; any other code fails the test below.
+            status: e.code === Code.Unavailable ? 503 : 1000 + e.code,
+            what: `${protocol} put`,
+            code: detail?.code,
+            retryAfter: detail?.retryAfterSeconds === undefined ? null : String(detail.retryAfterSeconds),
+          };
+        }
+        load.answers.push(answer);
+        for (const resolve of nextAnswer.splice(0)) resolve();
+      }
+    };
+    const loops = [0, 1, 2, 3, 4, 5].map(producer).concat([0, 1].map(consumer)).concat([0, 1].map(rpcProducer));
 
     await until(() => load.acked.size >= 100, "100 puts before the failover");
     const pid = Number(
@@ -302,7 +348,8 @@ describe.skipIf(why !== undefined)(`PostgreSQL failover behind HAProxy${why ? ` 
     const statuses = load.answers.map((x) => x.status);
     const count = (s: number | "network") => statuses.filter((x) => x === s).length;
     const figures = {
-      puts: load.answers.filter((x) => x.what === "put").length,
+      puts: load.answers.filter((x) => x.what.endsWith("put")).length,
+      rpcRefusals: load.answers.filter((x) => x.what !== "put" && x.what.endsWith("put") && x.status !== 200).length,
       acknowledged: load.acked.size,
       lost: lost.length,
       answers500: count(500),
