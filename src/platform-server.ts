@@ -3,7 +3,9 @@
  * metrics) and every facility from the shared dependencies, and serves them
  * on one port, over REST (`/v1`), Connect, gRPC and gRPC-Web.
  */
-import fs from "node:fs";
+import crypto from "node:crypto";
+import fs from "node:fs/promises";
+import http from "node:http";
 import type { FastifyInstance } from "fastify";
 import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
 import type { Logger } from "pino";
@@ -16,7 +18,14 @@ import {
   type Authenticator,
 } from "./core/auth.ts";
 import type { ResolvedConfig } from "./core/data-dir.ts";
-import { migrate, openDatabase, pingDatabase, type Database } from "./core/database/index.ts";
+import {
+  databaseTarget,
+  migrate,
+  openDatabase,
+  pingDatabase,
+  waitForDatabase,
+  type Database,
+} from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
 import { checkReadiness, sharedReadiness, type ReadinessCheck } from "./core/readiness.ts";
 import { createHousekeeping, type Housekeeping } from "./core/housekeeping.ts";
@@ -26,7 +35,9 @@ import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
 import { registerConnectRoutes } from "./core/http/connect-routes.ts";
 import { createIdempotency, idempotentImpl } from "./core/http/idempotency.ts";
 import { createIdempotencyStore } from "./core/idempotency-store.ts";
-import { createHttpServer } from "./core/http/http-server.ts";
+import { createHttpServer, createListener, type Listener } from "./core/http/http-server.ts";
+import type { TlsOptions } from "./core/http/one-port.ts";
+import type { Config } from "./core/config.ts";
 import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
@@ -58,6 +69,11 @@ export interface ServerOptions {
   logger: Logger;
   /** An open database to use instead of opening one from the config (tests). */
   database?: Database;
+  /**
+   * The one port, made (and listening, answering through its starting gate) before the database is
+   * open: see `startPlatformServer`. Undefined: made here, listening from `listen()`.
+   */
+  listener?: Listener;
 }
 
 export interface PlatformServer {
@@ -68,14 +84,59 @@ export interface PlatformServer {
   readonly housekeeping: Housekeeping;
   /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
   readonly facilities: readonly Facility[];
-  /** Listens on the configured port; resolves to the base URL. */
+  /** Listens on the configured port (and METRICS_PORT); resolves to the base URL. */
   listen(): Promise<string>;
+  /** The base URL of the METRICS_PORT listener, once listening; undefined without one. */
+  readonly metricsUrl: string | undefined;
+  /**
+   * Reads TLS_KEY_FILE and TLS_CERT_FILE again (SIGHUP): new handshakes get them, open connections keep
+   * theirs. A pair that does not load keeps the one in use, with one line in the log saying why.
+   */
+  reloadTls(): Promise<void>;
   /** Graceful: ends long-polls, finishes requests in flight, closes the database. */
   close(): Promise<void>;
 }
 
+/** The key and certificate of TLS_KEY_FILE and TLS_CERT_FILE, or undefined without TLS. */
+async function readTls(config: Config): Promise<TlsOptions | undefined> {
+  if (!config.tls) return undefined;
+  const [key, cert] = await Promise.all([fs.readFile(config.tls.keyFile), fs.readFile(config.tls.certFile)]);
+  return { key, cert };
+}
+
+/**
+ * The server process's start: listening first (`/health` 200, `/ready` 503,
+ * every other request 503 `unavailable` with Retry-After), then the database
+ * opened (waited for up to DATABASE_WAIT_SECONDS), migrated and every
+ * facility built; then the routes take over the port. A process manager or
+ * an orchestrator sees a live process while its database is still starting.
+ */
+export async function startPlatformServer(options: Omit<ServerOptions, "listener">): Promise<PlatformServer> {
+  const { config, logger } = options;
+  const listener = createListener({ tls: await readTls(config), timeouts: config.http });
+  const url = await listener.listen(config.port, config.host);
+  logger.info({ url }, "listening; ready once the database is open");
+  try {
+    const server = await createPlatformServer({ ...options, listener });
+    await server.listen();
+    return server;
+  } catch (err) {
+    listener.server.closeAllConnections();
+    listener.server.close();
+    throw err;
+  }
+}
+
+/** Whether `authorization` is `Bearer <token>`, compared in constant time. */
+function bearerMatches(authorization: string | undefined, token: string): boolean {
+  const given = /^Bearer (\S+)$/i.exec(authorization ?? "")?.[1] ?? "";
+  const digest = (text: string) => crypto.createHash("sha256").update(text).digest();
+  return crypto.timingSafeEqual(digest(given), digest(token));
+}
+
 export async function createPlatformServer(options: ServerOptions): Promise<PlatformServer> {
   const { config, logger } = options;
+  const listener = options.listener ?? createListener({ tls: await readTls(config), timeouts: config.http });
   const ownsDatabase = options.database === undefined;
   const database =
     options.database ??
@@ -88,6 +149,13 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       poolWaitMs: config.databaseTimeouts.poolWaitMs,
     }));
   try {
+    if (ownsDatabase && config.databaseUrl !== undefined) {
+      await waitForDatabase(database.unboundedDb, {
+        waitSeconds: config.databaseWaitSeconds,
+        target: databaseTarget(config.databaseUrl),
+        log: logger,
+      });
+    }
     await migrate(database.unboundedDb);
     await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: config.adminToken });
   } catch (err) {
@@ -97,6 +165,22 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const shutdown = new AbortController();
   const metrics = createMetrics();
+  // Pool saturation: `waiting` above 0, or `total - idle` near `max`, means requests queue for a connection.
+  metrics.gauge(
+    "database_pool_clients",
+    "Connections of each PostgreSQL pool by state: total open, idle, and requests waiting for one.",
+    ["pool", "state"],
+    (gauge) => {
+      for (const p of database.poolStats()) {
+        gauge.set({ pool: p.pool, state: "total" }, p.total);
+        gauge.set({ pool: p.pool, state: "idle" }, p.idle);
+        gauge.set({ pool: p.pool, state: "waiting" }, p.waiting);
+      }
+    },
+  );
+  metrics.gauge("database_pool_max_clients", "The most connections each PostgreSQL pool opens.", ["pool"], (gauge) => {
+    for (const p of database.poolStats()) gauge.set({ pool: p.pool }, p.max);
+  });
   const apps = createAppStore(database.db);
   const deps: Deps = {
     config,
@@ -150,10 +234,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     impl: idempotentImpl(facility.service, facility.impl, facility.routes ?? [], idempotency),
   }));
 
-  const tls = config.tls
-    ? { key: fs.readFileSync(config.tls.keyFile), cert: fs.readFileSync(config.tls.certFile) }
-    : undefined;
-  const fastify = createHttpServer({ logger, metrics, tls, timeouts: config.http, databaseHealth: database.health });
+  const fastify = createHttpServer({ logger, metrics, listener, databaseHealth: database.health });
 
   // Connect first: its scope replaces every content-type parser, which it can
   // only do while the root still has the built-in ones.
@@ -222,10 +303,57 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       all.flatMap((facility) => (facility.routes ? [facility.routes] : [])),
     ),
   );
-  fastify.get("/metrics", async (_req, reply) => {
-    void reply.header("content-type", metrics.registry.contentType);
-    return metrics.registry.metrics();
-  });
+  // `/metrics` on the public port, or only on METRICS_PORT; with METRICS_TOKEN, only to its bearer.
+  const metricsToken = config.metrics.token;
+  const mayReadMetrics = (authorization: string | undefined) =>
+    metricsToken === undefined || bearerMatches(authorization, metricsToken);
+  const noMetricsToken = () =>
+    new PlatformError("unauthenticated", "/metrics needs the metrics bearer token (METRICS_TOKEN)");
+  if (config.metrics.port === undefined) {
+    fastify.get("/metrics", async (req, reply) => {
+      if (!mayReadMetrics(req.headers.authorization)) {
+        void reply.header("www-authenticate", "Bearer");
+        throw noMetricsToken();
+      }
+      void reply.header("content-type", metrics.registry.contentType);
+      return metrics.registry.metrics();
+    });
+  }
+  const metricsServer =
+    config.metrics.port === undefined
+      ? undefined
+      : http.createServer(
+          {
+            headersTimeout: config.http.headersTimeoutMs,
+            requestTimeout: config.http.requestTimeoutMs,
+            keepAliveTimeout: config.http.keepAliveTimeoutMs,
+          },
+          (req, res) => {
+            const send = (status: number, contentType: string, body: string, headers: Record<string, string> = {}) => {
+              res.writeHead(status, { "content-type": contentType, ...headers });
+              res.end(body);
+            };
+            const json = "application/json; charset=utf-8";
+            if (req.method !== "GET" || (req.url ?? "").split("?")[0] !== "/metrics") {
+              return send(
+                404,
+                json,
+                JSON.stringify(toEnvelope(new PlatformError("not_found", "only GET /metrics here"))),
+              );
+            }
+            if (!mayReadMetrics(req.headers.authorization)) {
+              return send(401, json, JSON.stringify(toEnvelope(noMetricsToken())), { "www-authenticate": "Bearer" });
+            }
+            metrics.registry.metrics().then(
+              (text) => send(200, metrics.registry.contentType, text),
+              (err: unknown) => {
+                logger.error({ err }, "metrics failed");
+                send(500, json, JSON.stringify(toEnvelope(new PlatformError("internal", "internal error"))));
+              },
+            );
+          },
+        );
+  let metricsUrl: string | undefined;
 
   for (const facility of all) await facility.start?.();
   const housekeeping = createHousekeeping(
@@ -234,6 +362,9 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   );
   housekeeping.start();
 
+  // The routes take over the port (from its starting gate) once fastify is ready.
+  await fastify.ready();
+
   let closed = false;
   return {
     fastify,
@@ -241,18 +372,47 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     authenticator,
     housekeeping,
     facilities: all,
+    get metricsUrl() {
+      return metricsUrl;
+    },
     async listen() {
-      await fastify.listen({ port: config.port, host: config.host });
-      const address = fastify.server.address();
-      const port = typeof address === "object" && address ? address.port : config.port;
-      const host = config.host.includes(":") ? `[${config.host}]` : config.host;
-      return `${tls ? "https" : "http"}://${host}:${port}`;
+      const url = await listener.listen(config.port, config.host);
+      if (metricsServer && !metricsServer.listening) {
+        await new Promise<void>((resolve, reject) => {
+          metricsServer.once("error", reject);
+          metricsServer.listen({ port: config.metrics.port, host: config.host }, () => {
+            metricsServer.off("error", reject);
+            resolve();
+          });
+        });
+        const address = metricsServer.address();
+        const port = typeof address === "object" && address ? address.port : config.metrics.port;
+        metricsUrl = `http://${config.host.includes(":") ? `[${config.host}]` : config.host}:${port}`;
+      }
+      return url;
+    },
+    async reloadTls() {
+      if (!config.tls || !listener.server.setTls) return;
+      try {
+        const next = await readTls(config);
+        listener.server.setTls(next!);
+        logger.info({ certFile: config.tls.certFile }, "TLS certificate reloaded");
+      } catch (err) {
+        logger.error(
+          { certFile: config.tls.certFile, reason: err instanceof Error ? err.message : String(err) },
+          "TLS certificate not reloaded; serving the one loaded before",
+        );
+      }
     },
     async close() {
       if (closed) return;
       closed = true;
       shutdown.abort(new PlatformError("internal", "server shutting down"));
       await housekeeping.stop();
+      if (metricsServer?.listening) {
+        metricsServer.closeAllConnections();
+        await new Promise((resolve) => metricsServer.close(resolve));
+      }
       await fastify.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();

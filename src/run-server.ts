@@ -9,7 +9,7 @@
 import { ConfigError, loadConfig } from "./core/config.ts";
 import { adminTokenFile, resolveDataDirSecrets } from "./core/data-dir.ts";
 import { createLogger } from "./core/logger.ts";
-import { createPlatformServer } from "./platform-server.ts";
+import { startPlatformServer } from "./platform-server.ts";
 
 async function runServer(): Promise<void> {
   let config;
@@ -27,11 +27,13 @@ async function runServer(): Promise<void> {
   // The log stays JSON lines a collector can parse, and never carries the token: it says where the
   // token is kept; only a person at a terminal is shown the token itself, once listening.
   if (generatedAdminToken) logger.info({ file: adminTokenFile(resolved.dataDir) }, "admin token generated");
-  const server = await createPlatformServer({ config: resolved, logger });
+  // Listening from here on (answering 503 until the database is open: it may still be starting).
+  const server = await startPlatformServer({ config: resolved, logger });
   const url = await server.listen();
   logger.info(
     {
       url,
+      ...(server.metricsUrl ? { metrics: `${server.metricsUrl}/metrics` } : {}),
       database: server.deps.database.kind === "pglite" ? `PGlite in ${resolved.dataDir}/pg` : "PostgreSQL",
       analytics: resolved.mongodbUrl ? "MongoDB" : "SQL store",
       mail: resolved.mailProvider === "ses" ? "Amazon SES v2" : "outbox (stored, never delivered)",
@@ -65,6 +67,9 @@ async function runServer(): Promise<void> {
   };
   process.on("SIGTERM", () => stop("SIGTERM"));
   process.on("SIGINT", () => stop("SIGINT"));
+  // SIGHUP reloads the certificate (renewed in place by certbot, cert-manager, ...) without a restart.
+  // Only with TLS: otherwise SIGHUP keeps its default (a closed terminal ends the process).
+  if (resolved.tls) process.on("SIGHUP", () => void server.reloadTls());
 }
 
 runServer().catch((err: unknown) => {

@@ -195,12 +195,18 @@ describe("start-up failures (src/main.ts)", () => {
   });
 
   it("an unreachable PostgreSQL is named with its cause, not as an unknown migration", async () => {
+    // Not waited for (DATABASE_WAIT_SECONDS=0: one attempt); the wait itself is test/start-before-database.test.ts.
     const failed = await run(nodeBinary, ["src/main.ts"], {
-      env: cleanEnv({ DATA_DIR: dataDir, PORT: "0", DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere" }),
+      env: cleanEnv({
+        DATA_DIR: dataDir,
+        PORT: "0",
+        DATABASE_URL: "postgres://postgres@127.0.0.1:1/nowhere",
+        DATABASE_WAIT_SECONDS: "0",
+      }),
     }).catch((e: { code: number; stderr: string }) => e);
     expect(failed).toMatchObject({ code: 1 });
     expect((failed as { stderr: string }).stderr.trim()).toBe(
-      "failed to start: database: cannot run migrations: connect ECONNREFUSED 127.0.0.1:1",
+      "failed to start: database: 127.0.0.1:1/nowhere not reachable within 0 s (DATABASE_WAIT_SECONDS): ECONNREFUSED",
     );
   });
 });

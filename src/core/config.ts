@@ -51,6 +51,13 @@ export interface Config {
   http: HttpTimeouts;
   /** Bounds of the platform database's statements and pool (src/core/database/pg-pool.ts). */
   databaseTimeouts: DatabaseTimeouts;
+  /**
+   * `DATABASE_WAIT_SECONDS`: how long a start waits for a PostgreSQL that cannot be reached yet (0 to 3600,
+   * default 60), listening meanwhile (`/health` 200, `/ready` 503); past it the process exits 1.
+   */
+  databaseWaitSeconds: number;
+  /** Who may read `/metrics`, and where it is served. */
+  metrics: MetricsAccess;
   logLevel: string;
   /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
   adminUrl: string | undefined;
@@ -69,6 +76,13 @@ export interface HttpTimeouts {
   requestTimeoutMs: number;
   /** `HTTP_KEEPALIVE_TIMEOUT_MS`: an idle kept-alive connection (or an HTTP/2 session with no stream) is closed after this. */
   keepAliveTimeoutMs: number;
+}
+
+export interface MetricsAccess {
+  /** `METRICS_TOKEN`: when set, `/metrics` needs `Authorization: Bearer <token>`. */
+  token: string | undefined;
+  /** `METRICS_PORT`: when set, `/metrics` is served on this port of HOST only, not on the public port. */
+  port: number | undefined;
 }
 
 export interface DatabaseTimeouts {
@@ -188,6 +202,12 @@ const environmentSchema = z
     HTTP_KEEPALIVE_TIMEOUT_MS: milliseconds.default(5_000),
     DATABASE_STATEMENT_TIMEOUT_MS: milliseconds.default(10_000),
     DATABASE_POOL_WAIT_MS: milliseconds.default(5_000),
+    DATABASE_WAIT_SECONDS: wholeNumber(0, 3600, "must be a whole number of seconds from 0 to 3600").default(60),
+    METRICS_TOKEN: variable(
+      (t) => (t.length >= 16 && !/\s/.test(t) ? t : undefined),
+      "must be at least 16 characters, without spaces",
+    ).optional(),
+    METRICS_PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").optional(),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
     AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
     PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
@@ -215,6 +235,13 @@ const environmentSchema = z
         code: "custom",
         path: [env.TLS_KEY_FILE === undefined ? "TLS_KEY_FILE" : "TLS_CERT_FILE"],
         message: "TLS_KEY_FILE and TLS_CERT_FILE must be set together",
+      });
+    }
+    if (env.METRICS_PORT !== undefined && env.METRICS_PORT !== 0 && env.METRICS_PORT === env.PORT) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["METRICS_PORT"],
+        message: "must differ from PORT (it serves /metrics apart from the public port)",
       });
     }
     if (env.HTTP_REQUEST_TIMEOUT_MS < env.HTTP_HEADERS_TIMEOUT_MS) {
@@ -257,6 +284,8 @@ const environmentSchema = z
       statementMs: env.DATABASE_STATEMENT_TIMEOUT_MS,
       poolWaitMs: env.DATABASE_POOL_WAIT_MS,
     },
+    databaseWaitSeconds: env.DATABASE_WAIT_SECONDS,
+    metrics: { token: env.METRICS_TOKEN, port: env.METRICS_PORT },
     logLevel: env.LOG_LEVEL,
     adminUrl: env.PLATFORM_ADMIN_URL,
     auditRetentionDays: env.AUDIT_RETENTION_DAYS,

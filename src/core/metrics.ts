@@ -9,7 +9,13 @@ export interface Metrics {
   readonly httpRequests: client.Counter<"method" | "route" | "status">;
   readonly httpDuration: client.Histogram<"method" | "route" | "status">;
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
-  gauge<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Gauge<L>;
+  /** A gauge; with `collect`, set by it at each scrape (a value read from elsewhere, e.g. a pool's counts). */
+  gauge<L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    collect?: (gauge: client.Gauge<L>) => void,
+  ): client.Gauge<L>;
 }
 
 export function createMetrics(): Metrics {
@@ -35,8 +41,20 @@ export function createMetrics(): Metrics {
     counter(name, help, labelNames) {
       return new client.Counter({ name, help, labelNames, registers: [registry] });
     },
-    gauge(name, help, labelNames) {
-      return new client.Gauge({ name, help, labelNames, registers: [registry] });
+    gauge(name, help, labelNames, collect) {
+      return new client.Gauge({
+        name,
+        help,
+        labelNames,
+        registers: [registry],
+        ...(collect
+          ? {
+              collect(this: client.Gauge<(typeof labelNames)[number]>) {
+                collect(this);
+              },
+            }
+          : {}),
+      });
     },
   };
 }

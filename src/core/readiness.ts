@@ -6,6 +6,19 @@
  * an instance that is merely waiting for its database.
  */
 
+/**
+ * A dependency that answers but cannot serve (a database that is read-only):
+ * its `reason` is what `/ready` reports for it, instead of `unreachable`.
+ */
+export class NotReadyError extends Error {
+  override readonly name = "NotReadyError";
+  readonly reason: string;
+  constructor(reason: string) {
+    super(reason);
+    this.reason = reason;
+  }
+}
+
 /** One dependency: resolves when it answers, throws (with a short reason) when it does not. */
 export type ReadinessCheck = (signal: AbortSignal) => Promise<void>;
 
@@ -39,7 +52,7 @@ export async function checkReadiness(
         ]);
         return [name, "ok"];
       } catch (err) {
-        return [name, signal.aborted ? "no answer" : "unreachable"];
+        return [name, signal.aborted ? "no answer" : err instanceof NotReadyError ? err.reason : "unreachable"];
       }
     }),
   );

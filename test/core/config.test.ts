@@ -70,6 +70,13 @@ describe("loadConfig", () => {
   const bad: [Record<string, string>, string][] = [
     [{ PORT: "eighty" }, "PORT"],
     [{ PORT: "70000" }, "PORT"],
+    [{ DATABASE_WAIT_SECONDS: "-1" }, "DATABASE_WAIT_SECONDS"],
+    [{ DATABASE_WAIT_SECONDS: "3601" }, "DATABASE_WAIT_SECONDS"],
+    [{ DATABASE_WAIT_SECONDS: "1.5" }, "DATABASE_WAIT_SECONDS"],
+    [{ METRICS_TOKEN: "short" }, "METRICS_TOKEN"],
+    [{ METRICS_TOKEN: "has a space in it, too long" }, "METRICS_TOKEN"],
+    [{ METRICS_PORT: "70000" }, "METRICS_PORT"],
+    [{ PORT: "9000", METRICS_PORT: "9000" }, "METRICS_PORT"],
     [{ DATABASE_URL: "mysql://x" }, "DATABASE_URL"],
     [{ DATABASE_URL: "not a url" }, "DATABASE_URL"],
     [{ MONGODB_URL: "http://x" }, "MONGODB_URL"],
@@ -154,6 +161,20 @@ describe("loadConfig", () => {
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 30_000,
       keepAliveTimeoutMs: 5_000,
+    });
+  });
+
+  it("waits DATABASE_WAIT_SECONDS for the database at start, 60 by default; 0 is one attempt", () => {
+    expect(loadConfig({}).databaseWaitSeconds).toBe(60);
+    expect(loadConfig({ DATABASE_WAIT_SECONDS: "0" }).databaseWaitSeconds).toBe(0);
+    expect(loadConfig({ DATABASE_WAIT_SECONDS: "300" }).databaseWaitSeconds).toBe(300);
+  });
+
+  it("serves /metrics openly on the public port by default; METRICS_TOKEN and METRICS_PORT change that", () => {
+    expect(loadConfig({}).metrics).toEqual({ token: undefined, port: undefined });
+    expect(loadConfig({ METRICS_TOKEN: "m".repeat(16), METRICS_PORT: "9464" }).metrics).toEqual({
+      token: "m".repeat(16),
+      port: 9464,
     });
   });
 

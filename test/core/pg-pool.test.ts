@@ -3,7 +3,8 @@
  * sees it, on PostgreSQL: a connection is handed out as the same client object
  * at every checkout (Kysely keys its own per-connection object by it, so a new
  * one per checkout made garbage that outlived the young generation), and a
- * connection whose statement got no answer is never handed out again.
+ * connection whose statement got no answer, or that met a failover (a
+ * read-only server: SQLSTATE 25006), is never handed out again.
  */
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -52,6 +53,26 @@ describe.skipIf(backend !== "postgres")("boundedPool", () => {
     client.release();
     const next = await pool.connect();
     expect(next).not.toBe(client);
+    next.release();
+  });
+
+  it("discards a connection whose write was refused as read-only (25006), so the next one is made anew", async () => {
+    const pool = boundedPool(raw, { statementTimeoutMs: 5_000, onAnswer: () => {} });
+    const client = await pool.connect();
+    const pid = (await client.query<{ pid: number }>("SELECT pg_backend_pid() AS pid", [])).rows[0].pid;
+    // What a connection that reached a standby (or a primary being demoted) meets at its next write.
+    await client.query("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", []);
+    const refused = await client.query("CREATE TEMP TABLE refused (x int)", []).then(
+      () => undefined,
+      (err: unknown) => err as { code?: string },
+    );
+    expect(refused?.code).toBe("25006");
+    // Statements after it still run on it (a transaction's ROLLBACK), until it is given back.
+    expect((await client.query<{ one: number }>("SELECT 1 AS one", [])).rows[0].one).toBe(1);
+    client.release();
+    const next = await pool.connect();
+    expect(next).not.toBe(client);
+    expect((await next.query<{ pid: number }>("SELECT pg_backend_pid() AS pid", [])).rows[0].pid).not.toBe(pid);
     next.release();
   });
 });

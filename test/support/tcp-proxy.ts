@@ -18,7 +18,8 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
+/** A proxy to `targetUrl`'s host and port, listening on `port` of 127.0.0.1 (default: any free one). */
+export async function startTcpProxy(targetUrl: string, port = 0): Promise<TcpProxy> {
   const target = new URL(targetUrl);
   let held: "none" | "both" | "answers" = "none";
   const pending: (() => void)[] = [];
@@ -39,11 +40,10 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
     forward(client, upstream, false);
     forward(upstream, client, true);
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
   const url = new URL(targetUrl);
   url.hostname = "127.0.0.1";
-  url.port = String(port);
+  url.port = String((server.address() as net.AddressInfo).port);
   return {
     url: url.toString(),
     hold() {

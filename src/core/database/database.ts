@@ -64,7 +64,18 @@ export interface Database {
    * when notifications may have been missed, so the caller re-checks.
    */
   listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten>;
+  /** How full each connection pool is now (for the saturation gauges of `/metrics`); none on PGlite. */
+  poolStats(): PoolStats[];
   close(): Promise<void>;
+}
+
+/** One pool's connections: `waiting` counts requests queued for a connection because all `max` are taken. */
+export interface PoolStats {
+  pool: "main" | "relaxed" | "unbounded";
+  total: number;
+  idle: number;
+  waiting: number;
+  max: number;
 }
 
 export interface DatabaseOptions {
@@ -128,8 +139,8 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   };
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
-  const onAnswer = (sentAt: number) => health.succeeded(sentAt);
-  const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined) => {
+  const onAnswer = (sentAt: number, text: string) => health.succeeded(sentAt, text);
+  const openPool = (name: PoolStats["pool"], max: number, settings: string, statementTimeoutMs: number | undefined) => {
     const pool = new pg.Pool({
       connectionString,
       max,
@@ -144,18 +155,22 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     // A checked-out client has no pool listener: without its own, a connection
     // ended by the server (a restart) between two queries would crash the process.
     pool.on("connect", (client) => {
-      health.succeeded();
+      // As of now, not of when it began: a connection made just as the outage began proves nothing (see
+      // `succeeded`), nor, during a failover, one made to a standby (a read-only outage needs a write).
+      health.succeeded(Date.now());
       client.on("error", onError);
     });
+    pools.push({ name, pool, max });
     return new Kysely<Record<never, never>>({
       dialect: new PostgresDialect({ pool: boundedPool(pool, { statementTimeoutMs, onAnswer }) }),
     });
   };
+  const pools: { name: PoolStats["pool"]; pool: pg.Pool; max: number }[] = [];
   const poolSize = options.poolSize ?? 20;
-  const db: Db = openPool(poolSize, "", bound);
-  const relaxedDb: Db = openPool(Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
-  const unboundedDb: Db = openPool(2, "", undefined);
-  const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
+  const db: Db = openPool("main", poolSize, "", bound);
+  const relaxedDb: Db = openPool("relaxed", Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
+  const unboundedDb: Db = openPool("unbounded", 2, "", undefined);
+  const notifications = createPgNotifications(connectionString, onError, () => health.succeeded(Date.now()));
   return {
     db,
     relaxedDb,
@@ -163,6 +178,14 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     kind: "postgres",
     health,
     listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
+    poolStats: () =>
+      pools.map(({ name, pool, max }) => ({
+        pool: name,
+        total: pool.totalCount,
+        idle: pool.idleCount,
+        waiting: pool.waitingCount,
+        max,
+      })),
     async close() {
       await notifications.stop();
       await Promise.all([db.destroy(), relaxedDb.destroy(), unboundedDb.destroy()]);
@@ -204,6 +227,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     async listen(channel, onNotify) {
       return pglite.listen(channel, onNotify);
     },
+    poolStats: () => [],
     async close() {
       await db.destroy();
       // The files PGlite made while running.

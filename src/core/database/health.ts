@@ -17,12 +17,14 @@ export interface DatabaseHealth {
    */
   failed(err: unknown): boolean;
   /**
-   * A connection was made, or a statement sent at `sentAt` (epoch ms) answered:
-   * an outage, if there was one, is over. A statement sent before the outage
-   * began, or within `OUTAGE_SETTLE_MS` after, proves nothing (it may answer
-   * while the server is going down).
+   * A connection was made, or a statement (`statement`) sent at `sentAt` (epoch
+   * ms) answered: an outage, if there was one, is over. A statement sent before
+   * the outage began, or within `OUTAGE_SETTLE_MS` after, proves nothing (it
+   * may answer while the server is going down). When the outage is a read-only
+   * server (a failover), only a write answering ends it: reads, and new
+   * connections, answer on a standby too.
    */
-  succeeded(sentAt?: number): void;
+  succeeded(sentAt?: number, statement?: string): void;
   readonly reachable: boolean;
 }
 
@@ -63,6 +65,44 @@ const NETWORK_CODES = new Set([
 ]);
 /** SQLSTATEs of a server that is shutting down, starting up, crashed, or full (class 08: connection exceptions). */
 const SERVER_STATES = new Set(["57P01", "57P02", "57P03", "53300"]);
+/**
+ * SQLSTATEs of a failover: a server that is not (or no longer) the primary.
+ * 25006 (`read_only_sql_transaction`) is a write reaching a standby, which
+ * happens while a proxy in front of the database (HAProxy, a VIP, DNS)
+ * already sends new connections to the standby and it is not promoted yet;
+ * 57P01-57P03 are the server ending the connection (an administrator, a
+ * crash, a start). The connection is then of no further use: see `isFailover`.
+ */
+const FAILOVER_STATES = new Set(["25006", "57P01", "57P02", "57P03"]);
+/**
+ * A standby cancelling a statement that conflicts with the WAL it replays:
+ * PostgreSQL reports it as 40001 (or 40P01 for a buffer deadlock), the codes
+ * of a serialisation failure, so only the message tells it apart. It is the
+ * server's state, not the request's fault, and not a conflict to report 409.
+ */
+const RECOVERY_CONFLICT = "conflict with recovery";
+
+/** Whether `e` is a recovery-conflict cancel of a standby (see `RECOVERY_CONFLICT`). */
+function isRecoveryConflict(e: Error): boolean {
+  const code = (e as { code?: unknown }).code;
+  return (code === "40001" || code === "40P01") && e.message.includes(RECOVERY_CONFLICT);
+}
+
+/**
+ * Is `err` (or what caused it) a statement refused because its connection
+ * reached a server that is not the primary, or that ended the connection? An
+ * outage (answered 503 like `isDatabaseUnreachable`), and the connection must
+ * be discarded, not given back to the pool: after a failover it still leads
+ * to the standby (read-only) or to a server going away.
+ */
+export function isFailover(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && (FAILOVER_STATES.has(code) || code.startsWith("08"))) return true;
+    if (isRecoveryConflict(e)) return true;
+  }
+  return false;
+}
 /** `query_canceled`: only the server's own `statement_timeout` cancels statements of this service (`pg-pool.ts`). */
 const STATEMENT_TIMEOUT = "57014";
 const DRIVER_MESSAGES = [
@@ -85,9 +125,14 @@ export function isDatabaseUnreachable(err: unknown): boolean {
     const code = (e as { code?: unknown }).code;
     if (
       typeof code === "string" &&
-      (NETWORK_CODES.has(code) || SERVER_STATES.has(code) || code === STATEMENT_TIMEOUT || code.startsWith("08"))
+      (NETWORK_CODES.has(code) ||
+        SERVER_STATES.has(code) ||
+        FAILOVER_STATES.has(code) ||
+        code === STATEMENT_TIMEOUT ||
+        code.startsWith("08"))
     )
       return true;
+    if (isRecoveryConflict(e)) return true;
     if (DRIVER_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return true;
   }
   return false;
@@ -101,11 +146,28 @@ export function isDatabaseUnreachable(err: unknown): boolean {
  */
 const OUTAGE_SETTLE_MS = 1000;
 
+/**
+ * A statement that writes (or locks rows to write them): one answering proves the server takes writes
+ * again. A read-only server refuses each of these with 25006, `SELECT ... FOR UPDATE` included.
+ */
+const WRITES = /\b(INSERT|UPDATE|DELETE|MERGE)\b/i;
+
+/** Whether `err` is a server that is read-only: a write refused (25006), or a standby's recovery conflict. */
+function isReadOnly(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    if ((e as { code?: unknown }).code === "25006" || isRecoveryConflict(e)) return true;
+  }
+  return false;
+}
+
 export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
   let downSince: number | undefined;
+  /** The outage includes a read-only server: only a write answering ends it. */
+  let readOnly = false;
   return {
     failed(err) {
       if (!isDatabaseUnreachable(err)) return false;
+      if (isReadOnly(err)) readOnly = true;
       if (downSince === undefined) {
         downSince = Date.now();
         log?.warn(
@@ -115,10 +177,12 @@ export function createDatabaseHealth(log?: HealthLog): DatabaseHealth {
       }
       return true;
     },
-    succeeded(sentAt) {
+    succeeded(sentAt, statement) {
       if (downSince === undefined || (sentAt !== undefined && sentAt <= downSince + OUTAGE_SETTLE_MS)) return;
+      if (readOnly && (statement === undefined || !WRITES.test(statement))) return;
       log?.info({ outageMs: Date.now() - downSince }, "database reachable again");
       downSince = undefined;
+      readOnly = false;
     },
     get reachable() {
       return downSince === undefined;

@@ -3,6 +3,7 @@ export {
   openDatabase,
   type Database,
   type DatabaseOptions,
+  type PoolStats,
   type Db,
   type Timestamp,
   type Transaction,
@@ -10,6 +11,7 @@ export {
 } from "./database.ts";
 export { appliedMigrations, migrate, NewerDatabaseError } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
+export { databaseTarget, waitForDatabase } from "./wait-for-database.ts";
 export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
 export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";

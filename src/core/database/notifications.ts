@@ -77,10 +77,18 @@ class PgNotifications implements Notifications {
       this.scheduleReconnect(client);
     });
     client.on("end", () => this.scheduleReconnect(client));
-    await client.connect();
-    this.onConnect?.();
     const channels = [...this.subscribers.keys()];
-    for (const channel of channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    try {
+      await client.connect();
+      this.onConnect?.();
+      // LISTEN fails on a standby ("cannot execute LISTEN during recovery"): during a failover the proxy in front
+      // may send this connection to the standby before it is promoted. The connection is ended (not left open,
+      // unused) and the next attempt, a moment later, reaches the new primary.
+      for (const channel of channels) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    } catch (err) {
+      await client.end().catch(() => {});
+      throw err;
+    }
     if (this.stopped) {
       await client.end().catch(() => {});
       return;
@@ -100,7 +108,9 @@ class PgNotifications implements Notifications {
       this.connect(true).catch((err: Error) => {
         this.onError?.(err);
         this.client = dead; // so the next schedule is not ignored
-        this.scheduleReconnect(dead, Math.min(delayMs * 2, 5000));
+        // At most a second apart: a failover is over in seconds, and consumers waiting on this instance
+        // hear of other instances' puts only through this connection (one connection, so no load to spare).
+        this.scheduleReconnect(dead, Math.min(delayMs * 2, 1000));
       });
     }, delayMs);
     this.retryTimer.unref();

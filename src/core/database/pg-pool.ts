@@ -21,7 +21,7 @@
  */
 import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryResult } from "kysely";
 import pg from "pg";
-import { DatabaseNoAnswerError } from "./health.ts";
+import { DatabaseNoAnswerError, isFailover } from "./health.ts";
 import { preparedNameOf } from "./prepared.ts";
 
 /** How long after the server-side bound a statement without any answer is given up on. */
@@ -30,8 +30,8 @@ const NO_ANSWER_GRACE_MS = 1000;
 export interface BoundedPoolOptions {
   /** The longest a statement may run (server-side `statement_timeout`); undefined: unbounded (migrations, the CLI). */
   statementTimeoutMs: number | undefined;
-  /** A statement sent at `sentAt` (epoch ms) answered: the database is reachable. */
-  onAnswer(sentAt: number): void;
+  /** A statement (`text`) sent at `sentAt` (epoch ms) answered: the database is reachable. */
+  onAnswer(sentAt: number, text: string): void;
 }
 
 /** A statement sent and not answered yet, as the sweep sees it. */
@@ -79,6 +79,16 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
   function wrap(client: pg.PoolClient): PostgresPoolClient {
     /** Set when a statement got no answer in time: the connection is destroyed at release, never reused. */
     let abandoned: Error | undefined;
+    /**
+     * Set when a statement met a failover (`isFailover`: the server is read-only, or ended the session):
+     * the connection is destroyed at release, so the pool makes a new one, which the proxy in front sends
+     * to the new primary. Statements after it still run (a transaction's ROLLBACK).
+     */
+    let discarded: Error | undefined;
+    const failed = (err: Error): Error => {
+      if (isFailover(err)) discarded = err;
+      return err;
+    };
     const run = <R>(text: string, values: readonly unknown[]): Promise<PostgresQueryResult<R>> => {
       // A statement after an abandoned one (a transaction's ROLLBACK) would wait behind it: fail at once.
       if (abandoned) return Promise.reject(abandoned);
@@ -90,7 +100,7 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       if (bound === undefined) {
         return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
           client.query(config, (err: Error | null, result: pg.QueryResult) =>
-            err ? reject(err) : resolve(answered<R>(result, sentAt)),
+            err ? reject(failed(err)) : resolve(answered<R>(result, sentAt, text)),
           );
         });
       }
@@ -108,13 +118,13 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
         sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
         client.query(config, (err: Error | null, result: pg.QueryResult) => {
           if (!inFlight.delete(entry)) return;
-          if (err) reject(err);
-          else resolve(answered<R>(result, sentAt));
+          if (err) reject(failed(err));
+          else resolve(answered<R>(result, sentAt, text));
         });
       });
     };
-    const answered = <R>(result: pg.QueryResult, sentAt: number): PostgresQueryResult<R> => {
-      options.onAnswer(sentAt);
+    const answered = <R>(result: pg.QueryResult, sentAt: number, text: string): PostgresQueryResult<R> => {
+      options.onAnswer(sentAt, text);
       return result as unknown as PostgresQueryResult<R>;
     };
     return {
@@ -126,7 +136,7 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
           ? run(textOrCursor, values)
           : client.query(textOrCursor as never)) as PostgresPoolClient["query"],
       release(destroy?: boolean) {
-        client.release(abandoned ?? destroy);
+        client.release(abandoned ?? discarded ?? destroy);
       },
     };
   }

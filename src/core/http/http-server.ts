@@ -10,24 +10,68 @@ import type { Logger } from "pino";
 import type { Metrics } from "../metrics.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 import { registerErrorHandlers, renderFrameworkError } from "./error-handler.ts";
-import { createOnePortServer, type TlsOptions } from "./one-port.ts";
+import { createOnePortServer, type OnePortServer, type TlsOptions } from "./one-port.ts";
+import { createStartingGate, type RequestHandler, type StartingGate } from "./starting-gate.ts";
 import { createRequestLogger } from "./request-logger.ts";
 import type { HttpTimeouts } from "../config.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
+/**
+ * The one port, made (and possibly listening) before the routes exist: the
+ * server starts listening before its database is open, and its starting gate
+ * answers until fastify is ready (`starting-gate.ts`).
+ */
+export interface Listener {
+  readonly server: OnePortServer;
+  readonly gate: StartingGate;
+  readonly tls: boolean;
+  /** Listens on `port` and `host` (once; later calls give the same URL); resolves to the base URL. */
+  listen(port: number, host: string): Promise<string>;
+}
+
+export function createListener(options: { tls: TlsOptions | undefined; timeouts: HttpTimeouts }): Listener {
+  const gate = createStartingGate();
+  const server = createOnePortServer(gate.handler, options);
+  let listening: Promise<string> | undefined;
+  return {
+    server,
+    gate,
+    tls: options.tls !== undefined,
+    listen(port, host) {
+      listening ??= new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen({ port, host }, () => {
+          server.off("error", reject);
+          resolve();
+        });
+      }).then(() => {
+        const address = server.address();
+        const bound = typeof address === "object" && address ? address.port : port;
+        return `${options.tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${bound}`;
+      });
+      return listening;
+    },
+  };
+}
+
 export interface HttpServerOptions {
   logger: Logger;
   metrics: Metrics;
-  tls: TlsOptions | undefined;
-  timeouts: HttpTimeouts;
+  /** The one port; its gate is opened to the routes once fastify is ready. */
+  listener: Listener;
   /** Errors that are the database being unreachable are reported here (once per outage) and answered 503. */
   databaseHealth: DatabaseHealth;
 }
 
 export function createHttpServer(options: HttpServerOptions): FastifyInstance {
-  const { logger, metrics, tls, timeouts } = options;
+  const { logger, metrics, listener } = options;
+  let routes: RequestHandler | undefined;
   const fastify = Fastify({
-    serverFactory: ((handler: never) => createOnePortServer(handler, { tls, timeouts })) as never,
+    // fastify never listens itself: the listener may be listening already (answering through its gate).
+    serverFactory: ((handler: RequestHandler) => {
+      routes = handler;
+      return listener.server;
+    }) as never,
     bodyLimit: BODY_LIMIT_BYTES,
     // Path parameters up to 128-character secret names (find-my-way's default of 100 would answer 414).
     routerOptions: { maxParamLength: 512 },
@@ -63,5 +107,15 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     done();
   });
   registerErrorHandlers(fastify, options.databaseHealth);
+  fastify.addHook("onReady", (done) => {
+    listener.gate.open(routes!);
+    done();
+  });
+  // What fastify does at close for a server it listened on itself: stop taking connections, drain the open ones.
+  fastify.addHook("preClose", (done) => {
+    if (!listener.server.listening) return done();
+    listener.server.closeIdleConnections();
+    listener.server.close(() => done());
+  });
   return fastify;
 }

@@ -47,6 +47,12 @@ export interface OnePortServer extends net.Server {
   closeIdleConnections(): void;
   /** Destroys every connection at once. */
   closeAllConnections(): void;
+  /**
+   * With TLS: the key and certificate of every handshake from now on; connections open already keep theirs.
+   * Throws (and keeps the ones in use) when they do not make a context: not PEM, or a key that does not
+   * match the certificate. Undefined without TLS.
+   */
+  setTls?(tls: TlsOptions): void;
 }
 
 export interface TlsOptions {
@@ -167,6 +173,9 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       },
       closeAllConnections() {
         for (const s of sessions) s.destroy();
+      },
+      setTls(tls: TlsOptions) {
+        secure.setSecureContext({ key: tls.key, cert: tls.cert });
       },
     });
   }
