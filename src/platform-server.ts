@@ -5,7 +5,8 @@
  */
 import fs from "node:fs";
 import type { FastifyInstance } from "fastify";
-import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import { createContextValues, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
+import type { DescService, Registry } from "@bufbuild/protobuf";
 import type { Logger } from "pino";
 import { createOperatorStore } from "./core/operators/operator-store.ts";
 import {
@@ -58,6 +59,16 @@ export interface ServerOptions {
   logger: Logger;
   /** An open database to use instead of opening one from the config (tests). */
   database?: Database;
+  /**
+   * Test-only services served over Connect, gRPC and gRPC-Web beside the facilities, through the same
+   * stack (the one port, the short path, the interceptor and its error mapping), callable without a token:
+   * the Connect conformance suite's reference service (test/conformance/). The server process never sets it.
+   */
+  testServices?: {
+    services: readonly { service: DescService; impl: Partial<ServiceImpl<DescService>> }[];
+    /** The message types their `google.protobuf.Any` fields may hold, for Connect JSON. */
+    jsonRegistry?: Registry;
+  };
 }
 
 export interface PlatformServer {
@@ -114,6 +125,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     adminToken: config.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(apps, logger),
     onOperatorTokenLookedUp: createTokenUsageRecorder(createOperatorStore(database.db), logger),
+    publicServices: options.testServices?.services.map(({ service }) => service.typeName),
   });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
@@ -160,6 +172,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   await registerConnectRoutes(fastify, {
     routes: (router: ConnectRouter) => {
       for (const { service, impl } of served) router.service(service, impl);
+      for (const { service, impl } of options.testServices?.services ?? []) router.service(service, impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
       router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
       router.service(
@@ -178,7 +191,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
         ),
       );
     },
-    services: served,
+    services: [...served, ...(options.testServices?.services ?? [])],
+    jsonRegistry: options.testServices?.jsonRegistry,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
