@@ -7,7 +7,8 @@
  * document's links chain calls (stateful phase). It ends non-zero on any failure, and prints its counts.
  *
  * FUZZ_MAX_EXAMPLES (default 30) bounds the examples per operation, FUZZ_MAX_SECONDS (default 180) the
- * whole run; DATABASE_URL puts the server on PostgreSQL (a database of its own), else the embedded one.
+ * whole run, FUZZ_SEED repeats a run, FUZZ_CHECKS replaces the checks; DATABASE_URL puts the server on
+ * PostgreSQL (a database of its own), else the embedded one (docs/peer-suites.md).
  */
 import { spawnSync, spawn } from "node:child_process";
 import crypto from "node:crypto";
@@ -128,7 +129,8 @@ async function runSchemathesis(url: string, token: string): Promise<number> {
     "--include-path-regex",
     "^/v1/",
     "--checks",
-    "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance",
+    process.env.FUZZ_CHECKS ??
+      "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance",
     "--phases",
     "examples,coverage,fuzzing,stateful",
     "--max-examples",
