@@ -132,7 +132,7 @@ export async function registerConnectRoutes<Authenticated>(
         maxAge: 7200,
       });
     }
-    // A request to an RPC whose content type no protocol here speaks (`text/plain`, `application/xml`):
+    // A request to an RPC whose content type no protocol here speaks (`image/jpeg`, `application/foo`):
     // 415, as the Connect and gRPC-over-HTTP/2 specifications ask (clients read it as `unknown`), with the
     // types that are accepted. The root's handler would answer the REST envelope's 400 "must be JSON".
     instance.setErrorHandler((err: FastifyError, req, reply) => {
