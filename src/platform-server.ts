@@ -7,7 +7,8 @@ import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import http from "node:http";
 import type { FastifyInstance } from "fastify";
-import { createContextValues, type ConnectRouter } from "@connectrpc/connect";
+import { createContextValues, type ConnectRouter, type ServiceImpl } from "@connectrpc/connect";
+import type { DescService, Registry } from "@bufbuild/protobuf";
 import type { Logger } from "pino";
 import { createOperatorStore } from "./core/operators/operator-store.ts";
 import {
@@ -74,6 +75,16 @@ export interface ServerOptions {
    * open: see `startPlatformServer`. Undefined: made here, listening from `listen()`.
    */
   listener?: Listener;
+  /**
+   * Test-only services served over Connect, gRPC and gRPC-Web beside the facilities, through the same
+   * stack (the one port, the short path, the interceptor and its error mapping), callable without a token:
+   * the Connect conformance suite's reference service (test/conformance/). The server process never sets it.
+   */
+  testServices?: {
+    services: readonly { service: DescService; impl: Partial<ServiceImpl<DescService>> }[];
+    /** The message types their `google.protobuf.Any` fields may hold, for Connect JSON. */
+    jsonRegistry?: Registry;
+  };
 }
 
 export interface PlatformServer {
@@ -198,6 +209,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     adminToken: config.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(apps, logger),
     onOperatorTokenLookedUp: createTokenUsageRecorder(createOperatorStore(database.db), logger),
+    publicServices: options.testServices?.services.map(({ service }) => service.typeName),
   });
   // Another instance (or the CLI's direct database work) changed an app or a
   // token: forget what this one remembers; after a lost connection, too.
@@ -241,6 +253,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   await registerConnectRoutes(fastify, {
     routes: (router: ConnectRouter) => {
       for (const { service, impl } of served) router.service(service, impl);
+      for (const { service, impl } of options.testServices?.services ?? []) router.service(service, impl);
       router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
       router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
       router.service(
@@ -259,7 +272,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
         ),
       );
     },
-    services: served,
+    services: [...served, ...(options.testServices?.services ?? [])],
+    jsonRegistry: options.testServices?.jsonRegistry,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,

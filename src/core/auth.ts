@@ -158,6 +158,11 @@ export interface AuthenticatorOptions {
   onTokenLookedUp?: (tokenId: string) => void;
   /** The same for operator tokens. */
   onOperatorTokenLookedUp?: (tokenId: string) => void;
+  /**
+   * Services anyone may call, beyond meta, reflection and health: only the test-only services a
+   * test server adds (the Connect conformance suite's, whose reference client sends no token).
+   */
+  publicServices?: readonly string[];
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
@@ -165,6 +170,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
   const operators = createOperatorStore(options.db);
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
+  const publicServices = new Set([...PUBLIC_SERVICES, ...(options.publicServices ?? [])]);
   // The app's record is made once per lookup, not per request: a busy app's
   // requests share it (it is read, never changed, downstream).
   const cache = new Map<string, { row: TokenRow; app: AppRecord; until: number }>();
@@ -214,7 +220,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
   return {
     async authenticate(authorization, method) {
       const serviceName = method.parent.typeName;
-      if (PUBLIC_SERVICES.has(serviceName)) return { kind: "public" };
+      if (publicServices.has(serviceName)) return { kind: "public" };
       const token = bearer(authorization);
       if (token === undefined) throw unauthenticated();
       if (serviceName === ADMIN_SERVICE) {

@@ -21,7 +21,7 @@ import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js
 import { loadConfig } from "../../src/core/config.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
-import { createPlatformServer, type PlatformServer } from "../../src/platform-server.ts";
+import { createPlatformServer, type PlatformServer, type ServerOptions } from "../../src/platform-server.ts";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
@@ -236,6 +236,8 @@ export interface StartOptions {
    * default HTTP version is "h2-tls".
    */
   tls?: boolean;
+  /** Test-only services served beside the facilities (`ServerOptions.testServices`). */
+  testServices?: ServerOptions["testServices"];
 }
 
 export async function startServer(options: StartOptions = {}): Promise<TestServer> {
@@ -264,6 +266,7 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       options.logLines ? { write: (line: string) => void options.logLines!.push(line) } : undefined,
     ),
     ...(options.openDatabase ? { database: options.openDatabase } : {}),
+    testServices: options.testServices,
   });
   const listened = await server.listen();
   const url = listened;

@@ -11,7 +11,7 @@
  * - the plugin's failures logged through pino rather than `console.error`.
  * `connect_calls_total{path}` counts which path served each call.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from "fastify";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, RouteHandlerMethod } from "fastify";
 import {
   Code,
   ConnectError,
@@ -27,7 +27,7 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import type { DescMethod, DescService, JsonValue } from "@bufbuild/protobuf";
+import type { DescMethod, DescService, JsonValue, Registry } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
 import { toPlatformError } from "../errors.ts";
@@ -51,6 +51,19 @@ import {
 const JSON_OPTIONS = { ignoreUnknownFields: true };
 const COMPRESS_MIN_BYTES = 1024;
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
+/** The content types an RPC accepts (Connect unary and streaming, gRPC, gRPC-Web; proto and JSON), for a 415's `Accept-Post`. */
+const RPC_CONTENT_TYPES = [
+  "application/proto",
+  "application/json",
+  "application/connect+proto",
+  "application/connect+json",
+  "application/grpc",
+  "application/grpc+proto",
+  "application/grpc+json",
+  "application/grpc-web",
+  "application/grpc-web+proto",
+  "application/grpc-web+json",
+].join(", ");
 
 export interface ConnectRoutesOptions<Authenticated = unknown> {
   routes: (router: ConnectRouter) => void;
@@ -83,6 +96,11 @@ export interface ConnectRoutesOptions<Authenticated = unknown> {
    * for any). Empty (the default): no CORS headers, so other origins cannot.
    */
   corsOrigins?: readonly string[];
+  /**
+   * The message types `google.protobuf.Any` fields may hold in JSON, for both paths. The API's messages
+   * have no `Any`; the conformance suite's test-only service has (its requests echoed back).
+   */
+  jsonRegistry?: Registry;
 }
 
 /** Registers every RPC of `options.routes` at `/<service>/<method>` on `fastify` (in its own scope: it replaces the body parsers). */
@@ -114,6 +132,14 @@ export async function registerConnectRoutes<Authenticated>(
         maxAge: 7200,
       });
     }
+    // A request to an RPC whose content type no protocol here speaks (`image/jpeg`, `application/foo`):
+    // 415, as the Connect and gRPC-over-HTTP/2 specifications ask (clients read it as `unknown`), with the
+    // types that are accepted. The root's handler would answer the REST envelope's 400 "must be JSON".
+    instance.setErrorHandler((err: FastifyError, req, reply) => {
+      if (err.code !== "FST_ERR_CTP_INVALID_MEDIA_TYPE") throw err;
+      if (req.raw.httpVersionMajor === 2) void reply.removeHeader("connection");
+      return reply.code(415).header("accept-post", RPC_CONTENT_TYPES).send();
+    });
     const routerOptions = {
       interceptors: options.interceptors,
       readMaxBytes: options.readMaxBytes,
@@ -122,7 +148,7 @@ export async function registerConnectRoutes<Authenticated>(
       // ends on the server's own shutdown signal, as over REST and the short path.
       acceptCompression: ACCEPT_COMPRESSION,
       compressMinBytes: COMPRESS_MIN_BYTES,
-      jsonOptions: JSON_OPTIONS,
+      jsonOptions: options.jsonRegistry ? { ...JSON_OPTIONS, registry: options.jsonRegistry } : JSON_OPTIONS,
     };
     const contextValues = (req: FastifyRequest) =>
       options.contextValues?.(req, (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED]) ??
