@@ -11,8 +11,12 @@
  * lapsed before the work finished (the message may be worked twice); it goes
  * to `onLeaseLost`.
  *
- * Stopping (the signal, `stop()`, or the client's close) aborts the waiting
- * consumes at once and starts no new one, then lets the running handlers
+ * Stopping (the signal, `stop()`, or the client's close) starts no new
+ * consume and aborts the waiting ones, except that a consume sent less than
+ * `STOP_CONSUME_GRACE_MS` before may be bringing a message (a queue with
+ * messages answers at once): it is let finish, and whatever it brings is
+ * given back at once (nack with no delay), never dropped with an aborted
+ * call, which would leave it leased to nobody for a whole lease. Then it lets the running handlers
  * finish (their own calls are not aborted) and acks what they finished: the
  * acks are sent even though the worker is stopping, because dropping them
  * would make finished work come back. A handler still running after the stop
@@ -157,6 +161,13 @@ const MAX_LEASE_SECONDS = 43_200;
 /** How long the heartbeat trusts a queue policy's lease length it read, before it reads it again. */
 const POLICY_READ_MS = 60_000;
 
+/**
+ * At stop, a consume in flight for less than this is let finish: the service answers a consume at once
+ * when the queue has a message, so a young one may be bringing one (its answer may already be on the way,
+ * where an abort would drop it). One in flight for longer is a waiting consume on an empty queue, aborted.
+ */
+export const STOP_CONSUME_GRACE_MS = 1_000;
+
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
 
@@ -191,11 +202,47 @@ export function startWorker<P = JsonValue>(
   const stopper = new AbortController();
   const stopSignal = stopper.signal;
   let deadline: number | undefined;
+  /** The consumes in flight: when each was sent, and what aborts it. */
+  const consuming = new Set<{ sentAt: number; controller: AbortController; timer?: ReturnType<typeof setTimeout> }>();
   const stop = (timeoutMs = stopTimeoutMs) => {
     deadline = Math.min(deadline ?? Infinity, Date.now() + Math.max(0, timeoutMs));
-    if (!stopSignal.aborted) stopper.abort(new DOMException("the worker is stopping", "AbortError"));
+    if (!stopSignal.aborted) {
+      stopper.abort(new DOMException("the worker is stopping", "AbortError"));
+      for (const c of consuming) {
+        const left = c.sentAt + STOP_CONSUME_GRACE_MS - Date.now();
+        if (left <= 0) c.controller.abort(stopSignal.reason);
+        else c.timer = setTimeout(() => c.controller.abort(stopSignal.reason), left);
+      }
+    }
     armDeadline();
   };
+  /** Runs one consume, aborted at stop as `STOP_CONSUME_GRACE_MS` says. */
+  async function consumeOnce<T>(run: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const c = { sentAt: Date.now(), controller: new AbortController() } as {
+      sentAt: number;
+      controller: AbortController;
+      timer?: ReturnType<typeof setTimeout>;
+    };
+    consuming.add(c);
+    try {
+      return await run(c.controller.signal);
+    } finally {
+      consuming.delete(c);
+      if (c.timer !== undefined) clearTimeout(c.timer);
+    }
+  }
+  /** Messages a consume brought after the stop began: given back at once (nack, no delay), not worked. */
+  async function giveBackAtStop(messages: QueueMessage<P>[]): Promise<void> {
+    await Promise.all(
+      messages.map(async (m) => {
+        try {
+          await deps.nack(m.receipt, 0);
+        } catch (err) {
+          report(err, m); // not given back: it comes back after its lease
+        }
+      }),
+    );
+  }
   for (const s of [options.signal, deps.closing]) {
     if (!s) continue;
     if (s.aborted) stop();
@@ -381,7 +428,8 @@ export function startWorker<P = JsonValue>(
     while (!stopSignal.aborted) {
       let message: QueueMessage<P> | null;
       try {
-        message = (await deps.consume(queue, consumeOptions, stopSignal)).message as QueueMessage<P> | null;
+        message = (await consumeOnce((signal) => deps.consume(queue, consumeOptions, signal)))
+          .message as QueueMessage<P> | null;
         failures = 0;
       } catch (err) {
         if (stopSignal.aborted) return;
@@ -390,7 +438,8 @@ export function startWorker<P = JsonValue>(
         if (!(await pause(++failures))) return;
         continue;
       }
-      if (message) await handle(message);
+      if (message && stopSignal.aborted) await giveBackAtStop([message]);
+      else if (message) await handle(message);
     }
   }
 
@@ -420,7 +469,9 @@ export function startWorker<P = JsonValue>(
         const max = Math.min(batchSize, concurrency - active.size);
         let messages: QueueMessage<P>[];
         try {
-          messages = (await deps.consumeMany(queue, consumeOptions, max, stopSignal)) as QueueMessage<P>[];
+          messages = (await consumeOnce((signal) =>
+            deps.consumeMany(queue, consumeOptions, max, signal),
+          )) as QueueMessage<P>[];
           failures = 0;
         } catch (err) {
           if (stopSignal.aborted) break;
@@ -428,6 +479,10 @@ export function startWorker<P = JsonValue>(
           report(err);
           if (!(await pause(++failures))) break;
           continue;
+        }
+        if (stopSignal.aborted) {
+          await giveBackAtStop(messages);
+          break;
         }
         for (const m of messages) {
           const p = handle(m).finally(() => running.delete(p));

@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { currentApp } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
+import { onUndelivered } from "../core/delivery.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
   ACK_BATCH,
@@ -75,6 +76,11 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   const buriedTotal = metrics.counter(
     "queue_dead_letters_total",
     "Messages moved to a dead-letter list (maxDeliveries reached).",
+    [],
+  );
+  const undeliveredReleased = metrics.counter(
+    "queue_undelivered_leases_released_total",
+    "Leases of consumed messages given back because the consume's answer could not be written to its client.",
     [],
   );
   const policies = createQueuePolicies(store);
@@ -180,7 +186,15 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   ): Promise<StoredMessage[]> {
     /** The claimed messages, unless the caller went away during the claim: then they go back in line. */
     const handOn = async (claimed: { messages: StoredMessage[] }): Promise<StoredMessage[]> => {
-      if (!context.signal.aborted || claimed.messages.length === 0) return claimed.messages;
+      if (claimed.messages.length === 0) return claimed.messages;
+      if (!context.signal.aborted) {
+        // The caller may still leave while the answer is written: then nobody holds these receipts.
+        const messages = claimed.messages;
+        onUndelivered(context, () => {
+          void giveBack(app.id, messages).then((n) => void undeliveredReleased.inc(n));
+        });
+        return messages;
+      }
       await giveBack(app.id, claimed.messages);
       return [];
     };
