@@ -56,6 +56,12 @@ export interface QueueConsumers {
     n: number,
     context: HandlerContext,
   ): Promise<StoredMessage[]>;
+  /**
+   * Moves the messages of the queue that had their last delivery (lease lapsed, or nacked) to the
+   * policy's dead letters now, without leasing anything: the claim does it too, but a queue nobody
+   * consumes would keep them in line. How many.
+   */
+  bury(app: AppRecord, queue: string): Promise<number>;
   /** Acks one receipt (batched with concurrent acks of any app); frees its place in a local stream's window. */
   ackOne(appId: string, receipt: Receipt): Promise<boolean>;
   ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]>;
@@ -432,5 +438,14 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     return acked;
   }
 
-  return { policies, windows, policyOf, consume, ackOne, ackAll, stream };
+  async function bury(app: AppRecord, queue: string): Promise<number> {
+    const { rule } = await policyOf(app, queue);
+    if (rule.maxDeliveries <= 0) return 0;
+    // A claim of none: only its burying part runs.
+    const { buried } = await store.claimMany(app.id, queue, 1, 0, rule);
+    afterBurying(app.id, rule, buried);
+    return buried ?? 0;
+  }
+
+  return { policies, windows, policyOf, consume, ackOne, ackAll, stream, bury };
 }
