@@ -168,6 +168,17 @@ const POLICY_READ_MS = 60_000;
  */
 export const STOP_CONSUME_GRACE_MS = 1_000;
 
+/**
+ * The give-back of a message whose handler threw a 429 with `retryAfter`: after that delay, capped by
+ * what is left of the message's lifetime (a delay past it would only let it expire unworked; it comes
+ * back a little before instead) and by the longest delay the service takes. Undefined for other errors.
+ */
+export function refusedFor(error: unknown, message: { expiresAt: number }): { delaySeconds: number } | undefined {
+  if (!(error instanceof PlatformError) || error.status !== 429 || error.retryAfter === undefined) return undefined;
+  const lifeLeft = Math.floor((message.expiresAt - Date.now()) / 1000) - 60;
+  return { delaySeconds: Math.max(0, Math.min(error.retryAfter, lifeLeft, MAX_LEASE_SECONDS)) };
+}
+
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
 
@@ -388,6 +399,9 @@ export function startWorker<P = JsonValue>(
     finished.abort();
     // Abandoned at the stop timeout: the shutdown goes on without it; it comes back after its lease.
     if (outcome === "abandoned" || !active.delete(message)) return;
+    // A handler that met a 429 with Retry-After (a daily cap spent, a full queue) would meet it again at once:
+    // its message comes back when the service said, never sooner than the nack would bring it.
+    if (!outcome.ok && !giveBack) giveBack = refusedFor(outcome.error, message);
     try {
       if (!outcome.ok || giveBack) {
         if (!outcome.ok) report(outcome.error, message);
