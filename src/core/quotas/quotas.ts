@@ -219,13 +219,17 @@ export function createQuotas(
     async settle(reservation, actual, cap) {
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
+      const spentNow = Math.max(0, Math.round(actual));
       const used = await store.settle(
         reservation.id,
         reservation.appId,
         reservation.day,
         reservation.counter,
-        Math.max(0, Math.round(actual)),
+        spentNow,
       );
+      // Spent as reserved: what was left after this reservation, as it was taken (each of concurrent calls
+      // sees its own place in the allowance, not whatever the others have taken since).
+      if (spentNow === reservation.amount) return this.remainingAfter(reservation, cap);
       return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : this.remainingAfter(reservation, cap);
     },
 
