@@ -43,7 +43,7 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
-import { createQuotas } from "./core/quotas/index.ts";
+import { createQuotas, reservationSweepTask } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
   createHealthImpl,
@@ -371,7 +371,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   for (const facility of all) await facility.start?.();
   const housekeeping = createHousekeeping(
-    [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping()],
+    [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping(), reservationSweepTask(deps.quotas)],
     { logger, health: database.health },
   );
   housekeeping.start();

@@ -154,9 +154,13 @@ export interface WriteOptions extends CallOptions {
    * within 24 h with the same key and body answers the first result without
    * doing the work or spending allowance again, so the call is retried like a
    * read. Derive it from what makes the work unique (e.g. a job's id) to make
-   * a redelivered job's mail safe too.
+   * a redelivered job's mail safe too. Default: a new random key per call,
+   * the same on each of its retries, so a lost answer (a dropped connection, a
+   * 503 saying the change may have been made) is retried without doing the
+   * work twice. `false` sends none: the call is then never repeated after an
+   * answer that does not say whether it was done.
    */
-  idempotencyKey?: string;
+  idempotencyKey?: string | false;
 }
 
 export interface WatchOptions {
@@ -321,6 +325,10 @@ function env(name: string): string | undefined {
 
 const enc = encodeURIComponent;
 
+/** The Idempotency-Key a state-changing call sends: the caller's, none when `false`, else a new one (kept across its retries). */
+const keyOf = (key: string | false | undefined): string | undefined =>
+  key === false ? undefined : (key ?? randomId());
+
 export function createClient(options: ClientOptions = {}): PlatformClient {
   const baseUrl = options.baseUrl ?? env(URL_ENV);
   const token = options.token ?? env(TOKEN_ENV);
@@ -359,7 +367,8 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
     if (o.leaseSeconds !== undefined) body.leaseSeconds = o.leaseSeconds;
     if (o.max !== undefined) body.max = o.max;
     return call<ConsumeResponse & { messages?: QueueMessage[] }>(
-      { method: "POST", path: `/v1/queues/${enc(queue)}/consume`, body, retry: "safe" },
+      // A consume leases: repeated after an answer that may have been made, it could strand a message.
+      { method: "POST", path: `/v1/queues/${enc(queue)}/consume`, body, retry: "safe", repeatable: false },
       o,
     );
   };
@@ -387,7 +396,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         path: "/v1/analytics/events",
         body: { events: events.map(wireEvent) },
         retry: "spending",
-        idempotencyKey: o?.idempotencyKey,
+        idempotencyKey: keyOf(o?.idempotencyKey),
       },
       o,
     );
@@ -662,7 +671,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             body: { to: request.to, subject: request.subject, text: request.text },
             retry: "spending",
             // One key per logical send, the same on every retry: a lost answer never sends twice.
-            idempotencyKey: o?.idempotencyKey ?? randomId(),
+            idempotencyKey: keyOf(o?.idempotencyKey),
           },
           o,
         ),
@@ -678,7 +687,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             path: "/v1/inference/generate",
             body: request,
             retry: "spending",
-            idempotencyKey: o?.idempotencyKey,
+            idempotencyKey: keyOf(o?.idempotencyKey),
           },
           o,
         ),
@@ -689,7 +698,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             path: "/v1/inference/embed",
             body: request,
             retry: "spending",
-            idempotencyKey: o?.idempotencyKey,
+            idempotencyKey: keyOf(o?.idempotencyKey),
           },
           o,
         ),
@@ -709,7 +718,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             path: `/v1/queues/${enc(queue)}`,
             body,
             retry: "refusable",
-            idempotencyKey: o.idempotencyKey,
+            idempotencyKey: keyOf(o.idempotencyKey),
           },
           o,
         );
@@ -721,7 +730,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             path: `/v1/queues/${enc(queue)}/batch`,
             body: { messages },
             retry: "refusable",
-            idempotencyKey: o?.idempotencyKey,
+            idempotencyKey: keyOf(o?.idempotencyKey),
           },
           o,
         ),
@@ -762,7 +771,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
             method: "POST",
             path: `/v1/secrets/${enc(name)}/link`,
             retry: "refusable",
-            idempotencyKey: o?.idempotencyKey,
+            idempotencyKey: keyOf(o?.idempotencyKey),
           },
           o,
         ),

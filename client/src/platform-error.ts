@@ -76,6 +76,7 @@ export interface PlatformErrorInit {
   retryAfter?: number;
   requestId?: string;
   replayed?: boolean;
+  outcomeUnknown?: boolean;
   cause?: unknown;
 }
 
@@ -97,6 +98,12 @@ export class PlatformError extends Error {
    * the same answer. Deciding to send again is the caller's, with a new key.
    */
   readonly replayed: boolean;
+  /**
+   * The service could not tell whether the call's change was made (`Outcome-Unknown: true`: a 503 after
+   * the database stopped answering mid-request, or a provider that failed after taking the work). The
+   * client never repeats such a call without its Idempotency-Key; check before sending it again.
+   */
+  readonly outcomeUnknown: boolean;
 
   constructor(init: PlatformErrorInit) {
     super(init.message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -106,6 +113,7 @@ export class PlatformError extends Error {
     this.retryAfter = init.retryAfter;
     this.requestId = init.requestId;
     this.replayed = init.replayed ?? false;
+    this.outcomeUnknown = init.outcomeUnknown ?? false;
   }
 }
 
@@ -144,5 +152,6 @@ export function errorFromResponse(status: number, headers: Headers, text: string
     retryAfter: parseRetryAfter(headers.get("retry-after")),
     requestId: headers.get("x-request-id") ?? undefined,
     replayed: headers.get("idempotent-replayed") === "true",
+    outcomeUnknown: headers.get("outcome-unknown") === "true",
   });
 }

@@ -15,6 +15,13 @@
  * - `refusable`: put and link creation. Repeating one after a lost answer
  *   could do it twice, so only a 429 (which did nothing) is retried, and only
  *   when opted in.
+ *
+ * Every state-changing call is sent with an Idempotency-Key by default (a new
+ * one per call, kept across its retries), which makes it `safe`. A call sent
+ * without one (`idempotencyKey: false`) is never repeated after an answer
+ * flagged `Outcome-Unknown` (a 503 whose change may have been committed;
+ * `PlatformError.outcomeUnknown`), nor is a consume, which would lease a
+ * second message.
  * - `spending`: mail send, generate, embed and event logging. They spend the
  *   app's daily allowance and may have done their work before a failure, so
  *   they are never retried automatically.
@@ -79,6 +86,12 @@ export interface RequestSpec {
   public?: boolean;
   /** Sent as the `Idempotency-Key` header (the same on every retry): makes the call safe to retry. */
   idempotencyKey?: string;
+  /**
+   * False for a `safe` call whose repeat is not harmless when its first attempt
+   * may have been done (a consume leases a message): after an answer flagged
+   * `outcomeUnknown` it is not retried without a key.
+   */
+  repeatable?: boolean;
 }
 
 export interface Transport {
@@ -148,6 +161,9 @@ export function createTransport(options: TransportOptions): Transport {
           return await once<T>(spec, signal);
         } catch (err) {
           if (!(err instanceof PlatformError) || attempt > retry.retries) throw err;
+          // An answer that says the change may have been made: a keyless call that changes state is not repeated.
+          if (err.outcomeUnknown && spec.idempotencyKey === undefined && (kind !== "safe" || spec.repeatable === false))
+            throw err;
           const delayMs = retryDelay(kind, err, attempt, retry);
           if (delayMs === undefined || Date.now() + delayMs - started > retry.budgetMs) throw err;
           retry.onRetry?.({ attempt, delayMs, error: err, method: spec.method, path: spec.path });

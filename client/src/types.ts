@@ -244,9 +244,10 @@ export interface PutOptions {
   /**
    * The `Idempotency-Key` header (1 to 255 printable ASCII): a repeat within
    * 24 h with the same key and body returns the first answer. With one, a put
-   * is retried like a read (see README, "Retries"). Default: none.
+   * is retried like a read (see README, "Retries"). Default: a new random key
+   * per call, kept across its retries; `false` sends none.
    */
-  idempotencyKey?: string;
+  idempotencyKey?: string | false;
 }
 
 export interface PutResponse {

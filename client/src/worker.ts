@@ -11,8 +11,12 @@
  * lapsed before the work finished (the message may be worked twice); it goes
  * to `onLeaseLost`.
  *
- * Stopping (the signal, `stop()`, or the client's close) aborts the waiting
- * consumes at once and starts no new one, then lets the running handlers
+ * Stopping (the signal, `stop()`, or the client's close) starts no new
+ * consume and aborts the waiting ones, except that a consume sent less than
+ * `STOP_CONSUME_GRACE_MS` before may be bringing a message (a queue with
+ * messages answers at once): it is let finish, and whatever it brings is
+ * given back at once (nack with no delay), never dropped with an aborted
+ * call, which would leave it leased to nobody for a whole lease. Then it lets the running handlers
  * finish (their own calls are not aborted) and acks what they finished: the
  * acks are sent even though the worker is stopping, because dropping them
  * would make finished work come back. A handler still running after the stop
@@ -157,6 +161,24 @@ const MAX_LEASE_SECONDS = 43_200;
 /** How long the heartbeat trusts a queue policy's lease length it read, before it reads it again. */
 const POLICY_READ_MS = 60_000;
 
+/**
+ * At stop, a consume in flight for less than this is let finish: the service answers a consume at once
+ * when the queue has a message, so a young one may be bringing one (its answer may already be on the way,
+ * where an abort would drop it). One in flight for longer is a waiting consume on an empty queue, aborted.
+ */
+export const STOP_CONSUME_GRACE_MS = 1_000;
+
+/**
+ * The give-back of a message whose handler threw a 429 with `retryAfter`: after that delay, capped by
+ * what is left of the message's lifetime (a delay past it would only let it expire unworked; it comes
+ * back a little before instead) and by the longest delay the service takes. Undefined for other errors.
+ */
+export function refusedFor(error: unknown, message: { expiresAt: number }): { delaySeconds: number } | undefined {
+  if (!(error instanceof PlatformError) || error.status !== 429 || error.retryAfter === undefined) return undefined;
+  const lifeLeft = Math.floor((message.expiresAt - Date.now()) / 1000) - 60;
+  return { delaySeconds: Math.max(0, Math.min(error.retryAfter, lifeLeft, MAX_LEASE_SECONDS)) };
+}
+
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
 const FATAL = new Set(["invalid_argument", "unauthenticated", "permission_denied", "not_found", "not_configured"]);
 
@@ -191,11 +213,47 @@ export function startWorker<P = JsonValue>(
   const stopper = new AbortController();
   const stopSignal = stopper.signal;
   let deadline: number | undefined;
+  /** The consumes in flight: when each was sent, and what aborts it. */
+  const consuming = new Set<{ sentAt: number; controller: AbortController; timer?: ReturnType<typeof setTimeout> }>();
   const stop = (timeoutMs = stopTimeoutMs) => {
     deadline = Math.min(deadline ?? Infinity, Date.now() + Math.max(0, timeoutMs));
-    if (!stopSignal.aborted) stopper.abort(new DOMException("the worker is stopping", "AbortError"));
+    if (!stopSignal.aborted) {
+      stopper.abort(new DOMException("the worker is stopping", "AbortError"));
+      for (const c of consuming) {
+        const left = c.sentAt + STOP_CONSUME_GRACE_MS - Date.now();
+        if (left <= 0) c.controller.abort(stopSignal.reason);
+        else c.timer = setTimeout(() => c.controller.abort(stopSignal.reason), left);
+      }
+    }
     armDeadline();
   };
+  /** Runs one consume, aborted at stop as `STOP_CONSUME_GRACE_MS` says. */
+  async function consumeOnce<T>(run: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const c = { sentAt: Date.now(), controller: new AbortController() } as {
+      sentAt: number;
+      controller: AbortController;
+      timer?: ReturnType<typeof setTimeout>;
+    };
+    consuming.add(c);
+    try {
+      return await run(c.controller.signal);
+    } finally {
+      consuming.delete(c);
+      if (c.timer !== undefined) clearTimeout(c.timer);
+    }
+  }
+  /** Messages a consume brought after the stop began: given back at once (nack, no delay), not worked. */
+  async function giveBackAtStop(messages: QueueMessage<P>[]): Promise<void> {
+    await Promise.all(
+      messages.map(async (m) => {
+        try {
+          await deps.nack(m.receipt, 0);
+        } catch (err) {
+          report(err, m); // not given back: it comes back after its lease
+        }
+      }),
+    );
+  }
   for (const s of [options.signal, deps.closing]) {
     if (!s) continue;
     if (s.aborted) stop();
@@ -341,6 +399,9 @@ export function startWorker<P = JsonValue>(
     finished.abort();
     // Abandoned at the stop timeout: the shutdown goes on without it; it comes back after its lease.
     if (outcome === "abandoned" || !active.delete(message)) return;
+    // A handler that met a 429 with Retry-After (a daily cap spent, a full queue) would meet it again at once:
+    // its message comes back when the service said, never sooner than the nack would bring it.
+    if (!outcome.ok && !giveBack) giveBack = refusedFor(outcome.error, message);
     try {
       if (!outcome.ok || giveBack) {
         if (!outcome.ok) report(outcome.error, message);
@@ -381,7 +442,8 @@ export function startWorker<P = JsonValue>(
     while (!stopSignal.aborted) {
       let message: QueueMessage<P> | null;
       try {
-        message = (await deps.consume(queue, consumeOptions, stopSignal)).message as QueueMessage<P> | null;
+        message = (await consumeOnce((signal) => deps.consume(queue, consumeOptions, signal)))
+          .message as QueueMessage<P> | null;
         failures = 0;
       } catch (err) {
         if (stopSignal.aborted) return;
@@ -390,7 +452,8 @@ export function startWorker<P = JsonValue>(
         if (!(await pause(++failures))) return;
         continue;
       }
-      if (message) await handle(message);
+      if (message && stopSignal.aborted) await giveBackAtStop([message]);
+      else if (message) await handle(message);
     }
   }
 
@@ -420,7 +483,9 @@ export function startWorker<P = JsonValue>(
         const max = Math.min(batchSize, concurrency - active.size);
         let messages: QueueMessage<P>[];
         try {
-          messages = (await deps.consumeMany(queue, consumeOptions, max, stopSignal)) as QueueMessage<P>[];
+          messages = (await consumeOnce((signal) =>
+            deps.consumeMany(queue, consumeOptions, max, signal),
+          )) as QueueMessage<P>[];
           failures = 0;
         } catch (err) {
           if (stopSignal.aborted) break;
@@ -428,6 +493,10 @@ export function startWorker<P = JsonValue>(
           report(err);
           if (!(await pause(++failures))) break;
           continue;
+        }
+        if (stopSignal.aborted) {
+          await giveBackAtStop(messages);
+          break;
         }
         for (const m of messages) {
           const p = handle(m).finally(() => running.delete(p));

@@ -21,12 +21,16 @@ let stubUrl: string;
 const script = new Map<string, Answer[]>();
 /** Requests received per "METHOD path". */
 const hits = new Map<string, number>();
+/** The Idempotency-Key of each request received per "METHOD path" (null when none was sent). */
+const keys = new Map<string, (string | null)[]>();
 
 beforeAll(async () => {
   stub = http.createServer((req, res) => {
     const key = `${req.method} ${req.url}`;
     const n = hits.get(key) ?? 0;
     hits.set(key, n + 1);
+    const sent = req.headers["idempotency-key"];
+    keys.set(key, [...(keys.get(key) ?? []), typeof sent === "string" ? sent : null]);
     req.resume();
     req.on("end", () => {
       const answers = script.get(key) ?? [
@@ -61,6 +65,7 @@ const unavailable = {
 function freshClient(retries: RetryInfo[] = []) {
   script.clear();
   hits.clear();
+  keys.clear();
   return createClient({
     baseUrl: stubUrl,
     token: "pbt_test",
@@ -158,7 +163,7 @@ describe("safe operations are retried", () => {
       gatewayTimeout,
       { status: 200, body: { id: "m1", queue: "jobs", expiresAt: 1 } },
     ]);
-    expect((await rejection(c.queues.put("jobs", 1))).status).toBe(504);
+    expect((await rejection(c.queues.put("jobs", 1, { idempotencyKey: false }))).status).toBe(504);
     expect(hits.get("POST /v1/queues/jobs")).toBe(1);
   });
 
@@ -220,17 +225,18 @@ describe("operations that spend allowance or create things are never repeated", 
     expect(retries).toHaveLength(1);
   });
 
-  it("generate, embed, event logging and put: one request each, even after a dropped connection", async () => {
+  it("without a key (idempotencyKey: false), generate, embed, event logging and put: one request each, even after a dropped connection", async () => {
     const c = freshClient();
     for (const path of ["/v1/inference/generate", "/v1/inference/embed", "/v1/analytics/events", "/v1/queues/jobs"])
       script.set(`POST ${path}`, ["drop"]);
     script.set("POST /v1/secrets/KEY/link", [unavailable]);
+    const none = { idempotencyKey: false } as const;
     const errors = await Promise.all([
-      rejection(c.inference.generate({ prompt: "hi" })),
-      rejection(c.inference.embed({ input: "hi" })),
-      rejection(c.analytics.log([{ type: "x" }])),
-      rejection(c.queues.put("jobs", 1)),
-      rejection(c.secrets.createLink("KEY")),
+      rejection(c.inference.generate({ prompt: "hi" }, none)),
+      rejection(c.inference.embed({ input: "hi" }, none)),
+      rejection(c.analytics.log([{ type: "x" }], none)),
+      rejection(c.queues.put("jobs", 1, none)),
+      rejection(c.secrets.createLink("KEY", none)),
     ]);
     expect(errors.map((e) => e.code)).toEqual([
       "unavailable",
@@ -242,6 +248,65 @@ describe("operations that spend allowance or create things are never repeated", 
     expect(errors[0].status).toBe(0);
     expect(errors[0].message).toMatch(/could not be reached/);
     expect([...hits.values()]).toEqual([1, 1, 1, 1, 1]);
+    expect([...keys.values()].flat()).toEqual([null, null, null, null, null]);
+  });
+
+  it("every state-changing call carries an Idempotency-Key by default, the same on its retry after a dropped connection", async () => {
+    const c = freshClient();
+    const ok = { status: 200, body: {} };
+    const paths = [
+      "/v1/inference/generate",
+      "/v1/inference/embed",
+      "/v1/analytics/events",
+      "/v1/queues/jobs",
+      "/v1/queues/jobs/batch",
+      "/v1/secrets/KEY/link",
+      "/v1/mail/send",
+    ];
+    for (const path of paths) script.set(`POST ${path}`, ["drop", ok]);
+    await Promise.all([
+      c.inference.generate({ prompt: "hi" }),
+      c.inference.embed({ input: "hi" }),
+      c.analytics.log([{ type: "x" }]),
+      c.queues.put("jobs", 1),
+      c.queues.putBatch("jobs", [{ payload: 1 }]),
+      c.secrets.createLink("KEY"),
+      c.mail.send({ to: "a@example.com", subject: "s", text: "t" }),
+    ]);
+    for (const path of paths) {
+      const sent = keys.get(`POST ${path}`)!;
+      expect(sent, path).toHaveLength(2);
+      expect(sent[0], path).toMatch(/^[\x21-\x7e]{1,255}$/);
+      expect(sent[1], path).toBe(sent[0]);
+    }
+    // One key per call.
+    expect(new Set(paths.map((p) => keys.get(`POST ${p}`)![0])).size).toBe(paths.length);
+  });
+
+  it("a 503 flagged Outcome-Unknown: a keyless put and a consume are not repeated, and the error says so", async () => {
+    const c = freshClient();
+    const maybeDone = {
+      status: 503,
+      body: {
+        error: {
+          code: "unavailable",
+          message: "the database stopped answering during this request",
+          details: ["outcome: unknown, the change may have been committed"],
+        },
+      },
+      headers: { "retry-after": "0", "outcome-unknown": "true" },
+    };
+    script.set("POST /v1/queues/jobs", [maybeDone, { status: 200, body: { id: "m1", queue: "jobs", expiresAt: 1 } }]);
+    script.set("POST /v1/queues/jobs/consume", [maybeDone, { status: 200, body: { message: null } }]);
+    const put = await rejection(c.queues.put("jobs", 1, { idempotencyKey: false }));
+    const consume = await rejection(c.queues.consume("jobs"));
+    expect([put.outcomeUnknown, consume.outcomeUnknown]).toEqual([true, true]);
+    expect(put.details).toEqual(["outcome: unknown, the change may have been committed"]);
+    expect([hits.get("POST /v1/queues/jobs"), hits.get("POST /v1/queues/jobs/consume")]).toEqual([1, 1]);
+    // With its key (the default), the put is repeated: the service answers a repeat once.
+    hits.clear();
+    expect((await c.queues.put("jobs", 1)).id).toBe("m1");
+    expect(hits.get("POST /v1/queues/jobs")).toBe(2);
   });
 });
 

@@ -132,10 +132,13 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
               logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
           },
         },
-        (reservation) =>
-          answerIn && store.insertWithin
-            ? store.insertWithin(app.id, events, (trx) => answerIn(trx, reservation.remaining))
-            : store.insert(app.id, events),
+        (reservation) => {
+          // The events and their charge commit together (a store in the platform database).
+          const spend = () => quotas.spendIn(reservation);
+          return answerIn && store.insertWithin
+            ? store.insertWithin(app.id, events, (trx) => answerIn(trx, reservation.remaining), spend)
+            : store.insert(app.id, events, spend);
+        },
       );
       recorded.inc({ store: store.kind }, events.length);
       return answer(remaining);

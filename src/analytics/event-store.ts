@@ -10,6 +10,7 @@
 import { PlatformError } from "../core/errors.ts";
 import type { Unit } from "./buckets.ts";
 import type { InTransaction } from "../core/database/index.ts";
+import type { SpendStatement } from "../core/quotas/index.ts";
 
 /** A validated event as stored: values already turned into strings. */
 export interface StoredEvent {
@@ -41,14 +42,24 @@ export interface CountBucket {
 
 export interface EventStore {
   readonly kind: "sql" | "mongodb";
-  /** Stores the whole batch or nothing. */
-  insert(appId: string, events: readonly StoredEvent[]): Promise<void>;
+  /**
+   * Stores the whole batch or nothing. `spend`, when given, is the statement
+   * fragment ending the batch's quota reservation as spent: a store in the
+   * platform database runs it in the insert's own statement (so the count
+   * commits with the events), and only then calls it; another store ignores it.
+   */
+  insert(appId: string, events: readonly StoredEvent[], spend?: () => SpendStatement): Promise<void>;
   /**
    * The same, with `within` in the insert's transaction of the platform
    * database (an idempotent answer, committed with the events). Only a store
    * in that database has it (the SQL store; not MongoDB).
    */
-  insertWithin?(appId: string, events: readonly StoredEvent[], within: InTransaction): Promise<void>;
+  insertWithin?(
+    appId: string,
+    events: readonly StoredEvent[],
+    within: InTransaction,
+    spend?: () => SpendStatement,
+  ): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
   count(query: CountQuery): Promise<CountBucket[]>;
   /**

@@ -33,6 +33,7 @@ import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
 import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
+import type { SpendStatement } from "../core/quotas/index.ts";
 import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
 import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
 
@@ -214,22 +215,34 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   const db: EventDb = database.withTables<AnalyticsEventTables>();
   const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
   const sharedSlotMaxRows = options.sharedSlotMaxRows ?? SHARED_SLOT_MAX_ROWS;
-  const insertBatch = async (appId: string, events: readonly StoredEvent[], within?: InTransaction): Promise<void> => {
+  const insertBatch = async (
+    appId: string,
+    events: readonly StoredEvent[],
+    within?: InTransaction,
+    spend?: () => SpendStatement,
+  ): Promise<void> => {
     const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
-      if (!within) await insertRows(appId, raw, r, slot, db);
+      if (!within) await insertRows(appId, raw, r, slot, db, spend?.());
       else
         await inTransaction(database, async (trx) => {
-          await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>());
+          await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>(), spend?.());
           await within(trx);
         });
     } finally {
       slots.release(slot);
     }
   };
-  const insertRows = async (appId: string, raw: string, r: RollupRows, slot: number, on: EventDb): Promise<void> => {
+  const insertRows = async (
+    appId: string,
+    raw: string,
+    r: RollupRows,
+    slot: number,
+    on: EventDb,
+    spent?: SpendStatement,
+  ): Promise<void> => {
     // One statement, two tables: the inserts run as data-modifying CTEs, so
     // the batch and its rollups commit together or not at all. The rollup
     // insert waits for the raw rows (`count(*)` of their RETURNING), so the
@@ -246,7 +259,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
           RETURNING 1
         ), raw_done AS (
           SELECT count(*) AS c FROM raw
-        )
+        )${spent ? sql`, ${spent}` : sql``}
         INSERT INTO analytics_daily AS r (app_id, type, prop, day, value, slot, n, hours)
         SELECT ${appId}::uuid, x.t, x.k, to_timestamp(x.d * 86400), x.v, ${slot}::smallint, x.n, x.h::bigint[]
         FROM raw_done, unnest(${r.types}::text[], ${r.props}::text[], ${r.days}::bigint[], ${r.values}::text[], ${r.counts}::bigint[], ${r.hours}::text[])
@@ -260,12 +273,12 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   return {
     kind: "sql",
 
-    async insert(appId, events) {
-      if (events.length > 0) await insertBatch(appId, events);
+    async insert(appId, events, spend) {
+      if (events.length > 0) await insertBatch(appId, events, undefined, spend);
     },
 
-    async insertWithin(appId, events, within) {
-      if (events.length > 0) await insertBatch(appId, events, within);
+    async insertWithin(appId, events, within, spend) {
+      if (events.length > 0) await insertBatch(appId, events, within, spend);
       else await inTransaction(database, within);
     },
 

@@ -6,7 +6,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { isDatabaseUnreachable } from "./database/health.ts";
+import { isDatabaseUnreachable, mayHaveCommitted } from "./database/health.ts";
 
 /** The hint of a 503 while the database is unreachable: a restart or a failover takes seconds. */
 export const DATABASE_RETRY_AFTER_SECONDS = 2;
@@ -90,7 +90,21 @@ export interface PlatformErrorOptions {
    * replayed to a repeat, instead of letting the repeat do the work again.
    */
   outcomeUnknown?: boolean;
+  /**
+   * A 503 whose request's change may have been committed (the database did not
+   * answer a statement it was sent). Sent as the `Outcome-Unknown: true` header
+   * (REST, and Connect/gRPC metadata), so a client does not repeat a change
+   * without its Idempotency-Key. Unlike `outcomeUnknown`, not stored as a
+   * key's answer: a repeat under the key finds the first run's answer, or runs.
+   */
+  mayHaveCommitted?: boolean;
 }
+
+/** The `details` line of an answer whose change may have been made (see `PlatformErrorOptions.mayHaveCommitted`). */
+export const OUTCOME_UNKNOWN_DETAIL = "outcome: unknown, the change may have been committed";
+
+/** The header that flags it, on REST answers and Connect/gRPC errors. */
+export const OUTCOME_UNKNOWN_HEADER = "outcome-unknown";
 
 export class PlatformError extends Error {
   override readonly name = "PlatformError";
@@ -98,6 +112,7 @@ export class PlatformError extends Error {
   readonly details: string[] | undefined;
   readonly retryAfterSeconds: number | undefined;
   readonly outcomeUnknown: boolean;
+  readonly mayHaveCommitted: boolean;
 
   constructor(code: ErrorCode, message: string, options: PlatformErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -105,6 +120,7 @@ export class PlatformError extends Error {
     this.details = options.details;
     this.retryAfterSeconds = options.retryAfterSeconds;
     this.outcomeUnknown = options.outcomeUnknown ?? false;
+    this.mayHaveCommitted = options.mayHaveCommitted ?? false;
   }
 
   get status(): number {
@@ -168,6 +184,17 @@ const isDataException = (err: unknown) => hasSqlState(err, (s) => /^22[0-9A-Z]{3
 export function toPlatformError(err: unknown): PlatformError {
   if (err instanceof PlatformError) return err;
   if (isDatabaseUnreachable(err)) {
+    if (mayHaveCommitted(err))
+      return new PlatformError(
+        "unavailable",
+        "the database stopped answering during this request: a change it makes may have been made; repeat it only with the same Idempotency-Key, or check first",
+        {
+          details: [OUTCOME_UNKNOWN_DETAIL],
+          retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS,
+          mayHaveCommitted: true,
+          cause: err,
+        },
+      );
     return new PlatformError("unavailable", "the database cannot be reached right now; retry shortly", {
       retryAfterSeconds: DATABASE_RETRY_AFTER_SECONDS,
       cause: err,
@@ -219,6 +246,7 @@ export function toConnectError(err: PlatformError): ConnectError {
   });
   const metadata = new Headers();
   if (err.retryAfterSeconds !== undefined) metadata.set("retry-after", String(err.retryAfterSeconds));
+  if (err.mayHaveCommitted || err.outcomeUnknown) metadata.set(OUTCOME_UNKNOWN_HEADER, "true");
   return new ConnectError(err.message, mapping[err.code].connect, metadata, [
     { desc: ErrorDetailSchema, value: detail },
   ]);

@@ -26,7 +26,9 @@ import {
 import { appOf } from "../core/auth.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
-import type { FinishReason, InferenceProvider } from "./inference-provider.ts";
+import type { InTransactionWith } from "../core/database/index.ts";
+import { answerInRun } from "../core/idempotent-run.ts";
+import type { EmbedResult, FinishReason, GenerateResult, InferenceProvider } from "./inference-provider.ts";
 import { EMBED_MODEL, FAST_MODEL, validateEmbed, validateGenerate } from "./inference-requests.ts";
 import { estimateTokensOfAll } from "./token-estimator.ts";
 
@@ -57,7 +59,12 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
     ["model", "code"] as const,
   );
 
-  /** Calls the provider under a reservation: settled to `actual` on success, released on failure. */
+  /**
+   * Calls the provider under a reservation: settled to `actual` on success, released on failure. With
+   * `answerIn` (an Idempotency-Key's run), the charge and the stored answer commit together: a process
+   * dying between the two can neither charge a call whose answer a repeat does not find (and so runs
+   * and charges again) nor store an answer uncharged.
+   */
   async function reserved<T>(
     appId: string,
     counter: QuotaCounter,
@@ -66,7 +73,9 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
     model: string,
     work: () => Promise<T>,
     actual: (result: T) => number,
+    answerIn?: InTransactionWith<{ result: T; remaining: number }>,
   ) {
+    let settled: number | undefined;
     const out = await withReservation(
       quotas,
       {
@@ -80,10 +89,17 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         onSettleError: (err) =>
           logger.error({ err, model }, "could not settle an inference reservation; charged the estimate"),
       },
-      work,
+      async (reservation) => {
+        const result = await work();
+        if (answerIn)
+          settled = await quotas.settleWith(reservation, actual(result), cap, (trx, remaining) =>
+            answerIn(trx, { result, remaining }),
+          );
+        return result;
+      },
     );
     tokensUsed.inc({ model }, actual(out.result));
-    return out;
+    return settled === undefined ? out : { result: out.result, remaining: settled };
   }
 
   return {
@@ -109,6 +125,13 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
       const app = appOf(context);
       const { model, call } = validateGenerate(req);
       const estimate = estimateTokensOfAll(call.messages.map((m) => m.content)) + call.maxTokens;
+      const answer = ({ result, remaining }: { result: GenerateResult; remaining: number }) => ({
+        text: result.text,
+        model,
+        finishReason: FINISH_TO_ENUM[result.finishReason],
+        usage: { inputTokens: BigInt(result.inputTokens), outputTokens: BigInt(result.outputTokens) },
+        remainingToday: BigInt(remaining),
+      });
       const { result, remaining } = await reserved(
         app.id,
         "fast_tokens",
@@ -117,19 +140,21 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         model,
         () => provider.generate(call, context.signal),
         (r) => r.inputTokens + r.outputTokens,
+        answerInRun(context, InferenceService.method.generate, answer),
       );
-      return {
-        text: result.text,
-        model,
-        finishReason: FINISH_TO_ENUM[result.finishReason],
-        usage: { inputTokens: BigInt(result.inputTokens), outputTokens: BigInt(result.outputTokens) },
-        remainingToday: BigInt(remaining),
-      };
+      return answer({ result, remaining });
     },
 
     async embed(req, context) {
       const app = appOf(context);
       const { model, inputs } = validateEmbed(req);
+      const answer = ({ result, remaining }: { result: EmbedResult; remaining: number }) => ({
+        embeddings: result.embeddings.map((values) => ({ values })),
+        model,
+        dimensions: result.dimensions,
+        usage: { tokens: BigInt(result.tokens) },
+        remainingToday: BigInt(remaining),
+      });
       const { result, remaining } = await reserved(
         app.id,
         "embed_tokens",
@@ -138,14 +163,9 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         model,
         () => provider.embed(inputs, context.signal),
         (r) => r.tokens,
+        answerInRun(context, InferenceService.method.embed, answer),
       );
-      return {
-        embeddings: result.embeddings.map((values) => ({ values })),
-        model,
-        dimensions: result.dimensions,
-        usage: { tokens: BigInt(result.tokens) },
-        remainingToday: BigInt(remaining),
-      };
+      return answer({ result, remaining });
     },
   };
 }

@@ -15,7 +15,7 @@ import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
 import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
-import { ACTIVITY_HOURS } from "./queue-limits.ts";
+import { ACTIVITY_HOURS, DEAD_LETTER_SWEEP_INTERVAL_MS } from "./queue-limits.ts";
 import { createQueueStore, type PeekedMessage, type QueueActivityHour } from "./queue-store.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -117,7 +117,15 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
     },
-    housekeeping: () => [...housekeeping, ...feed.housekeeping()],
+    housekeeping: () => [
+      ...housekeeping,
+      ...feed.housekeeping(),
+      {
+        name: "queue dead letters on time",
+        intervalMs: DEAD_LETTER_SWEEP_INTERVAL_MS,
+        run: (signal) => queues.buryLapsed((appId) => deps.apps.get(appId), signal),
+      },
+    ],
     async start() {
       await hub.start();
       await feed.start();

@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { currentApp } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
+import { onUndelivered } from "../core/delivery.ts";
 import type { Metrics } from "../core/metrics.ts";
 import {
   ACK_BATCH,
@@ -55,6 +56,12 @@ export interface QueueConsumers {
     n: number,
     context: HandlerContext,
   ): Promise<StoredMessage[]>;
+  /**
+   * Moves the messages of the queue that had their last delivery (lease lapsed, or nacked) to the
+   * policy's dead letters now, without leasing anything: the claim does it too, but a queue nobody
+   * consumes would keep them in line. How many.
+   */
+  bury(app: AppRecord, queue: string): Promise<number>;
   /** Acks one receipt (batched with concurrent acks of any app); frees its place in a local stream's window. */
   ackOne(appId: string, receipt: Receipt): Promise<boolean>;
   ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]>;
@@ -75,6 +82,11 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   const buriedTotal = metrics.counter(
     "queue_dead_letters_total",
     "Messages moved to a dead-letter list (maxDeliveries reached).",
+    [],
+  );
+  const undeliveredReleased = metrics.counter(
+    "queue_undelivered_leases_released_total",
+    "Leases of consumed messages given back because the consume's answer could not be written to its client.",
     [],
   );
   const policies = createQueuePolicies(store);
@@ -180,7 +192,15 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   ): Promise<StoredMessage[]> {
     /** The claimed messages, unless the caller went away during the claim: then they go back in line. */
     const handOn = async (claimed: { messages: StoredMessage[] }): Promise<StoredMessage[]> => {
-      if (!context.signal.aborted || claimed.messages.length === 0) return claimed.messages;
+      if (claimed.messages.length === 0) return claimed.messages;
+      if (!context.signal.aborted) {
+        // The caller may still leave while the answer is written: then nobody holds these receipts.
+        const messages = claimed.messages;
+        onUndelivered(context, () => {
+          void giveBack(app.id, messages).then((n) => void undeliveredReleased.inc(n));
+        });
+        return messages;
+      }
       await giveBack(app.id, claimed.messages);
       return [];
     };
@@ -418,5 +438,14 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     return acked;
   }
 
-  return { policies, windows, policyOf, consume, ackOne, ackAll, stream };
+  async function bury(app: AppRecord, queue: string): Promise<number> {
+    const { rule } = await policyOf(app, queue);
+    if (rule.maxDeliveries <= 0) return 0;
+    // A claim of none: only its burying part runs.
+    const { buried } = await store.claimMany(app.id, queue, 1, 0, rule);
+    afterBurying(app.id, rule, buried);
+    return buried ?? 0;
+  }
+
+  return { policies, windows, policyOf, consume, ackOne, ackAll, stream, bury };
 }

@@ -58,3 +58,10 @@ export const STREAM_EXTENDED_RECHECK_MS = 1_000;
 export const STREAM_RESPONSE_MAX_BYTES = 1 << 20;
 /** What a message's JSON encoding adds to its payload's text (id, receipt, times, field names). */
 export const STREAM_MESSAGE_JSON_OVERHEAD = 512;
+
+/**
+ * How often every instance moves the messages past their policy's `maxDeliveries` whose last lease
+ * lapsed (or was nacked) to their dead letters, when nobody consumes the queue (a consume does it at
+ * once): a message dies within this of its last lease.
+ */
+export const DEAD_LETTER_SWEEP_INTERVAL_MS = 5_000;

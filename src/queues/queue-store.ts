@@ -383,6 +383,8 @@ export interface QueueStore {
     n: number,
     rule?: ClaimRule,
   ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number }>;
+  /** The queues whose policy limits deliveries (`maxDeliveries` > 0): where the dead-letter sweep looks. */
+  queuesWithDeliveryLimit(): Promise<{ appId: string; queue: string }[]>;
   /**
    * Sets the lease of a receipt that still holds it to end `leaseSeconds`
    * from now, keeping its retry hold after it; the new end, or null when the
@@ -403,7 +405,7 @@ export interface QueueStore {
     id: string,
     claim: number,
     delaySeconds: number | undefined,
-    defaults: ClaimRule["retry"],
+    defaults: ClaimRule["retry"] & { maxDeliveries?: number },
     notifyPrefix?: string,
   ): Promise<{ queue: string; visibleAtMs: number } | undefined>;
   /**
@@ -719,7 +721,10 @@ function createPutStore({
 function createLeaseStore({
   db,
   relaxedDb,
-}: QueueDbs): Pick<QueueStore, "release" | "claimMany" | "extend" | "nack" | "stillLeased" | "ackMany"> {
+}: QueueDbs): Pick<
+  QueueStore,
+  "release" | "claimMany" | "queuesWithDeliveryLimit" | "extend" | "nack" | "stillLeased" | "ackMany"
+> {
   /**
    * The claim, one statement built here once: `next` takes up to `n` visible
    * messages of the line (`SKIP LOCKED`, so racing claims never take one
@@ -801,7 +806,11 @@ function createLeaseStore({
         FOR UPDATE SKIP LOCKED
       ), claimed AS (
         UPDATE queue_messages m
-        SET lease_until = now() + ${lease}, visible_at = now() + ${lease} + ${hold},
+        SET lease_until = now() + ${lease},
+            visible_at = now() + ${lease} + ${
+              // The last delivery allowed has no retry hold: it dies as soon as its lease lapses.
+              max > 0 ? sql`CASE WHEN m.deliveries + 1 >= ${max} THEN interval '0' ELSE ${hold} END` : hold
+            },
             deliveries = least(m.deliveries, ${INT4_MAX - 1}) + 1,
             claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
@@ -824,6 +833,16 @@ function createLeaseStore({
   }
 
   return {
+    async queuesWithDeliveryLimit() {
+      // A queue's policy sets the limit, or the app's `maxDeliveries` (limits the admin changed are in apps.limits).
+      const { rows } = await sql<{ app_id: string; queue: string }>`
+        SELECT app_id, queue FROM queue_policies WHERE max_deliveries > 0
+        UNION
+        SELECT DISTINCT m.app_id, m.queue FROM queue_messages m
+        WHERE m.app_id IN (SELECT id FROM apps WHERE (limits->>'maxDeliveries')::int > 0)`.execute(db);
+      return rows.map((r) => ({ appId: r.app_id, queue: r.queue }));
+    },
+
     async release(appId, leases, notify) {
       if (leases.length === 0) return 0;
       const { rows } = await sql<{ n: number }>`
@@ -862,14 +881,17 @@ function createLeaseStore({
         WITH p AS (
           SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
                  coalesce(p.retry_backoff, ${defaults.backoff})::float8 AS backoff,
-                 coalesce(p.max_retry_delay_seconds, ${defaults.maxDelaySeconds})::float8 AS max_delay
+                 coalesce(p.max_retry_delay_seconds, ${defaults.maxDelaySeconds})::float8 AS max_delay,
+                 coalesce(p.max_deliveries, ${defaults.maxDeliveries ?? 0})::int AS max_deliveries
           FROM queue_messages m LEFT JOIN queue_policies p ON p.app_id = m.app_id AND p.queue = m.queue
           WHERE m.id = ${id} AND m.app_id = ${appId}
         ), nacked AS (
           UPDATE queue_messages m
           SET lease_until = NULL,
-              visible_at = now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
-                                                                  ${retryHoldSeconds(sql`p.delay`, sql`p.backoff`, sql`p.max_delay`, sql`m.deliveries - 1`)}))
+              -- The last delivery allowed, nacked: no hold, it dies now (at the next claim or sweep).
+              visible_at = CASE WHEN p.max_deliveries > 0 AND m.deliveries >= p.max_deliveries THEN now()
+                ELSE now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
+                                                            ${retryHoldSeconds(sql`p.delay`, sql`p.backoff`, sql`p.max_delay`, sql`m.deliveries - 1`)})) END
           FROM p
           WHERE m.id = ${id} AND m.app_id = ${appId} AND m.claims = ${claim}
             AND m.lease_until > now() AND m.visible_at > now()

@@ -130,6 +130,12 @@ export interface QueuesImplementation {
     payload: Value | undefined,
     within?: InTransaction,
   ): Promise<{ id: string }>;
+  /**
+   * The dead-letter sweep (housekeeping, every instance): in every queue whose policy limits deliveries,
+   * the messages past the limit whose last lease lapsed (or was nacked) move to the dead letters, whether or
+   * not anyone consumes. `appOf` reads an app (throws when it is gone). How many moved.
+   */
+  buryLapsed(appOf: (appId: string) => Promise<AppRecord>, signal: AbortSignal): Promise<number>;
 }
 
 function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
@@ -418,6 +424,21 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   return {
     events,
     putAsOperator: (app, queue, payload, within) => putMessage(app, { queue, payload }, within),
+    async buryLapsed(appOf, signal) {
+      let moved = 0;
+      let failure: Error | undefined;
+      for (const { appId, queue } of await store.queuesWithDeliveryLimit()) {
+        if (signal.aborted) break;
+        try {
+          moved += await consumers.bury(await appOf(appId), queue);
+        } catch (err) {
+          // One queue (or a deleted app) does not keep the others from their sweep.
+          failure ??= err instanceof Error ? err : new Error("the dead-letter sweep of a queue failed");
+        }
+      }
+      if (failure !== undefined) throw failure;
+      return moved;
+    },
     impl: {
       async listQueues(_req, context) {
         const app = appOf(context);
@@ -523,7 +544,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             ? undefined
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
-        const defaults = claimRule(app, effectivePolicy(app, undefined), () => "").retry;
+        const appRule = claimRule(app, effectivePolicy(app, undefined), () => "");
+        const defaults = { ...appRule.retry, maxDeliveries: appRule.maxDeliveries };
         const nacked = await store.nack(
           app.id,
           receipt.id,

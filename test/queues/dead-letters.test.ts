@@ -501,3 +501,38 @@ describe("the operator's calls", () => {
     expect((await err(t.admin.listDeadLetters({ appId: crypto.randomUUID(), queue: "q" })))?.code).toBe(Code.NotFound);
   });
 });
+
+describe("dead letters on time, whether or not anyone consumes", () => {
+  /** The dead letters of the queue as the app sees them (the listing's count). */
+  const deadCount = async (app: TestApp, queue: string) => (await restQueue(app, queue))?.deadLetters ?? 0;
+
+  it("a message whose last lease lapsed moves to its dead letters within the sweep period, with no consumer", async () => {
+    const app = await appWith(1);
+    const { id } = await app.c.putMessage({ queue: "idle", payload: num(1) });
+    const leased = await app.c.consumeMessage({ queue: "idle", waitSeconds: 0, leaseSeconds: 1 });
+    expect(leased.message?.deliveries).toBe(1);
+    // Nobody consumes again; the sweep (every 5 s) moves it once its lease lapsed.
+    await vi.waitFor(async () => expect(await deadCount(app, "idle")).toBe(1), { timeout: 9_000, interval: 100 });
+    expect(await restQueue(app, "idle")).toMatchObject({ depth: 0, inFlight: 0, deadLetters: 1 });
+    expect((await allDeadLetters(app.id, "idle")).map((d) => d.id)).toEqual([id]);
+  });
+
+  it("a message nacked on its last delivery moves to the policy's dead-letter queue within the sweep period", async () => {
+    const app = await t.createApp();
+    const c = t.client(QueueService, app.token);
+    await c.updateQueuePolicy({
+      queue: "retry",
+      maxDeliveries: 1,
+      deadLetterQueue: "retry-failed",
+      retryDelaySeconds: 60,
+    });
+    await c.putMessage({ queue: "retry", payload: num(1) });
+    const { message } = await c.consumeMessage({ queue: "retry", waitSeconds: 0 });
+    expect((await c.nackMessage({ receipt: message!.receipt })).nacked).toBe(true);
+    await vi.waitFor(async () => expect((await restQueue(app, "retry-failed"))?.depth).toBe(1), {
+      timeout: 9_000,
+      interval: 100,
+    });
+    expect((await restQueue(app, "retry"))?.depth ?? 0).toBe(0);
+  });
+});

@@ -51,6 +51,40 @@ export function isNoAnswer(err: unknown): boolean {
   return false;
 }
 
+/** Failures to get a connection at all: no statement was sent, so nothing can have been committed. */
+const NOT_SENT_CODES = new Set([
+  "ECONNREFUSED",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "57P03",
+  "53300",
+]);
+const NOT_SENT_MESSAGES = [
+  "timeout exceeded when trying to connect",
+  "connection error and is not queryable",
+  "Client was closed and is not queryable",
+];
+
+/**
+ * Whether the database failure `err` may have left a change committed: a
+ * statement sent and not answered (no answer in time, the connection cut
+ * while it ran), as opposed to a connection that could not be had (nothing
+ * was sent). Such a failure is answered 503 saying so (`errors.ts`), so a
+ * caller does not repeat a change that was made.
+ */
+export function mayHaveCommitted(err: unknown): boolean {
+  if (isNoAnswer(err)) return true;
+  if (!isDatabaseUnreachable(err)) return false;
+  for (let e: unknown = err, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && NOT_SENT_CODES.has(code)) return false;
+    if (NOT_SENT_MESSAGES.some((m) => e instanceof Error && e.message.includes(m))) return false;
+  }
+  return true;
+}
+
 /** Network errors of a connection, and the server refusing or ending connections. */
 const NETWORK_CODES = new Set([
   "ECONNREFUSED",

@@ -30,9 +30,11 @@ import {
 import type { DescMethod, DescService, JsonValue, Registry } from "@bufbuild/protobuf";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
+import { deliveryKey } from "../delivery.ts";
 import { toPlatformError } from "../errors.ts";
 import type { Metrics } from "../metrics.ts";
 import { responseClosed } from "./client-gone.ts";
+import { watchDelivery } from "./delivery-watch.ts";
 import { connectShortPath, nodeHeaders } from "./connect-short-path.ts";
 import {
   connectUnaryErrorWithDetail,
@@ -150,9 +152,12 @@ export async function registerConnectRoutes<Authenticated>(
       compressMinBytes: COMPRESS_MIN_BYTES,
       jsonOptions: options.jsonRegistry ? { ...JSON_OPTIONS, registry: options.jsonRegistry } : JSON_OPTIONS,
     };
+    // Every call's values carry the watch on its answer's delivery (see `../delivery.ts`).
     const contextValues = (req: FastifyRequest) =>
-      options.contextValues?.(req, (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED]) ??
-      createContextValues();
+      (
+        options.contextValues?.(req, (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED]) ??
+        createContextValues()
+      ).set(deliveryKey, watchDelivery((req as ResponseOf)[RESPONSE]));
     if (options.shortPath !== false) {
       // In front of the plugin, in its scope: takes the reply only in the narrow case, else lets the plugin serve.
       instance.addHook(
@@ -167,6 +172,12 @@ export async function registerConnectRoutes<Authenticated>(
     }
     const authenticate = options.authenticate;
     instance.decorateRequest(AUTHENTICATED, undefined);
+    // The response of the call, for its delivery watch: the context values are made from the request alone.
+    instance.decorateRequest(RESPONSE, undefined);
+    instance.addHook("onRequest", (req, reply, done) => {
+      (req as ResponseOf)[RESPONSE] = reply.raw;
+      done();
+    });
     if (authenticate) {
       instance.addHook("onRequest", async (req, reply) => {
         const handler = byPath.get(req.routeOptions.url ?? "");
@@ -208,6 +219,10 @@ export async function registerConnectRoutes<Authenticated>(
     });
   });
 }
+
+/** The request's decoration holding its response (for `watchDelivery`). */
+const RESPONSE = "connectResponse";
+type ResponseOf = FastifyRequest & { [RESPONSE]: FastifyReply["raw"] };
 
 /** The request's decoration holding what `authenticate` resolved to at the call's head. */
 const AUTHENTICATED = "connectAuthenticated";

@@ -5,7 +5,7 @@
  * not ours are logged and answered `internal` without their text.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { PlatformError, toEnvelope, toPlatformError } from "../errors.ts";
+import { OUTCOME_UNKNOWN_HEADER, PlatformError, toEnvelope, toPlatformError } from "../errors.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
@@ -20,6 +20,9 @@ export function registerErrorHandlers(fastify: FastifyInstance, health: Database
     }
     if (platformError.retryAfterSeconds !== undefined)
       void reply.header("retry-after", String(platformError.retryAfterSeconds));
+    // A change that may have been made is flagged, so a client does not repeat it without its key (a read changes nothing).
+    if ((platformError.mayHaveCommitted || platformError.outcomeUnknown) && req.method !== "GET")
+      void reply.header(OUTCOME_UNKNOWN_HEADER, "true");
     // fastify asks to close the connection after a body it could not parse (the client may send more of it).
     // HTTP/2 has no such header: Node drops it with a process warning, and the stream ends on its own.
     if (req.raw.httpVersionMajor === 2) void reply.removeHeader("connection");

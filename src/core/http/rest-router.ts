@@ -21,9 +21,11 @@ import { createContextValues, type HandlerContext, type ServiceImpl } from "@con
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { principalKey, reauthenticateKey, type Authenticator, type Principal } from "../auth.ts";
+import { deliveryKey } from "../delivery.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
 import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
+import { watchDelivery } from "./delivery-watch.ts";
 import { parseJson } from "./validation.ts";
 
 /** The parsed parts of a request, as the route's schemas made them. */
@@ -146,6 +148,7 @@ export function registerRestRoutes(
           signal: call,
           values: createContextValues()
             .set(principalKey, principal)
+            .set(deliveryKey, watchDelivery(reply.raw))
             .set(reauthenticateKey, () => authenticator.authenticate(req.headers.authorization, spec.rpc)),
         });
         // Headers the implementation set (e.g. `Idempotent-Replayed`), on an answer and on an error alike.

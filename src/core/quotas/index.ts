@@ -1,9 +1,12 @@
 export {
   createQuotas,
+  reservationSweepTask,
+  RESERVATION_HOLD_SECONDS,
   utcDay,
   withReservation,
   type QuotaCounter,
   type Quotas,
   type Reservation,
+  type SpendStatement,
   type ReservationOptions,
 } from "./quotas.ts";

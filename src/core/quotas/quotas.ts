@@ -7,12 +7,23 @@
  * the real amount or release it when the work failed, so a request answered
  * with an error consumes nothing. The SQL is in `quota-store.ts`.
  *
+ * A reservation is also a row with its owner (the instance) and an expiry,
+ * which `withReservation` renews while its run lives. A run that dies (the
+ * process killed, its database connection cut) stops renewing, and the
+ * housekeeping sweep (`reservationSweepTask`) gives its amount back within
+ * `RESERVATION_HOLD_SECONDS` plus the sweep's period: what is counted is what
+ * was really done. Work that records its result in the platform database ends
+ * its reservation in the same statement (`spendIn`), so a run dying at any
+ * point counts its work exactly once or not at all.
+ *
  * Terminology:
  * - **counter**: one allowance, e.g. `events` or `fast_tokens`.
  * - **reservation**: an amount taken from today's allowance, not yet settled.
  */
-import type { Db } from "../database/index.ts";
-import { createQuotaStore } from "./quota-store.ts";
+import { randomUUID } from "node:crypto";
+import { inTransaction, type Db } from "../database/index.ts";
+import type { HousekeepingTask } from "../housekeeping.ts";
+import { createQuotaStore, type SpendStatement } from "./quota-store.ts";
 import { PlatformError } from "../errors.ts";
 import { isNoAnswer } from "../database/health.ts";
 import { DAY_MS } from "../time.ts";
@@ -25,7 +36,17 @@ export function secondsToUtcMidnight(now: Date = new Date()): number {
 
 export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
 
+/** How long a reservation lasts without renewal: a run renews it every third of this while it lives. */
+export const RESERVATION_HOLD_SECONDS = 15;
+
+/** How often each instance sweeps expired reservations. */
+export const RESERVATION_SWEEP_INTERVAL_MS = 5_000;
+
+export type { SpendStatement };
+
 export interface Reservation {
+  /** Its row in `quota_reservations`. */
+  readonly id: string;
   readonly appId: string;
   readonly counter: QuotaCounter;
   readonly day: string;
@@ -44,8 +65,32 @@ export interface Quotas {
    * the work ran past UTC midnight, the new day's (read again).
    */
   remainingAfter(reservation: Reservation, cap: number): Promise<number>;
-  /** Gives a reservation back whole (the work failed). */
+  /** Gives a reservation back whole (the work failed); nothing if the sweep already did. */
   release(reservation: Reservation): Promise<void>;
+  /** Ends a reservation as spent whole (work whose outcome is unknown stays counted). */
+  keep(reservation: Reservation): Promise<void>;
+  /**
+   * The statement fragment that ends `reservation` as spent, for the work's own statement to run (a
+   * data-modifying CTE): the work and its charge commit together. `withReservation` then settles nothing.
+   */
+  spendIn(reservation: Reservation): SpendStatement;
+  /**
+   * Settles `reservation` to `actual` in a transaction that also runs `then` (an idempotent answer
+   * stored with its charge: both commit or neither); what is left today. `withReservation` then
+   * settles nothing.
+   */
+  settleWith(
+    reservation: Reservation,
+    actual: number,
+    cap: number,
+    then: (trx: Db, remaining: number) => Promise<void>,
+  ): Promise<number>;
+  /** Whether `spendIn` or `settleWith` ended this reservation in the work. */
+  spentInWork(reservation: Reservation): boolean;
+  /** Moves the expiry of live reservations on (their runs still work). */
+  renew(reservations: readonly Reservation[]): Promise<void>;
+  /** Gives back the expired reservations (of runs that died); how many. */
+  sweep(): Promise<number>;
   /** What was used today. */
   used(appId: string, counter: QuotaCounter): Promise<number>;
   /** What was used today of each of `counters`, in order, read in one statement. */
@@ -58,6 +103,9 @@ export interface Quotas {
    */
   history(appId: string, days: number): Promise<{ day: string; used: Record<QuotaCounter, number> }[]>;
 }
+
+/** Expired reservations one sweep statement gives back. */
+const SWEEP_BATCH = 1000;
 
 export function utcDay(now: Date = new Date()): string {
   return now.toISOString().slice(0, 10);
@@ -95,27 +143,39 @@ export async function withReservation<T>(
   work: (reservation: Reservation) => Promise<T>,
 ): Promise<{ result: T; remaining: number }> {
   const reservation = await quotas.reserve(options.appId, options.counter, options.amount, options.cap);
+  // Renewed while the work runs: only a run that died leaves its reservation to expire.
+  const renewal = setInterval(
+    () => void quotas.renew([reservation]).catch(() => {}),
+    (RESERVATION_HOLD_SECONDS * 1000) / 3,
+  );
+  renewal.unref?.();
   let result: T;
   try {
     result = await work(reservation);
   } catch (err) {
+    clearInterval(renewal);
     // Work that may have been done all the same (a provider failed after taking it, or the database did
     // not answer a statement that may still have committed) stays counted: released, it could be done
-    // once more within the cap and overspend it.
-    if (!((err instanceof PlatformError && err.outcomeUnknown) || isNoAnswer(err))) {
+    // once more within the cap and overspend it. Work that spends in its own statement needs nothing:
+    // committed, that statement ended the reservation; not committed, the sweep gives it back.
+    const unknown = (err instanceof PlatformError && err.outcomeUnknown) || isNoAnswer(err);
+    if (!unknown) {
       try {
         await quotas.release(reservation);
       } catch (releaseErr) {
         options.onReleaseError?.(releaseErr);
       }
+    } else if (!quotas.spentInWork(reservation)) {
+      await quotas.keep(reservation).catch((keepErr: unknown) => options.onReleaseError?.(keepErr));
     }
     options.onFailure?.(err);
     throw err;
   }
+  clearInterval(renewal);
   try {
-    const remaining = options.actual
-      ? await quotas.settle(reservation, options.actual(result), options.cap)
-      : await quotas.remainingAfter(reservation, options.cap);
+    const remaining = quotas.spentInWork(reservation)
+      ? await quotas.remainingAfter(reservation, options.cap)
+      : await quotas.settle(reservation, options.actual ? options.actual(result) : reservation.amount, options.cap);
     return { result, remaining };
   } catch (err) {
     options.onSettleError?.(err);
@@ -123,13 +183,29 @@ export async function withReservation<T>(
   }
 }
 
-export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quotas {
+/** The housekeeping task that gives back the reservations of runs that died (see `Quotas.sweep`). */
+export function reservationSweepTask(quotas: Quotas): HousekeepingTask {
+  return {
+    name: "quota reservations",
+    intervalMs: RESERVATION_SWEEP_INTERVAL_MS,
+    run: () => quotas.sweep(),
+  };
+}
+
+export function createQuotas(
+  db: Db,
+  clock: () => Date = () => new Date(),
+  /** This instance, recorded as the owner of its reservations. */
+  owner: string = randomUUID(),
+): Quotas {
   const store = createQuotaStore(db);
+  const spent = new WeakSet<Reservation>();
   return {
     async reserve(appId, counter, amount, cap) {
       const day = utcDay(clock());
       if (!Number.isSafeInteger(amount) || amount < 0) throw new Error(`bad reservation amount ${amount}`);
-      const used = await store.add(appId, day, counter, amount, cap);
+      const id = randomUUID();
+      const used = await store.add(appId, day, counter, amount, cap, { id, owner, seconds: RESERVATION_HOLD_SECONDS });
       if (used === undefined) {
         const usedNow = await this.used(appId, counter);
         throw new PlatformError("quota_exceeded", `daily ${counter.replace("_", " ")} allowance spent`, {
@@ -137,16 +213,73 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
           retryAfterSeconds: secondsToUtcMidnight(clock()),
         });
       }
-      return { appId, counter, day, amount, remaining: Math.max(0, cap - used) };
+      return { id, appId, counter, day, amount, remaining: Math.max(0, cap - used) };
     },
 
     async settle(reservation, actual, cap) {
-      const delta = Math.max(0, Math.round(actual)) - reservation.amount;
-      if (delta === 0) return this.remainingAfter(reservation, cap);
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
-      const used = await store.adjust(reservation.appId, reservation.day, reservation.counter, delta);
+      const spentNow = Math.max(0, Math.round(actual));
+      const used = await store.settle(
+        reservation.id,
+        reservation.appId,
+        reservation.day,
+        reservation.counter,
+        spentNow,
+      );
+      // Spent as reserved: what was left after this reservation, as it was taken (each of concurrent calls
+      // sees its own place in the allowance, not whatever the others have taken since).
+      if (spentNow === reservation.amount) return this.remainingAfter(reservation, cap);
       return reservation.day === utcDay(clock()) ? Math.max(0, cap - used) : this.remainingAfter(reservation, cap);
+    },
+
+    async keep(reservation) {
+      await store.keep(reservation.id);
+    },
+
+    spendIn(reservation) {
+      spent.add(reservation);
+      return store.spendStatement(
+        reservation.id,
+        reservation.appId,
+        reservation.day,
+        reservation.counter,
+        reservation.amount,
+      );
+    },
+
+    async settleWith(reservation, actual, cap, then) {
+      const remaining = await inTransaction(db, async (trx) => {
+        const used = await createQuotaStore(trx).settle(
+          reservation.id,
+          reservation.appId,
+          reservation.day,
+          reservation.counter,
+          Math.max(0, Math.round(actual)),
+        );
+        const left = Math.max(0, cap - used);
+        await then(trx, left);
+        return left;
+      });
+      spent.add(reservation);
+      return reservation.day === utcDay(clock()) ? remaining : this.remainingAfter(reservation, cap);
+    },
+
+    spentInWork(reservation) {
+      return spent.has(reservation);
+    },
+
+    async renew(reservations) {
+      await store.renew(
+        reservations.map((r) => r.id),
+        RESERVATION_HOLD_SECONDS,
+      );
+    },
+
+    async sweep() {
+      let total = 0;
+      for (let n = SWEEP_BATCH; n === SWEEP_BATCH;) total += n = await store.sweep(SWEEP_BATCH);
+      return total;
     },
 
     async remainingAfter(reservation, cap) {
@@ -156,8 +289,7 @@ export function createQuotas(db: Db, clock: () => Date = () => new Date()): Quot
     },
 
     async release(reservation) {
-      if (reservation.amount === 0) return;
-      await store.adjust(reservation.appId, reservation.day, reservation.counter, -reservation.amount);
+      await store.release(reservation.id);
     },
 
     async usedToday() {

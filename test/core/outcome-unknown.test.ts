@@ -1,0 +1,96 @@
+/**
+ * Honest outcomes: a 503 whose change may have been committed says so. A TCP
+ * proxy between the service and PostgreSQL lets statements through and loses
+ * their answers (`holdAnswers`): the service cannot know whether a statement
+ * it sent (the put's insert, or one before it) ran, and answers 503 once its
+ * statement bound passes. That answer
+ * carries `Outcome-Unknown: true` (REST header; Connect metadata) and a
+ * `details` line saying the change may have been committed, and does not
+ * tell the caller to simply retry. A database that refuses connections
+ * (nothing was sent) is a plain 503 without the flag.
+ */
+import net from "node:net";
+import { ConnectError } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
+
+const postgres = process.env.DATABASE_URL !== undefined;
+const STATEMENT_MS = 1000;
+
+describe.runIf(postgres)("a 503 that may have committed says so", () => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let t: TestServer;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    proxy = await startTcpProxy(database.url!);
+    t = await startServer({
+      database: { ...database, url: proxy.url },
+      env: { DATABASE_STATEMENT_TIMEOUT_MS: String(STATEMENT_MS), DATABASE_POOL_WAIT_MS: "1000" },
+    });
+  });
+  afterAll(async () => {
+    proxy?.release();
+    await t?.close();
+    await proxy?.close();
+    await database?.drop();
+  });
+
+  it("REST and Connect: a put whose answer the database lost is 503 with Outcome-Unknown and says it may be committed", async () => {
+    const app = await t.createApp();
+    expect((await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 0 } })).status).toBe(200);
+
+    proxy.holdAnswers();
+    const rest = await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
+    const connect = await t
+      .client(QueueService, app.token)
+      .putMessage({ queue: "jobs", payload: { kind: { case: "numberValue", value: 2 } } })
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
+    proxy.release();
+
+    expect(rest.status).toBe(503);
+    expect(rest.headers.get("outcome-unknown")).toBe("true");
+    expect(rest.body.error.code).toBe("unavailable");
+    expect(rest.body.error.details).toEqual(["outcome: unknown, the change may have been committed"]);
+    expect(rest.body.error.message).not.toMatch(/retry shortly/);
+    expect(rest.body.error.message).toMatch(/Idempotency-Key/);
+    expect(connect?.metadata.get("outcome-unknown")).toBe("true");
+  });
+});
+
+describe.runIf(postgres)("a database that refuses connections", () => {
+  it("is a plain 503: nothing was sent, so nothing can have been committed", async () => {
+    const server = net.createServer();
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as net.AddressInfo;
+    const database = await createTestDatabase();
+    const t = await startServer({ database });
+    const app = await t.createApp();
+    await t.close();
+    await new Promise((resolve) => server.close(resolve));
+    const refused = await startServer({
+      database: { ...database, url: `postgres://postgres@127.0.0.1:${port}/nothing` },
+      env: { DATABASE_POOL_WAIT_MS: "1000" },
+    }).catch((e: unknown) => e as Error);
+    // A service that cannot reach its database may refuse to start; then there is no answer to check.
+    if (refused instanceof Error) {
+      await database.drop();
+      return;
+    }
+    try {
+      const res = await refused.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
+      expect(res.status).toBe(503);
+      expect(res.headers.get("outcome-unknown")).toBeNull();
+      expect(res.body.error.message).toMatch(/retry shortly/);
+    } finally {
+      await refused.close();
+      await database.drop();
+    }
+  });
+});
