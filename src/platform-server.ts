@@ -31,6 +31,12 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
+import {
+  createLimitExchange,
+  createLimitExchangeStore,
+  createRateLimiter,
+  type LimitExchange,
+} from "./core/limits/index.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
@@ -68,6 +74,8 @@ export interface PlatformServer {
   readonly housekeeping: Housekeeping;
   /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
   readonly facilities: readonly Facility[];
+  /** How this instance shares out every app's limits with the others (`exchangeNow` in tests). */
+  readonly limitExchange: LimitExchange;
   /** Listens on the configured port; resolves to the base URL. */
   listen(): Promise<string>;
   /** Graceful: ends long-polls, finishes requests in flight, closes the database. */
@@ -86,6 +94,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       log: logger,
       statementTimeoutMs: config.databaseTimeouts.statementMs,
       poolWaitMs: config.databaseTimeouts.poolWaitMs,
+      poolAppShare: config.databasePoolAppShare,
     }));
   try {
     await migrate(database.unboundedDb);
@@ -122,6 +131,15 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     () => authenticator.invalidate(),
     () => authenticator.invalidate(),
   );
+
+  // Every app's rate and concurrency limits, shared out between the instances of this database.
+  const limiter = createRateLimiter();
+  const limitExchange = createLimitExchange({
+    store: createLimitExchangeStore(database.db),
+    limiter,
+    logger,
+    periodMs: config.limitExchangeMs,
+  });
 
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
@@ -179,7 +197,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       );
     },
     services: served,
-    interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
+    interceptors: [createConnectInterceptor(authenticator, logger, database.health, limiter)],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
@@ -190,7 +208,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   registerBodyParsers(fastify);
 
   for (const { facility, impl } of served) {
-    if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes);
+    if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes, limiter);
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
@@ -228,6 +246,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   });
 
   for (const facility of all) await facility.start?.();
+  await limitExchange.start();
   const housekeeping = createHousekeeping(
     [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping()],
     { logger, health: database.health },
@@ -241,6 +260,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     authenticator,
     housekeeping,
     facilities: all,
+    limitExchange,
     async listen() {
       await fastify.listen({ port: config.port, host: config.host });
       const address = fastify.server.address();
@@ -254,6 +274,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       shutdown.abort(new PlatformError("internal", "server shutting down"));
       await housekeeping.stop();
       await fastify.close();
+      await limitExchange.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();
       if (ownsDatabase) await database.close();

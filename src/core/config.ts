@@ -50,6 +50,13 @@ export interface Config {
   http: HttpTimeouts;
   /** Bounds of the platform database's statements and pool (src/core/database/pg-pool.ts). */
   databaseTimeouts: DatabaseTimeouts;
+  /**
+   * `DATABASE_POOL_APP_SHARE` (percent, default 50): the most of the database pool one app holds while
+   * other apps wait for a connection; waiting apps are served in turn.
+   */
+  databasePoolAppShare: number;
+  /** `LIMIT_EXCHANGE_MS`: how often the instances trade the demand that shares out every app's rate limits. */
+  limitExchangeMs: number;
   logLevel: string;
   /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
   adminUrl: string | undefined;
@@ -187,6 +194,8 @@ const environmentSchema = z
     HTTP_KEEPALIVE_TIMEOUT_MS: milliseconds.default(5_000),
     DATABASE_STATEMENT_TIMEOUT_MS: milliseconds.default(10_000),
     DATABASE_POOL_WAIT_MS: milliseconds.default(5_000),
+    DATABASE_POOL_APP_SHARE: wholeNumber(1, 100, "must be a whole percentage from 1 to 100").default(50),
+    LIMIT_EXCHANGE_MS: milliseconds.default(1_000),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
     AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
     PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
@@ -256,6 +265,8 @@ const environmentSchema = z
       statementMs: env.DATABASE_STATEMENT_TIMEOUT_MS,
       poolWaitMs: env.DATABASE_POOL_WAIT_MS,
     },
+    databasePoolAppShare: env.DATABASE_POOL_APP_SHARE / 100,
+    limitExchangeMs: env.LIMIT_EXCHANGE_MS,
     logLevel: env.LOG_LEVEL,
     adminUrl: env.PLATFORM_ADMIN_URL,
     auditRetentionDays: env.AUDIT_RETENTION_DAYS,

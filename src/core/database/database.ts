@@ -81,6 +81,8 @@ export interface DatabaseOptions {
    * being made) before it fails as unreachable; default 5000.
    */
   poolWaitMs?: number;
+  /** The most of a pool one app holds while other apps wait (0 to 1, see `pg-pool.ts`); default 0.5. */
+  poolAppShare?: number;
   /**
    * The longest a statement may run before it fails as unreachable (see
    * `pg-pool.ts`); undefined: unbounded (the CLI's commands, which an operator
@@ -148,7 +150,14 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       client.on("error", onError);
     });
     return new Kysely<Record<never, never>>({
-      dialect: new PostgresDialect({ pool: boundedPool(pool, { statementTimeoutMs, onAnswer }) }),
+      dialect: new PostgresDialect({
+        pool: boundedPool(pool, {
+          statementTimeoutMs,
+          onAnswer,
+          appShare: options.poolAppShare ?? 0.5,
+          waitMs: connectionTimeoutMillis,
+        }),
+      }),
     });
   };
   const poolSize = options.poolSize ?? 20;
