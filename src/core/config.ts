@@ -51,8 +51,8 @@ export interface Config {
   /** Bounds of the platform database's statements and pool (src/core/database/pg-pool.ts). */
   databaseTimeouts: DatabaseTimeouts;
   /**
-   * `DATABASE_POOL_APP_SHARE` (percent, default 50): the most of the database pool one app holds while
-   * other apps wait for a connection; waiting apps are served in turn.
+   * `DATABASE_POOL_APP_SHARE` (percent, default 50): the most of the database pool one app holds, so the
+   * rest is there for the others; apps waiting for a connection are served in turn.
    */
   databasePoolAppShare: number;
   /** `LIMIT_EXCHANGE_MS`: how often the instances trade the demand that shares out every app's rate limits. */

@@ -1,9 +1,11 @@
 /**
  * A gate of `capacity` places shared by apps, which serves waiting apps in
- * turn (round robin), not in arrival order, and lets no app hold more than
- * `maxShare` of the places while another app waits. One app's flood then
- * queues behind itself: another app's call waits for at most one call of
- * each app waiting before it, not for the flood. Work of no app (`undefined`:
+ * turn (round robin), not in arrival order, and never lets one app hold more
+ * than `maxShare` of the places. One app's flood then queues behind itself:
+ * another app's call waits for at most one call of each app waiting before
+ * it, not for the flood; and the places the flooding app cannot take stay
+ * free for the others even when its own calls are stuck (a lock, a slow
+ * statement), so they never wait for its calls to end. Work of no app (`undefined`:
  * housekeeping, a statement shared by several apps) is a tenant of its own,
  * served in turn like an app.
  *
@@ -20,7 +22,7 @@ export interface FairGate {
 
 export interface FairGateOptions {
   capacity: number;
-  /** The part of `capacity` one tenant may hold while others wait (0 to 1); at least one place. */
+  /** The part of `capacity` one tenant may hold (0 to 1); at least one place. */
   maxShare: number;
   /** How long a caller may wait; undefined: no bound. */
   timeoutMs?: number;
@@ -46,19 +48,16 @@ export function createFairGate(options: FairGateOptions): FairGate {
     heldBy.set(key, (heldBy.get(key) ?? 0) + 1);
   };
 
-  /** The next tenant in turn that is under its cap; if none is, the next in turn (nobody under the cap waits). */
+  /** The next tenant in turn that is under its cap, if any. */
   const next = (): string | undefined => {
-    let first: string | undefined;
-    for (const key of queues.keys()) {
-      first ??= key;
-      if ((heldBy.get(key) ?? 0) < cap) return key;
-    }
-    return first;
+    for (const key of queues.keys()) if ((heldBy.get(key) ?? 0) < cap) return key;
+    return undefined;
   };
 
   const dispatch = () => {
     while (held < options.capacity && queues.size > 0) {
-      const key = next()!;
+      const key = next();
+      if (key === undefined) return;
       const queue = queues.get(key)!;
       const waiter = queue.shift()!;
       queues.delete(key);
@@ -73,7 +72,9 @@ export function createFairGate(options: FairGateOptions): FairGate {
   return {
     acquire(tenant) {
       const key = tenant ?? "";
-      if (held < options.capacity && queues.size === 0) {
+      // At once when there is room, the app is under its share and has no earlier call waiting: anyone
+      // waiting then waits for lack of a place (none is free) or at its own share, never for this one.
+      if (held < options.capacity && (heldBy.get(key) ?? 0) < cap && !queues.has(key)) {
         take(key);
         return Promise.resolve();
       }

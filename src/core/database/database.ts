@@ -81,7 +81,7 @@ export interface DatabaseOptions {
    * being made) before it fails as unreachable; default 5000.
    */
   poolWaitMs?: number;
-  /** The most of a pool one app holds while other apps wait (0 to 1, see `pg-pool.ts`); default 0.5. */
+  /** The most of a pool one app holds (0 to 1, see `pg-pool.ts`); default 0.5. */
   poolAppShare?: number;
   /**
    * The longest a statement may run before it fails as unreachable (see
@@ -131,7 +131,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
   const onAnswer = (sentAt: number) => health.succeeded(sentAt);
-  const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined) => {
+  const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined, appShare = 1) => {
     const pool = new pg.Pool({
       connectionString,
       max,
@@ -154,15 +154,18 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
         pool: boundedPool(pool, {
           statementTimeoutMs,
           onAnswer,
-          appShare: options.poolAppShare ?? 0.5,
+          appShare,
           waitMs: connectionTimeoutMillis,
         }),
       }),
     });
   };
   const poolSize = options.poolSize ?? 20;
-  const db: Db = openPool(poolSize, "", bound);
-  const relaxedDb: Db = openPool(Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
+  // The pools that serve apps' requests hold each app to its share; the two connections of migrations and
+  // the CLI serve no app.
+  const appShare = options.poolAppShare ?? 0.5;
+  const db: Db = openPool(poolSize, "", bound, appShare);
+  const relaxedDb: Db = openPool(Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound, appShare);
   const unboundedDb: Db = openPool(2, "", undefined);
   const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
   return {

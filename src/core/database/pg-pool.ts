@@ -17,9 +17,10 @@
  *   through pg's `{ name, text, values }` query config.
  *
  * - Connections are handed out fairly between apps (`fair-gate.ts`, the app
- *   of the work from `tenant.ts`): while other apps wait for a connection, an
- *   app holds at most `appShare` of the pool, and waiting apps are served in
- *   turn, not in arrival order. One app's flood queues behind itself.
+ *   of the work from `tenant.ts`): an app holds at most `appShare` of the
+ *   pool, so the rest is there for the others even while its statements are
+ *   stuck, and waiting apps are served in turn, not in arrival order. One
+ *   app's flood queues behind itself.
  *
  * Every statement that answers tells `onAnswer`, so an outage is over as soon
  * as the database answers again, not only when a new connection is made.
@@ -39,7 +40,7 @@ export interface BoundedPoolOptions {
   statementTimeoutMs: number | undefined;
   /** A statement sent at `sentAt` (epoch ms) answered: the database is reachable. */
   onAnswer(sentAt: number): void;
-  /** The most of the pool one app holds while other apps wait (0 to 1); default 1 (no cap, still in turn). */
+  /** The most of the pool one app holds (0 to 1); default 1 (no cap, still in turn). */
   appShare?: number;
   /** How long a request may wait for its turn (then it fails as pg's own pool wait does); default 5000. */
   waitMs?: number;
