@@ -125,8 +125,18 @@ export function registerRestRoutes(
     fastify.route({
       method: spec.method,
       url: spec.url,
-      onRequest: async (req: FastifyRequest) => {
-        (req as AuthenticatedRequest).principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+      onRequest: async (req: FastifyRequest, reply: FastifyReply) => {
+        const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+        (req as AuthenticatedRequest).principal = principal;
+        // An app past its rate is refused before its body is read and parsed (the full check follows it).
+        if (limiter && principal.kind === "app" && spec.body) {
+          const plan = { ...planOf(spec.rpc.parent.typeName, spec.rpc.name, undefined), early: true };
+          const early = limiter.admit(principal.app, plan);
+          if (early.refused) {
+            for (const [name, value] of early.headers) void reply.header(name, value);
+            throw early.refused;
+          }
+        }
       },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
         // A client that goes away ends its request (a waiting consume stops

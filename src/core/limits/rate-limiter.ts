@@ -31,6 +31,11 @@ export interface LimitPlan {
   rate: RateClass;
   cost: number;
   concurrency: ConcurrencyClass;
+  /**
+   * A check before the body is read (its cost unknown): refused only when the bucket is empty, nothing
+   * spent, no place taken. A flood past its limit is then refused before its bodies are parsed.
+   */
+  early?: boolean;
 }
 
 const RATE_LIMITS: Record<RateClass, { rate: keyof AppLimits; burst: keyof AppLimits }> = {
@@ -98,6 +103,8 @@ interface Bucket {
   /** Tokens asked for a second, smoothed over exchange periods. */
   demand: number;
   lastUsed: number;
+  /** The cost of the last call let in: what a call refused early is taken to have asked for. */
+  lastCost: number;
 }
 
 interface Counter {
@@ -141,17 +148,22 @@ export function createRateLimiter(options: { clock?: () => number } = {}): RateL
         const localRate = rate * share;
         const capacity = Math.max(1, burst * share);
         let bucket = buckets.get(key);
-        if (!bucket) buckets.set(key, (bucket = { tokens: capacity, at: now, asked: 0, demand: 0, lastUsed: now }));
+        if (!bucket)
+          buckets.set(key, (bucket = { tokens: capacity, at: now, asked: 0, demand: 0, lastUsed: now, lastCost: 1 }));
         bucket.tokens = Math.min(capacity, bucket.tokens + ((now - bucket.at) / 1000) * localRate);
         bucket.at = now;
-        bucket.asked += plan.cost;
         bucket.lastUsed = now;
         // A call larger than the bucket (a batch of 1000 events on a small share) goes when the bucket is
         // full and leaves it in debt, so the long-run rate holds without refusing big batches for ever.
-        const needed = Math.min(plan.cost, capacity);
+        const needed = plan.early ? 1 : Math.min(plan.cost, capacity);
         if (bucket.tokens >= needed) {
-          bucket.tokens -= plan.cost;
+          if (!plan.early) {
+            bucket.tokens -= plan.cost;
+            bucket.asked += plan.cost;
+            bucket.lastCost = plan.cost;
+          }
         } else {
+          bucket.asked += plan.early ? bucket.lastCost : plan.cost;
           const retryAfter = Math.max(1, Math.ceil((needed - bucket.tokens) / localRate));
           refusal = refused(
             `rate limit: at most ${rate} ${plan.rate === "requests" ? "requests" : plan.rate === "events" ? "events" : "queue messages"} a second (burst ${burst}) for this app`,
@@ -170,7 +182,7 @@ export function createRateLimiter(options: { clock?: () => number } = {}): RateL
 
       const limitName = CONCURRENCY_LIMITS[plan.concurrency];
       const limit = app.limits[limitName];
-      if (refusal || limit <= 0) return { headers, refused: refusal, release: () => {} };
+      if (refusal || plan.early || limit <= 0) return { headers, refused: refusal, release: () => {} };
       const key = `${app.id}|${plan.concurrency}`;
       let counter = counters.get(key);
       if (!counter) counters.set(key, (counter = { held: 0, peak: 0, refused: 0, demand: 0, lastUsed: now }));
