@@ -25,11 +25,11 @@ it("keeps a batch refused for the rate limit and stores it once the bucket refil
   const c = createClient({
     baseUrl: t.url,
     token: a.token,
-    fetch: (async (input, init) => {
+    fetch: async (input, init) => {
       const res = await fetch(input, init);
       if (res.status === 429) refused++;
       return res;
-    }),
+    },
     analytics: { batchSize: 10, flushIntervalMs: 200, onDrop: (d) => drops.push(d) },
   });
   for (let i = 0; i < 20; i++) c.analytics.track("click", { button: `b${i}` });
