@@ -133,7 +133,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   );
 
   // Every app's rate and concurrency limits, shared out between the instances of this database.
-  const limiter = createRateLimiter();
+  const rateLimited = metrics.counter(
+    "rate_limited_total",
+    "Calls answered 429 rate_limited, by the app limit they met (docs/api.md#rate-limits).",
+    ["limit"] as const,
+  );
+  const limiter = createRateLimiter({ onRefused: (limit) => rateLimited.inc({ limit }) });
   const limitExchange = createLimitExchange({
     store: createLimitExchangeStore(database.db),
     limiter,

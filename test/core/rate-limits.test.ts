@@ -67,6 +67,9 @@ describe("REST", () => {
     expect((refused.body as { error: { code: string } }).error.code).toBe("rate_limited");
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
     expect(refused.headers.get("ratelimit")).toMatch(/^"requests";r=0;t=[1-9]/);
+    expect(await t.server.deps.metrics.registry.getSingleMetricAsString("rate_limited_total")).toMatch(
+      /rate_limited_total\{limit="requestsPerSecond"\} [1-9]/,
+    );
     // Another app is not touched by this one's limit.
     const other = await t.createApp();
     expect((await t.request("GET", "/v1/queues", { token: other.token })).status).toBe(200);

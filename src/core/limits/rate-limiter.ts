@@ -118,7 +118,13 @@ interface Counter {
 /** Buckets and counters unused this long are forgotten (a full bucket and an empty counter are the defaults). */
 const IDLE_MS = 60_000;
 
-export function createRateLimiter(options: { clock?: () => number } = {}): RateLimiter {
+export function createRateLimiter(
+  options: {
+    clock?: () => number;
+    /** Told of every call refused, with the name of the limit it met (e.g. for a metric). */
+    onRefused?: (limit: keyof AppLimits) => void;
+  } = {},
+): RateLimiter {
   const clock = options.clock ?? Date.now;
   const buckets = new Map<string, Bucket>();
   const counters = new Map<string, Counter>();
@@ -127,11 +133,13 @@ export function createRateLimiter(options: { clock?: () => number } = {}): RateL
   let lastTaken = clock();
   const shareOf = (key: string) => shares.get(key) ?? fallback;
 
-  const refused = (message: string, retryAfterSeconds: number, limit: string) =>
-    new PlatformError("rate_limited", message, {
+  const refused = (message: string, retryAfterSeconds: number, limit: keyof AppLimits) => {
+    options.onRefused?.(limit);
+    return new PlatformError("rate_limited", message, {
       details: [`limits.${limit}: the app's limit across all instances; retry after ${retryAfterSeconds} s`],
       retryAfterSeconds,
     });
+  };
 
   return {
     admit(app, plan) {
