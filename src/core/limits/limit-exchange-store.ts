@@ -17,10 +17,16 @@ export type LimitExchangeTables = { limit_exchange: LimitExchangeTable };
 export interface LimitExchangeStore {
   /**
    * Writes this instance's demand and reads every other live instance's (one
-   * seen within `freshMs`), in ONE statement; rows of instances gone for
-   * long are deleted on the way.
+   * seen within `freshMs`, or `idleFreshMs` for one that reported no demand:
+   * an idle instance writes less often), in ONE statement; rows of instances
+   * gone for long are deleted on the way.
    */
-  exchange(instanceId: string, demand: Record<string, number>, freshMs: number): Promise<Record<string, number>[]>;
+  exchange(
+    instanceId: string,
+    demand: Record<string, number>,
+    freshMs: number,
+    idleFreshMs: number,
+  ): Promise<Record<string, number>[]>;
   /** This instance stops: its row goes, so the others take its share at once. */
   leave(instanceId: string): Promise<void>;
 }
@@ -28,7 +34,7 @@ export interface LimitExchangeStore {
 export function createLimitExchangeStore(database: Db): LimitExchangeStore {
   const db: Kysely<LimitExchangeTables> = database.withTables<LimitExchangeTables>();
   return {
-    async exchange(instanceId, demand, freshMs) {
+    async exchange(instanceId, demand, freshMs, idleFreshMs) {
       // The CTEs and the SELECT see the same snapshot: this instance's own row is excluded from what is read.
       const result = await sql<{ demand: Record<string, number> | string }>`
         WITH mine AS (
@@ -39,9 +45,9 @@ export function createLimitExchangeStore(database: Db): LimitExchangeStore {
           DELETE FROM limit_exchange WHERE seen_at < now() - interval '10 minutes' AND instance_id <> ${instanceId}
         )
         SELECT demand FROM limit_exchange
-        WHERE instance_id <> ${instanceId} AND seen_at > now() - ${freshMs}::int * interval '1 millisecond'`.execute(
-        db,
-      );
+        WHERE instance_id <> ${instanceId}
+          AND seen_at > now() - (CASE WHEN demand = '{}'::jsonb THEN ${idleFreshMs}::int ELSE ${freshMs}::int END)
+            * interval '1 millisecond'`.execute(db);
       return result.rows.map((r) =>
         typeof r.demand === "string" ? (JSON.parse(r.demand) as Record<string, number>) : r.demand,
       );

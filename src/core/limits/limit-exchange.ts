@@ -15,11 +15,14 @@ import { sharesOf, type RateLimiter } from "./rate-limiter.ts";
 /** The default period: an app's total settles within a few periods of a change in how its calls are spread. */
 export const LIMIT_EXCHANGE_MS = 1000;
 
+/** While every instance is idle, an instance exchanges once in this many periods. */
+const IDLE_EVERY = 10;
+
 export interface LimitExchange {
   readonly instanceId: string;
   /** The first exchange (awaited: the instance knows of the others before it serves), then one every period. */
   start(): Promise<void>;
-  /** One exchange now (tests). */
+  /** One exchange now, also while idle (tests). */
   exchangeNow(): Promise<void>;
   close(): Promise<void>;
   /** Live instances as of the last exchange, this one included. */
@@ -39,11 +42,23 @@ export function createLimitExchange(options: {
   let live = 1;
   let failing = false;
 
-  const once = async () => {
+  let idleRounds = 0;
+  let allIdle = false;
+  const once = async (force: boolean) => {
     const mine = options.limiter.takeDemand();
+    const idle = Object.keys(mine).length === 0;
+    // While no instance sees any call, one exchange in IDLE_EVERY is enough (an idle service's database
+    // stays quiet); what it skips has nothing to tell, and the first call seen ends the pause.
+    if (!force && idle && allIdle && ++idleRounds % IDLE_EVERY !== 0) return;
     try {
-      // An instance that missed three periods is taken for gone.
-      const others = await options.store.exchange(instanceId, mine, periodMs * 3 + 500);
+      // An instance that missed three periods is taken for gone (an idle one, more than IDLE_EVERY).
+      const others = await options.store.exchange(
+        instanceId,
+        mine,
+        periodMs * 3 + 500,
+        periodMs * (IDLE_EVERY + 2) + 500,
+      );
+      allIdle = idle && others.every((o) => Object.keys(o).length === 0);
       const { shares, fallback } = sharesOf(mine, others);
       options.limiter.setShares(shares, fallback);
       live = others.length + 1;
@@ -55,13 +70,14 @@ export function createLimitExchange(options: {
       failing = true;
     }
   };
-  const exchangeNow = () => (running ??= once().finally(() => (running = undefined)));
+  const exchange = (force: boolean) => (running ??= once(force).finally(() => (running = undefined)));
+  const exchangeNow = () => exchange(true);
 
   return {
     instanceId,
     async start() {
       await exchangeNow();
-      timer = setInterval(() => void exchangeNow(), periodMs);
+      timer = setInterval(() => void exchange(false), periodMs);
       timer.unref();
     },
     exchangeNow,
