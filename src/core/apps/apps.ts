@@ -57,7 +57,7 @@ export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
   // Generous: well above what an ordinary app does (a tracker flushes at most
   // 1000 events a call; a worker runs a few consumes per replica), low enough
   // that one app's flood leaves the shared database to the others (docs/api.md#rate-limits).
-  eventsPerSecond: 2000,
+  eventsPerSecond: 1000,
   eventsBurst: 10_000,
   queuePutsPerSecond: 500,
   queuePutsBurst: 1000,
