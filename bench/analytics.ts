@@ -26,7 +26,7 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { adminCall, log, startService } from "./support.ts";
+import { adminCall, log, NO_RATE_LIMITS, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const TOTAL = Number(process.env.BENCH_EVENTS ?? 1_000_000);
@@ -93,7 +93,7 @@ async function main(): Promise<void> {
     /** A new app with a token and the `pageview` type; a caller for its token. */
     const newApp = async (name: string) => {
       const { app } = await callAdmin("CreateApp", { name });
-      await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000 } });
+      await callAdmin("UpdateApp", { appId: app.id, limits: { eventsPerDay: 1_000_000_000, ...NO_RATE_LIMITS } });
       const { token } = await callAdmin("IssueToken", { appId: app.id });
       const call = async (method: string, p: string, body?: string) => {
         const res = await fetch(base + p, {

@@ -67,7 +67,7 @@ import { AnalyticsService } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { InferenceService } from "../gen/platform/inference/v1/inference_pb.js";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
 import { runLoad, type LoadRequest, type LoadTarget } from "./http-load.ts";
-import { adminCall, freePort, log, root, startCommandArgs, startService } from "./support.ts";
+import { adminCall, freePort, log, NO_RATE_LIMITS, root, startCommandArgs, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
@@ -292,8 +292,10 @@ async function main(): Promise<void> {
     service = await startService({ databaseUrl: dbUrl.toString(), dataDir, adminToken });
     const url = service.url;
     const { app } = await adminCall(url, adminToken, "CreateApp", { name: "bench" });
+    await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
     const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
     const { app: writer } = await adminCall(url, adminToken, "CreateApp", { name: "bench-writer" });
+    await adminCall(url, adminToken, "UpdateApp", { appId: writer.id, limits: NO_RATE_LIMITS });
     const { token: writerToken } = await adminCall(url, adminToken, "IssueToken", { appId: writer.id });
     for (const name of ["signup", "login", "purchase", "page_view", "logout"]) {
       await rest(url, token, "POST", "/v1/analytics/types", {

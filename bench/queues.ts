@@ -41,7 +41,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { adminCall, jsonClient, log, restQueueLoad, startService } from "./support.ts";
+import { adminCall, jsonClient, log, NO_RATE_LIMITS, restQueueLoad, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -206,7 +206,10 @@ async function controlsBench(
   const figures: Record<string, number> = {};
   const newApp = async (name: string) => {
     const { app } = await adminCall(url, adminToken, "CreateApp", { name });
-    await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: { maxQueueDepth: 1_000_000 } });
+    await adminCall(url, adminToken, "UpdateApp", {
+      appId: app.id,
+      limits: { maxQueueDepth: 1_000_000, ...NO_RATE_LIMITS },
+    });
     const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
     return token as string;
   };
@@ -405,6 +408,7 @@ async function main(): Promise<void> {
     const service = await startService({ databaseUrl: dbUrl.toString(), dataDir, adminToken });
     child = service.child;
     const { app } = await adminCall(service.url, adminToken, "CreateApp", { name: "bench" });
+    await adminCall(service.url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
     const { token } = await adminCall(service.url, adminToken, "IssueToken", { appId: app.id });
     log(`service on ${service.url}, database ${dbName}`);
 

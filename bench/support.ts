@@ -79,6 +79,19 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
   }
 }
 
+/**
+ * The app limits that turn off every rate and concurrency limit (docs/api.md#rate-limits): the
+ * throughput benchmarks measure the service, not one app's limits (`bench:fairness` keeps the defaults).
+ */
+export const NO_RATE_LIMITS = Object.freeze({
+  eventsPerSecond: 0,
+  queuePutsPerSecond: 0,
+  requestsPerSecond: 0,
+  maxWaitingConsumes: 0,
+  maxOpenStreams: 0,
+  maxInFlightRequests: 0,
+});
+
 /** One AdminService call over Connect JSON. */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function adminCall(url: string, adminToken: string, rpc: string, body: unknown): Promise<any> {

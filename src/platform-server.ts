@@ -43,6 +43,12 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
+import {
+  createLimitExchange,
+  createLimitExchangeStore,
+  createRateLimiter,
+  type LimitExchange,
+} from "./core/limits/index.ts";
 import { createQuotas, reservationSweepTask } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
@@ -95,6 +101,8 @@ export interface PlatformServer {
   readonly housekeeping: Housekeeping;
   /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
   readonly facilities: readonly Facility[];
+  /** How this instance shares out every app's limits with the others (`exchangeNow` in tests). */
+  readonly limitExchange: LimitExchange;
   /** Listens on the configured port (and METRICS_PORT); resolves to the base URL. */
   listen(): Promise<string>;
   /** The base URL of the METRICS_PORT listener, once listening; undefined without one. */
@@ -158,6 +166,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       log: logger,
       statementTimeoutMs: config.databaseTimeouts.statementMs,
       poolWaitMs: config.databaseTimeouts.poolWaitMs,
+      poolAppShare: config.databasePoolAppShare,
     }));
   try {
     if (ownsDatabase && config.databaseUrl !== undefined) {
@@ -219,6 +228,20 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     () => authenticator.invalidate(),
   );
 
+  // Every app's rate and concurrency limits, shared out between the instances of this database.
+  const rateLimited = metrics.counter(
+    "rate_limited_total",
+    "Calls answered 429 rate_limited, by the app limit they met (docs/api.md#rate-limits).",
+    ["limit"] as const,
+  );
+  const limiter = createRateLimiter({ onRefused: (limit) => rateLimited.inc({ limit }) });
+  const limitExchange = createLimitExchange({
+    store: createLimitExchangeStore(database.db),
+    limiter,
+    logger,
+    periodMs: config.limitExchangeMs,
+  });
+
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
   const readinessChecks = (): Record<string, ReadinessCheck> => {
@@ -274,7 +297,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     },
     services: [...served, ...(options.testServices?.services ?? [])],
     jsonRegistry: options.testServices?.jsonRegistry,
-    interceptors: [createConnectInterceptor(authenticator, logger, database.health)],
+    interceptors: [createConnectInterceptor(authenticator, logger, database.health, limiter)],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
@@ -285,7 +308,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   registerBodyParsers(fastify);
 
   for (const { facility, impl } of served) {
-    if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes);
+    if (facility.routes) registerRestRoutes(fastify, authenticator, impl, facility.routes, limiter);
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
@@ -370,6 +393,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   let metricsUrl: string | undefined;
 
   for (const facility of all) await facility.start?.();
+  await limitExchange.start();
   const housekeeping = createHousekeeping(
     [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping(), reservationSweepTask(deps.quotas)],
     { logger, health: database.health },
@@ -389,6 +413,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     get metricsUrl() {
       return metricsUrl;
     },
+    limitExchange,
     async listen() {
       const url = await listener.listen(config.port, config.host);
       if (metricsServer && !metricsServer.listening) {
@@ -428,6 +453,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
         await new Promise((resolve) => metricsServer.close(resolve));
       }
       await fastify.close();
+      await limitExchange.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();
       if (ownsDatabase) await database.close();

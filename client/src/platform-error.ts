@@ -18,6 +18,7 @@ export type ErrorCode =
   | "quota_exceeded"
   | "queue_full"
   | "too_many_links"
+  | "rate_limited"
   | "idempotency_key_reused"
   | "idempotency_key_in_use"
   | "conflict"
@@ -40,6 +41,7 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "quota_exceeded",
   "queue_full",
   "too_many_links",
+  "rate_limited",
   "idempotency_key_reused",
   "idempotency_key_in_use",
   "conflict",

@@ -141,7 +141,8 @@ interface Piece {
  */
 function unreachable(error: unknown): boolean {
   if (!(error instanceof PlatformError) || error.replayed) return false;
-  if (error.code === "idempotency_key_in_use") return true;
+  // The app is past its rate limit: nothing was stored, and the batch fits again in a moment.
+  if (error.code === "idempotency_key_in_use" || error.code === "rate_limited") return true;
   return error.status === 0 || error.status === 502 || error.status === 503 || error.status === 504;
 }
 

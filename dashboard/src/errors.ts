@@ -22,6 +22,15 @@ export const LIMIT_LABELS: Record<string, string> = {
   linkTtlSeconds: "Secret link TTL (seconds)",
   retentionDays: "Mail and analytics kept (days)",
   maxDeliveries: "Max deliveries",
+  eventsPerSecond: "Events per second",
+  eventsBurst: "Events burst",
+  queuePutsPerSecond: "Queue puts per second",
+  queuePutsBurst: "Queue puts burst",
+  requestsPerSecond: "Other requests per second",
+  requestsBurst: "Other requests burst",
+  maxWaitingConsumes: "Max consumes at once",
+  maxOpenStreams: "Max open streams",
+  maxInFlightRequests: "Max other requests at once",
 };
 
 const FIELD_LABELS: Record<string, string> = {

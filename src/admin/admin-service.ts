@@ -148,6 +148,15 @@ const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
   linkTtlSeconds: 30 * 24 * 3600,
   retentionDays: 3650,
   maxDeliveries: 1000,
+  eventsPerSecond: 10_000_000,
+  eventsBurst: 100_000_000,
+  queuePutsPerSecond: 10_000_000,
+  queuePutsBurst: 100_000_000,
+  requestsPerSecond: 10_000_000,
+  requestsBurst: 100_000_000,
+  maxWaitingConsumes: 1_000_000,
+  maxOpenStreams: 1_000_000,
+  maxInFlightRequests: 1_000_000,
 };
 
 const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;

@@ -27,6 +27,7 @@ import { NAME_PATTERN, NAME_RULE, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
+import { createFairGate } from "../core/fair-gate.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { withReservation, type Quotas } from "../core/quotas/index.ts";
 import { MAX_BUCKETS, bucketCount, checkTimezone, isUtc } from "./buckets.ts";
@@ -42,7 +43,16 @@ export interface AnalyticsServiceOptions {
   quotas: Quotas;
   logger: Logger;
   metrics: Metrics;
+  /**
+   * Event batches stored at once on this instance (default 4); more wait, and
+   * the apps waiting are served in turn (`core/fair-gate.ts`), one app holding
+   * at most half of the places while another waits.
+   */
+  ingestConcurrency?: number;
 }
+
+/** How long a batch waits for its turn to be stored before it is refused (429 `rate_limited`, retry soon). */
+const INGEST_WAIT_MS = 10_000;
 
 function eventTypeMessage(t: EventTypeRecord): MessageInitShape<typeof EventTypeSchema> {
   const properties: Record<string, PropertyKind> = {};
@@ -75,6 +85,16 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
   const recorded = options.metrics.counter("analytics_events_recorded_total", "Events stored, by event store.", [
     "store",
   ] as const);
+  const ingest = createFairGate({
+    capacity: options.ingestConcurrency ?? 4,
+    maxShare: 0.5,
+    timeoutMs: INGEST_WAIT_MS,
+    timeoutError: () =>
+      new PlatformError("rate_limited", "too many event batches wait to be stored; retry shortly", {
+        details: ["the service stores each app's batches in turn; this one waited its turn too long"],
+        retryAfterSeconds: 1,
+      }),
+  });
 
   return {
     async registerEventType(req, context) {
@@ -119,29 +139,36 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       });
       // With an Idempotency-Key and a store in the platform database, the answer commits with the events.
       const answerIn = answerInRun(context, AnalyticsService.method.logEvents, answer);
-      const { remaining } = await withReservation(
-        quotas,
-        {
-          appId: app.id,
-          counter: "events",
-          amount: events.length,
-          cap: app.limits.eventsPerDay,
-          onReleaseError: (e) => logger.error({ err: e }, "could not release an events reservation"),
-          onFailure: (err) => {
-            if (err instanceof PlatformError && err.code === "upstream_error")
-              logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
+      // Batches are stored in their app's turn: one app's flood waits behind itself, not in front of others.
+      await ingest.acquire(app.id);
+      let stored;
+      try {
+        stored = await withReservation(
+          quotas,
+          {
+            appId: app.id,
+            counter: "events",
+            amount: events.length,
+            cap: app.limits.eventsPerDay,
+            onReleaseError: (e) => logger.error({ err: e }, "could not release an events reservation"),
+            onFailure: (err) => {
+              if (err instanceof PlatformError && err.code === "upstream_error")
+                logger.warn({ err: err.cause, appId: app.id }, "analytics store unreachable");
+            },
           },
-        },
-        (reservation) => {
-          // The events and their charge commit together (a store in the platform database).
-          const spend = () => quotas.spendIn(reservation);
-          return answerIn && store.insertWithin
-            ? store.insertWithin(app.id, events, (trx) => answerIn(trx, reservation.remaining), spend)
-            : store.insert(app.id, events, spend);
-        },
-      );
+          (reservation) => {
+            // The events and their charge commit together (a store in the platform database).
+            const spend = () => quotas.spendIn(reservation);
+            return answerIn && store.insertWithin
+              ? store.insertWithin(app.id, events, (trx) => answerIn(trx, reservation.remaining), spend)
+              : store.insert(app.id, events, spend);
+          },
+        );
+      } finally {
+        ingest.release(app.id);
+      }
       recorded.inc({ store: store.kind }, events.length);
-      return answer(remaining);
+      return answer(stored.remaining);
     },
 
     async queryEvents(req, context) {

@@ -51,6 +51,8 @@ export async function createAnalyticsFacility(
       quotas: deps.quotas,
       logger,
       metrics: deps.metrics,
+      // PGlite runs one statement at a time: a batch at a time, in turn.
+      ingestConcurrency: deps.database.kind === "pglite" ? 1 : 4,
     }),
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),

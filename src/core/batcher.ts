@@ -19,11 +19,20 @@
  * statements per message on one instance (+15% messages/s) and from 1.83 to
  * 1.20 on three (+40%), in `bench/queues.ts` terms.
  *
- * `run` gets the items in arrival order and returns one result per item, in
+ * Apps take turns: each app's calls (the app of the work, `tenant.ts`) wait
+ * in a line of their own, and a batch takes one call from each waiting app in
+ * turn (round robin), not the first `maxBatch` in arrival order; so one app's
+ * flood of acks on a shared key costs another app's ack at most a place in
+ * the next statement. A batch of one app's calls runs as that app's work (its
+ * share of the database pool), one of several apps' as no app's.
+ *
+ * `run` gets the items in that order and returns one result per item, in
  * the same order; an error of `run` (the statement failed, nothing of it was
  * committed) rejects every call of that batch. Each caller is answered only
  * when its statement has finished, i.e. after its commit.
  */
+import { currentTenant, runAsNoTenant, runAsTenant } from "./tenant.ts";
+
 export interface BatcherOptions<I, O> {
   /** Runs one batch: same key, at most `maxBatch` items, arrival order; returns a result per item. */
   run: (key: string, items: I[]) => Promise<O[]>;
@@ -40,13 +49,33 @@ interface Pending<I, O> {
 }
 
 interface Group<I, O> {
-  queued: Pending<I, O>[];
+  /** Each app's calls, in arrival order; the map's order is the apps' turn ("" for work of no app). */
+  queued: Map<string, Pending<I, O>[]>;
+  size: number;
   inFlight: number;
   scheduled: boolean;
 }
 
 export interface Batcher<I, O> {
-  call(key: string, item: I): Promise<O>;
+  /** `tenant`: the app the call is for; default the current work's (`currentTenant`). */
+  call(key: string, item: I, tenant?: string): Promise<O>;
+}
+
+/** Up to `max` calls of `group`, one from each app in turn; an app served goes to the back of the turn. */
+function takeBatch<I, O>(group: Group<I, O>, max: number): { batch: Pending<I, O>[]; tenant: string | undefined } {
+  const batch: Pending<I, O>[] = [];
+  let tenant: string | undefined;
+  let mixed = false;
+  while (batch.length < max && group.size > 0) {
+    const [key, line] = group.queued.entries().next().value as [string, Pending<I, O>[]];
+    batch.push(line.shift()!);
+    group.size--;
+    group.queued.delete(key);
+    if (line.length > 0) group.queued.set(key, line);
+    if (batch.length === 1) tenant = key;
+    else if (key !== tenant) mixed = true;
+  }
+  return { batch, tenant: mixed || tenant === "" ? undefined : tenant };
 }
 
 export function createBatcher<I, O>(options: BatcherOptions<I, O>): Batcher<I, O> {
@@ -54,14 +83,14 @@ export function createBatcher<I, O>(options: BatcherOptions<I, O>): Batcher<I, O
 
   const flush = (key: string, group: Group<I, O>) => {
     group.scheduled = false;
-    while (group.queued.length > 0 && group.inFlight < options.maxInFlight) {
-      const batch = group.queued.splice(0, options.maxBatch);
+    while (group.size > 0 && group.inFlight < options.maxInFlight) {
+      const { batch, tenant } = takeBatch(group, options.maxBatch);
       group.inFlight++;
-      options
-        .run(
-          key,
-          batch.map((p) => p.item),
-        )
+      const items = batch.map((p) => p.item);
+      (tenant === undefined
+        ? runAsNoTenant(() => options.run(key, items))
+        : runAsTenant(tenant, () => options.run(key, items))
+      )
         .then(
           (results) => {
             for (let i = 0; i < batch.length; i++) batch[i].resolve(results[i]);
@@ -72,19 +101,23 @@ export function createBatcher<I, O>(options: BatcherOptions<I, O>): Batcher<I, O
         )
         .finally(() => {
           group.inFlight--;
-          if (group.queued.length > 0) flush(key, group);
+          if (group.size > 0) flush(key, group);
           else if (group.inFlight === 0 && !group.scheduled) groups.delete(key);
         });
     }
   };
 
   return {
-    call(key, item) {
+    call(key, item, tenant = currentTenant()) {
       let group = groups.get(key);
-      if (!group) groups.set(key, (group = { queued: [], inFlight: 0, scheduled: false }));
+      if (!group) groups.set(key, (group = { queued: new Map(), size: 0, inFlight: 0, scheduled: false }));
       const g = group;
+      const app = tenant ?? "";
       return new Promise<O>((resolve, reject) => {
-        g.queued.push({ item, resolve, reject });
+        let line = g.queued.get(app);
+        if (!line) g.queued.set(app, (line = []));
+        line.push({ item, resolve, reject });
+        g.size++;
         if (!g.scheduled && g.inFlight < options.maxInFlight) {
           g.scheduled = true;
           // The end of this turn: the calls of this turn share the statement.

@@ -58,6 +58,13 @@ export interface Config {
   databaseWaitSeconds: number;
   /** Who may read `/metrics`, and where it is served. */
   metrics: MetricsAccess;
+  /**
+   * `DATABASE_POOL_APP_SHARE` (percent, default 50): the most of the database pool one app holds, so the
+   * rest is there for the others; apps waiting for a connection are served in turn.
+   */
+  databasePoolAppShare: number;
+  /** `LIMIT_EXCHANGE_MS`: how often the instances trade the demand that shares out every app's rate limits. */
+  limitExchangeMs: number;
   logLevel: string;
   /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
   adminUrl: string | undefined;
@@ -208,6 +215,8 @@ const environmentSchema = z
       "must be at least 16 characters, without spaces",
     ).optional(),
     METRICS_PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").optional(),
+    DATABASE_POOL_APP_SHARE: wholeNumber(1, 100, "must be a whole percentage from 1 to 100").default(50),
+    LIMIT_EXCHANGE_MS: milliseconds.default(1_000),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
     AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
     PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
@@ -286,6 +295,8 @@ const environmentSchema = z
     },
     databaseWaitSeconds: env.DATABASE_WAIT_SECONDS,
     metrics: { token: env.METRICS_TOKEN, port: env.METRICS_PORT },
+    databasePoolAppShare: env.DATABASE_POOL_APP_SHARE / 100,
+    limitExchangeMs: env.LIMIT_EXCHANGE_MS,
     logLevel: env.LOG_LEVEL,
     adminUrl: env.PLATFORM_ADMIN_URL,
     auditRetentionDays: env.AUDIT_RETENTION_DAYS,

@@ -24,6 +24,8 @@ export type ErrorCode =
   | "quota_exceeded"
   | "queue_full"
   | "too_many_links"
+  /** The app's request rate or concurrency limit (docs/api.md#rate-limits); retry after `Retry-After`. */
+  | "rate_limited"
   | "idempotency_key_in_use"
   | "idempotency_key_reused"
   | "not_configured"
@@ -50,6 +52,7 @@ const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
   quota_exceeded: { status: 429, connect: Code.ResourceExhausted },
   queue_full: { status: 429, connect: Code.ResourceExhausted },
   too_many_links: { status: 429, connect: Code.ResourceExhausted },
+  rate_limited: { status: 429, connect: Code.ResourceExhausted },
   idempotency_key_in_use: { status: 409, connect: Code.Aborted },
   idempotency_key_reused: { status: 422, connect: Code.InvalidArgument },
   not_configured: { status: 501, connect: Code.Unimplemented },

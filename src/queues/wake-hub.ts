@@ -18,11 +18,21 @@
  *   each of them and sets a timer for that moment.
  * Puts on this process wake local waiters directly; the hub ignores its own
  * notifications when they come back from the database.
+ *
+ * Apps take turns: the wakes of notifications, sweeps and timers wait in a
+ * line per app and go out one app after another (round robin), at most
+ * `WAKE_TURN` a turn of the event loop, so a notification that wakes 1000
+ * consumers of one app (a batch put) cannot put another app's wake-up, and
+ * its claim, behind all of them. (A wake passed on by a waiter that could not
+ * use it goes at once: it is already that app's turn.)
  */
 import crypto from "node:crypto";
 import type { Logger } from "pino";
 import type { Database } from "../core/database/index.ts";
 import { QUEUE_CHANNEL, type QueueStore } from "./queue-store.ts";
+
+/** Wakes sent a turn of the event loop, taken from the waiting apps in turn. */
+export const WAKE_TURN = 64;
 
 /** How often the safety re-check runs while anyone waits. */
 export const RECHECK_MS = 5_000;
@@ -117,6 +127,9 @@ class WaiterImpl implements Waiter {
 class WakeHubImpl implements WakeHub {
   readonly instanceId = crypto.randomBytes(6).toString("base64url");
   private readonly waiters = new Map<string, Set<WaiterImpl>>();
+  /** Wakes waiting for their app's turn, per app; the map's order is the turn. */
+  private readonly due = new Map<string, { key: string; kind: WakeKind }[]>();
+  private draining = false;
   private readonly timers = new Map<string, { at: number; timer: NodeJS.Timeout }>();
   private count = 0;
   private recheckTimer: NodeJS.Timeout | undefined;
@@ -148,6 +161,7 @@ class WakeHubImpl implements WakeHub {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.due.clear();
     clearInterval(this.recheckTimer);
     for (const { timer } of this.timers.values()) clearTimeout(timer);
     this.timers.clear();
@@ -201,6 +215,31 @@ class WakeHubImpl implements WakeHub {
     this.wakeKeyAt(keyOf(appId, queue), Math.max(atMs, Date.now() + 20));
   }
 
+  /** Wakes one waiter of `key` in its app's turn (see the top of this file). */
+  private wakeInTurn(key: string, kind: WakeKind): void {
+    const appId = key.slice(0, key.indexOf("|"));
+    let line = this.due.get(appId);
+    if (!line) this.due.set(appId, (line = []));
+    line.push({ key, kind });
+    if (!this.draining) {
+      this.draining = true;
+      setImmediate(() => this.drain());
+    }
+  }
+
+  private drain(): void {
+    for (let sent = 0; sent < WAKE_TURN && this.due.size > 0; sent++) {
+      const [appId, line] = this.due.entries().next().value as [string, { key: string; kind: WakeKind }[]];
+      const wake = line.shift()!;
+      // The app served goes to the back of the turn.
+      this.due.delete(appId);
+      if (line.length > 0) this.due.set(appId, line);
+      this.wakeOne(wake.key, wake.kind);
+    }
+    if (this.due.size > 0 && !this.closed) setImmediate(() => this.drain());
+    else this.draining = false;
+  }
+
   wakeOne(key: string, kind: WakeKind): void {
     const set = this.waiters.get(key);
     if (!set) return;
@@ -209,7 +248,7 @@ class WakeHubImpl implements WakeHub {
 
   private hintAt(key: string, visibleAtMs: number): void {
     if (!this.waiters.has(key)) return;
-    if (visibleAtMs <= Date.now() + 1) this.wakeOne(key, "hint");
+    if (visibleAtMs <= Date.now() + 1) this.wakeInTurn(key, "hint");
     else this.wakeKeyAt(key, visibleAtMs);
   }
 
@@ -220,7 +259,7 @@ class WakeHubImpl implements WakeHub {
     const timer = setTimeout(
       () => {
         this.timers.delete(key);
-        this.wakeOne(key, "sweep");
+        this.wakeInTurn(key, "sweep");
       },
       Math.max(0, atMs - Date.now()) + 1,
     );
@@ -236,7 +275,8 @@ class WakeHubImpl implements WakeHub {
     const visibleAtMs = Number(at) || 0;
     if (visibleAtMs > Date.now() + 1) return this.hintAt(key, visibleAtMs);
     // No more wakes than waiters: each wakes a different one.
-    for (let n = Math.min(Number(count) || 1, this.waiters.get(key)?.size ?? 0); n > 0; n--) this.wakeOne(key, "hint");
+    for (let n = Math.min(Number(count) || 1, this.waiters.get(key)?.size ?? 0); n > 0; n--)
+      this.wakeInTurn(key, "hint");
   }
 
   /** The safety net: one query for every queue someone waits on here. */
@@ -253,7 +293,7 @@ class WakeHubImpl implements WakeHub {
         for (const { appId, queue, at } of await this.store.nextVisible(keys.slice(i, i + 1000))) {
           const key = keyOf(appId, queue);
           const atMs = at.getTime();
-          if (atMs <= now) this.wakeOne(key, "sweep");
+          if (atMs <= now) this.wakeInTurn(key, "sweep");
           else if (atMs < now + RECHECK_MS * 2) this.wakeKeyAt(key, atMs);
         }
       }

@@ -108,9 +108,12 @@ describe("the operator commands", () => {
     });
   });
 
-  it("dead-letters list, replay and purge; the maxDeliveries limit", async () => {
-    await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1");
-    expect((await t.admin.getApp({ appId: app.id })).app!.limits!.maxDeliveries).toBe(1);
+  it("dead-letters list, replay and purge; the maxDeliveries limit (and a rate limit beside it)", async () => {
+    await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1", "--limit", "requestsPerSecond=900");
+    expect((await t.admin.getApp({ appId: app.id })).app!.limits).toMatchObject({
+      maxDeliveries: 1,
+      requestsPerSecond: 900,
+    });
     for (const job of [1, 2])
       await t.request("POST", "/v1/queues/dq", { token: app.token, body: { payload: { job } } });
     for (let i = 0; i < 2; i++)

@@ -6,6 +6,7 @@
  */
 import { expect, it } from "vitest";
 import { createBatcher } from "../../src/core/batcher.ts";
+import { currentTenant, runAsTenant } from "../../src/core/tenant.ts";
 
 function recorder(maxBatch: number, maxInFlight: number) {
   const batches: { key: string; items: number[] }[] = [];
@@ -92,4 +93,35 @@ it("a failed statement rejects its own callers only; the next batch still runs",
   const settled = await settling;
   expect(settled.map((s) => s.status)).toEqual(["rejected", "rejected", "fulfilled"]);
   expect((settled[2] as PromiseFulfilledResult<string>).value).toBe("a:3");
+});
+
+it("takes the calls of waiting apps in turn, not in arrival order: one app's flood costs another a place in the next batch", async () => {
+  const { batcher, batches, openAll } = recorder(4, 1);
+  // App A floods 20 calls on a shared key, then app B makes one, in the same turn.
+  const flood = Array.from({ length: 20 }, (_, i) => batcher.call("", 100 + i, "app-a"));
+  const b = batcher.call("", 1, "app-b");
+  const c = [2, 3].map((i) => batcher.call("", i, "app-c"));
+  await openAll();
+  expect(await b).toBe(":1");
+  await Promise.all([...flood, ...c]);
+  // In arrival order B's call was in the sixth statement; in turn it is in the first, with C's.
+  expect(batches[0].items).toEqual([100, 1, 2, 101]);
+  expect(batches[1].items).toEqual([3, 102, 103, 104]);
+  // Each app's own calls keep their order.
+  expect(batches.flatMap((x) => x.items).filter((i) => i >= 100)).toEqual(flood.map((_, i) => 100 + i));
+});
+
+it("runs a batch of one app's calls as that app's work, and a mixed one as no app's", async () => {
+  const seen: (string | undefined)[] = [];
+  const batcher = createBatcher<number, number>({
+    maxBatch: 10,
+    maxInFlight: 1,
+    run: async (_key, items) => {
+      seen.push(currentTenant());
+      return items;
+    },
+  });
+  await runAsTenant("app-a", () => Promise.all([batcher.call("k", 1), batcher.call("k", 2)]));
+  await Promise.all([batcher.call("k", 3, "app-a"), batcher.call("k", 4, "app-b")]);
+  expect(seen).toEqual(["app-a", undefined]);
 });

@@ -131,7 +131,7 @@ describe("loadConfig", () => {
     expect(c).toMatchObject({ port: 8080, host: "127.0.0.1", adminToken: undefined, mailDomain: "mail.example.com" });
   });
 
-  it("reads the timeouts, old keys, CORS origins, the short path switch and AWS_DEFAULT_REGION", () => {
+  it("reads the timeouts, the pool's app share, the limit exchange period, old keys, CORS origins, the short path switch and AWS_DEFAULT_REGION", () => {
     const old = [Buffer.alloc(32, 1), Buffer.alloc(32, 2)];
     const c = loadConfig({
       HTTP_HEADERS_TIMEOUT_MS: "2000",
@@ -139,6 +139,8 @@ describe("loadConfig", () => {
       HTTP_KEEPALIVE_TIMEOUT_MS: "1000",
       DATABASE_STATEMENT_TIMEOUT_MS: "500",
       DATABASE_POOL_WAIT_MS: "700",
+      DATABASE_POOL_APP_SHARE: "25",
+      LIMIT_EXCHANGE_MS: "250",
       SECRETS_OLD_KEYS: old.map((k) => k.toString("base64")).join(" , "),
       CORS_ORIGINS: "https://a.example.com, http://b.example.com:8080",
       CONNECT_SHORT_PATH: "off",
@@ -150,6 +152,8 @@ describe("loadConfig", () => {
     });
     expect(c.http).toEqual({ headersTimeoutMs: 2000, requestTimeoutMs: 4000, keepAliveTimeoutMs: 1000 });
     expect(c.databaseTimeouts).toEqual({ statementMs: 500, poolWaitMs: 700 });
+    expect(c.databasePoolAppShare).toBe(0.25);
+    expect(c.limitExchangeMs).toBe(250);
     expect(c.secretsOldKeys.map((k) => k.toString("hex"))).toEqual(old.map((k) => k.toString("hex")));
     expect(c.corsOrigins).toEqual(["https://a.example.com", "http://b.example.com:8080"]);
     expect(c.connectShortPath).toBe(false);

@@ -146,13 +146,17 @@ describe("GET /openapi.json", () => {
       doc.paths[path][method].responses[String(status)]?.content["application/json"].schema.properties.error.properties
         .code.enum ?? [];
     expect(codes("/v1/queues/{queue}", "post", 403).sort()).toEqual(["app_stopped", "permission_denied"]);
-    expect(codes("/v1/queues/{queue}", "post", 429)).toEqual(["queue_full"]);
+    expect(codes("/v1/queues/{queue}", "post", 429)).toEqual(["queue_full", "rate_limited"]);
     expect(codes("/v1/secrets/{name}", "get", 404)).toEqual(["not_found"]);
     expect(codes("/v1/secrets/{name}", "get", 409)).toEqual(["secret_not_set"]);
-    expect(codes("/v1/secrets/{name}/link", "post", 429)).toEqual(["too_many_links"]);
+    expect(codes("/v1/secrets/{name}/link", "post", 429)).toEqual(["too_many_links", "rate_limited"]);
     expect(codes("/v1/analytics/events", "post", 501)).toEqual(["not_configured"]);
     expect(codes("/v1/mail/send", "post", 502)).toEqual(["upstream_error"]);
-    expect(codes("/v1/inference/generate", "post", 429)).toEqual(["quota_exceeded"]);
+    expect(codes("/v1/inference/generate", "post", 429)).toEqual(["quota_exceeded", "rate_limited"]);
+    expect(codes("/v1/secrets", "get", 429)).toEqual(["rate_limited"]);
+    expect(doc.paths["/v1/secrets"].get.responses["429"].headers.RateLimit).toBeDefined();
+    expect(doc.paths["/v1/secrets"].get.responses["200"].headers["RateLimit-Policy"]).toBeDefined();
+    expect(doc.paths["/health"].get.responses["200"].headers.RateLimit).toBeUndefined();
     expect(codes("/v1/mail/send", "post", 413)).toEqual(["payload_too_large"]);
     for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, any>>)) {
       for (const [method, op] of Object.entries(ops)) {

@@ -224,12 +224,13 @@ describe("the operator dashboard in Chromium", () => {
     await shot("06-queues");
   });
 
-  it("sets maxDeliveries in the settings, shows a queue's dead letters, replays one and purges one after confirming", async () => {
+  it("sets maxDeliveries and a rate limit in the settings, shows a queue's dead letters, replays one and purges one after confirming", async () => {
     await tab("Settings");
     await page.getByLabel("Max deliveries (0 = no limit)").fill("1");
+    await page.getByLabel("Events per second (0 = no limit)").fill("3000");
     await page.getByRole("button", { name: "Save settings" }).click();
     await page.getByText("Saved.").waitFor();
-    expect((await t.admin.getApp({ appId })).app?.limits?.maxDeliveries).toBe(1);
+    expect((await t.admin.getApp({ appId })).app?.limits).toMatchObject({ maxDeliveries: 1, eventsPerSecond: 3000 });
     const rest = (pathname: string, body: unknown) =>
       fetch(t.url + pathname, {
         method: "POST",

@@ -35,6 +35,15 @@ const LIMITS: { name: LimitName; label: string }[] = [
   { name: "linkTtlSeconds", label: "Secret link TTL (seconds)" },
   { name: "retentionDays", label: "Mail and analytics kept (days)" },
   { name: "maxDeliveries", label: "Max deliveries (0 = no limit)" },
+  { name: "eventsPerSecond", label: "Events per second (0 = no limit)" },
+  { name: "eventsBurst", label: "Events burst" },
+  { name: "queuePutsPerSecond", label: "Queue puts per second (0 = no limit)" },
+  { name: "queuePutsBurst", label: "Queue puts burst" },
+  { name: "requestsPerSecond", label: "Other requests per second (0 = no limit)" },
+  { name: "requestsBurst", label: "Other requests burst" },
+  { name: "maxWaitingConsumes", label: "Max consumes at once (0 = no limit)" },
+  { name: "maxOpenStreams", label: "Max open streams (0 = no limit)" },
+  { name: "maxInFlightRequests", label: "Max other requests at once (0 = no limit)" },
 ];
 
 export function SettingsTab({ app }: { app: App }) {

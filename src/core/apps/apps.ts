@@ -24,6 +24,21 @@ export interface AppLimits {
    * (SPEC.md's behaviour, the default).
    */
   maxDeliveries: number;
+  /**
+   * Rate limits (token buckets: a refill rate a second and a burst), enforced
+   * per app across every instance together (`core/limits/`); 0: no limit.
+   * Events count one each, queue messages one each, other requests one each.
+   */
+  eventsPerSecond: number;
+  eventsBurst: number;
+  queuePutsPerSecond: number;
+  queuePutsBurst: number;
+  requestsPerSecond: number;
+  requestsBurst: number;
+  /** Concurrency limits across every instance together; 0: no limit. */
+  maxWaitingConsumes: number;
+  maxOpenStreams: number;
+  maxInFlightRequests: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
@@ -39,6 +54,18 @@ export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
   linkTtlSeconds: 24 * 3600,
   retentionDays: 90,
   maxDeliveries: 0,
+  // Generous: well above what an ordinary app does (a tracker flushes at most
+  // 1000 events a call; a worker runs a few consumes per replica), low enough
+  // that one app's flood leaves the shared database to the others (docs/api.md#rate-limits).
+  eventsPerSecond: 1000,
+  eventsBurst: 10_000,
+  queuePutsPerSecond: 500,
+  queuePutsBurst: 1000,
+  requestsPerSecond: 500,
+  requestsBurst: 1000,
+  maxWaitingConsumes: 200,
+  maxOpenStreams: 100,
+  maxInFlightRequests: 200,
 });
 
 /** The start of the UTC day `days` days before `now`: what a retention of `days` keeps is from then on. */

@@ -92,6 +92,8 @@ export interface DatabaseOptions {
    * being made) before it fails as unreachable; default 5000.
    */
   poolWaitMs?: number;
+  /** The most of a pool one app holds (0 to 1, see `pg-pool.ts`); default 0.5. */
+  poolAppShare?: number;
   /**
    * The longest a statement may run before it fails as unreachable (see
    * `pg-pool.ts`); undefined: unbounded (the CLI's commands, which an operator
@@ -140,7 +142,13 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
   const onAnswer = (sentAt: number, text: string) => health.succeeded(sentAt, text);
-  const openPool = (name: PoolStats["pool"], max: number, settings: string, statementTimeoutMs: number | undefined) => {
+  const openPool = (
+    name: PoolStats["pool"],
+    max: number,
+    settings: string,
+    statementTimeoutMs: number | undefined,
+    appShare = 1,
+  ) => {
     const pool = new pg.Pool({
       connectionString,
       max,
@@ -162,13 +170,23 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     });
     pools.push({ name, pool, max });
     return new Kysely<Record<never, never>>({
-      dialect: new PostgresDialect({ pool: boundedPool(pool, { statementTimeoutMs, onAnswer }) }),
+      dialect: new PostgresDialect({
+        pool: boundedPool(pool, {
+          statementTimeoutMs,
+          onAnswer,
+          appShare,
+          waitMs: connectionTimeoutMillis,
+        }),
+      }),
     });
   };
   const pools: { name: PoolStats["pool"]; pool: pg.Pool; max: number }[] = [];
   const poolSize = options.poolSize ?? 20;
-  const db: Db = openPool("main", poolSize, "", bound);
-  const relaxedDb: Db = openPool("relaxed", Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
+  // The pools that serve apps' requests hold each app to its share; the two connections of migrations and
+  // the CLI serve no app.
+  const appShare = options.poolAppShare ?? 0.5;
+  const db: Db = openPool("main", poolSize, "", bound, appShare);
+  const relaxedDb: Db = openPool("relaxed", Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound, appShare);
   const unboundedDb: Db = openPool("unbounded", 2, "", undefined);
   const notifications = createPgNotifications(connectionString, onError, () => health.succeeded(Date.now()));
   return {

@@ -16,6 +16,12 @@
  * - Statements marked with `PREPARED` are sent as named prepared statements,
  *   through pg's `{ name, text, values }` query config.
  *
+ * - Connections are handed out fairly between apps (`fair-gate.ts`, the app
+ *   of the work from `tenant.ts`): an app holds at most `appShare` of the
+ *   pool, so the rest is there for the others even while its statements are
+ *   stuck, and waiting apps are served in turn, not in arrival order. One
+ *   app's flood queues behind itself.
+ *
  * Every statement that answers tells `onAnswer`, so an outage is over as soon
  * as the database answers again, not only when a new connection is made.
  */
@@ -23,6 +29,8 @@ import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryRes
 import pg from "pg";
 import { DatabaseNoAnswerError, isFailover } from "./health.ts";
 import { preparedNameOf } from "./prepared.ts";
+import { createFairGate } from "../fair-gate.ts";
+import { currentTenant } from "../tenant.ts";
 
 /** How long after the server-side bound a statement without any answer is given up on. */
 const NO_ANSWER_GRACE_MS = 1000;
@@ -32,6 +40,10 @@ export interface BoundedPoolOptions {
   statementTimeoutMs: number | undefined;
   /** A statement (`text`) sent at `sentAt` (epoch ms) answered: the database is reachable. */
   onAnswer(sentAt: number, text: string): void;
+  /** The most of the pool one app holds (0 to 1); default 1 (no cap, still in turn). */
+  appShare?: number;
+  /** How long a request may wait for its turn (then it fails as pg's own pool wait does); default 5000. */
+  waitMs?: number;
 }
 
 /** A statement sent and not answered yet, as the sweep sees it. */
@@ -48,6 +60,17 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
   // so a statement is given up on between `bound` and `bound` plus one sweep period after it was sent.
   const inFlight = new Set<InFlight>();
   const wrappers = new WeakMap<pg.PoolClient, PostgresPoolClient>();
+  // The pool's own queue is first come, first served: the gate in front of it, as large as the pool,
+  // decides who goes next, so the pool itself never has a waiter beyond one being connected.
+  const gate = createFairGate({
+    capacity: (pool.options as { max?: number }).max ?? 10,
+    maxShare: options.appShare ?? 1,
+    timeoutMs: options.waitMs ?? 5000,
+    // The text pg uses for its own pool wait, which `health.ts` reads as the database being unreachable.
+    timeoutError: () => new Error("timeout exceeded when trying to connect"),
+  });
+  /** The app each checked-out connection works for, to give its place back at release. */
+  const tenants = new Map<pg.PoolClient, string | undefined>();
   let sweep: NodeJS.Timeout | undefined;
   const sweepEveryMs = bound === undefined ? 0 : Math.max(50, Math.min(500, bound / 4));
   const sweepNow = () => {
@@ -63,7 +86,16 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
     Client: (pool as unknown as { Client: PostgresPool["Client"] }).Client,
     end: () => pool.end(),
     async connect(): Promise<PostgresPoolClient> {
-      const client = await pool.connect();
+      const tenant = currentTenant();
+      await gate.acquire(tenant);
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        gate.release(tenant);
+        throw err;
+      }
+      tenants.set(client, tenant);
       let wrapper = wrappers.get(client);
       if (wrapper === undefined) wrappers.set(client, (wrapper = wrap(client)));
       return wrapper;
@@ -136,7 +168,10 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
           ? run(textOrCursor, values)
           : client.query(textOrCursor as never)) as PostgresPoolClient["query"],
       release(destroy?: boolean) {
+        const tenant = tenants.get(client);
+        tenants.delete(client);
         client.release(abandoned ?? discarded ?? destroy);
+        gate.release(tenant);
       },
     };
   }

@@ -19,7 +19,7 @@ export interface OpenApiInfo {
 }
 
 /** Codes every route with a token can answer, whatever it does. */
-const AUTHENTICATED_ERRORS: readonly ErrorCode[] = ["unauthenticated", "unavailable", "internal"];
+const AUTHENTICATED_ERRORS: readonly ErrorCode[] = ["unauthenticated", "rate_limited", "unavailable", "internal"];
 /** Codes every route can answer. */
 const COMMON_ERRORS: readonly ErrorCode[] = ["internal"];
 /** Codes every route that reads a JSON body can answer. */
@@ -33,7 +33,7 @@ const MEANING: Record<number, string> = {
   409: "The secret is declared but not set yet, or a request with the same `Idempotency-Key` is still running (`Retry-After`).",
   413: "The body is larger than the server accepts.",
   422: "The `Idempotency-Key` was used for another request within 24 hours.",
-  429: "A cap is spent; `Retry-After` says when to try again.",
+  429: "A cap is spent, or the app is past one of its rate or concurrency limits (`rate_limited`); `Retry-After` says when to try again.",
   500: "An unexpected failure; the message carries no internals.",
   501: "Not configured for this app or deployment.",
   502: "An upstream provider or the analytics cluster failed.",
@@ -87,7 +87,13 @@ function parameters(route: AnyRestRoute): Json[] {
   return out;
 }
 
-function errorResponses(codes: readonly ErrorCode[]): Record<string, Json> {
+/** The headers of the IETF httpapi ratelimit-headers draft, on the answers of every route with a token. */
+const RATE_LIMIT_HEADERS: Json = {
+  RateLimit: { $ref: "#/components/headers/RateLimit" },
+  "RateLimit-Policy": { $ref: "#/components/headers/RateLimitPolicy" },
+};
+
+function errorResponses(codes: readonly ErrorCode[], rateLimited: boolean): Record<string, Json> {
   const byStatus = new Map<number, ErrorCode[]>();
   for (const code of codes) {
     const status = statusOf(code);
@@ -103,6 +109,7 @@ function errorResponses(codes: readonly ErrorCode[]): Record<string, Json> {
       headers: {
         "x-request-id": { $ref: "#/components/headers/RequestId" },
         ...(retry ? { "Retry-After": { $ref: "#/components/headers/RetryAfter" } } : {}),
+        ...(rateLimited && status === 429 ? RATE_LIMIT_HEADERS : {}),
       },
       content: {
         "application/json": {
@@ -142,6 +149,7 @@ function operation(route: AnyRestRoute): Json {
         headers: {
           "x-request-id": { $ref: "#/components/headers/RequestId" },
           ...(route.idempotent ? { "Idempotent-Replayed": { $ref: "#/components/headers/IdempotentReplayed" } } : {}),
+          ...(isPublic ? {} : RATE_LIMIT_HEADERS),
         },
         content: {
           "application/json": {
@@ -150,7 +158,7 @@ function operation(route: AnyRestRoute): Json {
           },
         },
       },
-      ...errorResponses(codes),
+      ...errorResponses(codes, !isPublic),
     },
   };
   const params = parameters(route);
@@ -214,6 +222,16 @@ export function createOpenApiDocument(info: OpenApiInfo, tables: readonly (reado
           description:
             "`true` when this answer is the stored answer of an earlier request with the same `Idempotency-Key`.",
           schema: { type: "string", enum: ["true"] },
+        },
+        RateLimit: {
+          description:
+            'The app\'s limit this call counted against (IETF httpapi ratelimit-headers draft): `"<class>";r=<remaining>;t=<seconds until the bucket is full again>`, the class `requests`, `events` or `puts`. See docs/api.md, rate limits.',
+          schema: { type: "string", example: '"requests";r=997;t=1' },
+        },
+        RateLimitPolicy: {
+          description:
+            'The app\'s token bucket of that class: `"<class>";q=<burst>;w=<seconds the bucket takes to fill>` (the burst and, with the window, the rate a second).',
+          schema: { type: "string", example: '"requests";q=1000;w=2' },
         },
         RetryAfter: {
           description: "Seconds until a retry may succeed (to the next UTC midnight for a daily cap).",

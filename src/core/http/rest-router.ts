@@ -23,6 +23,8 @@ import type { z } from "zod";
 import { principalKey, reauthenticateKey, type Authenticator, type Principal } from "../auth.ts";
 import { deliveryKey } from "../delivery.ts";
 import { PlatformError, type ErrorCode } from "../errors.ts";
+import { planOf, type RateLimiter } from "../limits/index.ts";
+import { runAsTenant } from "../tenant.ts";
 import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { watchDelivery } from "./delivery-watch.ts";
@@ -115,6 +117,7 @@ export function registerRestRoutes(
   authenticator: Authenticator,
   impl: ServiceImpl<never> | Record<string, unknown>,
   routes: readonly AnyRestRoute[],
+  limiter?: RateLimiter,
 ): void {
   if (!fastify.hasRequestDecorator("principal")) fastify.decorateRequest("principal", undefined);
   for (const spec of routes) {
@@ -124,8 +127,18 @@ export function registerRestRoutes(
     fastify.route({
       method: spec.method,
       url: spec.url,
-      onRequest: async (req: FastifyRequest) => {
-        (req as AuthenticatedRequest).principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+      onRequest: async (req: FastifyRequest, reply: FastifyReply) => {
+        const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
+        (req as AuthenticatedRequest).principal = principal;
+        // An app past its rate is refused before its body is read and parsed (the full check follows it).
+        if (limiter && principal.kind === "app" && spec.body) {
+          const plan = { ...planOf(spec.rpc.parent.typeName, spec.rpc.name, undefined), early: true };
+          const early = limiter.admit(principal.app, plan);
+          if (early.refused) {
+            for (const [name, value] of early.headers) void reply.header(name, value);
+            throw early.refused;
+          }
+        }
       },
       handler: async (req: FastifyRequest, reply: FastifyReply) => {
         // A client that goes away ends its request (a waiting consume stops
@@ -138,6 +151,18 @@ export function registerRestRoutes(
           params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
         };
         const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
+        // The app's limits (docs/api.md#rate-limits): decided in memory, the headers on every answer.
+        const admission =
+          limiter && principal.kind === "app"
+            ? limiter.admit(principal.app, planOf(spec.rpc.parent.typeName, spec.rpc.name, message))
+            : undefined;
+        if (admission) {
+          for (const [name, value] of admission.headers) void reply.header(name, value);
+          if (admission.refused) {
+            call.done();
+            throw admission.refused;
+          }
+        }
         const context = createCallContext({
           service: spec.rpc.parent,
           method: spec.rpc,
@@ -155,12 +180,16 @@ export function registerRestRoutes(
         const withHeaders = () => context.responseHeaders()?.forEach((value, name) => void reply.header(name, value));
         let output: unknown;
         try {
-          output = await handler.call(impl, message, context);
+          output =
+            principal.kind === "app"
+              ? await runAsTenant(principal.app.id, () => handler.call(impl, message, context))
+              : await handler.call(impl, message, context);
         } catch (err) {
           withHeaders();
           throw err;
         } finally {
           call.done();
+          admission?.release();
         }
         const result = create(spec.rpc.output, output as MessageInitShape<DescMessage>);
         withHeaders();

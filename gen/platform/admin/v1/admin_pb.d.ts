@@ -85,6 +85,64 @@ export declare type AppLimits = Message<"platform.admin.v1.AppLimits"> & {
    * @generated from field: optional int32 retention_days = 12;
    */
   retentionDays?: number | undefined;
+
+  /**
+   * Per-app rate limits, token buckets enforced across every instance together (0: no limit):
+   * analytics events a second logged (each event counts one) and the bucket's burst.
+   *
+   * @generated from field: optional int32 events_per_second = 13;
+   */
+  eventsPerSecond?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 events_burst = 14;
+   */
+  eventsBurst?: number | undefined;
+
+  /**
+   * Queue messages a second put (each message of a batch counts one) and the burst.
+   *
+   * @generated from field: optional int32 queue_puts_per_second = 15;
+   */
+  queuePutsPerSecond?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 queue_puts_burst = 16;
+   */
+  queuePutsBurst?: number | undefined;
+
+  /**
+   * Every other facility request a second, and the burst.
+   *
+   * @generated from field: optional int32 requests_per_second = 17;
+   */
+  requestsPerSecond?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 requests_burst = 18;
+   */
+  requestsBurst?: number | undefined;
+
+  /**
+   * Consumes (REST consume, ConsumeMessage, ReadEventFeed) running at once.
+   *
+   * @generated from field: optional int32 max_waiting_consumes = 19;
+   */
+  maxWaitingConsumes?: number | undefined;
+
+  /**
+   * StreamMessages streams open at once.
+   *
+   * @generated from field: optional int32 max_open_streams = 20;
+   */
+  maxOpenStreams?: number | undefined;
+
+  /**
+   * Other facility requests in progress at once.
+   *
+   * @generated from field: optional int32 max_in_flight_requests = 21;
+   */
+  maxInFlightRequests?: number | undefined;
 };
 
 /**

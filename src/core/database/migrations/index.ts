@@ -26,6 +26,7 @@ import * as secretVersionFloors from "./0021-secret-version-floors.ts";
 import * as queueClaims from "./0022-queue-claims.ts";
 import * as mailUnconfirmed from "./0023-mail-unconfirmed.ts";
 import * as queueDepthExclusive from "./0024-queue-depth-exclusive.ts";
+import * as limitExchange from "./0025-limit-exchange.ts";
 import * as quotaReservations from "./0026-quota-reservations.ts";
 
 export const migrations: Record<string, Migration> = {
@@ -52,5 +53,6 @@ export const migrations: Record<string, Migration> = {
   "0022-queue-claims": queueClaims,
   "0023-mail-unconfirmed": mailUnconfirmed,
   "0024-queue-depth-exclusive": queueDepthExclusive,
+  "0025-limit-exchange": limitExchange,
   "0026-quota-reservations": quotaReservations,
 };
