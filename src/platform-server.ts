@@ -31,6 +31,7 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
+import { registerOperationalGauges, registerPoolGauges } from "./core/operational-gauges.ts";
 import { createQuotas } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
@@ -97,6 +98,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const shutdown = new AbortController();
   const metrics = createMetrics();
+  registerPoolGauges(metrics, database);
   const apps = createAppStore(database.db);
   const deps: Deps = {
     config,
@@ -194,6 +196,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
+  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness });
   fastify.get("/ready", async (_req, reply) => {
     const report = await readiness();
     if (report.ready) return { status: "ready", checks: report.checks };

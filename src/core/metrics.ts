@@ -9,7 +9,35 @@ export interface Metrics {
   readonly httpRequests: client.Counter<"method" | "route" | "status">;
   readonly httpDuration: client.Histogram<"method" | "route" | "status">;
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
-  gauge<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Gauge<L>;
+  /**
+   * A gauge; with `collect`, one whose value is read when /metrics is scraped (a figure kept
+   * elsewhere, such as the database's, costs the requests nothing). `collect` must not throw:
+   * a failed read leaves the gauge without a figure (`reset`), and /metrics still answers.
+   */
+  gauge<L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    collect?: (gauge: client.Gauge<L>) => Promise<void> | void,
+  ): client.Gauge<L>;
+}
+
+/**
+ * `load`, run at most once per `ms`: calls within that time (scrapes by several Prometheus
+ * servers, several gauges fed by one query) share the last result or the run under way.
+ */
+export function atMostEvery<T>(ms: number, load: () => Promise<T>): () => Promise<T> {
+  let last: { at: number; value: Promise<T> } | undefined;
+  return () => {
+    if (last && Date.now() - last.at < ms) return last.value;
+    const value = load();
+    last = { at: Date.now(), value };
+    // A failure is not kept: the next scrape tries again.
+    value.catch(() => {
+      if (last?.value === value) last = undefined;
+    });
+    return value;
+  };
 }
 
 export function createMetrics(): Metrics {
@@ -35,8 +63,22 @@ export function createMetrics(): Metrics {
     counter(name, help, labelNames) {
       return new client.Counter({ name, help, labelNames, registers: [registry] });
     },
-    gauge(name, help, labelNames) {
-      return new client.Gauge({ name, help, labelNames, registers: [registry] });
+    gauge(name, help, labelNames, collect) {
+      return new client.Gauge({
+        name,
+        help,
+        labelNames,
+        registers: [registry],
+        ...(collect && {
+          async collect(this: client.Gauge) {
+            try {
+              await collect(this);
+            } catch {
+              this.reset();
+            }
+          },
+        }),
+      });
     },
   };
 }

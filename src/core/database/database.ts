@@ -64,7 +64,21 @@ export interface Database {
    * when notifications may have been missed, so the caller re-checks.
    */
   listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten>;
+  /** How full each connection pool is now (for /metrics); none on PGlite, which has one in-process connection. */
+  pools(): PoolStats[];
   close(): Promise<void>;
+}
+
+/** One pool's connections at this moment, as `pg` counts them. */
+export interface PoolStats {
+  /** `main` (requests), `relaxed` (asynchronous commits), `unbounded` (migrations, locks). */
+  pool: "main" | "relaxed" | "unbounded";
+  max: number;
+  /** Connections open, idle or in use. */
+  open: number;
+  idle: number;
+  /** Requests waiting for a connection (all are in use, or one is being made). */
+  waiting: number;
 }
 
 export interface DatabaseOptions {
@@ -129,7 +143,8 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
   const connectionTimeoutMillis = options.poolWaitMs ?? 5000;
   const bound = options.statementTimeoutMs;
   const onAnswer = (sentAt: number) => health.succeeded(sentAt);
-  const openPool = (max: number, settings: string, statementTimeoutMs: number | undefined) => {
+  const pools: { name: PoolStats["pool"]; pool: pg.Pool; max: number }[] = [];
+  const openPool = (name: PoolStats["pool"], max: number, settings: string, statementTimeoutMs: number | undefined) => {
     const pool = new pg.Pool({
       connectionString,
       max,
@@ -140,6 +155,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       // timestamp into a day would otherwise follow the server's summer time.
       options: [SESSION_ZONE, settings, statementTimeoutOption(statementTimeoutMs)].filter(Boolean).join(" "),
     });
+    pools.push({ name, pool, max });
     pool.on("error", onError);
     // A checked-out client has no pool listener: without its own, a connection
     // ended by the server (a restart) between two queries would crash the process.
@@ -152,9 +168,9 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     });
   };
   const poolSize = options.poolSize ?? 20;
-  const db: Db = openPool(poolSize, "", bound);
-  const relaxedDb: Db = openPool(Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
-  const unboundedDb: Db = openPool(2, "", undefined);
+  const db: Db = openPool("main", poolSize, "", bound);
+  const relaxedDb: Db = openPool("relaxed", Math.ceil(poolSize / 2), "-c synchronous_commit=off", bound);
+  const unboundedDb: Db = openPool("unbounded", 2, "", undefined);
   const notifications = createPgNotifications(connectionString, onError, () => health.succeeded());
   return {
     db,
@@ -163,6 +179,14 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     kind: "postgres",
     health,
     listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
+    pools: () =>
+      pools.map(({ name, pool, max }) => ({
+        pool: name,
+        max,
+        open: pool.totalCount,
+        idle: pool.idleCount,
+        waiting: pool.waitingCount,
+      })),
     async close() {
       await notifications.stop();
       await Promise.all([db.destroy(), relaxedDb.destroy(), unboundedDb.destroy()]);
@@ -204,6 +228,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     async listen(channel, onNotify) {
       return pglite.listen(channel, onNotify);
     },
+    pools: () => [],
     async close() {
       await db.destroy();
       // The files PGlite made while running.

@@ -3,6 +3,7 @@ export {
   openDatabase,
   type Database,
   type DatabaseOptions,
+  type PoolStats,
   type Db,
   type Timestamp,
   type Transaction,

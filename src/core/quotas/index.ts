@@ -1,4 +1,5 @@
 export {
+  CAP_LIMITS,
   createQuotas,
   utcDay,
   withReservation,
