@@ -348,7 +348,11 @@ try {
   await ensureBase();
   step(`podman build ${IMAGE}`);
   const buildStart = Date.now();
+  const previous = await podman("image", "inspect", "--format", "{{.Id}}", IMAGE).catch(() => undefined);
   await build();
+  // The image this build replaced (the build stage's layers stay: they are the next build's cache).
+  const current = await podman("image", "inspect", "--format", "{{.Id}}", IMAGE);
+  if (previous && previous !== current) await podman("rmi", previous).catch(() => undefined);
   const buildSeconds = (Date.now() - buildStart) / 1000;
   const { size, config } = await inspect(IMAGE);
   const { size: baseSize } = await inspect(BASE);
