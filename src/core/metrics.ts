@@ -11,8 +11,9 @@ export interface Metrics {
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
   /**
    * A gauge; with `collect`, one whose value is read when /metrics is scraped (a figure kept
-   * elsewhere, such as the database's, costs the requests nothing). `collect` must not throw:
-   * a failed read leaves the gauge without a figure (`reset`), and /metrics still answers.
+   * elsewhere, such as the database's, costs the requests nothing). A read that fails or takes
+   * over `COLLECT_TIMEOUT_MS` leaves the gauge without a figure (`reset`), and /metrics still
+   * answers.
    */
   gauge<L extends string>(
     name: string,
@@ -21,6 +22,9 @@ export interface Metrics {
     collect?: (gauge: client.Gauge<L>) => Promise<void> | void,
   ): client.Gauge<L>;
 }
+
+/** How long a gauge read at scrape time may take before it is left empty for this scrape. */
+export const COLLECT_TIMEOUT_MS = 2000;
 
 /**
  * `load`, run at most once per `ms`: calls within that time (scrapes by several Prometheus
@@ -71,10 +75,17 @@ export function createMetrics(): Metrics {
         registers: [registry],
         ...(collect && {
           async collect(this: client.Gauge) {
+            // A database that does not answer must not hold /metrics past a scraper's timeout.
+            let timer: NodeJS.Timeout | undefined;
+            const late = new Promise<never>((_, reject) => {
+              timer = setTimeout(() => reject(new Error("no answer")), COLLECT_TIMEOUT_MS);
+            });
             try {
-              await collect(this);
+              await Promise.race([collect(this), late]);
             } catch {
               this.reset();
+            } finally {
+              clearTimeout(timer);
             }
           },
         }),

@@ -5,12 +5,21 @@
  * PostgreSQL pools (none on PGlite), the highest share of a daily cap used
  * and the apps near one, the messages and dead letters stored, and the age of
  * the longest-waiting message (the platform's `_events` aside). A server whose
- * mail provider cannot be reached exports itself not ready, naming the mail.
+ * mail provider cannot be reached exports itself not ready, naming the mail;
+ * one whose database hangs still answers /metrics at once, not ready.
  */
 import net from "node:net";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startServer, useTestServer, type TestServer } from "../support/harness.ts";
+import { COLLECT_TIMEOUT_MS } from "../../src/core/metrics.ts";
+import {
+  createTestDatabase,
+  startServer,
+  useTestServer,
+  type TestDatabase,
+  type TestServer,
+} from "../support/harness.ts";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 
 /** Every sample of /metrics as `name{labels}` → value. */
 async function scrape(t: TestServer): Promise<Map<string, number>> {
@@ -124,5 +133,33 @@ describe("the readiness gauges of a server whose mail provider cannot be reached
     expect(samples.get("platform_ready")).toBe(0);
     expect(samples.get('platform_dependency_ready{dependency="mail"}')).toBe(0);
     expect(samples.get('platform_dependency_ready{dependency="database"}')).toBe(1);
+  });
+});
+
+describe.runIf(process.env.DATABASE_URL !== undefined)("/metrics while the database hangs (PostgreSQL)", () => {
+  let database: TestDatabase;
+  let proxy: TcpProxy;
+  let t: TestServer;
+
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    proxy = await startTcpProxy(database.url!);
+    t = await startServer({ database: { ...database, url: proxy.url } });
+  });
+  afterAll(async () => {
+    proxy?.release();
+    await t?.close();
+    await proxy?.close();
+    await database?.drop();
+  });
+
+  it("answers within the gauges' bound, not ready, rather than waiting for the database", async () => {
+    proxy.hold();
+    const started = performance.now();
+    const samples = await scrape(t);
+    // The bound, plus slack for a loaded machine; the database's own bounds are 5 and 10 s.
+    expect(performance.now() - started).toBeLessThan(COLLECT_TIMEOUT_MS + 1500);
+    expect(samples.get("platform_ready")).toBe(0);
+    expect(samples.has("queue_oldest_waiting_seconds")).toBe(true);
   });
 });
