@@ -49,6 +49,7 @@ import {
   createRateLimiter,
   type LimitExchange,
 } from "./core/limits/index.ts";
+import { registerOperationalGauges, registerPoolGauges } from "./core/operational-gauges.ts";
 import { createQuotas, reservationSweepTask } from "./core/quotas/index.ts";
 import { createAdminFacility } from "./admin/index.ts";
 import {
@@ -185,22 +186,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const shutdown = new AbortController();
   const metrics = createMetrics();
-  // Pool saturation: `waiting` above 0, or `total - idle` near `max`, means requests queue for a connection.
-  metrics.gauge(
-    "database_pool_clients",
-    "Connections of each PostgreSQL pool by state: total open, idle, and requests waiting for one.",
-    ["pool", "state"],
-    (gauge) => {
-      for (const p of database.poolStats()) {
-        gauge.set({ pool: p.pool, state: "total" }, p.total);
-        gauge.set({ pool: p.pool, state: "idle" }, p.idle);
-        gauge.set({ pool: p.pool, state: "waiting" }, p.waiting);
-      }
-    },
-  );
-  metrics.gauge("database_pool_max_clients", "The most connections each PostgreSQL pool opens.", ["pool"], (gauge) => {
-    for (const p of database.poolStats()) gauge.set({ pool: p.pool }, p.max);
-  });
+  registerPoolGauges(metrics, database);
   const apps = createAppStore(database.db);
   const deps: Deps = {
     config,
@@ -312,6 +298,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
+  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness });
   fastify.get("/ready", async (_req, reply) => {
     const report = await readiness();
     if (report.ready) return { status: "ready", checks: report.checks };

@@ -9,13 +9,39 @@ export interface Metrics {
   readonly httpRequests: client.Counter<"method" | "route" | "status">;
   readonly httpDuration: client.Histogram<"method" | "route" | "status">;
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
-  /** A gauge; with `collect`, set by it at each scrape (a value read from elsewhere, e.g. a pool's counts). */
+  /**
+   * A gauge; with `collect`, one whose value is read when /metrics is scraped (a figure kept
+   * elsewhere, such as the database's, costs the requests nothing). A read that fails or takes
+   * over `COLLECT_TIMEOUT_MS` leaves the gauge without a figure (`reset`), and /metrics still
+   * answers.
+   */
   gauge<L extends string>(
     name: string,
     help: string,
     labelNames: readonly L[],
-    collect?: (gauge: client.Gauge<L>) => void,
+    collect?: (gauge: client.Gauge<L>) => Promise<void> | void,
   ): client.Gauge<L>;
+}
+
+/** How long a gauge read at scrape time may take before it is left empty for this scrape. */
+export const COLLECT_TIMEOUT_MS = 2000;
+
+/**
+ * `load`, run at most once per `ms`: calls within that time (scrapes by several Prometheus
+ * servers, several gauges fed by one query) share the last result or the run under way.
+ */
+export function atMostEvery<T>(ms: number, load: () => Promise<T>): () => Promise<T> {
+  let last: { at: number; value: Promise<T> } | undefined;
+  return () => {
+    if (last && Date.now() - last.at < ms) return last.value;
+    const value = load();
+    last = { at: Date.now(), value };
+    // A failure is not kept: the next scrape tries again.
+    value.catch(() => {
+      if (last?.value === value) last = undefined;
+    });
+    return value;
+  };
 }
 
 export function createMetrics(): Metrics {
@@ -47,13 +73,22 @@ export function createMetrics(): Metrics {
         help,
         labelNames,
         registers: [registry],
-        ...(collect
-          ? {
-              collect(this: client.Gauge<(typeof labelNames)[number]>) {
-                collect(this);
-              },
+        ...(collect && {
+          async collect(this: client.Gauge) {
+            // A database that does not answer must not hold /metrics past a scraper's timeout.
+            let timer: NodeJS.Timeout | undefined;
+            const late = new Promise<never>((_, reject) => {
+              timer = setTimeout(() => reject(new Error("no answer")), COLLECT_TIMEOUT_MS);
+            });
+            try {
+              await Promise.race([collect(this), late]);
+            } catch {
+              this.reset();
+            } finally {
+              clearTimeout(timer);
             }
-          : {}),
+          },
+        }),
       });
     },
   };

@@ -17,6 +17,7 @@ import { createEventFeedStore } from "./event-feed-store.ts";
 import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
 import { ACTIVITY_HOURS, DEAD_LETTER_SWEEP_INTERVAL_MS } from "./queue-limits.ts";
 import { createQueueStore, type PeekedMessage, type QueueActivityHour } from "./queue-store.ts";
+import { registerQueueGauges } from "./queue-gauges.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
@@ -56,6 +57,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
+  registerQueueGauges(metrics, deps.db);
   const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,

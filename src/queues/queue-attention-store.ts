@@ -6,6 +6,7 @@
  */
 import { sql } from "kysely";
 import type { Db } from "../core/database/index.ts";
+import { EVENTS_QUEUE } from "./queue-limits.ts";
 import type { QueueTables } from "./queue-store.ts";
 
 export interface QueueAttentionRow {
@@ -42,4 +43,50 @@ export async function queuesNeedingAttention(
     deadLetters: Number(r.dead),
     oldestAgeSeconds: Math.floor(Number(r.age)),
   }));
+}
+
+/** Cross-app figures of the queue tables for /metrics, each read in bounded time. */
+export interface QueueTotals {
+  /** Messages stored (waiting, leased or held back), from the per-queue counts. */
+  messages: number;
+  /** Dead letters stored, counted up to `DEAD_LETTERS_COUNTED`. */
+  deadLetters: number;
+  /** Seconds the longest-waiting message of any queue (the platform's `_events` aside) has been consumable; 0 when none waits. */
+  oldestWaitingSeconds: number;
+}
+
+/** Dead letters beyond this many are not counted (the count would cost a scan of them all). */
+export const DEAD_LETTERS_COUNTED = 100_000;
+/** Queues whose head of line is read, at most (one index probe each). */
+export const QUEUES_PROBED = 10_000;
+
+/**
+ * One statement, bounded whatever the backlog: the message count sums the
+ * small `queue_counts` table; the dead letters are counted up to a cap; and
+ * the oldest waiting message is the earliest `visible_at` at the head of each
+ * queue's line (the line index's first row per queue, skipping the expired
+ * rows the next sweep removes), so a message taken back after a lapsed lease
+ * counts from when it could be consumed again. `_events`, which apps need
+ * not read, is left out of the age.
+ */
+export async function queueTotals(database: Db): Promise<QueueTotals> {
+  const db = database.withTables<QueueTables>();
+  const { rows } = await sql<{ messages: string | number; dead: string | number; oldest: string | number }>`
+    SELECT
+      (SELECT coalesce(sum(n), 0) FROM queue_counts) AS messages,
+      (SELECT count(*) FROM (SELECT 1 FROM queue_dead_letters LIMIT ${DEAD_LETTERS_COUNTED}) d) AS dead,
+      (SELECT coalesce(max(extract(epoch FROM now() - head.visible_at)), 0)
+         FROM (SELECT DISTINCT app_id, queue FROM queue_counts WHERE queue <> ${EVENTS_QUEUE} LIMIT ${QUEUES_PROBED}) q
+         CROSS JOIN LATERAL (
+           SELECT visible_at FROM queue_messages m
+           WHERE m.app_id = q.app_id AND m.queue = q.queue AND m.expires_at > now()
+           ORDER BY visible_at LIMIT 1
+         ) head
+         WHERE head.visible_at <= now()) AS oldest`.execute(db);
+  const row = rows[0];
+  return {
+    messages: Number(row.messages),
+    deadLetters: Number(row.dead),
+    oldestWaitingSeconds: Math.max(0, Number(row.oldest)),
+  };
 }

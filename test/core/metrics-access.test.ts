@@ -41,15 +41,15 @@ describe("METRICS_PORT", () => {
     const text = await res.text();
     expect(text).toContain("http_requests_total");
 
-    // The pool's saturation: connections open, idle and waiting, and the most it opens, per pool.
+    // The pool's saturation: connections busy and idle, requests waiting, and the most it opens, per pool.
     if (backend === "postgres") {
-      expect(text).toMatch(/^database_pool_clients\{pool="main",state="total"\} \d+$/m);
-      expect(text).toMatch(/^database_pool_clients\{pool="main",state="idle"\} \d+$/m);
-      expect(text).toMatch(/^database_pool_clients\{pool="main",state="waiting"\} 0$/m);
-      expect(text).toMatch(/^database_pool_max_clients\{pool="main"\} 20$/m);
+      expect(text).toMatch(/^database_pool_connections\{pool="main",state="busy"\} \d+$/m);
+      expect(text).toMatch(/^database_pool_connections\{pool="main",state="idle"\} \d+$/m);
+      expect(text).toMatch(/^database_pool_waiting_requests\{pool="main"\} 0$/m);
+      expect(text).toMatch(/^database_pool_max_connections\{pool="main"\} 20$/m);
     } else {
       // PGlite is in the process: no pool to saturate.
-      expect(text).not.toMatch(/^database_pool_clients\{/m);
+      expect(text).not.toMatch(/^database_pool_connections\{/m);
     }
 
     for (const [method, pathname] of [

@@ -64,18 +64,21 @@ export interface Database {
    * when notifications may have been missed, so the caller re-checks.
    */
   listen(channel: string, onNotify: (payload: string) => void, onReconnect?: () => void): Promise<Unlisten>;
-  /** How full each connection pool is now (for the saturation gauges of `/metrics`); none on PGlite. */
-  poolStats(): PoolStats[];
+  /** How full each connection pool is now (for /metrics); none on PGlite, which has one in-process connection. */
+  pools(): PoolStats[];
   close(): Promise<void>;
 }
 
-/** One pool's connections: `waiting` counts requests queued for a connection because all `max` are taken. */
+/** One pool's connections at this moment, as `pg` counts them. */
 export interface PoolStats {
+  /** `main` (requests), `relaxed` (asynchronous commits), `unbounded` (migrations, locks). */
   pool: "main" | "relaxed" | "unbounded";
-  total: number;
-  idle: number;
-  waiting: number;
   max: number;
+  /** Connections open, idle or in use. */
+  open: number;
+  idle: number;
+  /** Requests waiting for a connection (all are in use, or one is being made). */
+  waiting: number;
 }
 
 export interface DatabaseOptions {
@@ -159,6 +162,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       // timestamp into a day would otherwise follow the server's summer time.
       options: [SESSION_ZONE, settings, statementTimeoutOption(statementTimeoutMs)].filter(Boolean).join(" "),
     });
+    pools.push({ name, pool, max });
     pool.on("error", onError);
     // A checked-out client has no pool listener: without its own, a connection
     // ended by the server (a restart) between two queries would crash the process.
@@ -196,13 +200,13 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     kind: "postgres",
     health,
     listen: (channel, onNotify, onReconnect) => notifications.subscribe(channel, onNotify, onReconnect),
-    poolStats: () =>
+    pools: () =>
       pools.map(({ name, pool, max }) => ({
         pool: name,
-        total: pool.totalCount,
+        max,
+        open: pool.totalCount,
         idle: pool.idleCount,
         waiting: pool.waitingCount,
-        max,
       })),
     async close() {
       await notifications.stop();
@@ -245,7 +249,7 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     async listen(channel, onNotify) {
       return pglite.listen(channel, onNotify);
     },
-    poolStats: () => [],
+    pools: () => [],
     async close() {
       await db.destroy();
       // The files PGlite made while running.

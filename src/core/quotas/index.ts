@@ -1,4 +1,5 @@
 export {
+  CAP_LIMITS,
   createQuotas,
   reservationSweepTask,
   RESERVATION_HOLD_SECONDS,

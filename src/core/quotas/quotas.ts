@@ -22,6 +22,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { inTransaction, type Db } from "../database/index.ts";
+import { effectiveLimits, type AppLimits } from "../apps/apps.ts";
 import type { HousekeepingTask } from "../housekeeping.ts";
 import { createQuotaStore, type SpendStatement } from "./quota-store.ts";
 import { PlatformError } from "../errors.ts";
@@ -43,6 +44,14 @@ export const RESERVATION_HOLD_SECONDS = 15;
 export const RESERVATION_SWEEP_INTERVAL_MS = 5_000;
 
 export type { SpendStatement };
+
+/** The app limit that caps each counter per UTC day. */
+export const CAP_LIMITS: Readonly<Record<QuotaCounter, keyof AppLimits>> = Object.freeze({
+  events: "eventsPerDay",
+  mail: "mailPerDay",
+  fast_tokens: "fastTokensPerDay",
+  embed_tokens: "embedTokensPerDay",
+});
 
 export interface Reservation {
   /** Its row in `quota_reservations`. */
@@ -97,6 +106,11 @@ export interface Quotas {
   usedMany(appId: string, counters: readonly QuotaCounter[]): Promise<number[]>;
   /** Today's use of every app that used anything today: app id → counter → used. */
   usedToday(): Promise<Map<string, Map<QuotaCounter, number>>>;
+  /**
+   * Today's use of each daily cap by every app that used it, as a share of the app's cap
+   * (1 = reached; caps set to 0 are left out): what the quota gauges of /metrics report.
+   */
+  capSharesToday(): Promise<{ counter: QuotaCounter; share: number }[]>;
   /**
    * One app's use per UTC day over the last `days` days, today last, oldest first; days without
    * use have zeros. `quota_usage` keeps every day, so this is the daily usage history.
@@ -300,6 +314,17 @@ export function createQuotas(
         app.set(r.counter as QuotaCounter, r.used);
       }
       return out;
+    },
+
+    async capSharesToday() {
+      const shares: { counter: QuotaCounter; share: number }[] = [];
+      for (const r of await store.usedOnWithLimits(utcDay(clock()))) {
+        const limit = CAP_LIMITS[r.counter as QuotaCounter];
+        if (!limit) continue;
+        const cap = effectiveLimits(r.limits)[limit];
+        if (cap > 0) shares.push({ counter: r.counter as QuotaCounter, share: r.used / cap });
+      }
+      return shares;
     },
 
     async history(appId, days) {
