@@ -9,6 +9,7 @@ import type { Logger } from "pino";
 import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
+import { clientErrorOf } from "./rpc-errors.ts";
 
 export function createConnectInterceptor(
   authenticator: Authenticator,
@@ -24,7 +25,8 @@ export function createConnectInterceptor(
       req.contextValues.set(reauthenticateKey, again);
       return await next(req);
     } catch (err) {
-      const platformError = toPlatformError(err);
+      // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
+      const platformError = clientErrorOf(err) ?? toPlatformError(err);
       if (platformError.code === "internal") {
         logger.error({ err, rpc: `${req.method.parent.typeName}/${req.method.name}` }, "unexpected error");
       } else if (platformError.code === "unavailable") {
