@@ -2,10 +2,14 @@
  * The Connect/gRPC side of authentication and error mapping: the same
  * `Authenticator` as the REST router decides who calls (the principal found
  * at the call's head, `headPrincipalKey`, when there is one), and every error
- * leaves as a `ConnectError` carrying our string code (`toConnectError`).
+ * leaves as a `ConnectError` carrying our string code (`toConnectError`), also
+ * one a stream's messages end with: those leave through the response's
+ * iterable, after `next` returned, so it is mapped there too (a stream that
+ * threw a `PlatformError` was answered `internal`).
  */
-import type { Interceptor } from "@connectrpc/connect";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import { ErrorDetailSchema } from "../../../gen/platform/meta/v1/error_pb.js";
 import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
@@ -16,23 +20,41 @@ export function createConnectInterceptor(
   logger: Logger,
   health: DatabaseHealth,
 ): Interceptor {
+  const mapped = (err: unknown, rpc: string): ConnectError => {
+    // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
+    const platformError = clientErrorOf(err) ?? toPlatformError(err);
+    if (platformError.code === "internal") {
+      logger.error({ err, rpc }, "unexpected error");
+    } else if (platformError.code === "unavailable") {
+      health.failed(platformError.cause);
+    }
+    return toConnectError(platformError);
+  };
   return (next) => async (req) => {
+    const rpc = `${req.method.parent.typeName}/${req.method.name}`;
     try {
       // The request's headers are read only when needed: most calls were authenticated at their head.
       const again = () => authenticator.authenticate(req.header.get("authorization"), req.method);
       const principal = req.contextValues.get(headPrincipalKey) ?? (await again());
       req.contextValues.set(principalKey, principal);
       req.contextValues.set(reauthenticateKey, again);
-      return await next(req);
+      const res = await next(req);
+      if (!res.stream) return res;
+      const messages = res.message;
+      return {
+        ...res,
+        message: (async function* () {
+          try {
+            yield* messages;
+          } catch (err) {
+            // Already this service's error (a stream that maps and logs its own): as it is.
+            if (err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0) throw err;
+            throw mapped(err, rpc);
+          }
+        })(),
+      };
     } catch (err) {
-      // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
-      const platformError = clientErrorOf(err) ?? toPlatformError(err);
-      if (platformError.code === "internal") {
-        logger.error({ err, rpc: `${req.method.parent.typeName}/${req.method.name}` }, "unexpected error");
-      } else if (platformError.code === "unavailable") {
-        health.failed(platformError.cause);
-      }
-      throw toConnectError(platformError);
+      throw mapped(err, rpc);
     }
   };
 }
