@@ -263,8 +263,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     routes: (router: ConnectRouter) => {
       for (const { service, impl } of served) router.service(service, impl);
       for (const { service, impl } of options.testServices?.services ?? []) router.service(service, impl);
-      router.service(ServerReflection, createReflectionImpl(all.map((f) => f.service)));
-      router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(all.map((f) => f.service)));
+      // Reflection lists every service served (it adds itself): the facilities' and the health service.
+      const reflected = [...all.map((f) => f.service), Health];
+      router.service(ServerReflection, createReflectionImpl(reflected));
+      router.service(ServerReflectionV1Alpha, createReflectionV1AlphaImpl(reflected));
       router.service(
         Health,
         createHealthImpl(

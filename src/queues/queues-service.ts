@@ -43,6 +43,7 @@ import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
+import { sendStreamHeaders } from "../core/stream-headers.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
 import { isWellFormedText } from "../core/text.ts";
 import { checkQueueName } from "./queue-name.ts";
@@ -634,6 +635,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           // Each message is made into its `Message` once: when its size is counted.
           const made = new Map<StoredMessage, ReturnType<typeof toMessage>>();
           const fit = (unsent: StoredMessage[]) => responsePart(unsent, made);
+          // The call is accepted: its headers go now, not with a first message that may be long in coming.
+          sendStreamHeaders(context);
           for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit)) {
             yield {
               messages: messages.map((m) => {

@@ -364,8 +364,17 @@ const SHOWS: Record<string, (a: Answer) => void> = {
     expect([a.trailers["grpc-status"], a.headers["grpc-encoding"]]).toEqual(["0", "gzip"]);
     expect(Buffer.from(a.body, "base64")[0], "the frame's compressed flag").toBe(1);
   },
-  "grpc: refused by the service": (a) => expect(a.trailers["grpc-status"]).toBe("3"),
+  // An error without a message is Trailers-Only: the status in the only header fields, no trailers.
+  "grpc: refused by the service": (a) => expect([a.headers["grpc-status"], a.trailers]).toEqual(["3", {}]),
   "json: byte order mark": (a) => expect(a.status).toBe(200),
+  // Decoded strictly, as REST's bodies are (it was read with U+FFFD in place of the byte).
+  "json: not UTF-8": (a) => {
+    expect(a.status).toBe(400);
+    expect(JSON.parse(Buffer.from(a.body, "base64").toString())).toMatchObject({
+      code: "invalid_argument",
+      message: "body: is not UTF-8 (JSON is UTF-8 text)",
+    });
+  },
   "json: first accepted encoding the server has": (a) => expect(a.headers["content-encoding"]).toBe("br"),
   "json: encoding with a weight": (a) => expect([a.status, a.headers["content-encoding"]]).toEqual([200, undefined]),
   "json: error with metadata (retry-after)": (a) => {
@@ -374,8 +383,8 @@ const SHOWS: Record<string, (a: Answer) => void> = {
   },
   "proto: error with metadata (retry-after)": (a) => expect(a.headers["retry-after"]).toMatch(/^[1-9]\d*$/),
   "grpc: error with metadata (retry-after)": (a) => {
-    expect(a.trailers["grpc-status"]).toBe("8");
-    expect(a.trailers["retry-after"]).toMatch(/^[1-9]\d*$/);
+    expect([a.headers["grpc-status"], a.trailers]).toEqual(["8", {}]);
+    expect(a.headers["retry-after"]).toMatch(/^[1-9]\d*$/);
   },
   "json: unimplemented by the service": (a) => expect(a.status).toBe(501),
   "grpc: first accepted encoding the server has": (a) => expect(a.headers["grpc-encoding"]).toBe("br"),

@@ -18,7 +18,7 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
   fastify.removeContentTypeParser(["application/json", "text/plain"]);
   fastify.addContentTypeParser("application/json", { parseAs: "buffer" }, (_req, bytes, done) => {
     const body = utf8(bytes as Buffer);
-    if (body === undefined) return done(refused("body: is not UTF-8 (JSON is UTF-8 text)"), undefined);
+    if (body === undefined) return done(refused(NOT_UTF8_JSON), undefined);
     if (body.trim() === "") return done(null, undefined);
     let value: unknown;
     try {
@@ -63,8 +63,8 @@ export function registerBodyParsers(fastify: FastifyInstance): void {
  */
 const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-/** The body as text, or undefined when its bytes are not UTF-8. */
-function utf8(bytes: Buffer): string | undefined {
+/** The body as text, or undefined when its bytes are not UTF-8 (also Connect's JSON bodies: `connect-routes.ts`). */
+export function utf8(bytes: Uint8Array): string | undefined {
   try {
     return STRICT_UTF8.decode(bytes);
   } catch {
@@ -81,13 +81,16 @@ function percentEncodedUtf8(body: string): boolean {
   return true;
 }
 
+/** Why a JSON body whose bytes are not UTF-8 is refused, over REST and Connect alike. */
+export const NOT_UTF8_JSON = "body: is not UTF-8 (JSON is UTF-8 text)";
+
 /** The `config` of a route that takes an HTML form's body (the secret link's page); other routes refuse forms. */
 export const FORM_ROUTE_CONFIG = { acceptsForm: true };
 
 const notJson = () => refused("content-type: must be application/json");
 
 /** A 400 whose one detail is its message (it names the field or the body). */
-const refused = (message: string) => new PlatformError("invalid_argument", message, { details: [message] });
+export const refused = (message: string) => new PlatformError("invalid_argument", message, { details: [message] });
 
 /**
  * Depth of a parsed JSON value, walked without recursion so no input can

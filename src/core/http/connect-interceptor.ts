@@ -1,16 +1,22 @@
 /**
- * The Connect/gRPC side of authentication and error mapping: the same
- * `Authenticator` as the REST router decides who calls (the principal found
- * at the call's head, `headPrincipalKey`, when there is one), and every error
- * leaves as a `ConnectError` carrying our string code (`toConnectError`).
+ * The Connect/gRPC side of authentication, the app's limits and error
+ * mapping: the same `Authenticator` as the REST router decides who calls (the
+ * principal found at the call's head, `headPrincipalKey`, when there is one),
+ * the app's limits admit the call (docs/api.md#rate-limits), and every error
+ * leaves as a `ConnectError` carrying our string code (`toConnectError`), also
+ * one a stream's messages end with: those leave through the response's
+ * iterable, after `next` returned, so it is mapped there too (a stream that
+ * threw a `PlatformError` was answered `internal`).
  */
-import type { Interceptor } from "@connectrpc/connect";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import { ErrorDetailSchema } from "../../../gen/platform/meta/v1/error_pb.js";
 import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
 import { toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 import { planOf, type RateLimiter } from "../limits/index.ts";
 import { runAsTenant } from "../tenant.ts";
+import { clientErrorOf } from "./rpc-errors.ts";
 
 export function createConnectInterceptor(
   authenticator: Authenticator,
@@ -18,52 +24,66 @@ export function createConnectInterceptor(
   health: DatabaseHealth,
   limiter?: RateLimiter,
 ): Interceptor {
+  const mapped = (err: unknown, rpc: string): ConnectError => {
+    // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
+    const platformError = clientErrorOf(err) ?? toPlatformError(err);
+    if (platformError.code === "internal") {
+      logger.error({ err, rpc }, "unexpected error");
+    } else if (platformError.code === "unavailable") {
+      health.failed(platformError.cause);
+    }
+    return toConnectError(platformError);
+  };
   return (next) => async (req) => {
+    const rpc = `${req.method.parent.typeName}/${req.method.name}`;
     try {
       // The request's headers are read only when needed: most calls were authenticated at their head.
       const again = () => authenticator.authenticate(req.header.get("authorization"), req.method);
       const principal = req.contextValues.get(headPrincipalKey) ?? (await again());
       req.contextValues.set(principalKey, principal);
       req.contextValues.set(reauthenticateKey, again);
-      if (!limiter || principal.kind !== "app") return await next(req);
-      // The app's limits (docs/api.md#rate-limits): a refusal is RESOURCE_EXHAUSTED with the `rate_limited` detail.
-      const admission = limiter.admit(
-        principal.app,
-        planOf(req.method.parent.typeName, req.method.name, req.stream ? undefined : req.message),
-      );
-      if (admission.refused) throw admission.refused;
+      // The app's limits: a refusal is RESOURCE_EXHAUSTED with the `rate_limited` detail.
+      const admission =
+        limiter && principal.kind === "app"
+          ? limiter.admit(
+              principal.app,
+              planOf(req.method.parent.typeName, req.method.name, req.stream ? undefined : req.message),
+            )
+          : undefined;
+      if (admission?.refused) throw admission.refused;
       let res;
       try {
-        res = await runAsTenant(principal.app.id, () => next(req));
+        res =
+          admission && principal.kind === "app"
+            ? await runAsTenant(principal.app.id, () => next(req))
+            : await next(req);
       } catch (err) {
-        admission.release();
+        admission?.release();
         throw err;
       }
       if (!res.stream) {
-        admission.release();
+        admission?.release();
         return res;
       }
       // A stream holds its place until it ends, however it ends (also when its messages are never read).
-      req.signal.addEventListener("abort", () => admission.release(), { once: true });
+      if (admission) req.signal.addEventListener("abort", () => admission.release(), { once: true });
       const messages = res.message;
       return {
         ...res,
         message: (async function* () {
           try {
             yield* messages;
+          } catch (err) {
+            // Already this service's error (a stream that maps and logs its own): as it is.
+            if (err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0) throw err;
+            throw mapped(err, rpc);
           } finally {
-            admission.release();
+            admission?.release();
           }
         })(),
       };
     } catch (err) {
-      const platformError = toPlatformError(err);
-      if (platformError.code === "internal") {
-        logger.error({ err, rpc: `${req.method.parent.typeName}/${req.method.name}` }, "unexpected error");
-      } else if (platformError.code === "unavailable") {
-        health.failed(platformError.cause);
-      }
-      throw toConnectError(platformError);
+      throw mapped(err, rpc);
     }
   };
 }

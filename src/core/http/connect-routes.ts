@@ -32,9 +32,12 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import fastifyCors from "@fastify/cors";
 import { deliveryKey } from "../delivery.ts";
 import { toPlatformError } from "../errors.ts";
+import { sendHeadersKey } from "../stream-headers.ts";
 import type { Metrics } from "../metrics.ts";
+import { NOT_UTF8_JSON, refused, utf8 } from "./body-parsers.ts";
 import { responseClosed } from "./client-gone.ts";
 import { watchDelivery } from "./delivery-watch.ts";
+import { endResponse, resetIfBodyOpen, type NodeHeaders } from "./end-response.ts";
 import { connectShortPath, nodeHeaders } from "./connect-short-path.ts";
 import {
   connectUnaryErrorWithDetail,
@@ -47,10 +50,21 @@ import {
 /**
  * Options both paths are given, so that they parse, serialize and compress
  * alike: unknown JSON fields are ignored (Connect's default, stated here so
- * the short path cannot drift from it), responses of at least 1 KiB are
+ * the short path cannot drift from it), JSON is strict UTF-8, responses of at least 1 KiB are
  * compressed when the client accepts gzip or br.
  */
-const JSON_OPTIONS = { ignoreUnknownFields: true };
+const JSON_OPTIONS = {
+  ignoreUnknownFields: true,
+  // JSON bodies are decoded strictly, as REST's are: bytes that are not UTF-8 are refused, never read as U+FFFD.
+  textDecoder: {
+    decode(bytes: Uint8Array): string {
+      const text = utf8(bytes);
+      if (text === undefined) throw refused(NOT_UTF8_JSON);
+      // A leading byte-order mark is dropped, as Connect's own decoder drops it (REST keeps it, and refuses it).
+      return text.startsWith("\ufeff") ? text.slice(1) : text;
+    },
+  },
+};
 const COMPRESS_MIN_BYTES = 1024;
 const ACCEPT_COMPRESSION = [compressionGzip, compressionBrotli];
 /** The content types an RPC accepts (Connect unary and streaming, gRPC, gRPC-Web; proto and JSON), for a 415's `Accept-Post`. */
@@ -228,17 +242,21 @@ type ResponseOf = FastifyRequest & { [RESPONSE]: FastifyReply["raw"] };
 const AUTHENTICATED = "connectAuthenticated";
 type AuthenticatedRequest<A> = FastifyRequest & { [AUTHENTICATED]: A | undefined };
 
-/** Writes `answer` in place of the route, its body unread, with the headers hooks set (`x-request-id`). */
+/**
+ * Writes `answer` in place of the route, its body unread, with the headers hooks set (`x-request-id`), in one
+ * piece: without a body, a gRPC answer is Trailers-Only (see `end-response.ts`).
+ */
 function answerAtHead(
   reply: FastifyReply,
   answer: { status: number; headers: Record<string, string>; body?: Uint8Array },
 ) {
   void reply.hijack();
-  reply.raw.writeHead(answer.status, {
-    ...nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>)),
-    ...answer.headers,
-  });
-  reply.raw.end(answer.body);
+  void endResponse(reply.raw, answer.status, { ...hookHeaders(reply), ...answer.headers }, answer.body);
+}
+
+/** The header fields hooks set on the reply (`x-request-id`): fastify keeps them until `send`, not used here. */
+function hookHeaders(reply: FastifyReply): NodeHeaders {
+  return nodeHeaders(new Headers(reply.getHeaders() as Record<string, string>));
 }
 
 type Handler = ConnectRouter["handlers"][number];
@@ -285,6 +303,7 @@ function withErrorDetails(handler: Handler, onCall: () => void): Handler {
       if (fixed) {
         res.status = fixed.status;
         if (header.has("content-length")) header.set("content-length", String(fixed.body.byteLength));
+        if (fixed.acceptEncoding !== undefined) header.set("accept-encoding", fixed.acceptEncoding);
       }
     }
     return res;
@@ -302,16 +321,24 @@ function withErrorDetails(handler: Handler, onCall: () => void): Handler {
  * logged at debug; any other is the server's and logged as an error.
  */
 function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => ContextValues): RouteHandlerMethod {
+  const streaming = handler.method.methodKind !== "unary";
   return async (req, reply) => {
     try {
+      const values = contextValues(req);
+      if (streaming) values.set(sendHeadersKey, (header) => sendHeadersNow(reply, header));
       const res = await handler(
-        universalRequestFromNodeRequest(req.raw, reply.raw, req.body as JsonValue | undefined, contextValues(req)),
+        universalRequestFromNodeRequest(req.raw, reply.raw, req.body as JsonValue | undefined, values),
       );
-      // Headers set by hooks (`x-request-id`) are on the reply until `send`, which is not used here.
-      for (const [key, value] of Object.entries(reply.getHeaders())) {
-        if (value !== undefined) reply.raw.setHeader(key, value);
+      if (await answeredTrailersOnly(res, reply)) return;
+      // Headers set by hooks (`x-request-id`) are on the reply until `send`, which is not used here. (A stream
+      // that sent its headers early sent these with them.)
+      if (!reply.raw.headersSent) {
+        for (const [key, value] of Object.entries(reply.getHeaders())) {
+          if (value !== undefined) reply.raw.setHeader(key, value);
+        }
       }
       await universalResponseToNodeResponse(res, reply.raw);
+      resetIfBodyOpen(reply.raw);
     } catch (err) {
       const rpc = `${handler.service.typeName}/${handler.method.name}`;
       const code = ConnectError.from(err).code;
@@ -321,6 +348,63 @@ function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => C
       }
       req.log.error({ rpc, err }, "rpc handler failed");
     }
+  };
+}
+
+type UniversalResponse = Awaited<ReturnType<Handler>>;
+
+/**
+ * A gRPC answer without a message (an error before any, or none at all) written as Trailers-Only: its header
+ * and trailer fields in one HEADERS frame with END_STREAM, as grpc-go and the gRPC spec send it, rather than
+ * connect-node's HEADERS then trailers. True if it was; otherwise the body is left as it was, to be written.
+ * (gRPC-Web's status is in its body, and Connect's in its body or its HTTP status: theirs are already one piece.)
+ */
+async function answeredTrailersOnly(res: UniversalResponse, reply: FastifyReply): Promise<boolean> {
+  const header = res.header instanceof Headers ? res.header : new Headers(res.header);
+  const type = header.get("content-type") ?? "";
+  if (!type.startsWith("application/grpc") || type.startsWith("application/grpc-web") || reply.raw.headersSent)
+    return false;
+  const body = res.body;
+  if (body === undefined || !(Symbol.asyncIterator in body)) return false;
+  const it = body[Symbol.asyncIterator]();
+  // Connect resolved the call once its first chunk was there: this does not wait.
+  const first = await it.next();
+  if (first.done !== true) {
+    // The same iterator, its first chunk given again. Its `throw` and `return` are kept: through them
+    // connect-node tells the call that writing failed or the client went away (the call's signal aborts).
+    let again: IteratorResult<Uint8Array> | undefined = first;
+    const rest: AsyncIterator<Uint8Array> = {
+      next: () => {
+        const chunk = again;
+        again = undefined;
+        return chunk ? Promise.resolve(chunk) : it.next();
+      },
+      throw: (e: unknown) => (it.throw ? it.throw(e) : Promise.reject(e instanceof Error ? e : new Error(String(e)))),
+      return: (value?: unknown) => (it.return ? it.return(value) : Promise.resolve({ done: true, value })),
+    };
+    res.body = { [Symbol.asyncIterator]: () => rest };
+    return false;
+  }
+  const trailer = res.trailer instanceof Headers ? res.trailer : new Headers(res.trailer);
+  const fields = { ...hookHeaders(reply), ...nodeHeaders(header), ...nodeHeaders(trailer) };
+  await endResponse(reply.raw, res.status, fields);
+  return true;
+}
+
+/**
+ * Sends a stream's response headers now, before its first message: a stream that waits (an idle queue) would
+ * otherwise send nothing until then, and proxies and clients take a long silence before headers for a dead
+ * upstream. `header` is the call's (`context.responseHeader`: its content type and encoding, as Connect set
+ * them). Once sent, connect-node's own `writeHead` after the first message does nothing.
+ */
+function sendHeadersNow(reply: FastifyReply, header: Headers): void {
+  const res = reply.raw;
+  if (res.headersSent || res.writableEnded) return;
+  res.writeHead(200, { ...hookHeaders(reply), ...nodeHeaders(header) });
+  // HTTP/1.1 holds the head until the first write; HTTP/2 sent its HEADERS at `writeHead`.
+  if (!("stream" in res)) res.flushHeaders();
+  res.writeHead = function (this: typeof res) {
+    return this;
   };
 }
 

@@ -70,6 +70,7 @@ import {
 import type { compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { createCallContext } from "./call-context.ts";
+import { endResponse, type NodeHeaders } from "./end-response.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { connectErrorJson, connectHttpStatus, detailed, grpcStatusFields } from "./rpc-errors.ts";
 
@@ -90,7 +91,7 @@ export interface ShortPathOptions {
   readMaxBytes: number;
   compressMinBytes: number;
   acceptCompression: readonly Compression[];
-  jsonOptions: Partial<JsonReadOptions & JsonWriteOptions>;
+  jsonOptions: Partial<JsonReadOptions & JsonWriteOptions> & { textDecoder?: { decode(input: Uint8Array): string } };
   contextValues?: (req: FastifyRequest) => ContextValues;
   /** Called once for each call the short path answers. */
   onServed: () => void;
@@ -136,7 +137,7 @@ export function connectShortPath(
     const method = req.method === "POST" ? methods.get(req.url) : undefined;
     const kind = method ? shortKind(req.headers) : undefined;
     if (!method || !kind) return undefined;
-    const read = await readBody(req.raw, SHORT_MAX_BYTES);
+    const read = await readBody(req.raw, SHORT_MAX_BYTES, kind.grpc);
     if (read.complete && read.bytes.byteLength <= options.readMaxBytes) {
       const call = { method, binary: kind.binary, req, reply, options };
       // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
@@ -180,11 +181,20 @@ function shortKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boole
  */
 type ReadResult = { complete: true; bytes: Buffer } | { complete: false; chunks: Buffer[]; gone: boolean };
 
-/** Reads the whole body if it is at most `max` bytes; otherwise stops (paused) after the chunk that went over. */
-function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
+/**
+ * Reads the whole body if it is at most `max` bytes; otherwise stops (paused) after the chunk that went over.
+ * For gRPC (`framed`), a first frame whose length prefix says it is larger stops it at once: the plugin then
+ * refuses a body over the read limit while the client is still sending it, instead of once it ended (or never).
+ */
+function readBody(raw: NodeRequest, max: number, framed: boolean): Promise<ReadResult> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    const declaredTooLarge = () => {
+      if (!framed || size < 5) return false;
+      const head = chunks[0].length >= 5 ? chunks[0] : Buffer.concat(chunks);
+      return 5 + head.readUInt32BE(1) > max;
+    };
     const cleanup = () => {
       raw.off("data", onData);
       raw.off("end", onEnd);
@@ -194,7 +204,7 @@ function readBody(raw: NodeRequest, max: number): Promise<ReadResult> {
     const onData = (chunk: Buffer) => {
       chunks.push(chunk);
       size += chunk.length;
-      if (size > max) {
+      if (size > max || declaredTooLarge()) {
         raw.pause();
         cleanup();
         resolve({ complete: false, chunks, gone: false });
@@ -267,7 +277,11 @@ function parseInput({ method, binary, options }: Call, bytes: Uint8Array): Messa
     }
   }
   try {
-    return fromJsonString(method.method.input, textDecoder.decode(bytes), options.jsonOptions);
+    return fromJsonString(
+      method.method.input,
+      (options.jsonOptions.textDecoder ?? textDecoder).decode(bytes),
+      options.jsonOptions,
+    );
   } catch (e) {
     throw ConnectError.from(e, Code.InvalidArgument);
   }
@@ -547,9 +561,6 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   return true;
 }
 
-/** Header fields as Node takes them. */
-type NodeHeaders = Record<string, string | string[]>;
-
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
 export function nodeHeaders(headers: Headers): NodeHeaders {
   const out: NodeHeaders = {};
@@ -582,6 +593,9 @@ function answer(
   }
   // Typed as HTTP/1.1's; over h2c it is the HTTP/2 compatibility response, which has the same methods.
   const res = reply.raw;
+  // A gRPC error (no message): Trailers-Only, its status with the header fields in one HEADERS frame that ends
+  // the stream, as grpc-go sends it (`end-response.ts`).
+  if (trailers && !(body && body.length > 0)) return endResponse(res, status, { ...headers, ...trailers });
   return new Promise((resolve) => {
     res.once("close", () => resolve());
     res.writeHead(status, headers);

@@ -22,7 +22,7 @@ import { base64Decode, base64Encode, BinaryReader, BinaryWriter, WireType } from
 import { Code, ConnectError } from "@connectrpc/connect";
 import { ErrorDetailSchema, type ErrorDetail } from "../../../gen/platform/meta/v1/error_pb.js";
 import { PlatformError, statusOf, toConnectError } from "../errors.ts";
-import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
+import { BODY_LIMIT_BYTES, NOT_UTF8_JSON, refused } from "./body-parsers.ts";
 
 /** `Code.InvalidArgument` as the Connect protocol spells it: `invalid_argument`. */
 export function codeToString(code: Code): string {
@@ -36,13 +36,45 @@ const codeByString = new Map(
     .map((c) => [codeToString(c), c]),
 );
 
-/** What an error of the protocol layer (Connect's code and message) means as one of this service's errors. */
-export function fromProtocolError(code: Code, message: string): PlatformError {
+/** Why a binary message with a string field that is not UTF-8 is refused (proto3 strings are UTF-8 text). */
+export const NOT_UTF8_STRING = "body: a string field is not UTF-8 (protobuf strings are UTF-8 text)";
+
+/**
+ * The error of the protocol layer that is the client's fault, as one of this service's errors, or undefined
+ * when `message` is none of those: bytes that are not the method's message (`parse binary:`, `parse json:`), text
+ * that is not UTF-8 (Connect's JSON is decoded strictly, as REST's; protobuf-es refuses a string field that is not
+ * UTF-8), a gRPC message whose compressed flag is set while the call named no `grpc-encoding` (INTERNAL in Connect
+ * and grpc-go, but the bytes are the client's, so INVALID_ARGUMENT here: docs/connect.md), an encoding this server
+ * does not have (UNIMPLEMENTED, with what it has).
+ */
+function clientProtocolError(code: Code, message: string): PlatformError | undefined {
+  if (message === NOT_UTF8_JSON) return refused(NOT_UTF8_JSON);
+  if (message.includes("not valid for encoding utf-8")) return refused(NOT_UTF8_STRING);
+  if (message.startsWith("received compressed envelope, but do not know how to decompress")) {
+    return refused("body: a message is flagged compressed, but the call names no grpc-encoding");
+  }
   if (message.startsWith("parse binary:") || message.startsWith("parse json:") || code === Code.InvalidArgument) {
     return new PlatformError("invalid_argument", message, {
       details: [`body: is not a valid request message of this method (${message})`],
     });
   }
+  return undefined;
+}
+
+/**
+ * The encodings this server takes, from Connect's refusal of another (`unknown compression "deflate": supported
+ * encodings are gzip,br`), or undefined for any other message: named in `grpc-accept-encoding`, as the gRPC
+ * compression spec asks of an UNIMPLEMENTED for an encoding.
+ */
+export function acceptedEncodings(code: Code, message: string): string | undefined {
+  if (code !== Code.Unimplemented) return undefined;
+  return /^unknown compression ".*": supported encodings are ([\w,-]*)$/.exec(message)?.[1];
+}
+
+/** What an error of the protocol layer (Connect's code and message) means as one of this service's errors. */
+export function fromProtocolError(code: Code, message: string): PlatformError {
+  const clients = clientProtocolError(code, message);
+  if (clients) return clients;
   if (code === Code.ResourceExhausted && message.includes("readMaxBytes")) {
     return new PlatformError("payload_too_large", message, {
       details: [`body: larger than ${BODY_LIMIT_BYTES} bytes`],
@@ -52,6 +84,16 @@ export function fromProtocolError(code: Code, message: string): PlatformError {
   if (code === Code.DeadlineExceeded) return new PlatformError("deadline_exceeded", message);
   if (code === Code.Unavailable) return new PlatformError("unavailable", message);
   return new PlatformError("internal", message);
+}
+
+/**
+ * A `ConnectError` the protocol layer made for a client's bad request (see `clientProtocolError`), as this
+ * service's error; undefined for any other error. The interceptor uses it for what Connect raises inside the
+ * call (a streaming method's request is parsed there), which would otherwise be answered `internal`.
+ */
+export function clientErrorOf(err: unknown): PlatformError | undefined {
+  if (!(err instanceof ConnectError) || errorDetailsOf(err).length > 0) return undefined;
+  return clientProtocolError(err.code, err.rawMessage);
 }
 
 /**
@@ -88,7 +130,7 @@ export function connectErrorJson(error: ConnectError): Uint8Array {
 export function grpcStatusFields(error: ConnectError): Record<string, string> {
   const fields: Record<string, string> = {
     "grpc-status": String(error.code),
-    "grpc-message": encodeURIComponent(error.rawMessage),
+    "grpc-message": grpcMessageEncode(error.rawMessage),
   };
   if (error.details.length === 0) return fields;
   // google.rpc.Status: code = 1, message = 2, repeated google.protobuf.Any details = 3.
@@ -139,7 +181,9 @@ function withDetail(code: Code, message: string): ConnectError {
 }
 
 /** The answer of a Connect unary error body, with an ErrorDetail when it had none; undefined if nothing changes. */
-export function connectUnaryErrorWithDetail(body: Uint8Array): { status: number; body: Uint8Array } | undefined {
+export function connectUnaryErrorWithDetail(
+  body: Uint8Array,
+): { status: number; body: Uint8Array; acceptEncoding?: string } | undefined {
   let json: { code?: unknown; message?: unknown; details?: { type?: unknown }[] };
   try {
     json = JSON.parse(new TextDecoder().decode(body)) as typeof json;
@@ -148,23 +192,54 @@ export function connectUnaryErrorWithDetail(body: Uint8Array): { status: number;
   }
   if (json.details?.some((d) => d.type === ErrorDetailSchema.typeName)) return undefined;
   const code = codeByString.get(String(json.code)) ?? Code.Unknown;
-  const error = withDetail(code, typeof json.message === "string" ? json.message : "");
-  return { status: connectHttpStatus(error.code), body: connectErrorJson(error) };
+  const message = typeof json.message === "string" ? json.message : "";
+  const error = withDetail(code, message);
+  // An encoding this server lacks: Connect asks for the ones it has in `Accept-Encoding`.
+  const acceptEncoding = acceptedEncodings(code, message);
+  return { status: connectHttpStatus(error.code), body: connectErrorJson(error), acceptEncoding };
 }
 
-/** Rewrites a gRPC status held in `fields` (headers or trailers) to carry an ErrorDetail; true if it changed. */
+/**
+ * `grpc-message` as the gRPC spec encodes it: UTF-8, every byte outside printable ASCII (0x20 to 0x7E) and `%`
+ * percent-encoded, nothing else (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md#responses).
+ * Connect writes `encodeURIComponent`, which also encodes `/`, `:` and spaces; grpc-js decodes with `decodeURI`,
+ * which leaves `%2F` and `%3A` as they are, so its users read `%2Fplatform.nope.v1.NopeService%2FNope%3A`.
+ */
+export function grpcMessageEncode(message: string): string {
+  let out = "";
+  for (const byte of new TextEncoder().encode(message)) {
+    out +=
+      byte < 0x20 || byte > 0x7e || byte === 0x25
+        ? "%" + byte.toString(16).toUpperCase().padStart(2, "0")
+        : String.fromCharCode(byte);
+  }
+  return out;
+}
+
+/**
+ * Rewrites a gRPC status held in `fields` (headers or trailers) to carry an ErrorDetail, and its message in the
+ * spec's encoding; true if it changed.
+ */
 export function grpcStatusWithDetail(fields: Headers): boolean {
   const status = fields.get("grpc-status");
   if (status === null || status === "0") return false;
-  if (statusHasErrorDetail(fields.get("grpc-status-details-bin"))) return false;
-  let message = fields.get("grpc-message") ?? "";
+  const sent = fields.get("grpc-message") ?? "";
+  let message = sent;
   try {
     message = decodeURIComponent(message);
   } catch {
     // Not percent-encoded: kept as it came.
   }
+  if (statusHasErrorDetail(fields.get("grpc-status-details-bin"))) {
+    const encoded = grpcMessageEncode(message);
+    if (encoded === sent) return false;
+    fields.set("grpc-message", encoded);
+    return true;
+  }
   const error = withDetail(Number(status), message);
   for (const [k, v] of Object.entries(grpcStatusFields(error))) fields.set(k, v);
+  const accepted = acceptedEncodings(error.code, message);
+  if (accepted !== undefined) fields.set("grpc-accept-encoding", accepted);
   return true;
 }
 
@@ -292,12 +367,11 @@ export function unimplementedAnswer(
   const connectGet = method === "GET" && /(^|&)encoding=/.test(query);
   const type = mediaType(contentType);
   if (!isGrpcType(type) && !(rpcPath && (isConnectType(type, method) || connectGet))) return undefined;
-  const answer = rpcErrorAnswer(
-    contentType,
-    connectGet ? "GET" : "POST",
-    new PlatformError("unimplemented", `${path}: no such service or method`),
-  );
-  return answer && { ...answer, status: isGrpcType(type) ? answer.status : 404 };
+  const err = new PlatformError("unimplemented", `${path}: no such service or method`);
+  if (isGrpcType(type)) return rpcErrorAnswer(contentType, "POST", err);
+  // Connect, unary or streaming: no route is a 404 (as a Connect server's router answers it; clients read 404 as
+  // `unimplemented`), with the error's JSON for those that read the body.
+  return { status: 404, headers: { "content-type": "application/json" }, body: connectErrorJson(toConnectError(err)) };
 }
 
 /**
@@ -316,6 +390,12 @@ export function rpcErrorAnswer(
   const error = toConnectError(err);
   if (isGrpcType(type)) return { status: 200, headers: { "content-type": type, ...grpcStatusFields(error) } };
   if (!isConnectType(type, method) && method !== "GET") return undefined;
+  // A Connect stream's answer is always 200, its error in the end-of-stream message (flag 0x02, JSON
+  // `{ "error": ... }`), whichever its codec: https://connectrpc.com/docs/protocol/#streaming-response.
+  if (type.startsWith("application/connect+")) {
+    const end = new TextEncoder().encode(`{"error":${new TextDecoder().decode(connectErrorJson(error))}}`);
+    return { status: 200, headers: { "content-type": type }, body: envelope(0x02, end) };
+  }
   return { status: statusOf(err.code), headers: { "content-type": "application/json" }, body: connectErrorJson(error) };
 }
 
