@@ -354,7 +354,7 @@ function logFailures(handler: Handler, contextValues: (req: FastifyRequest) => C
 type UniversalResponse = Awaited<ReturnType<Handler>>;
 
 /**
- * A gRPC answer without a message (an error before any, or none at all) written as Trailers-Only: its header
+ * A gRPC error without a message (an error before any) written as Trailers-Only: its header
  * and trailer fields in one HEADERS frame with END_STREAM, as grpc-go and the gRPC spec send it, rather than
  * connect-node's HEADERS then trailers. True if it was; otherwise the body is left as it was, to be written.
  * (gRPC-Web's status is in its body, and Connect's in its body or its HTTP status: theirs are already one piece.)
@@ -386,6 +386,12 @@ async function answeredTrailersOnly(res: UniversalResponse, reply: FastifyReply)
     return false;
   }
   const trailer = res.trailer instanceof Headers ? res.trailer : new Headers(res.trailer);
+  if (trailer.get("grpc-status") === "0") {
+    // A stream that succeeded with no message keeps its headers apart from its trailers: a client reads the
+    // response headers its handler set (the Connect conformance suite's grpc-go client found them missing).
+    res.body = (async function* () {})();
+    return false;
+  }
   const fields = { ...hookHeaders(reply), ...nodeHeaders(header), ...nodeHeaders(trailer) };
   await endResponse(reply.raw, res.status, fields);
   return true;
