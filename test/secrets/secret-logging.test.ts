@@ -36,7 +36,8 @@ beforeAll(async () => {
   url = await new Promise<string>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
       output += chunk.toString("utf8");
-      const match = /"url":"(http:\/\/127\.0\.0\.1:\d+)"/.exec(output);
+      // The line of a server ready to serve (an earlier one says where it listens while its database opens).
+      const match = /"url":"(http:\/\/127\.0\.0\.1:\d+)"[^\n]*"msg":"platform batteries listening"/.exec(output);
       if (match) resolve(match[1]);
     };
     child.stdout!.on("data", onData);

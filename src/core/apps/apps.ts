@@ -57,15 +57,15 @@ export const DEFAULT_LIMITS: Readonly<AppLimits> = Object.freeze({
   // Generous: well above what an ordinary app does (a tracker flushes at most
   // 1000 events a call; a worker runs a few consumes per replica), low enough
   // that one app's flood leaves the shared database to the others (docs/api.md#rate-limits).
-  eventsPerSecond: 1000,
-  eventsBurst: 10_000,
-  queuePutsPerSecond: 500,
-  queuePutsBurst: 1000,
-  requestsPerSecond: 500,
-  requestsBurst: 1000,
-  maxWaitingConsumes: 200,
-  maxOpenStreams: 100,
-  maxInFlightRequests: 200,
+  eventsPerSecond: 5000,
+  eventsBurst: 50_000,
+  queuePutsPerSecond: 2000,
+  queuePutsBurst: 10_000,
+  requestsPerSecond: 2000,
+  requestsBurst: 5000,
+  maxWaitingConsumes: 1000,
+  maxOpenStreams: 200,
+  maxInFlightRequests: 1000,
 });
 
 /** The start of the UTC day `days` days before `now`: what a retention of `days` keeps is from then on. */
