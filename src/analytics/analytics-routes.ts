@@ -16,7 +16,7 @@ import {
   type EventType,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { epochMs, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
+import { epochMs, fixedObject, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import { MAX_EVENTS_PER_CALL } from "./validate-events.ts";
 
@@ -96,13 +96,13 @@ export const RegisterTypeBody = jsonObject({
   name: optionalString(),
 });
 
-const EventJson = z.object(
+const EventJson = fixedObject(
   {
     properties: passthroughObject(),
     type: optionalString(),
     at: JsonTime,
   },
-  { error: "must be an object" },
+  "must be an object",
 );
 
 /** `POST /v1/analytics/events`: the batch size is checked before any event. */

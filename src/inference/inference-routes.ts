@@ -14,7 +14,7 @@ import {
   type ChatMessageSchema,
 } from "../../gen/platform/inference/v1/inference_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { isJsonObject } from "../core/http/validation.ts";
+import { fixedObject, isJsonObject } from "../core/http/validation.ts";
 import type { FinishReason } from "./inference-provider.ts";
 import { LIMITS } from "./inference-requests.ts";
 
@@ -38,84 +38,74 @@ function roundForJson(value: number): number {
 
 export const GenerateBody = z.preprocess(
   withoutNulls,
-  z
-    .object(
-      {
-        model: z.string({ error: "must be a string" }).optional(),
-        prompt: z.string({ error: "must be a string" }).optional(),
-        messages: z
-          .array(
-            z.object(
-              {
-                role: z.string({ error: "must be a string: system, user or assistant" }),
-                content: z.string({ error: "must be a string" }),
-              },
-              { error: "must be an object with role and content" },
-            ),
-            { error: "must be an array of messages" },
-          )
-          .optional(),
-        maxTokens: z.number({ error: "must be an integer of at least 1" }).optional(),
-        temperature: z.number({ error: "must be a number from 0 to 2" }).optional(),
-      },
-      { error: "must be a JSON object" },
-    )
-    .superRefine((body, ctx) => {
-      // An empty `messages` array cannot be told from a missing one in the RPC message.
-      if (body.prompt !== undefined && body.messages !== undefined) {
-        ctx.addIssue({
-          code: "custom",
-          path: ["prompt, messages"],
-          message: "give either prompt or messages, not both",
-        });
-        return;
-      }
-      if (body.messages !== undefined && (body.messages.length < 1 || body.messages.length > LIMITS.messagesMax)) {
-        ctx.addIssue({ code: "custom", path: ["messages"], message: `must have 1 to ${LIMITS.messagesMax} items` });
-        return;
-      }
-      if (body.maxTokens !== undefined && (!Number.isInteger(body.maxTokens) || body.maxTokens < 1)) {
-        ctx.addIssue({ code: "custom", path: ["maxTokens"], message: "must be an integer of at least 1" });
-        return;
-      }
-      body.messages?.forEach((m, i) => {
-        if (!Object.hasOwn(ROLE_FROM_JSON, m.role))
-          ctx.addIssue({ code: "custom", path: ["messages", i, "role"], message: "must be system, user or assistant" });
+  fixedObject({
+    model: z.string({ error: "must be a string" }).optional(),
+    prompt: z.string({ error: "must be a string" }).optional(),
+    messages: z
+      .array(
+        fixedObject(
+          {
+            role: z.string({ error: "must be a string: system, user or assistant" }),
+            content: z.string({ error: "must be a string" }),
+          },
+          "must be an object with role and content",
+        ),
+        { error: "must be an array of messages" },
+      )
+      .optional(),
+    maxTokens: z.number({ error: "must be an integer of at least 1" }).optional(),
+    temperature: z.number({ error: "must be a number from 0 to 2" }).optional(),
+  }).superRefine((body, ctx) => {
+    // An empty `messages` array cannot be told from a missing one in the RPC message.
+    if (body.prompt !== undefined && body.messages !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["prompt, messages"],
+        message: "give either prompt or messages, not both",
       });
-    }),
+      return;
+    }
+    if (body.messages !== undefined && (body.messages.length < 1 || body.messages.length > LIMITS.messagesMax)) {
+      ctx.addIssue({ code: "custom", path: ["messages"], message: `must have 1 to ${LIMITS.messagesMax} items` });
+      return;
+    }
+    if (body.maxTokens !== undefined && (!Number.isInteger(body.maxTokens) || body.maxTokens < 1)) {
+      ctx.addIssue({ code: "custom", path: ["maxTokens"], message: "must be an integer of at least 1" });
+      return;
+    }
+    body.messages?.forEach((m, i) => {
+      if (!Object.hasOwn(ROLE_FROM_JSON, m.role))
+        ctx.addIssue({ code: "custom", path: ["messages", i, "role"], message: "must be system, user or assistant" });
+    });
+  }),
 );
 
 export const EmbedBody = z.preprocess(
   withoutNulls,
-  z
-    .object(
-      {
-        model: z.string({ error: "must be a string" }).optional(),
-        /** A string or an array of strings; checked below, so each case gets its own message. */
-        input: z.unknown().meta({
-          anyOf: [
-            { type: "string", minLength: 1 },
-            { type: "array", items: { type: "string", minLength: 1 }, minItems: 1 },
-          ],
-        }),
-      },
-      { error: "must be a JSON object" },
-    )
-    .superRefine((body, ctx) => {
-      const input = body.input;
-      if (typeof input === "string") return;
-      if (Array.isArray(input)) {
-        if (input.length === 0) ctx.addIssue({ code: "custom", path: ["input"], message: "must have at least 1 item" });
-        const bad = input.findIndex((item) => typeof item !== "string");
-        if (bad >= 0) ctx.addIssue({ code: "custom", path: ["input", bad], message: "must be a string" });
-        return;
-      }
-      const message =
-        input === undefined
-          ? "is required: a string or an array of 1 or more strings"
-          : "must be a string or an array of strings";
-      ctx.addIssue({ code: "custom", path: ["input"], message });
+  fixedObject({
+    model: z.string({ error: "must be a string" }).optional(),
+    /** A string or an array of strings; checked below, so each case gets its own message. */
+    input: z.unknown().meta({
+      anyOf: [
+        { type: "string", minLength: 1 },
+        { type: "array", items: { type: "string", minLength: 1 }, minItems: 1 },
+      ],
     }),
+  }).superRefine((body, ctx) => {
+    const input = body.input;
+    if (typeof input === "string") return;
+    if (Array.isArray(input)) {
+      if (input.length === 0) ctx.addIssue({ code: "custom", path: ["input"], message: "must have at least 1 item" });
+      const bad = input.findIndex((item) => typeof item !== "string");
+      if (bad >= 0) ctx.addIssue({ code: "custom", path: ["input", bad], message: "must be a string" });
+      return;
+    }
+    const message =
+      input === undefined
+        ? "is required: a string or an array of 1 or more strings"
+        : "must be a string or an array of strings";
+    ctx.addIssue({ code: "custom", path: ["input"], message });
+  }),
 );
 
 /** SPEC.md's generate body as a `GenerateRequest`. */

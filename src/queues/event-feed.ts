@@ -3,7 +3,7 @@
  * beside the `_events` queue, where each event goes to ONE consumer, every
  * platform event is appended to the app's feed, which every reader (every
  * replica of the app) reads from its own cursor. Reading consumes nothing;
- * events stay for the app's message lifetime (as on `_events`) and are swept
+ * events stay for the app's message lifetime (on `_events`, an hour) and are swept
  * by housekeeping.
  *
  * A read that finds nothing waits (long-poll) until an append of its app

@@ -3,6 +3,14 @@ import { HOUR_MS } from "../core/time.ts";
 
 /** The reserved queue of platform events: apps consume and ack it, never put. */
 export const EVENTS_QUEUE = "_events";
+/**
+ * How long a platform event waits on `_events` for a consumer (or the app's message lifetime, when
+ * shorter). Short, because many apps never consume `_events`: they read the event feed, which keeps
+ * every event for the whole message lifetime, and their `_events` would otherwise show days of events
+ * as a backlog nobody will drain. A consumer that is away longer re-reads at start what the events
+ * announce (docs/queues.md, "Platform events").
+ */
+export const EVENTS_TTL_SECONDS = 3_600;
 /** Longest consume wait, and the default (DESIGN.md section 4). */
 export const MAX_WAIT_SECONDS = 25;
 export const MAX_LEASE_SECONDS = 43_200;

@@ -10,7 +10,14 @@ import { QueueService, type Message, type QueuePolicy } from "../../gen/platform
 import { invalidArgument } from "../core/errors.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { valueFromJson, valueToJson } from "./payload-value.ts";
-import { epochMs, jsonObject, optionalInteger, optionalJsonObject, optionalString } from "../core/http/validation.ts";
+import {
+  epochMs,
+  fixedObject,
+  jsonObject,
+  optionalInteger,
+  optionalJsonObject,
+  optionalString,
+} from "../core/http/validation.ts";
 
 function messageJson(m: Message) {
   return {
@@ -57,10 +64,12 @@ export const PutBody = jsonObject({
 
 export const BatchPutBody = jsonObject({
   messages: z.array(
-    z.object(
-      { payload: Payload, delaySeconds: optionalInteger(), ttlSeconds: optionalInteger(), dedupKey: DedupKey },
-      { error: "must be a JSON object" },
-    ),
+    fixedObject({
+      payload: Payload,
+      delaySeconds: optionalInteger(),
+      ttlSeconds: optionalInteger(),
+      dedupKey: DedupKey,
+    }),
     { error: "must be an array of messages" },
   ),
 });
@@ -85,6 +94,9 @@ export const NackBody = jsonObject({
 });
 
 export const PolicyBody = jsonObject({
+  queue: optionalString().meta({
+    description: "Optional, and only the path's queue: a policy read with GET can be sent back whole.",
+  }),
   maxDeliveries: optionalInteger(),
   deadLetterQueue: z.string({ error: "must be a string or null" }).nullable().optional(),
   retryDelaySeconds: optionalInteger(),
@@ -431,17 +443,21 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     },
     params: QueuePath,
     body: PolicyBody,
-    request: ({ body, params }) => ({
-      queue: params.queue,
-      maxDeliveries: int32(body.maxDeliveries),
-      // null sets the dead-letter list back ("" over gRPC).
-      deadLetterQueue: body.deadLetterQueue === null ? "" : body.deadLetterQueue,
-      retryDelaySeconds: int32(body.retryDelaySeconds),
-      retryBackoff: body.retryBackoff ?? undefined,
-      maxRetryDelaySeconds: int32(body.maxRetryDelaySeconds),
-      leaseSeconds: int32(body.leaseSeconds),
-      dedupWindowSeconds: int32(body.dedupWindowSeconds),
-    }),
+    request: ({ body, params }) => {
+      if (body.queue !== undefined && body.queue !== params.queue)
+        throw invalidArgument("queue", `must be the path's queue "${params.queue}" when given`);
+      return {
+        queue: params.queue,
+        maxDeliveries: int32(body.maxDeliveries),
+        // null sets the dead-letter list back ("" over gRPC).
+        deadLetterQueue: body.deadLetterQueue === null ? "" : body.deadLetterQueue,
+        retryDelaySeconds: int32(body.retryDelaySeconds),
+        retryBackoff: body.retryBackoff ?? undefined,
+        maxRetryDelaySeconds: int32(body.maxRetryDelaySeconds),
+        leaseSeconds: int32(body.leaseSeconds),
+        dedupWindowSeconds: int32(body.dedupWindowSeconds),
+      };
+    },
     response: (out) => policyJson(out.policy),
   }),
   defineRoute({

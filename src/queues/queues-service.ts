@@ -51,6 +51,7 @@ import { PlatformError, invalidArgument, toConnectError, toPlatformError } from 
 import type { Metrics } from "../core/metrics.ts";
 import {
   EVENTS_QUEUE,
+  EVENTS_TTL_SECONDS,
   MAX_BATCH_MESSAGES,
   MAX_CONSUME_MESSAGES,
   MAX_DELAY_SECONDS,
@@ -409,7 +410,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         queue: EVENTS_QUEUE,
         payload: JSON.stringify({ kind, at, data }),
         delaySeconds: 0,
-        ttlSeconds: app.limits.messageTtlSeconds,
+        // Not the message lifetime: unread, an event leaves `_events` within the hour (EVENTS_TTL_SECONDS).
+        ttlSeconds: Math.min(app.limits.messageTtlSeconds, EVENTS_TTL_SECONDS),
         keep: app.limits.maxQueueDepth,
         notify: hub.payload(app.id, EVENTS_QUEUE, 0),
       });

@@ -45,11 +45,17 @@ describe("POST /v1/mail/send on the outbox", () => {
     expect(await used(a.id)).toBe(2);
   });
 
-  it("does not let the caller choose the sender", async () => {
+  it("does not let the caller choose the sender: a `from` is refused, saying why (docs/api.md, unknown fields)", async () => {
     const a = await t.createApp();
     const res = await send(a.token, { to: "reader@example.com", subject: "s", text: "t", from: "ceo@bank.example" });
-    expect(res.status).toBe(200);
-    expect(res.body.from).toBe(`${a.name}@${DOMAIN}`);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatchObject({
+      code: "invalid_argument",
+      message: `unknown field "from": not supported: mail is sent from the app's own address`,
+    });
+    expect((await t.admin.listMail({ appId: a.id })).mails).toEqual([]);
+    const sent = await send(a.token, { to: "reader@example.com", subject: "s", text: "t" });
+    expect(sent.body.from).toBe(`${a.name}@${DOMAIN}`);
     const { mails } = await t.admin.listMail({ appId: a.id });
     expect(mails[0].from).toBe(`${a.name}@${DOMAIN}`);
   });

@@ -461,6 +461,18 @@ describe("the _events queue", () => {
     });
     expect((await consume("_events", undefined, short.token)).body).toEqual({ message: null });
   });
+
+  it("an event unread on _events leaves it within the hour; the feed has it too", async () => {
+    // An app that reads the feed never consumes _events: its events must not sit there for days as a backlog.
+    const reader = await t.createApp();
+    const feed = await t.request("GET", "/v1/queues/_events/feed", { token: reader.token });
+    await t.admin.publishEvent({ appId: reader.id, kind: "secret.set", data: json({ name: "K", version: 1 }) });
+    const m = (await consume("_events", { waitSeconds: 0, leaseSeconds: 30 }, reader.token)).body.message;
+    expect(m.payload.kind).toBe("secret.set");
+    expect(m.expiresAt - m.enqueuedAt).toBe(3_600_000);
+    const read = await t.request("GET", `/v1/queues/_events/feed?after=${feed.body.cursor}`, { token: reader.token });
+    expect(read.body.events.map((e: { kind: string }) => e.kind)).toEqual(["secret.set"]);
+  });
 });
 
 describe("tenant isolation", () => {

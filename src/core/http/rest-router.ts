@@ -28,7 +28,9 @@ import { runAsTenant } from "../tenant.ts";
 import { createCallContext } from "./call-context.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { watchDelivery } from "./delivery-watch.ts";
-import { parseJson } from "./validation.ts";
+import { NoBody, parseJson } from "./validation.ts";
+
+const takesBody = (method: string) => method !== "GET" && method !== "HEAD";
 
 /** The parsed parts of a request, as the route's schemas made them. */
 export interface RestInput<B, Q, P> {
@@ -146,7 +148,12 @@ export function registerRestRoutes(
         const call = clientGoneSignal(reply.raw, clientWentAway);
         const principal = (req as AuthenticatedRequest).principal!;
         const input: RestInput<unknown, unknown, unknown> = {
-          body: spec.body ? parseJson(spec.body, req.body, "body") : undefined,
+          // An operation without a body schema takes none: a field sent to it would be dropped unread.
+          body: spec.body
+            ? parseJson(spec.body, req.body, "body")
+            : takesBody(spec.method)
+              ? parseJson(NoBody, req.body, "body")
+              : undefined,
           query: spec.query ? parseJson(spec.query, req.query ?? {}, "query") : req.query,
           params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
         };

@@ -13,9 +13,12 @@ export type InputRoot = "body" | "query" | "path";
 
 /** Parses `value` with `schema`, or throws `invalid_argument` naming the field and the rule. */
 export function parseJson<T>(schema: z.ZodType<T>, value: unknown, root: InputRoot = "body"): T {
-  const result = schema.safeParse(value);
+  const result = schema.safeParse(value, { error: (issue) => unknownFieldsMessage(issue, root) });
   if (result.success) return result.data;
-  const details = result.error.issues.map((issue) => `${fieldPath(root, issue.path)}: ${issue.message}`);
+  // An unknown field's message names it already (`unknown field "delay"`), so it takes no prefix.
+  const details = result.error.issues.map((issue) =>
+    issue.code === "unrecognized_keys" ? issue.message : `${fieldPath(root, issue.path)}: ${issue.message}`,
+  );
   throw new PlatformError("invalid_argument", details[0] ?? `${root}: invalid`, { details });
 }
 
@@ -28,14 +31,147 @@ export function fieldPath(root: string, path: readonly PropertyKey[]): string {
 
 const JSON_OBJECT_RULE = "must be a JSON object";
 
-/** A JSON object body with the given fields (unknown fields are ignored, as before). */
+/**
+ * An object of fixed fields: any other field is refused (`unknown field "delay"`), since a
+ * field the service does not read would otherwise be dropped and the answer be silently
+ * wrong (a `delay` that does not delay). Free-form maps (payloads, properties) are not this.
+ * `rule` is the message when the value is not an object at all.
+ */
+export function fixedObject<S extends z.ZodRawShape>(shape: S, rule = JSON_OBJECT_RULE) {
+  // `undefined` for an unknown field leaves its message to `parseJson`, which knows the root.
+  return z.strictObject(shape, { error: (issue) => (issue.code === "unrecognized_keys" ? undefined : rule) });
+}
+
+/** A JSON object body with the given fields, and no others. */
 export function jsonObject<S extends z.ZodRawShape>(shape: S) {
-  return z.object(shape, { error: JSON_OBJECT_RULE });
+  return fixedObject(shape);
 }
 
 /** The same, where no body (or `null`) means `{}`. */
 export function optionalJsonObject<S extends z.ZodRawShape>(shape: S) {
-  return z.preprocess((v) => (v === undefined || v === null ? {} : v), z.object(shape, { error: JSON_OBJECT_RULE }));
+  return z.preprocess((v) => (v === undefined || v === null ? {} : v), fixedObject(shape));
+}
+
+/** The body of an operation that takes none: absent, `null` or `{}`, nothing else. */
+export const NoBody = optionalJsonObject({});
+
+/**
+ * Names other services use for something this API spells differently, or does not do.
+ * Each answers, given the fields the object does define, what to say (or nothing, when
+ * the word means nothing here: `delay` is a hint on a put, not on a consume).
+ */
+type Hint = (fields: ReadonlySet<string>) => string | undefined;
+
+const use =
+  (field: string, unit = ""): Hint =>
+  (fields) =>
+    fields.has(field) ? `use "${field}"${unit}` : undefined;
+const unsupported =
+  (what: string, when?: string): Hint =>
+  (fields) =>
+    when === undefined || fields.has(when) ? `not supported: ${what}` : undefined;
+const either =
+  (...hints: Hint[]): Hint =>
+  (fields) => {
+    for (const hint of hints) {
+      const said = hint(fields);
+      if (said !== undefined) return said;
+    }
+    return undefined;
+  };
+
+const COUNTS_ONLY = "a query counts the events of one type per interval, optionally grouped by one property (groupBy)";
+const NO_STREAMING = "generate answers with the whole text; there is no streaming";
+const GENERATE_ONLY = (what: string) =>
+  unsupported(`${what} (generate takes model, prompt or messages, maxTokens, temperature)`, "prompt");
+
+const HINTS: Record<string, Hint> = {
+  // Queues (BullMQ, SQS, pg-boss words).
+  delay: use("delaySeconds", ", in seconds"),
+  delayMs: use("delaySeconds", ", in seconds"),
+  startAfter: use("delaySeconds", ", in seconds"),
+  visibilityTimeout: either(use("leaseSeconds"), use("delaySeconds", " to make a message visible again later")),
+  VisibilityTimeout: either(use("leaseSeconds"), use("delaySeconds", " to make a message visible again later")),
+  WaitTimeSeconds: use("waitSeconds"),
+  waitTimeSeconds: use("waitSeconds"),
+  timeout: either(use("waitSeconds"), use("leaseSeconds")),
+  MaxNumberOfMessages: use("max"),
+  maxMessages: use("max"),
+  batchSize: use("max"),
+  ttl: use("ttlSeconds", ", in seconds"),
+  expireInSeconds: use("ttlSeconds"),
+  retentionSeconds: use("ttlSeconds"),
+  jobId: use("dedupKey"),
+  singletonKey: use("dedupKey"),
+  MessageDeduplicationId: use("dedupKey"),
+  deduplicationId: use("dedupKey"),
+  attempts: unsupported("set maxDeliveries in the queue's policy (PUT /v1/queues/{queue}/policy)", "payload"),
+  retryLimit: unsupported("set maxDeliveries in the queue's policy (PUT /v1/queues/{queue}/policy)", "payload"),
+  priority: unsupported("messages are delivered oldest first; use another queue for urgent work", "payload"),
+  stream: either(
+    unsupported(
+      "a REST consume answers once; to stream messages use the StreamMessages RPC (Connect/gRPC)",
+      "waitSeconds",
+    ),
+    unsupported(NO_STREAMING, "prompt"),
+  ),
+  // Inference (OpenAI-style words).
+  response_format: GENERATE_ONLY("no response formats"),
+  responseFormat: GENERATE_ONLY("no response formats"),
+  tools: GENERATE_ONLY("no tools"),
+  tool_choice: GENERATE_ONLY("no tools"),
+  functions: GENERATE_ONLY("no tools"),
+  top_p: GENERATE_ONLY("no top_p"),
+  topP: GENERATE_ONLY("no top_p"),
+  stop: GENERATE_ONLY("no stop sequences"),
+  n: GENERATE_ONLY("one answer per request"),
+  system: unsupported('give messages with a "system" message first', "prompt"),
+  // Analytics (Mixpanel, PostHog, Segment words).
+  filter: unsupported(COUNTS_ONLY, "groupBy"),
+  filters: unsupported(COUNTS_ONLY, "groupBy"),
+  where: unsupported(COUNTS_ONLY, "groupBy"),
+  aggregate: unsupported(COUNTS_ONLY, "groupBy"),
+  aggregation: unsupported(COUNTS_ONLY, "groupBy"),
+  breakdown: use("groupBy"),
+  from: either(use("since"), unsupported("mail is sent from the app's own address", "subject")),
+  to: use("until"),
+  start: use("since"),
+  end: use("until"),
+  distinct_id: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
+  distinctId: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
+  userId: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
+  user_id: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
+  event: use("type"),
+  timestamp: use("at"),
+  time: use("at"),
+  // Mail.
+  html: unsupported("mail is plain text (text)", "subject"),
+  body: use("text"),
+  cc: unsupported("one recipient per mail (to)", "subject"),
+  bcc: unsupported("one recipient per mail (to)", "subject"),
+  replyTo: unsupported("mail is sent from the app's own address", "subject"),
+  attachments: unsupported("mail is plain text (text)", "subject"),
+};
+
+/** `maxtokens` for `max_tokens`, `maxTokens`, `MaxTokens`: to find a field spelled another way. */
+const folded = (name: string) => name.replace(/[_-]/g, "").toLowerCase();
+
+/** What to say of an unknown `name` in an object of `fields`: a hint, or `""`. */
+export function unknownFieldHint(name: string, fields: ReadonlySet<string>): string {
+  const said = Object.hasOwn(HINTS, name) ? HINTS[name](fields) : undefined;
+  if (said !== undefined) return `: ${said}`;
+  const match = [...fields].find((field) => folded(field) === folded(name));
+  return match === undefined ? "" : `: use "${match}"`;
+}
+
+/** The message of an unknown-fields issue: each named with its path, and a hint where one helps. */
+function unknownFieldsMessage(issue: z.core.$ZodRawIssue, root: InputRoot): string | undefined {
+  if (issue.code !== "unrecognized_keys") return undefined;
+  const shape = (issue.inst as { _zod?: { def?: { shape?: object } } } | undefined)?._zod?.def?.shape ?? {};
+  const fields = new Set(Object.keys(shape));
+  return issue.keys
+    .map((key) => `unknown field "${fieldPath(root, [...(issue.path ?? []), key])}"${unknownFieldHint(key, fields)}`)
+    .join("; ");
 }
 
 /** True for a JSON object (not null, not an array). */
