@@ -9,7 +9,6 @@
  * tell the caller to simply retry. A database that refuses connections
  * (nothing was sent) is a plain 503 without the flag.
  */
-import net from "node:net";
 import { ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
@@ -66,30 +65,23 @@ describe.runIf(postgres)("a 503 that may have committed says so", () => {
 
 describe.runIf(postgres)("a database that refuses connections", () => {
   it("is a plain 503: nothing was sent, so nothing can have been committed", async () => {
-    const server = net.createServer();
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-    const { port } = server.address() as net.AddressInfo;
     const database = await createTestDatabase();
-    const t = await startServer({ database });
-    const app = await t.createApp();
-    await t.close();
-    await new Promise((resolve) => server.close(resolve));
-    const refused = await startServer({
-      database: { ...database, url: `postgres://postgres@127.0.0.1:${port}/nothing` },
+    const proxy = await startTcpProxy(database.url!);
+    const t = await startServer({
+      database: { ...database, url: proxy.url },
       env: { DATABASE_POOL_WAIT_MS: "1000" },
-    }).catch((e: unknown) => e as Error);
-    // A service that cannot reach its database may refuse to start; then there is no answer to check.
-    if (refused instanceof Error) {
-      await database.drop();
-      return;
-    }
+    });
     try {
-      const res = await refused.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
+      const app = await t.createApp();
+      // The database's address stops answering: its connections are cut and new ones refused, so no
+      // statement of the put can be sent.
+      await proxy.close();
+      const res = await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
       expect(res.status).toBe(503);
       expect(res.headers.get("outcome-unknown")).toBeNull();
       expect(res.body.error.message).toMatch(/retry shortly/);
     } finally {
-      await refused.close();
+      await t.close();
       await database.drop();
     }
   });

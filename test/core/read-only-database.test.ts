@@ -83,7 +83,7 @@ describe.skipIf(backend !== "postgres")(
       // A write answered within a second of the outage's start proves nothing (health.ts, OUTAGE_SETTLE_MS):
       // the outage is over with the first one after that, so write until it is said.
       const reachableAgain = () => lines.some((l) => l.includes('"msg":"database reachable again"'));
-      for (const until = Date.now() + 10_000; !reachableAgain() && Date.now() < until; ) await put();
+      for (const until = Date.now() + 10_000; !reachableAgain() && Date.now() < until;) await put();
       let readyAgain = await t.request("GET", "/ready");
       for (let i = 0; i < 30 && readyAgain.status !== 200; i++) readyAgain = await t.request("GET", "/ready");
       expect(readyAgain.status).toBe(200);
