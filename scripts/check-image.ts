@@ -119,7 +119,23 @@ async function ensureBase(): Promise<void> {
  * to the build, so `npm ci --prefer-offline` there fetches only what the host has not.
  */
 async function build(): Promise<void> {
-  const args = ["build", "--isolation=chroot", "--format", "docker", "--layers", "-t", IMAGE, "-f", "Containerfile"];
+  // npm ci opens more files at once than podman's default limit for a build step (EMFILE in its cache): the
+  // step gets this process's own hard limit (podman may not raise it past that).
+  const hard = (await run("sh", ["-c", "ulimit -Hn"]).catch(() => ({ stdout: "" }))).stdout.trim();
+  const nofile = /^\d+$/.test(hard) ? hard : "4096";
+  const args = [
+    "build",
+    "--isolation=chroot",
+    "--ulimit",
+    `nofile=${nofile}:${nofile}`,
+    "--format",
+    "docker",
+    "--layers",
+    "-t",
+    IMAGE,
+    "-f",
+    "Containerfile",
+  ];
   const ca = "/etc/ssl/certs/ca-certificates.crt";
   if (await exists(ca)) args.push("-v", `${ca}:/usr/local/share/ca-certificates/build-host.crt:ro`);
   const npmCache = (await run("npm", ["config", "get", "cache"]).catch(() => ({ stdout: "" }))).stdout.trim();
