@@ -37,7 +37,7 @@ async function writeSynced(file: string, text: string): Promise<void> {
 }
 
 /** The directory's entries made durable (a new name in it survives a power loss). */
-async function syncDir(dir: string): Promise<void> {
+export async function syncDir(dir: string): Promise<void> {
   const handle = await fs.open(dir, "r");
   try {
     await handle.sync();

@@ -29,6 +29,7 @@ import { Header, Pack, ReadEntry, extract, list } from "tar";
 import { openDatabase, type Db } from "./database.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 import { isMigratablePrefix, pgliteVersion } from "./pglite-template.ts";
+import { syncDir } from "../data-dir.ts";
 import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
 export const ARCHIVE_FORMAT = "platform-batteries-backup";
@@ -218,14 +219,5 @@ export async function restoreArchive(options: {
   } finally {
     await fs.rm(staging, { recursive: true, force: true });
     await unlock();
-  }
-}
-
-async function syncDir(dir: string): Promise<void> {
-  const handle = await fs.open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
   }
 }
