@@ -143,7 +143,9 @@ beforeAll(async () => {
   // One database for both servers keeps this file to one fresh database.
   database = await createTestDatabase();
   local = await startServer({ env: env(sesLocal.url), database });
-  refusing = await startServer({ env: env(fixtureUrl), database });
+  // The second server shares the first one's open database: two embedded (PGlite) instances must never open
+  // one directory (one process passes its own DATA_DIR lock).
+  refusing = await startServer({ env: env(fixtureUrl), database, openDatabase: local.server.deps.database });
 });
 
 afterAll(async () => {
@@ -351,6 +353,7 @@ describe("SES v2 request and refusals (SES stand-in)", () => {
         AWS_ENDPOINT_URL_SES: `http://127.0.0.1:${port}`,
       },
       database,
+      openDatabase: local.server.deps.database,
     });
     try {
       const a = await unreachable.createApp();
