@@ -70,7 +70,8 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
   for (let i = 0; ; i++) {
     if (child.exitCode !== null) throw new Error("the service exited at start");
     try {
-      if ((await fetch(`${url}/health`)).ok) return { url, child };
+      // Ready, not only listening: the port answers (503) while the database is still being opened.
+      if ((await fetch(`${url}/ready`)).ok) return { url, child };
     } catch {
       // not listening yet
     }
