@@ -24,8 +24,8 @@
  */
 import { sql, type Kysely } from "kysely";
 
-/** The function's text, with the lock it takes: shared here, exclusive since 0024 (which reuses it). */
-export const queueDepthFunction = (lock: "pg_advisory_xact_lock" | "pg_advisory_xact_lock_shared") => sql`
+/** The function's text, with the lock it takes: shared here (0024 takes it exclusively, with its own copy). */
+const queueDepthFunction = (lock: "pg_advisory_xact_lock" | "pg_advisory_xact_lock_shared") => sql`
   CREATE OR REPLACE FUNCTION queue_depth(p_app_id uuid, p_queue text) RETURNS int
   LANGUAGE plpgsql VOLATILE AS $$
   DECLARE

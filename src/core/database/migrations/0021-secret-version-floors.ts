@@ -2,7 +2,7 @@
  * `secret_version_floors`: the last version a dropped secret name had, per
  * app and name, so that a name declared again counts on from it.
  *
- * SPEC's `version` "changes when the value is set anew", and apps (and the
+ * A secret's `version` changes when its value is set anew (docs/api.md), and apps (and the
  * client's cache) tell a new value from the one they hold by it. Dropping a
  * name deletes its row, so the next value of that name started again at
  * version 1: an app that had read version 1 of the old value saw "version 1"

@@ -17,8 +17,32 @@
  * (each instance still sends up to 32 puts in one statement); puts on
  * different queues do not wait for each other.
  */
-import type { Kysely } from "kysely";
-import { queueDepthFunction } from "./0020-queue-depth.ts";
+import { sql, type Kysely } from "kysely";
+
+/**
+ * 0020's function text, copied here rather than imported so that this
+ * migration stays as it was applied whatever becomes of 0020's file: only the
+ * lock differs (exclusive here, shared in 0020 and in `down`).
+ */
+const queueDepthFunction = (lock: "pg_advisory_xact_lock" | "pg_advisory_xact_lock_shared") => sql`
+  CREATE OR REPLACE FUNCTION queue_depth(p_app_id uuid, p_queue text) RETURNS int
+  LANGUAGE plpgsql VOLATILE AS $$
+  DECLARE
+    t timestamptz;
+  BEGIN
+    PERFORM ${sql.raw(lock)}(hashtextextended('queue:' || p_app_id || ':' || p_queue, 0));
+    t := clock_timestamp();
+    RETURN greatest(0,
+      (SELECT coalesce(sum(n), 0) FROM queue_counts WHERE app_id = p_app_id AND queue = p_queue)
+      - (SELECT count(*) FROM queue_messages
+         WHERE app_id = p_app_id AND queue = p_queue AND visible_at > t AND lease_until > t)
+      - (SELECT count(*) FROM (
+           SELECT app_id, queue FROM queue_messages
+           WHERE expires_at <= t AND NOT coalesce(lease_until > t AND visible_at > t, false)
+           ORDER BY expires_at LIMIT 10000
+         ) e WHERE e.app_id = p_app_id AND e.queue = p_queue)
+    )::int;
+  END $$`;
 
 export async function up(db: Kysely<unknown>): Promise<void> {
   await queueDepthFunction("pg_advisory_xact_lock").execute(db);
