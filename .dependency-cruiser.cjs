@@ -17,10 +17,11 @@ module.exports = {
     },
     {
       name: "core-independent",
-      comment: "The core knows no facility: facilities depend on the core, never the other way round.",
+      comment:
+        "The core knows no facility and no composition root or entry point (every file at the top of src/: platform-server.ts, facilities.ts, run-server.ts, main.ts, bin.ts, cli.ts, ...): facilities depend on the core, never the other way round.",
       severity: "error",
       from: { path: "^src/core/" },
-      to: { path: [`^src/${FACILITY}/`, "^src/(server|facilities|main|cli)\\.ts$"] },
+      to: { path: [`^src/${FACILITY}/`, "^src/[^/]+\\.ts$"] },
     },
     {
       name: "service-without-http",
@@ -65,6 +66,9 @@ module.exports = {
     exclude: { path: "^gen/" },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
-    enhancedResolveOptions: { exportsFields: ["exports"], conditionNames: ["import", "require", "node", "default", "types"] },
+    enhancedResolveOptions: {
+      exportsFields: ["exports"],
+      conditionNames: ["import", "require", "node", "default", "types"],
+    },
   },
 };
