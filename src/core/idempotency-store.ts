@@ -39,13 +39,6 @@ export interface BeginInput {
   operation: string;
   /** Stored with the row; compared with a repeat's to tell it from another request under the key. */
   fingerprint: string;
-  /**
-   * The fingerprint the request had before fingerprints were taken of its
-   * JSON form (`requestFingerprint` in http/idempotency.ts): a row stored
-   * with it (within its 24 hours) is the same request too, and may be taken
-   * over once its run's lock lapsed.
-   */
-  legacyFingerprint: string;
   /** Names this run: only it may finish or release the row. */
   attempt: string;
   /** How long the key is remembered (from now). */
@@ -114,7 +107,7 @@ export function createIdempotencyStore(database: Db): IdempotencyStore {
         WHERE k.expires_at <= now()
            OR (k.state = 'running' AND k.locked_until <= now()
                AND k.operation = excluded.operation
-               AND k.fingerprint IN (excluded.fingerprint, ${input.legacyFingerprint}))
+               AND k.fingerprint = excluded.fingerprint)
         RETURNING true AS started`.execute(db);
       if (rows.length > 0) return { started: true };
       const existing = await db

@@ -8,8 +8,7 @@ import crypto from "node:crypto";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { create, fromJson, toBinary } from "@bufbuild/protobuf";
-import { ValueSchema } from "@bufbuild/protobuf/wkt";
+import { create } from "@bufbuild/protobuf";
 import { createContextValues, createHandlerContext } from "@connectrpc/connect";
 import pino from "pino";
 import { PutMessageRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
@@ -195,57 +194,6 @@ describe("Idempotency-Key over REST", () => {
     const swapped = await put(t, app, "idem", { payload: { a: 1, b: { c: [{ d: 2, e: 3 }, 1], f: null } } }, key);
     expect([swapped.status, swapped.body.error?.code]).toEqual([422, "idempotency_key_reused"]);
     expect(await depth(t, app, "idem")).toBe(1);
-  });
-
-  it("still honours a key stored before fingerprints were of the JSON form (of the binary encoding then)", async () => {
-    const app = await t.createApp();
-    const key = newKey();
-    const body = { payload: { order: 3 } };
-    // The fingerprint as the service computed it before: SHA-256 of the request's protobuf binary encoding.
-    const request = create(PutMessageRequestSchema, { queue: "idem", payload: fromJson(ValueSchema, body.payload) });
-    const legacy = crypto.createHash("sha256").update(toBinary(PutMessageRequestSchema, request)).digest("hex");
-    const db = tables(t.server.deps.db);
-    const storedFingerprint = async () =>
-      (
-        await sql<{
-          fingerprint: string;
-        }>`SELECT fingerprint FROM idempotency_keys WHERE app_id = ${app.id}`.execute(db)
-      ).rows[0].fingerprint;
-    const first = await put(t, app, "idem", body, key);
-    expect(first.status).toBe(200);
-    // A new key stores the new fingerprint.
-    const fingerprint = await storedFingerprint();
-    expect(fingerprint).not.toBe(legacy);
-
-    // The row as the service stored it before: a repeat is replayed, another request still refused.
-    await sql`UPDATE idempotency_keys SET fingerprint = ${legacy} WHERE app_id = ${app.id}`.execute(db);
-    const again = await put(t, app, "idem", body, key);
-    expect([again.status, again.headers.get("idempotent-replayed"), again.body.id]).toEqual([
-      200,
-      "true",
-      first.body.id,
-    ]);
-    const other = await put(t, app, "idem", { payload: { order: 4 } }, key);
-    expect([other.status, other.body.error?.code]).toEqual([422, "idempotency_key_reused"]);
-
-    // A run of before that still holds the key: 409; once its lock lapsed (its process died), a repeat takes
-    // the key over and stores the new fingerprint.
-    const running = (lockedFor: string) =>
-      sql`UPDATE idempotency_keys SET state = 'running', response = NULL, status = NULL,
-            locked_until = now() + ${lockedFor}::interval WHERE app_id = ${app.id}`.execute(db);
-    await running("1 hour");
-    const busy = await put(t, app, "idem", body, key);
-    expect([busy.status, busy.body.error?.code]).toEqual([409, "idempotency_key_in_use"]);
-    await running("-1 second");
-    const retaken = await put(t, app, "idem", body, key);
-    expect([retaken.status, retaken.headers.get("idempotent-replayed")]).toEqual([200, null]);
-    expect(await storedFingerprint()).toBe(fingerprint);
-    const replay = await put(t, app, "idem", body, key);
-    expect([replay.status, replay.headers.get("idempotent-replayed"), replay.body.id]).toEqual([
-      200,
-      "true",
-      retaken.body.id,
-    ]);
   });
 
   it("keys are per app", async () => {

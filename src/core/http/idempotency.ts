@@ -129,7 +129,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
       if (!PRINTABLE.test(key)) throw invalidArgument("Idempotency-Key", KEY_RULE);
       const app = appOf(context);
       const operation = `${method.parent.typeName}/${method.name}`;
-      const { fingerprint, legacy } = requestFingerprint(method.input, req);
+      const fingerprint = requestFingerprint(method.input, req);
       const attempt = crypto.randomUUID();
       const stored = crypto.createHash("sha256").update(key).digest("hex");
       const input = {
@@ -137,7 +137,6 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
         key: stored,
         operation,
         fingerprint,
-        legacyFingerprint: legacy,
         attempt,
         ttlSeconds: IDEMPOTENCY_TTL_SECONDS,
         lockSeconds,
@@ -151,10 +150,7 @@ export function createIdempotency(options: IdempotencyOptions): Idempotency {
           if (tries < 3) continue;
           throw inUse();
         }
-        if (
-          existing.operation !== operation ||
-          (existing.fingerprint !== fingerprint && existing.fingerprint !== legacy)
-        ) {
+        if (existing.operation !== operation || existing.fingerprint !== fingerprint) {
           throw new PlatformError(
             "idempotency_key_reused",
             "Idempotency-Key: was used for another request in the last 24 hours; send a new key for a new request",
@@ -260,29 +256,20 @@ const canonicalJson = configure({ deterministic: true, strict: true });
  * (64-bit integers and bytes as exact text) and drops what it does not read
  * (unknown fields).
  *
- * `legacy` is that old binary fingerprint, which the keys stored before this
- * change carry: such a key still answers a repeat of its request (a client
- * retrying across the deploy) until it expires; new keys store `fingerprint`.
- * Once no key older than the change is left (24 hours), `legacy` can go.
- *
  * A request with no JSON form (a `Value` that is NaN, infinite or unset, as a
  * gRPC client may send it; the RPC refuses it) is compared by its binary
  * encoding, so that the RPC still answers it with its own error.
  */
-function requestFingerprint<I extends DescMessage>(
-  schema: I,
-  req: MessageShape<I>,
-): { fingerprint: string; legacy: string } {
+function requestFingerprint<I extends DescMessage>(schema: I, req: MessageShape<I>): string {
   const sha256 = (data: string | Uint8Array) => crypto.createHash("sha256").update(data).digest("hex");
-  const legacy = sha256(toBinary(schema, req));
   let json: string;
   try {
     json = canonicalJson(toJson(schema, req));
   } catch {
-    return { fingerprint: legacy, legacy };
+    return sha256(toBinary(schema, req));
   }
   // Well-formed text (no lone surrogate left), so its UTF-8 loses nothing.
-  return { fingerprint: sha256(json), legacy };
+  return sha256(json);
 }
 
 /** An error kept as a key's answer: its code, message and details (what the caller was told). */
