@@ -1,5 +1,5 @@
 /**
- * The five facilities of SPEC.md, built from the shared dependencies and
+ * The five facilities (docs/api.md), built from the shared dependencies and
  * wired to each other only through what each exports from its `index.ts`
  * (`PlatformEvents`, `SecretsAdmin`, `listMail`). One block per facility.
  */

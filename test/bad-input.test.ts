@@ -1,6 +1,6 @@
 /**
- * No input makes the service answer 500 (DESIGN.md section 7): every SPEC.md
- * endpoint, and the RPCs behind them over Connect, fed wrong types, wrong
+ * No input makes the service answer 500 (docs/api.md#what-always-holds): every
+ * `/v1` endpoint, and the RPCs behind them over Connect, fed wrong types, wrong
  * shapes, unicode edge cases, huge values and odd paths, answers a 4xx with
  * the error envelope (or a 200 where the input happens to be acceptable).
  */

@@ -1,6 +1,6 @@
 /**
  * The in-memory cache behind `secrets.get`. The service does not push
- * changes, and SPEC.md suggests polling the listing and comparing `version`:
+ * changes, and docs/api.md suggests polling the listing and comparing `version`:
  * a cached value is served as is for `maxAgeMs`; after that one listing call
  * (shared by every name and by concurrent callers) tells whether its version
  * changed, and only a changed secret is read again. A `secret.set` platform

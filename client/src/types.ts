@@ -1,8 +1,8 @@
 /**
- * The request and response shapes of the `/v1` API: SPEC.md's fields, the
+ * The request and response shapes of the `/v1` API (docs/api.md): the base fields, the
  * documented extensions (put `delaySeconds`/`ttlSeconds`, consume
- * `waitSeconds`/`leaseSeconds`, query `timezone`) and the shapes the design
- * fixes where the specification leaves them open (queue listing entry,
+ * `waitSeconds`/`leaseSeconds`, query `timezone`) and the shapes the service
+ * documents beyond the base fields (queue listing entry,
  * consumed message, secrets listing entry, platform events). Kept by hand
  * (not generated) so that the package has no dependency and reads like the
  * documentation.
@@ -220,8 +220,8 @@ export interface QueueInfo {
   oldestAt: number | null;
   /**
    * Messages that reached the app's `maxDeliveries` and wait for the operator
-   * (replay or purge); not counted in `depth`. Optional: SPEC.md does not
-   * promise this field.
+   * (replay or purge); not counted in `depth`. Optional: an addition to the
+   * base listing entry (docs/queues.md#dead-letters).
    */
   deadLetters?: number;
 }

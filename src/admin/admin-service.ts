@@ -1,5 +1,5 @@
 /**
- * AdminService (DESIGN.md section 6): the platform's side of apps, tokens,
+ * AdminService (proto/platform/admin/v1/admin.proto): the platform's side of apps, tokens,
  * blueprints, limits and usage. Operations that belong to another facility
  * (setting a secret, publishing an event, reading the mail log) go through
  * that facility's public hooks, handed in by the composition root.

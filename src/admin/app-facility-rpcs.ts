@@ -235,7 +235,7 @@ export function createAppFacilityRpcs(options: {
     async putTestMessage(req, context) {
       if (!hooks.putTestMessage) unavailable("PutTestMessage");
       const app = await load(req.appId);
-      // `_events` carries the platform's events (SPEC.md): an operator's test message there would read as one.
+      // `_events` carries the platform's events (docs/queues.md#platform-events): an operator's test message there would read as one.
       if (req.queue === EVENTS_QUEUE)
         throw invalidArgument("queue", `must be an app's own queue, not ${EVENTS_QUEUE} (use PublishEvent)`);
       const queue = checkQueueName(req.queue, false);

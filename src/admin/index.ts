@@ -1,5 +1,5 @@
 /**
- * The admin API (DESIGN.md section 6, `AdminService`): apps, tokens,
+ * The admin API (`AdminService`, proto/platform/admin/v1/admin.proto): apps, tokens,
  * blueprints, limits and usage. It owns no tables: apps and tokens are the
  * core's (`core/apps/app-store.ts`), and what belongs to another facility
  * (secret names and values, platform events, the mail log) it asks through

@@ -1,5 +1,5 @@
 /**
- * The SPEC.md `/v1/analytics` routes, mapped onto `AnalyticsService`. The
+ * The `/v1/analytics` routes (docs/api.md#analytics), mapped onto `AnalyticsService`. The
  * schemas check JSON shapes only (a wrong JSON type is a 400 naming the
  * field); every rule about values lives in the implementation, shared with
  * gRPC. Times arrive as epoch ms (integer) or ISO 8601 ending in `Z`, and

@@ -1,7 +1,6 @@
 /**
  * `AnalyticsService`, implemented once for Connect, gRPC and the REST routes
- * (`analytics-routes.ts`) (SPEC.md section 4 "Analytics", DESIGN.md section
- * 4): an app registers event types, logs events of those types within a
+ * (`analytics-routes.ts`) (docs/api.md#analytics, docs/analytics.md): an app registers event types, logs events of those types within a
  * daily cap, and counts them back in calendar buckets.
  *
  * Terminology:

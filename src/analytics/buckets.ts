@@ -13,7 +13,7 @@ export type Unit = "hour" | "day" | "week" | "month";
 
 export const UNITS: readonly Unit[] = ["hour", "day", "week", "month"];
 
-/** At most this many buckets between `since` and `until` (DESIGN.md section 4). */
+/** At most this many buckets between `since` and `until` (docs/api.md#analytics). */
 export const MAX_BUCKETS = 1000;
 
 const ZONE_PATTERN = /^[A-Za-z][A-Za-z0-9_+-]*(\/[A-Za-z0-9_+-]+){0,3}$/;

@@ -1,5 +1,5 @@
 /**
- * The protobuf enums of AnalyticsService and the words SPEC.md uses for them
+ * The protobuf enums of AnalyticsService and the words the REST API uses for them
  * ("string", "day", ...), in both directions, for the implementation and the
  * REST mapping alike.
  */

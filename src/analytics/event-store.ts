@@ -86,7 +86,7 @@ export function upstreamError(cause: unknown, outcomeUnknown = false): PlatformE
   return new PlatformError("upstream_error", "analytics store unreachable", { cause, outcomeUnknown });
 }
 
-/** Sorts buckets the way SPEC.md/DESIGN.md order them: by `at`, then group, null first. */
+/** Sorts buckets the way docs/api.md#analytics orders them: by `at`, then group, null first. */
 export function compareBuckets(a: CountBucket, b: CountBucket): number {
   if (a.at !== b.at) return a.at - b.at;
   if (a.group === b.group) return 0;

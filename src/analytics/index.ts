@@ -1,5 +1,5 @@
 /**
- * The analytics facility (SPEC.md "Analytics"): wires its stores (event types
+ * The analytics facility (docs/analytics.md): wires its stores (event types
  * always in the platform database; events in SQL or MongoDB), its one
  * implementation and its REST routes.
  */

@@ -1,6 +1,6 @@
 /**
- * The rules an event must pass before any store sees it (SPEC.md section 4
- * "Analytics", DESIGN.md section 4), written once for REST and gRPC. A batch
+ * The rules an event must pass before any store sees it (docs/api.md#analytics,
+ * docs/analytics.md), written once for REST and gRPC. A batch
  * is refused whole, and the message names the first bad event by its index,
  * e.g. `events[3].properties.plan: must be a string (declared string)`.
  */
@@ -13,7 +13,7 @@ import { DAY_MS, timestampToMs } from "../core/time.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
 
-/** Events per log call (DESIGN.md section 4). */
+/** Events per log call (docs/api.md#analytics). */
 export const MAX_EVENTS_PER_CALL = 1000;
 /** How far ahead of now an event may be dated. */
 export const MAX_FUTURE_MS = DAY_MS;

@@ -7,8 +7,8 @@
  *   (the built-in operator "owner", role admin) or a named operator's `pbo_`
  *   token (migration 0016); what a role may do is the admin API's rule.
  * - Every facility takes only a service token; a stopped app gets 403
- *   `app_stopped` on every operation except those whose SPEC.md error list
- *   has no 403 (see `OPEN_WHEN_STOPPED`).
+ *   `app_stopped` on every operation except three reads that neither change
+ *   state nor spend allowance (`OPEN_WHEN_STOPPED`, docs/api.md#authentication).
  *
  * Service tokens are `pbt_` + 256 random bits (base64url) and are stored only
  * as their SHA-256; the admin token is compared in constant time.
@@ -71,9 +71,9 @@ const PUBLIC_SERVICES = new Set([
 const ADMIN_SERVICE = "platform.admin.v1.AdminService";
 
 /**
- * Operations a stopped app may still call: those whose error list in SPEC.md
- * has no 403. (Embed lists only 400 and leaves the rest "not shown"; we answer
- * 403 there too, as a stopped app should not spend its allowance.)
+ * Operations a stopped app may still call (docs/api.md#authentication): the
+ * reads that neither change state nor spend allowance. Embed is not one of
+ * them: a stopped app should not spend its allowance.
  */
 export const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
   "platform.analytics.v1.AnalyticsService/ListEventTypes",

@@ -1,5 +1,5 @@
 /**
- * Configuration, parsed from the environment once at start (DESIGN.md section 3)
+ * Configuration, parsed from the environment once at start (docs/configuration.md)
  * by one zod schema that holds every variable, its default and its rule. The
  * server, the CLI and the build scripts read the environment only through
  * `loadConfig`. A bad value throws `ConfigError` naming the variable, so the

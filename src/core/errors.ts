@@ -1,6 +1,6 @@
 /**
- * The one error type of the service, with the closed set of codes of DESIGN.md
- * section 5. Facilities throw `PlatformError`; the REST layer and the Connect
+ * The one error type of the service, with the closed set of codes of
+ * docs/api.md#errors. Facilities throw `PlatformError`; the REST layer and the Connect
  * interceptor each map it once, so a status or a code is never chosen twice.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -229,7 +229,7 @@ export function toPlatformError(err: unknown): PlatformError {
   return new PlatformError("internal", "internal error", { cause: err });
 }
 
-/** The REST error envelope of SPEC.md section 7. */
+/** The REST error envelope of docs/api.md#errors. */
 export function toEnvelope(err: PlatformError): { error: { code: string; message: string; details?: string[] } } {
   return {
     error: {

@@ -1,6 +1,6 @@
 /**
  * What a facility is to the server: one Connect service implemented once
- * (`impl`), the table of SPEC.md REST routes mapped onto that implementation
+ * (`impl`), the table of its `/v1` REST routes (docs/api.md) mapped onto that implementation
  * (`routes`), and optional start/close hooks. The composition root
  * (`src/platform-server.ts`, `src/facilities.ts`) builds every facility from the shared
  * `Deps`, and hands a facility the public API of another only through its
@@ -35,7 +35,7 @@ export interface Deps {
 export interface Facility<S extends DescService = DescService> {
   readonly service: S;
   readonly impl: ServiceImpl<S>;
-  /** The SPEC.md `/v1` routes, each calling `impl` (see `http/rest-router.ts`). */
+  /** The `/v1` routes (docs/api.md), each calling `impl` (see `http/rest-router.ts`). */
   readonly routes?: readonly AnyRestRoute[];
   /** Routes outside `/v1` and outside Connect (e.g. web pages). */
   registerRoutes?(fastify: FastifyInstance): void;

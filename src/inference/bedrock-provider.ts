@@ -1,5 +1,5 @@
 /**
- * Amazon Bedrock behind the logical models (DESIGN.md section 3):
+ * Amazon Bedrock behind the logical models (docs/inference.md):
  *
  * - `platform/fast` is the Converse API on `BEDROCK_FAST_MODEL`. System
  *   messages become Converse's `system` blocks; consecutive turns of the same

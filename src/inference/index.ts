@@ -1,5 +1,5 @@
 /**
- * The inference facility (SPEC.md "Inference"): wires its provider, its one
+ * The inference facility (docs/inference.md): wires its provider, its one
  * implementation and its REST routes. It has no tables: its allowances are
  * the core quotas' counters `fast_tokens` and `embed_tokens`.
  */

@@ -1,8 +1,8 @@
 /**
- * The rules of SPEC.md section 4 "Inference" and section 8, applied once to
+ * The rules and limits of docs/api.md#inference, applied once to
  * the RPC request messages so that REST, Connect and gRPC refuse exactly the
  * same inputs with the same messages. Field names in messages are the JSON
- * names of SPEC.md (`maxTokens`, `messages[2].content`), which is what an app
+ * names of the REST API (`maxTokens`, `messages[2].content`), which is what an app
  * developer reads.
  */
 import type { EmbedRequest, GenerateRequest } from "../../gen/platform/inference/v1/inference_pb.js";
@@ -15,7 +15,7 @@ export const FAST_MODEL = "platform/fast";
 export const EMBED_MODEL = "platform/embed";
 export type LogicalModel = typeof FAST_MODEL | typeof EMBED_MODEL;
 
-/** DESIGN.md section 4. */
+/** The limits of docs/api.md#inference. */
 export const LIMITS = Object.freeze({
   textMaxChars: 100_000,
   messagesMax: 64,

@@ -1,5 +1,5 @@
 /**
- * The SPEC.md `/v1/inference` routes, mapped onto `InferenceService`. The
+ * The `/v1/inference` routes (docs/api.md#inference), mapped onto `InferenceService`. The
  * schemas check JSON shapes (and the rules only JSON can break, such as
  * giving both `prompt` and `messages`); the rules on values are the
  * implementation's (`inference-requests.ts`), shared with gRPC.
@@ -108,7 +108,7 @@ export const EmbedBody = z.preprocess(
   }),
 );
 
-/** SPEC.md's generate body as a `GenerateRequest`. */
+/** The REST generate body as a `GenerateRequest`. */
 export function generateRequest(body: z.output<typeof GenerateBody>) {
   const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({
     role: ROLE_FROM_JSON[m.role],

@@ -1,6 +1,6 @@
 /**
  * `InferenceService`, implemented once for Connect, gRPC and the
- * `/v1/inference/*` REST routes (SPEC.md section 4 "Inference").
+ * `/v1/inference/*` REST routes (docs/api.md#inference, docs/inference.md).
  *
  * Terminology:
  * - **logical model**: the stable name an app calls, `platform/fast`

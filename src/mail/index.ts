@@ -1,5 +1,5 @@
 /**
- * The mail facility (SPEC.md "Mail"): wires its provider, its store (the mail
+ * The mail facility (docs/mail.md): wires its provider, its store (the mail
  * log), its one implementation and its REST route. Other facilities use only
  * what this file exports.
  */

@@ -1,4 +1,4 @@
-/** The SPEC.md `/v1/mail` route, mapped onto `MailService`. */
+/** The `/v1/mail` route (docs/api.md#mail), mapped onto `MailService`. */
 import { z } from "zod";
 import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";

@@ -1,6 +1,6 @@
 /**
  * `MailService`, implemented once for Connect, gRPC and the REST route
- * `POST /v1/mail/send` (SPEC.md section 4 "Mail"): an app sends a plain-text
+ * `POST /v1/mail/send` (docs/api.md#mail, docs/mail.md): an app sends a plain-text
  * message from the address the platform assigned to it, to any recipient,
  * within a daily cap.
  *

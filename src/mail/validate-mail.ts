@@ -1,7 +1,7 @@
 /**
  * The rules of a mail request, checked once in the implementation so REST and
- * gRPC refuse the same inputs with the same messages (SPEC.md section 4 "Mail",
- * DESIGN.md section 4).
+ * gRPC refuse the same inputs with the same messages (docs/api.md#mail,
+ * docs/mail.md).
  *
  * - `to`: a "valid e-mail address" of the HTML standard (WHATWG), the rule a
  *   browser's `<input type=email>` applies; that rule sets no length, so the

@@ -1,5 +1,5 @@
 /**
- * The queues facility (SPEC.md "Queues"): wires its store, the wake-up hub,
+ * The queues facility (docs/queues.md): wires its store, the wake-up hub,
  * the housekeeping sweeps, its one implementation and its REST routes. Other
  * facilities use only what this file exports (`PlatformEvents`).
  */
@@ -76,7 +76,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     shutdownSignal: deps.shutdownSignal,
   });
   /**
-   * Every platform event goes on `_events` (SPEC.md) and into the feed that
+   * Every platform event goes on `_events` (docs/queues.md#platform-events) and into the feed that
    * every replica reads, in one transaction: in both or in neither.
    */
   async function publishOn(trx: Db, app: AppRecord, kind: string, data: JsonValue) {

@@ -1,4 +1,4 @@
-/** The queue facility's limits and batch sizes (DESIGN.md section 4), in one place. */
+/** The queue facility's limits and batch sizes (docs/api.md#queues, docs/queues.md), in one place. */
 import { HOUR_MS } from "../core/time.ts";
 
 /** The reserved queue of platform events: apps consume and ack it, never put. */
@@ -11,7 +11,7 @@ export const EVENTS_QUEUE = "_events";
  * announce (docs/queues.md, "Platform events").
  */
 export const EVENTS_TTL_SECONDS = 3_600;
-/** Longest consume wait, and the default (DESIGN.md section 4). */
+/** Longest consume wait, and the default (docs/api.md#queues). */
 export const MAX_WAIT_SECONDS = 25;
 export const MAX_LEASE_SECONDS = 43_200;
 /** Longest `delaySeconds` of a put. */

@@ -266,7 +266,7 @@ export interface ClaimRule {
   retry: { delaySeconds: number; backoff: number; maxDelaySeconds: number };
 }
 
-/** No dead letters, no retry hold: SPEC.md's plain claim. */
+/** No dead letters, no retry hold: the plain claim of docs/api.md#queues. */
 export const PLAIN_CLAIM: ClaimRule = {
   maxDeliveries: 0,
   deadLetterQueue: null,

@@ -1,5 +1,5 @@
 /**
- * The SPEC.md `/v1/queues` routes, mapped onto `QueueService`. The schemas
+ * The `/v1/queues` routes (docs/api.md#queues), mapped onto `QueueService`. The schemas
  * check JSON shapes only; the rules on values (queue names, ranges, payload
  * size) are the implementation's, shared with gRPC. Times leave as epoch ms.
  */
@@ -40,7 +40,7 @@ export const QueuePath = z.object({ queue: z.string() });
 const strings = (rule: string) => z.array(z.string({ error: "must be a string" }), { error: rule });
 
 export const AckBody = jsonObject({
-  receipt: optionalString().meta({ description: "One receipt (SPEC.md); or `receipts`." }),
+  receipt: optionalString().meta({ description: "One receipt; or `receipts`." }),
   receipts: strings("must be an array of receipts")
     .optional()
     .meta({ description: "Extension: 1 to 1,000 receipts, answered by `acked: boolean[]` in the same order." }),

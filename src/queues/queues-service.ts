@@ -1,6 +1,6 @@
 /**
  * `QueueService`, implemented once for Connect, gRPC and the REST routes
- * (SPEC.md "Queues", DESIGN.md sections 4 and 5): durable queues with leased
+ * (docs/api.md#queues, docs/queues.md): durable queues with leased
  * consumption, and the platform's own events on the reserved `_events` queue.
  * Concurrent puts, claims and acks share statements through the core batcher.
  *

@@ -1,5 +1,5 @@
 /**
- * The secrets facility (SPEC.md "Secrets"): wires its store, its keyring, its
+ * The secrets facility (docs/secrets.md): wires its store, its keyring, its
  * one implementation, its REST routes and its link page. Other facilities use
  * only what this file exports.
  */

@@ -1,4 +1,4 @@
-/** The SPEC.md `/v1/secrets` routes, mapped onto `SecretsService`. */
+/** The `/v1/secrets` routes (docs/api.md#secrets), mapped onto `SecretsService`. */
 import { z } from "zod";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";

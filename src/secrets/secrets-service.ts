@@ -1,6 +1,6 @@
 /**
  * `SecretsService`, implemented once for Connect, gRPC and the REST routes
- * (SPEC.md "Secrets", DESIGN.md sections 4 and 5): values an app reads and a
+ * (docs/api.md#secrets, docs/secrets.md): values an app reads and a
  * person sets, through a set-only, single-use link; plus the operations the
  * admin API and the link page call.
  *

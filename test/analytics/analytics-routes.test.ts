@@ -1,5 +1,5 @@
 /**
- * The analytics facility over REST (SPEC.md section 4 "Analytics"), on this
+ * The analytics facility over REST (docs/api.md#analytics), on this
  * run's database with the default SQL event store.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -10,7 +10,7 @@ const stopped = useTestApp(t, async (stopped) => {
   await stopped.stop();
 });
 
-describe("auth rules of SPEC.md section 5, for every endpoint", () => {
+describe("auth rules of docs/api.md#authentication, for every endpoint", () => {
   for (const e of endpoints) {
     const call = (token?: string, headers?: Record<string, string>) =>
       t.request(e.method, e.path, { token, body: e.body, headers });

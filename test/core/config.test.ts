@@ -12,7 +12,7 @@ function errorOf(env: Record<string, string>): ConfigError {
 }
 
 describe("loadConfig", () => {
-  it("has the defaults of DESIGN.md section 3 with no configuration at all", () => {
+  it("has the defaults of docs/configuration.md with no configuration at all", () => {
     const c = loadConfig({});
     expect(c).toMatchObject({
       port: 8080,

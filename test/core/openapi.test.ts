@@ -141,7 +141,7 @@ describe("GET /openapi.json", () => {
     expect(put.requestBody.content["application/json"].example).toBeDefined();
   });
 
-  it("lists every status and error code of the spec per operation", () => {
+  it("lists every status and error code of docs/api.md per operation", () => {
     const codes = (path: string, method: string, status: number): string[] =>
       doc.paths[path][method].responses[String(status)]?.content["application/json"].schema.properties.error.properties
         .code.enum ?? [];

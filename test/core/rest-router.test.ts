@@ -1,6 +1,6 @@
 /**
  * The REST route tables as data, taken from the facilities the server serves:
- * every SPEC.md endpoint is in exactly one table, every route of a table is
+ * every `/v1` endpoint of docs/api.md is in exactly one table, every route of a table is
  * served, and every route that reads a JSON body or a path carries the zod
  * schema for it (what an OpenAPI document would be generated from).
  */
@@ -19,7 +19,7 @@ const key = (r: { method: string; url: string }) => `${r.method} ${r.url}`;
 const matches = (url: string, path: string) => new RegExp(`^${url.replace(/:[^/]+/g, "[^/]+")}$`).test(path);
 
 describe("REST route tables", () => {
-  it("hold every SPEC.md endpoint exactly once", () => {
+  it("hold every /v1 endpoint exactly once", () => {
     const all = allRoutes();
     expect(tables().map((table) => table.name)).toEqual(
       expect.arrayContaining([

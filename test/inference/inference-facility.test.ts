@@ -1,6 +1,6 @@
 /**
  * The inference facility over REST and Connect/gRPC on the local provider:
- * every rule and limit of SPEC.md, the models listing, token allowances
+ * every rule and limit of docs/api.md#inference, the models listing, token allowances
  * (reserve, settle, release) and exact caps under real concurrency.
  */
 import { describe, expect, it } from "vitest";

@@ -1,6 +1,6 @@
 /**
  * The mail facility on the outbox provider (the embedded default), over REST
- * and over gRPC: the SPEC.md shape, every refusal, the daily cap under real
+ * and over gRPC: the documented shape, every refusal, the daily cap under real
  * concurrency, and the mail log read back through AdminService.ListMail.
  */
 import { describe, expect, it } from "vitest";
@@ -31,7 +31,7 @@ async function grpcError(
 }
 
 describe("POST /v1/mail/send on the outbox", () => {
-  it("sends from the app's platform-assigned address and answers SPEC.md's shape", async () => {
+  it("sends from the app's platform-assigned address and answers the documented shape", async () => {
     const a = await t.createApp();
     const res = await send(a.token, {
       to: "reader@example.com",

@@ -86,7 +86,7 @@ describe("the event feed", () => {
     // At the end: nothing, and the same cursor back.
     expect(await feed(t, app, `?after=${all.cursor}&waitSeconds=0`)).toEqual({ events: [], cursor: all.cursor });
 
-    // `_events` is still a queue (SPEC.md): each of the four events is consumed once.
+    // `_events` is still a queue (docs/queues.md#platform-events): each of the four events is consumed once.
     const kinds: string[] = [];
     for (;;) {
       const res = await t.request("POST", "/v1/queues/_events/consume", { token: app.token, body: { waitSeconds: 0 } });

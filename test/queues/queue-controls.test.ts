@@ -1,5 +1,5 @@
 /**
- * The queue controls beyond SPEC.md (docs/queues.md): lease extension, nack,
+ * The queue controls beyond the base API (docs/queues.md): lease extension, nack,
  * the app's queue policy (retry hold, max deliveries, dead-letter queue or
  * drop), the app's dead letters, batches over REST and dedup keys, over REST
  * and Connect, with real racing calls where the claim is about a race.
@@ -167,7 +167,7 @@ describe("nack", () => {
     expect(holds).toEqual([10, 30, 50, 50]);
   });
 
-  it("a lapsed lease is held back by the retry delay too, and SPEC's immediate return stays without a policy", async () => {
+  it("a lapsed lease is held back by the retry delay too, and the base API's immediate return stays without a policy", async () => {
     const app = await newApp();
     await rest(app, "PUT", "/v1/queues/held/policy", { retryDelaySeconds: 100 });
     await put(app, "held", 1);
@@ -455,7 +455,7 @@ describe("batches over REST", () => {
     expect(acked.body).toEqual({ acked: [true, true, false] });
     const empty = await rest(app, "POST", "/v1/queues/b1/consume", { max: 5, waitSeconds: 0 });
     expect(empty.body).toEqual({ messages: [] });
-    // Without max: SPEC's shape.
+    // Without max: the base API's shape.
     expect((await rest(app, "POST", "/v1/queues/b1/consume", { waitSeconds: 0 })).body).toEqual({ message: null });
     for (const max of [0, 101]) {
       const r = await rest(app, "POST", "/v1/queues/b1/consume", { max, waitSeconds: 0 });

@@ -1,6 +1,6 @@
 /**
- * The queue facility over REST and Connect/gRPC: every row of SPEC.md's
- * queue-message state table, the extensions of DESIGN.md section 4, the
+ * The queue facility over REST and Connect/gRPC: every row of the
+ * queue-message state table (docs/queues.md), the extensions, the
  * reserved `_events` queue, caps, validation and tenant isolation.
  */
 import { describe, expect, it, vi } from "vitest";
@@ -546,7 +546,7 @@ describe("waiting consumes end promptly", () => {
     // Answered at the start of the drain (not after the 25 s wait); the rest of the close is not timed here.
     expect(Date.now() - started).toBeLessThan(5000);
     await closed;
-    // The long-poll is answered, not cut: an empty consume (SPEC.md), never a reset connection.
+    // The long-poll is answered, not cut: an empty consume (docs/api.md#queues), never a reset connection.
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ message: null });
   });

@@ -1,13 +1,13 @@
 /**
- * Every authenticated endpoint of SPEC.md, with a request that is valid in
- * shape, and whether SPEC.md lists 403 for it (a stopped app is refused only
- * there). Auth tests loop over this one list.
+ * Every authenticated endpoint of docs/api.md, with a request that is valid
+ * in shape, and whether a stopped app gets 403 there
+ * (docs/api.md#authentication). Auth tests loop over this one list.
  */
 export interface Endpoint {
   method: "GET" | "POST";
   path: string;
   body?: unknown;
-  /** SPEC.md lists 403 for this operation. */
+  /** A stopped app is refused this operation (403 `app_stopped`). */
   stoppedGets403: boolean;
 }
 
@@ -24,7 +24,7 @@ export const endpoints: Endpoint[] = [
   },
   { method: "GET", path: "/v1/inference/models", stoppedGets403: false },
   { method: "POST", path: "/v1/inference/generate", body: { prompt: "hi", maxTokens: 8 }, stoppedGets403: true },
-  // SPEC.md leaves embed's other errors "not shown"; a stopped app must not spend its allowance.
+  // Embed is refused too: a stopped app must not spend its allowance.
   { method: "POST", path: "/v1/inference/embed", body: { input: "hi" }, stoppedGets403: true },
   { method: "GET", path: "/v1/queues", stoppedGets403: true },
   { method: "POST", path: "/v1/queues/jobs", body: { payload: 1 }, stoppedGets403: true },

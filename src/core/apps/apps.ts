@@ -4,7 +4,7 @@
  * writes it. Every statement on apps and their tokens is in `app-store.ts`.
  */
 
-/** Per-app limits (DESIGN.md section 4); each is a default the admin API can change per app. */
+/** Per-app limits (docs/api.md#limits); each is a default the admin API can change per app. */
 export interface AppLimits {
   eventsPerDay: number;
   mailPerDay: number;
@@ -21,7 +21,7 @@ export interface AppLimits {
   /**
    * Deliveries a queue message may have: one whose lease lapses after this
    * many becomes a dead letter instead of going back in line. 0: unlimited
-   * (SPEC.md's behaviour, the default).
+   * (the base behaviour of docs/api.md#queues, the default).
    */
   maxDeliveries: number;
   /**
@@ -88,12 +88,12 @@ export interface AppRecord {
   revision: number;
 }
 
-/** The name pattern of SPEC.md section 2, shared by app names, event types and queue names. */
+/** The name pattern of docs/api.md (analytics and queues), shared by app names, event types and queue names. */
 export const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,62}$/;
 /** The rule of `NAME_PATTERN`, as error messages state it. */
 export const NAME_RULE = "must match ^[a-z][a-z0-9_.-]{0,62}$";
 
-/** The secret name pattern of DESIGN.md section 4, shared by the blueprint (admin) and the secrets facility. */
+/** The secret name pattern of docs/api.md#secrets, shared by the blueprint (admin) and the secrets facility. */
 export const SECRET_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
 export const SECRET_NAME_RULE = "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$";
 

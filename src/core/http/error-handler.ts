@@ -1,6 +1,6 @@
 /**
  * Error rendering for everything fastify serves outside Connect: every error
- * becomes the SPEC.md envelope `{ error: { code, message, details? } }` with
+ * becomes the envelope `{ error: { code, message, details? } }` (docs/api.md#errors) with
  * the status of its code, so a status is chosen in one place. Errors that are
  * not ours are logged and answered `internal` without their text.
  */

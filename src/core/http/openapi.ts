@@ -40,11 +40,11 @@ const MEANING: Record<number, string> = {
   503: "The database or analytics store cannot be reached right now; `Retry-After` says when to try again.",
 };
 
-/** The error envelope of SPEC.md §7, whatever the status. */
+/** The error envelope of docs/api.md#errors, whatever the status. */
 export const ErrorEnvelope = z
   .object({
     error: z.object({
-      code: z.string().meta({ description: "One of the closed set of codes (DESIGN.md §5)." }),
+      code: z.string().meta({ description: "One of the closed set of codes (docs/api.md#errors)." }),
       message: z.string(),
       details: z.array(z.string()).optional(),
     }),

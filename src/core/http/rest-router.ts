@@ -1,9 +1,9 @@
 /**
- * The SPEC.md `/v1` JSON routes. A facility describes its routes as a table
+ * The `/v1` JSON routes (docs/api.md). A facility describes its routes as a table
  * of `RestRoute` entries: the RPC each serves, the zod schemas of its JSON
  * body, query and path (walkable, e.g. to write an OpenAPI document), how the
  * parsed input becomes the RPC's request message, and how the response
- * message becomes SPEC.md's JSON shape. This router serves such a table: it
+ * message becomes the documented JSON shape. This router serves such a table: it
  * authenticates with the same `Authenticator` as the Connect interceptor,
  * parses the input with the schemas (a 400 naming the field otherwise), calls
  * the facility's one implementation with a handler context carrying the
@@ -57,7 +57,7 @@ export interface RestRoute<
   params?: z.ZodType<P>;
   /** Builds the RPC request from the parsed input; may throw `invalid_argument` for rules across fields. */
   request?: (input: RestInput<B, Q, P>) => MessageInitShape<I>;
-  /** SPEC.md's JSON shape of the response; `request` is the RPC request it answers (a shape may depend on it). */
+  /** The documented JSON shape of the response (docs/api.md); `request` is the RPC request it answers (a shape may depend on it). */
   response: (output: MessageShape<O>, request: MessageShape<I>) => unknown;
   /** What `response` returns, as a schema: the OpenAPI document's 200 body comes from it. */
   responseSchema?: z.ZodType;

@@ -210,7 +210,7 @@ export function optionalString(rule = "must be a string") {
     .transform((v) => v ?? undefined);
 }
 
-/** A protobuf Timestamp as SPEC.md's JSON time (epoch milliseconds), or null when unset. */
+/** A protobuf Timestamp as the REST API's JSON time (epoch milliseconds), or null when unset. */
 export function epochMs(t: Timestamp | undefined): number | null {
   return t ? timestampMs(t) : null;
 }
