@@ -1,5 +1,5 @@
 /**
- * `npm run check:production`: proves the production install of the README
+ * `npm run check:production`: proves the production install of docs/production.md
  * end to end, from the package a release would ship. It packs the project
  * (`npm pack`, whose `prepack` builds the dashboard and the client), unpacks
  * it into a temporary directory with the lockfile, runs `npm ci --omit=dev`

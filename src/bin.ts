@@ -26,7 +26,7 @@ const HELP = `usage: platform-batteries [serve]        run the server (configura
        platform-batteries <command> ...   an operator command (below)
        platform-batteries --help | --version
 
-The server's configuration: README.md (Configuration); running it: docs/operations.md.
+The server's configuration: docs/configuration.md; running it: docs/production.md, docs/operations.md.
 `;
 
 function onNode24(): void {

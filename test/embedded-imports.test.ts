@@ -1,7 +1,7 @@
 /**
  * The embedded default loads nothing its configuration does not use: no AWS
  * SDK (SES, Bedrock), no MongoDB driver, and the API reference page's module
- * only when `/docs` is first asked for (README "What the embedded default costs").
+ * only when `/docs` is first asked for (docs/configuration.md "What the embedded default costs").
  * A fresh process starts the server with no configuration and lists the
  * CommonJS modules it loaded (the packages in question are all CommonJS or
  * load some).

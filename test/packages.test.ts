@@ -1,5 +1,5 @@
 /**
- * The three packages install anywhere (README "Production", docs/connect.md):
+ * The three packages install anywhere (docs/production.md, docs/connect.md):
  * the server (`platform-batteries`, compiled to dist/ with its
  * `platform-batteries` command), the app client and the generated Connect
  * code are packed (`npm pack`), installed into a scratch project outside the
@@ -100,7 +100,7 @@ beforeAll(async () => {
   await npm(["install", "--prefer-offline", "--no-audit", "--no-fund"], scratch);
 
   database = await createTestDatabase();
-  // The keys are generated once into files, as the README's production example does.
+  // The keys are generated once into files, as docs/production.md's example does.
   const keyFile = path.join(work, "secrets.key");
   const tokenFile = path.join(work, "admin.token");
   await fs.writeFile(keyFile, database.secretsKey + "\n", { mode: 0o600 });

@@ -1,6 +1,6 @@
 /**
- * A production install (`npm ci --omit=dev && npm start`, README "Production
- * install") has no dev dependencies: nothing the server, the CLI or the start
+ * A production install (`npm ci --omit=dev && npm start`, docs/production.md "Installing
+ * without dev dependencies") has no dev dependencies: nothing the server, the CLI or the start
  * and install scripts import may be one. Every module reachable by static or
  * dynamic `import` from those entry points is read, and each package it names
  * must be a dependency in package.json (or Node's own). The one exception is
