@@ -60,6 +60,22 @@ export const RPC_ACTIONS: Readonly<Record<string, string>> = {
   revokeOperatorToken: "operator.token.revoke",
 };
 
+/**
+ * Every action an audit entry may carry: those of the write RPCs, UpdateApp's
+ * finer ones (only the status, only the limits), and the CLI's changes made
+ * directly on the database. docs/operators.md lists the same set, and
+ * test/admin/audit-actions.test.ts fails when a recorded action is not here.
+ */
+export const AUDIT_ACTIONS: ReadonlySet<string> = new Set([
+  ...Object.values(RPC_ACTIONS),
+  "app.stop",
+  "app.start",
+  "app.limits",
+  "secrets.rotate_key",
+  "admin_token.adopt",
+  "database.restore",
+]);
+
 /** Wraps every RPC of `impl` with the role check. */
 export function withRoles(
   impl: AdminImpl,

@@ -16,6 +16,7 @@
  * leases mean the same on every instance.
  */
 import crypto from "node:crypto";
+import { isUuid } from "../core/apps/apps.ts";
 import { sql, type Generated, type Kysely, type RawBuilder } from "kysely";
 import {
   PREPARED,
@@ -101,12 +102,10 @@ const EXPIRED = sql`(
  */
 const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
 
-const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-
 /** Whether a `position` from outside (a page token) is one `peek` wrote (`visible_at|enqueued_at|id`): checked before it reaches a cast. */
 export function isPeekPosition(position: string): boolean {
   const parts = position.split("|");
-  return parts.length === 3 && isExactTimeText(parts[0]) && isExactTimeText(parts[1]) && UUID_SHAPE.test(parts[2]);
+  return parts.length === 3 && isExactTimeText(parts[0]) && isExactTimeText(parts[1]) && isUuid(parts[2]);
 }
 
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */

@@ -39,7 +39,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
-import type { AppRecord } from "../core/apps/apps.ts";
+import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
@@ -238,14 +238,12 @@ function checkDedupKey(field: string, key: string | undefined): string | undefin
   return key;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 /** Dead letters by id (1 to 1,000 ids), or all of the queue's (none given). */
 function selection(ids: string[]): DeadLetterSelection {
   if (ids.length === 0) return { all: true };
   checkCount("ids", ids.length);
   ids.forEach((id, i) => {
-    if (!UUID.test(id)) throw invalidArgument(`ids[${i}]`, "must be a message id (a UUID)");
+    if (!isUuid(id)) throw invalidArgument(`ids[${i}]`, "must be a message id (a UUID)");
   });
   return { ids };
 }

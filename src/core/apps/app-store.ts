@@ -277,17 +277,23 @@ export function createAppStore(database: Db): AppStore {
     },
 
     async markTokenUsed(tokenId, intervalSeconds) {
-      await db
-        .updateTable("app_tokens")
-        .set({ last_used_at: sql<Date>`now()` })
-        .where("id", "=", tokenId)
-        .where((eb) =>
-          eb.or([
-            eb("last_used_at", "is", null),
-            eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`),
-          ]),
-        )
-        .execute();
+      await markTokenUsedIn(db, "app_tokens", tokenId, intervalSeconds);
     },
   };
+}
+
+/**
+ * Marks a token used now, unless it was marked within the last
+ * `intervalSeconds` (by any instance): the one statement behind both app
+ * tokens' and operator tokens' "last used" (`admin/token-usage.ts`).
+ */
+export async function markTokenUsedIn<T>(
+  db: Kysely<T>,
+  table: "app_tokens" | "operator_tokens",
+  tokenId: string,
+  intervalSeconds: number,
+): Promise<void> {
+  await sql`UPDATE ${sql.table(table)} SET last_used_at = now()
+    WHERE id = ${tokenId}
+      AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => ${intervalSeconds}))`.execute(db);
 }

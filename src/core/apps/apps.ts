@@ -99,6 +99,12 @@ export const SECRET_NAME_RULE = "must match ^[A-Za-z_][A-Za-z0-9_]{0,127}$";
 
 const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/**
+ * Whether `value` has the shape of a UUID (either case, as PostgreSQL reads
+ * one): the one check of every id that arrives from outside (app, token,
+ * operator, link and message ids, page tokens) before it reaches a `::uuid`
+ * cast, which would fail as a 500 instead of the caller's 400.
+ */
 export function isUuid(value: string): boolean {
   return UUID_PATTERN.test(value);
 }

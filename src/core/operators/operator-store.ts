@@ -5,6 +5,7 @@
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import type { Db } from "../database/index.ts";
+import { markTokenUsedIn } from "../apps/app-store.ts";
 
 export type OperatorRole = "admin" | "viewer";
 
@@ -183,17 +184,7 @@ export function createOperatorStore(database: Db): OperatorStore {
     },
 
     async markTokenUsed(tokenId, intervalSeconds) {
-      await db
-        .updateTable("operator_tokens")
-        .set({ last_used_at: sql<Date>`now()` })
-        .where("id", "=", tokenId)
-        .where((eb) =>
-          eb.or([
-            eb("last_used_at", "is", null),
-            eb("last_used_at", "<", sql<Date>`now() - make_interval(secs => ${intervalSeconds})`),
-          ]),
-        )
-        .execute();
+      await markTokenUsedIn(db, "operator_tokens", tokenId, intervalSeconds);
     },
   };
   return store;
