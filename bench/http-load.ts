@@ -10,8 +10,8 @@
  * plain socket (status line, `content-length` or chunked body), and HTTP/2
  * uses `node:http2`'s client session directly.
  *
- * A request counts when it completed with status 200 and, for gRPC, with
- * `grpc-status: 0`; anything else counts as an error (the first one is kept
+ * A request counts when it completed with status 200 and, for gRPC and
+ * gRPC-Web, with `grpc-status: 0`; anything else counts as an error (the first one is kept
  * for the log).
  */
 import http2 from "node:http2";
@@ -24,8 +24,11 @@ export interface LoadRequest {
 }
 
 export interface LoadTarget {
-  /** `h1`: HTTP/1.1; `h2`: HTTP/2 (h2c, prior knowledge); `grpc`: HTTP/2, success also needs `grpc-status: 0`. */
-  transport: "h1" | "h2" | "grpc";
+  /**
+   * `h1`: HTTP/1.1; `h2`: HTTP/2 (h2c, prior knowledge); `grpc`: HTTP/2, success also needs `grpc-status: 0`;
+   * `grpc-web`: HTTP/1.1, success also needs `grpc-status: 0` in the body's trailer frame.
+   */
+  transport: "h1" | "h2" | "grpc" | "grpc-web";
   url: string;
   method: "GET" | "POST";
   headers: Record<string, string>;
@@ -62,7 +65,9 @@ interface Counters {
 export async function runLoad(target: LoadTarget, options: LoadOptions): Promise<LoadResult> {
   const counters: Counters = { ok: 0, errors: 0, stopped: false };
   const { loops, close } =
-    target.transport === "h1" ? await h1Loops(target, options, counters) : await h2Loops(target, options, counters);
+    target.transport === "h1" || target.transport === "grpc-web"
+      ? await h1Loops(target, options, counters)
+      : await h2Loops(target, options, counters);
   await sleep(options.warmupSeconds * 1000);
   const ok0 = counters.ok;
   const errors0 = counters.errors;
@@ -100,6 +105,7 @@ async function h1Loops(target: LoadTarget, options: LoadOptions, counters: Count
     const head = Buffer.from(lines.join("\r\n") + "\r\n\r\n", "latin1");
     return r.body ? Buffer.concat([head, r.body]) : head;
   });
+  const grpcWeb = target.transport === "grpc-web";
   const sockets: net.Socket[] = [];
   let next = 0;
   const connections = await Promise.all(
@@ -112,7 +118,7 @@ async function h1Loops(target: LoadTarget, options: LoadOptions, counters: Count
         const req = raw[next++ % raw.length];
         try {
           const { status, body } = await conn.send(req);
-          if (status === 200) counters.ok++;
+          if (status === 200 && (!grpcWeb || grpcWebOk(body))) counters.ok++;
           else fail(counters, `HTTP ${status}: ${body.toString("utf8", 0, 300)}`);
         } catch (err) {
           fail(counters, String(err));
@@ -122,6 +128,20 @@ async function h1Loops(target: LoadTarget, options: LoadOptions, counters: Count
     }
   });
   return { loops, close: () => sockets.forEach((s) => s.destroy()) };
+}
+
+/**
+ * Whether a gRPC-Web answer's body ends with a trailer frame (flag 0x80) saying `grpc-status: 0` (an error
+ * without a message is Trailers-Only: its status in the header fields, its body empty).
+ */
+function grpcWebOk(body: Buffer): boolean {
+  let at = 0;
+  while (at + 5 <= body.length) {
+    const length = body.readUInt32BE(at + 1);
+    if (body[at] & 0x80) return /(^|\r\n)grpc-status: ?0\r\n/i.test(body.toString("latin1", at + 5, at + 5 + length));
+    at += 5 + length;
+  }
+  return false;
 }
 
 /** One keep-alive HTTP/1.1 connection: one request at a time, the response parsed just enough to find its end. */

@@ -1,50 +1,68 @@
 /**
  * `npm run bench:http`: the HTTP layer, every protocol, against a bare
- * baseline, in one run on the machine's PostgreSQL.
+ * baseline over the same HTTP version, in one run on the machine's PostgreSQL.
  *
  * A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test),
  * the service started on it as `npm start` starts it (its own process, same
  * node flags), and the baseline (`http-baseline.ts`: bare fastify, the same
- * SQL through `pg`, no auth) in another process with the same flags. The app
- * read from has BENCH_QUEUES (50) queues of BENCH_QUEUE_MESSAGES (20) waiting
- * messages each and 5 event types; puts go to a second app, each run on its
- * own 50 fresh queues, in turn, so that every run starts at the same depths.
+ * SQL through `pg`, no auth) in two more processes with the same flags, one
+ * serving HTTP/1.1 and one h2c. The app read from has BENCH_QUEUES (50) queues
+ * of BENCH_QUEUE_MESSAGES (20) waiting messages each and 5 event types; puts go
+ * to a second app, each run on its own 50 fresh queues, in turn, so that every
+ * run starts at the same depths.
  *
  * Operations: `GET /v1/analytics/types`, `GET /v1/queues`,
- * `GET /v1/inference/models` and `POST /v1/queues/{q}`, each over REST on
- * HTTP/1.1, REST on h2c, Connect JSON, Connect binary (proto) and gRPC (h2c),
- * calling the RPC the REST route calls, and the baseline's route over HTTP/1.1.
- * Connect goes over HTTP/1.1 unless BENCH_CONNECT_HTTP=2. The service inherits the environment:
- * `CONNECT_SHORT_PATH=off npm run bench:http` measures connect-fastify's plugin alone, without the
- * unary short path in front of it (the comparison that decides whether the short path stays).
+ * `GET /v1/inference/models` and `POST /v1/queues/{q}`, each over every
+ * protocol the service serves, calling the RPC the REST route calls:
+ * - HTTP/1.1: REST (`rest_h1`), Connect JSON (`connect_json`), Connect binary
+ *   (`connect_proto`) and gRPC-Web (`grpc_web`), against the baseline over
+ *   HTTP/1.1 (`baseline`);
+ * - HTTP/2: REST over h2c (`rest_h2c`), Connect JSON and binary over h2c
+ *   (`connect_json_h2`, `connect_proto_h2`) and gRPC (`grpc`), against the
+ *   baseline over h2c (`baseline_h2c`).
+ * Each protocol is measured against the bare server of its own HTTP version:
+ * Node's HTTP/2 layer costs more per request than its HTTP/1.1 one before any
+ * route runs, so an HTTP/2 protocol over the HTTP/1.1 baseline measured Node,
+ * not the service.
+ *
  * One load generator for all (`http-load.ts`): BENCH_CONCURRENCY (64) requests
  * in flight (HTTP/1.1: as many connections; HTTP/2: over BENCH_H2_SESSIONS (4)
  * sessions), BENCH_WARMUP_SECONDS (1) uncounted, then BENCH_SECONDS (4) counted,
- * one run after the other (the baseline first for each operation). Each run's
- * log line also gives the server's CPU time per request (user + system, from
- * /proc, warm-up included): on a busy machine a steadier comparison than
- * requests per second; the load generator's own CPU time per request; and how
- * much of one core the server kept busy, and the share of the machine's CPU
- * left idle. Both servers run JavaScript on one
- * thread: on the light reads (types, models) that thread is the bottleneck
- * (busy ~100% of a core while part of the machine stays idle), so a ratio of
- * requests per second is, closely, the inverse ratio of the servers' CPU time
- * per request; on the queue listing and puts PostgreSQL is (the machine is
- * nearly all busy, the servers are not).
+ * one run after the other: for each operation and HTTP version the baseline,
+ * the protocols, and the baseline again (its figure is the mean of the two, so
+ * that a machine getting busier or quieter during the protocols' runs moves
+ * both sides of the ratio alike). Each run's log line also gives the server's
+ * CPU time per request (user + system, from /proc, warm-up included): on a busy
+ * machine a steadier comparison than requests per second; the load generator's
+ * own CPU time per request; and how much of one core the server kept busy, and
+ * the share of the machine's CPU left idle.
+ *
+ * The unary short path in front of connect-fastify (`connect-short-path.ts`)
+ * stays only while it is worth it: a second service on the same database runs
+ * with `CONNECT_SHORT_PATH=off`, and each RPC protocol is measured on it too
+ * (`<operation>_<protocol>_plugin_req_s`); `short_path_max_gain` is the largest
+ * short-path figure over its plugin-only figure, minus 1, over operations and
+ * protocols (the short path stays while it is 0.15 or more).
+ * BENCH_PLUGIN_COMPARE=0 leaves this out.
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
- * for operations `event_types_list`, `queues_list`, `models_list`, `queue_put`
- * and protocols `rest_h1`, `rest_h2c`, `connect_json`, `connect_proto`, `grpc`
- * and `baseline`; `min_ratio_vs_baseline` (the lowest protocol figure over its
- * operation's baseline); `max_protocol_spread` (over the operations, the
- * largest (fastest - slowest) / fastest among the five protocols); and
- * `queues_list_req_s` (`GET /v1/queues` over REST on HTTP/1.1).
+ * for the operations `event_types_list`, `queues_list`, `models_list`,
+ * `queue_put` and every protocol and baseline above;
+ * `min_ratio_vs_baseline_h1` and `min_ratio_vs_baseline_h2c` (the lowest figure
+ * of an HTTP/1.1, resp. HTTP/2, protocol over its operation's baseline of the
+ * same version; goal >= 0.75 each on a quiet machine);
+ * `max_protocol_spread_h1` and `max_protocol_spread_h2` (over the operations,
+ * the largest (fastest - slowest) / fastest among the protocols of one HTTP
+ * version; goal <= 0.2 each); `min_ratio_vs_baseline` and
+ * `max_protocol_spread` (the lower, resp. higher, of the two);
+ * `h2c_floor_ratio` (the lowest of the h2c baseline's figure over the HTTP/1.1
+ * baseline's); `queues_list_req_s` (`GET /v1/queues` over REST on HTTP/1.1);
+ * `short_path_max_gain` (null when not measured).
  *
- * The same bare baseline also runs over h2c (`<operation>_baseline_h2c_req_s`;
- * `h2c_floor_ratio`, the lowest of its figure over the HTTP/1.1 baseline's).
- * It is not counted in the two ratios: it shows the most that REST over h2c and
- * gRPC can reach, since connect-fastify serves them through fastify on Node's
- * HTTP/2 layer, before any of the service's own work.
+ * BENCH_SHORT=1 (a smoke run: it runs and prints its line, the figures mean
+ * little) runs 1 s each after 0.5 s of warm-up, on 10 queues of 5 messages,
+ * measures each baseline once and leaves the plugin-only service out. BENCH_OPS
+ * and BENCH_PROTOCOLS (comma-separated) narrow a run, e.g. while tuning.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -70,23 +88,43 @@ import { runLoad, type LoadRequest, type LoadTarget } from "./http-load.ts";
 import { adminCall, freePort, log, NO_RATE_LIMITS, root, startCommandArgs, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
-const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? 1);
+const SHORT = process.env.BENCH_SHORT === "1";
+const SECONDS = Number(process.env.BENCH_SECONDS ?? (SHORT ? 1 : 4));
+const WARMUP_SECONDS = Number(process.env.BENCH_WARMUP_SECONDS ?? (SHORT ? 0.5 : 1));
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const H2_SESSIONS = Number(process.env.BENCH_H2_SESSIONS ?? 4);
-const QUEUES = Number(process.env.BENCH_QUEUES ?? 50);
-const QUEUE_MESSAGES = Number(process.env.BENCH_QUEUE_MESSAGES ?? 20);
-const CONNECT_HTTP = process.env.BENCH_CONNECT_HTTP === "2" ? "2" : "1.1";
+const QUEUES = Number(process.env.BENCH_QUEUES ?? (SHORT ? 10 : 50));
+const QUEUE_MESSAGES = Number(process.env.BENCH_QUEUE_MESSAGES ?? (SHORT ? 5 : 20));
+/** Whether each baseline runs before and after its protocols (the mean of the two), or once. */
+const BRACKET = !SHORT;
+/** Whether the RPC protocols are also measured on a service without the short path. */
+const PLUGIN_COMPARE = (process.env.BENCH_PLUGIN_COMPARE ?? (SHORT ? "0" : "1")) === "1";
 /** Operations to run, e.g. BENCH_OPS=queues_list while tuning; all by default. */
 const OPS = new Set((process.env.BENCH_OPS ?? "event_types_list,queues_list,models_list,queue_put").split(","));
-/** Protocols to run (the baseline always runs). */
-const PROTOCOLS = (process.env.BENCH_PROTOCOLS ?? "rest_h1,rest_h2c,connect_json,connect_proto,grpc").split(
-  ",",
-) as Protocol[];
 
-type Protocol = "rest_h1" | "rest_h2c" | "connect_json" | "connect_proto" | "grpc";
-/** The bare baseline over HTTP/1.1 (what the ratios are taken against), and the same over h2c (the HTTP/2 floor). */
+const H1_PROTOCOLS = ["rest_h1", "connect_json", "connect_proto", "grpc_web"] as const;
+const H2_PROTOCOLS = ["rest_h2c", "connect_json_h2", "connect_proto_h2", "grpc"] as const;
+type Protocol = (typeof H1_PROTOCOLS)[number] | (typeof H2_PROTOCOLS)[number];
+/** The bare baseline over HTTP/1.1 and over h2c. */
 type Baseline = "baseline" | "baseline_h2c";
+/** The protocols served by connect-fastify (and its short path), measured again without the short path. */
+const RPC_PROTOCOLS: readonly Protocol[] = [
+  "connect_json",
+  "connect_proto",
+  "connect_json_h2",
+  "connect_proto_h2",
+  "grpc",
+];
+
+/** Protocols to run (the baselines always run), e.g. BENCH_PROTOCOLS=grpc,rest_h2c. */
+const SELECTED = new Set<string>(process.env.BENCH_PROTOCOLS?.split(",") ?? [...H1_PROTOCOLS, ...H2_PROTOCOLS]);
+for (const p of SELECTED)
+  if (![...H1_PROTOCOLS, ...H2_PROTOCOLS].includes(p as Protocol)) throw new Error(`BENCH_PROTOCOLS: unknown ${p}`);
+/** Each HTTP version's protocols to run, against its baseline. */
+const GROUPS: { version: "h1" | "h2"; baseline: Baseline; protocols: Protocol[] }[] = [
+  { version: "h1" as const, baseline: "baseline" as const, protocols: H1_PROTOCOLS.filter((p) => SELECTED.has(p)) },
+  { version: "h2" as const, baseline: "baseline_h2c" as const, protocols: H2_PROTOCOLS.filter((p) => SELECTED.has(p)) },
+].filter((g) => g.protocols.length > 0);
 
 const PUT_PAYLOAD = { order: 1234, items: ["a", "b", "c"], note: "x".repeat(64) };
 
@@ -138,7 +176,7 @@ const OPERATIONS: Operation[] = [
   },
 ];
 
-/** The load target of one operation over one protocol (or the baseline). */
+/** The load target of one operation over one protocol (or a baseline). */
 function target(op: Operation, protocol: Protocol | Baseline, url: string, token: string, run: number): LoadTarget {
   const auth = { authorization: `Bearer ${token}` };
   const indices = Array.from({ length: op.variants }, (_, i) => i);
@@ -154,7 +192,7 @@ function target(op: Operation, protocol: Protocol | Baseline, url: string, token
   }
   const rpcPath = `/${op.rpc.parent.typeName}/${op.rpc.name}`;
   const messages = indices.map((i) => create(op.rpc.input, op.request(run, i)));
-  if (protocol === "grpc") {
+  if (protocol === "grpc" || protocol === "grpc_web") {
     const requests = messages.map((m) => {
       const bytes = toBinary(op.rpc.input, m);
       const frame = Buffer.alloc(5 + bytes.length);
@@ -163,20 +201,23 @@ function target(op: Operation, protocol: Protocol | Baseline, url: string, token
       return { path: rpcPath, body: frame };
     });
     return {
-      transport: "grpc",
+      transport: protocol === "grpc" ? "grpc" : "grpc-web",
       url,
       method: "POST",
-      headers: { ...auth, "content-type": "application/grpc", te: "trailers" },
+      headers:
+        protocol === "grpc"
+          ? { ...auth, "content-type": "application/grpc", te: "trailers" }
+          : { ...auth, "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
       requests,
     };
   }
-  const json = protocol === "connect_json";
+  const json = protocol === "connect_json" || protocol === "connect_json_h2";
   const requests = messages.map((m) => ({
     path: rpcPath,
     body: json ? Buffer.from(JSON.stringify(toJson(op.rpc.input, m))) : Buffer.from(toBinary(op.rpc.input, m)),
   }));
   return {
-    transport: CONNECT_HTTP === "2" ? "h2" : "h1",
+    transport: protocol.endsWith("_h2") ? "h2" : "h1",
     url,
     method: "POST",
     headers: {
@@ -285,7 +326,9 @@ async function main(): Promise<void> {
   dbUrl.pathname = `/${dbName}`;
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-"));
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
+  const pluginDirs: string[] = [];
   let service: { url: string; child: ChildProcess } | undefined;
+  let pluginOnly: { url: string; child: ChildProcess } | undefined;
   let baseline: { url: string; child: ChildProcess } | undefined;
   let baselineH2c: { url: string; child: ChildProcess } | undefined;
   try {
@@ -314,27 +357,42 @@ async function main(): Promise<void> {
     await admin.query(`VACUUM ANALYZE`).catch(() => undefined);
     baseline = await startBaseline(dbUrl.toString(), app.id, writer.id, false);
     baselineH2c = await startBaseline(dbUrl.toString(), app.id, writer.id, true);
+    const measuresPlugin = PLUGIN_COMPARE && GROUPS.some((g) => g.protocols.some((p) => RPC_PROTOCOLS.includes(p)));
+    if (measuresPlugin) {
+      // A second instance on the same database, its own data directory (DATA_DIR is one instance's).
+      const pluginDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-plugin-"));
+      pluginDirs.push(pluginDir);
+      pluginOnly = await startService({
+        databaseUrl: dbUrl.toString(),
+        dataDir: pluginDir,
+        adminToken,
+        env: { CONNECT_SHORT_PATH: "off" },
+      });
+    }
     log(
-      `service on ${url}, baseline on ${baseline.url} (HTTP/1.1) and ${baselineH2c.url} (h2c), database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages; Connect over HTTP/${CONNECT_HTTP}`,
+      `service on ${url}, baseline on ${baseline.url} (HTTP/1.1) and ${baselineH2c.url} (h2c)${pluginOnly ? `, the service without the short path on ${pluginOnly.url}` : ""}, database ${dbName}; ${QUEUES} queues x ${QUEUE_MESSAGES} messages`,
     );
     log(
       `load: ${CONCURRENCY} in flight (HTTP/2: ${H2_SESSIONS} sessions), ${WARMUP_SECONDS} s warm-up + ${SECONDS} s per run`,
     );
 
     const figures: Record<string, number> = {};
-    let minRatio = Infinity;
-    let maxSpread = 0;
+    const minRatio = { h1: Infinity, h2: Infinity };
+    const maxSpread = { h1: 0, h2: 0 };
     let h2FloorRatio = Infinity;
+    let shortPathGain = -Infinity;
     let run = 0;
     for (const op of OPERATIONS) {
       if (!OPS.has(op.key)) continue;
       const opToken = op.method === "POST" ? writerToken : token;
-      const results: Partial<Record<Protocol | Baseline, number>> = {};
-      for (const protocol of ["baseline", "baseline_h2c", ...PROTOCOLS] as const) {
-        const { url: targetUrl, child: server } =
-          protocol === "baseline" ? baseline : protocol === "baseline_h2c" ? baselineH2c : service;
-        const t = target(op, protocol, targetUrl, opToken, run++);
-        const cpu0 = await cpuMs(server.pid!);
+      /** One counted run of `op` over `protocol` against `server`; its requests per second. */
+      const measure = async (
+        protocol: Protocol | Baseline,
+        server: { url: string; child: ChildProcess },
+        label: string = protocol,
+      ): Promise<number> => {
+        const t = target(op, protocol, server.url, opToken, run++);
+        const cpu0 = await cpuMs(server.child.pid!);
         const load0 = process.cpuUsage();
         const wall0 = performance.now();
         const machine0 = await machineTicks();
@@ -344,9 +402,7 @@ async function main(): Promise<void> {
           warmupSeconds: WARMUP_SECONDS,
           seconds: SECONDS,
         });
-        results[protocol] = r.reqPerS;
-        figures[`${op.key}_${protocol}_req_s`] = round(r.reqPerS, 0);
-        const serverMs = (await cpuMs(server.pid!)) - cpu0;
+        const serverMs = (await cpuMs(server.child.pid!)) - cpu0;
         const cpuUs = (serverMs * 1000) / r.allRequests;
         const busy = serverMs / (performance.now() - wall0);
         const machine1 = await machineTicks();
@@ -354,27 +410,60 @@ async function main(): Promise<void> {
         const load = process.cpuUsage(load0);
         const loadUs = (load.user + load.system) / r.allRequests;
         log(
-          `${op.key.padEnd(17)} ${protocol.padEnd(14)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs; server busy ${String(round(busy * 100, 0)).padStart(3)}% of a core, machine ${String(round(idle * 100, 0)).padStart(2)}% idle)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
+          `${op.key.padEnd(17)} ${label.padEnd(23)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs; server busy ${String(round(busy * 100, 0)).padStart(3)}% of a core, machine ${String(round(idle * 100, 0)).padStart(2)}% idle)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
         );
-        if (r.errors > 0) throw new Error(`${op.key} over ${protocol}: ${r.errors} errors (${r.firstError})`);
+        if (r.errors > 0) throw new Error(`${op.key} over ${label}: ${r.errors} errors (${r.firstError})`);
+        return r.reqPerS;
+      };
+      const results: Partial<Record<Protocol | Baseline, number>> = {};
+      for (const group of GROUPS) {
+        const bare = group.baseline === "baseline" ? baseline : baselineH2c;
+        const before = await measure(group.baseline, bare);
+        for (const protocol of group.protocols) results[protocol] = await measure(protocol, service);
+        // The mean of a run before and one after the protocols' (see the top of this file).
+        const base = BRACKET
+          ? (before + (await measure(group.baseline, bare, `${group.baseline} (again)`))) / 2
+          : before;
+        results[group.baseline] = base;
+        const perProtocol = group.protocols.map((p) => results[p]!);
+        const ratios = perProtocol.map((v) => v / base);
+        const spread = (Math.max(...perProtocol) - Math.min(...perProtocol)) / Math.max(...perProtocol);
+        minRatio[group.version] = Math.min(minRatio[group.version], ...ratios);
+        maxSpread[group.version] = Math.max(maxSpread[group.version], spread);
+        log(
+          `${op.key} over ${group.version === "h1" ? "HTTP/1.1" : "HTTP/2"}: ratios vs ${group.baseline} ${group.protocols.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}`,
+        );
       }
-      const base = results.baseline!;
-      const perProtocol = PROTOCOLS.map((p) => results[p]!);
-      const ratios = perProtocol.map((v) => v / base);
-      const spread = (Math.max(...perProtocol) - Math.min(...perProtocol)) / Math.max(...perProtocol);
-      const h2Floor = results.baseline_h2c! / base;
-      minRatio = Math.min(minRatio, ...ratios);
-      maxSpread = Math.max(maxSpread, spread);
-      h2FloorRatio = Math.min(h2FloorRatio, h2Floor);
-      log(
-        `${op.key}: ratios vs baseline ${PROTOCOLS.map((p, i) => `${p} ${round(ratios[i])}`).join(", ")}; protocol spread ${round(spread)}; the baseline over h2c ${round(h2Floor)}`,
-      );
+      for (const [key, value] of Object.entries(results)) figures[`${op.key}_${key}_req_s`] = round(value, 0);
+      if (results.baseline !== undefined && results.baseline_h2c !== undefined) {
+        const h2Floor = results.baseline_h2c / results.baseline;
+        h2FloorRatio = Math.min(h2FloorRatio, h2Floor);
+        log(`${op.key}: the bare baseline over h2c at ${round(h2Floor)} of the one over HTTP/1.1`);
+      }
+      if (pluginOnly) {
+        const gains: string[] = [];
+        for (const protocol of RPC_PROTOCOLS) {
+          if (results[protocol] === undefined) continue;
+          const plugin = await measure(protocol, pluginOnly, `${protocol} (plugin only)`);
+          figures[`${op.key}_${protocol}_plugin_req_s`] = round(plugin, 0);
+          const gain = results[protocol] / plugin - 1;
+          shortPathGain = Math.max(shortPathGain, gain);
+          gains.push(`${protocol} ${round(gain)}`);
+        }
+        log(`${op.key}: the short path's gain over the plugin alone: ${gains.join(", ")}`);
+      }
     }
+    const finite = (n: number) => (Number.isFinite(n) ? round(n) : null);
     process.stdout.write(
       JSON.stringify({
-        min_ratio_vs_baseline: round(minRatio),
-        max_protocol_spread: round(maxSpread),
-        h2c_floor_ratio: round(h2FloorRatio),
+        min_ratio_vs_baseline_h1: finite(minRatio.h1),
+        min_ratio_vs_baseline_h2c: finite(minRatio.h2),
+        max_protocol_spread_h1: GROUPS.some((g) => g.version === "h1") ? round(maxSpread.h1) : null,
+        max_protocol_spread_h2: GROUPS.some((g) => g.version === "h2") ? round(maxSpread.h2) : null,
+        min_ratio_vs_baseline: finite(Math.min(minRatio.h1, minRatio.h2)),
+        max_protocol_spread: round(Math.max(maxSpread.h1, maxSpread.h2)),
+        h2c_floor_ratio: finite(h2FloorRatio),
+        short_path_max_gain: finite(shortPathGain),
         queues_list_req_s: figures.queues_list_rest_h1_req_s ?? null,
         ...figures,
       }) + "\n",
@@ -382,10 +471,11 @@ async function main(): Promise<void> {
   } finally {
     await stop(baseline?.child);
     await stop(baselineH2c?.child);
+    await stop(pluginOnly?.child);
     await stop(service?.child);
     await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await admin.end();
-    await fs.rm(dataDir, { recursive: true, force: true });
+    for (const dir of [dataDir, ...pluginDirs]) await fs.rm(dir, { recursive: true, force: true });
   }
 }
 

@@ -16,7 +16,15 @@ import {
   type EventType,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { epochMs, fixedObject, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
+import {
+  epochMs,
+  fixedObject,
+  isJsonObject,
+  jsonObject,
+  optionalString,
+  passthroughObject,
+  withFastPath,
+} from "../core/http/validation.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import { MAX_EVENTS_PER_CALL } from "./validate-events.ts";
 
@@ -106,14 +114,49 @@ const EventJson = fixedObject(
 );
 
 /** `POST /v1/analytics/events`: the batch size is checked before any event. */
-export const LogEventsBody = jsonObject({
-  events: z
-    .array(z.unknown(), { error: "must be an array of events" })
-    .refine((events) => events.length >= 1 && events.length <= MAX_EVENTS_PER_CALL, {
-      error: (issue) => `must have 1 to ${MAX_EVENTS_PER_CALL} items (got ${(issue.input as unknown[]).length})`,
-    })
-    .pipe(z.array(EventJson)),
-});
+export const LogEventsBody = withFastPath(
+  jsonObject({
+    events: z
+      .array(z.unknown(), { error: "must be an array of events" })
+      .refine((events) => events.length >= 1 && events.length <= MAX_EVENTS_PER_CALL, {
+        error: (issue) => `must have 1 to ${MAX_EVENTS_PER_CALL} items (got ${(issue.input as unknown[]).length})`,
+      })
+      .pipe(z.array(EventJson)),
+  }),
+  plainEvents,
+);
+
+type LogEventsInput = z.output<typeof EventJson>[];
+
+/**
+ * `LogEventsBody`'s fast path (`withFastPath`): a batch whose every event plainly fits `EventJson` (no other
+ * field; `type` a string, `properties` an object, `at` a time, each or absent or null), as the schema makes it;
+ * undefined for anything else, which the schema parses. The schema walked each event field by field, a
+ * quarter of the service's time for a batch of a thousand (test/analytics/log-events-fast-path.test.ts ties
+ * the two).
+ */
+export function plainEvents(body: unknown): { events: LogEventsInput } | undefined {
+  if (!isJsonObject(body)) return undefined;
+  for (const key in body) if (key !== "events") return undefined;
+  const events = body.events;
+  if (!Array.isArray(events) || events.length < 1 || events.length > MAX_EVENTS_PER_CALL) return undefined;
+  const out: LogEventsInput = new Array<LogEventsInput[number]>(events.length);
+  for (let i = 0; i < events.length; i++) {
+    const e: unknown = events[i];
+    if (!isJsonObject(e)) return undefined;
+    for (const key in e) if (key !== "type" && key !== "properties" && key !== "at") return undefined;
+    const { type, properties, at } = e;
+    if (type !== undefined && type !== null && typeof type !== "string") return undefined;
+    if (properties !== undefined && properties !== null && !isJsonObject(properties)) return undefined;
+    let time: Timestamp | undefined;
+    if (at !== undefined && at !== null) {
+      time = parseTime(at);
+      if (!time) return undefined;
+    }
+    out[i] = { type: type ?? undefined, properties: properties ?? {}, at: time };
+  }
+  return { events: out };
+}
 
 export const QueryBody = jsonObject({
   interval: z

@@ -93,7 +93,8 @@ export function generateOperatorToken(): string {
 }
 
 export function hashToken(token: string): string {
-  return crypto.createHash("sha256").update(token, "utf8").digest("hex");
+  // Every authenticated call hashes its token: the one-shot form costs half of createHash().update().digest().
+  return crypto.hash("sha256", token, "hex");
 }
 
 export interface Authenticator {

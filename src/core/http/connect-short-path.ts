@@ -74,6 +74,25 @@ import { endResponse, type NodeHeaders } from "./end-response.ts";
 import { clientGoneSignal } from "./client-gone.ts";
 import { connectErrorJson, connectHttpStatus, detailed, grpcStatusFields } from "./rpc-errors.ts";
 
+/**
+ * The names of the protocols' specifications that the short path reads and writes. Connect has the same
+ * in its internal modules, which `src/` may not import; test/core/connect-tables.test.ts checks these (and
+ * `PROTOCOL_HEADERS` below, and `rpc-errors.ts`' code and HTTP status tables) against Connect's own.
+ */
+export const WIRE = {
+  connectJson: "application/json",
+  connectProto: "application/proto",
+  grpc: "application/grpc",
+  grpcProto: "application/grpc+proto",
+  connectTimeout: "connect-timeout-ms",
+  connectEncoding: "content-encoding",
+  connectAcceptEncoding: "accept-encoding",
+  connectTrailerPrefix: "trailer-",
+  grpcTimeout: "grpc-timeout",
+  grpcEncoding: "grpc-encoding",
+  grpcAcceptEncoding: "grpc-accept-encoding",
+} as const;
+
 /** Bodies up to this size take the short path; larger ones are streamed by the plugin. */
 const SHORT_MAX_BYTES = 1 << 20;
 
@@ -156,16 +175,16 @@ export function connectShortPath(
 function shortKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boolean } | undefined {
   const type = h["content-type"];
   let kind: { grpc: boolean; binary: boolean };
-  if (type === "application/json") kind = { grpc: false, binary: false };
-  else if (type === "application/proto") kind = { grpc: false, binary: true };
-  else if (type === "application/grpc" || type === "application/grpc+proto") kind = { grpc: true, binary: true };
+  if (type === WIRE.connectJson) kind = { grpc: false, binary: false };
+  else if (type === WIRE.connectProto) kind = { grpc: false, binary: true };
+  else if (type === WIRE.grpc || type === WIRE.grpcProto) kind = { grpc: true, binary: true };
   else return undefined;
   if (kind.grpc) {
-    if (h["grpc-timeout"] !== undefined || (h["grpc-encoding"] !== undefined && h["grpc-encoding"] !== "identity"))
-      return undefined;
+    const encoding = h[WIRE.grpcEncoding];
+    if (h[WIRE.grpcTimeout] !== undefined || (encoding !== undefined && encoding !== "identity")) return undefined;
   } else if (
-    h["connect-timeout-ms"] !== undefined ||
-    (h["content-encoding"] !== undefined && h["content-encoding"] !== "identity")
+    h[WIRE.connectTimeout] !== undefined ||
+    (h[WIRE.connectEncoding] !== undefined && h[WIRE.connectEncoding] !== "identity")
   ) {
     return undefined;
   }
@@ -434,7 +453,7 @@ function thrown(e: unknown): ConnectError {
 }
 
 /** The header names of the protocols, which an error's metadata never sets (as Connect's handlers skip them). */
-const PROTOCOL_HEADERS = new Set([
+export const PROTOCOL_HEADERS: ReadonlySet<string> = new Set([
   "content-type",
   "content-length",
   "content-encoding",
@@ -486,9 +505,12 @@ function responseCompression(accept: readonly Compression[], accepted: string | 
 async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
   const { req, options } = call;
   const { context, end } = contextFor(call, "connect");
-  const compression = responseCompression(options.acceptCompression, headerValue(req.headers["accept-encoding"]));
+  const compression = responseCompression(
+    options.acceptCompression,
+    headerValue(req.headers[WIRE.connectAcceptEncoding]),
+  );
   let status = 200;
-  let contentType = call.binary ? "application/proto" : "application/json";
+  let contentType: string = call.binary ? WIRE.connectProto : WIRE.connectJson;
   let body: Uint8Array;
   try {
     const output = await invoke(call.method, context, parseInput(call, bytes), options.interceptors);
@@ -497,7 +519,7 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
     const original = thrown(e);
     const error = detailed(original);
     status = connectHttpStatus(error.code);
-    contentType = "application/json";
+    contentType = WIRE.connectJson;
     addErrorMetadata(context.responseHeader, original);
     body = connectErrorJson(error);
   } finally {
@@ -508,10 +530,10 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
   const header: NodeHeaders = { "content-type": contentType };
   addFields(header, context.responseHeaders());
   if (status !== 200) header["content-type"] = contentType;
-  addFields(header, context.responseTrailers(), "trailer-");
+  addFields(header, context.responseTrailers(), WIRE.connectTrailerPrefix);
   if (compression && body.byteLength >= options.compressMinBytes) {
     body = await compression.compress(body);
-    header["content-encoding"] = compression.name;
+    header[WIRE.connectEncoding] = compression.name;
   }
   header["content-length"] = String(body.byteLength);
   await answer(call.reply, status, header, body);
@@ -527,7 +549,7 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
   const { req, options } = call;
   const { context, end } = contextFor(call, "grpc");
-  const compression = responseCompression(options.acceptCompression, headerValue(req.headers["grpc-accept-encoding"]));
+  const compression = responseCompression(options.acceptCompression, headerValue(req.headers[WIRE.grpcAcceptEncoding]));
   let frame: Uint8Array | undefined;
   let status: Record<string, string> = { "grpc-status": "0" };
   try {
@@ -550,8 +572,8 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   } finally {
     end();
   }
-  const header: NodeHeaders = { "content-type": "application/grpc+proto" };
-  if (compression) header["grpc-encoding"] = compression.name;
+  const header: NodeHeaders = { "content-type": WIRE.grpcProto };
+  if (compression) header[WIRE.grpcEncoding] = compression.name;
   addFields(header, context.responseHeaders());
   // The status last: it wins over a trailer of the same name the call set.
   const trailer: NodeHeaders = {};

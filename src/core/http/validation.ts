@@ -11,8 +11,24 @@ import { PlatformError } from "../errors.ts";
 /** Where a value came from; `body` is left out of field names (`to`, not `body.to`). */
 export type InputRoot = "body" | "query" | "path";
 
+/** The fast paths of schemas (`withFastPath`). */
+const FAST_PATHS = new WeakMap<z.ZodType, (value: unknown) => unknown>();
+
+/**
+ * Gives `schema` a fast path for `parseJson`: `fast` answers what the schema would answer for a value it
+ * plainly admits, or undefined for anything else, which the schema then parses itself (so every refusal and
+ * its message are the schema's). For the hot bodies only (a batch of a thousand events), where the schema's
+ * walk cost more per event than storing it; a test ties each fast path to its schema.
+ */
+export function withFastPath<S extends z.ZodType>(schema: S, fast: (value: unknown) => z.output<S> | undefined): S {
+  FAST_PATHS.set(schema, fast);
+  return schema;
+}
+
 /** Parses `value` with `schema`, or throws `invalid_argument` naming the field and the rule. */
 export function parseJson<T>(schema: z.ZodType<T>, value: unknown, root: InputRoot = "body"): T {
+  const fast = FAST_PATHS.get(schema)?.(value);
+  if (fast !== undefined) return fast as T;
   const result = schema.safeParse(value, { error: (issue) => unknownFieldsMessage(issue, root) });
   if (result.success) return result.data;
   // An unknown field's message names it already (`unknown field "delay"`), so it takes no prefix.
