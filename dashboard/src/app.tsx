@@ -11,7 +11,7 @@ import { clearToken, getToken, setToken } from "./session.ts";
 import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
 import { href, useRoute } from "./router.ts";
 import { Loading } from "./ui.tsx";
-import { SSO_LOGIN_PATH, signOutOfSingleSignOn, singleSignOnEnabled } from "./single-sign-on.ts";
+import { SSO_LOGIN_PATH, signOutOfSingleSignOn, singleSignOnStatus } from "./single-sign-on.ts";
 
 // The screens (and the chart library) load after sign-in: the first screen needs only this module.
 const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
@@ -26,22 +26,21 @@ type SignedIn = "token" | "sso" | null | undefined;
 export function App() {
   const [signedIn, setSignedIn] = useState<SignedIn>(() => (getToken() !== null ? "token" : undefined));
   const [notice, setNotice] = useState<string | null>(null);
+  const [ssoEnabled, setSsoEnabled] = useState(false);
   const queryClient = useQueryClient();
 
   useEffect(() => {
-    // Without a token, WhoAmI says whether this browser holds a single sign-on session (an HttpOnly cookie).
-    if (signedIn !== undefined) return;
+    // Whether the server offers single sign-on, and (without a token) whether this browser holds a session.
     let live = true;
-    createClient(AdminService, transport)
-      .whoAmI({})
-      .then(
-        () => live && setSignedIn("sso"),
-        () => live && setSignedIn(null),
-      );
+    void singleSignOnStatus().then((status) => {
+      if (!live) return;
+      setSsoEnabled(status.enabled);
+      setSignedIn((now) => (now !== undefined ? now : status.signedIn ? "sso" : null));
+    });
     return () => {
       live = false;
     };
-  }, [signedIn]);
+  }, []);
 
   useEffect(() => {
     // Any request refused as unauthenticated (the token was rotated) signs out.
@@ -65,6 +64,7 @@ export function App() {
     return (
       <SignIn
         notice={notice}
+        sso={ssoEnabled}
         onSignedIn={() => {
           setNotice(null);
           setSignedIn("token");
@@ -89,18 +89,10 @@ export function App() {
   );
 }
 
-function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () => void }) {
+function SignIn({ notice, sso, onSignedIn }: { notice: string | null; sso: boolean; onSignedIn: () => void }) {
   const [token, setTokenText] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const [sso, setSso] = useState(false);
-  useEffect(() => {
-    let live = true;
-    void singleSignOnEnabled().then((enabled) => live && setSso(enabled));
-    return () => {
-      live = false;
-    };
-  }, []);
   const signIn = async () => {
     setBusy(true);
     setError(null);

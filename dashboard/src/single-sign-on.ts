@@ -7,13 +7,19 @@
  */
 export const SSO_LOGIN_PATH = "/dashboard/sso/login";
 
-/** Whether the server offers single sign-on (OIDC_ISSUER is set). */
-export async function singleSignOnEnabled(): Promise<boolean> {
+/**
+ * Whether the server offers single sign-on (OIDC_ISSUER is set), and whether this browser holds a live
+ * session: asked of the server, which reads the cookie the page cannot (and which answers without an error
+ * either way, so a tab signed out logs no refused call).
+ */
+export async function singleSignOnStatus(): Promise<{ enabled: boolean; signedIn: boolean }> {
   try {
     const res = await fetch("/dashboard/sso/status", { cache: "no-store" });
-    return res.ok && ((await res.json()) as { enabled?: unknown }).enabled === true;
+    if (!res.ok) return { enabled: false, signedIn: false };
+    const body = (await res.json()) as { enabled?: unknown; signedIn?: unknown };
+    return { enabled: body.enabled === true, signedIn: body.signedIn === true };
   } catch {
-    return false;
+    return { enabled: false, signedIn: false };
   }
 }
 

@@ -208,6 +208,11 @@ describe("single sign-on", () => {
     expect(JSON.stringify(rows)).not.toContain(cookie!.value);
     expect(rows[0].email).toBe("alice@example.test");
 
+    // The page learns that it is signed in from the server, which reads the cookie it cannot.
+    expect(await page.evaluate(async () => (await fetch("/dashboard/sso/status")).json())).toEqual({
+      enabled: true,
+      signedIn: true,
+    });
     // The session is this tab's credential: no token is kept in the page.
     expect(await page.evaluate(() => JSON.stringify(sessionStorage))).not.toContain("pb");
     const me = await callFromPage(page, "WhoAmI", {});
@@ -273,6 +278,7 @@ describe("single sign-on", () => {
     // The screen's next refresh is refused; the tab shows the sign-in screen and says why.
     await vera.page.getByText("Your session expired or was signed out. Sign in again.").waitFor();
     await vera.page.getByRole("link", { name: "Sign in with single sign-on" }).waitFor();
+    await vera.page.screenshot({ path: b.shot("session-expired-1280-light.png") });
     expect((await whoAmIWithCookie(value, t.url)).status).toBe(401);
     // The housekeeping sweep removes it.
     await t.server.housekeeping.runAll();
@@ -294,6 +300,10 @@ describe("single sign-on", () => {
     ).toHaveLength(0);
     // The old cookie, replayed, is nobody.
     expect((await whoAmIWithCookie(value, t.url)).status).toBe(401);
+    expect(await alice.page.evaluate(async () => (await fetch("/dashboard/sso/status")).json())).toEqual({
+      enabled: true,
+      signedIn: false,
+    });
     // A reload shows the sign-in screen again, not the dashboard.
     await alice.page.reload();
     await alice.page.getByRole("link", { name: "Sign in with single sign-on" }).waitFor();

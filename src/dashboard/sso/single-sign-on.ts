@@ -16,7 +16,8 @@
  *   the dashboard is served over https), stored only as its SHA-256.
  * - `POST /dashboard/sso/logout` ends the session, from the dashboard's own
  *   origin only.
- * - `GET /dashboard/sso/status` tells the sign-in screen whether to offer it.
+ * - `GET /dashboard/sso/status` tells the dashboard whether to offer it and
+ *   whether this browser is signed in.
  *
  * The session's role is the operator's at each call (`core/auth.ts`), so what a
  * signed-in browser may do follows the operator's role as it is now.
@@ -111,12 +112,16 @@ const sameText = (a: string, b: string) => {
 
 export async function registerSingleSignOn(fastify: FastifyInstance, options: SingleSignOnOptions): Promise<void> {
   const { oidc, sessions, logger } = options;
-  fastify.get("/dashboard/sso/status", async (_req, reply) => {
+  const cookies = oidc ? singleSignOnCookies(oidc) : undefined;
+  // Read by the dashboard before it shows anything: whether to offer single sign-on, and whether this
+  // browser is signed in (its cookie is HttpOnly: the page cannot tell). Another site cannot read the answer.
+  fastify.get("/dashboard/sso/status", async (req, reply) => {
     void reply.header("cache-control", "no-store");
-    return { enabled: oidc !== undefined };
+    const value = cookies && req.headers.cookie ? parseCookie(req.headers.cookie)[cookies.sessionCookie] : undefined;
+    const signedIn = value ? (await sessions.lookup(hashToken(value))) !== undefined : false;
+    return { enabled: oidc !== undefined, signedIn };
   });
-  if (!oidc) return;
-  const cookies = singleSignOnCookies(oidc);
+  if (!oidc || !cookies) return;
   const issuer = new URL(oidc.issuer);
 
   // The provider's metadata and keys, fetched at the first sign-in (a provider down at start does not stop
