@@ -68,7 +68,12 @@ import { keyringFromConfig } from "./secrets/index.ts";
 import { createTokenUsageRecorder } from "./admin/index.ts";
 import { createAppStore } from "./core/apps/app-store.ts";
 import { registerDashboard } from "./dashboard/dashboard-routes.ts";
-import { registerSingleSignOn, sessionSweepTask, singleSignOnCookies } from "./dashboard/sso/single-sign-on.ts";
+import {
+  mappedOperator,
+  registerSingleSignOn,
+  sessionSweepTask,
+  singleSignOnCookies,
+} from "./dashboard/sso/single-sign-on.ts";
 import { createSessionStore } from "./core/operators/session-store.ts";
 
 export { jsonDepth } from "./core/http/body-parsers.ts";
@@ -201,12 +206,19 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     shutdownSignal: shutdown.signal,
   };
   const sessions = createSessionStore(database.db);
-  const ssoCookies = config.oidc ? singleSignOnCookies(config.oidc) : undefined;
+  const oidc = config.oidc;
+  const ssoCookies = oidc ? singleSignOnCookies(oidc) : undefined;
   const authenticator = createAuthenticator({
     db: database.db,
-    sessions: ssoCookies
-      ? { cookieName: ssoCookies.sessionCookie, origin: ssoCookies.origin, store: sessions }
-      : undefined,
+    sessions:
+      oidc && ssoCookies
+        ? {
+            cookieName: ssoCookies.sessionCookie,
+            origin: ssoCookies.origin,
+            store: sessions,
+            operatorOf: (identity) => mappedOperator(oidc, identity),
+          }
+        : undefined,
     apps,
     adminToken: config.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(apps, logger),

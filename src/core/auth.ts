@@ -115,6 +115,11 @@ export interface SessionCookies {
   origin: string;
   /** The session store; default one on the authenticator's `db`. */
   store?: SessionStore;
+  /**
+   * The operator an identity is mapped to now (`OIDC_OPERATORS`): a session whose identity is no longer
+   * mapped to its operator (the mapping removed or changed, and the service restarted) ends.
+   */
+  operatorOf: (identity: { subject: string; email: string | null }) => string | undefined;
 }
 
 export interface Authenticator {
@@ -260,7 +265,7 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
       );
     }
     const found = await sessionStore.lookup(hashToken(value));
-    if (!found) {
+    if (!found || sessions.operatorOf(found) !== found.name) {
       throw new PlatformError("unauthenticated", "the dashboard session expired or was signed out", {
         details: ["sign in again"],
       });

@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { BrowserContext, Page } from "playwright-core";
 import { OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import type { OperatorSessionsTable } from "../../src/core/operators/session-store.ts";
-import { useTestServer } from "../support/harness.ts";
+import { startServer, useTestServer } from "../support/harness.ts";
 import { useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { freePort, startOidcProvider, type TestProvider } from "../support/oidc-provider.ts";
 
@@ -266,6 +266,34 @@ describe("single sign-on", () => {
       outcome: "denied",
     });
     expect((await t.admin.listApps({})).apps.map((a) => a.name)).not.toContain("made-by-vera");
+  });
+
+  it("a session ends once its identity is no longer mapped to its operator", async () => {
+    const value = (await sessionCookie(vera.context))!.value;
+    // Another instance on the same database, started after vera was taken out of OIDC_OPERATORS.
+    const other = await startServer({
+      database: t.database,
+      ...(t.database.url ? {} : { openDatabase: t.server.deps.database }),
+      env: {
+        PUBLIC_URL: `http://127.0.0.1:${port}`,
+        OIDC_ISSUER: provider.issuer,
+        OIDC_CLIENT_ID: provider.clientId,
+        OIDC_OPERATORS: "alice@example.test=alice",
+      },
+    });
+    try {
+      const call = (url: string) =>
+        fetch(`${url}/platform.admin.v1.AdminService/WhoAmI`, {
+          method: "POST",
+          headers: { "content-type": "application/json", cookie: `pb-session=${value}`, origin: t.url },
+          body: "{}",
+        });
+      expect((await call(other.url)).status).toBe(401);
+      // The instance that still maps vera keeps her session.
+      expect((await call(t.url)).status).toBe(200);
+    } finally {
+      await other.close();
+    }
   });
 
   it("an expired session signs the tab out with a message", async () => {

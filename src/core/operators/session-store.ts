@@ -26,6 +26,9 @@ export interface SessionOperator {
   operatorId: string | null;
   name: string;
   role: OperatorRole;
+  /** The identity that signed in: the provider's subject, and the verified e-mail it was mapped by (or null). */
+  subject: string;
+  email: string | null;
 }
 
 /** An enabled named operator, as single sign-on maps an identity to it. */
@@ -84,14 +87,22 @@ export function createSessionStore(database: Db): SessionStore {
       const row = await db
         .selectFrom("operator_sessions")
         .leftJoin("operators", "operators.id", "operator_sessions.operator_id")
-        .select(["operator_sessions.operator_id", "operators.name", "operators.role", "operators.disabled"])
+        .select([
+          "operator_sessions.operator_id",
+          "operator_sessions.subject",
+          "operator_sessions.email",
+          "operators.name",
+          "operators.role",
+          "operators.disabled",
+        ])
         .where("operator_sessions.session_hash", "=", hash)
         .where("operator_sessions.expires_at", ">", sql<Date>`now()`)
         .executeTakeFirst();
       if (!row) return undefined;
-      if (row.operator_id === null) return { operatorId: null, name: "owner", role: "admin" };
+      const identity = { subject: row.subject, email: row.email };
+      if (row.operator_id === null) return { operatorId: null, name: "owner", role: "admin", ...identity };
       if (row.name === null || row.role === null || row.disabled) return undefined;
-      return { operatorId: row.operator_id, name: row.name, role: row.role };
+      return { operatorId: row.operator_id, name: row.name, role: row.role, ...identity };
     },
 
     async delete(hash) {

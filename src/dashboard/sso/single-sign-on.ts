@@ -49,6 +49,17 @@ export interface SingleSignOnCookies {
   origin: string;
 }
 
+/** The operator `OIDC_OPERATORS` maps an identity to: by subject first, else by its verified e-mail. */
+export function mappedOperator(
+  oidc: OidcConfig,
+  identity: { subject: string; email: string | null },
+): string | undefined {
+  return (
+    oidc.operators.get(`sub:${identity.subject}`) ??
+    (identity.email !== null ? oidc.operators.get(identity.email) : undefined)
+  );
+}
+
 export function singleSignOnCookies(oidc: OidcConfig): SingleSignOnCookies {
   const redirect = new URL(oidc.redirectUrl);
   const secure = redirect.protocol === "https:";
@@ -118,7 +129,8 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
   fastify.get("/dashboard/sso/status", async (req, reply) => {
     void reply.header("cache-control", "no-store");
     const value = cookies && req.headers.cookie ? parseCookie(req.headers.cookie)[cookies.sessionCookie] : undefined;
-    const signedIn = value ? (await sessions.lookup(hashToken(value))) !== undefined : false;
+    const found = value && oidc ? await sessions.lookup(hashToken(value)) : undefined;
+    const signedIn = found !== undefined && oidc !== undefined && mappedOperator(oidc, found) === found.name;
     return { enabled: oidc !== undefined, signedIn };
   });
   if (!oidc || !cookies) return;
@@ -251,7 +263,7 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
           "The identity provider's answer could not be verified. Start the sign-in again.",
         ]);
       }
-      const operatorName = oidc.operators.get(`sub:${subject}`) ?? (email ? oidc.operators.get(email) : undefined);
+      const operatorName = mappedOperator(oidc, { subject, email: email ?? null });
       const who = escapeHtml(email ?? `subject ${subject}`);
       if (operatorName === undefined) {
         logger.warn({ subject }, "single sign-on: an identity no operator is mapped to was refused");
