@@ -337,4 +337,26 @@ describe("single sign-on", () => {
     await alice.page.getByRole("link", { name: "Sign in with single sign-on" }).waitFor();
     expect(await alice.page.getByRole("button", { name: "Sign out" }).count()).toBe(0);
   });
+
+  it("signing in again in the same browser replaces its session", async () => {
+    const aliceSessions = async () =>
+      (
+        await sessionsTable()
+          .selectFrom("operator_sessions")
+          .select("session_hash")
+          .where("email", "=", "alice@example.test")
+          .execute()
+      ).map((r) => r.session_hash);
+    // The provider still knows this browser as alice (its own session outlives the dashboard's sign-out):
+    // the round trip needs no form.
+    await alice.page.getByRole("link", { name: "Sign in with single sign-on" }).click();
+    await alice.page.getByRole("button", { name: "Sign out" }).waitFor();
+    const first = (await sessionCookie(alice.context))!.value;
+    await alice.page.goto(t.url + "/dashboard/sso/login");
+    await alice.page.getByRole("button", { name: "Sign out" }).waitFor();
+    const second = (await sessionCookie(alice.context))!.value;
+    expect(second).not.toBe(first);
+    expect(await aliceSessions()).toEqual([sha256(second)]);
+    expect((await whoAmIWithCookie(first, t.url)).status).toBe(401);
+  });
 });

@@ -185,7 +185,10 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
       try {
         config = await configuration();
       } catch (err) {
-        logger.warn({ err, issuer: oidc.issuer }, "single sign-on: the identity provider cannot be reached");
+        logger.warn(
+          { reason: reasonOf(err), issuer: oidc.issuer },
+          "single sign-on: the identity provider cannot be reached",
+        );
         return page(reply, 503, "The identity provider cannot be reached", [
           `Its discovery document at <code>${escapeHtml(oidc.issuer)}</code> did not answer. Try again shortly, or sign in with a token.`,
         ]);
@@ -258,7 +261,8 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
         // Only an address the provider verified names an operator: anyone can type an unverified one.
         if (typeof source.email === "string" && source.email_verified === true) email = source.email.toLowerCase();
       } catch (err) {
-        logger.warn({ err }, "single sign-on: the provider's answer was refused");
+        // The reason only: an error's cause may hold the provider's answer (claims, codes).
+        logger.warn({ reason: reasonOf(err) }, "single sign-on: the provider's answer was refused");
         return page(reply, 400, "Sign-in refused", [
           "The identity provider's answer could not be verified. Start the sign-in again.",
         ]);
@@ -286,6 +290,9 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
         }
         operatorId = operator.id;
       }
+      // A browser signing in again leaves no older session of its own behind.
+      const previous = cookieOf(req, cookies.sessionCookie);
+      if (previous) await sessions.delete(hashToken(previous));
       const value = crypto.randomBytes(32).toString("base64url");
       await sessions.create({
         hash: hashToken(value),
@@ -325,6 +332,12 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
       return reply.code(204).send();
     });
   });
+}
+
+function reasonOf(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  const code = (err as { code?: unknown }).code;
+  return typeof code === "string" ? `${code}: ${err.message}` : err.message;
 }
 
 function readFlow(text: string | undefined): Flow | undefined {
