@@ -68,6 +68,13 @@ import { keyringFromConfig } from "./secrets/index.ts";
 import { createTokenUsageRecorder } from "./admin/index.ts";
 import { createAppStore } from "./core/apps/app-store.ts";
 import { registerDashboard } from "./dashboard/dashboard-routes.ts";
+import {
+  mappedOperator,
+  registerSingleSignOn,
+  sessionSweepTask,
+  singleSignOnCookies,
+} from "./dashboard/sso/single-sign-on.ts";
+import { createSessionStore } from "./core/operators/session-store.ts";
 
 export { jsonDepth } from "./core/http/body-parsers.ts";
 
@@ -198,8 +205,20 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     metrics,
     shutdownSignal: shutdown.signal,
   };
+  const sessions = createSessionStore(database.db);
+  const oidc = config.oidc;
+  const ssoCookies = oidc ? singleSignOnCookies(oidc) : undefined;
   const authenticator = createAuthenticator({
     db: database.db,
+    sessions:
+      oidc && ssoCookies
+        ? {
+            cookieName: ssoCookies.sessionCookie,
+            origin: ssoCookies.origin,
+            store: sessions,
+            operatorOf: (identity) => mappedOperator(oidc, identity),
+          }
+        : undefined,
     apps,
     adminToken: config.adminToken,
     onTokenLookedUp: createTokenUsageRecorder(apps, logger),
@@ -286,7 +305,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     services: [...served, ...(options.testServices?.services ?? [])],
     jsonRegistry: options.testServices?.jsonRegistry,
     interceptors: [createConnectInterceptor(authenticator, logger, database.health, limiter)],
-    authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
+    authenticate: (authorization, method, browser) => authenticator.authenticate(authorization, method, browser),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
     shortPath: config.connectShortPath,
@@ -316,6 +335,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     };
   });
   await registerDashboard(fastify);
+  await registerSingleSignOn(fastify, { oidc: config.oidc, sessions, logger });
   // The document describes the routes just registered, from their own schemas
   // (made at its first request: most starts never serve it).
   await registerApiDocs(fastify, () =>
@@ -384,7 +404,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   for (const facility of all) await facility.start?.();
   await limitExchange.start();
   const housekeeping = createHousekeeping(
-    [...all.flatMap((f) => f.housekeeping?.() ?? []), idempotency.housekeeping(), reservationSweepTask(deps.quotas)],
+    [
+      ...all.flatMap((f) => f.housekeeping?.() ?? []),
+      idempotency.housekeeping(),
+      reservationSweepTask(deps.quotas),
+      sessionSweepTask(sessions),
+    ],
     { logger, health: database.health },
   );
   housekeeping.start();

@@ -1,7 +1,7 @@
 /**
- * The shell: sign-in when there is no admin token, otherwise the header with
- * navigation and the screen of the current route. A token the server refuses
- * signs the tab out with a message.
+ * The shell: sign-in when there is neither a token nor a single sign-on
+ * session, otherwise the header with navigation and the screen of the current
+ * route. A token or session the server refuses signs the tab out with a message.
  */
 import { Suspense, lazy, useEffect, useRef, useState } from "react";
 import { useQueryClient } from "@tanstack/react-query";
@@ -11,6 +11,7 @@ import { clearToken, getToken, setToken } from "./session.ts";
 import { errorMessage, isUnauthenticated, transport } from "./transport.ts";
 import { href, useRoute } from "./router.ts";
 import { Loading } from "./ui.tsx";
+import { SSO_LOGIN_PATH, signOutOfSingleSignOn, singleSignOnStatus } from "./single-sign-on.ts";
 
 // The screens (and the chart library) load after sign-in: the first screen needs only this module.
 const AppsScreen = lazy(() => import("./screens/apps.tsx").then((m) => ({ default: m.AppsScreen })));
@@ -19,30 +20,54 @@ const OverviewScreen = lazy(() => import("./screens/overview.tsx").then((m) => (
 const OperatorsScreen = lazy(() => import("./screens/operators.tsx").then((m) => ({ default: m.OperatorsScreen })));
 const AuditScreen = lazy(() => import("./screens/audit.tsx").then((m) => ({ default: m.AuditScreen })));
 
+/** How this tab is signed in: with a token it keeps, with the session cookie, not at all, or not known yet. */
+type SignedIn = "token" | "sso" | null | undefined;
+
 export function App() {
-  const [signedIn, setSignedIn] = useState(() => getToken() !== null);
+  const [signedIn, setSignedIn] = useState<SignedIn>(() => (getToken() !== null ? "token" : undefined));
   const [notice, setNotice] = useState<string | null>(null);
+  const [ssoEnabled, setSsoEnabled] = useState(false);
   const queryClient = useQueryClient();
+
+  useEffect(() => {
+    // Whether the server offers single sign-on, and (without a token) whether this browser holds a session.
+    let live = true;
+    void singleSignOnStatus().then((status) => {
+      if (!live) return;
+      setSsoEnabled(status.enabled);
+      setSignedIn((now) => (now !== undefined ? now : status.signedIn ? "sso" : null));
+    });
+    return () => {
+      live = false;
+    };
+  }, []);
 
   useEffect(() => {
     // Any request refused as unauthenticated (the token was rotated) signs out.
     return queryClient.getQueryCache().subscribe((event) => {
       if (event.type === "updated" && isUnauthenticated(event.query.state.error)) {
+        const hadToken = getToken() !== null;
         clearToken();
         queryClient.clear();
-        setNotice("The admin token was refused. Sign in again.");
-        setSignedIn(false);
+        setNotice(
+          hadToken
+            ? "The admin token was refused. Sign in again."
+            : "Your session expired or was signed out. Sign in again.",
+        );
+        setSignedIn(null);
       }
     });
   }, [queryClient]);
 
-  if (!signedIn) {
+  if (signedIn === undefined) return <Loading what="the dashboard" />;
+  if (signedIn === null) {
     return (
       <SignIn
         notice={notice}
+        sso={ssoEnabled}
         onSignedIn={() => {
           setNotice(null);
-          setSignedIn(true);
+          setSignedIn("token");
         }}
       />
     );
@@ -52,14 +77,19 @@ export function App() {
       onSignOut={() => {
         clearToken();
         queryClient.clear();
-        setNotice("Signed out.");
-        setSignedIn(false);
+        // The session ends on the server before the sign-in screen shows: nothing signed in is left behind.
+        void (signedIn === "sso" ? signOutOfSingleSignOn() : Promise.resolve())
+          .catch(() => undefined)
+          .then(() => {
+            setNotice("Signed out.");
+            setSignedIn(null);
+          });
       }}
     />
   );
 }
 
-function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () => void }) {
+function SignIn({ notice, sso, onSignedIn }: { notice: string | null; sso: boolean; onSignedIn: () => void }) {
   const [token, setTokenText] = useState("");
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
@@ -93,9 +123,19 @@ function SignIn({ notice, onSignedIn }: { notice: string | null; onSignedIn: () 
       >
         <h1>Platform Batteries</h1>
         <p className="muted">
-          Sign in with the platform's admin token or your operator token. It is kept in this tab only.
+          {sso
+            ? "Sign in through the platform's identity provider, or with the admin token or your operator token (a token is kept in this tab only)."
+            : "Sign in with the platform's admin token or your operator token. It is kept in this tab only."}
         </p>
         {notice ? <p role="status">{notice}</p> : null}
+        {sso ? (
+          <>
+            <a className="sso-button" href={SSO_LOGIN_PATH}>
+              Sign in with single sign-on
+            </a>
+            <p className="muted sso-or">or with a token</p>
+          </>
+        ) : null}
         <label className="field">
           <span>Admin token</span>
           <input

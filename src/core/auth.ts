@@ -10,6 +10,11 @@
  *   `app_stopped` on every operation except three reads that neither change
  *   state nor spend allowance (`OPEN_WHEN_STOPPED`, docs/api.md#authentication).
  *
+ * - A dashboard signed in through single sign-on calls AdminService with its
+ *   session cookie instead of a token (no Authorization header): accepted
+ *   only from the dashboard's own origin (the `Origin` header), so another
+ *   site cannot make a signed-in browser change anything (docs/operators.md).
+ *
  * Service tokens are `pbt_` + 256 random bits (base64url) and are stored only
  * as their SHA-256; the admin token is compared in constant time.
  */
@@ -22,6 +27,8 @@ import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.t
 import { createBatcher } from "./batcher.ts";
 import type { Db } from "./database/index.ts";
 import { createOperatorStore, type OperatorRole } from "./operators/operator-store.ts";
+import { createSessionStore, type SessionStore } from "./operators/session-store.ts";
+import { parseCookie } from "cookie";
 
 /** The operator calling the admin API. */
 export interface OperatorIdentity {
@@ -97,8 +104,31 @@ export function hashToken(token: string): string {
   return crypto.hash("sha256", token, "hex");
 }
 
+/** What a browser sends besides a token: its cookies and the origin of the page that made the call. */
+export interface BrowserCredentials {
+  cookie?: string | null;
+  origin?: string | null;
+}
+
+/** Where the dashboard's single sign-on sessions are found: the cookie's name and the one origin allowed to use it. */
+export interface SessionCookies {
+  cookieName: string;
+  origin: string;
+  /** The session store; default one on the authenticator's `db`. */
+  store?: SessionStore;
+  /**
+   * The operator an identity is mapped to now (`OIDC_OPERATORS`): a session whose identity is no longer
+   * mapped to its operator (the mapping removed or changed, and the service restarted) ends.
+   */
+  operatorOf: (identity: { subject: string; email: string | null }) => string | undefined;
+}
+
 export interface Authenticator {
-  authenticate(authorization: string | null | undefined, method: DescMethod): Promise<Principal>;
+  authenticate(
+    authorization: string | null | undefined,
+    method: DescMethod,
+    browser?: BrowserCredentials,
+  ): Promise<Principal>;
   /** Forgets every remembered token; called whenever apps or tokens change. */
   invalidate(): void;
 }
@@ -164,6 +194,8 @@ export interface AuthenticatorOptions {
    * test server adds (the Connect conformance suite's, whose reference client sends no token).
    */
   publicServices?: readonly string[];
+  /** The dashboard's single sign-on sessions; undefined when single sign-on is off (no cookie is read). */
+  sessions?: SessionCookies;
 }
 
 export function createAuthenticator(options: AuthenticatorOptions): Authenticator {
@@ -214,16 +246,47 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
     }
     return identity;
   };
+  // Sessions are not remembered: a sign-out ends one at the next call, on every instance, and the
+  // dashboard's few calls cost one indexed read each.
+  const sessions = options.sessions;
+  const sessionStore = sessions ? (sessions.store ?? createSessionStore(options.db)) : undefined;
+  const findSession = async (browser: BrowserCredentials | undefined): Promise<OperatorIdentity | undefined> => {
+    if (!sessions || !sessionStore || !browser?.cookie) return undefined;
+    const value = parseCookie(browser.cookie)[sessions.cookieName];
+    if (!value) return undefined;
+    // SameSite=Strict keeps the cookie off other sites' requests; the origin check holds even where a
+    // browser sends it anyway (an old browser, a sibling site): a cookie call comes from the dashboard's page.
+    if (browser.origin !== sessions.origin) {
+      throw new PlatformError(
+        "permission_denied",
+        "a call signed in by the dashboard's cookie must come from its page",
+        {
+          details: [`the Origin header must be ${sessions.origin}; scripts and the CLI send a token instead`],
+        },
+      );
+    }
+    const found = await sessionStore.lookup(hashToken(value));
+    if (!found || sessions.operatorOf(found) !== found.name) {
+      throw new PlatformError("unauthenticated", "the dashboard session expired or was signed out", {
+        details: ["sign in again"],
+      });
+    }
+    return { id: found.operatorId ?? OWNER.id, name: found.name, role: found.role };
+  };
   // Compared as hashes: equal lengths for timingSafeEqual, whatever was sent.
   const adminHash = Buffer.from(hashToken(options.adminToken));
   const isAdminToken = (token: string) => crypto.timingSafeEqual(Buffer.from(hashToken(token)), adminHash);
 
   return {
-    async authenticate(authorization, method) {
+    async authenticate(authorization, method, browser) {
       const serviceName = method.parent.typeName;
       if (publicServices.has(serviceName)) return { kind: "public" };
       const token = bearer(authorization);
-      if (token === undefined) throw unauthenticated();
+      if (token === undefined) {
+        const operator = serviceName === ADMIN_SERVICE ? await findSession(browser) : undefined;
+        if (operator) return { kind: "admin", operator };
+        throw unauthenticated();
+      }
       if (serviceName === ADMIN_SERVICE) {
         if (isAdminToken(token)) return { kind: "admin", operator: OWNER };
         if (!token.startsWith(OPERATOR_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();

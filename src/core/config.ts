@@ -74,6 +74,29 @@ export interface Config {
   connectShortPath: boolean;
   /** `CORS_ORIGINS`: origins allowed to call Connect and gRPC-Web from a browser (comma-separated); none by default. */
   corsOrigins: string[];
+  /** The dashboard's single sign-on (`OIDC_*`); undefined when `OIDC_ISSUER` is unset. */
+  oidc: OidcConfig | undefined;
+}
+
+/** OpenID Connect sign-in for the dashboard (docs/operators.md#single-sign-on). */
+export interface OidcConfig {
+  /** `OIDC_ISSUER`: the provider's issuer URL (its discovery document is under it). */
+  issuer: string;
+  /** `OIDC_CLIENT_ID`. */
+  clientId: string;
+  /** `OIDC_CLIENT_SECRET` (or `OIDC_CLIENT_SECRET_FILE`); undefined for a public client (PKCE only). */
+  clientSecret: string | undefined;
+  /** `OIDC_REDIRECT_URL`, default `PUBLIC_URL` + `/dashboard/sso/callback`: registered at the provider. */
+  redirectUrl: string;
+  /**
+   * `OIDC_OPERATORS`: who may sign in, as which operator: a verified e-mail address (`alice@example.com`) or a
+   * subject (`sub:248289761001`), each mapped to a named operator (or `owner`). Keys are lower-case e-mails.
+   */
+  operators: ReadonlyMap<string, string>;
+  /** `OIDC_SCOPES`, default `openid email`. */
+  scopes: string;
+  /** `OIDC_SESSION_MINUTES` (1 to 43200, default 480): how long a dashboard session lasts after sign-in. */
+  sessionMinutes: number;
 }
 
 export interface HttpTimeouts {
@@ -165,6 +188,28 @@ function list<T>(parse: (item: string) => T | undefined) {
   };
 }
 
+/** Hosts where an `http:` issuer is accepted: only this machine (a provider run beside the service, or a test's). */
+const LOOPBACK_HOSTS = new Set(["localhost", "127.0.0.1", "[::1]"]);
+
+/** `PUBLIC_URL` without a trailing slash, default this server's own address. */
+function publicUrlOf(env: { PUBLIC_URL?: string; HOST: string; PORT: number }): string {
+  return (env.PUBLIC_URL ?? `http://${env.HOST.includes(":") ? `[${env.HOST}]` : env.HOST}:${env.PORT}`).replace(
+    /\/+$/,
+    "",
+  );
+}
+
+/** One `OIDC_OPERATORS` item, `identity=operator`: a key of `OidcConfig.operators` and the operator's name. */
+function operatorMapping(item: string): [string, string] | undefined {
+  const at = item.lastIndexOf("=");
+  if (at <= 0) return undefined;
+  const identity = item.slice(0, at).trim();
+  const operator = item.slice(at + 1).trim();
+  if (operator === "" || identity === "") return undefined;
+  if (identity.startsWith("sub:")) return identity.length > 4 ? [identity, operator] : undefined;
+  return /^[^@\s]+@[^@\s]+$/.test(identity) ? [identity.toLowerCase(), operator] : undefined;
+}
+
 const namePattern = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/i;
 const originPattern = /^https?:\/\/[^/\s]+$/;
 
@@ -229,8 +274,43 @@ const environmentSchema = z
           .map((o) => o.trim())
           .find((o) => o !== "" && o !== "*" && !originPattern.test(o))})`,
     ).default([]),
+    OIDC_ISSUER: url(["http:", "https:"]).optional(),
+    OIDC_CLIENT_ID: text.optional(),
+    OIDC_CLIENT_SECRET: text.optional(),
+    OIDC_REDIRECT_URL: url(["http:", "https:"]).optional(),
+    OIDC_OPERATORS: variable(
+      list(operatorMapping),
+      "must be a comma-separated list of identity=operator, the identity an e-mail address or sub:<subject>",
+    ).default([]),
+    OIDC_SCOPES: text.default("openid email"),
+    OIDC_SESSION_MINUTES: wholeNumber(1, 43_200, "must be a whole number of minutes from 1 to 43200").default(480),
   })
   .superRefine((env, ctx) => {
+    if (env.OIDC_ISSUER !== undefined) {
+      if (
+        new URL(env.OIDC_ISSUER).protocol === "http:" &&
+        !LOOPBACK_HOSTS.has(new URL(env.OIDC_ISSUER).host.replace(/:\d+$/, ""))
+      ) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["OIDC_ISSUER"],
+          message: "must be https (http only for a provider on localhost)",
+        });
+      }
+      if (env.OIDC_CLIENT_ID === undefined) {
+        ctx.addIssue({ code: "custom", path: ["OIDC_CLIENT_ID"], message: "must be set when OIDC_ISSUER is" });
+      }
+      if (env.OIDC_OPERATORS.length === 0) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["OIDC_OPERATORS"],
+          message: "must map at least one identity to an operator when OIDC_ISSUER is set (nobody could sign in)",
+        });
+      }
+      if (!env.OIDC_SCOPES.split(/\s+/).includes("openid")) {
+        ctx.addIssue({ code: "custom", path: ["OIDC_SCOPES"], message: "must include openid" });
+      }
+    }
     const awsRegion = env.AWS_REGION ?? env.AWS_DEFAULT_REGION;
     if (awsRegion === undefined && (env.MAIL_PROVIDER === "ses" || env.INFERENCE_PROVIDER === "bedrock")) {
       ctx.addIssue({
@@ -271,10 +351,7 @@ const environmentSchema = z
     adminToken: env.ADMIN_TOKEN,
     secretsKey: env.SECRETS_KEY,
     secretsOldKeys: env.SECRETS_OLD_KEYS,
-    publicUrl: (env.PUBLIC_URL ?? `http://${env.HOST.includes(":") ? `[${env.HOST}]` : env.HOST}:${env.PORT}`).replace(
-      /\/+$/,
-      "",
-    ),
+    publicUrl: publicUrlOf(env),
     mailProvider: env.MAIL_PROVIDER,
     mailDomain: env.MAIL_DOMAIN,
     inferenceProvider: env.INFERENCE_PROVIDER,
@@ -302,6 +379,18 @@ const environmentSchema = z
     auditRetentionDays: env.AUDIT_RETENTION_DAYS,
     connectShortPath: env.CONNECT_SHORT_PATH === "on",
     corsOrigins: env.CORS_ORIGINS,
+    oidc:
+      env.OIDC_ISSUER === undefined || env.OIDC_CLIENT_ID === undefined
+        ? undefined
+        : {
+            issuer: env.OIDC_ISSUER,
+            clientId: env.OIDC_CLIENT_ID,
+            clientSecret: env.OIDC_CLIENT_SECRET,
+            redirectUrl: env.OIDC_REDIRECT_URL ?? `${publicUrlOf(env)}/dashboard/sso/callback`,
+            operators: new Map(env.OIDC_OPERATORS),
+            scopes: env.OIDC_SCOPES,
+            sessionMinutes: env.OIDC_SESSION_MINUTES,
+          },
   }));
 
 /**
@@ -310,7 +399,7 @@ const environmentSchema = z
  * generated once and survives every restart, where one generated inline on a
  * command line is lost with it.
  */
-export const FILE_VARIABLES = ["ADMIN_TOKEN", "SECRETS_KEY"] as const;
+export const FILE_VARIABLES = ["ADMIN_TOKEN", "SECRETS_KEY", "OIDC_CLIENT_SECRET"] as const;
 
 /**
  * `env` with each `NAME_FILE` of `FILE_VARIABLES` read into `NAME` (one final

@@ -38,7 +38,11 @@ export function createConnectInterceptor(
     const rpc = `${req.method.parent.typeName}/${req.method.name}`;
     try {
       // The request's headers are read only when needed: most calls were authenticated at their head.
-      const again = () => authenticator.authenticate(req.header.get("authorization"), req.method);
+      const again = () =>
+        authenticator.authenticate(req.header.get("authorization"), req.method, {
+          cookie: req.header.get("cookie"),
+          origin: req.header.get("origin"),
+        });
       const principal = req.contextValues.get(headPrincipalKey) ?? (await again());
       req.contextValues.set(principalKey, principal);
       req.contextValues.set(reauthenticateKey, again);

@@ -92,7 +92,11 @@ export interface ConnectRoutesOptions<Authenticated = unknown> {
    * resolves to is given to `contextValues`, so the interceptors need not authenticate the call again. Without
    * it, a body of 32 MiB, or a gzip body that inflates 1000-fold, was read and decoded for any client first.
    */
-  authenticate?: (authorization: string | undefined, method: DescMethod) => Promise<Authenticated>;
+  authenticate?: (
+    authorization: string | undefined,
+    method: DescMethod,
+    browser: { cookie: string | undefined; origin: string | undefined },
+  ) => Promise<Authenticated>;
   /**
    * The context values of one call; given the request, e.g. for its id (`requestIdKey`), and what
    * `authenticate` resolved to for it (undefined when it did not, e.g. in an outage: the interceptors decide).
@@ -200,6 +204,10 @@ export async function registerConnectRoutes<Authenticated>(
           (req as AuthenticatedRequest<Authenticated>)[AUTHENTICATED] = await authenticate(
             headerValue(req.headers.authorization) ?? undefined,
             handler.method,
+            {
+              cookie: headerValue(req.headers.cookie) ?? undefined,
+              origin: headerValue(req.headers.origin) ?? undefined,
+            },
           );
         } catch (err) {
           const refused = toPlatformError(err);
