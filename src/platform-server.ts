@@ -300,7 +300,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
-  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness });
+  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness, appsTop: config.metrics.appsTop });
   fastify.get("/ready", async (_req, reply) => {
     const report = await readiness();
     if (report.ready) return { status: "ready", checks: report.checks };

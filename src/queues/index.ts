@@ -57,7 +57,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
-  registerQueueGauges(metrics, deps.db);
+  registerQueueGauges(metrics, deps.db, deps.config.metrics.appsTop);
   const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
