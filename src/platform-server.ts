@@ -43,6 +43,7 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
+import { createTracing } from "./core/tracing.ts";
 import {
   createLimitExchange,
   createLimitExchangeStore,
@@ -157,6 +158,8 @@ function bearerMatches(authorization: string | undefined, token: string): boolea
 export async function createPlatformServer(options: ServerOptions): Promise<PlatformServer> {
   const { config, logger } = options;
   const listener = options.listener ?? createListener({ tls: await readTls(config), timeouts: config.http });
+  // Traces only with OTEL_EXPORTER_OTLP_ENDPOINT: without it, none of the hooks below is added.
+  const tracing = config.tracing && createTracing(config.tracing, { version: packageInfo.version });
   const ownsDatabase = options.database === undefined;
   const database =
     options.database ??
@@ -168,6 +171,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       statementTimeoutMs: config.databaseTimeouts.statementMs,
       poolWaitMs: config.databaseTimeouts.poolWaitMs,
       poolAppShare: config.databasePoolAppShare,
+      queryLog: tracing?.queryLog,
     }));
   try {
     if (ownsDatabase && config.databaseUrl !== undefined) {
@@ -181,6 +185,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: config.adminToken });
   } catch (err) {
     if (ownsDatabase) await database.close();
+    await tracing?.shutdown();
     throw err;
   }
 
@@ -197,6 +202,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     logger,
     metrics,
     shutdownSignal: shutdown.signal,
+    tracing,
   };
   const authenticator = createAuthenticator({
     db: database.db,
@@ -256,6 +262,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   }));
 
   const fastify = createHttpServer({ logger, metrics, listener, databaseHealth: database.health });
+  // Before any route, so its preHandler runs ahead of the Connect short path's.
+  tracing?.registerHttp(fastify);
 
   // Connect first: its scope replaces every content-type parser, which it can
   // only do while the root still has the built-in ones.
@@ -285,7 +293,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     },
     services: [...served, ...(options.testServices?.services ?? [])],
     jsonRegistry: options.testServices?.jsonRegistry,
-    interceptors: [createConnectInterceptor(authenticator, logger, database.health, limiter)],
+    interceptors: [
+      ...(tracing ? [tracing.interceptor] : []),
+      createConnectInterceptor(authenticator, logger, database.health, limiter),
+    ],
     authenticate: (authorization, method) => authenticator.authenticate(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
@@ -446,6 +457,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();
       if (ownsDatabase) await database.close();
+      await tracing?.shutdown();
     },
   };
 }

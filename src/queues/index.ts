@@ -66,6 +66,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     metrics,
     deadLetters,
     shutdownSignal: deps.shutdownSignal,
+    tracing: deps.tracing?.messaging,
   });
 
   const feed = createEventFeed({
