@@ -43,7 +43,6 @@ import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
 import { createMetrics } from "./core/metrics.ts";
-import { createTracing } from "./core/tracing.ts";
 import {
   createLimitExchange,
   createLimitExchangeStore,
@@ -158,8 +157,11 @@ function bearerMatches(authorization: string | undefined, token: string): boolea
 export async function createPlatformServer(options: ServerOptions): Promise<PlatformServer> {
   const { config, logger } = options;
   const listener = options.listener ?? createListener({ tls: await readTls(config), timeouts: config.http });
-  // Traces only with OTEL_EXPORTER_OTLP_ENDPOINT: without it, none of the hooks below is added.
-  const tracing = config.tracing && createTracing(config.tracing, { version: packageInfo.version });
+  // Traces only with OTEL_EXPORTER_OTLP_ENDPOINT: without it, none of the hooks below is added and the
+  // OpenTelemetry SDK is not even loaded.
+  const tracing =
+    config.tracing &&
+    (await import("./core/tracing.ts")).createTracing(config.tracing, { version: packageInfo.version });
   const ownsDatabase = options.database === undefined;
   const database =
     options.database ??
