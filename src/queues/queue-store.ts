@@ -522,9 +522,14 @@ interface QueueDbs {
   relaxedDb: Kysely<QueueTables>;
 }
 
-/** The `trace_parent` column of a traced put's INSERT, and its value; nothing for an untraced one. */
-const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? sql`` : sql`, trace_parent`);
-const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? sql`` : sql`, ${traceParent}`);
+/**
+ * The `trace_parent` column of a traced put's INSERT, and its value; for an untraced one (every put when
+ * tracing is off), nothing: the statement is the one it always was, and no fragment is made for it.
+ */
+const NOTHING = sql``;
+const TRACE_COLUMN = sql`, trace_parent`;
+const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
+const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
 function createPutStore({
@@ -583,14 +588,14 @@ function createPutStore({
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
                                  ${items.map((i) => i.notify ?? null)}::text[]${
-                                   traced ? sql`, ${items.map((i) => i.traceParent ?? null)}::text[]` : sql``
+                                   traced ? sql`, ${items.map((i) => i.traceParent ?? null)}::text[]` : NOTHING
                                  })
-                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ${traced ? sql`trace, ` : sql``}ord), depth
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ${traced ? sql`trace, ` : NOTHING}ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at${traced ? sql`, trace_parent` : sql``})
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at${traced ? TRACE_COLUMN : NOTHING})
           SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)${
-            traced ? sql`, trace` : sql``
+            traced ? sql`, trace` : NOTHING
           }
           FROM src
           RETURNING id, expires_at
