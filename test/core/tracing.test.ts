@@ -78,6 +78,8 @@ describe("traces of a put, a consume and an ack, through an OTLP receiver", () =
   // The callers' own spans: the put's and the consume's (the ack comes without one).
   const putCaller = { traceId: "0af7651916cd43dd8448eb211c80319c", spanId: "b7ad6b7169203331" };
   const consumeCaller = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "00f067aa0ba902b7" };
+  // A put with a deadline, which connect-fastify's plugin serves rather than the unary short path.
+  const pluginCaller = { traceId: "5ce0e9a56015fec5aadfa328ae398115", spanId: "ab12cd34ef56ab78" };
   const traceparent = (c: { traceId: string; spanId: string }) => `00-${c.traceId}-${c.spanId}-01`;
 
   beforeAll(async () => {
@@ -94,6 +96,12 @@ describe("traces of a put, a consume and an ack, through an OTLP receiver", () =
       });
       expect(put.status, JSON.stringify(put.body)).toBe(200);
       messageId = (put.body as { id: string }).id;
+      const viaPlugin = await t.request("POST", "/platform.queues.v1.QueueService/PutMessage", {
+        token: app.token,
+        headers: { traceparent: traceparent(pluginCaller), "connect-timeout-ms": "60000" },
+        body: { queue: "later", payload: { n: 2 } },
+      });
+      expect(viaPlugin.status, JSON.stringify(viaPlugin.body)).toBe(200);
       const consumed = await t.request("POST", "/v1/queues/jobs/consume", {
         token: app.token,
         headers: { traceparent: traceparent(consumeCaller) },
@@ -131,7 +139,7 @@ describe("traces of a put, a consume and an ack, through an OTLP receiver", () =
   });
 
   it("makes the put's SERVER span a child of the caller's, named after the RPC", () => {
-    const span = one("platform.queues.v1.QueueService/PutMessage");
+    const span = one("platform.queues.v1.QueueService/PutMessage", putCaller.traceId);
     expect(span.kind).toBe(SERVER);
     expect(span.traceId).toBe(putCaller.traceId);
     expect(span.parentSpanId).toBe(putCaller.spanId);
@@ -142,8 +150,17 @@ describe("traces of a put, a consume and an ack, through an OTLP receiver", () =
     expect(attr(span, "http.response.status_code")).toBe(200);
   });
 
+  it("does the same for a call connect-fastify's plugin serves (past the short path)", () => {
+    const server = one("platform.queues.v1.QueueService/PutMessage", pluginCaller.traceId);
+    expect(server.parentSpanId).toBe(pluginCaller.spanId);
+    expect(attr(server, "rpc.method")).toBe("PutMessage");
+    const send = one("send later");
+    expect(send.traceId).toBe(pluginCaller.traceId);
+    expect(send.parentSpanId).toBe(server.spanId);
+  });
+
   it("puts the message in a send PRODUCER span under it, with the statement that stored it", () => {
-    const server = one("platform.queues.v1.QueueService/PutMessage");
+    const server = one("platform.queues.v1.QueueService/PutMessage", putCaller.traceId);
     const send = one("send jobs");
     expect(send.kind).toBe(PRODUCER);
     expect(send.traceId).toBe(putCaller.traceId);
@@ -194,7 +211,12 @@ describe("traces of a put, a consume and an ack, through an OTLP receiver", () =
   });
 
   it("makes no span for statements outside a request (housekeeping, gauges)", () => {
-    const traced = new Set([putCaller.traceId, consumeCaller.traceId, one("POST /v1/queues/_ack").traceId]);
+    const traced = new Set([
+      putCaller.traceId,
+      pluginCaller.traceId,
+      consumeCaller.traceId,
+      one("POST /v1/queues/_ack").traceId,
+    ]);
     const roots = spans.filter((s) => !s.parentSpanId || !spans.some((p) => p.spanId === s.parentSpanId));
     for (const root of roots) {
       expect(root.kind, root.name).toBe(SERVER);
