@@ -164,6 +164,11 @@ function bearerMatches(authorization: string | undefined, token: string): boolea
 export async function createPlatformServer(options: ServerOptions): Promise<PlatformServer> {
   const { config, logger } = options;
   const listener = options.listener ?? createListener({ tls: await readTls(config), timeouts: config.http });
+  // Traces only with OTEL_EXPORTER_OTLP_ENDPOINT: without it, none of the hooks below is added and the
+  // OpenTelemetry SDK is not even loaded.
+  const tracing =
+    config.tracing &&
+    (await import("./core/tracing.ts")).createTracing(config.tracing, { version: packageInfo.version });
   const ownsDatabase = options.database === undefined;
   const database =
     options.database ??
@@ -175,6 +180,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       statementTimeoutMs: config.databaseTimeouts.statementMs,
       poolWaitMs: config.databaseTimeouts.poolWaitMs,
       poolAppShare: config.databasePoolAppShare,
+      queryLog: tracing?.queryLog,
     }));
   try {
     if (ownsDatabase && config.databaseUrl !== undefined) {
@@ -188,6 +194,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     await verifySharedKeys(database.db, { keyring: keyringFromConfig(config), adminToken: config.adminToken });
   } catch (err) {
     if (ownsDatabase) await database.close();
+    await tracing?.shutdown();
     throw err;
   }
 
@@ -204,6 +211,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     logger,
     metrics,
     shutdownSignal: shutdown.signal,
+    tracing,
   };
   const sessions = createSessionStore(database.db);
   const oidc = config.oidc;
@@ -275,6 +283,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   }));
 
   const fastify = createHttpServer({ logger, metrics, listener, databaseHealth: database.health });
+  // Before any route, so its preHandler runs ahead of the Connect short path's.
+  tracing?.registerHttp(fastify);
 
   // Connect first: its scope replaces every content-type parser, which it can
   // only do while the root still has the built-in ones.
@@ -304,7 +314,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     },
     services: [...served, ...(options.testServices?.services ?? [])],
     jsonRegistry: options.testServices?.jsonRegistry,
-    interceptors: [createConnectInterceptor(authenticator, logger, database.health, limiter)],
+    interceptors: [
+      ...(tracing ? [tracing.interceptor] : []),
+      createConnectInterceptor(authenticator, logger, database.health, limiter),
+    ],
     authenticate: (authorization, method, browser) => authenticator.authenticate(authorization, method, browser),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
@@ -319,7 +332,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     facility.registerRoutes?.(fastify);
   }
   const readiness = sharedReadiness(readinessChecks);
-  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness });
+  registerOperationalGauges({ metrics, quotas: deps.quotas, readiness, appsTop: config.metrics.appsTop });
   fastify.get("/ready", async (_req, reply) => {
     const report = await readiness();
     if (report.ready) return { status: "ready", checks: report.checks };
@@ -471,6 +484,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();
       if (ownsDatabase) await database.close();
+      await tracing?.shutdown();
     },
   };
 }

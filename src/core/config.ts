@@ -58,6 +58,8 @@ export interface Config {
   databaseWaitSeconds: number;
   /** Who may read `/metrics`, and where it is served. */
   metrics: MetricsAccess;
+  /** OpenTelemetry traces (src/core/tracing.ts), when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. */
+  tracing: TracingConfig | undefined;
   /**
    * `DATABASE_POOL_APP_SHARE` (percent, default 50): the most of the database pool one app holds, so the
    * rest is there for the others; apps waiting for a connection are served in turn.
@@ -113,6 +115,19 @@ export interface MetricsAccess {
   token: string | undefined;
   /** `METRICS_PORT`: when set, `/metrics` is served on this port of HOST only, not on the public port. */
   port: number | undefined;
+  /**
+   * `METRICS_APPS_TOP` (0 to 1000, default 20): the per-app series of /metrics name at most this many apps per
+   * metric (those with the largest values); the others are folded into one `app="_other"` series.
+   */
+  appsTop: number;
+}
+
+/** Where traces go; undefined (`OTEL_EXPORTER_OTLP_ENDPOINT` unset) means no tracing at all. */
+export interface TracingConfig {
+  /** `OTEL_EXPORTER_OTLP_ENDPOINT`: the OTLP/HTTP receiver's base URL; spans are posted to `<it>/v1/traces`. */
+  endpoint: string;
+  /** `OTEL_SERVICE_NAME` (default `platform-batteries`): the `service.name` of every span. */
+  serviceName: string;
 }
 
 export interface DatabaseTimeouts {
@@ -260,6 +275,9 @@ const environmentSchema = z
       "must be at least 16 characters, without spaces",
     ).optional(),
     METRICS_PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").optional(),
+    METRICS_APPS_TOP: wholeNumber(0, 1000, "must be a whole number from 0 to 1000").default(20),
+    OTEL_EXPORTER_OTLP_ENDPOINT: url(["http:", "https:"]).optional(),
+    OTEL_SERVICE_NAME: text.default("platform-batteries"),
     DATABASE_POOL_APP_SHARE: wholeNumber(1, 100, "must be a whole percentage from 1 to 100").default(50),
     LIMIT_EXCHANGE_MS: milliseconds.default(1_000),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
@@ -371,7 +389,11 @@ const environmentSchema = z
       poolWaitMs: env.DATABASE_POOL_WAIT_MS,
     },
     databaseWaitSeconds: env.DATABASE_WAIT_SECONDS,
-    metrics: { token: env.METRICS_TOKEN, port: env.METRICS_PORT },
+    metrics: { token: env.METRICS_TOKEN, port: env.METRICS_PORT, appsTop: env.METRICS_APPS_TOP },
+    tracing:
+      env.OTEL_EXPORTER_OTLP_ENDPOINT === undefined
+        ? undefined
+        : { endpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, ""), serviceName: env.OTEL_SERVICE_NAME },
     databasePoolAppShare: env.DATABASE_POOL_APP_SHARE / 100,
     limitExchangeMs: env.LIMIT_EXCHANGE_MS,
     logLevel: env.LOG_LEVEL,

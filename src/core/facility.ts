@@ -18,6 +18,7 @@ import type { AnyRestRoute } from "./http/rest-router.ts";
 import type { ReadinessCheck } from "./readiness.ts";
 import type { HousekeepingTask } from "./housekeeping.ts";
 import type { AppStore } from "./apps/app-store.ts";
+import type { Tracing } from "./tracing.ts";
 
 export interface Deps {
   readonly config: Config;
@@ -30,6 +31,8 @@ export interface Deps {
   readonly metrics: Metrics;
   /** Aborted when the server starts shutting down: long-polls end at once. */
   readonly shutdownSignal: AbortSignal;
+  /** Traces, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set; undefined otherwise (then nothing is traced). */
+  readonly tracing?: Tracing;
 }
 
 export interface Facility<S extends DescService = DescService> {

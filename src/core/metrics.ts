@@ -44,6 +44,31 @@ export function atMostEvery<T>(ms: number, load: () => Promise<T>): () => Promis
   };
 }
 
+/**
+ * The `app` label of the series that stands for every app outside the top ones. App names start with a
+ * letter (`NAME_PATTERN`), so no app can be named this.
+ */
+export const OTHER_APPS = "_other";
+
+/**
+ * The bound of the per-app series: the `top` apps with the largest values (ties by name) keep their own
+ * series, and the rest are folded into one `OTHER_APPS` series (their sum for an amount, their largest for
+ * an age or a share), present only when some app was folded. So a metric has at most `top + 1` series
+ * whatever the number of apps; apps with a zero value get none.
+ */
+export function foldTopApps(
+  values: Iterable<{ app: string; value: number }>,
+  top: number,
+  fold: "sum" | "max",
+): { app: string; value: number }[] {
+  const sorted = [...values].filter((v) => v.value > 0).sort((a, b) => b.value - a.value || (a.app < b.app ? -1 : 1));
+  const kept = sorted.slice(0, top);
+  const rest = sorted.slice(top);
+  if (rest.length === 0) return kept;
+  const value = fold === "sum" ? rest.reduce((n, v) => n + v.value, 0) : rest[0].value;
+  return [...kept, { app: OTHER_APPS, value }];
+}
+
 export function createMetrics(): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });

@@ -12,10 +12,15 @@
  *   highest share of a daily cap any app used today, and how many apps used at
  *   least `NEAR_CAP_SHARE` of theirs (one index probe per app when scraped).
  *
- * Labels are bounded: pool names, dependency names and the four counters.
+ * - `app_quota_cap_used_ratio{app,counter}`: each app's share of a daily cap
+ *   used today, from the same read, for the top `METRICS_APPS_TOP` apps per
+ *   counter, the largest of the others in `app="_other"` (`foldTopApps`).
+ *
+ * Labels are bounded: pool names, dependency names, the four counters, and
+ * at most `METRICS_APPS_TOP + 1` apps.
  */
 import type { Database } from "./database/index.ts";
-import { atMostEvery, type Metrics } from "./metrics.ts";
+import { atMostEvery, foldTopApps, type Metrics } from "./metrics.ts";
 import { CAP_LIMITS, type QuotaCounter, type Quotas } from "./quotas/index.ts";
 import type { ReadinessReport } from "./readiness.ts";
 
@@ -29,6 +34,8 @@ export interface OperationalGaugeSources {
   quotas: Quotas;
   /** The checks of `/ready`. */
   readiness: () => Promise<ReadinessReport>;
+  /** `METRICS_APPS_TOP`: apps with their own series per counter. */
+  appsTop: number;
 }
 
 /**
@@ -62,7 +69,7 @@ export function registerPoolGauges(metrics: Metrics, database: Database): void {
 }
 
 /** The readiness and quota gauges (see the file's comment). */
-export function registerOperationalGauges({ metrics, quotas, readiness }: OperationalGaugeSources): void {
+export function registerOperationalGauges({ metrics, quotas, readiness, appsTop }: OperationalGaugeSources): void {
   const report = atMostEvery(OPERATIONAL_GAUGES_EVERY_MS, readiness);
   metrics.gauge("platform_ready", "1 when /ready would answer 200 (every dependency answers), else 0.", [], async (g) =>
     g.set((await report()).ready ? 1 : 0),
@@ -79,8 +86,11 @@ export function registerOperationalGauges({ metrics, quotas, readiness }: Operat
   );
 
   const shares = atMostEvery(OPERATIONAL_GAUGES_EVERY_MS, async () => {
-    const byCounter = new Map<QuotaCounter, number[]>((Object.keys(CAP_LIMITS) as QuotaCounter[]).map((c) => [c, []]));
-    for (const { counter, share } of await quotas.capSharesToday()) byCounter.get(counter)?.push(share);
+    const byCounter = new Map<QuotaCounter, { app: string; value: number }[]>(
+      (Object.keys(CAP_LIMITS) as QuotaCounter[]).map((c) => [c, []]),
+    );
+    for (const { app, counter, share } of await quotas.capSharesToday())
+      byCounter.get(counter)?.push({ app, value: share });
     return byCounter;
   });
   metrics.gauge(
@@ -88,7 +98,7 @@ export function registerOperationalGauges({ metrics, quotas, readiness }: Operat
     "The highest share of its daily cap (UTC day) any app has used today, by counter; 1 = reached.",
     ["counter"],
     async (g) => {
-      for (const [counter, list] of await shares()) g.set({ counter }, Math.max(0, ...list));
+      for (const [counter, list] of await shares()) g.set({ counter }, Math.max(0, ...list.map((s) => s.value)));
     },
   );
   metrics.gauge(
@@ -96,7 +106,21 @@ export function registerOperationalGauges({ metrics, quotas, readiness }: Operat
     `Apps that have used at least ${NEAR_CAP_SHARE * 100} % of a daily cap today, by counter.`,
     ["counter"],
     async (g) => {
-      for (const [counter, list] of await shares()) g.set({ counter }, list.filter((s) => s >= NEAR_CAP_SHARE).length);
+      for (const [counter, list] of await shares()) {
+        g.set({ counter }, list.filter((s) => s.value >= NEAR_CAP_SHARE).length);
+      }
+    },
+  );
+  metrics.gauge(
+    "app_quota_cap_used_ratio",
+    'The share of its daily cap (UTC day) an app has used today, by counter; 1 = reached. The top METRICS_APPS_TOP apps per counter, the largest of the rest in app="_other".',
+    ["app", "counter"],
+    async (g) => {
+      const byCounter = await shares();
+      g.reset();
+      for (const [counter, list] of byCounter) {
+        for (const { app, value } of foldTopApps(list, appsTop, "max")) g.set({ app, counter }, value);
+      }
     },
   );
 }

@@ -57,7 +57,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
   const housekeeping = queueHousekeeping(store, metrics);
-  registerQueueGauges(metrics, deps.db);
+  registerQueueGauges(metrics, deps.db, deps.config.metrics.appsTop);
   const deadLetters = createDeadLetterOperator(store, hub);
   const queues = createQueuesService({
     store,
@@ -66,6 +66,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     metrics,
     deadLetters,
     shutdownSignal: deps.shutdownSignal,
+    tracing: deps.tracing?.messaging,
   });
 
   const feed = createEventFeed({

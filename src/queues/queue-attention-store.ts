@@ -90,3 +90,51 @@ export async function queueTotals(database: Db): Promise<QueueTotals> {
     oldestWaitingSeconds: Math.max(0, Number(row.oldest)),
   };
 }
+
+/** One app's figures of the queue tables for /metrics' per-app series. */
+export interface AppQueueFigures {
+  app: string;
+  messages: number;
+  deadLetters: number;
+  oldestWaitingSeconds: number;
+}
+
+/**
+ * Every app's queue figures in one statement, with the bounds of `queueTotals`: messages from the small
+ * `queue_counts` table, dead letters counted up to `DEAD_LETTERS_COUNTED` in all, the head of at most
+ * `QUEUES_PROBED` queues' lines read (one index probe each). One row per app that has any; the caller
+ * keeps the top ones (`foldTopApps`).
+ */
+export async function appQueueFigures(database: Db): Promise<AppQueueFigures[]> {
+  const db = database.withTables<QueueTables>();
+  const { rows } = await sql<{
+    app: string;
+    messages: string | number;
+    dead: string | number;
+    oldest: string | number;
+  }>`
+    SELECT a.name AS app, sum(f.messages) AS messages, sum(f.dead) AS dead, max(f.oldest) AS oldest FROM (
+      SELECT app_id, sum(n) AS messages, 0::bigint AS dead, 0::float8 AS oldest FROM queue_counts GROUP BY app_id
+      UNION ALL
+      SELECT app_id, 0, count(*), 0
+        FROM (SELECT app_id FROM queue_dead_letters LIMIT ${DEAD_LETTERS_COUNTED}) d GROUP BY app_id
+      UNION ALL
+      SELECT q.app_id, 0, 0, max(extract(epoch FROM now() - head.visible_at))::float8
+        FROM (SELECT DISTINCT app_id, queue FROM queue_counts WHERE queue <> ${EVENTS_QUEUE} LIMIT ${QUEUES_PROBED}) q
+        CROSS JOIN LATERAL (
+          SELECT visible_at FROM queue_messages m
+          WHERE m.app_id = q.app_id AND m.queue = q.queue AND m.expires_at > now()
+          ORDER BY visible_at LIMIT 1
+        ) head
+        WHERE head.visible_at <= now()
+        GROUP BY q.app_id
+    ) f
+    JOIN apps a ON a.id = f.app_id
+    GROUP BY a.name`.execute(db);
+  return rows.map((r) => ({
+    app: r.app,
+    messages: Number(r.messages),
+    deadLetters: Number(r.dead),
+    oldestWaitingSeconds: Math.max(0, Number(r.oldest)),
+  }));
+}

@@ -47,6 +47,8 @@ export interface QueueMessagesTable {
   deliveries: Generated<number>;
   /** Leases in all the message's lives (never 0 again): the lease's nonce inside the receipt (migration 0022). */
   claims: Generated<number>;
+  /** The W3C `traceparent` of the put's span, when the server that put it traces (migration 0027). */
+  trace_parent: string | null;
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
@@ -126,6 +128,8 @@ export interface StoredMessage {
   claims: number;
   /** Set by a claim: `visible_at` before it, so a lease never handed out can be undone (`release`). */
   visibleBefore?: Date;
+  /** Set by a claim: the put's `traceparent`, when the put was traced. */
+  traceParent?: string;
 }
 
 /** One UTC hour of a queue's activity (migration 0019). */
@@ -154,6 +158,8 @@ export interface PutInput {
   depthBelow: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
   notify: string | undefined;
+  /** The put's `traceparent`, stored with the message (only when tracing is on). */
+  traceParent?: string;
 }
 
 /** A message put. */
@@ -196,6 +202,8 @@ export interface PutItem {
   notify: string | undefined;
   /** `putAll` only: a put of this key within the dedup window adds nothing (the first one's message answers). */
   dedupKey?: string;
+  /** `putMany` only: the put's `traceparent`, stored with the message (only when tracing is on). */
+  traceParent?: string;
 }
 
 /** One answer of `putAll`: the message put, or the first of its dedup key. */
@@ -290,6 +298,7 @@ interface ClaimRow {
   was_visible_at: number | null;
   next_visible_at: Date | string | null;
   buried: number | null;
+  trace_parent: string | null;
 }
 
 export interface DeadLetter {
@@ -498,6 +507,7 @@ function claimedRows(
       deliveries: Number(row.deliveries),
       claims: Number(row.claims),
       was: Math.trunc(Number(row.was_visible_at)),
+      ...(row.trace_parent !== null && { traceParent: row.trace_parent }),
     });
   }
   // RETURNING has no order: hand out the line's order (oldest first).
@@ -510,6 +520,15 @@ interface QueueDbs {
   db: Kysely<QueueTables>;
   relaxedDb: Kysely<QueueTables>;
 }
+
+/**
+ * The `trace_parent` column of a traced put's INSERT, and its value; for an untraced one (every put when
+ * tracing is off), nothing: the statement is the one it always was, and no fragment is made for it.
+ */
+const NOTHING = sql``;
+const TRACE_COLUMN = sql`, trace_parent`;
+const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
+const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
 function createPutStore({
@@ -525,10 +544,10 @@ function createPutStore({
       WITH depth AS (
         SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
-        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at${traceColumn(input.traceParent)})
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
                statement_timestamp() + make_interval(secs => ${input.delaySeconds}),
-               statement_timestamp() + make_interval(secs => ${input.ttlSeconds})
+               statement_timestamp() + make_interval(secs => ${input.ttlSeconds})${traceValue(input.traceParent)}
         FROM depth WHERE depth.n < ${input.depthBelow}
         RETURNING id, expires_at
       )
@@ -557,6 +576,8 @@ function createPutStore({
       // Ids are made here so each caller finds its own row in RETURNING
       // (an INSERT cannot return the source row's position).
       const ids = items.map(() => crypto.randomUUID());
+      // Traced puts only (tracing on): the statement of an untraced batch is the same as ever.
+      const traced = items.some((i) => i.traceParent !== undefined);
       // The times count from after the queue's lock (the clock's, read once the count is made), not from the
       // statement's start: a batch that waited for another instance's is not shortened by the wait.
       const { rows } = await sql<PutRow>`${PREPARED}
@@ -565,12 +586,16 @@ function createPutStore({
         ), src AS (
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
-                                 ${items.map((i) => i.notify ?? null)}::text[])
-                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ord), depth
+                                 ${items.map((i) => i.notify ?? null)}::text[]${
+                                   traced ? sql`, ${items.map((i) => i.traceParent ?? null)}::text[]` : NOTHING
+                                 })
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ${traced ? sql`trace, ` : NOTHING}ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at${traced ? TRACE_COLUMN : NOTHING})
+          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)${
+            traced ? sql`, trace` : NOTHING
+          }
           FROM src
           RETURNING id, expires_at
         ), notified AS (
@@ -813,20 +838,20 @@ function createLeaseStore({
             deliveries = least(m.deliveries, ${INT4_MAX - 1}) + 1,
             claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims, m.trace_parent
       )
       SELECT c.id, c.payload, (extract(epoch FROM c.enqueued_at) * 1000)::float8 AS enqueued_at,
              (extract(epoch FROM c.expires_at) * 1000)::float8 AS expires_at,
              (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries, c.claims,
              (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at,
-             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
+             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried, c.trace_parent
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
         SELECT min(visible_at) FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
-      ), (SELECT n FROM buried)
+      ), (SELECT n FROM buried), NULL
       WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
     return claimedRows(queue, rows);
   }

@@ -49,6 +49,7 @@ import { isWellFormedText } from "../core/text.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
+import type { MessagingTracing } from "../core/tracing.ts";
 import {
   EVENTS_QUEUE,
   EVENTS_TTL_SECONDS,
@@ -115,6 +116,8 @@ export interface QueuesServiceOptions {
   deadLetters: DeadLetterOperator;
   /** Aborted when the server starts shutting down: waiting consumes end at once. */
   shutdownSignal: AbortSignal;
+  /** The spans of puts, consumes and acks, when tracing is on (docs/operations.md#traces). */
+  tracing?: MessagingTracing;
 }
 
 export interface QueuesImplementation {
@@ -323,7 +326,7 @@ function putAnswer(queue: string, put: PutAnswer): PutMessageAnswer {
 }
 
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
-  const { store, hub, logger, metrics } = deps;
+  const { store, hub, logger, metrics, tracing } = deps;
   const consumers = createQueueConsumers(deps);
   const { policies, windows } = consumers;
   const policyOf = (app: AppRecord, queue: string) => consumers.policyOf(app, queue);
@@ -349,6 +352,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     ttlSeconds: number,
     dedupKey: string | undefined,
     within?: InTransactionWith<PutAnswer>,
+    traceParent?: string,
   ): Promise<PutAnswer> {
     const max = app.limits.maxQueueDepth;
     if (dedupKey !== undefined) {
@@ -367,7 +371,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
       return result.messages[0];
     }
-    const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
+    const input = {
+      appId: app.id,
+      queue,
+      payload,
+      delaySeconds,
+      ttlSeconds,
+      notify: hub.payload(app.id, queue, 0),
+      ...(traceParent && { traceParent }),
+    };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
     const result: PutResult = within
@@ -398,7 +410,9 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
     const done = auditThen(audit, answerIn, answer);
-    return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done));
+    const run = (traceParent?: string) =>
+      put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, traceParent);
+    return answer(tracing ? await tracing.send(queue, run) : await run());
   }
 
   const events: EventsQueue = {
@@ -468,7 +482,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const max = checkRange("max", req.max, 1, MAX_CONSUME_MESSAGES, 1);
         const { policy, rule } = await policyOf(app, queue);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-        const messages = await consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        const consume = () => consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        const messages = tracing ? await tracing.receive(queue, consume) : await consume();
         if (messages.length === 0) throwIfPastDeadline(context, "a message");
         if (req.max !== undefined) return { messages: messages.map(toMessage) };
         return messages[0] ? { message: toMessage(messages[0]) } : {};
@@ -480,10 +495,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           if (req.receipt !== "") throw invalidArgument("receipt", "must not be given with receipts");
           checkCount("receipts", req.receipts.length);
           const receipts = req.receipts.map((_, i) => receiptAt(req.receipts, i));
-          return { ackedEach: await consumers.ackAll(app.id, receipts) };
+          const ackAll = () => consumers.ackAll(app.id, receipts);
+          const ids = () => receipts.map((r) => r.id);
+          return { ackedEach: tracing ? await tracing.settle("ack", ids(), ackAll) : await ackAll() };
         }
         const receipt = decodeReceipt(req.receipt);
-        return { acked: await consumers.ackOne(app.id, receipt) };
+        const ackOne = () => consumers.ackOne(app.id, receipt);
+        return { acked: tracing ? await tracing.settle("ack", [receipt.id], ackOne) : await ackOne() };
       },
 
       async putMessages(req, context) {

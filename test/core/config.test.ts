@@ -77,6 +77,8 @@ describe("loadConfig", () => {
     [{ METRICS_TOKEN: "has a space in it, too long" }, "METRICS_TOKEN"],
     [{ METRICS_PORT: "70000" }, "METRICS_PORT"],
     [{ PORT: "9000", METRICS_PORT: "9000" }, "METRICS_PORT"],
+    [{ METRICS_APPS_TOP: "1001" }, "METRICS_APPS_TOP"],
+    [{ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318" }, "OTEL_EXPORTER_OTLP_ENDPOINT"],
     [{ DATABASE_URL: "mysql://x" }, "DATABASE_URL"],
     [{ DATABASE_URL: "not a url" }, "DATABASE_URL"],
     [{ MONGODB_URL: "http://x" }, "MONGODB_URL"],
@@ -175,11 +177,29 @@ describe("loadConfig", () => {
   });
 
   it("serves /metrics openly on the public port by default; METRICS_TOKEN and METRICS_PORT change that", () => {
-    expect(loadConfig({}).metrics).toEqual({ token: undefined, port: undefined });
+    expect(loadConfig({}).metrics).toEqual({ token: undefined, port: undefined, appsTop: 20 });
     expect(loadConfig({ METRICS_TOKEN: "m".repeat(16), METRICS_PORT: "9464" }).metrics).toEqual({
       token: "m".repeat(16),
       port: 9464,
+      appsTop: 20,
     });
+  });
+
+  it("names METRICS_APPS_TOP apps per per-app metric, 20 by default", () => {
+    expect(loadConfig({ METRICS_APPS_TOP: "5" }).metrics.appsTop).toBe(5);
+    expect(loadConfig({ METRICS_APPS_TOP: "0" }).metrics.appsTop).toBe(0);
+  });
+
+  it("traces only when OTEL_EXPORTER_OTLP_ENDPOINT is set", () => {
+    expect(loadConfig({}).tracing).toBeUndefined();
+    expect(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318/" }).tracing).toEqual({
+      endpoint: "http://collector:4318",
+      serviceName: "platform-batteries",
+    });
+    expect(
+      loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://collector:4318", OTEL_SERVICE_NAME: "batteries-eu" }).tracing
+        ?.serviceName,
+    ).toBe("batteries-eu");
   });
 
   it("keeps the audit log AUDIT_RETENTION_DAYS days, 90 by default", () => {

@@ -14,7 +14,7 @@
  * - **day**: a UTC calendar day, the period of every daily cap.
  */
 import path from "node:path";
-import { Kysely, PostgresDialect, type ColumnType } from "kysely";
+import { Kysely, PostgresDialect, type ColumnType, type LogEvent } from "kysely";
 import pg from "pg";
 import { PGlite } from "@electric-sql/pglite";
 import { PGliteDialect } from "kysely-pglite-dialect";
@@ -103,6 +103,11 @@ export interface DatabaseOptions {
    * watches).
    */
   statementTimeoutMs?: number | undefined;
+  /**
+   * Kysely's `log`, told of every statement when it ends (the traces' statement spans); undefined, the
+   * default, adds nothing to a statement.
+   */
+  queryLog?: (event: LogEvent) => void;
   /** Where a new PGlite directory is copied from (see `pglite-template.ts`); default the installation's cache. */
   templateCache?: string;
 }
@@ -174,6 +179,7 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
     });
     pools.push({ name, pool, max });
     return new Kysely<Record<never, never>>({
+      ...(options.queryLog && { log: options.queryLog }),
       dialect: new PostgresDialect({
         pool: boundedPool(pool, {
           statementTimeoutMs,
@@ -239,7 +245,10 @@ async function openPglite(options: DatabaseOptions): Promise<Database> {
     await unlock();
     throw err;
   }
-  const db: Db = new Kysely({ dialect: new PGliteDialect(pglite) });
+  const db: Db = new Kysely({
+    dialect: new PGliteDialect(pglite),
+    ...(options.queryLog && { log: options.queryLog }),
+  });
   return {
     db,
     relaxedDb: db,

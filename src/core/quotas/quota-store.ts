@@ -87,7 +87,9 @@ export interface QuotaStore {
    * Every app's use on one day, with the limits the admin set for the app (the rest are the
    * defaults). One probe of the primary key per app, so its cost follows the apps, not the days kept.
    */
-  usedOnWithLimits(day: string): Promise<{ counter: string; used: number; limits: Record<string, number> }[]>;
+  usedOnWithLimits(
+    day: string,
+  ): Promise<{ app: string; counter: string; used: number; limits: Record<string, number> }[]>;
   /** One app's use per day from `fromDay` on (days without use have no rows). */
   history(appId: string, fromDay: string): Promise<{ day: string; counter: string; used: number }[]>;
 }
@@ -222,12 +224,17 @@ export function createQuotaStore(database: Db): QuotaStore {
     },
 
     async usedOnWithLimits(day) {
-      const { rows } = await sql<{ counter: string; used: string | number; limits: Record<string, number> }>`
-        SELECT u.counter, u.used, a.limits FROM apps a
+      const { rows } = await sql<{
+        app: string;
+        counter: string;
+        used: string | number;
+        limits: Record<string, number>;
+      }>`
+        SELECT a.name AS app, u.counter, u.used, a.limits FROM apps a
         CROSS JOIN LATERAL (
           SELECT counter, used FROM quota_usage WHERE app_id = a.id AND day = ${day}::date
         ) u`.execute(db);
-      return rows.map((r) => ({ counter: r.counter, used: Number(r.used), limits: r.limits }));
+      return rows.map((r) => ({ app: r.app, counter: r.counter, used: Number(r.used), limits: r.limits }));
     },
 
     async history(appId, fromDay) {

@@ -110,7 +110,7 @@ export interface Quotas {
    * Today's use of each daily cap by every app that used it, as a share of the app's cap
    * (1 = reached; caps set to 0 are left out): what the quota gauges of /metrics report.
    */
-  capSharesToday(): Promise<{ counter: QuotaCounter; share: number }[]>;
+  capSharesToday(): Promise<{ app: string; counter: QuotaCounter; share: number }[]>;
   /**
    * One app's use per UTC day over the last `days` days, today last, oldest first; days without
    * use have zeros. `quota_usage` keeps every day, so this is the daily usage history.
@@ -317,12 +317,12 @@ export function createQuotas(
     },
 
     async capSharesToday() {
-      const shares: { counter: QuotaCounter; share: number }[] = [];
+      const shares: { app: string; counter: QuotaCounter; share: number }[] = [];
       for (const r of await store.usedOnWithLimits(utcDay(clock()))) {
         const limit = CAP_LIMITS[r.counter as QuotaCounter];
         if (!limit) continue;
         const cap = effectiveLimits(r.limits)[limit];
-        if (cap > 0) shares.push({ counter: r.counter as QuotaCounter, share: r.used / cap });
+        if (cap > 0) shares.push({ app: r.app, counter: r.counter as QuotaCounter, share: r.used / cap });
       }
       return shares;
     },
