@@ -66,6 +66,7 @@ import { backupDataDir, restoreDataDir } from "./backup-restore.ts";
 import { readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
+import { INTERVAL_OF } from "./analytics/enum-names.ts";
 import { OWNER } from "./core/auth.ts";
 
 class UsageError extends Error {}
@@ -486,12 +487,7 @@ const COMMANDS: Command[] = [
     options: { since: STRING, until: STRING, interval: STRING, "group-by": STRING, timezone: STRING },
     async run(ctx) {
       const interval = str(ctx.values, "interval") ?? "day";
-      const intervals: Record<string, Interval> = {
-        hour: Interval.HOUR,
-        day: Interval.DAY,
-        week: Interval.WEEK,
-        month: Interval.MONTH,
-      };
+      const intervals: Record<string, Interval> = INTERVAL_OF;
       if (!(interval in intervals)) throw new UsageError("--interval: must be hour, day, week or month");
       const until = str(ctx.values, "until");
       const res = await ctx.admin().queryAnalytics({

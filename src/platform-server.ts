@@ -257,9 +257,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
 
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
-  const readinessChecks = (): Record<string, ReadinessCheck> => {
+  /** The one list of readiness checks: the database and each of `facilities`' own (all of them by default). */
+  const readinessChecks = (of: readonly Facility[] = all): Record<string, ReadinessCheck> => {
     const checks: Record<string, ReadinessCheck> = { database: (signal) => pingDatabase(database.db, signal) };
-    for (const facility of all) Object.assign(checks, facility.readiness?.());
+    for (const facility of of) Object.assign(checks, facility.readiness?.());
     return checks;
   };
   const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate(), {
@@ -302,11 +303,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
           async (service) => {
             const facility = service === "" ? undefined : all.find((f) => f.service.typeName === service);
             if (service !== "" && !facility) return undefined;
-            const checks: Record<string, ReadinessCheck> = {
-              database: (signal) => pingDatabase(database.db, signal),
-            };
-            for (const f of facility ? [facility] : all) Object.assign(checks, f.readiness?.());
-            return (await checkReadiness(checks)).ready;
+            return (await checkReadiness(readinessChecks(facility ? [facility] : all))).ready;
           },
           () => all.map((f) => f.service.typeName),
         ),

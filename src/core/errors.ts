@@ -6,7 +6,8 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { create } from "@bufbuild/protobuf";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
-import { isDatabaseUnreachable, mayHaveCommitted } from "./database/health.ts";
+import type { Logger } from "pino";
+import { isDatabaseUnreachable, mayHaveCommitted, type DatabaseHealth } from "./database/health.ts";
 
 /** The hint of a 503 while the database is unreachable: a restart or a failover takes seconds. */
 export const DATABASE_RETRY_AFTER_SECONDS = 2;
@@ -37,47 +38,45 @@ export type ErrorCode =
   /** Connect and gRPC only: no such service or method on this server. */
   | "unimplemented";
 
-const mapping: Record<ErrorCode, { status: number; connect: Code }> = {
-  invalid_argument: { status: 400, connect: Code.InvalidArgument },
-  unauthenticated: { status: 401, connect: Code.Unauthenticated },
+/**
+ * The one table of codes: each code's HTTP status and Connect code. `bare`
+ * marks the code a Connect code stands for when a `ConnectError` carries no
+ * ErrorDetail of ours (the protocol layer's, another server's): one per
+ * Connect code, the generic one (`failed_precondition`, not `secret_not_set`).
+ */
+const mapping: Record<ErrorCode, { status: number; connect: Code; bare?: true }> = {
+  invalid_argument: { status: 400, connect: Code.InvalidArgument, bare: true },
+  unauthenticated: { status: 401, connect: Code.Unauthenticated, bare: true },
   app_stopped: { status: 403, connect: Code.PermissionDenied },
-  permission_denied: { status: 403, connect: Code.PermissionDenied },
-  not_found: { status: 404, connect: Code.NotFound },
+  permission_denied: { status: 403, connect: Code.PermissionDenied, bare: true },
+  not_found: { status: 404, connect: Code.NotFound, bare: true },
   secret_not_set: { status: 409, connect: Code.FailedPrecondition },
   // A write made on a stale view of a record (the admin API's `expected_revision`).
-  conflict: { status: 409, connect: Code.Aborted },
+  conflict: { status: 409, connect: Code.Aborted, bare: true },
   // An operation refused until the caller confirms what it would destroy.
-  failed_precondition: { status: 409, connect: Code.FailedPrecondition },
+  failed_precondition: { status: 409, connect: Code.FailedPrecondition, bare: true },
   payload_too_large: { status: 413, connect: Code.ResourceExhausted },
-  quota_exceeded: { status: 429, connect: Code.ResourceExhausted },
+  quota_exceeded: { status: 429, connect: Code.ResourceExhausted, bare: true },
   queue_full: { status: 429, connect: Code.ResourceExhausted },
   too_many_links: { status: 429, connect: Code.ResourceExhausted },
   rate_limited: { status: 429, connect: Code.ResourceExhausted },
   idempotency_key_in_use: { status: 409, connect: Code.Aborted },
   idempotency_key_reused: { status: 422, connect: Code.InvalidArgument },
-  not_configured: { status: 501, connect: Code.Unimplemented },
-  upstream_error: { status: 502, connect: Code.Unavailable },
+  not_configured: { status: 501, connect: Code.Unimplemented, bare: true },
+  upstream_error: { status: 502, connect: Code.Unavailable, bare: true },
   unavailable: { status: 503, connect: Code.Unavailable },
   internal: { status: 500, connect: Code.Internal },
-  deadline_exceeded: { status: 504, connect: Code.DeadlineExceeded },
+  deadline_exceeded: { status: 504, connect: Code.DeadlineExceeded, bare: true },
   unimplemented: { status: 501, connect: Code.Unimplemented },
 };
 
 /** Every code, in the order of the error table (the app client keeps a copy; a test ties the two). */
 export const ERROR_CODES = Object.keys(mapping) as readonly ErrorCode[];
 
-const codeByConnect = new Map<Code, ErrorCode>([
-  [Code.InvalidArgument, "invalid_argument"],
-  [Code.Unauthenticated, "unauthenticated"],
-  [Code.PermissionDenied, "permission_denied"],
-  [Code.NotFound, "not_found"],
-  [Code.FailedPrecondition, "secret_not_set"],
-  [Code.Aborted, "conflict"],
-  [Code.ResourceExhausted, "quota_exceeded"],
-  [Code.Unimplemented, "not_configured"],
-  [Code.Unavailable, "upstream_error"],
-  [Code.DeadlineExceeded, "deadline_exceeded"],
-]);
+/** The code of a bare Connect code: the entry of `mapping` marked `bare` for it. */
+const codeByConnect = new Map<Code, ErrorCode>(
+  ERROR_CODES.filter((code) => mapping[code].bare).map((code) => [mapping[code].connect, code]),
+);
 
 export interface PlatformErrorOptions {
   /** Human-readable specifics, e.g. which field and why. Never secrets or values. */
@@ -227,6 +226,22 @@ export function toPlatformError(err: unknown): PlatformError {
     }
   }
   return new PlatformError("internal", "internal error", { cause: err });
+}
+
+/**
+ * What answering an error does besides the answer, written once for REST
+ * (`http/error-handler.ts`) and Connect (`http/connect-interceptor.ts`): a
+ * fault of ours is logged with its internals (the answer never carries them),
+ * and a database that cannot be reached is reported to `health`, which warns
+ * once per outage rather than once per request.
+ */
+export function noteAnswered(
+  err: PlatformError,
+  logged: { original: unknown; logger: Pick<Logger, "error">; bindings?: Record<string, unknown> },
+  health: Pick<DatabaseHealth, "failed">,
+): void {
+  if (err.code === "internal") logged.logger.error({ err: logged.original, ...logged.bindings }, "unexpected error");
+  else if (err.code === "unavailable") health.failed(err.cause);
 }
 
 /** The REST error envelope of docs/api.md#errors. */

@@ -12,7 +12,7 @@ import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { ErrorDetailSchema } from "../../../gen/platform/meta/v1/error_pb.js";
 import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
-import { toConnectError, toPlatformError } from "../errors.ts";
+import { noteAnswered, toConnectError, toPlatformError } from "../errors.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 import { planOf, type RateLimiter } from "../limits/index.ts";
 import { runAsTenant } from "../tenant.ts";
@@ -27,11 +27,7 @@ export function createConnectInterceptor(
   const mapped = (err: unknown, rpc: string): ConnectError => {
     // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
     const platformError = clientErrorOf(err) ?? toPlatformError(err);
-    if (platformError.code === "internal") {
-      logger.error({ err, rpc }, "unexpected error");
-    } else if (platformError.code === "unavailable") {
-      health.failed(platformError.cause);
-    }
+    noteAnswered(platformError, { original: err, logger, bindings: { rpc } }, health);
     return toConnectError(platformError);
   };
   return (next) => async (req) => {

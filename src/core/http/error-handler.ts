@@ -5,19 +5,14 @@
  * not ours are logged and answered `internal` without their text.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { OUTCOME_UNKNOWN_HEADER, PlatformError, toEnvelope, toPlatformError } from "../errors.ts";
+import { OUTCOME_UNKNOWN_HEADER, PlatformError, noteAnswered, toEnvelope, toPlatformError } from "../errors.ts";
 import { BODY_LIMIT_BYTES } from "./body-parsers.ts";
 import type { DatabaseHealth } from "../database/index.ts";
 
 export function registerErrorHandlers(fastify: FastifyInstance, health: DatabaseHealth): void {
   fastify.setErrorHandler((err: FastifyError | PlatformError, req, reply) => {
     const platformError = fromFastifyError(err);
-    if (platformError.code === "internal") {
-      req.log.error({ err }, "unexpected error");
-    } else if (platformError.code === "unavailable") {
-      // One warning per outage, not one per request.
-      health.failed(platformError.cause);
-    }
+    noteAnswered(platformError, { original: err, logger: req.log }, health);
     if (platformError.retryAfterSeconds !== undefined)
       void reply.header("retry-after", String(platformError.retryAfterSeconds));
     // A change that may have been made is flagged, so a client does not repeat it without its key (a read changes nothing).
