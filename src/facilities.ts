@@ -58,7 +58,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       deadLetters: queues.operator.deadLetters,
       putTestMessage: (app, queue, payload, within) => queues.operator.put(app, queue, payload, within),
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
-      queueTotals: () => queues.operator.totals(),
+      queueOverview: (oldAgeSeconds) => queues.operator.overview(oldAgeSeconds),
       mailOnDay: (day) => mail.mailOnDay(day),
       queuePolicy: (app, queue) => queues.operator.policy(app, queue),
       setQueuePolicy: (app, queue, change, within) => queues.operator.setPolicy(app, queue, change, within),

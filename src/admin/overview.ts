@@ -21,7 +21,7 @@ import type { ReadinessReport } from "../core/readiness.ts";
 import { COUNTED_FACILITIES, BUCKET_MS, type RequestCountStore } from "../core/request-counts/index.ts";
 import { HOUR_MS } from "../core/time.ts";
 import { utcDay } from "../core/quotas/index.ts";
-import type { QueueTotals } from "../queues/index.ts";
+import type { QueueOverview } from "../queues/index.ts";
 
 type Overview = MessageInitShape<typeof GetOverviewResponseSchema>;
 type Attention = NonNullable<Overview["attention"]>[number];
@@ -59,12 +59,15 @@ export interface QueueAttention {
 }
 
 export interface OverviewHooks {
+  /**
+   * Across apps: messages and dead letters stored, and every queue with dead letters or old waiting messages,
+   * in bounded work (`queueAttention` is read only without it).
+   */
+  queueOverview?(oldAgeSeconds: number): Promise<QueueOverview>;
   /** Every queue with dead letters or old waiting messages, across apps. */
   queueAttention?(oldAgeSeconds: number): Promise<QueueAttention[]>;
   /** Outstanding links expiring within `seconds`, across apps. */
   expiringLinks?(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]>;
-  /** Messages and dead letters stored across apps. */
-  queueTotals?(): Promise<QueueTotals>;
   /** Mail of one UTC day across apps: accepted and failed. */
   mailOnDay?(day: string): Promise<{ sent: number; failed: number }>;
 }
@@ -95,17 +98,24 @@ export function createOverview(
     // The first hour of the chart: the current hour is the last of OVERVIEW_HOURS.
     const firstHour = now - (now % HOUR_MS) - (OVERVIEW_HOURS - 1) * HOUR_MS;
     const counts = options?.requestCounts;
-    const [report, all, today, queues, links, buckets, top, totals, mail] = await Promise.all([
+    const queueOverview: Promise<QueueOverview> = hooks.queueOverview
+      ? hooks.queueOverview(OLD_MESSAGE_SECONDS)
+      : (hooks.queueAttention?.(OLD_MESSAGE_SECONDS) ?? Promise.resolve([])).then((attention) => ({
+          messages: 0,
+          deadLetters: attention.reduce((n, q) => n + q.deadLetters, 0),
+          attention,
+        }));
+    const [report, all, today, totals, links, buckets, top, mail] = await Promise.all([
       options?.readiness() ?? Promise.resolve<ReadinessReport>({ ready: true, checks: {} }),
       apps.list(),
       quotas.usedToday(),
-      hooks.queueAttention?.(OLD_MESSAGE_SECONDS) ?? Promise.resolve([]),
+      queueOverview,
       hooks.expiringLinks?.(LINK_EXPIRING_SECONDS) ?? Promise.resolve([]),
       counts?.buckets(new Date(firstHour)) ?? Promise.resolve([]),
       counts?.topApps(day, TOP_APPS) ?? Promise.resolve([]),
-      hooks.queueTotals?.(),
       hooks.mailOnDay?.(day),
     ]);
+    const queues = totals.attention;
     const byId = new Map(all.map((a) => [a.id, a]));
     const attention: Attention[] = [];
     const item = (a: Attention) => attention.push(a);
@@ -237,8 +247,8 @@ export function createOverview(
             ]
           : [];
       }),
-      queueBacklog: BigInt(totals?.messages ?? 0),
-      deadLetters: BigInt(totals?.deadLetters ?? 0),
+      queueBacklog: BigInt(totals.messages),
+      deadLetters: BigInt(totals.deadLetters),
       mailSentToday: BigInt(mail?.sent ?? 0),
       mailFailedToday: BigInt(mail?.failed ?? 0),
       fastTokensToday: BigInt(fastTokens),

@@ -14,12 +14,8 @@ import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letter
 import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
-import {
-  queueTotals,
-  queuesNeedingAttention,
-  type QueueAttentionRow,
-  type QueueTotals,
-} from "./queue-attention-store.ts";
+import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
+import { queueOverview, type QueueOverview } from "./queue-overview-store.ts";
 import { effectivePolicy, type PolicyChange, type QueuePolicy } from "./queue-policy.ts";
 import { ACTIVITY_HOURS, DEAD_LETTER_SWEEP_INTERVAL_MS } from "./queue-limits.ts";
 import { createQueueStore, type PeekedMessage, type QueueActivityHour, type StoredPolicy } from "./queue-store.ts";
@@ -36,7 +32,8 @@ export { checkQueueName } from "./queue-name.ts";
 
 export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
 export type { DeadLetterOperator, DeadLetterPage } from "./dead-letters.ts";
-export type { QueueAttentionRow, QueueTotals } from "./queue-attention-store.ts";
+export type { QueueAttentionRow } from "./queue-attention-store.ts";
+export type { QueueOverview } from "./queue-overview-store.ts";
 export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 
@@ -53,8 +50,8 @@ export interface QueueOperator {
   put(app: AppRecord, queue: string, payload: Value | undefined, within?: InTransaction): Promise<{ id: string }>;
   /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
   attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
-  /** Across apps, for the overview: messages and dead letters stored, each read in bounded time. */
-  totals(): Promise<QueueTotals>;
+  /** Across apps, for the overview: messages and dead letters stored and the queues needing attention, bounded. */
+  overview(oldAgeSeconds: number): Promise<QueueOverview>;
   /** A queue's policy as it applies, and as the app stored it (undefined: none set). */
   policy(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
   /** Changes a queue's policy as the app's UpdateQueuePolicy would; `within` (the audit entry) commits with it. */
@@ -132,7 +129,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       deadLetters,
       put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
-      totals: () => queueTotals(deps.db),
+      overview: (oldAgeSeconds) => queueOverview(deps.db, oldAgeSeconds),
       async policy(app, queue) {
         const stored = await queues.policies.stored(app.id, queue);
         return { policy: effectivePolicy(app, stored), stored };

@@ -139,6 +139,13 @@ describe("GetOverview", () => {
     ]);
     expect(o.dependencies[0].provider).toBe(process.env.DATABASE_URL ? "PostgreSQL" : "PGlite (embedded)");
     expect(o.dependencies.every((d) => d.ok)).toBe(true);
+
+    // The dead letters are counted by the rows that go too: purged, the count and the attention item go.
+    expect(o.attention.some((a) => a.kind === "dead_letters" && a.appId === busy.id)).toBe(true);
+    await t.admin.purgeDeadLetters({ appId: busy.id, queue: "once", all: true });
+    const after = await overview();
+    expect(Number(after.deadLetters)).toBe(Number(before.deadLetters));
+    expect(after.attention.some((a) => a.kind === "dead_letters" && a.appId === busy.id)).toBe(false);
   });
 
   it("answers over 1,000 apps from the rollups: counts, the top apps in order, totals", async () => {

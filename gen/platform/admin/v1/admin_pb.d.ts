@@ -2506,7 +2506,7 @@ export declare type GetOverviewResponse = Message<"platform.admin.v1.GetOverview
   queueBacklog: bigint;
 
   /**
-   * Dead letters stored across apps (counted up to 100,000).
+   * Dead letters stored across apps.
    *
    * @generated from field: int64 dead_letters = 11;
    */

@@ -11,6 +11,10 @@
  *   statement-level trigger on `mail_log` (one upsert per statement, in its
  *   transaction, in slots like `queue_counts`), so the day's sent and failed
  *   mail is never a count over the log.
+ * - `dead_letter_counts`: dead letters per app and queue, kept the same way by
+ *   triggers on `queue_dead_letters` (insert and delete), so the queues with
+ *   dead letters and their number are a read of one row per queue, never a
+ *   count over the letters.
  * Rows older than two days (mail: the retention sweep's) are pruned by
  * housekeeping.
  */
@@ -56,6 +60,38 @@ export async function up(db: Kysely<unknown>): Promise<void> {
   await sql`
     CREATE TRIGGER mail_days_insert AFTER INSERT ON mail_log
     REFERENCING NEW TABLE AS added_rows FOR EACH STATEMENT EXECUTE FUNCTION mail_days_added()`.execute(db);
+  await sql`CREATE INDEX app_request_days_top ON app_request_days (day, requests DESC)`.execute(db);
+  await sql`LOCK TABLE queue_dead_letters IN SHARE ROW EXCLUSIVE MODE`.execute(db);
+  await sql`
+    CREATE TABLE dead_letter_counts (
+      app_id uuid NOT NULL,
+      queue text NOT NULL,
+      slot smallint NOT NULL,
+      n bigint NOT NULL,
+      PRIMARY KEY (app_id, queue, slot)
+    )`.execute(db);
+  for (const [name, table, sign] of [
+    ["dead_letter_counts_added", "added_rows", ""],
+    ["dead_letter_counts_removed", "removed_rows", "-"],
+  ] as const)
+    await sql`
+      CREATE FUNCTION ${sql.raw(name)}() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO dead_letter_counts (app_id, queue, slot, n)
+        SELECT app_id, queue, (pg_backend_pid() % 8)::smallint, ${sql.raw(sign)}count(*) FROM ${sql.raw(table)}
+        GROUP BY app_id, queue ORDER BY app_id, queue
+        ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = dead_letter_counts.n + excluded.n;
+        RETURN NULL;
+      END $$`.execute(db);
+  await sql`
+    CREATE TRIGGER dead_letter_counts_insert AFTER INSERT ON queue_dead_letters
+    REFERENCING NEW TABLE AS added_rows FOR EACH STATEMENT EXECUTE FUNCTION dead_letter_counts_added()`.execute(db);
+  await sql`
+    CREATE TRIGGER dead_letter_counts_delete AFTER DELETE ON queue_dead_letters
+    REFERENCING OLD TABLE AS removed_rows FOR EACH STATEMENT EXECUTE FUNCTION dead_letter_counts_removed()`.execute(db);
+  await sql`
+    INSERT INTO dead_letter_counts (app_id, queue, slot, n)
+    SELECT app_id, queue, 0, count(*) FROM queue_dead_letters GROUP BY app_id, queue`.execute(db);
   // Today's mail so far, so the overview is right from the first day.
   await sql`
     INSERT INTO mail_days (day, status, slot, n)
@@ -64,6 +100,11 @@ export async function up(db: Kysely<unknown>): Promise<void> {
 }
 
 export async function down(db: Kysely<unknown>): Promise<void> {
+  await sql`DROP TRIGGER dead_letter_counts_delete ON queue_dead_letters`.execute(db);
+  await sql`DROP TRIGGER dead_letter_counts_insert ON queue_dead_letters`.execute(db);
+  await sql`DROP FUNCTION dead_letter_counts_removed()`.execute(db);
+  await sql`DROP FUNCTION dead_letter_counts_added()`.execute(db);
+  await sql`DROP TABLE dead_letter_counts`.execute(db);
   await sql`DROP TRIGGER mail_days_insert ON mail_log`.execute(db);
   await sql`DROP FUNCTION mail_days_added()`.execute(db);
   await sql`DROP TABLE mail_days`.execute(db);
