@@ -169,10 +169,10 @@ describe("the overview", () => {
     expect(await top.locator("td").first().textContent()).toBe("flaky-app");
     expect(await top.getByRole("link").getAttribute("href")).toBe(`#/apps/${app.id}/usage`);
     // Every dependency, with what serves it.
-    expect(await page.getByTestId("dependency-database").textContent()).toBe(
+    expect(await page.getByTestId("ready-database").textContent()).toBe(
       process.env.DATABASE_URL ? "ready database · PostgreSQL" : "ready database · PGlite (embedded)",
     );
-    expect(await page.getByTestId("dependency-mail").textContent()).toBe(
+    expect(await page.getByTestId("ready-mail").textContent()).toBe(
       "embedded mail · outbox (embedded, never delivers)",
     );
     expect(await axeViolations(page)).toEqual([]);

@@ -60,7 +60,7 @@ export function OverviewScreen() {
                 <h2 id="readiness-heading">Dependencies</h2>
                 <ul className="readiness">
                   {o.dependencies.map((d) => (
-                    <li key={d.name} data-testid={`dependency-${d.name}`}>
+                    <li key={d.name} data-testid={`ready-${d.name}`}>
                       <span className={`badge ${d.ok ? "ok" : "stopped"}`}>
                         {d.state === "ok" ? "ready" : d.state === "embedded" ? "embedded" : "not ready"}
                       </span>{" "}
