@@ -37,6 +37,9 @@ import {
   QueryAnalyticsResponseSchema,
   ListQueuesResponseSchema as AdminListQueuesResponseSchema,
   GetQueueActivityResponseSchema,
+  GetQueuePolicyResponseSchema,
+  SetQueuePolicyResponseSchema,
+  GetOverviewResponseSchema,
   PeekMessagesResponseSchema,
   PutTestMessageResponseSchema,
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
@@ -503,6 +506,12 @@ const COMMANDS: Command[] = [
     },
   },
   {
+    name: "overview",
+    synopsis: "",
+    summary: "the platform at a glance: apps, requests and errors per facility, queues, mail, tokens, dependencies",
+    run: async (ctx) => ctx.show(GetOverviewResponseSchema, await ctx.admin().getOverview({})),
+  },
+  {
     name: "queues list",
     synopsis: "NAME",
     summary: "the app's queues: depth, in flight, oldest waiting",
@@ -534,6 +543,39 @@ const COMMANDS: Command[] = [
         GetQueueActivityResponseSchema,
         await ctx.admin().getQueueActivity({ appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE") }),
       ),
+  },
+  {
+    name: "queues policy",
+    synopsis:
+      "NAME QUEUE [--max-deliveries N] [--dead-letter-queue Q|_drop|''] [--retry-delay-seconds N] [--retry-backoff X] [--max-retry-delay-seconds N] [--lease-seconds N] [--dedup-window-seconds N]",
+    summary: "the queue's policy as it applies; with options, change those fields (as the app's PUT .../policy)",
+    options: {
+      "max-deliveries": STRING,
+      "dead-letter-queue": STRING,
+      "retry-delay-seconds": STRING,
+      "retry-backoff": STRING,
+      "max-retry-delay-seconds": STRING,
+      "lease-seconds": STRING,
+      "dedup-window-seconds": STRING,
+    },
+    async run(ctx) {
+      const [appId, queue] = [need(ctx.args[0], "NAME"), need(ctx.args[1], "QUEUE")];
+      const backoff = str(ctx.values, "retry-backoff");
+      if (backoff !== undefined && !/^\d+(\.\d+)?$/.test(backoff))
+        throw new UsageError("--retry-backoff: must be a number such as 2 or 1.5");
+      const change = {
+        maxDeliveries: count(str(ctx.values, "max-deliveries"), "--max-deliveries"),
+        deadLetterQueue: str(ctx.values, "dead-letter-queue"),
+        retryDelaySeconds: count(str(ctx.values, "retry-delay-seconds"), "--retry-delay-seconds"),
+        retryBackoff: backoff === undefined ? undefined : Number(backoff),
+        maxRetryDelaySeconds: count(str(ctx.values, "max-retry-delay-seconds"), "--max-retry-delay-seconds"),
+        leaseSeconds: count(str(ctx.values, "lease-seconds"), "--lease-seconds"),
+        dedupWindowSeconds: count(str(ctx.values, "dedup-window-seconds"), "--dedup-window-seconds"),
+      };
+      if (Object.values(change).every((v) => v === undefined))
+        ctx.show(GetQueuePolicyResponseSchema, await ctx.admin().getQueuePolicy({ appId, queue }));
+      else ctx.show(SetQueuePolicyResponseSchema, await ctx.admin().setQueuePolicy({ appId, queue, ...change }));
+    },
   },
   {
     name: "queues put",

@@ -58,6 +58,10 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       deadLetters: queues.operator.deadLetters,
       putTestMessage: (app, queue, payload, within) => queues.operator.put(app, queue, payload, within),
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
+      queueOverview: (oldAgeSeconds) => queues.operator.overview(oldAgeSeconds),
+      mailOnDay: (day) => mail.mailOnDay(day),
+      queuePolicy: (app, queue) => queues.operator.policy(app, queue),
+      setQueuePolicy: (app, queue, change, within) => queues.operator.setPolicy(app, queue, change, within),
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],
     },

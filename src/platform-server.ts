@@ -29,16 +29,20 @@ import {
 } from "./core/database/index.ts";
 import { PlatformError, toEnvelope } from "./core/errors.ts";
 import { checkReadiness, sharedReadiness, type ReadinessCheck } from "./core/readiness.ts";
-import { createHousekeeping, type Housekeeping } from "./core/housekeeping.ts";
+import { createHousekeeping, type Housekeeping, type HousekeepingTask } from "./core/housekeeping.ts";
 import type { Deps, Facility } from "./core/facility.ts";
 import { BODY_LIMIT_BYTES, registerBodyParsers } from "./core/http/body-parsers.ts";
 import { createConnectInterceptor } from "./core/http/connect-interceptor.ts";
+import { createRequestCountInterceptor } from "./core/http/request-count-interceptor.ts";
+import { createRequestCounts, facilityOfService, KEPT_MS, type RequestCounts } from "./core/request-counts/index.ts";
+import type { OverviewDependency } from "./admin/index.ts";
 import { registerConnectRoutes } from "./core/http/connect-routes.ts";
 import { createIdempotency, idempotentImpl } from "./core/http/idempotency.ts";
 import { createIdempotencyStore } from "./core/idempotency-store.ts";
 import { createHttpServer, createListener, type Listener } from "./core/http/http-server.ts";
 import type { TlsOptions } from "./core/http/one-port.ts";
 import type { Config } from "./core/config.ts";
+import { HOUR_MS } from "./core/time.ts";
 import { registerApiDocs } from "./core/http/api-docs.ts";
 import { createOpenApiDocument } from "./core/http/openapi.ts";
 import { registerRestRoutes } from "./core/http/rest-router.ts";
@@ -107,6 +111,8 @@ export interface PlatformServer {
   readonly authenticator: Authenticator;
   /** The periodic jobs of every facility (`runAll` runs each once, now). */
   readonly housekeeping: Housekeeping;
+  /** The facilities' requests counted for the overview (`flush` writes them now, e.g. in tests). */
+  readonly requestCounts: RequestCounts;
   /** Every facility served (meta, admin, then the five of `facilities.ts`), e.g. to walk their route tables. */
   readonly facilities: readonly Facility[];
   /** How this instance shares out every app's limits with the others (`exchangeNow` in tests). */
@@ -152,6 +158,40 @@ export async function startPlatformServer(options: Omit<ServerOptions, "listener
     listener.server.close();
     throw err;
   }
+}
+
+/** What serves each dependency, for the overview (its state comes from the readiness checks). */
+function dependenciesOf(config: Config): OverviewDependency[] {
+  return [
+    { name: "database", provider: config.databaseUrl ? "PostgreSQL" : "PGlite (embedded)", check: "database" },
+    {
+      name: "analytics",
+      provider: config.mongodbUrl ? "MongoDB" : "SQL (the platform database)",
+      check: config.mongodbUrl ? "analytics" : undefined,
+    },
+    {
+      name: "mail",
+      provider: config.mailProvider === "ses" ? "Amazon SES" : "outbox (embedded, never delivers)",
+      check: config.mailProvider === "ses" ? "mail" : undefined,
+    },
+    {
+      name: "inference",
+      provider: config.inferenceProvider === "bedrock" ? "Amazon Bedrock" : "offline provider (built in)",
+      check: config.inferenceProvider === "bedrock" ? "inference" : undefined,
+    },
+  ];
+}
+
+/** Deletes the overview's request counts older than they are read. */
+function requestCountsPrune(counts: RequestCounts): HousekeepingTask {
+  return {
+    name: "request counts",
+    intervalMs: HOUR_MS,
+    run: () => {
+      const before = new Date(Date.now() - KEPT_MS);
+      return counts.store.prune(before, before.toISOString().slice(0, 10));
+    },
+  };
 }
 
 /** Whether `authorization` is `Bearer <token>`, compared in constant time. */
@@ -255,6 +295,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     periodMs: config.limitExchangeMs,
   });
 
+  // Every facility request, counted for the operator's overview (REST here and in the interceptor below).
+  const requestCounts = createRequestCounts(database.db, logger);
   const facilities = await createFacilities(deps);
   const meta = createMetaFacility();
   /** The one list of readiness checks: the database and each of `facilities`' own (all of them by default). */
@@ -267,6 +309,8 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     version: packageInfo.version,
     startedAt: new Date(),
     readiness: () => checkReadiness(readinessChecks()),
+    requestCounts: requestCounts.store,
+    dependencies: dependenciesOf(config),
   });
   const all: Facility[] = [meta, admin, ...facilities.list];
   // Each facility's implementation as every protocol calls it: the RPCs of its
@@ -283,7 +327,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     impl: idempotentImpl(facility.service, facility.impl, facility.routes ?? [], idempotency),
   }));
 
-  const fastify = createHttpServer({ logger, metrics, listener, databaseHealth: database.health });
+  const fastify = createHttpServer({ logger, metrics, listener, databaseHealth: database.health, requestCounts });
   // Before any route, so its preHandler runs ahead of the Connect short path's.
   tracing?.registerHttp(fastify);
 
@@ -313,6 +357,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     jsonRegistry: options.testServices?.jsonRegistry,
     interceptors: [
       ...(tracing ? [tracing.interceptor] : []),
+      createRequestCountInterceptor(requestCounts),
       createConnectInterceptor(authenticator, logger, database.health, limiter),
     ],
     authenticate: (authorization, method, browser) => authenticator.authenticate(authorization, method, browser),
@@ -321,6 +366,10 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     shortPath: config.connectShortPath,
     metrics,
     corsOrigins: config.corsOrigins,
+    onRefusedAtHead: (method, status) => {
+      const facility = facilityOfService(method.parent.typeName);
+      if (facility) requestCounts.record(facility, undefined, status);
+    },
   });
   registerBodyParsers(fastify);
 
@@ -419,10 +468,12 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       idempotency.housekeeping(),
       reservationSweepTask(deps.quotas),
       sessionSweepTask(sessions),
+      requestCountsPrune(requestCounts),
     ],
     { logger, health: database.health },
   );
   housekeeping.start();
+  requestCounts.start();
 
   // The routes take over the port (from its starting gate) once fastify is ready.
   await fastify.ready();
@@ -433,6 +484,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     deps,
     authenticator,
     housekeeping,
+    requestCounts,
     facilities: all,
     get metricsUrl() {
       return metricsUrl;
@@ -477,6 +529,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
         await new Promise((resolve) => metricsServer.close(resolve));
       }
       await fastify.close();
+      await requestCounts.close();
       await limitExchange.close();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();

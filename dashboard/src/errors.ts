@@ -43,6 +43,14 @@ const FIELD_LABELS: Record<string, string> = {
   query: "The search",
   queue: "The queue name",
   payload: "The payload",
+  // A queue policy's fields (SetQueuePolicy names them as the app's REST body does).
+  maxDeliveries: "Max deliveries",
+  deadLetterQueue: "The dead-letter queue",
+  retryDelaySeconds: "The retry delay",
+  retryBackoff: "The retry backoff",
+  maxRetryDelaySeconds: "The max retry delay",
+  leaseSeconds: "The lease",
+  dedupWindowSeconds: "The dedup window",
 };
 
 /** Rules the API states as patterns, said in words. */

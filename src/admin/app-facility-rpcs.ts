@@ -34,6 +34,9 @@ import {
   type DeadLetterSelection,
   type PeekedMessage,
   type QueueActivityHour,
+  type PolicyChange,
+  type QueuePolicy,
+  type StoredPolicy,
 } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
@@ -55,6 +58,8 @@ export type AppFacilityRpcs = Pick<
   | "listDeadLetters"
   | "replayDeadLetters"
   | "purgeDeadLetters"
+  | "getQueuePolicy"
+  | "setQueuePolicy"
 >;
 
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
@@ -84,6 +89,35 @@ export interface AppFacilityHooks {
   ): Promise<{ url: string; name: string; expiresAt: Date }>;
   /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
   deadLetters?: DeadLetterOperator;
+  /** A queue's policy as it applies, and as the app stored it (the queues facility's `operator.policy`). */
+  queuePolicy?(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
+  /** Changes a queue's policy under the app's rules; `within` (the audit entry) commits with it. */
+  setQueuePolicy?(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+}
+
+/** A queue's policy as AdminService answers it. */
+function policyMessage(queue: string, p: QueuePolicy) {
+  return {
+    queue,
+    maxDeliveries: p.maxDeliveries,
+    deadLetterQueue: p.deadLetterQueue ?? undefined,
+    retryDelaySeconds: p.retryDelaySeconds,
+    retryBackoff: p.retryBackoff,
+    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
+    leaseSeconds: p.leaseSeconds,
+    dedupWindowSeconds: p.dedupWindowSeconds,
+  };
+}
+
+/**
+ * Where a queue's max_deliveries comes from (the rule of the queues facility's `effectivePolicy`): the queue's
+ * own value unless the app's limit bounds it, else the app's limit, else none (unlimited).
+ */
+export function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): "queue" | "app" | "default" {
+  const limit = app.limits.maxDeliveries;
+  const own = stored?.maxDeliveries ?? null;
+  if (own !== null && !(limit > 0 && (own === 0 || own > limit))) return "queue";
+  return limit > 0 ? "app" : "default";
 }
 
 /** `all` or `ids`, exactly one: an empty list never means "every one" by accident. */
@@ -182,7 +216,58 @@ export function createAppFacilityRpcs(options: {
 
     async listQueues(req, context) {
       const app = await load(req.appId);
-      return asApp(app, QueueService, QueueService.method.listQueues, {}, context.signal);
+      const listed = await asApp<object, { queues: { name: string }[] }>(
+        app,
+        QueueService,
+        QueueService.method.listQueues,
+        {},
+        context.signal,
+      );
+      const policies = hooks.queuePolicy
+        ? await Promise.all(
+            listed.queues.map(async (q) => policyMessage(q.name, (await hooks.queuePolicy!(app, q.name)).policy)),
+          )
+        : [];
+      return { ...listed, policies };
+    },
+
+    async getQueuePolicy(req) {
+      if (!hooks.queuePolicy) unavailable("GetQueuePolicy");
+      const app = await load(req.appId);
+      const queue = checkQueueName(req.queue, true);
+      const { policy, stored } = await hooks.queuePolicy(app, queue);
+      return {
+        policy: policyMessage(queue, policy),
+        maxDeliveriesSource: maxDeliveriesSource(app, stored),
+        appMaxDeliveries: app.limits.maxDeliveries,
+      };
+    },
+
+    async setQueuePolicy(req, context) {
+      if (!hooks.setQueuePolicy || !hooks.queuePolicy) unavailable("SetQueuePolicy");
+      const app = await load(req.appId);
+      // What was asked, as given: the entry of a refused change says it too.
+      const change: PolicyChange = {
+        maxDeliveries: req.maxDeliveries,
+        deadLetterQueue: req.deadLetterQueue,
+        retryDelaySeconds: req.retryDelaySeconds,
+        retryBackoff: req.retryBackoff,
+        maxRetryDelaySeconds: req.maxRetryDelaySeconds,
+        leaseSeconds: req.leaseSeconds,
+        dedupWindowSeconds: req.dedupWindowSeconds,
+      };
+      const asked = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
+      return auditor.audited(context, "queue.policy", app, { queue: req.queue, ...asked }, async (within) => {
+        const queue = checkQueueName(req.queue, true);
+        if (Object.keys(asked).length === 0) throw invalidArgument("policy", "must change at least one field");
+        const policy = await hooks.setQueuePolicy!(app, queue, change, within);
+        const { stored } = await hooks.queuePolicy!(app, queue);
+        return {
+          policy: policyMessage(queue, policy),
+          maxDeliveriesSource: maxDeliveriesSource(app, stored),
+          appMaxDeliveries: app.limits.maxDeliveries,
+        };
+      });
     },
 
     async peekMessages(req) {

@@ -16,7 +16,7 @@ import { retentionCutoff } from "../core/apps/apps.ts";
 import { HOUR_MS } from "../core/time.ts";
 
 export type { AdminHooks } from "./admin-service.ts";
-export type { OverviewOptions, QueueAttention } from "./overview.ts";
+export type { OverviewDependency, OverviewOptions, QueueAttention } from "./overview.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
 
 /** How often the audit log's expired entries are deleted. */

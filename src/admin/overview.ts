@@ -1,15 +1,27 @@
 /**
  * GetOverview: this instance (version, uptime), the readiness of each
- * dependency (the checks of `/ready`), and what needs attention across apps:
+ * dependency (the checks of `/ready`), the platform's activity (apps by
+ * status; per facility the requests of the last hour and day, by hour, with
+ * their 4xx and 5xx; the top apps of the day; queue backlog and dead letters;
+ * mail and tokens of the day), and what needs attention across apps:
  * apps stopped, daily caps near (80 %) or reached today, secret links about
  * to expire (within the hour), and, when the queues facility reports them,
  * queues with dead letters or whose oldest waiting message is old.
+ *
+ * Every figure is read from what is kept as the work happens (request counts
+ * in 5-minute buckets, the daily quota counters, the per-queue counts, the
+ * mail day counts), never by counting events, messages or mail, so the call
+ * costs the same whatever the traffic (docs/operators.md "The overview").
  */
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { GetOverviewResponseSchema } from "../../gen/platform/admin/v1/admin_pb.js";
 import type { AppStore } from "../core/apps/app-store.ts";
 import type { QuotaCounter, Quotas } from "../core/quotas/index.ts";
 import type { ReadinessReport } from "../core/readiness.ts";
+import { COUNTED_FACILITIES, BUCKET_MS, type RequestCountStore } from "../core/request-counts/index.ts";
+import { HOUR_MS } from "../core/time.ts";
+import { utcDay } from "../core/quotas/index.ts";
+import type { QueueOverview } from "../queues/index.ts";
 
 type Overview = MessageInitShape<typeof GetOverviewResponseSchema>;
 type Attention = NonNullable<Overview["attention"]>[number];
@@ -19,7 +31,23 @@ export interface OverviewOptions {
   startedAt: Date;
   /** The checks of `/ready`. */
   readiness(): Promise<ReadinessReport>;
+  /** The facilities' request counts. */
+  requestCounts?: RequestCountStore;
+  /** What serves each dependency; its state is its readiness check's (`check`), or `embedded` without one. */
+  dependencies?: OverviewDependency[];
 }
+
+export interface OverviewDependency {
+  name: string;
+  provider: string;
+  /** The name of its check in the readiness report; none for what runs in-process. */
+  check?: string;
+}
+
+/** How many apps the overview names as the most active of the day. */
+export const TOP_APPS = 5;
+/** The hours of the overview's per-facility chart. */
+export const OVERVIEW_HOURS = 24;
 
 /** A queue as the overview needs it, across apps. */
 export interface QueueAttention {
@@ -31,10 +59,17 @@ export interface QueueAttention {
 }
 
 export interface OverviewHooks {
+  /**
+   * Across apps: messages and dead letters stored, and every queue with dead letters or old waiting messages,
+   * in bounded work (`queueAttention` is read only without it).
+   */
+  queueOverview?(oldAgeSeconds: number): Promise<QueueOverview>;
   /** Every queue with dead letters or old waiting messages, across apps. */
   queueAttention?(oldAgeSeconds: number): Promise<QueueAttention[]>;
   /** Outstanding links expiring within `seconds`, across apps. */
   expiringLinks?(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]>;
+  /** Mail of one UTC day across apps: accepted and failed. */
+  mailOnDay?(day: string): Promise<{ sent: number; failed: number }>;
 }
 
 /** A waiting message older than this is worth a look. */
@@ -58,13 +93,29 @@ export function createOverview(
   hooks: OverviewHooks,
 ): () => Promise<Overview> {
   return async () => {
-    const [report, all, today, queues, links] = await Promise.all([
+    const now = Date.now();
+    const day = utcDay(new Date(now));
+    // The first hour of the chart: the current hour is the last of OVERVIEW_HOURS.
+    const firstHour = now - (now % HOUR_MS) - (OVERVIEW_HOURS - 1) * HOUR_MS;
+    const counts = options?.requestCounts;
+    const queueOverview: Promise<QueueOverview> = hooks.queueOverview
+      ? hooks.queueOverview(OLD_MESSAGE_SECONDS)
+      : (hooks.queueAttention?.(OLD_MESSAGE_SECONDS) ?? Promise.resolve([])).then((attention) => ({
+          messages: 0,
+          deadLetters: attention.reduce((n, q) => n + q.deadLetters, 0),
+          attention,
+        }));
+    const [report, all, today, totals, links, buckets, top, mail] = await Promise.all([
       options?.readiness() ?? Promise.resolve<ReadinessReport>({ ready: true, checks: {} }),
       apps.list(),
       quotas.usedToday(),
-      hooks.queueAttention?.(OLD_MESSAGE_SECONDS) ?? Promise.resolve([]),
+      queueOverview,
       hooks.expiringLinks?.(LINK_EXPIRING_SECONDS) ?? Promise.resolve([]),
+      counts?.buckets(new Date(firstHour)) ?? Promise.resolve([]),
+      counts?.topApps(day, TOP_APPS) ?? Promise.resolve([]),
+      hooks.mailOnDay?.(day),
     ]);
+    const queues = totals.attention;
     const byId = new Map(all.map((a) => [a.id, a]));
     const attention: Attention[] = [];
     const item = (a: Attention) => attention.push(a);
@@ -138,8 +189,71 @@ export function createOverview(
         message: `the link that sets ${app.name}'s ${link.name} expires at ${link.expiresAt.toISOString()}`,
       });
     }
+    // The last hour: the 12 buckets ending with the current one.
+    const lastHourFrom = now - (now % BUCKET_MS) - HOUR_MS + BUCKET_MS;
+    const facilities = COUNTED_FACILITIES.map((facility) => {
+      const hourly = new Array<number>(OVERVIEW_HOURS).fill(0);
+      let lastHour = 0;
+      let clientErrors = 0;
+      let serverErrors = 0;
+      for (const b of buckets) {
+        if (b.facility !== facility) continue;
+        const at = b.bucket.getTime();
+        const i = Math.floor((at - firstHour) / HOUR_MS);
+        if (i < 0 || i >= OVERVIEW_HOURS) continue;
+        hourly[i] += b.requests;
+        clientErrors += b.clientErrors;
+        serverErrors += b.serverErrors;
+        if (at >= lastHourFrom) lastHour += b.requests;
+      }
+      return {
+        facility,
+        requestsLastHour: BigInt(lastHour),
+        requestsLastDay: BigInt(hourly.reduce((a, b) => a + b, 0)),
+        clientErrorsLastDay: BigInt(clientErrors),
+        serverErrorsLastDay: BigInt(serverErrors),
+        hourly: hourly.map(BigInt),
+      };
+    });
+    let fastTokens = 0;
+    let embedTokens = 0;
+    for (const used of today.values()) {
+      fastTokens += used.get("fast_tokens") ?? 0;
+      embedTokens += used.get("embed_tokens") ?? 0;
+    }
+    const running = all.filter((a) => a.status === "running").length;
+    const dependencies = (options?.dependencies ?? []).map((d) => {
+      const state = d.check ? (report.checks[d.check] ?? "not checked") : "embedded";
+      return { name: d.name, provider: d.provider, ok: state === "ok" || state === "embedded", state };
+    });
     const startedAt = options?.startedAt ?? new Date();
     return {
+      appsRunning: running,
+      appsStopped: all.length - running,
+      day,
+      facilities,
+      // An app deleted since its requests were counted has no name: left out.
+      topApps: top.flatMap((t) => {
+        const app = byId.get(t.appId);
+        return app
+          ? [
+              {
+                appId: app.id,
+                appName: app.name,
+                requests: BigInt(t.requests),
+                clientErrors: BigInt(t.clientErrors),
+                serverErrors: BigInt(t.serverErrors),
+              },
+            ]
+          : [];
+      }),
+      queueBacklog: BigInt(totals.messages),
+      deadLetters: BigInt(totals.deadLetters),
+      mailSentToday: BigInt(mail?.sent ?? 0),
+      mailFailedToday: BigInt(mail?.failed ?? 0),
+      fastTokensToday: BigInt(fastTokens),
+      embedTokensToday: BigInt(embedTokens),
+      dependencies,
       version: options?.version ?? "",
       uptimeSeconds: BigInt(Math.max(0, Math.floor((Date.now() - startedAt.getTime()) / 1000))),
       readiness: Object.entries(report.checks).map(([name, state]) => ({

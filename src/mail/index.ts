@@ -12,6 +12,8 @@ import { createMailStore, type MailLogRecord, type MailSearch } from "./mail-sto
 import { createOutboxProvider } from "./outbox-provider.ts";
 import { readinessOf } from "../core/readiness.ts";
 import { retentionTask } from "../core/housekeeping.ts";
+import { HOUR_MS } from "../core/time.ts";
+import { createMailDayStore } from "./mail-day-store.ts";
 
 export type { MailLogRecord, MailLogStatus, MailSearch } from "./mail-store.ts";
 export { rawMessage } from "./raw-message.ts";
@@ -23,6 +25,8 @@ export interface MailFacility extends Facility<typeof MailService> {
   searchMail(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
   getMail(appId: string, id: string): Promise<MailLogRecord | undefined>;
+  /** The overview's mail of one UTC day across apps: accepted (sent or stored) and failed (or unconfirmed). */
+  mailOnDay(day: string): Promise<{ sent: number; failed: number }>;
 }
 
 export interface MailFacilityOptions {
@@ -49,6 +53,7 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
   const logger = deps.logger.child({ facility: "mail" });
   const provider = options.provider ?? (await createMailProvider(deps));
   const store = createMailStore(deps.db);
+  const days = createMailDayStore(deps.db);
   const apps = deps.apps;
   return {
     service: MailService,
@@ -59,8 +64,14 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
     housekeeping: () => [
       retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch)),
+      { name: "mail days", intervalMs: HOUR_MS, run: () => days.prune() },
     ],
     getMail: (appId, id) => store.get(appId, id),
+    async mailOnDay(day) {
+      const by = await days.onDay(day);
+      const n = (status: string) => by.get(status) ?? 0;
+      return { sent: n("sent") + n("stored"), failed: n("failed") + n("unconfirmed") };
+    },
     async start() {
       logger.info(`mail provider: ${provider.description}`);
     },

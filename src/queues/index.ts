@@ -15,8 +15,10 @@ import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
 import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
+import { queueOverview, type QueueOverview } from "./queue-overview-store.ts";
+import { effectivePolicy, type PolicyChange, type QueuePolicy } from "./queue-policy.ts";
 import { ACTIVITY_HOURS, DEAD_LETTER_SWEEP_INTERVAL_MS } from "./queue-limits.ts";
-import { createQueueStore, type PeekedMessage, type QueueActivityHour } from "./queue-store.ts";
+import { createQueueStore, type PeekedMessage, type QueueActivityHour, type StoredPolicy } from "./queue-store.ts";
 import { registerQueueGauges } from "./queue-gauges.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -31,6 +33,9 @@ export { checkQueueName } from "./queue-name.ts";
 export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
 export type { DeadLetterOperator, DeadLetterPage } from "./dead-letters.ts";
 export type { QueueAttentionRow } from "./queue-attention-store.ts";
+export type { QueueOverview } from "./queue-overview-store.ts";
+export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
+export type { StoredPolicy } from "./queue-store.ts";
 
 /** What the operator may do to an app's queues that the app itself may not (AdminService). */
 export interface QueueOperator {
@@ -45,6 +50,12 @@ export interface QueueOperator {
   put(app: AppRecord, queue: string, payload: Value | undefined, within?: InTransaction): Promise<{ id: string }>;
   /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
   attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
+  /** Across apps, for the overview: messages and dead letters stored and the queues needing attention, bounded. */
+  overview(oldAgeSeconds: number): Promise<QueueOverview>;
+  /** A queue's policy as it applies, and as the app stored it (undefined: none set). */
+  policy(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
+  /** Changes a queue's policy as the app's UpdateQueuePolicy would; `within` (the audit entry) commits with it. */
+  setPolicy(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & {
@@ -119,6 +130,12 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       deadLetters,
       put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
+      overview: (oldAgeSeconds) => queueOverview(deps.db, oldAgeSeconds),
+      async policy(app, queue) {
+        const stored = await queues.policies.stored(app.id, queue);
+        return { policy: effectivePolicy(app, stored), stored };
+      },
+      setPolicy: (app, queue, change, within) => queues.policies.update(app, queue, change, within),
     },
     housekeeping: () => [
       ...housekeeping,

@@ -14,6 +14,7 @@
 import type { AppRecord } from "../core/apps/apps.ts";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
+import type { InTransaction } from "../core/database/index.ts";
 import { MAX_LEASE_SECONDS } from "./queue-limits.ts";
 import { DROP_DEAD_LETTERS, type ClaimRule, type QueueStore, type StoredPolicy } from "./queue-store.ts";
 
@@ -139,7 +140,8 @@ export interface QueuePolicies {
   /** The stored policy of a queue (cached for `POLICY_CACHE_MS`). */
   stored(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   get(app: AppRecord, queue: string): Promise<QueuePolicy>;
-  update(app: AppRecord, queue: string, change: PolicyChange): Promise<QueuePolicy>;
+  /** `within` runs in the change's transaction (an operator's audit entry). */
+  update(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
 }
 
 export function createQueuePolicies(store: QueueStore): QueuePolicies {
@@ -160,8 +162,13 @@ export function createQueuePolicies(store: QueueStore): QueuePolicies {
     async get(app, queue) {
       return effectivePolicy(app, await policies.stored(app.id, queue));
     },
-    async update(app, queue, change) {
-      const stored = await store.updatePolicy(app.id, queue, (current) => applyChange(app, queue, current, change));
+    async update(app, queue, change, within) {
+      const stored = await store.updatePolicy(
+        app.id,
+        queue,
+        (current) => applyChange(app, queue, current, change),
+        within,
+      );
       cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
       return effectivePolicy(app, stored);
     },

@@ -351,8 +351,16 @@ export interface QueueStore {
   ): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
   /** A queue's policy as stored, or undefined when its app set none. */
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
-  /** Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue. */
-  updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
+  /**
+   * Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue;
+   * `within` runs in the same transaction (an operator's audit entry).
+   */
+  updatePolicy(
+    appId: string,
+    queue: string,
+    change: (current: StoredPolicy) => StoredPolicy,
+    within?: InTransaction,
+  ): Promise<StoredPolicy>;
   /**
    * Folds the count slots (`queue_counts`) of up to `limit` queues into one
    * row each, and removes those summing to 0; how many queues. The slots of
@@ -1240,7 +1248,7 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
       return rows[0] ? policyOf(rows[0]) : undefined;
     },
 
-    updatePolicy(appId, queue, change) {
+    updatePolicy(appId, queue, change, within) {
       return db.transaction().execute(async (trx) => {
         await sql`INSERT INTO queue_policies (app_id, queue) VALUES (${appId}, ${queue}) ON CONFLICT DO NOTHING`.execute(
           trx,
@@ -1257,6 +1265,7 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
               max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, lease_seconds = ${next.leaseSeconds},
               dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
+        await within?.(transactionAsDb(trx));
         return next;
       });
     },

@@ -68,7 +68,7 @@ import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-v
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
-import { claimRule, effectivePolicy, type QueuePolicy } from "./queue-policy.ts";
+import { claimRule, effectivePolicy, type QueuePolicies, type QueuePolicy } from "./queue-policy.ts";
 import {
   createQueueStore,
   type DeadLetterSelection,
@@ -141,6 +141,8 @@ export interface QueuesImplementation {
    * not anyone consumes. `appOf` reads an app (throws when it is gone). How many moved.
    */
   buryLapsed(appOf: (appId: string) => Promise<AppRecord>, signal: AbortSignal): Promise<number>;
+  /** The queue policies the RPCs read (an operator's change through it applies at once on this instance). */
+  readonly policies: QueuePolicies;
 }
 
 function checkRange(field: string, value: number | undefined, min: number, max: number, fallback: number): number {
@@ -439,6 +441,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   return {
     events,
     putAsOperator: (app, queue, payload, within) => putMessage(app, { queue, payload }, within),
+    policies,
     async buryLapsed(appOf, signal) {
       let moved = 0;
       let failure: Error | undefined;

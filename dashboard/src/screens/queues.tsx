@@ -12,6 +12,7 @@ import { fromJson, type JsonValue } from "@bufbuild/protobuf";
 import { ValueSchema } from "@bufbuild/protobuf/wkt";
 import {
   getQueueActivity,
+  getQueuePolicy,
   listDeadLetters,
   listQueues,
   peekMessages,
@@ -26,6 +27,13 @@ import { TimeChart } from "../chart.tsx";
 import { ConfirmDialog, Empty, ErrorBox, FormOutcome, QueryView } from "../ui.tsx";
 import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
+import { PolicyOf, QueuePolicyPanel, deadLetterRule } from "./queue-policy.tsx";
+
+/** A queue's max deliveries as the listing shows it. */
+function maxDeliveriesText(n: number | undefined): string {
+  if (n === undefined) return "—";
+  return n === 0 ? "unlimited" : n.toLocaleString();
+}
 
 export function QueuesTab({ app }: { app: App }) {
   const queues = useQuery(listQueues, { appId: app.id });
@@ -33,6 +41,7 @@ export function QueuesTab({ app }: { app: App }) {
   const [purging, setPurging] = useState<string | null>(null);
   const [dead, setDead] = useState<string | null>(null);
   const [active, setActive] = useState<string | null>(null);
+  const [policyOf, setPolicyOf] = useState<string | null>(null);
   const queryClient = useQueryClient();
   const { canWrite } = useOperator();
   const purge = useMutation(purgeQueue, {
@@ -68,6 +77,9 @@ export function QueuesTab({ app }: { app: App }) {
                         Max depth
                       </th>
                       <th scope="col">Oldest waiting</th>
+                      <th scope="col" className="right hide-narrow">
+                        Max deliveries
+                      </th>
                       <th scope="col" className="right">
                         Dead letters
                       </th>
@@ -92,6 +104,9 @@ export function QueuesTab({ app }: { app: App }) {
                         <td data-label="Oldest waiting">
                           {q.oldestAt ? formatAge(q.oldestAt) : <span className="muted">—</span>}
                         </td>
+                        <td className="right hide-narrow" data-label="Max deliveries" data-testid={`max-${q.name}`}>
+                          {maxDeliveriesText(data.policies.find((p) => p.queue === q.name)?.maxDeliveries)}
+                        </td>
                         <td className="right" data-label="Dead letters" data-testid={`dead-${q.name}`}>
                           {q.deadLetters > 0n ? (
                             <button
@@ -114,6 +129,14 @@ export function QueuesTab({ app }: { app: App }) {
                             aria-label={`Activity of ${q.name}`}
                           >
                             Activity
+                          </button>{" "}
+                          <button
+                            type="button"
+                            className="secondary small"
+                            onClick={() => setPolicyOf(q.name)}
+                            aria-label={`Policy of ${q.name}`}
+                          >
+                            Policy
                           </button>{" "}
                           <button
                             type="button"
@@ -142,7 +165,11 @@ export function QueuesTab({ app }: { app: App }) {
           }
         </QueryView>
         <ActivityOf onShow={setActive} />
+        <PolicyOf onShow={setPolicyOf} />
       </div>
+      {policyOf ? (
+        <QueuePolicyPanel key={policyOf} appId={app.id} queue={policyOf} onClose={() => setPolicyOf(null)} />
+      ) : null}
       {active ? <Activity key={active} appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
       {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
       {dead ? <DeadLetters key={dead} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
@@ -471,6 +498,8 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
   const [confirm, setConfirm] = useState<{ action: "replay" | "purge"; id?: string } | null>(null);
   const [done, setDone] = useState<string | null>(null);
   const page = useQuery(listDeadLetters, { appId: app.id, queue, pageSize: 20, pageToken });
+  // The policy that makes this queue's letters dead, named in the panel (not only the app's default).
+  const policy = useQuery(getQueuePolicy, { appId: app.id, queue });
   const queryClient = useQueryClient();
   const after = async (text: string) => {
     setConfirm(null);
@@ -494,9 +523,10 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
           Close
         </button>
       </div>
-      <p className="muted">
-        Messages whose lease lapsed after their last allowed delivery (the app&apos;s maxDeliveries, now{" "}
-        {app.limits?.maxDeliveries ?? 0}). Replay puts them back in line with their deliveries reset to 0.
+      <p className="muted" data-testid="dead-letter-rule">
+        Messages whose lease lapsed (or that were nacked) after their last allowed delivery.{" "}
+        {policy.data ? deadLetterRule(policy.data) : null} Replay puts them back in line with their deliveries reset to
+        0.
       </p>
       {replay.error ? <ErrorBox error={replay.error} title="Not replayed" /> : null}
       {purge.error ? <ErrorBox error={purge.error} title="Not purged" /> : null}

@@ -22,7 +22,7 @@ interface Edits {
   limits?: Partial<Record<LimitName, string>>;
 }
 
-const LIMITS: { name: LimitName; label: string }[] = [
+const LIMITS: { name: LimitName; label: string; hint?: string }[] = [
   { name: "eventsPerDay", label: "Events per day" },
   { name: "mailPerDay", label: "Mail per day" },
   { name: "fastTokensPerDay", label: "Fast model tokens per day" },
@@ -34,7 +34,11 @@ const LIMITS: { name: LimitName; label: string }[] = [
   { name: "maxOutstandingLinks", label: "Max outstanding secret links" },
   { name: "linkTtlSeconds", label: "Secret link TTL (seconds)" },
   { name: "retentionDays", label: "Mail and analytics kept (days)" },
-  { name: "maxDeliveries", label: "Max deliveries (0 = no limit)" },
+  {
+    name: "maxDeliveries",
+    label: "Max deliveries (0 = no limit)",
+    hint: "The default of every queue of the app and the ceiling of a queue's own policy (set on the Queues tab), which may only lower it.",
+  },
   { name: "eventsPerSecond", label: "Events per second (0 = no limit)" },
   { name: "eventsBurst", label: "Events burst" },
   { name: "queuePutsPerSecond", label: "Queue puts per second (0 = no limit)" },
@@ -164,6 +168,7 @@ export function SettingsTab({ app }: { app: App }) {
                 value={limitText(l.name)}
                 onChange={(e) => edit({ limits: { [l.name]: e.target.value } })}
               />
+              {l.hint ? <small className="muted">{l.hint}</small> : null}
             </label>
           ))}
         </div>

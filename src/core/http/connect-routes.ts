@@ -112,6 +112,11 @@ export interface ConnectRoutesOptions<Authenticated = unknown> {
   /** Counts which path served each call (`connect_calls_total{path}`), so tests and operators can tell. */
   metrics: Metrics;
   /**
+   * Told of each call refused at its head (bad token, before any interceptor runs), with the HTTP status of
+   * its error: the interceptors count every other call for the operator's overview.
+   */
+  onRefusedAtHead?: (method: DescMethod, status: number) => void;
+  /**
    * Origins whose browsers may call Connect and gRPC-Web (`CORS_ORIGINS`; `*`
    * for any). Empty (the default): no CORS headers, so other origins cannot.
    */
@@ -216,6 +221,7 @@ export async function registerConnectRoutes<Authenticated>(
           const answer = rpcErrorAnswer(headerValue(req.headers["content-type"]) ?? undefined, req.method, refused);
           // Not an RPC's content type: the plugin refuses it as it does.
           if (!answer) return;
+          options.onRefusedAtHead?.(handler.method, refused.status);
           answerAtHead(reply, answer);
         }
       });

@@ -15,6 +15,8 @@ import { createStartingGate, type RequestHandler, type StartingGate } from "./st
 import { createRequestLogger } from "./request-logger.ts";
 import type { HttpTimeouts } from "../config.ts";
 import type { DatabaseHealth } from "../database/index.ts";
+import type { Principal } from "../auth.ts";
+import { facilityOfRoute, type RequestCounts } from "../request-counts/index.ts";
 
 /**
  * The one port, made (and possibly listening) before the routes exist: the
@@ -61,6 +63,8 @@ export interface HttpServerOptions {
   listener: Listener;
   /** Errors that are the database being unreachable are reported here (once per outage) and answered 503. */
   databaseHealth: DatabaseHealth;
+  /** Counts the answers of the facilities' REST routes (`/v1/<facility>/...`) for the operator's overview. */
+  requestCounts?: RequestCounts;
 }
 
 export function createHttpServer(options: HttpServerOptions): FastifyInstance {
@@ -99,6 +103,16 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
     const seconds = reply.elapsedTime / 1000;
     metrics.httpRequests.inc(labels);
     metrics.httpDuration.observe(labels, seconds);
+    const facility = options.requestCounts && facilityOfRoute(route);
+    if (facility) {
+      // The caller the route authenticated (`rest-router.ts`), when it got that far.
+      const principal = (req as { principal?: Principal }).principal;
+      options.requestCounts!.record(
+        facility,
+        principal?.kind === "app" ? principal.app.id : undefined,
+        reply.statusCode,
+      );
+    }
     // The route template, never the raw URL: a secret link's token is in its path.
     req.log.info(
       { method: req.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },

@@ -238,3 +238,17 @@ export const getQueueActivity: typeof AdminService["method"]["getQueueActivity"]
  * @generated from rpc platform.admin.v1.AdminService.PutTestMessage
  */
 export const putTestMessage: typeof AdminService["method"]["putTestMessage"];
+/**
+ * GetQueuePolicy reads one queue's policy as it applies now (defaults where the app set none), and where
+ * its max_deliveries comes from.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetQueuePolicy
+ */
+export const getQueuePolicy: typeof AdminService["method"]["getQueuePolicy"];
+/**
+ * SetQueuePolicy changes the fields given of one queue's policy, under the rules the app's own
+ * UpdateQueuePolicy meets (the app's max_deliveries limit bounds it); audited as queue.policy.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
+ */
+export const setQueuePolicy: typeof AdminService["method"]["setQueuePolicy"];

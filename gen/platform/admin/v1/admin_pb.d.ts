@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import type { Bucket, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
-import type { Queue } from "../../queues/v1/queues_pb.js";
+import type { Queue, QueuePolicy } from "../../queues/v1/queues_pb.js";
 import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
 /**
@@ -1214,6 +1214,13 @@ export declare type ListQueuesResponse = Message<"platform.admin.v1.ListQueuesRe
    * @generated from field: repeated platform.queues.v1.Queue queues = 1;
    */
   queues: Queue[];
+
+  /**
+   * The policy in force of each listed queue (its `queue` names it), in the order of `queues`.
+   *
+   * @generated from field: repeated platform.queues.v1.QueuePolicy policies = 2;
+   */
+  policies: QueuePolicy[];
 };
 
 /**
@@ -2459,6 +2466,82 @@ export declare type GetOverviewResponse = Message<"platform.admin.v1.GetOverview
    * @generated from field: repeated platform.admin.v1.AttentionItem attention = 4;
    */
   attention: AttentionItem[];
+
+  /**
+   * @generated from field: int32 apps_running = 5;
+   */
+  appsRunning: number;
+
+  /**
+   * @generated from field: int32 apps_stopped = 6;
+   */
+  appsStopped: number;
+
+  /**
+   * The UTC day the "today" figures count, YYYY-MM-DD.
+   *
+   * @generated from field: string day = 7;
+   */
+  day: string;
+
+  /**
+   * The app requests of each facility (analytics, inference, mail, queues, secrets), in that order.
+   *
+   * @generated from field: repeated platform.admin.v1.FacilityActivity facilities = 8;
+   */
+  facilities: FacilityActivity[];
+
+  /**
+   * The apps with the most requests today, most first (at most 5).
+   *
+   * @generated from field: repeated platform.admin.v1.AppActivity top_apps = 9;
+   */
+  topApps: AppActivity[];
+
+  /**
+   * Queue messages stored across apps (waiting, leased or held back).
+   *
+   * @generated from field: int64 queue_backlog = 10;
+   */
+  queueBacklog: bigint;
+
+  /**
+   * Dead letters stored across apps.
+   *
+   * @generated from field: int64 dead_letters = 11;
+   */
+  deadLetters: bigint;
+
+  /**
+   * Mail today across apps: accepted (sent, or kept by the outbox) and failed (refused, or unconfirmed).
+   *
+   * @generated from field: int64 mail_sent_today = 12;
+   */
+  mailSentToday: bigint;
+
+  /**
+   * @generated from field: int64 mail_failed_today = 13;
+   */
+  mailFailedToday: bigint;
+
+  /**
+   * Inference tokens spent today across apps.
+   *
+   * @generated from field: int64 fast_tokens_today = 14;
+   */
+  fastTokensToday: bigint;
+
+  /**
+   * @generated from field: int64 embed_tokens_today = 15;
+   */
+  embedTokensToday: bigint;
+
+  /**
+   * Every dependency this deployment uses, configured or embedded, with its state.
+   *
+   * @generated from field: repeated platform.admin.v1.Dependency dependencies = 16;
+   */
+  dependencies: Dependency[];
 };
 
 /**
@@ -2466,6 +2549,137 @@ export declare type GetOverviewResponse = Message<"platform.admin.v1.GetOverview
  * Use `create(GetOverviewResponseSchema)` to create a new message.
  */
 export declare const GetOverviewResponseSchema: GenMessage<GetOverviewResponse>;
+
+/**
+ * FacilityActivity counts the app requests of one facility, kept as they are answered (in 5-minute
+ * buckets, written by each instance every few seconds): REST and Connect/gRPC calls alike.
+ *
+ * @generated from message platform.admin.v1.FacilityActivity
+ */
+export declare type FacilityActivity = Message<"platform.admin.v1.FacilityActivity"> & {
+  /**
+   * @generated from field: string facility = 1;
+   */
+  facility: string;
+
+  /**
+   * Requests of the last 60 minutes (to the 5-minute bucket).
+   *
+   * @generated from field: int64 requests_last_hour = 2;
+   */
+  requestsLastHour: bigint;
+
+  /**
+   * Requests of the last 24 hours.
+   *
+   * @generated from field: int64 requests_last_day = 3;
+   */
+  requestsLastDay: bigint;
+
+  /**
+   * Of the last 24 hours' requests, those answered with a 4xx (the caller's) and a 5xx (the platform's or a
+   * provider's) status; Connect and gRPC errors count by the HTTP status of their code.
+   *
+   * @generated from field: int64 client_errors_last_day = 4;
+   */
+  clientErrorsLastDay: bigint;
+
+  /**
+   * @generated from field: int64 server_errors_last_day = 5;
+   */
+  serverErrorsLastDay: bigint;
+
+  /**
+   * The requests of each of the last 24 UTC hours, oldest first, the current hour last.
+   *
+   * @generated from field: repeated int64 hourly = 6;
+   */
+  hourly: bigint[];
+};
+
+/**
+ * Describes the message platform.admin.v1.FacilityActivity.
+ * Use `create(FacilityActivitySchema)` to create a new message.
+ */
+export declare const FacilityActivitySchema: GenMessage<FacilityActivity>;
+
+/**
+ * AppActivity is one app's requests today (UTC), all facilities together.
+ *
+ * @generated from message platform.admin.v1.AppActivity
+ */
+export declare type AppActivity = Message<"platform.admin.v1.AppActivity"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string app_name = 2;
+   */
+  appName: string;
+
+  /**
+   * @generated from field: int64 requests = 3;
+   */
+  requests: bigint;
+
+  /**
+   * @generated from field: int64 client_errors = 4;
+   */
+  clientErrors: bigint;
+
+  /**
+   * @generated from field: int64 server_errors = 5;
+   */
+  serverErrors: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.AppActivity.
+ * Use `create(AppActivitySchema)` to create a new message.
+ */
+export declare const AppActivitySchema: GenMessage<AppActivity>;
+
+/**
+ * Dependency is one thing the platform relies on: the database, the analytics store, the mail and the
+ * inference provider.
+ *
+ * @generated from message platform.admin.v1.Dependency
+ */
+export declare type Dependency = Message<"platform.admin.v1.Dependency"> & {
+  /**
+   * "database", "analytics", "mail" or "inference".
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What serves it, e.g. "PostgreSQL", "PGlite (embedded)", "MongoDB", "Amazon SES", "outbox (embedded)".
+   *
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * @generated from field: bool ok = 3;
+   */
+  ok: boolean;
+
+  /**
+   * "ok", "embedded" (in-process, nothing to reach), or why not ("unreachable", "no answer", ...).
+   *
+   * @generated from field: string state = 4;
+   */
+  state: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.Dependency.
+ * Use `create(DependencySchema)` to create a new message.
+ */
+export declare const DependencySchema: GenMessage<Dependency>;
 
 /**
  * @generated from message platform.admin.v1.ListSecretLinksRequest
@@ -2677,6 +2891,144 @@ export declare type PutTestMessageResponse = Message<"platform.admin.v1.PutTestM
  * Use `create(PutTestMessageResponseSchema)` to create a new message.
  */
 export declare const PutTestMessageResponseSchema: GenMessage<PutTestMessageResponse>;
+
+/**
+ * @generated from message platform.admin.v1.GetQueuePolicyRequest
+ */
+export declare type GetQueuePolicyRequest = Message<"platform.admin.v1.GetQueuePolicyRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueuePolicyRequest.
+ * Use `create(GetQueuePolicyRequestSchema)` to create a new message.
+ */
+export declare const GetQueuePolicyRequestSchema: GenMessage<GetQueuePolicyRequest>;
+
+/**
+ * @generated from message platform.admin.v1.GetQueuePolicyResponse
+ */
+export declare type GetQueuePolicyResponse = Message<"platform.admin.v1.GetQueuePolicyResponse"> & {
+  /**
+   * @generated from field: platform.queues.v1.QueuePolicy policy = 1;
+   */
+  policy?: QueuePolicy | undefined;
+
+  /**
+   * Where max_deliveries comes from: "queue" (the queue's own policy), "app" (the app's max_deliveries
+   * limit, the default of every queue and the ceiling of a queue's own) or "default" (0: unlimited).
+   *
+   * @generated from field: string max_deliveries_source = 2;
+   */
+  maxDeliveriesSource: string;
+
+  /**
+   * The app's max_deliveries limit (0: none).
+   *
+   * @generated from field: int32 app_max_deliveries = 3;
+   */
+  appMaxDeliveries: number;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueuePolicyResponse.
+ * Use `create(GetQueuePolicyResponseSchema)` to create a new message.
+ */
+export declare const GetQueuePolicyResponseSchema: GenMessage<GetQueuePolicyResponse>;
+
+/**
+ * The fields given replace those fields of the queue's policy; the others stay.
+ *
+ * @generated from message platform.admin.v1.SetQueuePolicyRequest
+ */
+export declare type SetQueuePolicyRequest = Message<"platform.admin.v1.SetQueuePolicyRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: optional int32 max_deliveries = 3;
+   */
+  maxDeliveries?: number | undefined;
+
+  /**
+   * A queue name, "_drop", or an empty string (back to the queue's dead-letter list).
+   *
+   * @generated from field: optional string dead_letter_queue = 4;
+   */
+  deadLetterQueue?: string | undefined;
+
+  /**
+   * @generated from field: optional int32 retry_delay_seconds = 5;
+   */
+  retryDelaySeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional double retry_backoff = 6;
+   */
+  retryBackoff?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 max_retry_delay_seconds = 7;
+   */
+  maxRetryDelaySeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 lease_seconds = 8;
+   */
+  leaseSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 dedup_window_seconds = 9;
+   */
+  dedupWindowSeconds?: number | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.SetQueuePolicyRequest.
+ * Use `create(SetQueuePolicyRequestSchema)` to create a new message.
+ */
+export declare const SetQueuePolicyRequestSchema: GenMessage<SetQueuePolicyRequest>;
+
+/**
+ * @generated from message platform.admin.v1.SetQueuePolicyResponse
+ */
+export declare type SetQueuePolicyResponse = Message<"platform.admin.v1.SetQueuePolicyResponse"> & {
+  /**
+   * @generated from field: platform.queues.v1.QueuePolicy policy = 1;
+   */
+  policy?: QueuePolicy | undefined;
+
+  /**
+   * @generated from field: string max_deliveries_source = 2;
+   */
+  maxDeliveriesSource: string;
+
+  /**
+   * @generated from field: int32 app_max_deliveries = 3;
+   */
+  appMaxDeliveries: number;
+};
+
+/**
+ * Describes the message platform.admin.v1.SetQueuePolicyResponse.
+ * Use `create(SetQueuePolicyResponseSchema)` to create a new message.
+ */
+export declare const SetQueuePolicyResponseSchema: GenMessage<SetQueuePolicyResponse>;
 
 /**
  * @generated from enum platform.admin.v1.AppStatus
@@ -3181,6 +3533,28 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof PutTestMessageRequestSchema;
     output: typeof PutTestMessageResponseSchema;
+  },
+  /**
+   * GetQueuePolicy reads one queue's policy as it applies now (defaults where the app set none), and where
+   * its max_deliveries comes from.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetQueuePolicy
+   */
+  getQueuePolicy: {
+    methodKind: "unary";
+    input: typeof GetQueuePolicyRequestSchema;
+    output: typeof GetQueuePolicyResponseSchema;
+  },
+  /**
+   * SetQueuePolicy changes the fields given of one queue's policy, under the rules the app's own
+   * UpdateQueuePolicy meets (the app's max_deliveries limit bounds it); audited as queue.policy.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
+   */
+  setQueuePolicy: {
+    methodKind: "unary";
+    input: typeof SetQueuePolicyRequestSchema;
+    output: typeof SetQueuePolicyResponseSchema;
   },
 }>;
 

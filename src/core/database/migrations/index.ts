@@ -29,7 +29,8 @@ import * as queueDepthExclusive from "./0024-queue-depth-exclusive.ts";
 import * as limitExchange from "./0025-limit-exchange.ts";
 import * as quotaReservations from "./0026-quota-reservations.ts";
 import * as messageTrace from "./0027-message-trace.ts";
-import * as operatorSessions from "./0030-operator-sessions.ts";
+import * as overviewRollups from "./0028-overview-rollups.ts";
+import * as operatorSessions from "./0029-operator-sessions.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -58,5 +59,6 @@ export const migrations: Record<string, Migration> = {
   "0025-limit-exchange": limitExchange,
   "0026-quota-reservations": quotaReservations,
   "0027-message-trace": messageTrace,
-  "0030-operator-sessions": operatorSessions,
+  "0028-overview-rollups": overviewRollups,
+  "0029-operator-sessions": operatorSessions,
 };
