@@ -37,7 +37,7 @@ import { timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import { MessageStatus, QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
@@ -45,7 +45,7 @@ import { createBatcher } from "../core/batcher.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { sendStreamHeaders } from "../core/stream-headers.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
-import { isWellFormedText } from "../core/text.ts";
+import { characterCount, isWellFormedText } from "../core/text.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -250,6 +250,23 @@ function selection(ids: string[]): DeadLetterSelection {
   return { ids };
 }
 
+/** The longest `reason` a nack keeps, in characters (code points). */
+export const MAX_NACK_REASON_CHARS = 1_000;
+
+function checkReason(reason: string): string {
+  if (!isWellFormedText(reason)) throw invalidArgument("reason", "must be text (no lone surrogate)");
+  if (characterCount(reason) > MAX_NACK_REASON_CHARS)
+    throw invalidArgument("reason", `must be at most ${MAX_NACK_REASON_CHARS} characters`);
+  return reason;
+}
+
+const MESSAGE_STATUS = {
+  waiting: MessageStatus.WAITING,
+  delayed: MessageStatus.DELAYED,
+  leased: MessageStatus.LEASED,
+  dead: MessageStatus.DEAD,
+} as const;
+
 function policyMessage(queue: string, p: QueuePolicy) {
   return {
     queue,
@@ -260,6 +277,7 @@ function policyMessage(queue: string, p: QueuePolicy) {
     maxRetryDelaySeconds: p.maxRetryDelaySeconds,
     leaseSeconds: p.leaseSeconds,
     dedupWindowSeconds: p.dedupWindowSeconds,
+    retryJitter: p.retryJitter,
   };
 }
 
@@ -546,6 +564,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           req.delaySeconds === undefined
             ? undefined
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
+        const reason = req.reason === undefined ? undefined : checkReason(req.reason);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
         const appRule = claimRule(app, effectivePolicy(app, undefined), () => "");
         const defaults = { ...appRule.retry, maxDeliveries: appRule.maxDeliveries };
@@ -556,6 +575,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           delaySeconds,
           defaults,
           hub.payloadPrefix(app.id),
+          reason,
         );
         if (nacked === undefined) return { nacked: false };
         windows.acked(app.id, receipt.id, receipt.claim);
@@ -581,6 +601,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           maxRetryDelaySeconds: req.maxRetryDelaySeconds,
           leaseSeconds: req.leaseSeconds,
           dedupWindowSeconds: req.dedupWindowSeconds,
+          retryJitter: req.retryJitter,
         });
         return { policy: policyMessage(queue, policy) };
       },
@@ -608,6 +629,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             deliveries: d.deliveries,
             diedAt: timestampFromMs(d.diedAt.getTime()),
             expiresAt: timestampFromMs(d.expiresAt.getTime()),
+            failureReason: d.failureReason ?? undefined,
           })),
           nextCursor: page.nextPageToken,
         };
@@ -624,6 +646,36 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         const queue = checkQueueName(req.queue, true);
         return { purged: await deps.deadLetters.purge(app.id, queue, selection(req.ids)) };
+      },
+
+      async purgeQueue(req, context) {
+        const app = appOf(context);
+        // `_events` too: the app consumes it, so it may also clear it.
+        const queue = checkQueueName(req.queue, true);
+        const purged = await store.purge(app.id, queue, undefined, req.includeLeased);
+        // Purged leases leave any stream window that holds them when their lease ends (their acks answer false).
+        return { purged };
+      },
+
+      async getMessage(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        if (!UUID.test(req.id)) throw invalidArgument("id", "must be a message id (a UUID)");
+        const state = await store.messageState(app.id, queue, req.id.toLowerCase());
+        if (!state) throw new PlatformError("not_found", `no message ${req.id} on queue ${queue}`);
+        const ts = (d: Date | null) => (d === null ? undefined : timestampFromMs(d.getTime()));
+        return {
+          id: state.id,
+          queue,
+          status: MESSAGE_STATUS[state.status],
+          enqueuedAt: ts(state.enqueuedAt),
+          expiresAt: ts(state.expiresAt),
+          deliveries: state.deliveries,
+          visibleAt: ts(state.visibleAt),
+          leaseExpiresAt: ts(state.leaseExpiresAt),
+          failureReason: state.failureReason ?? undefined,
+          diedAt: ts(state.diedAt),
+        };
       },
 
       async *streamMessages(req, context) {
