@@ -729,6 +729,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
         if (o.ttlSeconds !== undefined) body.ttlSeconds = o.ttlSeconds;
         if (o.dedupKey !== undefined) body.dedupKey = o.dedupKey;
+        if (o.priority !== undefined) body.priority = o.priority;
         return call<PutResponse>(
           {
             method: "POST",

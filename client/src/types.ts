@@ -242,6 +242,11 @@ export interface PutOptions {
    */
   dedupKey?: string;
   /**
+   * Extension: 0 to 9 (default 0). Among the queue's visible messages, higher priorities are delivered
+   * first; within one, the oldest first.
+   */
+  priority?: number;
+  /**
    * The `Idempotency-Key` header (1 to 255 printable ASCII): a repeat within
    * 24 h with the same key and body returns the first answer. With one, a put
    * is retried like a read (see README, "Retries"). Default: a new random key
@@ -265,6 +270,8 @@ export interface BatchPutMessage<P = JsonValue> {
   delaySeconds?: number;
   ttlSeconds?: number;
   dedupKey?: string;
+  /** 0 to 9, as `PutOptions.priority`. */
+  priority?: number;
 }
 
 export interface BatchPutResponse {

@@ -162,6 +162,8 @@ export interface PutInput {
   payload: string;
   delaySeconds: number;
   ttlSeconds: number;
+  /** 0 to 9, higher first among visible messages; 0 when absent. */
+  priority?: number;
   /** Insert only while fewer than this many messages wait. */
   depthBelow: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
@@ -205,6 +207,8 @@ export interface PutItem {
   payload: string;
   delaySeconds: number;
   ttlSeconds: number;
+  /** 0 to 9, higher first among visible messages; 0 when absent. */
+  priority?: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
   notify: string | undefined;
   /** `putAll` only: a put of this key within the dedup window adds nothing (the first one's message answers). */
@@ -307,6 +311,7 @@ interface ClaimRow {
   deliveries: number | null;
   claims: number | null;
   was_visible_at: number | null;
+  priority: number | null;
   next_visible_at: Date | string | null;
   buried: number | null;
 }
@@ -520,7 +525,7 @@ function claimedRows(
   queue: string,
   rows: ClaimRow[],
 ): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
-  const messages: (StoredMessage & { was: number })[] = [];
+  const messages: (StoredMessage & { was: number; priority: number })[] = [];
   let nextVisibleAt: Date | null = null;
   let buried: number | undefined;
   for (const row of rows) {
@@ -539,11 +544,16 @@ function claimedRows(
       deliveries: Number(row.deliveries),
       claims: Number(row.claims),
       was: Math.trunc(Number(row.was_visible_at)),
+      priority: Number(row.priority ?? 0),
     });
   }
-  // RETURNING has no order: hand out the line's order (oldest first).
-  messages.sort((x, y) => x.was - y.was);
-  return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt, buried };
+  // RETURNING has no order: hand out the line's order (higher priority first, then oldest first).
+  messages.sort((x, y) => y.priority - x.priority || x.was - y.was);
+  return {
+    messages: messages.map(({ was, priority: _priority, ...m }) => ({ ...m, visibleBefore: new Date(was) })),
+    nextVisibleAt,
+    buried,
+  };
 }
 
 /** The two handles of `createQueueStore` (see there): `db` commits synchronously, `relaxedDb` may not. */
@@ -566,10 +576,10 @@ function createPutStore({
       WITH depth AS (
         SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
-        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority)
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
                statement_timestamp() + make_interval(secs => ${input.delaySeconds}),
-               statement_timestamp() + make_interval(secs => ${input.ttlSeconds})
+               statement_timestamp() + make_interval(secs => ${input.ttlSeconds}), ${input.priority ?? 0}::smallint
         FROM depth WHERE depth.n < ${input.depthBelow}
         RETURNING id, expires_at
       )
@@ -606,12 +616,12 @@ function createPutStore({
         ), src AS (
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
-                                 ${items.map((i) => i.notify ?? null)}::text[])
-                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ord), depth
+                                 ${items.map((i) => i.notify ?? null)}::text[], ${intArray(items.map((i) => i.priority ?? 0))})
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, priority, ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority)
+          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl), priority
           FROM src
           RETURNING id, expires_at
         ), notified AS (
@@ -672,13 +682,14 @@ function createPutStore({
             WITH depth AS (
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
-              SELECT k.id, k.payload, k.delay, k.ttl
+              SELECT k.id, k.payload, k.delay, k.ttl, k.priority
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
-                          ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))}) AS k (id, payload, delay, ttl), depth
+                          ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))},
+                          ${intArray(fresh.map((f) => f.item.priority ?? 0))}) AS k (id, payload, delay, ttl, priority), depth
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
-              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl)
+              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority)
+              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl), priority
               FROM src
               RETURNING id, expires_at
             ), notified AS (
@@ -768,7 +779,10 @@ function createLeaseStore({
   /**
    * The claim, one statement built here once: `next` takes up to `n` visible
    * messages of the line (`SKIP LOCKED`, so racing claims never take one
-   * message twice) and `claimed` leases them: `lease_until` is the lease's
+   * message twice), those with a priority first (`next_high`, highest first,
+   * through the partial index of migration 0028, which a queue without
+   * priorities leaves empty), then the rest (`next_plain`, for what is left of
+   * `n`), each part oldest first; and `claimed` leases them: `lease_until` is the lease's
    * end, `visible_at` that plus the retry hold of the rule (the message comes
    * back that long after a lapse), and the delivery is counted.
    * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
@@ -841,12 +855,20 @@ function createLeaseStore({
             buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
         : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
     const { rows } = await sql<ClaimRow>`${PREPARED}
-      WITH ${bury} next AS MATERIALIZED (
-        SELECT id, visible_at FROM queue_messages
-        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
-        ORDER BY visible_at
+      WITH ${bury} next_high AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM queue_messages
+        WHERE ${lineHead} AND priority > 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY priority DESC, visible_at
         LIMIT ${n}
         FOR UPDATE SKIP LOCKED
+      ), next_plain AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM queue_messages
+        WHERE ${lineHead} AND priority = 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY visible_at
+        LIMIT (${n}::int - (SELECT count(*) FROM next_high)::int)
+        FOR UPDATE SKIP LOCKED
+      ), next AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM next_high UNION ALL SELECT id, visible_at, priority FROM next_plain
       ), claimed AS (
         UPDATE queue_messages m
         SET lease_until = now() + ${lease},
@@ -863,11 +885,11 @@ function createLeaseStore({
       SELECT c.id, c.payload, (extract(epoch FROM c.enqueued_at) * 1000)::float8 AS enqueued_at,
              (extract(epoch FROM c.expires_at) * 1000)::float8 AS expires_at,
              (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries, c.claims,
-             (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at,
+             (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at, n.priority::int AS priority,
              NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
         SELECT min(visible_at) FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)

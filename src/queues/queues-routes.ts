@@ -55,11 +55,17 @@ const DedupKey = optionalString().meta({
     "Extension, 1 to 128 characters: a put with a key used on the queue within its policy's dedup window adds nothing and answers the first message (`deduplicated: true`).",
 });
 
+const Priority = optionalInteger().meta({
+  description:
+    "Extension, 0 to 9 (default 0): among the queue's visible messages, higher priorities are delivered first; within one, the oldest first.",
+});
+
 export const PutBody = jsonObject({
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
   dedupKey: DedupKey,
+  priority: Priority,
 });
 
 export const BatchPutBody = jsonObject({
@@ -69,6 +75,7 @@ export const BatchPutBody = jsonObject({
       delaySeconds: optionalInteger(),
       ttlSeconds: optionalInteger(),
       dedupKey: DedupKey,
+      priority: Priority,
     }),
     { error: "must be an array of messages" },
   ),
@@ -371,6 +378,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       delaySeconds: int32(body.delaySeconds),
       ttlSeconds: int32(body.ttlSeconds),
       dedupKey: body.dedupKey,
+      priority: int32(body.priority),
     }),
     response: (out, req) =>
       req.dedupKey === undefined
@@ -406,6 +414,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         delaySeconds: int32(m.delaySeconds),
         ttlSeconds: int32(m.ttlSeconds),
         dedupKey: m.dedupKey,
+        priority: int32(m.priority),
       })),
     }),
     response: (out, req) => ({

@@ -170,7 +170,11 @@ interface PutMessageInput {
   delaySeconds?: number;
   ttlSeconds?: number;
   dedupKey?: string;
+  priority?: number;
 }
+
+/** The highest priority (docs/queues.md "Priorities"): 0 to 9, higher first, as graphile-worker's and BullMQ's. */
+export const MAX_PRIORITY = 9;
 
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
   const ttlSeconds = checkRange(
@@ -369,6 +373,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     ttlSeconds: number,
     dedupKey: string | undefined,
     within?: InTransactionWith<PutAnswer>,
+    priority = 0,
   ): Promise<PutAnswer> {
     const max = app.limits.maxQueueDepth;
     if (dedupKey !== undefined) {
@@ -379,7 +384,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         app.id,
         queue,
         max,
-        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
+        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey, priority }],
         dedupWindowSeconds,
         within && ((trx, messages) => within(trx, messages[0])),
       );
@@ -387,7 +392,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
       return result.messages[0];
     }
-    const input = { appId: app.id, queue, payload, delaySeconds, ttlSeconds, notify: hub.payload(app.id, queue, 0) };
+    const input = {
+      appId: app.id,
+      queue,
+      payload,
+      delaySeconds,
+      ttlSeconds,
+      priority,
+      notify: hub.payload(app.id, queue, 0),
+    };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
     const result: PutResult = within
@@ -416,9 +429,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
+    const priority = checkRange("priority", req.priority, 0, MAX_PRIORITY, 0);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
     const done = auditThen(audit, answerIn, answer);
-    return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done));
+    return answer(await put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority));
   }
 
   const events: EventsQueue = {
@@ -520,6 +534,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             delaySeconds,
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
+            priority: checkRange(`messages[${i}].priority`, m.priority, 0, MAX_PRIORITY, 0),
           };
         });
         const max = app.limits.maxQueueDepth;

@@ -178,6 +178,14 @@ export declare type PutMessageRequest = Message$1<"platform.queues.v1.PutMessage
    * @generated from field: optional string dedup_key = 5;
    */
   dedupKey?: string | undefined;
+
+  /**
+   * Extension: 0 to 9 (default 0). Among the visible messages of the queue,
+   * higher priorities are delivered first; within one, the oldest first.
+   *
+   * @generated from field: optional int32 priority = 6;
+   */
+  priority?: number | undefined;
 };
 
 /**
@@ -362,6 +370,13 @@ export declare type PutMessagesItem = Message$1<"platform.queues.v1.PutMessagesI
    * @generated from field: optional string dedup_key = 4;
    */
   dedupKey?: string | undefined;
+
+  /**
+   * As PutMessageRequest.priority.
+   *
+   * @generated from field: optional int32 priority = 5;
+   */
+  priority?: number | undefined;
 };
 
 /**

@@ -29,6 +29,7 @@ import * as queueDepthExclusive from "./0024-queue-depth-exclusive.ts";
 import * as limitExchange from "./0025-limit-exchange.ts";
 import * as quotaReservations from "./0026-quota-reservations.ts";
 import * as queueJitterAndReasons from "./0027-queue-jitter-and-reasons.ts";
+import * as queuePriorities from "./0028-queue-priorities.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -57,4 +58,5 @@ export const migrations: Record<string, Migration> = {
   "0025-limit-exchange": limitExchange,
   "0026-quota-reservations": quotaReservations,
   "0027-queue-jitter-and-reasons": queueJitterAndReasons,
+  "0028-queue-priorities": queuePriorities,
 };
