@@ -109,6 +109,7 @@ describe("GET /openapi.json", () => {
       "delaySeconds",
       "ttlSeconds",
       "dedupKey",
+      "priority",
     ]);
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);
