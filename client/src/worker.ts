@@ -433,6 +433,7 @@ export function startWorker<P = JsonValue>(
   const consumeOptions: ConsumeOptions = { waitSeconds: options.waitSeconds, leaseSeconds: options.leaseSeconds };
   let heartbeatSupported = useHeartbeat;
   let nackSupported = useNack;
+  let reasonsSupported = true;
 
   /** Messages whose lapsed lease a heartbeat already reported (until their handler ends). */
   const leaseLost = new WeakSet<QueueMessage<P>>();
@@ -577,7 +578,15 @@ export function startWorker<P = JsonValue>(
         if (!outcome.ok) report(outcome.error, message);
         if (giveBack || nackSupported) {
           try {
-            await deps.nack(message.receipt, giveBack?.delaySeconds, outcome.ok ? undefined : reasonOf(outcome.error));
+            const reason = outcome.ok || !reasonsSupported ? undefined : reasonOf(outcome.error);
+            try {
+              await deps.nack(message.receipt, giveBack?.delaySeconds, reason);
+            } catch (err) {
+              // A service older than nack reasons refuses the field: nack without it, and send none again.
+              if (reason === undefined || !(err instanceof PlatformError) || !/"reason"/.test(err.message)) throw err;
+              reasonsSupported = false;
+              await deps.nack(message.receipt, giveBack?.delaySeconds);
+            }
           } catch (err) {
             if (isUnsupported(err)) nackSupported = false;
             else report(err, message); // not nacked: it comes back after its lease
