@@ -22,6 +22,7 @@ import {
 } from "./transport.ts";
 import {
   isUnsupported,
+  createDailyCaps,
   startWorker,
   type HandlerContext,
   type MessageHandler,
@@ -36,7 +37,10 @@ import {
   type EventFeedResponse,
   type ExtendResponse,
   type JsonCompatible,
+  type MessageState,
   type NackOptions,
+  type PurgeOptions,
+  type PurgeResponse,
   type NackResponse,
   type QueuePolicy,
   type QueuePolicyChange,
@@ -246,6 +250,16 @@ export interface PlatformClient {
      * the delivery still counts toward the policy's max deliveries.
      */
     nack(receipt: string, options?: NackOptions & CallOptions): Promise<boolean>;
+    /**
+     * `POST /v1/queues/{queue}/purge`: deletes the waiting (and delayed) messages, the leased ones too with
+     * `includeLeased`; dead letters stay. Safe to repeat.
+     */
+    purge(queue: string, options?: PurgeOptions & CallOptions): Promise<number>;
+    /**
+     * `GET /v1/queues/{queue}/messages/{id}`: where a message is (waiting, delayed, leased, dead), or null
+     * once it was acked, purged or expired.
+     */
+    message(queue: string, id: string, options?: CallOptions): Promise<MessageState | null>;
     /** `GET /v1/queues/{queue}/policy`: max deliveries, dead letters, retry delay and backoff, lease, dedup window. */
     policy(queue: string, options?: CallOptions): Promise<QueuePolicy>;
     /** `PUT /v1/queues/{queue}/policy`: the fields given replace those fields; answers the whole policy. */
@@ -382,8 +396,9 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
   const policy = (queue: string, o?: CallOptions) =>
     call<QueuePolicy>({ method: "GET", path: `/v1/queues/${enc(queue)}/policy`, retry: "safe" }, o);
   const nack = (receipt: string, o: NackOptions & CallOptions = {}) => {
-    const body: { receipt: string; delaySeconds?: number } = { receipt };
+    const body: { receipt: string; delaySeconds?: number; reason?: string } = { receipt };
     if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
+    if (o.reason !== undefined) body.reason = o.reason;
     return call<NackResponse>({ method: "POST", path: "/v1/queues/_nack", body, retry: "safe" }, o);
   };
   const listSecrets = (o?: CallOptions) =>
@@ -424,9 +439,11 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       return { acked, afterRetry };
     },
     extend: (receipt: string, leaseSeconds: number) => extend(receipt, leaseSeconds),
-    nack: (receipt: string, delaySeconds?: number) => nack(receipt, { delaySeconds }),
+    nack: (receipt: string, delaySeconds?: number, reason?: string) => nack(receipt, { delaySeconds, reason }),
     policyLeaseSeconds: async (queue: string) => (await policy(queue)).leaseSeconds,
     closing: closing.signal,
+    // One per client: a daily cap met by one worker pauses the others that need that allowance.
+    caps: createDailyCaps(),
   };
 
   function work<P>(queue: string, handler: MessageHandler<P>, o?: WorkOptions<P>): Worker<P> {
@@ -712,6 +729,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         if (o.delaySeconds !== undefined) body.delaySeconds = o.delaySeconds;
         if (o.ttlSeconds !== undefined) body.ttlSeconds = o.ttlSeconds;
         if (o.dedupKey !== undefined) body.dedupKey = o.dedupKey;
+        if (o.priority !== undefined) body.priority = o.priority;
         return call<PutResponse>(
           {
             method: "POST",
@@ -741,6 +759,29 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       ack: async (receipt, o) => (await ack(receipt, o)).acked,
       extend: (receipt, leaseSeconds, o) => extend(receipt, leaseSeconds, o),
       nack: async (receipt, o) => (await nack(receipt, o)).nacked,
+      purge: async (queue, o = {}) =>
+        (
+          await call<PurgeResponse>(
+            {
+              method: "POST",
+              path: `/v1/queues/${enc(queue)}/purge`,
+              body: o.includeLeased === undefined ? {} : { includeLeased: o.includeLeased },
+              retry: "safe",
+            },
+            o,
+          )
+        ).purged,
+      message: async (queue, id, o) => {
+        try {
+          return await call<MessageState>(
+            { method: "GET", path: `/v1/queues/${enc(queue)}/messages/${enc(id)}`, retry: "safe" },
+            o,
+          );
+        } catch (err) {
+          if (err instanceof PlatformError && err.code === "not_found") return null;
+          throw err;
+        }
+      },
       policy: (queue, o) => policy(queue, o),
       setPolicy: (queue, change, o) =>
         call<QueuePolicy>({ method: "PUT", path: `/v1/queues/${enc(queue)}/policy`, body: change, retry: "safe" }, o),

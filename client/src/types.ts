@@ -242,6 +242,11 @@ export interface PutOptions {
    */
   dedupKey?: string;
   /**
+   * Extension: 0 to 9 (default 0). Among the queue's visible messages, higher priorities are delivered
+   * first; within one, the oldest first.
+   */
+  priority?: number;
+  /**
    * The `Idempotency-Key` header (1 to 255 printable ASCII): a repeat within
    * 24 h with the same key and body returns the first answer. With one, a put
    * is retried like a read (see README, "Retries"). Default: a new random key
@@ -265,6 +270,8 @@ export interface BatchPutMessage<P = JsonValue> {
   delaySeconds?: number;
   ttlSeconds?: number;
   dedupKey?: string;
+  /** 0 to 9, as `PutOptions.priority`. */
+  priority?: number;
 }
 
 export interface BatchPutResponse {
@@ -288,6 +295,35 @@ export interface NackResponse {
 export interface NackOptions {
   /** 0 to 43200 s before the message may be delivered again. Default: the queue policy's retry delay and backoff. */
   delaySeconds?: number;
+  /** Why the delivery failed, up to 1,000 characters: kept on the message and shown on its dead letter. */
+  reason?: string;
+}
+
+export interface PurgeOptions {
+  /** Also delete the leased messages (their receipts then ack false). Default false: waiting (and delayed) only. */
+  includeLeased?: boolean;
+}
+
+export interface PurgeResponse {
+  /** Messages deleted. */
+  purged: number;
+}
+
+/** Where a message is (`GET /v1/queues/{queue}/messages/{id}`). */
+export interface MessageState {
+  id: string;
+  queue: string;
+  /** `waiting`: visible now; `delayed`: at `visibleAt`; `leased`: until `leaseExpiresAt`; `dead`: a dead letter. */
+  status: "waiting" | "delayed" | "leased" | "dead";
+  enqueuedAt: number;
+  /** When it is dropped (a dead letter: deleted) unless consumed (replayed) first. */
+  expiresAt: number;
+  deliveries: number;
+  visibleAt: number | null;
+  leaseExpiresAt: number | null;
+  /** Why its last delivery failed: a nack's `reason`, or `lease expired`; null when none failed. */
+  failureReason: string | null;
+  diedAt: number | null;
 }
 
 /** A queue's retry policy, owned by the app (bounded by the operator's limits). */
@@ -302,6 +338,8 @@ export interface QueuePolicy {
   /** Each further retry's hold is the previous one times this. */
   retryBackoff: number;
   maxRetryDelaySeconds: number;
+  /** 0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold] (default 0.5, or 0 when `retryDelaySeconds` is set). */
+  retryJitter: number;
   /** The lease when a consume names none. */
   leaseSeconds: number;
   /** How long a put's `dedupKey` keeps a second message with that key off the queue. */

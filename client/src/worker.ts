@@ -118,11 +118,61 @@ export interface WorkOptions<P = JsonValue> {
   /** A handler outlived its lease: the late ack (or a heartbeat) found it lapsed. */
   onLeaseLost?: (info: LeaseLost<P>) => void;
   /**
+   * Daily allowances the handler spends (`mail`, `events`, `fast_tokens`, `embed_tokens`): the worker
+   * pauses as soon as any worker of the same client meets one of these caps, not only after its own
+   * handler met it. A handler that meets a daily cap adds it on its own.
+   */
+  needs?: string[];
+  /** The worker paused: a daily cap its handlers need is spent until `until` (see `Worker.paused`). */
+  onPause?: (pause: WorkerPause) => void;
+  /**
    * A handler threw (its message was nacked, or comes back after its lease),
    * an ack failed, a handler was abandoned at stop, or consuming failed for a
    * while (the worker keeps trying). Default: `console.error`.
    */
   onError?: (error: unknown, message?: QueueMessage<P>) => void;
+}
+
+/** Why and until when a worker takes no messages. */
+export interface WorkerPause {
+  /** The daily allowance spent (`mail`, `events`, `fast_tokens`, `embed_tokens`; `daily` when the 429 named none). */
+  allowance: string;
+  /** Epoch ms (this machine's clock) when the allowance resets and the worker consumes again. */
+  until: number;
+}
+
+/**
+ * The daily caps met by a client's workers, shared by them: a worker whose
+ * handlers need an allowance pauses when any of them meets its cap.
+ */
+export interface DailyCaps {
+  /** `allowance` is spent until `until` (epoch ms). */
+  note(allowance: string, until: number): void;
+  /** When `allowance` resets, if it is spent now. */
+  until(allowance: string): number | undefined;
+  /** Called after every `note`; returns the unsubscribe. */
+  subscribe(listener: (allowance: string) => void): () => void;
+}
+
+export function createDailyCaps(): DailyCaps {
+  const spent = new Map<string, number>();
+  const listeners = new Set<(allowance: string) => void>();
+  return {
+    note(allowance, until) {
+      if ((spent.get(allowance) ?? 0) >= until) return;
+      spent.set(allowance, until);
+      for (const l of [...listeners]) l(allowance);
+    },
+    until(allowance) {
+      const at = spent.get(allowance);
+      if (at === undefined || at <= Date.now()) return undefined;
+      return at;
+    },
+    subscribe(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
 }
 
 export interface Worker<P = JsonValue> {
@@ -136,6 +186,10 @@ export interface Worker<P = JsonValue> {
   stop(options?: StopOptions): Promise<StopResult<P>>;
   /** Handlers running right now. */
   readonly running: number;
+  /** Set while the worker takes no messages because a daily cap its handlers need is spent. */
+  readonly paused: WorkerPause | undefined;
+  /** Consumes again now (e.g. after the operator raised the cap), forgetting the pause. */
+  resume(): void;
 }
 
 export interface WorkerDeps {
@@ -148,11 +202,13 @@ export interface WorkerDeps {
    */
   ack(receipt: string): Promise<AckResponse & { afterRetry: boolean }>;
   extend(receipt: string, leaseSeconds: number): Promise<ExtendResponse>;
-  nack(receipt: string, delaySeconds?: number): Promise<NackResponse>;
+  nack(receipt: string, delaySeconds?: number, reason?: string): Promise<NackResponse>;
   /** The queue's lease length (its policy's): what the heartbeat extends by when `leaseSeconds` is not given. */
   policyLeaseSeconds(queue: string): Promise<number>;
   /** Aborts when the client starts closing: the worker then stops (the client waits for it with its own timeout). */
   closing: AbortSignal;
+  /** The client's daily caps, shared by its workers (a worker of its own when absent). */
+  caps?: DailyCaps;
 }
 
 /** The longest lease the service grants. */
@@ -175,8 +231,54 @@ export const STOP_CONSUME_GRACE_MS = 1_000;
  */
 export function refusedFor(error: unknown, message: { expiresAt: number }): { delaySeconds: number } | undefined {
   if (!(error instanceof PlatformError) || error.status !== 429 || error.retryAfter === undefined) return undefined;
+  return { delaySeconds: delayWithin(error.retryAfter, message) };
+}
+
+/** A give-back delay within what is left of the message's lifetime (less a minute) and the longest the service takes. */
+function delayWithin(seconds: number, message: { expiresAt: number }): number {
   const lifeLeft = Math.floor((message.expiresAt - Date.now()) / 1000) - 60;
-  return { delaySeconds: Math.max(0, Math.min(error.retryAfter, lifeLeft, MAX_LEASE_SECONDS)) };
+  return Math.max(0, Math.min(seconds, lifeLeft, MAX_LEASE_SECONDS));
+}
+
+/** Slack for a 429's `Retry-After` that reaches the next UTC midnight: the service rounds, and clocks differ. */
+const DAILY_RESET_SLACK_MS = 120_000;
+
+/**
+ * The daily cap a 429 says is spent, and when it resets: a `quota_exceeded`,
+ * or any 429 whose `retryAfter` reaches the next UTC midnight (a daily reset).
+ * The allowance is the one its details name (`mail: 0 of 3 left today`).
+ * Undefined for other errors, and for short refusals (`rate_limited`,
+ * `queue_full`), after which consuming on is right.
+ */
+export function dailyCapOf(error: unknown, now = Date.now()): WorkerPause | undefined {
+  if (!(error instanceof PlatformError) || error.status !== 429 || error.retryAfter === undefined) return undefined;
+  const until = now + error.retryAfter * 1000;
+  const midnight = new Date(now).setUTCHours(24, 0, 0, 0);
+  if (error.code !== "quota_exceeded" && until < midnight - DAILY_RESET_SLACK_MS) return undefined;
+  const named = /^([a-z_]+):/.exec(error.details[0] ?? "");
+  return { allowance: named?.[1] ?? "daily", until };
+}
+
+/** The longest nack `reason` the service keeps, in characters. */
+const MAX_REASON_CHARS = 1_000;
+
+/**
+ * What a thrown error says, as a nack's `reason` (kept on the message and shown on its dead letter):
+ * its name (a service error's code) and message, cut to what the service keeps. Undefined when there is nothing to say.
+ */
+export function reasonOf(error: unknown): string | undefined {
+  const text =
+    error instanceof PlatformError
+      ? `${error.code}: ${error.message}`
+      : error instanceof Error
+        ? `${error.name}: ${error.message}`
+        : typeof error === "string"
+          ? error
+          : undefined;
+  if (!text) return undefined;
+  // A lone surrogate is not text the service keeps: replaced, as String#toWellFormed does.
+  const chars = [...text.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD")];
+  return chars.length <= MAX_REASON_CHARS ? chars.join("") : chars.slice(0, MAX_REASON_CHARS - 1).join("") + "…";
 }
 
 /** Errors after which consuming again cannot succeed: the worker stops and `done` rejects. */
@@ -242,17 +344,78 @@ export function startWorker<P = JsonValue>(
       if (c.timer !== undefined) clearTimeout(c.timer);
     }
   }
-  /** Messages a consume brought after the stop began: given back at once (nack, no delay), not worked. */
-  async function giveBackAtStop(messages: QueueMessage<P>[]): Promise<void> {
+  /**
+   * Messages a consume brought after the stop or a pause began, not worked: given back at once
+   * (nack, no delay) at a stop, and while paused with the delay left of the pause (within the
+   * message's lifetime), so that no other consumer of the app takes them only to meet the cap.
+   */
+  async function giveBack(messages: QueueMessage<P>[]): Promise<void> {
+    const p = pausedNow();
     await Promise.all(
       messages.map(async (m) => {
         try {
-          await deps.nack(m.receipt, 0);
+          await deps.nack(m.receipt, p ? delayWithin(Math.ceil((p.until - Date.now()) / 1000), m) : 0);
         } catch (err) {
           report(err, m); // not given back: it comes back after its lease
         }
       }),
     );
+  }
+
+  /*
+   * Pausing: a handler that met a daily cap (or any worker of the client that
+   * met the cap of an allowance this worker `needs`) pauses the worker until
+   * the cap resets. A paused worker starts no consume and aborts its waiting
+   * ones the way a stop does (a young one is let finish, and what it brings
+   * goes back with the pause's delay): every message it took would only meet
+   * the cap again.
+   */
+  const caps = deps.caps ?? createDailyCaps();
+  const needs = new Set(options.needs ?? []);
+  let pause: WorkerPause | undefined;
+  const pauseWaiters = new Set<() => void>();
+  function pausedNow(): WorkerPause | undefined {
+    if (pause && pause.until <= Date.now()) pause = undefined;
+    return pause;
+  }
+  function pauseFor(p: WorkerPause): void {
+    if (stopSignal.aborted || (pause && pause.until >= p.until)) return;
+    pause = { ...p };
+    for (const c of consuming) {
+      const left = c.sentAt + STOP_CONSUME_GRACE_MS - Date.now();
+      const reason = new DOMException("the worker paused", "AbortError");
+      if (left <= 0) c.controller.abort(reason);
+      else if (c.timer === undefined) c.timer = setTimeout(() => c.controller.abort(reason), left);
+    }
+    try {
+      options.onPause?.({ ...p });
+    } catch {
+      // A failing callback must not break the loop.
+    }
+  }
+  /** Waits while paused; false when the worker stops meanwhile. */
+  async function whilePaused(): Promise<boolean> {
+    for (let p = pausedNow(); p; p = pausedNow()) {
+      const wake = new AbortController();
+      const waker = () => wake.abort();
+      pauseWaiters.add(waker);
+      try {
+        await sleep(Math.max(0, p.until - Date.now()), AbortSignal.any([stopSignal, wake.signal]));
+      } catch {
+        if (stopSignal.aborted) return false;
+      } finally {
+        pauseWaiters.delete(waker);
+      }
+    }
+    return !stopSignal.aborted;
+  }
+  const unsubscribe = caps.subscribe((allowance) => {
+    const until = needs.has(allowance) ? caps.until(allowance) : undefined;
+    if (until !== undefined) pauseFor({ allowance, until });
+  });
+  for (const allowance of needs) {
+    const until = caps.until(allowance);
+    if (until !== undefined) pauseFor({ allowance, until });
   }
   for (const s of [options.signal, deps.closing]) {
     if (!s) continue;
@@ -270,6 +433,7 @@ export function startWorker<P = JsonValue>(
   const consumeOptions: ConsumeOptions = { waitSeconds: options.waitSeconds, leaseSeconds: options.leaseSeconds };
   let heartbeatSupported = useHeartbeat;
   let nackSupported = useNack;
+  let reasonsSupported = true;
 
   /** Messages whose lapsed lease a heartbeat already reported (until their handler ends). */
   const leaseLost = new WeakSet<QueueMessage<P>>();
@@ -402,12 +566,27 @@ export function startWorker<P = JsonValue>(
     // A handler that met a 429 with Retry-After (a daily cap spent, a full queue) would meet it again at once:
     // its message comes back when the service said, never sooner than the nack would bring it.
     if (!outcome.ok && !giveBack) giveBack = refusedFor(outcome.error, message);
+    // A daily cap: every other message would meet it too, so the worker pauses until it resets.
+    const cap = outcome.ok ? undefined : dailyCapOf(outcome.error);
+    if (cap) {
+      needs.add(cap.allowance);
+      caps.note(cap.allowance, cap.until);
+      pauseFor(cap);
+    }
     try {
       if (!outcome.ok || giveBack) {
         if (!outcome.ok) report(outcome.error, message);
         if (giveBack || nackSupported) {
           try {
-            await deps.nack(message.receipt, giveBack?.delaySeconds);
+            const reason = outcome.ok || !reasonsSupported ? undefined : reasonOf(outcome.error);
+            try {
+              await deps.nack(message.receipt, giveBack?.delaySeconds, reason);
+            } catch (err) {
+              // A service older than nack reasons refuses the field: nack without it, and send none again.
+              if (reason === undefined || !(err instanceof PlatformError) || !/"reason"/.test(err.message)) throw err;
+              reasonsSupported = false;
+              await deps.nack(message.receipt, giveBack?.delaySeconds);
+            }
           } catch (err) {
             if (isUnsupported(err)) nackSupported = false;
             else report(err, message); // not nacked: it comes back after its lease
@@ -428,7 +607,7 @@ export function startWorker<P = JsonValue>(
   }
 
   /** Waits (after a consume failed) with backoff; false when stopping. */
-  async function pause(failures: number): Promise<boolean> {
+  async function backOff(failures: number): Promise<boolean> {
     try {
       await sleep(backoff(failures, 500, 30_000), stopSignal);
       return true;
@@ -440,6 +619,7 @@ export function startWorker<P = JsonValue>(
   async function slot(): Promise<void> {
     let failures = 0;
     while (!stopSignal.aborted) {
+      if (!(await whilePaused())) return;
       let message: QueueMessage<P> | null;
       try {
         message = (await consumeOnce((signal) => deps.consume(queue, consumeOptions, signal)))
@@ -447,12 +627,13 @@ export function startWorker<P = JsonValue>(
         failures = 0;
       } catch (err) {
         if (stopSignal.aborted) return;
+        if (pausedNow()) continue; // aborted by the pause
         if (err instanceof PlatformError && FATAL.has(err.code)) throw err;
         report(err);
-        if (!(await pause(++failures))) return;
+        if (!(await backOff(++failures))) return;
         continue;
       }
-      if (message && stopSignal.aborted) await giveBackAtStop([message]);
+      if (message && (stopSignal.aborted || pausedNow())) await giveBack([message]);
       else if (message) await handle(message);
     }
   }
@@ -478,6 +659,7 @@ export function startWorker<P = JsonValue>(
     const running = new Set<Promise<void>>();
     try {
       while (!stopSignal.aborted) {
+        if (!(await whilePaused())) break;
         await freeSlot();
         if (stopSignal.aborted) break;
         const max = Math.min(batchSize, concurrency - active.size);
@@ -489,14 +671,16 @@ export function startWorker<P = JsonValue>(
           failures = 0;
         } catch (err) {
           if (stopSignal.aborted) break;
+          if (pausedNow()) continue; // aborted by the pause
           if (err instanceof PlatformError && FATAL.has(err.code)) throw err;
           report(err);
-          if (!(await pause(++failures))) break;
+          if (!(await backOff(++failures))) break;
           continue;
         }
-        if (stopSignal.aborted) {
-          await giveBackAtStop(messages);
-          break;
+        if (stopSignal.aborted || pausedNow()) {
+          await giveBack(messages);
+          if (stopSignal.aborted) break;
+          continue;
         }
         for (const m of messages) {
           const p = handle(m).finally(() => running.delete(p));
@@ -520,6 +704,7 @@ export function startWorker<P = JsonValue>(
   ).then((results) => {
     // Every loop has ended, so every handler finished (and was acked) or was abandoned.
     if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
+    unsubscribe();
     const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
     if (failed) {
       report(failed.reason);
@@ -537,6 +722,14 @@ export function startWorker<P = JsonValue>(
     },
     get running() {
       return active.size;
+    },
+    get paused() {
+      const p = pausedNow();
+      return p ? { ...p } : undefined;
+    },
+    resume() {
+      pause = undefined;
+      for (const w of [...pauseWaiters]) w();
     },
   };
 }

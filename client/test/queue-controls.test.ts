@@ -4,7 +4,8 @@
  * failing handler's message is nacked and comes back at once (or after the
  * policy's retry delay) instead of after its lease, batches are taken with
  * `{ max }`, and `extend`, `nack`, `context.nack`, `dedupKey` and the policy
- * are exposed.
+ * are exposed; so are `priority`, `purge`, `message` (a message's status) and
+ * a nack's `reason` (a failing handler's error).
  */
 import { urlOf } from "./support.ts";
 import { sql } from "kysely";
@@ -229,5 +230,52 @@ describe("queue controls in the client", () => {
     const again = await client.queues.put(queue, { order: 7 }, { dedupKey: "order-7" });
     expect(again).toMatchObject({ id: first.id, deduplicated: true });
     expect(await queueEntry(queue)).toEqual({ depth: 1, inFlight: 0 });
+  });
+});
+
+describe("purge, a message's status, priorities and failure reasons in the client", () => {
+  it("puts by priority, tells a message's status (null once acked), purges, and a failing handler's reason is kept", async () => {
+    const queue = "typed-controls";
+    const low = await client.queues.put(queue, { n: 1 });
+    const high = await client.queues.put(queue, { n: 2 }, { priority: 7 });
+    await client.queues.putBatch(queue, [{ payload: { n: 3 }, priority: 9 }]);
+    expect(await client.queues.message(queue, low.id)).toMatchObject({ status: "waiting", deliveries: 0 });
+
+    const first = (await client.queues.consume<{ n: number }>(queue, { waitSeconds: 0 }))!;
+    expect(first.payload).toEqual({ n: 3 });
+    const second = (await client.queues.consume<{ n: number }>(queue, { waitSeconds: 0, leaseSeconds: 300 }))!;
+    expect(second.id).toBe(high.id);
+    expect(await client.queues.message(queue, high.id)).toMatchObject({ status: "leased", deliveries: 1 });
+    expect(await client.queues.ack(first.receipt)).toBe(true);
+    expect(await client.queues.message(queue, first.id)).toBeNull();
+    expect(await client.queues.nack(second.receipt, { delaySeconds: 600, reason: "not today" })).toBe(true);
+    expect(await client.queues.message(queue, high.id)).toMatchObject({
+      status: "delayed",
+      failureReason: "not today",
+    });
+
+    // A worker whose handler throws nacks with the error as the reason.
+    const failed = new Promise<void>((resolve) => {
+      const worker = client.queues.work(
+        queue,
+        () => {
+          throw new TypeError("no such user");
+        },
+        {
+          onError: () => {
+            resolve();
+            void worker.stop();
+          },
+        },
+      );
+    });
+    await failed;
+    await vi.waitFor(async () =>
+      expect(await client.queues.message(queue, low.id)).toMatchObject({ failureReason: "TypeError: no such user" }),
+    );
+
+    expect(await client.queues.purge(queue)).toBe(2);
+    expect(await client.queues.purge(queue, { includeLeased: true })).toBe(0);
+    expect(await client.queues.message(queue, low.id)).toBeNull();
   });
 });

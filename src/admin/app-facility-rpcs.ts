@@ -353,6 +353,7 @@ export function createAppFacilityRpcs(options: {
             deliveries: d.deliveries,
             diedAt: timestampFromDate(d.diedAt),
             expiresAt: timestampFromDate(d.expiresAt),
+            failureReason: d.failureReason ?? undefined,
           };
         }),
         nextPageToken: page.nextPageToken,

@@ -1,6 +1,6 @@
 /**
  * The mail of one UTC day across apps, by status, from `mail_days` (kept by a
- * trigger on `mail_log`, migration 0027): a read of a few rows, never a count
+ * trigger on `mail_log`, migration 0028): a read of a few rows, never a count
  * over the log. For the operator's overview.
  */
 import { sql } from "kysely";

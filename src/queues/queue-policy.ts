@@ -27,6 +27,19 @@ export const MAX_RETRY_DELAY_SECONDS = 43_200;
 export const DEFAULT_RETRY_BACKOFF = 2;
 export const MAX_RETRY_BACKOFF = 10;
 export const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
+/**
+ * The default policy's first retry hold (docs/queues.md "Queue policies"): with the default backoff
+ * (2) and bound (3,600 s) a failing message comes back after about 1, 2, 4, ... s, up to an hour, as
+ * pg-boss's and BullMQ's backoff does, instead of at once (a handler failing on every delivery ran
+ * about 180 times a second).
+ */
+export const DEFAULT_RETRY_DELAY_SECONDS = 1;
+/**
+ * The default share of each hold drawn at random, for a queue that did not set `retryDelaySeconds`:
+ * holds of [½, 1] × the backoff's, so messages that failed together do not return together. A queue
+ * that set its own delay keeps it exact (jitter 0) unless it sets `retryJitter` too.
+ */
+export const DEFAULT_RETRY_JITTER = 0.5;
 
 /** A queue's policy with every default filled in: what `GET .../policy` answers. */
 export interface QueuePolicy {
@@ -36,6 +49,14 @@ export interface QueuePolicy {
   retryDelaySeconds: number;
   retryBackoff: number;
   maxRetryDelaySeconds: number;
+  /** 0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold]. */
+  retryJitter: number;
+  /**
+   * Whether a lapsed lease is held back too, or only a nack: only when the queue set `retryDelaySeconds`.
+   * Under the default a lapse comes back at once, as the message states of docs/api.md have it (a lapse is
+   * a consumer that died or was too slow, not a failure the handler reported). Not part of the answers.
+   */
+  holdLapses: boolean;
   leaseSeconds: number;
   dedupWindowSeconds: number;
 }
@@ -49,6 +70,7 @@ const EMPTY: StoredPolicy = {
   retryDelaySeconds: null,
   retryBackoff: null,
   maxRetryDelaySeconds: null,
+  retryJitter: null,
   leaseSeconds: null,
   dedupWindowSeconds: null,
 };
@@ -63,9 +85,12 @@ export function effectivePolicy(app: AppRecord, stored: StoredPolicy | undefined
   return {
     maxDeliveries,
     deadLetterQueue: p.deadLetterQueue,
-    retryDelaySeconds: p.retryDelaySeconds ?? 0,
+    retryDelaySeconds: p.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS,
     retryBackoff: p.retryBackoff ?? DEFAULT_RETRY_BACKOFF,
     maxRetryDelaySeconds: p.maxRetryDelaySeconds ?? DEFAULT_MAX_RETRY_DELAY_SECONDS,
+    // A delay the app chose stays exact unless it asks for jitter too.
+    retryJitter: p.retryJitter ?? (p.retryDelaySeconds === null ? DEFAULT_RETRY_JITTER : 0),
+    holdLapses: p.retryDelaySeconds !== null,
     leaseSeconds: Math.min(p.leaseSeconds ?? app.limits.leaseSeconds, MAX_LEASE_SECONDS),
     dedupWindowSeconds: p.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
   };
@@ -80,9 +105,11 @@ export function claimRule(app: AppRecord, policy: QueuePolicy, notify: (queue: s
     deadLetterNotify: target !== null && target !== DROP_DEAD_LETTERS ? notify(target) : undefined,
     ttlSeconds: app.limits.messageTtlSeconds,
     retry: {
-      delaySeconds: policy.retryDelaySeconds,
+      // The claim's hold is the one after a lapse (a nack computes its own, from the same policy).
+      delaySeconds: policy.holdLapses ? policy.retryDelaySeconds : 0,
       backoff: policy.retryBackoff,
       maxDelaySeconds: policy.maxRetryDelaySeconds,
+      jitter: policy.retryJitter,
     },
   };
 }
@@ -129,6 +156,12 @@ export function applyChange(app: AppRecord, queue: string, current: StoredPolicy
       0,
       MAX_RETRY_DELAY_SECONDS,
     )!;
+  if (change.retryJitter !== undefined) {
+    const j = change.retryJitter;
+    if (typeof j !== "number" || !Number.isFinite(j) || j < 0 || j > 1)
+      throw invalidArgument("retryJitter", "must be a number from 0 to 1");
+    next.retryJitter = j;
+  }
   if (change.leaseSeconds !== undefined)
     next.leaseSeconds = integer("leaseSeconds", change.leaseSeconds, 1, MAX_LEASE_SECONDS)!;
   if (change.dedupWindowSeconds !== undefined)

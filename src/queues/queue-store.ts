@@ -49,6 +49,8 @@ export interface QueueMessagesTable {
   claims: Generated<number>;
   /** The W3C `traceparent` of the put's span, when the server that put it traces (migration 0027). */
   trace_parent: string | null;
+  /** Why the last delivery failed: a nack's reason, or "lease expired" (migration 0030). */
+  failure_reason: string | null;
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
@@ -64,6 +66,8 @@ export interface QueueDeadLettersTable {
   claims: number;
   died_at: Generated<Timestamp>;
   expires_at: Timestamp;
+  /** The message's `failure_reason` when it died (migration 0030). */
+  failure_reason: string | null;
 }
 
 export type QueueTables = {
@@ -82,6 +86,13 @@ export const QUEUE_CHANNEL = "pb_queue_put";
  */
 const LEASED = sql`(lease_until > now() AND visible_at > now())`;
 const WAITING = sql`NOT coalesce(${LEASED}, false) AND expires_at > now()`;
+
+/**
+ * Why a visible message's last delivery failed, as a claim (or a burial) finds it: a row that still
+ * has a `lease_until` had its lease lapse (a nack or a given-back lease clears it); otherwise what the
+ * nack said, if anything.
+ */
+const LAST_FAILURE = sql`CASE WHEN m.lease_until IS NOT NULL THEN 'lease expired' ELSE m.failure_reason END`;
 
 /**
  * The expired waiting messages not yet deleted by the expiry sweep (which runs
@@ -154,6 +165,8 @@ export interface PutInput {
   payload: string;
   delaySeconds: number;
   ttlSeconds: number;
+  /** 0 to 9, higher first among visible messages; 0 when absent. */
+  priority?: number;
   /** Insert only while fewer than this many messages wait. */
   depthBelow: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
@@ -186,6 +199,7 @@ type DeadLetterRow = {
   deliveries: Count;
   died_at: When;
   expires_at: When;
+  failure_reason: string | null;
 };
 type CountRow = { n: Count };
 type SeqRow = { seq: string | null };
@@ -198,6 +212,8 @@ export interface PutItem {
   payload: string;
   delaySeconds: number;
   ttlSeconds: number;
+  /** 0 to 9, higher first among visible messages; 0 when absent. */
+  priority?: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
   notify: string | undefined;
   /** `putAll` only: a put of this key within the dedup window adds nothing (the first one's message answers). */
@@ -220,6 +236,7 @@ export interface StoredPolicy {
   retryDelaySeconds: number | null;
   retryBackoff: number | null;
   maxRetryDelaySeconds: number | null;
+  retryJitter: number | null;
   leaseSeconds: number | null;
   dedupWindowSeconds: number | null;
 }
@@ -230,6 +247,7 @@ interface PolicyRow {
   retry_delay_seconds: number | null;
   retry_backoff: number | null;
   max_retry_delay_seconds: number | null;
+  retry_jitter: number | null;
   lease_seconds: number | null;
   dedup_window_seconds: number | null;
 }
@@ -240,6 +258,7 @@ const policyOf = (r: PolicyRow): StoredPolicy => ({
   retryDelaySeconds: r.retry_delay_seconds,
   retryBackoff: r.retry_backoff == null ? null : Number(r.retry_backoff),
   maxRetryDelaySeconds: r.max_retry_delay_seconds,
+  retryJitter: r.retry_jitter == null ? null : Number(r.retry_jitter),
   leaseSeconds: r.lease_seconds,
   dedupWindowSeconds: r.dedup_window_seconds,
 });
@@ -269,8 +288,11 @@ export interface ClaimRule {
   deadLetterNotify?: string;
   /** A dead letter (or a message moved to the dead-letter queue) is kept this long. */
   ttlSeconds: number;
-  /** After the n-th delivery lapses, the message is held back `min(maxDelay, delay * backoff^(n-1))` seconds. */
-  retry: { delaySeconds: number; backoff: number; maxDelaySeconds: number };
+  /**
+   * After the n-th delivery lapses, the message is held back `min(maxDelay, delay * backoff^(n-1))` seconds,
+   * less a random share of up to `jitter` of that (0: exactly that).
+   */
+  retry: { delaySeconds: number; backoff: number; maxDelaySeconds: number; jitter: number };
 }
 
 /** No dead letters, no retry hold: the plain claim of docs/api.md#queues. */
@@ -278,7 +300,7 @@ export const PLAIN_CLAIM: ClaimRule = {
   maxDeliveries: 0,
   deadLetterQueue: null,
   ttlSeconds: 0,
-  retry: { delaySeconds: 0, backoff: 1, maxDelaySeconds: 0 },
+  retry: { delaySeconds: 0, backoff: 1, maxDelaySeconds: 0, jitter: 0 },
 };
 
 /**
@@ -296,6 +318,7 @@ interface ClaimRow {
   deliveries: number | null;
   claims: number | null;
   was_visible_at: number | null;
+  priority: number | null;
   next_visible_at: Date | string | null;
   buried: number | null;
   trace_parent: string | null;
@@ -312,6 +335,25 @@ export interface DeadLetter {
   deliveries: number;
   diedAt: Date;
   expiresAt: Date;
+  /** Why its last delivery failed; null when none was recorded. */
+  failureReason: string | null;
+}
+
+/** Where a message of a queue is (`GET /v1/queues/{queue}/messages/{id}`). */
+export interface MessageState {
+  status: "waiting" | "delayed" | "leased" | "dead";
+  id: string;
+  queue: string;
+  enqueuedAt: Date;
+  expiresAt: Date;
+  deliveries: number;
+  /** Delayed: when it becomes visible. */
+  visibleAt: Date | null;
+  /** Leased: when the lease lapses. */
+  leaseExpiresAt: Date | null;
+  failureReason: string | null;
+  /** Dead: when it died. */
+  diedAt: Date | null;
 }
 
 /** Which dead letters of one app's queue: all of them, or those of these ids. */
@@ -423,6 +465,7 @@ export interface QueueStore {
     delaySeconds: number | undefined,
     defaults: ClaimRule["retry"] & { maxDeliveries?: number },
     notifyPrefix?: string,
+    reason?: string,
   ): Promise<{ queue: string; visibleAtMs: number } | undefined>;
   /**
    * Of these messages (of any apps: the full windows of several streams), the leases that still hold, as keys
@@ -446,7 +489,9 @@ export interface QueueStore {
   peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased; how many. */
   /** Deletes the queue's waiting messages; `within` runs in the same transaction (the operator's audit entry). */
-  purge(appId: string, queue: string, within?: InTransaction): Promise<number>;
+  purge(appId: string, queue: string, within?: InTransaction, includeLeased?: boolean): Promise<number>;
+  /** Where one message of the queue is, in line or dead; undefined once acked, purged or expired. */
+  messageState(appId: string, queue: string, id: string): Promise<MessageState | undefined>;
   /**
    * Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last);
    * payloads cut after `maxChars` + 1 when given, else whole.
@@ -496,7 +541,7 @@ function claimedRows(
   queue: string,
   rows: ClaimRow[],
 ): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
-  const messages: (StoredMessage & { was: number })[] = [];
+  const messages: (StoredMessage & { was: number; priority: number })[] = [];
   let nextVisibleAt: Date | null = null;
   let buried: number | undefined;
   for (const row of rows) {
@@ -516,11 +561,16 @@ function claimedRows(
       claims: Number(row.claims),
       was: Math.trunc(Number(row.was_visible_at)),
       ...(row.trace_parent !== null && { traceParent: row.trace_parent }),
+      priority: Number(row.priority ?? 0),
     });
   }
-  // RETURNING has no order: hand out the line's order (oldest first).
-  messages.sort((x, y) => x.was - y.was);
-  return { messages: messages.map(({ was, ...m }) => ({ ...m, visibleBefore: new Date(was) })), nextVisibleAt, buried };
+  // RETURNING has no order: hand out the line's order (higher priority first, then oldest first).
+  messages.sort((x, y) => y.priority - x.priority || x.was - y.was);
+  return {
+    messages: messages.map(({ was, priority: _priority, ...m }) => ({ ...m, visibleBefore: new Date(was) })),
+    nextVisibleAt,
+    buried,
+  };
 }
 
 /** The two handles of `createQueueStore` (see there): `db` commits synchronously, `relaxedDb` may not. */
@@ -552,10 +602,10 @@ function createPutStore({
       WITH depth AS (
         SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
-        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at${traceColumn(input.traceParent)})
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority${traceColumn(input.traceParent)})
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
                statement_timestamp() + make_interval(secs => ${input.delaySeconds}),
-               statement_timestamp() + make_interval(secs => ${input.ttlSeconds})${traceValue(input.traceParent)}
+               statement_timestamp() + make_interval(secs => ${input.ttlSeconds}), ${input.priority ?? 0}::smallint${traceValue(input.traceParent)}
         FROM depth WHERE depth.n < ${input.depthBelow}
         RETURNING id, expires_at
       )
@@ -594,14 +644,14 @@ function createPutStore({
         ), src AS (
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
-                                 ${items.map((i) => i.notify ?? null)}::text[]${
+                                 ${items.map((i) => i.notify ?? null)}::text[], ${intArray(items.map((i) => i.priority ?? 0))}${
                                    traced ? sql`, ${items.map((i) => i.traceParent ?? null)}::text[]` : NOTHING
                                  })
-                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, ${traced ? sql`trace, ` : NOTHING}ord), depth
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, priority, ${traced ? sql`trace, ` : NOTHING}ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at${traced ? TRACE_COLUMN : NOTHING})
-          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl)${
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${traced ? TRACE_COLUMN : NOTHING})
+          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl), priority${
             traced ? sql`, trace` : NOTHING
           }
           FROM src
@@ -664,13 +714,14 @@ function createPutStore({
             WITH depth AS (
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
-              SELECT k.id, k.payload, k.delay, k.ttl
+              SELECT k.id, k.payload, k.delay, k.ttl, k.priority
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
-                          ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))}) AS k (id, payload, delay, ttl), depth
+                          ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))},
+                          ${intArray(fresh.map((f) => f.item.priority ?? 0))}) AS k (id, payload, delay, ttl, priority), depth
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
-              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at)
-              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl)
+              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority)
+              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl), priority
               FROM src
               RETURNING id, expires_at
             ), notified AS (
@@ -760,7 +811,10 @@ function createLeaseStore({
   /**
    * The claim, one statement built here once: `next` takes up to `n` visible
    * messages of the line (`SKIP LOCKED`, so racing claims never take one
-   * message twice) and `claimed` leases them: `lease_until` is the lease's
+   * message twice), those with a priority first (`next_high`, highest first,
+   * through the partial index of migration 0031, which a queue without
+   * priorities leaves empty), then the rest (`next_plain`, for what is left of
+   * `n`), each part oldest first; and `claimed` leases them: `lease_until` is the lease's
    * end, `visible_at` that plus the retry hold of the rule (the message comes
    * back that long after a lapse), and the delivery is counted.
    * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
@@ -795,18 +849,21 @@ function createLeaseStore({
       sql`${rule.retry.backoff}::float8`,
       sql`${rule.retry.maxDelaySeconds}::float8`,
       sql`m.deliveries`,
+      sql`${rule.retry.jitter}::float8`,
     )})`;
     const lineHead = sql`app_id = ${appId} AND queue = ${queue} AND visible_at <= now() AND expires_at > now()`;
     const target = rule.deadLetterQueue;
     const moved =
       target === null
-        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, claims, expires_at)
-              SELECT id, app_id, queue, payload, enqueued_at, deliveries, claims, now() + make_interval(secs => ${rule.ttlSeconds})
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, claims, expires_at, failure_reason)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, claims, now() + make_interval(secs => ${rule.ttlSeconds}), failure_reason
               FROM gone RETURNING 1`
         : target === DROP_DEAD_LETTERS
           ? sql`SELECT 1 FROM gone`
-          : sql`INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at)
-                SELECT app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds})
+          : // It keeps its id (the row under it was deleted by this statement) and its lease count, as a
+            // replay does: no receipt of its earlier life acks a lease of its new one.
+            sql`INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, claims, failure_reason)
+                SELECT id, app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds}), claims, failure_reason
                 FROM gone RETURNING 1`;
     const notifyMoved =
       typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
@@ -825,17 +882,25 @@ function createLeaseStore({
               FOR UPDATE SKIP LOCKED
             ), gone AS (
               DELETE FROM queue_messages m WHERE m.id = ANY (ARRAY(SELECT id FROM dead))
-              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries, m.claims
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries, m.claims, ${LAST_FAILURE} AS failure_reason
             ), moved AS (${moved}),
             buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
         : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
     const { rows } = await sql<ClaimRow>`${PREPARED}
-      WITH ${bury} next AS MATERIALIZED (
-        SELECT id, visible_at FROM queue_messages
-        WHERE ${lineHead} ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
-        ORDER BY visible_at
+      WITH ${bury} next_high AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM queue_messages
+        WHERE ${lineHead} AND priority > 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY priority DESC, visible_at
         LIMIT ${n}
         FOR UPDATE SKIP LOCKED
+      ), next_plain AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM queue_messages
+        WHERE ${lineHead} AND priority = 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        ORDER BY visible_at
+        LIMIT (${n}::int - (SELECT count(*) FROM next_high)::int)
+        FOR UPDATE SKIP LOCKED
+      ), next AS MATERIALIZED (
+        SELECT id, visible_at, priority FROM next_high UNION ALL SELECT id, visible_at, priority FROM next_plain
       ), claimed AS (
         UPDATE queue_messages m
         SET lease_until = now() + ${lease},
@@ -844,18 +909,19 @@ function createLeaseStore({
               max > 0 ? sql`CASE WHEN m.deliveries + 1 >= ${max} THEN interval '0' ELSE ${hold} END` : hold
             },
             deliveries = least(m.deliveries, ${INT4_MAX - 1}) + 1,
-            claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END
+            claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END,
+            failure_reason = ${LAST_FAILURE}
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
         RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims, m.trace_parent
       )
       SELECT c.id, c.payload, (extract(epoch FROM c.enqueued_at) * 1000)::float8 AS enqueued_at,
              (extract(epoch FROM c.expires_at) * 1000)::float8 AS expires_at,
              (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries, c.claims,
-             (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at,
+             (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at, n.priority::int AS priority,
              NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried, c.trace_parent
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
-      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
+      SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
         SELECT min(visible_at) FROM queue_messages
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
@@ -906,7 +972,7 @@ function createLeaseStore({
       return rows[0] ? toDate(rows[0].lease_until) : null;
     },
 
-    async nack(appId, id, claim, delaySeconds, defaults, notifyPrefix) {
+    async nack(appId, id, claim, delaySeconds, defaults, notifyPrefix, reason) {
       // The delivery that ends here is the row's `deliveries`-th: its hold is
       // the one a lapse of it would have had (the claim's formula, one delivery on).
       const { rows } = await sql<{ queue: string; visible_at_ms: number }>`${PREPARED}
@@ -914,16 +980,19 @@ function createLeaseStore({
           SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
                  coalesce(p.retry_backoff, ${defaults.backoff})::float8 AS backoff,
                  coalesce(p.max_retry_delay_seconds, ${defaults.maxDelaySeconds})::float8 AS max_delay,
+                 -- The default jitter is the default policy's: a queue that set its own delay keeps it exact.
+                 coalesce(p.retry_jitter, CASE WHEN p.retry_delay_seconds IS NULL THEN ${defaults.jitter}::float8 ELSE 0 END)::float8 AS jitter,
                  coalesce(p.max_deliveries, ${defaults.maxDeliveries ?? 0})::int AS max_deliveries
           FROM queue_messages m LEFT JOIN queue_policies p ON p.app_id = m.app_id AND p.queue = m.queue
           WHERE m.id = ${id} AND m.app_id = ${appId}
         ), nacked AS (
           UPDATE queue_messages m
           SET lease_until = NULL,
+              failure_reason = ${reason ?? null}::text,
               -- The last delivery allowed, nacked: no hold, it dies now (at the next claim or sweep).
               visible_at = CASE WHEN p.max_deliveries > 0 AND m.deliveries >= p.max_deliveries THEN now()
                 ELSE now() + make_interval(secs => coalesce(${delaySeconds ?? null}::float8,
-                                                            ${retryHoldSeconds(sql`p.delay`, sql`p.backoff`, sql`p.max_delay`, sql`m.deliveries - 1`)})) END
+                                                            ${retryHoldSeconds(sql`p.delay`, sql`p.backoff`, sql`p.max_delay`, sql`m.deliveries - 1`, sql`p.jitter`)})) END
           FROM p
           WHERE m.id = ${id} AND m.app_id = ${appId} AND m.claims = ${claim}
             AND m.lease_until > now() AND m.visible_at > now()
@@ -985,7 +1054,7 @@ function createLeaseStore({
 }
 
 /** An operator's view and control of one queue's line: peek and purge. */
-function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"> {
+function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge" | "messageState"> {
   return {
     async peek(appId, queue, limit, maxChars, after) {
       // Keyset paging on the claim order, with the id as the tie-break: a page
@@ -1022,16 +1091,61 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
       }));
     },
 
-    async purge(appId, queue, within) {
+    async purge(appId, queue, within, includeLeased = true) {
       return db.transaction().execute(async (trx) => {
-        const result = await trx
-          .deleteFrom("queue_messages")
-          .where("app_id", "=", appId)
-          .where("queue", "=", queue)
-          .executeTakeFirst();
+        // Without the leased ones: the rows not leased when the statement reads them. A lease taken
+        // meanwhile is not purged (the claim holds the row lock), one lapsing meanwhile may be.
+        const { rows } = await sql<{ n: Count }>`
+          WITH gone AS (
+            DELETE FROM queue_messages
+            WHERE app_id = ${appId} AND queue = ${queue} ${includeLeased ? sql`` : sql`AND NOT coalesce(${LEASED}, false)`}
+            RETURNING 1
+          )
+          SELECT count(*)::int AS n FROM gone`.execute(trx);
         await within?.(transactionAsDb(trx));
-        return Number(result.numDeletedRows);
+        return Number(rows[0]?.n ?? 0);
       });
+    },
+
+    async messageState(appId, queue, id) {
+      // One round trip: the message in line (not expired, unless a lease still holds it), else its dead letter.
+      const { rows } = await sql<{
+        dead: boolean;
+        leased: boolean;
+        delayed: boolean;
+        enqueued_at: When;
+        expires_at: When;
+        deliveries: Count;
+        visible_at: When | null;
+        lease_until: When | null;
+        failure_reason: string | null;
+        died_at: When | null;
+      }>`
+        SELECT false AS dead, coalesce(${LEASED}, false) AS leased, visible_at > now() AS delayed,
+               enqueued_at, expires_at, deliveries, visible_at, lease_until, failure_reason, NULL::timestamptz AS died_at
+        FROM queue_messages
+        WHERE id = ${id} AND app_id = ${appId} AND queue = ${queue}
+          AND (expires_at > now() OR coalesce(${LEASED}, false))
+        UNION ALL
+        SELECT true, false, false, enqueued_at, expires_at, deliveries, NULL, NULL, failure_reason, died_at
+        FROM queue_dead_letters
+        WHERE id = ${id} AND app_id = ${appId} AND queue = ${queue} AND expires_at > now()
+        LIMIT 1`.execute(db);
+      const r = rows[0];
+      if (!r) return undefined;
+      const status = r.dead ? "dead" : r.leased ? "leased" : r.delayed ? "delayed" : "waiting";
+      return {
+        status,
+        id,
+        queue,
+        enqueuedAt: toDate(r.enqueued_at),
+        expiresAt: toDate(r.expires_at),
+        deliveries: Number(r.deliveries),
+        visibleAt: status === "delayed" && r.visible_at !== null ? toDate(r.visible_at) : null,
+        leaseExpiresAt: status === "leased" && r.lease_until !== null ? toDate(r.lease_until) : null,
+        failureReason: r.failure_reason,
+        diedAt: r.died_at === null ? null : toDate(r.died_at),
+      };
     },
   };
 }
@@ -1049,7 +1163,7 @@ function createDeadLetterStore({
         SELECT d.seq::text AS seq_text, d.id,
                ${maxChars === undefined ? sql`d.payload` : sql`left(d.payload, ${maxChars + 1})`} AS payload,
                octet_length(d.payload) AS size,
-               d.enqueued_at, d.deliveries, d.died_at, d.expires_at
+               d.enqueued_at, d.deliveries, d.died_at, d.expires_at, d.failure_reason
         FROM queue_dead_letters d
         WHERE d.app_id = ${appId} AND d.queue = ${queue} AND d.seq > ${afterSeq ?? "0"}::bigint
         ORDER BY d.seq
@@ -1063,6 +1177,7 @@ function createDeadLetterStore({
         deliveries: Number(r.deliveries),
         diedAt: toDate(r.died_at),
         expiresAt: toDate(r.expires_at),
+        failureReason: r.failure_reason,
       }));
     },
 
@@ -1243,7 +1358,7 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
     async getPolicy(appId, queue) {
       const { rows } = await sql<PolicyRow>`${PREPARED}
         SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-               lease_seconds, dedup_window_seconds
+               retry_jitter, lease_seconds, dedup_window_seconds
         FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
       return rows[0] ? policyOf(rows[0]) : undefined;
     },
@@ -1255,14 +1370,15 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
         );
         const { rows } = await sql<PolicyRow>`
           SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-                 lease_seconds, dedup_window_seconds
+                 retry_jitter, lease_seconds, dedup_window_seconds
           FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue} FOR UPDATE`.execute(trx);
         const next = change(policyOf(rows[0]));
         await sql`
           UPDATE queue_policies
           SET max_deliveries = ${next.maxDeliveries}, dead_letter_queue = ${next.deadLetterQueue},
               retry_delay_seconds = ${next.retryDelaySeconds}, retry_backoff = ${next.retryBackoff},
-              max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, lease_seconds = ${next.leaseSeconds},
+              max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, retry_jitter = ${next.retryJitter},
+              lease_seconds = ${next.leaseSeconds},
               dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
         await within?.(transactionAsDb(trx));
@@ -1401,8 +1517,11 @@ function retryHoldSeconds(
   backoff: RawBuilder<unknown>,
   maxDelay: RawBuilder<unknown>,
   n: RawBuilder<unknown>,
+  jitter: RawBuilder<unknown>,
 ) {
-  return sql`least(${maxDelay}, ${delay} * exp(least((${n}) * ln(${backoff}), 600)))`;
+  // Jitter draws each hold from [hold × (1 − jitter), hold], so messages that failed together
+  // (a dependency down) do not all come back in the same instant.
+  return sql`least(${maxDelay}, ${delay} * exp(least((${n}) * ln(${backoff}), 600))) * (1 - ${jitter} * random())`;
 }
 
 export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {

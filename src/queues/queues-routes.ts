@@ -55,11 +55,17 @@ const DedupKey = optionalString().meta({
     "Extension, 1 to 128 characters: a put with a key used on the queue within its policy's dedup window adds nothing and answers the first message (`deduplicated: true`).",
 });
 
+const Priority = optionalInteger().meta({
+  description:
+    "Extension, 0 to 9 (default 0): among the queue's visible messages, higher priorities are delivered first; within one, the oldest first.",
+});
+
 export const PutBody = jsonObject({
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
   dedupKey: DedupKey,
+  priority: Priority,
 });
 
 export const BatchPutBody = jsonObject({
@@ -69,6 +75,7 @@ export const BatchPutBody = jsonObject({
       delaySeconds: optionalInteger(),
       ttlSeconds: optionalInteger(),
       dedupKey: DedupKey,
+      priority: Priority,
     }),
     { error: "must be an array of messages" },
   ),
@@ -91,7 +98,21 @@ export const ExtendBody = jsonObject({
 export const NackBody = jsonObject({
   receipt: z.string({ error: "must be a string" }),
   delaySeconds: optionalInteger(),
+  reason: optionalString().meta({
+    description:
+      "Extension: why the delivery failed, up to 1,000 characters; kept on the message and shown on its dead letter.",
+  }),
 });
+
+export const PurgeBody = optionalJsonObject({
+  includeLeased: z.boolean({ error: "must be a boolean" }).optional().meta({
+    description: "Also delete the leased messages (their receipts then ack false). Default false.",
+  }),
+});
+
+export const MessagePath = z.object({ queue: z.string(), id: z.string() });
+
+const MESSAGE_STATUS_NAMES = ["unspecified", "waiting", "delayed", "leased", "dead"] as const;
 
 export const PolicyBody = jsonObject({
   queue: optionalString().meta({
@@ -102,6 +123,7 @@ export const PolicyBody = jsonObject({
   retryDelaySeconds: optionalInteger(),
   retryBackoff: z.number({ error: "must be a number" }).nullish(),
   maxRetryDelaySeconds: optionalInteger(),
+  retryJitter: z.number({ error: "must be a number" }).nullish(),
   leaseSeconds: optionalInteger(),
   dedupWindowSeconds: optionalInteger(),
 });
@@ -134,6 +156,7 @@ function policyJson(p: QueuePolicy | undefined) {
     retryDelaySeconds: p?.retryDelaySeconds ?? 0,
     retryBackoff: p?.retryBackoff ?? 0,
     maxRetryDelaySeconds: p?.maxRetryDelaySeconds ?? 0,
+    retryJitter: p?.retryJitter ?? 0,
     leaseSeconds: p?.leaseSeconds ?? 0,
     dedupWindowSeconds: p?.dedupWindowSeconds ?? 0,
   };
@@ -205,8 +228,24 @@ export const PolicyResponse = z.object({
   retryDelaySeconds: z.number().int(),
   retryBackoff: z.number(),
   maxRetryDelaySeconds: z.number().int(),
+  retryJitter: z.number().meta({ description: "0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold]." }),
   leaseSeconds: z.number().int(),
   dedupWindowSeconds: z.number().int(),
+});
+export const MessageStateResponse = z.object({
+  id: z.string(),
+  queue: z.string(),
+  status: z.enum(["waiting", "delayed", "leased", "dead"]),
+  enqueuedAt: NullableMs,
+  expiresAt: NullableMs,
+  deliveries: z.number().int(),
+  visibleAt: NullableMs.meta({ description: "`delayed`: when it becomes visible; else null." }),
+  leaseExpiresAt: NullableMs.meta({ description: "`leased`: when the lease lapses; else null." }),
+  failureReason: z
+    .string()
+    .nullable()
+    .meta({ description: "Why its last delivery failed: a nack's reason, or `lease expired`." }),
+  diedAt: NullableMs.meta({ description: "`dead`: when it died; else null." }),
 });
 export const DeadLetterListResponse = z.object({
   deadLetters: z.array(
@@ -217,6 +256,10 @@ export const DeadLetterListResponse = z.object({
       deliveries: z.number().int(),
       diedAt: NullableMs,
       expiresAt: NullableMs,
+      failureReason: z
+        .string()
+        .nullable()
+        .meta({ description: "Why its last delivery failed: the nack's reason, or `lease expired`." }),
     }),
   ),
   nextCursor: z.string().nullable().meta({ description: "Null on the last page." }),
@@ -229,6 +272,7 @@ const POLICY_EXAMPLE = {
   retryDelaySeconds: 10,
   retryBackoff: 2,
   maxRetryDelaySeconds: 3600,
+  retryJitter: 0,
   leaseSeconds: 30,
   dedupWindowSeconds: 300,
 };
@@ -305,11 +349,11 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       description:
         "Extension. The message is visible again after `delaySeconds` (0 to 43200), or without it after the queue policy's retry delay and backoff. The delivery counts toward the policy's `maxDeliveries`.",
       errors: ["app_stopped"],
-      requestExample: { receipt: "r1.AbCdEf", delaySeconds: 10 },
+      requestExample: { receipt: "r1.AbCdEf", delaySeconds: 10, reason: "smtp: 421 try again later" },
       responseExample: { nacked: true },
     },
     body: NackBody,
-    request: ({ body }) => ({ receipt: body.receipt, delaySeconds: int32(body.delaySeconds) }),
+    request: ({ body }) => ({ receipt: body.receipt, delaySeconds: int32(body.delaySeconds), reason: body.reason }),
     response: (out) => ({ nacked: out.nacked }),
   }),
   defineRoute({
@@ -334,6 +378,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       delaySeconds: int32(body.delaySeconds),
       ttlSeconds: int32(body.ttlSeconds),
       dedupKey: body.dedupKey,
+      priority: int32(body.priority),
     }),
     response: (out, req) =>
       req.dedupKey === undefined
@@ -369,6 +414,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         delaySeconds: int32(m.delaySeconds),
         ttlSeconds: int32(m.ttlSeconds),
         dedupKey: m.dedupKey,
+        priority: int32(m.priority),
       })),
     }),
     response: (out, req) => ({
@@ -453,6 +499,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         deadLetterQueue: body.deadLetterQueue === null ? "" : body.deadLetterQueue,
         retryDelaySeconds: int32(body.retryDelaySeconds),
         retryBackoff: body.retryBackoff ?? undefined,
+        retryJitter: body.retryJitter ?? undefined,
         maxRetryDelaySeconds: int32(body.maxRetryDelaySeconds),
         leaseSeconds: int32(body.leaseSeconds),
         dedupWindowSeconds: int32(body.dedupWindowSeconds),
@@ -479,6 +526,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
             deliveries: 5,
             diedAt: 1763892600000,
             expiresAt: 1764237600000,
+            failureReason: "lease expired",
           },
         ],
         nextCursor: null,
@@ -495,6 +543,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         deliveries: d.deliveries,
         diedAt: epochMs(d.diedAt),
         expiresAt: epochMs(d.expiresAt),
+        failureReason: d.failureReason ?? null,
       })),
       nextCursor: out.nextCursor === "" ? null : out.nextCursor,
     }),
@@ -532,5 +581,61 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     body: SelectionBody,
     request: ({ params, body }) => ({ queue: params.queue, ids: body.ids ?? [] }),
     response: (out) => ({ purged: out.purged }),
+  }),
+  defineRoute({
+    method: "POST",
+    url: "/v1/queues/:queue/purge",
+    rpc: QueueService.method.purgeQueue,
+    responseSchema: z.object({ purged: z.number().int() }),
+    doc: {
+      summary: "Delete a queue's waiting messages",
+      description:
+        "Extension. Deletes the waiting messages (delayed ones included); with `includeLeased: true` the leased ones too, whose receipts then ack `false`. Dead letters stay (see `dead-letters/purge`). Safe to repeat: a second purge deletes what arrived since.",
+      errors: ["app_stopped"],
+      requestExample: { includeLeased: false },
+      responseExample: { purged: 12 },
+    },
+    params: QueuePath,
+    body: PurgeBody,
+    request: ({ params, body }) => ({ queue: params.queue, includeLeased: body.includeLeased ?? false }),
+    response: (out) => ({ purged: out.purged }),
+  }),
+  defineRoute({
+    method: "GET",
+    url: "/v1/queues/:queue/messages/:id",
+    rpc: QueueService.method.getMessage,
+    responseSchema: MessageStateResponse,
+    doc: {
+      summary: "Where a message is",
+      description:
+        "Extension. `waiting` (visible now), `delayed` (visible at `visibleAt`), `leased` (until `leaseExpiresAt`), or `dead` (in the queue's dead-letter list, with `failureReason`); 404 `not_found` once it was acked, purged or expired.",
+      errors: ["app_stopped", "not_found"],
+      responseExample: {
+        id: "0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60",
+        queue: "jobs",
+        status: "leased",
+        enqueuedAt: 1763892000000,
+        expiresAt: 1764237600000,
+        deliveries: 2,
+        visibleAt: null,
+        leaseExpiresAt: 1763892630000,
+        failureReason: "lease expired",
+        diedAt: null,
+      },
+    },
+    params: MessagePath,
+    request: ({ params }) => ({ queue: params.queue, id: params.id }),
+    response: (out) => ({
+      id: out.id,
+      queue: out.queue,
+      status: MESSAGE_STATUS_NAMES[out.status] as "waiting" | "delayed" | "leased" | "dead",
+      enqueuedAt: epochMs(out.enqueuedAt),
+      expiresAt: epochMs(out.expiresAt),
+      deliveries: out.deliveries,
+      visibleAt: epochMs(out.visibleAt),
+      leaseExpiresAt: epochMs(out.leaseExpiresAt),
+      failureReason: out.failureReason ?? null,
+      diedAt: epochMs(out.diedAt),
+    }),
   }),
 ];

@@ -37,7 +37,7 @@ import { timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import { MessageStatus, QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
@@ -45,7 +45,7 @@ import { createBatcher } from "../core/batcher.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { sendStreamHeaders } from "../core/stream-headers.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
-import { isWellFormedText } from "../core/text.ts";
+import { characterCount, isWellFormedText } from "../core/text.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { PlatformError, invalidArgument, toConnectError, toPlatformError } from "../core/errors.ts";
 import type { Metrics } from "../core/metrics.ts";
@@ -175,7 +175,11 @@ interface PutMessageInput {
   delaySeconds?: number;
   ttlSeconds?: number;
   dedupKey?: string;
+  priority?: number;
 }
+
+/** The highest priority (docs/queues.md "Priorities"): 0 to 9, higher first, as graphile-worker's and BullMQ's. */
+export const MAX_PRIORITY = 9;
 
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
   const ttlSeconds = checkRange(
@@ -253,6 +257,23 @@ function selection(ids: string[]): DeadLetterSelection {
   return { ids };
 }
 
+/** The longest `reason` a nack keeps, in characters (code points). */
+export const MAX_NACK_REASON_CHARS = 1_000;
+
+function checkReason(reason: string): string {
+  if (!isWellFormedText(reason)) throw invalidArgument("reason", "must be text (no lone surrogate)");
+  if (characterCount(reason) > MAX_NACK_REASON_CHARS)
+    throw invalidArgument("reason", `must be at most ${MAX_NACK_REASON_CHARS} characters`);
+  return reason;
+}
+
+const MESSAGE_STATUS = {
+  waiting: MessageStatus.WAITING,
+  delayed: MessageStatus.DELAYED,
+  leased: MessageStatus.LEASED,
+  dead: MessageStatus.DEAD,
+} as const;
+
 function policyMessage(queue: string, p: QueuePolicy) {
   return {
     queue,
@@ -263,6 +284,7 @@ function policyMessage(queue: string, p: QueuePolicy) {
     maxRetryDelaySeconds: p.maxRetryDelaySeconds,
     leaseSeconds: p.leaseSeconds,
     dedupWindowSeconds: p.dedupWindowSeconds,
+    retryJitter: p.retryJitter,
   };
 }
 
@@ -354,6 +376,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     ttlSeconds: number,
     dedupKey: string | undefined,
     within?: InTransactionWith<PutAnswer>,
+    priority = 0,
     traceParent?: string,
   ): Promise<PutAnswer> {
     const max = app.limits.maxQueueDepth;
@@ -365,7 +388,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         app.id,
         queue,
         max,
-        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey }],
+        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey, priority }],
         dedupWindowSeconds,
         within && ((trx, messages) => within(trx, messages[0])),
       );
@@ -379,6 +402,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       payload,
       delaySeconds,
       ttlSeconds,
+      priority,
       notify: hub.payload(app.id, queue, 0),
       ...(traceParent && { traceParent }),
     };
@@ -410,10 +434,11 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
+    const priority = checkRange("priority", req.priority, 0, MAX_PRIORITY, 0);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
     const done = auditThen(audit, answerIn, answer);
     const run = (traceParent?: string) =>
-      put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, traceParent);
+      put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority, traceParent);
     return answer(tracing ? await tracing.send(queue, run) : await run());
   }
 
@@ -521,6 +546,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             delaySeconds,
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
+            priority: checkRange(`messages[${i}].priority`, m.priority, 0, MAX_PRIORITY, 0),
           };
         });
         const max = app.limits.maxQueueDepth;
@@ -565,6 +591,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           req.delaySeconds === undefined
             ? undefined
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
+        const reason = req.reason === undefined ? undefined : checkReason(req.reason);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
         const appRule = claimRule(app, effectivePolicy(app, undefined), () => "");
         const defaults = { ...appRule.retry, maxDeliveries: appRule.maxDeliveries };
@@ -575,6 +602,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           delaySeconds,
           defaults,
           hub.payloadPrefix(app.id),
+          reason,
         );
         if (nacked === undefined) return { nacked: false };
         windows.acked(app.id, receipt.id, receipt.claim);
@@ -600,6 +628,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           maxRetryDelaySeconds: req.maxRetryDelaySeconds,
           leaseSeconds: req.leaseSeconds,
           dedupWindowSeconds: req.dedupWindowSeconds,
+          retryJitter: req.retryJitter,
         });
         return { policy: policyMessage(queue, policy) };
       },
@@ -627,6 +656,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             deliveries: d.deliveries,
             diedAt: timestampFromMs(d.diedAt.getTime()),
             expiresAt: timestampFromMs(d.expiresAt.getTime()),
+            failureReason: d.failureReason ?? undefined,
           })),
           nextCursor: page.nextPageToken,
         };
@@ -643,6 +673,36 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         const queue = checkQueueName(req.queue, true);
         return { purged: await deps.deadLetters.purge(app.id, queue, selection(req.ids)) };
+      },
+
+      async purgeQueue(req, context) {
+        const app = appOf(context);
+        // `_events` too: the app consumes it, so it may also clear it.
+        const queue = checkQueueName(req.queue, true);
+        const purged = await store.purge(app.id, queue, undefined, req.includeLeased);
+        // Purged leases leave any stream window that holds them when their lease ends (their acks answer false).
+        return { purged };
+      },
+
+      async getMessage(req, context) {
+        const app = appOf(context);
+        const queue = checkQueueName(req.queue, true);
+        if (!isUuid(req.id)) throw invalidArgument("id", "must be a message id (a UUID)");
+        const state = await store.messageState(app.id, queue, req.id.toLowerCase());
+        if (!state) throw new PlatformError("not_found", `no message ${req.id} on queue ${queue}`);
+        const ts = (d: Date | null) => (d === null ? undefined : timestampFromMs(d.getTime()));
+        return {
+          id: state.id,
+          queue,
+          status: MESSAGE_STATUS[state.status],
+          enqueuedAt: ts(state.enqueuedAt),
+          expiresAt: ts(state.expiresAt),
+          deliveries: state.deliveries,
+          visibleAt: ts(state.visibleAt),
+          leaseExpiresAt: ts(state.leaseExpiresAt),
+          failureReason: state.failureReason ?? undefined,
+          diedAt: ts(state.diedAt),
+        };
       },
 
       async *streamMessages(req, context) {

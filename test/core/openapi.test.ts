@@ -91,7 +91,9 @@ describe("GET /openapi.json", () => {
     // The walk found the API (a broken walk would pass vacuously otherwise).
     expect(served).toContain("POST /v1/queues/{queue}/consume");
     expect(served).toContain("GET /health");
-    expect(served.size).toBe(26);
+    expect(served).toContain("POST /v1/queues/{queue}/purge");
+    expect(served).toContain("GET /v1/queues/{queue}/messages/{id}");
+    expect(served.size).toBe(28);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),
@@ -107,6 +109,7 @@ describe("GET /openapi.json", () => {
       "delaySeconds",
       "ttlSeconds",
       "dedupKey",
+      "priority",
     ]);
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);

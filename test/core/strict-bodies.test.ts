@@ -166,9 +166,9 @@ describe("unknown fields that are other services' words", () => {
   });
 
   it("names every unknown field in details, and refuses nothing the operation defines", async () => {
-    const error = await refusal("/v1/queues/strict-q", { payload: 1, delay: 1, priority: 2 });
+    const error = await refusal("/v1/queues/strict-q", { payload: 1, delay: 1, attempts: 2 });
     expect(error.details).toEqual([
-      'unknown field "delay": use "delaySeconds", in seconds; unknown field "priority": not supported: messages are delivered oldest first; use another queue for urgent work',
+      'unknown field "delay": use "delaySeconds", in seconds; unknown field "attempts": not supported: set maxDeliveries in the queue\'s policy (PUT /v1/queues/{queue}/policy)',
     ]);
     // Free-form maps stay free: any payload and any event property name reach the implementation.
     const put = await t.request("POST", "/v1/queues/strict-q", {

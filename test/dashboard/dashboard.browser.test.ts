@@ -254,6 +254,9 @@ describe("the operator dashboard in Chromium", () => {
     await page.getByRole("heading", { name: "Dead letters of jobs" }).waitFor();
     const [dead] = (await t.admin.listDeadLetters({ appId, queue: "jobs" })).deadLetters;
     expect(await page.locator(".messages pre").first().textContent()).toBe(JSON.stringify({ job: "resize" }, null, 2));
+    // Its last lease lapsed: the panel says why it failed, as the API does.
+    expect(dead.failureReason).toBe("lease expired");
+    expect(await page.locator(".messages .failure-reason").first().textContent()).toBe("last failure: lease expired");
     await shot("06b-dead-letters");
     await page.getByRole("button", { name: `Replay ${dead.id}` }).click();
     await page.getByText("Replayed 1.").waitFor();

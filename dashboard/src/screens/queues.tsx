@@ -561,6 +561,11 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                       died {formatTime(d.diedAt)} · {formatDeliveries(d.deliveries)} ·{" "}
                       {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
                     </p>
+                    {d.failureReason === undefined ? null : (
+                      <p className="failure-reason">
+                        <span className="muted">last failure:</span> {d.failureReason}
+                      </p>
+                    )}
                     <pre>{prettyPayload(d.payload, d.truncated)}</pre>
                     <div className="actions" hidden={!canWrite}>
                       <button

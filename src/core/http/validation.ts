@@ -123,7 +123,6 @@ const HINTS: Record<string, Hint> = {
   deduplicationId: use("dedupKey"),
   attempts: unsupported("set maxDeliveries in the queue's policy (PUT /v1/queues/{queue}/policy)", "payload"),
   retryLimit: unsupported("set maxDeliveries in the queue's policy (PUT /v1/queues/{queue}/policy)", "payload"),
-  priority: unsupported("messages are delivered oldest first; use another queue for urgent work", "payload"),
   stream: either(
     unsupported(
       "a REST consume answers once; to stream messages use the StreamMessages RPC (Connect/gRPC)",

@@ -1625,6 +1625,14 @@ export declare type DeadLetter = Message<"platform.admin.v1.DeadLetter"> & {
    * @generated from field: google.protobuf.Timestamp expires_at = 8;
    */
   expiresAt?: Timestamp | undefined;
+
+  /**
+   * Why its last delivery failed: the nack's reason, or "lease expired";
+   * unset when none was recorded.
+   *
+   * @generated from field: optional string failure_reason = 9;
+   */
+  failureReason?: string | undefined;
 };
 
 /**

@@ -115,3 +115,19 @@ export const replayQueueDeadLetters = QueueService.method.replayQueueDeadLetters
  * @generated from rpc platform.queues.v1.QueueService.PurgeQueueDeadLetters
  */
 export const purgeQueueDeadLetters = QueueService.method.purgeQueueDeadLetters;
+
+/**
+ * PurgeQueue deletes the queue's waiting messages (delayed ones included),
+ * and its leased ones too with include_leased. Dead letters stay.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.PurgeQueue
+ */
+export const purgeQueue = QueueService.method.purgeQueue;
+
+/**
+ * GetMessage tells where a message of the queue is: waiting, delayed,
+ * leased or dead; not_found once it was acked, purged or expired.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.GetMessage
+ */
+export const getMessage = QueueService.method.getMessage;

@@ -2,7 +2,7 @@
 // @generated from file platform/queues/v1/queues.proto (package platform.queues.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { Message as Message$1 } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 
@@ -178,6 +178,14 @@ export declare type PutMessageRequest = Message$1<"platform.queues.v1.PutMessage
    * @generated from field: optional string dedup_key = 5;
    */
   dedupKey?: string | undefined;
+
+  /**
+   * Extension: 0 to 9 (default 0). Among the visible messages of the queue,
+   * higher priorities are delivered first; within one, the oldest first.
+   *
+   * @generated from field: optional int32 priority = 6;
+   */
+  priority?: number | undefined;
 };
 
 /**
@@ -362,6 +370,13 @@ export declare type PutMessagesItem = Message$1<"platform.queues.v1.PutMessagesI
    * @generated from field: optional string dedup_key = 4;
    */
   dedupKey?: string | undefined;
+
+  /**
+   * As PutMessageRequest.priority.
+   *
+   * @generated from field: optional int32 priority = 5;
+   */
+  priority?: number | undefined;
 };
 
 /**
@@ -646,6 +661,14 @@ export declare type NackMessageRequest = Message$1<"platform.queues.v1.NackMessa
    * @generated from field: optional int32 delay_seconds = 2;
    */
   delaySeconds?: number | undefined;
+
+  /**
+   * Why the delivery failed, up to 1,000 characters: kept on the message and
+   * shown on its dead letter.
+   *
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string | undefined;
 };
 
 /**
@@ -732,6 +755,13 @@ export declare type QueuePolicy = Message$1<"platform.queues.v1.QueuePolicy"> & 
    * @generated from field: int32 dedup_window_seconds = 8;
    */
   dedupWindowSeconds: number;
+
+  /**
+   * 0 to 1: each hold is drawn from [hold * (1 - retry_jitter), hold].
+   *
+   * @generated from field: double retry_jitter = 9;
+   */
+  retryJitter: number;
 };
 
 /**
@@ -833,6 +863,11 @@ export declare type UpdateQueuePolicyRequest = Message$1<"platform.queues.v1.Upd
    * @generated from field: optional int32 dedup_window_seconds = 8;
    */
   dedupWindowSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional double retry_jitter = 9;
+   */
+  retryJitter?: number | undefined;
 };
 
 /**
@@ -876,6 +911,14 @@ export declare type QueueDeadLetter = Message$1<"platform.queues.v1.QueueDeadLet
    * @generated from field: google.protobuf.Timestamp expires_at = 6;
    */
   expiresAt?: Timestamp | undefined;
+
+  /**
+   * Why its last delivery failed: the nack's reason, or "lease expired";
+   * unset when none was recorded.
+   *
+   * @generated from field: optional string failure_reason = 7;
+   */
+  failureReason?: string | undefined;
 };
 
 /**
@@ -1014,6 +1057,186 @@ export declare type PurgeQueueDeadLettersResponse = Message$1<"platform.queues.v
  * Use `create(PurgeQueueDeadLettersResponseSchema)` to create a new message.
  */
 export declare const PurgeQueueDeadLettersResponseSchema: GenMessage<PurgeQueueDeadLettersResponse>;
+
+/**
+ * @generated from message platform.queues.v1.PurgeQueueRequest
+ */
+export declare type PurgeQueueRequest = Message$1<"platform.queues.v1.PurgeQueueRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * Also delete the leased messages (their receipts then ack false).
+   *
+   * @generated from field: bool include_leased = 2;
+   */
+  includeLeased: boolean;
+};
+
+/**
+ * Describes the message platform.queues.v1.PurgeQueueRequest.
+ * Use `create(PurgeQueueRequestSchema)` to create a new message.
+ */
+export declare const PurgeQueueRequestSchema: GenMessage<PurgeQueueRequest>;
+
+/**
+ * @generated from message platform.queues.v1.PurgeQueueResponse
+ */
+export declare type PurgeQueueResponse = Message$1<"platform.queues.v1.PurgeQueueResponse"> & {
+  /**
+   * Messages deleted.
+   *
+   * @generated from field: int32 purged = 1;
+   */
+  purged: number;
+};
+
+/**
+ * Describes the message platform.queues.v1.PurgeQueueResponse.
+ * Use `create(PurgeQueueResponseSchema)` to create a new message.
+ */
+export declare const PurgeQueueResponseSchema: GenMessage<PurgeQueueResponse>;
+
+/**
+ * @generated from message platform.queues.v1.GetMessageRequest
+ */
+export declare type GetMessageRequest = Message$1<"platform.queues.v1.GetMessageRequest"> & {
+  /**
+   * @generated from field: string queue = 1;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message platform.queues.v1.GetMessageRequest.
+ * Use `create(GetMessageRequestSchema)` to create a new message.
+ */
+export declare const GetMessageRequestSchema: GenMessage<GetMessageRequest>;
+
+/**
+ * @generated from message platform.queues.v1.GetMessageResponse
+ */
+export declare type GetMessageResponse = Message$1<"platform.queues.v1.GetMessageResponse"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * @generated from field: platform.queues.v1.MessageStatus status = 3;
+   */
+  status: MessageStatus;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp enqueued_at = 4;
+   */
+  enqueuedAt?: Timestamp | undefined;
+
+  /**
+   * When it is dropped (a dead letter: deleted) unless consumed first.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 5;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * Deliveries so far.
+   *
+   * @generated from field: int32 deliveries = 6;
+   */
+  deliveries: number;
+
+  /**
+   * Delayed: when it becomes visible.
+   *
+   * @generated from field: google.protobuf.Timestamp visible_at = 7;
+   */
+  visibleAt?: Timestamp | undefined;
+
+  /**
+   * Leased: when the lease lapses.
+   *
+   * @generated from field: google.protobuf.Timestamp lease_expires_at = 8;
+   */
+  leaseExpiresAt?: Timestamp | undefined;
+
+  /**
+   * Why its last delivery failed (a nack's reason, or "lease expired").
+   *
+   * @generated from field: optional string failure_reason = 9;
+   */
+  failureReason?: string | undefined;
+
+  /**
+   * Dead: when it died.
+   *
+   * @generated from field: google.protobuf.Timestamp died_at = 10;
+   */
+  diedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message platform.queues.v1.GetMessageResponse.
+ * Use `create(GetMessageResponseSchema)` to create a new message.
+ */
+export declare const GetMessageResponseSchema: GenMessage<GetMessageResponse>;
+
+/**
+ * Where a message is.
+ *
+ * @generated from enum platform.queues.v1.MessageStatus
+ */
+export enum MessageStatus {
+  /**
+   * @generated from enum value: MESSAGE_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * In line, visible now.
+   *
+   * @generated from enum value: MESSAGE_STATUS_WAITING = 1;
+   */
+  WAITING = 1,
+
+  /**
+   * In line, visible at visible_at (a delayed put, a nack's delay, a retry hold).
+   *
+   * @generated from enum value: MESSAGE_STATUS_DELAYED = 2;
+   */
+  DELAYED = 2,
+
+  /**
+   * Leased to a consumer until lease_expires_at.
+   *
+   * @generated from enum value: MESSAGE_STATUS_LEASED = 3;
+   */
+  LEASED = 3,
+
+  /**
+   * In the queue's dead-letter list.
+   *
+   * @generated from enum value: MESSAGE_STATUS_DEAD = 4;
+   */
+  DEAD = 4,
+}
+
+/**
+ * Describes the enum platform.queues.v1.MessageStatus.
+ */
+export declare const MessageStatusSchema: GenEnum<MessageStatus>;
 
 /**
  * QueueService offers durable queues with leased consumption. The reserved
@@ -1190,6 +1413,28 @@ export declare const QueueService: GenService<{
     methodKind: "unary";
     input: typeof PurgeQueueDeadLettersRequestSchema;
     output: typeof PurgeQueueDeadLettersResponseSchema;
+  },
+  /**
+   * PurgeQueue deletes the queue's waiting messages (delayed ones included),
+   * and its leased ones too with include_leased. Dead letters stay.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.PurgeQueue
+   */
+  purgeQueue: {
+    methodKind: "unary";
+    input: typeof PurgeQueueRequestSchema;
+    output: typeof PurgeQueueResponseSchema;
+  },
+  /**
+   * GetMessage tells where a message of the queue is: waiting, delayed,
+   * leased or dead; not_found once it was acked, purged or expired.
+   *
+   * @generated from rpc platform.queues.v1.QueueService.GetMessage
+   */
+  getMessage: {
+    methodKind: "unary";
+    input: typeof GetMessageRequestSchema;
+    output: typeof GetMessageResponseSchema;
   },
 }>;
 

@@ -31,6 +31,8 @@ import * as quotaReservations from "./0026-quota-reservations.ts";
 import * as messageTrace from "./0027-message-trace.ts";
 import * as overviewRollups from "./0028-overview-rollups.ts";
 import * as operatorSessions from "./0029-operator-sessions.ts";
+import * as queueJitterAndReasons from "./0030-queue-jitter-and-reasons.ts";
+import * as queuePriorities from "./0031-queue-priorities.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -61,4 +63,6 @@ export const migrations: Record<string, Migration> = {
   "0027-message-trace": messageTrace,
   "0028-overview-rollups": overviewRollups,
   "0029-operator-sessions": operatorSessions,
+  "0030-queue-jitter-and-reasons": queueJitterAndReasons,
+  "0031-queue-priorities": queuePriorities,
 };
