@@ -118,7 +118,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   });
   /** Claims of one queue share a statement when they share its lease and rule. */
   const ruleKey = (r: ClaimRule) =>
-    `${r.maxDeliveries}|${r.deadLetterQueue}|${r.ttlSeconds}|${r.retry.delaySeconds}|${r.retry.backoff}|${r.retry.maxDelaySeconds}`;
+    `${r.maxDeliveries}|${r.deadLetterQueue}|${r.ttlSeconds}|${r.retry.delaySeconds}|${r.retry.backoff}|${r.retry.maxDelaySeconds}|${r.retry.jitter}`;
   /** Leases up to `n` messages: one through the claim batcher (shared with concurrent consumes), more in one statement. */
   async function claimSome(
     app: AppRecord,

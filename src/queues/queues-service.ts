@@ -593,8 +593,14 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             : checkRange("delaySeconds", req.delaySeconds, 0, MAX_LEASE_SECONDS, 0);
         const reason = req.reason === undefined ? undefined : checkReason(req.reason);
         // The receipt names the message, not its queue: the retry hold is that of the policy of the queue it is on.
-        const appRule = claimRule(app, effectivePolicy(app, undefined), () => "");
-        const defaults = { ...appRule.retry, maxDeliveries: appRule.maxDeliveries };
+        const appPolicy = effectivePolicy(app, undefined);
+        const appRule = claimRule(app, appPolicy, () => "");
+        // A nack is held back by the default's delay even where a lapse is not (`holdLapses`).
+        const defaults = {
+          ...appRule.retry,
+          delaySeconds: appPolicy.retryDelaySeconds,
+          maxDeliveries: appRule.maxDeliveries,
+        };
         const nacked = await store.nack(
           app.id,
           receipt.id,

@@ -30,7 +30,7 @@ describe("queue policies in AdminService", () => {
     const put = await t.request("PUT", "/v1/queues/flaky/policy", { token: app.token, body: { maxDeliveries: 1 } });
     expect(put.status).toBe(200);
     const got = await t.admin.getQueuePolicy({ appId: app.name, queue: "flaky" });
-    expect(got.policy).toMatchObject({ queue: "flaky", maxDeliveries: 1, retryDelaySeconds: 0 });
+    expect(got.policy).toMatchObject({ queue: "flaky", maxDeliveries: 1, retryDelaySeconds: 1 });
     expect(got.maxDeliveriesSource).toBe("queue");
     expect(got.appMaxDeliveries).toBe(0);
 
