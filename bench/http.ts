@@ -41,8 +41,10 @@
  * stays only while it is worth it: a second service on the same database runs
  * with `CONNECT_SHORT_PATH=off`, and each RPC protocol is measured on it too
  * (`<operation>_<protocol>_plugin_req_s`); `short_path_max_gain` is the largest
- * short-path figure over its plugin-only figure, minus 1, over operations and
- * protocols (the short path stays while it is 0.15 or more).
+ * server CPU per request of the plugin alone over the short path's, minus 1,
+ * over operations and protocols (CPU per request, since on a busy machine it
+ * moves far less than requests per second; the short path stays while it is
+ * 0.15 or more).
  * BENCH_PLUGIN_COMPARE=0 leaves this out.
  *
  * The last line of output is one JSON object: `<operation>_<protocol>_req_s`
@@ -327,12 +329,18 @@ async function main(): Promise<void> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-"));
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   const pluginDirs: string[] = [];
+  const secretsKey = crypto.randomBytes(32).toString("base64");
   let service: { url: string; child: ChildProcess } | undefined;
   let pluginOnly: { url: string; child: ChildProcess } | undefined;
   let baseline: { url: string; child: ChildProcess } | undefined;
   let baselineH2c: { url: string; child: ChildProcess } | undefined;
   try {
-    service = await startService({ databaseUrl: dbUrl.toString(), dataDir, adminToken });
+    service = await startService({
+      databaseUrl: dbUrl.toString(),
+      dataDir,
+      adminToken,
+      env: { SECRETS_KEY: secretsKey },
+    });
     const url = service.url;
     const { app } = await adminCall(url, adminToken, "CreateApp", { name: "bench" });
     await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
@@ -366,7 +374,8 @@ async function main(): Promise<void> {
         databaseUrl: dbUrl.toString(),
         dataDir: pluginDir,
         adminToken,
-        env: { CONNECT_SHORT_PATH: "off" },
+        // Instances on one database share its secrets key.
+        env: { CONNECT_SHORT_PATH: "off", SECRETS_KEY: secretsKey },
       });
     }
     log(
@@ -385,12 +394,12 @@ async function main(): Promise<void> {
     for (const op of OPERATIONS) {
       if (!OPS.has(op.key)) continue;
       const opToken = op.method === "POST" ? writerToken : token;
-      /** One counted run of `op` over `protocol` against `server`; its requests per second. */
+      /** One counted run of `op` over `protocol` against `server`: its requests per second and server CPU per request. */
       const measure = async (
         protocol: Protocol | Baseline,
         server: { url: string; child: ChildProcess },
         label: string = protocol,
-      ): Promise<number> => {
+      ): Promise<{ reqPerS: number; cpuUs: number }> => {
         const t = target(op, protocol, server.url, opToken, run++);
         const cpu0 = await cpuMs(server.child.pid!);
         const load0 = process.cpuUsage();
@@ -413,16 +422,21 @@ async function main(): Promise<void> {
           `${op.key.padEnd(17)} ${label.padEnd(23)} ${String(round(r.reqPerS, 0)).padStart(7)} req/s  ${String(round(cpuUs, 0)).padStart(5)} µs CPU/req  (load generator ${String(round(loadUs, 0)).padStart(3)} µs; server busy ${String(round(busy * 100, 0)).padStart(3)}% of a core, machine ${String(round(idle * 100, 0)).padStart(2)}% idle)${r.errors ? `  ${r.errors} errors, first: ${r.firstError}` : ""}`,
         );
         if (r.errors > 0) throw new Error(`${op.key} over ${label}: ${r.errors} errors (${r.firstError})`);
-        return r.reqPerS;
+        return { reqPerS: r.reqPerS, cpuUs };
       };
+      const cpuPerRequest: Partial<Record<Protocol, number>> = {};
       const results: Partial<Record<Protocol | Baseline, number>> = {};
       for (const group of GROUPS) {
         const bare = group.baseline === "baseline" ? baseline : baselineH2c;
-        const before = await measure(group.baseline, bare);
-        for (const protocol of group.protocols) results[protocol] = await measure(protocol, service);
+        const before = (await measure(group.baseline, bare)).reqPerS;
+        for (const protocol of group.protocols) {
+          const m = await measure(protocol, service);
+          results[protocol] = m.reqPerS;
+          cpuPerRequest[protocol] = m.cpuUs;
+        }
         // The mean of a run before and one after the protocols' (see the top of this file).
         const base = BRACKET
-          ? (before + (await measure(group.baseline, bare, `${group.baseline} (again)`))) / 2
+          ? (before + (await measure(group.baseline, bare, `${group.baseline} (again)`)).reqPerS) / 2
           : before;
         results[group.baseline] = base;
         const perProtocol = group.protocols.map((p) => results[p]!);
@@ -445,8 +459,9 @@ async function main(): Promise<void> {
         for (const protocol of RPC_PROTOCOLS) {
           if (results[protocol] === undefined) continue;
           const plugin = await measure(protocol, pluginOnly, `${protocol} (plugin only)`);
-          figures[`${op.key}_${protocol}_plugin_req_s`] = round(plugin, 0);
-          const gain = results[protocol] / plugin - 1;
+          figures[`${op.key}_${protocol}_plugin_req_s`] = round(plugin.reqPerS, 0);
+          // From the server's CPU per request, which a busy machine moves far less than requests per second.
+          const gain = plugin.cpuUs / cpuPerRequest[protocol]! - 1;
           shortPathGain = Math.max(shortPathGain, gain);
           gains.push(`${protocol} ${round(gain)}`);
         }
