@@ -339,7 +339,14 @@ function ActivityView({ queue, hours }: { queue: string; hours: QueueActivityHou
       <p data-testid={`activity-total-${queue}`}>
         {totals.puts.toLocaleString()} put, {totals.acks.toLocaleString()} acked in the last 24 hours.
       </p>
-      <TimeChart x={x} series={series} height={220} label={`Puts and acks per hour of ${queue}`} timeZone="UTC" />
+      <TimeChart
+        x={x}
+        series={series}
+        height={220}
+        label={`Puts and acks per hour of ${queue}`}
+        timeZone="UTC"
+        unit="hour"
+      />
       <details>
         <summary>The counts per hour</summary>
         <div className="table-wrap">
