@@ -143,11 +143,17 @@ export function QueuesTab({ app }: { app: App }) {
         </QueryView>
         <ActivityOf onShow={setActive} />
       </div>
-      {active ? <Activity key={active} appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
-      {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
-      {dead ? <DeadLetters key={dead} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
+      {/* Keys name the panel as well as the queue: these siblings share one list of keys, and Peek's "emails"
+          beside the send form's "emails" made React draw the Peek panel twice. */}
+      {active ? (
+        <Activity key={`activity:${active}`} appId={app.id} queue={active} onClose={() => setActive(null)} />
+      ) : null}
+      {selected ? (
+        <Peek key={`peek:${selected}`} appId={app.id} queue={selected} onClose={() => setSelected(null)} />
+      ) : null}
+      {dead ? <DeadLetters key={`dead:${dead}`} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
       {canWrite ? (
-        <SendTestMessage key={selected ?? active ?? ""} appId={app.id} queue={selected ?? active ?? ""} />
+        <SendTestMessage key={`send:${selected ?? active ?? ""}`} appId={app.id} queue={selected ?? active ?? ""} />
       ) : null}
       {canWrite ? <PublishEvent appId={app.id} /> : null}
       <ConfirmDialog
