@@ -846,7 +846,7 @@ const COMMANDS: Command[] = [
  * embedded database's directory, saying that DATABASE_URL was not set (an
  * operator who forgot it must not think production was migrated).
  */
-export function databaseName(config: Pick<Config, "databaseUrl" | "dataDir">): string {
+export function databaseName(config: { databaseUrl?: string | undefined; dataDir: string }): string {
   if (!config.databaseUrl)
     return `the embedded database (PGlite) in ${path.resolve(config.dataDir, "pg")} (DATABASE_URL is not set)`;
   try {
