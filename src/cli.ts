@@ -959,8 +959,11 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
   if (!found) {
     if (words.length === 0 || argv.includes("--help") || argv.includes("-h")) return print(usage());
     const near = closestCommand(words);
+    // "apps" alone, or "apps lsit": the commands of that group, when the first word is one.
+    const group = COMMANDS.filter((c) => c.name.startsWith(`${words[0]} `)).map((c) => c.name);
     throw new UsageError(
       `unknown command: ${words.join(" ")}${near ? `\ndid you mean: ${program} ${near}?` : ""}\n` +
+        (group.length ? `${words[0]} commands: ${group.join(", ")}\n` : "") +
         `every command: ${program} --help`,
     );
   }

@@ -84,7 +84,8 @@ export function TimeChart({
             return {
               label: s.label,
               stroke: color,
-              width: 2,
+              // The first line a little wider: under an equal dashed one it still shows at both edges.
+              width: i === 0 ? 3 : 2,
               dash: DASHES[i % DASHES.length],
               value: (_u: uPlot, v: number | null) => (v == null ? "—" : v.toLocaleString()),
               points: {

@@ -139,7 +139,7 @@ export function timeTicks(
   unit: BucketUnit,
   zone: string,
   width: number,
-  minSpace = 72,
+  minSpace = 64,
 ): { ticks: number[]; step: Step } {
   const fit = Math.max(2, Math.floor(width / minSpace));
   const steps = STEPS[unit];

@@ -63,6 +63,10 @@ describe("did you mean", () => {
     expect(command.stderr).toContain("unknown command: apps lsit");
     expect(command.stderr).toContain("did you mean: npm run cli -- apps list?");
     expect(command.stderr).not.toContain("tokens issue"); // not the whole list of commands
+    expect(command.stderr).toContain("apps commands: apps create, apps list, apps get");
+    const group = await run(["apps"]);
+    expect(group.code).toBe(2);
+    expect(group.stderr).toContain("apps commands: apps create, apps list");
     expect((await run(["operators", "tokens", "isue", "x"])).stderr).toContain("operators tokens issue?");
     const nothingClose = await run(["frobnicate"]);
     expect(nothingClose.code).toBe(2);
