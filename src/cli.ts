@@ -14,8 +14,10 @@
  */
 import crypto from "node:crypto";
 import fs from "node:fs";
+import path from "node:path";
 import readline from "node:readline/promises";
 import { parseArgs, type ParseArgsOptionDescriptor } from "node:util";
+import { closest as closestMatch, distance } from "fastest-levenshtein";
 import { Code, createClient, ConnectError, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { fromJson, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
@@ -61,12 +63,12 @@ import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig, type Config } from "./core/config.ts";
 import { adminTokenFile } from "./core/data-dir.ts";
 import { openDatabase, migrate, type Db } from "./core/database/index.ts";
-import { LIMIT_NAMES } from "./core/apps/apps.ts";
+import { LIMIT_NAMES, LIMIT_RANGES, limitProblem } from "./core/apps/apps.ts";
 import { toPlatformError } from "./core/errors.ts";
 import { rotateSecretsKeyFromConfig } from "./secrets/rotate-key.ts";
 import { checkSecretsKey } from "./secrets/check-key.ts";
 import { backupDataDir, restoreDataDir } from "./backup-restore.ts";
-import { readableJson } from "./cli-format.ts";
+import { humanTable, readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
 import { INTERVAL_OF } from "./analytics/enum-names.ts";
@@ -196,7 +198,7 @@ function namedNumbers(
   return out;
 }
 
-const INT32_MAX = 2 ** 31 - 1;
+const isLimitName = (name: string): name is (typeof LIMIT_NAMES)[number] => (LIMIT_NAMES as string[]).includes(name);
 const STRING = { type: "string" } as const;
 const BOOLEAN = { type: "boolean" } as const;
 
@@ -290,10 +292,16 @@ const COMMANDS: Command[] = [
     async run(ctx) {
       const limits: Partial<Record<keyof AppLimits, number>> = namedNumbers(
         ctx.values.limit,
-        // The limits are int32 fields: a larger number failed in the client's encoder as "internal error".
-        (name, value) => (LIMIT_NAMES as string[]).includes(name) && /^\d+$/.test(value) && Number(value) <= INT32_MAX,
-        (item) =>
-          `--limit ${item}: must be NAME=INTEGER (0 to ${INT32_MAX}) with NAME one of ${LIMIT_NAMES.join(", ")}`,
+        // The server's own ranges (LIMIT_RANGES), checked here so the refusal names the flag.
+        (name, value) =>
+          isLimitName(name) && /^\d{1,12}$/.test(value) && limitProblem(name, Number(value)) === undefined,
+        (item) => {
+          const [name = "", value = ""] = item.split("=");
+          if (!isLimitName(name) || !/^\d+$/.test(value))
+            return `--limit ${item}: must be NAME=INTEGER with NAME one of ${LIMIT_NAMES.join(", ")}${suggestion(name, LIMIT_NAMES)}`;
+          const { min, max } = LIMIT_RANGES[name];
+          return `--limit ${item}: ${name} must be an integer from ${min} to ${max}`;
+        },
       );
       showApp(
         ctx,
@@ -840,7 +848,7 @@ const COMMANDS: Command[] = [
       const database = await openDatabase({ databaseUrl: ctx.config.databaseUrl, dataDir: ctx.config.dataDir });
       try {
         await migrate(database.db);
-        print("migrations applied");
+        print(`migrations applied to ${databaseName(ctx.config)}`);
       } finally {
         await database.close();
       }
@@ -870,10 +878,31 @@ const COMMANDS: Command[] = [
   },
 ];
 
+/**
+ * The database a direct-database command opened, as the operator knows it:
+ * PostgreSQL's host, port and database (never the user's password), or the
+ * embedded database's directory, saying that DATABASE_URL was not set (an
+ * operator who forgot it must not think production was migrated).
+ */
+export function databaseName(config: { databaseUrl?: string | undefined; dataDir: string }): string {
+  if (!config.databaseUrl)
+    return `the embedded database (PGlite) in ${path.resolve(config.dataDir, "pg")} (DATABASE_URL is not set)`;
+  try {
+    const url = new URL(config.databaseUrl);
+    // A socket directory may come as ?host=/run/postgresql instead of the URL's host.
+    const host = url.hostname || url.searchParams.get("host") || "localhost";
+    const database = decodeURIComponent(url.pathname.replace(/^\//, "")) || "(the user's default database)";
+    return `PostgreSQL database ${database} on ${host}:${url.port || "5432"}`;
+  } catch {
+    return "the PostgreSQL database of DATABASE_URL";
+  }
+}
+
 /** Options every command takes. */
 const COMMON_OPTIONS: Record<string, ParseArgsOptionDescriptor> = {
   url: STRING,
   json: BOOLEAN,
+  output: STRING,
   help: { type: "boolean", short: "h" },
 };
 
@@ -884,7 +913,7 @@ let program = "npm run cli --";
 
 /** The usage of every command, as `program` runs them. */
 export function usage(run: string = program): string {
-  return `usage: ${run} <command> [--url URL] [--json]
+  return `usage: ${run} <command> [--url URL] [--output table|json] [--json]
 
 ${COMMANDS.map((c) => {
   const line = usageLine(c);
@@ -892,8 +921,42 @@ ${COMMANDS.map((c) => {
 }).join("\n")}
 
 --url URL   the server (else PLATFORM_ADMIN_URL, else PUBLIC_URL, else HOST:PORT)
+--output    table (the default on a terminal) or json (the default otherwise: readable JSON)
 --json      canonical proto3 JSON (64-bit integers as strings, enum names in full) for scripts
 Limits: ${LIMIT_NAMES.join(", ")}`;
+}
+
+/** ` (did you mean --x?)` for the candidate closest to `typed`, or "" when none is close. */
+function suggestion(typed: string, candidates: readonly string[]): string {
+  const near = closest(typed, candidates);
+  return near ? ` (did you mean ${near}?)` : "";
+}
+
+/** The candidate within two typos of `typed` (three in words of nine letters or more), else undefined. */
+function closest(typed: string, candidates: readonly string[]): string | undefined {
+  if (typed === "" || candidates.length === 0) return undefined;
+  const best = closestMatch(typed, candidates);
+  return distance(typed, best) <= Math.min(3, Math.max(2, Math.floor(typed.length / 3))) ? best : undefined;
+}
+
+/** The command meant by mistyped words: the closest name with as many words, or with the first word right. */
+function closestCommand(words: string[]): string | undefined {
+  for (let n = Math.min(3, words.length); n >= 1; n--) {
+    const typed = words.slice(0, n).join(" ");
+    const near = closest(
+      typed,
+      COMMANDS.map((c) => c.name).filter((name) => name.split(" ").length === n),
+    );
+    if (near) return near;
+  }
+  return undefined;
+}
+
+/** `--output`: table or json; a terminal gets a table, a pipe or a file JSON. */
+function outputOf(value: string | undefined, terminal: boolean): "table" | "json" {
+  if (value === undefined) return terminal ? "table" : "json";
+  if (value === "table" || value === "json") return value;
+  throw new UsageError(`--output: must be table or json${suggestion(value, ["table", "json"])}`);
 }
 
 /** The command named by the first words of `argv` (the longest name that matches), and the rest. */
@@ -933,7 +996,14 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
   const found = findCommand(words);
   if (!found) {
     if (words.length === 0 || argv.includes("--help") || argv.includes("-h")) return print(usage());
-    throw new UsageError(`unknown command: ${words.join(" ")}\n\n${usage()}`);
+    const near = closestCommand(words);
+    // "apps" alone, or "apps lsit": the commands of that group, when the first word is one.
+    const group = COMMANDS.filter((c) => c.name.startsWith(`${words[0]} `)).map((c) => c.name);
+    throw new UsageError(
+      `unknown command: ${words.join(" ")}${near ? `\ndid you mean: ${program} ${near}?` : ""}\n` +
+        (group.length ? `${words[0]} commands: ${group.join(", ")}\n` : "") +
+        `every command: ${program} --help`,
+    );
   }
   const { command } = found;
   let parsed: { values: Values; positionals: string[] };
@@ -945,17 +1015,31 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
     });
     parsed = { values: values as Values, positionals };
   } catch (err) {
-    throw new UsageError(`${(err as Error).message}\nusage: ${program} ${usageLine(command)}`);
+    // "Unknown option '--limt'": name the option meant, when one is close.
+    const unknown = /^Unknown option '(--?[^']+)'/.exec((err as Error).message)?.[1];
+    const options = Object.keys({ ...COMMON_OPTIONS, ...command.options }).map((o) => `--${o}`);
+    const message = unknown
+      ? `unknown option ${unknown}${suggestion(unknown.split("=")[0], options)}`
+      : (err as Error).message;
+    throw new UsageError(`${message}\nusage: ${program} ${usageLine(command)}`);
   }
   if (parsed.values.help) return print(`usage: ${program} ${usageLine(command)}\n  ${command.summary}`);
   const config = loadConfig(env);
   let client: Client<typeof AdminService> | undefined;
   const json = flag(parsed.values, "json");
+  const output = outputOf(str(parsed.values, "output"), process.stdout.isTTY === true);
   await command.run({
     args: parsed.positionals,
     values: parsed.values,
     config,
-    show: (schema, message) => print(json ? toJson(schema, message) : readableJson(schema, message)),
+    show: (schema, message) =>
+      print(
+        json
+          ? toJson(schema, message)
+          : output === "table"
+            ? humanTable(readableJson(schema, message))
+            : readableJson(schema, message),
+      ),
     admin() {
       if (client) return client;
       const baseUrl = str(parsed.values, "url") ?? config.adminUrl ?? config.publicUrl;

@@ -19,6 +19,7 @@ import {
 } from "../../gen/platform/admin/v1/admin_pb.js";
 import {
   LIMIT_NAMES,
+  limitProblem,
   NAME_PATTERN,
   NAME_RULE,
   SECRET_NAME_PATTERN,
@@ -135,30 +136,6 @@ function mailMessage(r: MailLogRecord): MailInit {
   };
 }
 
-const LIMIT_MAXIMUMS: Record<keyof AppLimits, number> = {
-  eventsPerDay: 1_000_000_000,
-  mailPerDay: 10_000_000,
-  fastTokensPerDay: 2_000_000_000,
-  embedTokensPerDay: 2_000_000_000,
-  maxQueueDepth: 10_000_000,
-  maxPayloadBytes: 16 * 1024 * 1024,
-  messageTtlSeconds: 365 * 24 * 3600,
-  leaseSeconds: 43_200,
-  maxOutstandingLinks: 10_000,
-  linkTtlSeconds: 30 * 24 * 3600,
-  retentionDays: 3650,
-  maxDeliveries: 1000,
-  eventsPerSecond: 10_000_000,
-  eventsBurst: 100_000_000,
-  queuePutsPerSecond: 10_000_000,
-  queuePutsBurst: 100_000_000,
-  requestsPerSecond: 10_000_000,
-  requestsBurst: 100_000_000,
-  maxWaitingConsumes: 1_000_000,
-  maxOpenStreams: 1_000_000,
-  maxInFlightRequests: 1_000_000,
-};
-
 const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;
 // eslint-disable-next-line no-control-regex -- control characters are what it keeps out
 const MAIL_FROM_PATTERN = /^[^\s@<>",;\x00-\x1f\x7f]{1,64}@[A-Za-z0-9.-]{1,253}$/;
@@ -248,19 +225,8 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
   for (const name of LIMIT_NAMES) {
     const value = limits[name];
     if (value === undefined) continue;
-    if (!Number.isInteger(value) || value < 0 || value > LIMIT_MAXIMUMS[name]) {
-      throw invalidArgument(`limits.${name}`, `must be an integer from 0 to ${LIMIT_MAXIMUMS[name]}`);
-    }
-    if (
-      (name === "leaseSeconds" ||
-        name === "messageTtlSeconds" ||
-        name === "linkTtlSeconds" ||
-        name === "maxPayloadBytes" ||
-        name === "retentionDays") &&
-      value < 1
-    ) {
-      throw invalidArgument(`limits.${name}`, "must be at least 1");
-    }
+    const problem = limitProblem(name, value);
+    if (problem) throw invalidArgument(`limits.${name}`, problem);
     out[name] = value;
   }
   return out;

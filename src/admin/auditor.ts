@@ -6,9 +6,11 @@
  * takes one (through its `index.ts`). A change that wrote no entry through it
  * (one that changed nothing a store's transaction covers) is recorded right
  * after. A refused or failed attempt is recorded on its own, as `denied` or
- * `failed`, with the error's code.
+ * `failed`, with the error's code. A write refused before its change began
+ * (an app id that names no app, a malformed argument) is recorded by
+ * `attempted`, once per call: whatever the input, the log keeps the attempt.
  */
-import type { HandlerContext } from "@connectrpc/connect";
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { principalKey, requestIdKey, type OperatorIdentity } from "../core/auth.ts";
 import type { Db } from "../core/database/index.ts";
@@ -34,7 +36,18 @@ export interface Auditor {
   ): Promise<T>;
   /** Records an attempt that did not run (a viewer's write), on `app` when it was aimed at one. */
   refused(context: HandlerContext, action: string, detail: Record<string, unknown>, app?: AuditedApp): Promise<void>;
+  /** Records a write that failed with `err` when nothing of this call was recorded yet (it failed before `audited`). */
+  attempted(
+    context: HandlerContext,
+    action: string,
+    detail: Record<string, unknown>,
+    err: unknown,
+    app?: AuditedApp,
+  ): Promise<void>;
 }
+
+/** Set once a call's entry was written (or tried): `attempted` then adds none. */
+const recordedKey = createContextKey(false, { description: "audit entry recorded" });
 
 /** The operator of an admin call (the interceptor guarantees one). */
 export function operatorOf(context: HandlerContext): OperatorIdentity {
@@ -53,6 +66,7 @@ export function createAuditor(db: Db, logger: Logger): Auditor {
     detail: Record<string, unknown>,
   ): AuditEntryInput => {
     const operator = operatorOf(context);
+    context.values.set(recordedKey, true);
     return {
       operatorId: operator.id,
       operatorName: operator.name,
@@ -95,6 +109,13 @@ export function createAuditor(db: Db, logger: Logger): Auditor {
 
     async refused(context, action, detail, app) {
       await recordAside(entry(context, action, app, "denied", detail));
+    },
+
+    async attempted(context, action, detail, err, app) {
+      if (context.values.get(recordedKey)) return;
+      const e = toPlatformError(err);
+      const outcome: AuditOutcome = e.code === "permission_denied" ? "denied" : "failed";
+      await recordAside(entry(context, action, app, outcome, { ...detail, error: e.code, message: e.message }));
     },
   };
 }

@@ -82,19 +82,18 @@ export function createOperatorAccountRpcs(options: {
   const { db, auditor, onAuthChanged } = options;
   const operators = createOperatorStore(db);
 
+  // The built-in operator as WhoAmI and ListOperators show it: it exists since this instance started.
+  const owner = () => ({
+    id: OWNER.id,
+    name: OWNER.name,
+    role: OperatorRole.ADMIN,
+    createdAt: timestampFromDate(options.startedAt),
+  });
+
   return {
     async whoAmI(_req, context) {
       const me = operatorOf(context);
-      if (me.id === OWNER.id) {
-        return {
-          operator: {
-            id: OWNER.id,
-            name: OWNER.name,
-            role: OperatorRole.ADMIN,
-            createdAt: timestampFromDate(options.startedAt),
-          },
-        };
-      }
+      if (me.id === OWNER.id) return { operator: owner() };
       const record = await operators.get(me.id);
       if (!record) throw notFound(me.id);
       return { operator: operatorMessage(record) };
@@ -120,7 +119,9 @@ export function createOperatorAccountRpcs(options: {
     },
 
     async listOperators() {
-      return { operators: (await operators.list()).map(operatorMessage) };
+      // The owner first: the audit log names it as the operator of what the ADMIN_TOKEN did, so the
+      // Operators screen and the audit log's operator filter must know it too.
+      return { operators: [owner(), ...(await operators.list()).map(operatorMessage)] };
     },
 
     async updateOperator(req, context) {

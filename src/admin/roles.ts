@@ -103,7 +103,17 @@ export function withRoles(
           },
         );
       }
-      return fn.call(impl, req, context);
+      const action = RPC_ACTIONS[name];
+      if (!action) return fn.call(impl, req, context);
+      try {
+        return await fn.call(impl, req, context);
+      } catch (err) {
+        // Refused before its change began (no such app, a malformed argument): still an attempt to record.
+        const appRef = typeof req.appId === "string" && req.appId ? req.appId : undefined;
+        const app = appRef ? await findApp(appRef) : undefined;
+        await auditor.attempted(context, action, appRef ? { app: appRef } : {}, err, app);
+        throw err;
+      }
     };
   }
   return guarded as AdminImpl;

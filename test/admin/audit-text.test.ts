@@ -1,7 +1,9 @@
 /**
  * The audit log keeps the entry of a call whatever the caller typed: a
  * refused `CreateApp` named "\u0000" (text PostgreSQL cannot hold) is recorded
- * with that text escaped, not lost with a warning ("audit entry lost" before).
+ * with that text escaped, not lost with a warning ("audit entry lost" before),
+ * and a write refused before its change began (an app id naming no app, or
+ * holding NUL) is recorded too, once.
  * Over Connect against the real server, on PGlite and PostgreSQL.
  */
 import { describe, expect, it } from "vitest";
@@ -19,16 +21,19 @@ async function refusedCode(p: Promise<unknown>): Promise<number> {
   throw new Error("expected the call to be refused");
 }
 
-/** CreateApp over Connect's JSON form, the name written as JSON escapes. */
-async function createAppAsJson(nameJson: string): Promise<number> {
-  const res = await fetch(`${t.url}/platform.admin.v1.AdminService/CreateApp`, {
+/** An AdminService call over Connect's JSON form, the body as written (JSON escapes kept). */
+async function callAsJson(rpc: string, body: string): Promise<number> {
+  const res = await fetch(`${t.url}/platform.admin.v1.AdminService/${rpc}`, {
     method: "POST",
     headers: { "content-type": "application/json", authorization: `Bearer ${t.adminToken}` },
-    body: `{"name":"${nameJson}"}`,
+    body,
   });
   await res.arrayBuffer();
   return res.status;
 }
+
+/** CreateApp over Connect's JSON form, the name written as JSON escapes. */
+const createAppAsJson = (nameJson: string) => callAsJson("CreateApp", `{"name":"${nameJson}"}`);
 
 describe("audit entries of input PostgreSQL cannot hold", () => {
   it.each([
@@ -50,4 +55,34 @@ describe("audit entries of input PostgreSQL cannot hold", () => {
     const { entries } = await t.admin.listAuditEntries({ action: "app.create", pageSize: 1 });
     expect(JSON.stringify(entries[0].detail)).toContain("\u{1F600}");
   });
+
+  it.each([
+    ["UpdateApp", "app.stop", '{"appId":"\\u0000","status":"APP_STATUS_STOPPED"}', "\\u0000"],
+    ["UpdateApp", "app.stop", '{"appId":"no-such-app","status":"APP_STATUS_STOPPED"}', "no-such-app"],
+    [
+      "DeleteApp",
+      "app.delete",
+      '{"appId":"00000000-0000-4000-8000-000000000000"}',
+      "00000000-0000-4000-8000-000000000000",
+    ],
+    ["IssueToken", "token.issue", '{"appId":"x\\u0000y"}', "x\\u0000y"],
+    ["SetSecret", "secret.set", '{"appId":"","name":"A","value":"v"}', undefined],
+  ])(
+    "%s refused before it began (%s on %s) is recorded once, naming what was typed",
+    async (rpc, action, body, app) => {
+      const audited = async () =>
+        (await t.admin.listAuditEntries({ pageSize: 100 })).entries.filter(
+          (e) => e.outcome !== "ok" && (app === undefined ? e.action === action : e.detail?.app === app),
+        );
+      const before = (await audited()).length;
+      const status = await callAsJson(rpc, body);
+      expect(status).toBeGreaterThanOrEqual(400);
+      expect(status).toBeLessThan(500);
+      const after = await audited();
+      expect(after.length).toBe(before + 1);
+      expect(["app.update", action]).toContain(after[0].action);
+      expect(after[0].outcome).toBe("failed");
+      expect(after[0].detail?.error).toMatch(/^(not_found|invalid_argument)$/);
+    },
+  );
 });

@@ -55,6 +55,16 @@ describe("operators", () => {
     expect(listed?.lastUsedAt).toBeDefined();
   });
 
+  it("lists the built-in owner first, and the audit log finds its entries by its id", async () => {
+    await t.createApp("owned");
+    const { operators } = await t.admin.listOperators({});
+    expect(operators[0]).toMatchObject({ id: "owner", name: "owner", role: OperatorRole.ADMIN, disabled: false });
+    expect(operators.filter((o) => o.id === "owner")).toHaveLength(1);
+    const { entries } = await t.admin.listAuditEntries({ operatorId: operators[0].id, action: "app.create" });
+    expect(entries.map((e) => e.appName)).toContain("owned");
+    for (const e of entries) expect(e.operatorId).toBe("owner");
+  });
+
   it("refuses a duplicate or bad name, a bad role, and changes to the built-in owner", async () => {
     await newOperator("dup", OperatorRole.VIEWER);
     expect((await failure(t.admin.createOperator({ name: "dup", role: OperatorRole.VIEWER }))).code).toBe(

@@ -179,8 +179,10 @@ describe("PutTestMessage", () => {
       t.admin.putTestMessage({ appId: app.id, queue: "q", payload: json("x".repeat(300_000)) }),
     );
     expect([Code.InvalidArgument, Code.ResourceExhausted, Code.FailedPrecondition]).toContain(big.code);
+    // Every refused attempt is recorded once, also those refused before the put began (docs/operators.md).
     const { entries } = await t.admin.listAuditEntries({ appId: app.id, action: "queue.put", pageSize: 10 });
-    expect(entries.map((e) => e.outcome)).toEqual(["failed"]);
+    expect(entries.map((e) => e.outcome)).toEqual(["failed", "failed", "failed", "failed"]);
+    expect(entries.at(-1)?.detail?.message).toMatch(/^queue: must be an app's own queue/);
   });
 
   it("is refused to a viewer by the server, and the attempt is audited as denied", async () => {

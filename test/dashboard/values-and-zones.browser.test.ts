@@ -120,7 +120,14 @@ describe("analytics and usage outside UTC", () => {
     await over.waitFor();
     const box = (await over.boundingBox())!;
     await page.mouse.move(box.x + box.width - 2, box.y + box.height / 2);
-    const today = new Date().toISOString().slice(0, 10);
+    // The legend names the bucket as a UTC day (in the browser's language; the tests' Chromium speaks en-US).
+    const today = new Intl.DateTimeFormat("en-US", {
+      timeZone: "UTC",
+      weekday: "short",
+      month: "short",
+      day: "numeric",
+      year: "numeric",
+    }).format(new Date());
     await eventually(() => usageChart.locator(".u-legend .u-series").first().textContent()).toContain(today);
     await context.close();
   });

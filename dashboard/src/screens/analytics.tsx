@@ -8,7 +8,7 @@
  * is sent for them (the API refuses one) and only their labels are shown in
  * the zone. The zone field applies once typing stops, not per keystroke.
  */
-import { useMemo, useState } from "react";
+import { useMemo, useRef, useState } from "react";
 import { useQuery } from "@connectrpc/connect-query";
 import { skipToken } from "@tanstack/react-query";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -17,6 +17,7 @@ import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
 import { Interval, type Bucket } from "../../../gen/platform/analytics/v1/analytics_pb.js";
 import { Empty, QueryView, useDebounced, usePages } from "../ui.tsx";
 import { TimeChart } from "../chart.tsx";
+import { bucketIndex, bucketStarts, type BucketUnit } from "../time-buckets.ts";
 
 const RANGES = [
   { label: "Last 24 hours", hours: 24 },
@@ -31,6 +32,12 @@ const INTERVALS = [
   { label: "Week", value: Interval.WEEK },
   { label: "Month", value: Interval.MONTH },
 ];
+const UNITS = new Map<Interval, BucketUnit>([
+  [Interval.HOUR, "hour"],
+  [Interval.DAY, "day"],
+  [Interval.WEEK, "week"],
+  [Interval.MONTH, "month"],
+]);
 const TOP_N = [5, 10, 20];
 const NO_GROUP = "(none)";
 const OTHER = "other";
@@ -97,6 +104,10 @@ export function AnalyticsTab({ app }: { app: App }) {
       : skipToken,
     { refetchInterval: hours > 0 ? 10_000 : false, placeholderData: (previous) => previous },
   );
+  // The zone the shown answer was bucketed in (the answer names its range and interval, not its zone):
+  // while the next answer loads, the last one stays laid out as it was counted.
+  const answeredZone = useRef("UTC");
+  if (query.data && !query.isPlaceholderData) answeredZone.current = sentZone ?? "UTC";
   return (
     <>
       <form className="card filters" onSubmit={(e) => e.preventDefault()} aria-label="Analytics query">
@@ -207,6 +218,10 @@ export function AnalyticsTab({ app }: { app: App }) {
                     grouped={result.groupBy !== undefined}
                     topN={topN}
                     zone={zone ?? "UTC"}
+                    since={result.since ? timestampDate(result.since).getTime() : since}
+                    until={result.until ? timestampDate(result.until).getTime() : until}
+                    unit={UNITS.get(result.interval) ?? "day"}
+                    bucketZone={answeredZone.current}
                     fileName={`${app.name}-${chosen}.csv`}
                   />
                 )}
@@ -228,6 +243,10 @@ function Buckets({
   grouped,
   topN,
   zone,
+  since,
+  until,
+  unit,
+  bucketZone,
   fileName,
 }: {
   buckets: Bucket[];
@@ -235,14 +254,24 @@ function Buckets({
   grouped: boolean;
   topN: number;
   zone: string;
+  /** The range asked for, epoch ms: every bucket it touches is drawn, with 0 where none was answered. */
+  since: number;
+  until: number;
+  unit: BucketUnit;
+  /** The zone the buckets were counted in (UTC for hours). */
+  bucketZone: string;
   fileName: string;
 }) {
   const format = useMemo(
     () => new Intl.DateTimeFormat(undefined, { timeZone: zone, dateStyle: "medium", timeStyle: "short" }),
     [zone],
   );
-  const { x, series, totals } = useMemo(() => {
-    const times = [...new Set(buckets.map((b) => Number(b.at?.seconds ?? 0n)))].sort((a, b) => a - b);
+  const { x, starts, series, totals } = useMemo(() => {
+    // Every bucket of the range, answered or not (the API answers only buckets with events): hours
+    // are UTC hours, days, weeks and months start in the zone the query was bucketed in.
+    const layout = bucketStarts(since, until, unit, unit === "hour" ? "UTC" : bucketZone);
+    const slot = bucketIndex(layout, unit);
+    const times = layout.map((t) => t / 1000);
     const sums = new Map<string, number>();
     for (const b of buckets) sums.set(b.group ?? NO_GROUP, (sums.get(b.group ?? NO_GROUP) ?? 0) + Number(b.count));
     const totals = [...sums].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
@@ -250,17 +279,20 @@ function Buckets({
     const drawn = totals.length > topN + 1 ? totals.slice(0, topN) : totals;
     const lineOf = new Map(drawn.map(([g], i) => [g, i]));
     const otherTotal = totals.slice(drawn.length).reduce((n, [, c]) => n + c, 0);
-    const index = new Map(times.map((t, i) => [t, i]));
     const series = drawn.map(([g]) => ({ label: grouped ? g : "count", values: times.map(() => 0) }));
     const other = { label: `${OTHER} (${totals.length - drawn.length} groups)`, values: times.map(() => 0) };
     for (const b of buckets) {
       const line = lineOf.get(b.group ?? NO_GROUP);
-      (line === undefined ? other : series[line]).values[index.get(Number(b.at?.seconds ?? 0n))!] += Number(b.count);
+      const at = b.at ? Number(b.at.seconds) * 1000 + Math.floor(b.at.nanos / 1e6) : since;
+      (line === undefined ? other : series[line]).values[slot(at)] += Number(b.count);
     }
     if (otherTotal > 0) series.push(other);
     const shownTotals: [string, number][] = otherTotal > 0 ? [...drawn, [other.label, otherTotal]] : drawn;
-    return { x: times, series, totals: shownTotals };
-  }, [buckets, grouped, topN]);
+    // A first bucket that began before the range is drawn where its counted part begins: the axis spans the range.
+    const x = times.map((t) => Math.max(t, since / 1000));
+    return { x, starts: times, series, totals: shownTotals };
+  }, [buckets, grouped, topN, since, until, unit, bucketZone]);
+  const range = useMemo((): [number, number] => [since / 1000, until / 1000], [since, until]);
   const { rows, pager } = usePages(buckets, 100);
   if (buckets.length === 0)
     return <Empty title="No events in this range">Widen the range, or log events of this type.</Empty>;
@@ -289,7 +321,15 @@ function Buckets({
           Export CSV
         </button>
       </div>
-      <TimeChart x={x} series={series} label="Events per bucket" timeZone={zone} />
+      <TimeChart
+        x={x}
+        starts={starts}
+        range={range}
+        unit={unit}
+        series={series}
+        label="Events per bucket"
+        timeZone={zone}
+      />
       {grouped ? (
         <div className="table-wrap">
           <table data-testid="group-totals">

@@ -168,13 +168,24 @@ export function QueuesTab({ app }: { app: App }) {
         <PolicyOf onShow={setPolicyOf} />
       </div>
       {policyOf ? (
-        <QueuePolicyPanel key={policyOf} appId={app.id} queue={policyOf} onClose={() => setPolicyOf(null)} />
+        <QueuePolicyPanel
+          key={`policy:${policyOf}`}
+          appId={app.id}
+          queue={policyOf}
+          onClose={() => setPolicyOf(null)}
+        />
       ) : null}
-      {active ? <Activity key={active} appId={app.id} queue={active} onClose={() => setActive(null)} /> : null}
-      {selected ? <Peek key={selected} appId={app.id} queue={selected} onClose={() => setSelected(null)} /> : null}
-      {dead ? <DeadLetters key={dead} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
+      {/* Keys name the panel as well as the queue: these siblings share one list of keys, and Peek's "emails"
+          beside the send form's "emails" made React draw the Peek panel twice. */}
+      {active ? (
+        <Activity key={`activity:${active}`} appId={app.id} queue={active} onClose={() => setActive(null)} />
+      ) : null}
+      {selected ? (
+        <Peek key={`peek:${selected}`} appId={app.id} queue={selected} onClose={() => setSelected(null)} />
+      ) : null}
+      {dead ? <DeadLetters key={`dead:${dead}`} app={app} queue={dead} onClose={() => setDead(null)} /> : null}
       {canWrite ? (
-        <SendTestMessage key={selected ?? active ?? ""} appId={app.id} queue={selected ?? active ?? ""} />
+        <SendTestMessage key={`send:${selected ?? active ?? ""}`} appId={app.id} queue={selected ?? active ?? ""} />
       ) : null}
       {canWrite ? <PublishEvent appId={app.id} /> : null}
       <ConfirmDialog
@@ -366,7 +377,14 @@ function ActivityView({ queue, hours }: { queue: string; hours: QueueActivityHou
       <p data-testid={`activity-total-${queue}`}>
         {totals.puts.toLocaleString()} put, {totals.acks.toLocaleString()} acked in the last 24 hours.
       </p>
-      <TimeChart x={x} series={series} height={220} label={`Puts and acks per hour of ${queue}`} timeZone="UTC" />
+      <TimeChart
+        x={x}
+        series={series}
+        height={220}
+        label={`Puts and acks per hour of ${queue}`}
+        timeZone="UTC"
+        unit="hour"
+      />
       <details>
         <summary>The counts per hour</summary>
         <div className="table-wrap">

@@ -144,7 +144,9 @@ export function SettingsTab({ app }: { app: App }) {
           placeholder="app@example.com"
           autoComplete="off"
         />
-        <small className="muted">Mail cannot be sent until the app has a sender address.</small>
+        {mailFrom.trim() === "" ? (
+          <small className="muted">Mail cannot be sent until the app has a sender address.</small>
+        ) : null}
       </label>
       <fieldset className="switches">
         <legend>Facilities</legend>

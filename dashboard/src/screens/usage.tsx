@@ -70,8 +70,16 @@ function HistoryCharts({ days }: { days: UsageDay[] }) {
         height={220}
         label="Events and mail per day, last 30 days"
         timeZone="UTC"
+        unit="day"
       />
-      <TimeChart x={x} series={series.tokens} height={220} label="Model tokens per day, last 30 days" timeZone="UTC" />
+      <TimeChart
+        x={x}
+        series={series.tokens}
+        height={220}
+        label="Model tokens per day, last 30 days"
+        timeZone="UTC"
+        unit="day"
+      />
     </div>
   );
 }

@@ -75,6 +75,44 @@ export function retentionCutoff(days: number, now: Date = new Date()): Date {
 
 export const LIMIT_NAMES = Object.keys(DEFAULT_LIMITS) as (keyof AppLimits)[];
 
+/**
+ * The values each limit may be set to: UpdateApp refuses any other, and the
+ * CLI checks the same ranges before it calls (one source, so the two never
+ * disagree). A lifetime, a lease, a payload size or a retention of 0 would
+ * make the facility unusable, so those start at 1; every other 0 means none.
+ */
+export const LIMIT_RANGES: Readonly<Record<keyof AppLimits, { min: number; max: number }>> = {
+  eventsPerDay: { min: 0, max: 1_000_000_000 },
+  mailPerDay: { min: 0, max: 10_000_000 },
+  fastTokensPerDay: { min: 0, max: 2_000_000_000 },
+  embedTokensPerDay: { min: 0, max: 2_000_000_000 },
+  maxQueueDepth: { min: 0, max: 10_000_000 },
+  maxPayloadBytes: { min: 1, max: 16 * 1024 * 1024 },
+  messageTtlSeconds: { min: 1, max: 365 * 24 * 3600 },
+  leaseSeconds: { min: 1, max: 43_200 },
+  maxOutstandingLinks: { min: 0, max: 10_000 },
+  linkTtlSeconds: { min: 1, max: 30 * 24 * 3600 },
+  retentionDays: { min: 1, max: 3650 },
+  maxDeliveries: { min: 0, max: 1000 },
+  eventsPerSecond: { min: 0, max: 10_000_000 },
+  eventsBurst: { min: 0, max: 100_000_000 },
+  queuePutsPerSecond: { min: 0, max: 10_000_000 },
+  queuePutsBurst: { min: 0, max: 100_000_000 },
+  requestsPerSecond: { min: 0, max: 10_000_000 },
+  requestsBurst: { min: 0, max: 100_000_000 },
+  maxWaitingConsumes: { min: 0, max: 1_000_000 },
+  maxOpenStreams: { min: 0, max: 1_000_000 },
+  maxInFlightRequests: { min: 0, max: 1_000_000 },
+};
+
+/** Why `value` cannot be limit `name`'s value (the rule as error messages state it), or undefined when it can. */
+export function limitProblem(name: keyof AppLimits, value: number): string | undefined {
+  const { min, max } = LIMIT_RANGES[name];
+  if (!Number.isInteger(value) || value < 0 || value > max) return `must be an integer from 0 to ${max}`;
+  if (value < min) return `must be at least ${min}`;
+  return undefined;
+}
+
 export interface AppRecord {
   id: string;
   name: string;
