@@ -41,6 +41,11 @@ const pinned = new Map<string, string>([
   ["0024-queue-depth-exclusive.ts", "b3ed107bdee84304737dd9e84a418f8f462ee7e095abab2db9913fa0b4c08ced"],
   ["0025-limit-exchange.ts", "7158493eba7b8b52e243bc1b1f7e06625c78d7cd02d7f031545e6e7c04c84525"],
   ["0026-quota-reservations.ts", "df84ffafb80a1220beff0dbf5b6579ee692344c859036bc81ab62d17fbc4039c"],
+  ["0027-message-trace.ts", "6de68f7d2793ebd5230d08af6c7e4b5fe3e7e4e0005e99079d4e2ede34302182"],
+  ["0028-overview-rollups.ts", "fffbf19cee074e8ca15452db0a3bce75b04dfd2bdd0bfc15ea1e6a5bdd1d1664"],
+  ["0029-operator-sessions.ts", "e28045c51c6a822f1bb69472b4b805edc48d6c62cf961152495144b062c816b9"],
+  ["0030-queue-jitter-and-reasons.ts", "051cc3613732258bd80b0a637dc7df8b6c8b061ead5ec7d09abed41f3f5e9f9d"],
+  ["0031-queue-priorities.ts", "68cd3084c4c05899e6e565d1ae1d4f2015125f8b01565c2f97420b1ba1559849"],
 ]);
 
 const files = fs
