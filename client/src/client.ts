@@ -69,6 +69,7 @@ import {
   type SendMailRequest,
   type SendMailResponse,
   type TimeInput,
+  type TrackOptions,
   type VersionResponse,
 } from "./types.ts";
 
@@ -185,7 +186,12 @@ export interface PlatformClient {
     /** `POST /v1/analytics/query`: counts events in buckets. */
     query(request: QueryRequest, options?: CallOptions): Promise<QueryResponse>;
     /** Buffers one event; it is sent in a batch (see `ClientOptions.analytics`). Never throws for the service's answer. */
-    track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
+    track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
+    /**
+     * Sets the user of the events tracked from now on (their `distinctId`), or none with `undefined`;
+     * `track`'s own `distinctId` overrides it for one event.
+     */
+    identify(distinctId: string | undefined): void;
     /** Sends every buffered event now; answers what was stored and dropped since the previous flush. */
     flush(): Promise<FlushResult>;
     /** Events buffered and not yet sent. */
@@ -656,6 +662,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         return call<QueryResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
       },
       track: (...args: Parameters<typeof tracker.track>) => tracker.track(...args),
+      identify: (distinctId) => tracker.identify(distinctId),
       flush: (...args: Parameters<typeof tracker.flush>) => tracker.flush(...args),
       get pending() {
         return tracker.pending;
@@ -792,6 +799,7 @@ function wireEvent(e: AnalyticsEvent): AnalyticsEvent {
   const out: AnalyticsEvent = { type: e.type };
   if (e.at !== undefined) out.at = toEpochMs(e.at);
   if (e.properties !== undefined) out.properties = e.properties;
+  if (e.distinctId !== undefined) out.distinctId = e.distinctId;
   return out;
 }
 

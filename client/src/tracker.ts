@@ -40,6 +40,7 @@ import {
   type LogEventsResponse,
   type PropertyValue,
   type TimeInput,
+  type TrackOptions,
 } from "./types.ts";
 
 export type DropReason =
@@ -108,7 +109,10 @@ export interface FlushResult {
 }
 
 export interface Tracker {
-  track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
+  /** `at` is when (default now), or `{ at?, distinctId? }`: when and who. */
+  track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
+  /** The `distinctId` of the events tracked from now on (`undefined`: none); a track's own overrides it. */
+  identify(distinctId: string | undefined): void;
   /**
    * Sends what is waiting, in order, and answers once it is sent or the service could not be reached
    * (after the transport's retries): then the batch that failed and everything after it stay waiting
@@ -201,6 +205,8 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   let draining: Promise<void> | undefined;
   let batchNumber = 0;
   const session = randomId();
+  /** The user set by `identify`, given to every event tracked without its own. */
+  let identity: string | undefined;
 
   function report(info: DropInfo): void {
     if (info.events.length === 0) return;
@@ -421,8 +427,11 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   }
 
   return {
-    track(type, properties, at) {
-      const event: AnalyticsEvent = { type, at: toEpochMs(at ?? Date.now()) };
+    track(type, properties, third) {
+      const options: TrackOptions = isTrackOptions(third) ? third : { at: third };
+      const event: AnalyticsEvent = { type, at: toEpochMs(options.at ?? Date.now()) };
+      const who = options.distinctId === undefined ? identity : (options.distinctId ?? undefined);
+      if (who !== undefined) event.distinctId = who;
       // A copy: the batch leaves later, and the caller may change its object meanwhile (values are scalars).
       if (properties && Object.keys(properties).length > 0) event.properties = { ...properties };
       if (closing) return report({ reason: "closed", events: [event] });
@@ -431,6 +440,9 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       // While batches are kept (the service unreachable), the retry timer sends: not every new batch.
       if (kept.length === 0 && buffer.length >= batchSize) void drain();
       else schedule();
+    },
+    identify(distinctId) {
+      identity = distinctId;
     },
     flush,
     close() {
@@ -443,6 +455,11 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       return keptCount + buffer.length;
     },
   };
+}
+
+/** `{ at?, distinctId? }` rather than a time (a number, a string or a Date). */
+function isTrackOptions(x: TimeInput | TrackOptions | undefined): x is TrackOptions {
+  return typeof x === "object" && x !== null && !(x instanceof Date);
 }
 
 /** A random id (idempotency keys of this process's batches), from the platform's crypto where there is one. */

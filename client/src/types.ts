@@ -84,6 +84,15 @@ export interface AnalyticsEvent {
   at?: TimeInput;
   /** Only properties the type declares, with values of the declared kind. */
   properties?: Record<string, PropertyValue>;
+  /** Who did it (a user id, 1 to 200 characters): what unique users and funnels count. */
+  distinctId?: string;
+}
+
+/** The third argument of `analytics.track`: when, and who (overriding the tracker's `identify`). */
+export interface TrackOptions {
+  at?: TimeInput;
+  /** This event's user; `null` sends it without one even after `identify`. */
+  distinctId?: string | null;
 }
 
 export interface LogEventsRequest {

@@ -101,6 +101,8 @@ const EventJson = fixedObject(
     properties: passthroughObject(),
     type: optionalString(),
     at: JsonTime,
+    // Extension: who did it (1 to 200 characters, checked by the implementation).
+    distinctId: optionalString(),
   },
   "must be an object",
 );
@@ -215,6 +217,7 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
         for (const key of Object.keys(e.properties)) properties[key] = jsonValue(e.properties[key]);
         const event: Event = { $typeName: "platform.analytics.v1.Event", type: e.type ?? "", properties };
         if (e.at) event.at = e.at;
+        if (e.distinctId !== undefined) event.distinctId = e.distinctId;
         events[i] = event;
       }
       return { events };

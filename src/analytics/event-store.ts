@@ -18,6 +18,10 @@ export interface StoredEvent {
   /** Epoch milliseconds. */
   at: number;
   properties: Record<string, string>;
+  /** Who did it (the `distinctId` extension), 1 to 200 characters. */
+  distinctId?: string | undefined;
+  /** The `number` properties' values as numbers, beside their strings (sums, averages, comparisons). */
+  numbers?: Record<string, number> | undefined;
 }
 
 export interface CountQuery {

@@ -39,6 +39,10 @@ export interface EventDocument {
   at: Date;
   meta: { app: string; type: string };
   p: Record<string, string>;
+  /** The `number` properties as numbers (sums, averages, comparisons); absent when none. */
+  n?: Record<string, number>;
+  /** Who did it; absent when unknown. A measurement, not meta: it varies within an hour's bucket. */
+  distinctId?: string;
   /** Batch id, for undoing a half-written batch. */
   b: string;
 }
@@ -53,7 +57,14 @@ export function toDocuments(appId: string, events: readonly StoredEvent[], batch
   return events.map((e) => {
     const p: Record<string, string> = {};
     for (const key in e.properties) p[fieldName(key)] = e.properties[key]!;
-    return { at: new Date(e.at), meta: { app: appId, type: e.type }, p, b: batchId };
+    const doc: EventDocument = { at: new Date(e.at), meta: { app: appId, type: e.type }, p, b: batchId };
+    if (e.numbers !== undefined) {
+      const n: Record<string, number> = {};
+      for (const key in e.numbers) n[fieldName(key)] = e.numbers[key]!;
+      doc.n = n;
+    }
+    if (e.distinctId !== undefined) doc.distinctId = e.distinctId;
+    return doc;
   });
 }
 
@@ -118,7 +129,11 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
         ))
           throw err;
       }
-      return db.collection<EventDocument>(name);
+      const coll = db.collection<EventDocument>(name);
+      // Unique users and funnels read the ids of one app's type over a range (a secondary index on a
+      // measurement, which time-series collections take from MongoDB 6.0; creating it again is a no-op).
+      await coll.createIndex({ "meta.app": 1, "meta.type": 1, distinctId: 1, at: 1 });
+      return coll;
     })().catch((err: unknown) => {
       ready = undefined;
       throw err;

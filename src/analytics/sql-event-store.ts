@@ -43,6 +43,10 @@ export interface AnalyticsEventsTable {
   type: string;
   at: Timestamp;
   properties: ColumnType<Record<string, string>, string, string>;
+  /** The event's `distinctId` (migration 0027). */
+  distinct_id: string | null;
+  /** The `number` properties as JSON numbers, beside their strings (migration 0027). */
+  numbers: ColumnType<Record<string, number> | null, string | null, string | null>;
 }
 
 /** Counts per (type, property, UTC day, value); `prop = ''` is the day's total. */
@@ -221,7 +225,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     within?: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void> => {
-    const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
+    const raw = JSON.stringify(
+      events.map((e) => ({ t: e.type, a: e.at, p: e.properties, d: e.distinctId, n: e.numbers })),
+    );
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
@@ -253,9 +259,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     await guarded(() =>
       sql`
         WITH raw AS (
-          INSERT INTO analytics_events (app_id, type, at, properties)
-          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
-          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
+          INSERT INTO analytics_events (app_id, type, at, properties, distinct_id, numbers)
+          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p, e.d, e.n
+          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb, d text, n jsonb)
           RETURNING 1
         ), raw_done AS (
           SELECT count(*) AS c FROM raw

@@ -64,6 +64,14 @@ export declare type Event = Message<"platform.analytics.v1.Event"> & {
    * @generated from field: map<string, google.protobuf.Value> properties = 3;
    */
   properties: { [key: string]: Value };
+
+  /**
+   * Who did it (extension): 1 to 200 characters; unset when unknown. What
+   * unique users and funnels count.
+   *
+   * @generated from field: optional string distinct_id = 4;
+   */
+  distinctId?: string | undefined;
 };
 
 /**
@@ -71,6 +79,56 @@ export declare type Event = Message<"platform.analytics.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * Condition is one filter of a query; the conditions of a query all hold (AND).
+ *
+ * @generated from message platform.analytics.v1.Condition
+ */
+export declare type Condition = Message<"platform.analytics.v1.Condition"> & {
+  /**
+   * A property the type declares, or "distinctId".
+   *
+   * @generated from field: string property = 1;
+   */
+  property: string;
+
+  /**
+   * @generated from field: platform.analytics.v1.Operator op = 2;
+   */
+  op: Operator;
+
+  /**
+   * Of the property's declared kind; a list for IN; a boolean or unset for EXISTS.
+   *
+   * @generated from field: google.protobuf.Value value = 3;
+   */
+  value?: Value | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.Condition.
+ * Use `create(ConditionSchema)` to create a new message.
+ */
+export declare const ConditionSchema: GenMessage<Condition>;
+
+/**
+ * GroupValue is one property's value in a group; unset when the event lacks it.
+ *
+ * @generated from message platform.analytics.v1.GroupValue
+ */
+export declare type GroupValue = Message<"platform.analytics.v1.GroupValue"> & {
+  /**
+   * @generated from field: optional string value = 1;
+   */
+  value?: string | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.GroupValue.
+ * Use `create(GroupValueSchema)` to create a new message.
+ */
+export declare const GroupValueSchema: GenMessage<GroupValue>;
 
 /**
  * @generated from message platform.analytics.v1.Bucket
@@ -92,6 +150,27 @@ export declare type Bucket = Message<"platform.analytics.v1.Bucket"> & {
    * @generated from field: int64 count = 3;
    */
   count: bigint;
+
+  /**
+   * With group_by_properties: each property's value, in their order (extension).
+   *
+   * @generated from field: repeated platform.analytics.v1.GroupValue groups = 4;
+   */
+  groups: GroupValue[];
+
+  /**
+   * The aggregate over the bucket, when the query used an extension.
+   *
+   * @generated from field: optional double value = 5;
+   */
+  value?: number | undefined;
+
+  /**
+   * The bucket holds the groups beyond the limit, folded into one.
+   *
+   * @generated from field: bool other = 6;
+   */
+  other: boolean;
 };
 
 /**
@@ -241,6 +320,40 @@ export declare type QueryEventsRequest = Message<"platform.analytics.v1.QueryEve
    * @generated from field: optional string timezone = 6;
    */
   timezone?: string | undefined;
+
+  /**
+   * Extensions: what to compute (default count) and of which property.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 7;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 8;
+   */
+  of?: string | undefined;
+
+  /**
+   * At most 10 conditions, all of which must hold.
+   *
+   * @generated from field: repeated platform.analytics.v1.Condition where = 9;
+   */
+  where: Condition[];
+
+  /**
+   * One or two properties to break down by (instead of group_by).
+   *
+   * @generated from field: repeated string group_by_properties = 10;
+   */
+  groupByProperties: string[];
+
+  /**
+   * Most groups answered (1 to 500; default 50 with group_by_properties);
+   * the rest are folded into buckets marked other.
+   *
+   * @generated from field: optional int32 limit = 11;
+   */
+  limit?: number | undefined;
 };
 
 /**
@@ -287,6 +400,43 @@ export declare type QueryEventsResponse = Message<"platform.analytics.v1.QueryEv
    * @generated from field: int64 total = 7;
    */
   total: bigint;
+
+  /**
+   * Set (not unspecified) when the query used an extension; then the buckets
+   * carry value and total_value is the aggregate over the whole range.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 8;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 9;
+   */
+  of?: string | undefined;
+
+  /**
+   * @generated from field: repeated string group_by_properties = 10;
+   */
+  groupByProperties: string[];
+
+  /**
+   * Unset for avg, min and max over no event.
+   *
+   * @generated from field: optional double total_value = 11;
+   */
+  totalValue?: number | undefined;
+
+  /**
+   * Groups beyond the limit, folded into the buckets marked other.
+   *
+   * @generated from field: int64 other_groups = 12;
+   */
+  otherGroups: bigint;
+
+  /**
+   * @generated from field: optional int32 limit = 13;
+   */
+  limit?: number | undefined;
 };
 
 /**
@@ -363,6 +513,131 @@ export enum Interval {
  * Describes the enum platform.analytics.v1.Interval.
  */
 export declare const IntervalSchema: GenEnum<Interval>;
+
+/**
+ * Aggregate is what a query computes per bucket (extension; unspecified is count).
+ *
+ * @generated from enum platform.analytics.v1.Aggregate
+ */
+export enum Aggregate {
+  /**
+   * @generated from enum value: AGGREGATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Events.
+   *
+   * @generated from enum value: AGGREGATE_COUNT = 1;
+   */
+  COUNT = 1,
+
+  /**
+   * Distinct distinct_ids, or distinct values of the property `of`.
+   *
+   * @generated from enum value: AGGREGATE_UNIQUE = 2;
+   */
+  UNIQUE = 2,
+
+  /**
+   * Of a declared number property `of`.
+   *
+   * @generated from enum value: AGGREGATE_SUM = 3;
+   */
+  SUM = 3,
+
+  /**
+   * @generated from enum value: AGGREGATE_AVG = 4;
+   */
+  AVG = 4,
+
+  /**
+   * @generated from enum value: AGGREGATE_MIN = 5;
+   */
+  MIN = 5,
+
+  /**
+   * @generated from enum value: AGGREGATE_MAX = 6;
+   */
+  MAX = 6,
+}
+
+/**
+ * Describes the enum platform.analytics.v1.Aggregate.
+ */
+export declare const AggregateSchema: GenEnum<Aggregate>;
+
+/**
+ * Operator compares a property of an event with a value (extension).
+ *
+ * @generated from enum platform.analytics.v1.Operator
+ */
+export enum Operator {
+  /**
+   * @generated from enum value: OPERATOR_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: OPERATOR_EQ = 1;
+   */
+  EQ = 1,
+
+  /**
+   * Everything eq does not match, events without the property included.
+   *
+   * @generated from enum value: OPERATOR_NEQ = 2;
+   */
+  NEQ = 2,
+
+  /**
+   * Equal to one of a list.
+   *
+   * @generated from enum value: OPERATOR_IN = 3;
+   */
+  IN = 3,
+
+  /**
+   * A string property (or distinct_id) containing the value.
+   *
+   * @generated from enum value: OPERATOR_CONTAINS = 4;
+   */
+  CONTAINS = 4,
+
+  /**
+   * Number properties only.
+   *
+   * @generated from enum value: OPERATOR_GT = 5;
+   */
+  GT = 5,
+
+  /**
+   * @generated from enum value: OPERATOR_GTE = 6;
+   */
+  GTE = 6,
+
+  /**
+   * @generated from enum value: OPERATOR_LT = 7;
+   */
+  LT = 7,
+
+  /**
+   * @generated from enum value: OPERATOR_LTE = 8;
+   */
+  LTE = 8,
+
+  /**
+   * The event carries the property (value true or unset), or not (false).
+   *
+   * @generated from enum value: OPERATOR_EXISTS = 9;
+   */
+  EXISTS = 9,
+}
+
+/**
+ * Describes the enum platform.analytics.v1.Operator.
+ */
+export declare const OperatorSchema: GenEnum<Operator>;
 
 /**
  * AnalyticsService registers event types, logs events of those types and

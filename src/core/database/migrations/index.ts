@@ -28,6 +28,7 @@ import * as mailUnconfirmed from "./0023-mail-unconfirmed.ts";
 import * as queueDepthExclusive from "./0024-queue-depth-exclusive.ts";
 import * as limitExchange from "./0025-limit-exchange.ts";
 import * as quotaReservations from "./0026-quota-reservations.ts";
+import * as analyticsIdentity from "./0027-analytics-identity.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -55,4 +56,5 @@ export const migrations: Record<string, Migration> = {
   "0024-queue-depth-exclusive": queueDepthExclusive,
   "0025-limit-exchange": limitExchange,
   "0026-quota-reservations": quotaReservations,
+  "0027-analytics-identity": analyticsIdentity,
 };
