@@ -12,11 +12,21 @@ import {
   AnalyticsService,
   Interval,
   PropertyKind,
+  Aggregate,
   type Event,
   type EventType,
+  type QueryEventsResponse,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { AGGREGATE_NAME, AGGREGATE_OF, OP_OF } from "./query-extensions.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
-import { epochMs, fixedObject, jsonObject, optionalString, passthroughObject } from "../core/http/validation.ts";
+import {
+  epochMs,
+  fixedObject,
+  jsonObject,
+  optionalInteger,
+  optionalString,
+  passthroughObject,
+} from "../core/http/validation.ts";
 import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import { MAX_EVENTS_PER_CALL } from "./validate-events.ts";
 
@@ -117,6 +127,30 @@ export const LogEventsBody = jsonObject({
     .pipe(z.array(EventJson)),
 });
 
+const AGGREGATES = ["count", "unique", "sum", "avg", "min", "max"] as const;
+const OPS = ["eq", "neq", "in", "contains", "gt", "gte", "lt", "lte", "exists"] as const;
+
+/** Any JSON value as a Value, lists included (the values of an `in` condition). */
+function conditionValue(v: unknown): Value {
+  if (!Array.isArray(v)) return jsonValue(v);
+  return {
+    $typeName: "google.protobuf.Value",
+    kind: { case: "listValue", value: create(ListValueSchema, { values: v.map(jsonValue) }) },
+  };
+}
+
+/** One condition of `where`: `{ property, op, value }`; kinds are the implementation's to check. */
+const ConditionJson = fixedObject(
+  {
+    property: z.string({ error: "must be a string" }).meta({ description: 'A declared property, or "distinctId".' }),
+    op: z.enum(OPS, {
+      error: (issue) => (typeof issue.input === "string" ? `must be one of ${OPS.join(", ")}` : "must be a string"),
+    }),
+    value: z.unknown().meta({ description: "Of the property's kind; a list for in; true/false for exists." }),
+  },
+  "must be an object { property, op, value }",
+);
+
 export const QueryBody = jsonObject({
   interval: z
     .enum(["hour", "day", "week", "month"], {
@@ -128,8 +162,28 @@ export const QueryBody = jsonObject({
   since: JsonTime,
   // Optional (the implementation's default is now); says so in the OpenAPI document.
   until: JsonTime.optional(),
-  groupBy: optionalString(),
+  // Extension: a second breakdown (a list of at most two properties).
+  groupBy: z
+    .union([z.string(), z.array(z.string({ error: "must be a string" }))], {
+      error: "must be a property name or a list of at most two",
+    })
+    .nullish()
+    .transform((v) => v ?? undefined),
   timezone: optionalString(),
+  // Extensions: aggregations, filters, the most groups answered.
+  aggregate: z
+    .enum(AGGREGATES, {
+      error: (issue) =>
+        typeof issue.input === "string" ? `must be one of ${AGGREGATES.join(", ")}` : "must be a string",
+    })
+    .nullish()
+    .transform((v) => v ?? undefined),
+  of: optionalString(),
+  where: z
+    .array(ConditionJson, { error: "must be a list of conditions { property, op, value }" })
+    .nullish()
+    .transform((v) => v ?? []),
+  limit: optionalInteger(),
 });
 
 const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds." });
@@ -149,9 +203,55 @@ export const QueryResponse = z.object({
   since: NullableMs,
   until: NullableMs,
   groupBy: z.string().nullable(),
-  buckets: z.array(z.object({ at: NullableMs, group: z.string().nullable(), count: z.number().int() })),
-  total: z.number().int(),
+  buckets: z.array(
+    z.object({
+      at: NullableMs,
+      group: z.string().nullable().optional().meta({ description: "With groupBy a property (or none)." }),
+      groups: z
+        .array(z.string().nullable())
+        .optional()
+        .meta({ description: "Extension: with groupBy a list, each property's value." }),
+      count: z.number().int(),
+      value: z.number().optional().meta({ description: "Extension: the aggregate over the bucket." }),
+      other: z.boolean().optional().meta({ description: "Extension: the groups beyond limit, folded into one." }),
+    }),
+  ),
+  total: z.number().nullable().meta({ description: "With an extension: the aggregate over the whole range." }),
+  aggregate: z.enum(AGGREGATES).optional(),
+  of: z.string().nullable().optional(),
+  limit: z.number().int().nullable().optional(),
+  count: z.number().int().optional().meta({ description: "Extension: the events counted." }),
+  otherGroups: z
+    .number()
+    .int()
+    .optional()
+    .meta({ description: "Extension: how many groups were folded into the buckets marked other." }),
 });
+
+/** The answer of a query that used an extension (see `QueryResponse`). */
+function extendedQueryJson(res: QueryEventsResponse) {
+  const list = res.groupByProperties.length > 0;
+  return {
+    type: res.type,
+    interval: UNIT_OF[res.interval] ?? "day",
+    since: epochMs(res.since),
+    until: epochMs(res.until),
+    groupBy: list ? res.groupByProperties : (res.groupBy ?? null),
+    aggregate: AGGREGATE_NAME[res.aggregate] ?? "count",
+    of: res.of ?? null,
+    limit: res.limit ?? null,
+    buckets: res.buckets.map((bucket) => ({
+      at: epochMs(bucket.at),
+      ...(list ? { groups: bucket.groups.map((g) => g.value ?? null) } : { group: bucket.group ?? null }),
+      count: Number(bucket.count),
+      value: bucket.value ?? 0,
+      other: bucket.other,
+    })),
+    total: res.totalValue ?? null,
+    count: Number(res.total),
+    otherGroups: Number(res.otherGroups),
+  };
+}
 
 export const analyticsRoutes: readonly AnyRestRoute[] = [
   defineRoute({
@@ -257,21 +357,40 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
       since: body.since,
       until: body.until,
       interval: body.interval === undefined ? Interval.UNSPECIFIED : INTERVAL_OF[body.interval],
-      groupBy: body.groupBy,
+      groupBy: typeof body.groupBy === "string" ? body.groupBy : undefined,
+      // An empty list is a list: it asks for the extended answer with no groups.
+      groupByProperties: Array.isArray(body.groupBy) ? body.groupBy : [],
       timezone: body.timezone,
-    }),
-    response: (res) => ({
-      type: res.type,
-      interval: UNIT_OF[res.interval] ?? "day",
-      since: epochMs(res.since),
-      until: epochMs(res.until),
-      groupBy: res.groupBy ?? null,
-      buckets: res.buckets.map((bucket) => ({
-        at: epochMs(bucket.at),
-        group: bucket.group ?? null,
-        count: Number(bucket.count),
+      aggregate:
+        body.aggregate === undefined
+          ? Array.isArray(body.groupBy)
+            ? Aggregate.COUNT
+            : Aggregate.UNSPECIFIED
+          : AGGREGATE_OF[body.aggregate],
+      of: body.of,
+      where: body.where.map((c) => ({
+        $typeName: "platform.analytics.v1.Condition" as const,
+        property: c.property,
+        op: OP_OF[c.op],
+        ...(c.value === undefined ? {} : { value: conditionValue(c.value) }),
       })),
-      total: Number(res.total),
+      limit: body.limit,
     }),
+    response: (res) =>
+      res.aggregate !== Aggregate.UNSPECIFIED
+        ? extendedQueryJson(res)
+        : {
+            type: res.type,
+            interval: UNIT_OF[res.interval] ?? "day",
+            since: epochMs(res.since),
+            until: epochMs(res.until),
+            groupBy: res.groupBy ?? null,
+            buckets: res.buckets.map((bucket) => ({
+              at: epochMs(bucket.at),
+              group: bucket.group ?? null,
+              count: Number(bucket.count),
+            })),
+            total: Number(res.total),
+          },
   }),
 ];

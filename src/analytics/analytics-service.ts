@@ -35,6 +35,7 @@ import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
 import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, quoted, validateEvents } from "./validate-events.ts";
+import { AGGREGATE_OF, checkExtensions, runExtended, usesExtensions } from "./query-extensions.ts";
 import { MAX_TIME_MS, MIN_TIME_MS, timestampToMs } from "../core/time.ts";
 
 export interface AnalyticsServiceOptions {
@@ -195,6 +196,37 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       }
       const type = (await types.get(app.id, [req.type])).get(req.type);
       if (!type) throw invalidArgument("type", `no event type named ${quoted(req.type)} is registered`);
+      if (usesExtensions(req)) {
+        const ext = checkExtensions(req, type);
+        const answer = await runExtended(
+          store,
+          { appId: app.id, type: type.name, since, until, unit, timezone, ...ext },
+          ext.limit,
+        );
+        const list = req.groupByProperties.length > 0;
+        return {
+          type: type.name,
+          interval: INTERVAL_OF[unit],
+          since: timestampFromMs(since),
+          until: timestampFromMs(until),
+          groupBy: list ? undefined : req.groupBy,
+          groupByProperties: list ? ext.groupBy : [],
+          aggregate: AGGREGATE_OF[ext.aggregate],
+          of: req.of,
+          limit: ext.limit,
+          buckets: answer.rows.map((r) => ({
+            at: timestampFromMs(Math.max(r.at ?? since, MIN_TIME_MS)),
+            group: list ? undefined : (r.groups[0] ?? undefined),
+            groups: list ? r.groups.map((value) => ({ value: value ?? undefined })) : [],
+            count: BigInt(r.count),
+            value: r.value,
+            other: r.other,
+          })),
+          total: BigInt(answer.count),
+          totalValue: answer.total ?? undefined,
+          otherGroups: BigInt(answer.otherGroups),
+        };
+      }
       if (req.groupBy !== undefined && !Object.hasOwn(type.properties, req.groupBy)) {
         throw invalidArgument("groupBy", `${quoted(req.groupBy)} is not a property of type ${quoted(type.name)}`);
       }

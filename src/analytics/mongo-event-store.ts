@@ -26,6 +26,9 @@ import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
 import {
   compareBuckets,
   upstreamError,
+  type AggregateQuery,
+  type AggregateRow,
+  type Condition,
   type CountBucket,
   type CountQuery,
   type EventStore,
@@ -96,6 +99,105 @@ export function buildCountPipeline(q: CountQuery): Document[] {
     },
     { $sort: { "_id.at": 1, "_id.group": 1 } },
     { $project: { _id: 0, at: "$_id.at", group: "$_id.group", count: 1 } },
+  ];
+}
+
+/** The stored path of a property as a condition or an aggregate reads it (numbers under `n`, the rest under `p`). */
+function pathOf(property: string | undefined, kind: Condition["kind"]): string {
+  if (property === undefined) return "distinctId";
+  return `${kind === "number" ? "n" : "p"}.${fieldName(property)}`;
+}
+
+/** A condition's value as stored: booleans are strings under `p`. */
+function stored(v: string | number | boolean): string | number {
+  return typeof v === "boolean" ? String(v) : v;
+}
+
+/** `contains` as a regular expression matching the text literally. */
+function literal(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** One condition of `where` as a `$match` clause. */
+export function conditionMatch(c: Condition): Document {
+  const path = pathOf(c.property, c.kind);
+  const v = c.value;
+  switch (c.op) {
+    case "exists":
+      // Presence is read where every property is: its string under `p`.
+      return { [pathOf(c.property, "string")]: { $exists: v !== false } };
+    case "eq":
+      return { [path]: stored(v as string) };
+    // The complement of eq: `$ne` matches events without the property too.
+    case "neq":
+      return { [path]: { $ne: stored(v as string) } };
+    case "in":
+      return { [path]: { $in: (v as (string | number | boolean)[]).map(stored) } };
+    case "contains":
+      return { [path]: { $regex: literal(v as string) } };
+    case "gt":
+    case "gte":
+    case "lt":
+    case "lte":
+      return { [path]: { [`$${c.op}`]: v } };
+  }
+}
+
+/**
+ * The aggregation pipeline of an aggregate query (`AggregateQuery`): the same
+ * answer as the SQL store's, row for row. Pure, for tests. Output documents:
+ * `{ at: Date | null, g: (string | null)[], other: boolean, count, value }`.
+ */
+export function buildAggregatePipeline(q: AggregateQuery): Document[] {
+  const match: Document[] = q.where.map(conditionMatch);
+  const unique = q.aggregate === "unique";
+  const ofPath = pathOf(q.of?.name, unique ? "string" : (q.of?.kind ?? "string"));
+  if (q.aggregate !== "count") match.push({ [ofPath]: { $exists: true } });
+  const groups = q.groupBy.map((p) => ({ $ifNull: [`$p.${fieldName(p)}`, null] }));
+  const trunc: Record<string, unknown> = { date: "$at", unit: q.unit ?? "day", binSize: 1 };
+  if (q.unit === "week") trunc.startOfWeek = "monday";
+  if (!isUtc(q.timezone)) trunc.timezone = q.timezone;
+  // Literals: a group value such as "$x" must not be read as a field path.
+  const kept = q.keep === undefined ? { $literal: true } : { $in: [groups, { $literal: q.keep }] };
+  const accumulator = {
+    count: { $sum: 1 },
+    unique: { $addToSet: `$${ofPath}` },
+    sum: { $sum: `$${ofPath}` },
+    avg: { $avg: `$${ofPath}` },
+    min: { $min: `$${ofPath}` },
+    max: { $max: `$${ofPath}` },
+  }[q.aggregate];
+  return [
+    {
+      $match: {
+        "meta.app": q.appId,
+        "meta.type": q.type,
+        at: { $gte: new Date(q.since), $lt: new Date(q.until) },
+        ...(match.length > 0 ? { $and: match } : {}),
+      },
+    },
+    { $addFields: { _k: kept } },
+    {
+      $group: {
+        _id: {
+          at: q.unit === undefined ? null : { $dateTrunc: trunc },
+          g: groups.map((g) => ({ $cond: ["$_k", g, null] })),
+          other: { $not: ["$_k"] },
+        },
+        count: { $sum: 1 },
+        value: accumulator,
+      },
+    },
+    {
+      $project: {
+        _id: 0,
+        at: "$_id.at",
+        g: "$_id.g",
+        other: "$_id.other",
+        count: 1,
+        value: unique ? { $size: "$value" } : "$value",
+      },
+    },
   ];
 }
 
@@ -180,6 +282,26 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
             count: Number(r.count),
           }))
           .sort(compareBuckets);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async aggregate(q) {
+      try {
+        const coll = await collection();
+        const rows = await coll
+          .aggregate<{ at: Date | null; g: (string | null)[]; other: boolean; count: number; value: number }>(
+            buildAggregatePipeline(q),
+          )
+          .toArray();
+        return rows.map((r): AggregateRow => ({
+          at: r.at === null ? null : firstInstantOfWallTime(r.at.getTime(), q.timezone),
+          groups: r.g.map((x) => x ?? null),
+          other: r.other,
+          count: Number(r.count),
+          value: Number(r.value),
+        }));
       } catch (err) {
         throw upstreamError(err);
       }

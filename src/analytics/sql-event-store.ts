@@ -35,7 +35,16 @@ import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
 import type { SpendStatement } from "../core/quotas/index.ts";
 import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
-import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+import {
+  compareBuckets,
+  type AggregateQuery,
+  type AggregateRow,
+  type Condition,
+  type CountBucket,
+  type CountQuery,
+  type EventStore,
+  type StoredEvent,
+} from "./event-store.ts";
 
 /** Raw events (property values are strings). */
 export interface AnalyticsEventsTable {
@@ -292,6 +301,10 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
       return guarded(() => countSql(db, q));
     },
 
+    async aggregate(q) {
+      return guarded(() => aggregateSql(db, q));
+    },
+
     async deleteBefore(appId, before, batch) {
       // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
       const raw = await sql`
@@ -463,4 +476,104 @@ async function boundariesOnWholeHours(db: EventDb, q: CountQuery, zone: string):
       ${new Date(q.until)}::timestamptz AT TIME ZONE ${zone},
       ${step}::interval) AS s`.execute(db);
   return result.rows[0]?.ok === true;
+}
+
+/** A property's value as a condition or an aggregate reads it: its number for `number` properties, else its string. */
+function valueOf(property: string | undefined, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (property === undefined) return sql`distinct_id`;
+  return kind === "number" ? sql`(numbers->>${property})::float8` : sql`(properties->>${property})`;
+}
+
+/** Whether the event carries the property (or a distinctId). */
+function carries(property: string | undefined, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (property === undefined) return sql`distinct_id IS NOT NULL`;
+  // A number property's numeric form is what the arithmetic reads: an event without it has none to give.
+  return kind === "number" ? sql`numbers ? ${property}` : sql`properties ? ${property}`;
+}
+
+/** A condition's value as SQL compares it: numbers as float8, booleans as their stored strings. */
+function scalar(v: string | number | boolean, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (kind === "number") return sql`${v}::float8`;
+  return sql`${typeof v === "boolean" ? String(v) : v}::text`;
+}
+
+export function conditionSql(c: Condition): RawBuilder<unknown> {
+  const x = valueOf(c.property, c.kind);
+  const v = c.value;
+  switch (c.op) {
+    case "exists":
+      return v === false ? sql`NOT (${carries(c.property, c.kind)})` : carries(c.property, c.kind);
+    case "in": {
+      const list = (v as (string | number | boolean)[]).map((e) => (typeof e === "boolean" ? String(e) : e));
+      return c.kind === "number" ? sql`${x} = ANY(${list}::float8[])` : sql`${x} = ANY(${list}::text[])`;
+    }
+    case "eq":
+      return sql`${x} = ${scalar(v as string, c.kind)}`;
+    // The complement of eq: events without the property match too.
+    case "neq":
+      return sql`${x} IS DISTINCT FROM ${scalar(v as string, c.kind)}`;
+    case "contains":
+      return sql`strpos(${x}, ${v}::text) > 0`;
+    case "gt":
+      return sql`${x} > ${scalar(v as number, c.kind)}`;
+    case "gte":
+      return sql`${x} >= ${scalar(v as number, c.kind)}`;
+    case "lt":
+      return sql`${x} < ${scalar(v as number, c.kind)}`;
+    case "lte":
+      return sql`${x} <= ${scalar(v as number, c.kind)}`;
+  }
+}
+
+/**
+ * Aggregates, filters and breakdowns over the raw events (`analytics_events`,
+ * by its (app, type, at) index): the rollups hold counts per single property
+ * value, which answer none of these. Only events that carry `of` (or a
+ * distinctId for unique users) are counted. With `keep`, the groups not in it
+ * are folded into one `other` row per bucket, in the same statement (a unique
+ * count of the folded groups is not a sum of theirs).
+ */
+async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRow[]> {
+  const zone = isUtc(q.timezone) ? "UTC" : q.timezone!;
+  const bucket = q.unit === undefined ? sql`NULL::timestamptz` : sql`date_trunc(${q.unit}, at, ${zone})`;
+  const conditions = [
+    sql`app_id = ${q.appId}::uuid`,
+    sql`type = ${q.type}`,
+    sql`at >= ${new Date(q.since)}`,
+    sql`at < ${new Date(q.until)}`,
+    ...q.where.map(conditionSql),
+  ];
+  // Unique values are counted on their stored strings, whatever the kind (a number's string is unique to it).
+  const ofKind = q.aggregate === "unique" ? "string" : (q.of?.kind ?? "string");
+  if (q.aggregate !== "count") conditions.push(carries(q.of?.name, ofKind));
+  const x = q.aggregate === "count" ? sql`NULL` : valueOf(q.of?.name, ofKind);
+  const groups = q.groupBy.map((p) => sql`(properties->>${p})`);
+  const kept =
+    q.keep === undefined
+      ? sql`true`
+      : sql`jsonb_build_array(${sql.join(groups)}) = ANY(ARRAY(SELECT jsonb_array_elements(${JSON.stringify(q.keep)}::jsonb)))`;
+  const value = {
+    count: sql`count(*)::float8`,
+    unique: sql`count(DISTINCT x)::float8`,
+    sum: sql`sum(x)`,
+    avg: sql`avg(x)`,
+    min: sql`min(x)`,
+    max: sql`max(x)`,
+  }[q.aggregate];
+  const groupColumns = q.groupBy.map((_, i) => sql`CASE WHEN k THEN ${sql.ref(`g${i}`)} END AS ${sql.ref(`g${i}`)}`);
+  const result = await sql<Record<string, unknown> & { b: Date | null; other: boolean; n: string; v: number }>`
+    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, count(*)::bigint AS n, ${value} AS v
+    FROM (
+      SELECT ${bucket} AS b, ${sql.join([...groups.map((g, i) => sql`${g} AS ${sql.ref(`g${i}`)}`), sql`${kept} AS k`, sql`${x} AS x`])}
+      FROM analytics_events
+      WHERE ${sql.join(conditions, sql` AND `)}
+    ) e
+    GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1))))}`.execute(db);
+  return result.rows.map((r) => ({
+    at: r.b === null ? null : firstInstantOfWallTime(new Date(r.b).getTime(), q.timezone),
+    groups: q.groupBy.map((_, i) => (r[`g${i}`] as string | null) ?? null),
+    other: r.other,
+    count: Number(r.n),
+    value: Number(r.v),
+  }));
 }

@@ -111,12 +111,16 @@ describe("GET /openapi.json", () => {
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);
     expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual([
+      "aggregate",
       "groupBy",
       "interval",
+      "limit",
+      "of",
       "since",
       "timezone",
       "type",
       "until",
+      "where",
     ]);
     expect(body("/v1/analytics/query").properties.interval.anyOf[0].enum).toEqual(["hour", "day", "week", "month"]);
     expect(Object.keys(body("/v1/mail/send").properties)).toEqual(["to", "subject", "text"]);
