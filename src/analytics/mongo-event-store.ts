@@ -201,6 +201,26 @@ export function buildAggregatePipeline(q: AggregateQuery): Document[] {
   ];
 }
 
+/** An output document of `buildAggregatePipeline`. */
+export interface AggregateDocument {
+  at: Date | null;
+  g: (string | null)[];
+  other: boolean;
+  count: number;
+  value: number;
+}
+
+/** The store's rows from the pipeline's documents (zoned bucket starts made the first instant of their wall time). */
+export function aggregateRows(docs: readonly AggregateDocument[], q: AggregateQuery): AggregateRow[] {
+  return docs.map((r) => ({
+    at: r.at === null ? null : firstInstantOfWallTime(r.at.getTime(), q.timezone),
+    groups: r.g.map((x) => x ?? null),
+    other: r.other,
+    count: Number(r.count),
+    value: Number(r.value),
+  }));
+}
+
 export interface MongoStoreOptions {
   url: string;
   dbName: string;
@@ -290,18 +310,7 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
     async aggregate(q) {
       try {
         const coll = await collection();
-        const rows = await coll
-          .aggregate<{ at: Date | null; g: (string | null)[]; other: boolean; count: number; value: number }>(
-            buildAggregatePipeline(q),
-          )
-          .toArray();
-        return rows.map((r): AggregateRow => ({
-          at: r.at === null ? null : firstInstantOfWallTime(r.at.getTime(), q.timezone),
-          groups: r.g.map((x) => x ?? null),
-          other: r.other,
-          count: Number(r.count),
-          value: Number(r.value),
-        }));
+        return aggregateRows(await coll.aggregate<AggregateDocument>(buildAggregatePipeline(q)).toArray(), q);
       } catch (err) {
         throw upstreamError(err);
       }

@@ -237,7 +237,7 @@ export interface ExtendedAnswer {
  * where it is not a sum of the buckets' (unique, avg).
  */
 export async function runExtended(
-  store: EventStore,
+  store: Pick<EventStore, "aggregate">,
   base: AggregateQuery,
   limit: number | undefined,
 ): Promise<ExtendedAnswer> {
