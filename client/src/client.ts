@@ -70,6 +70,8 @@ import {
   type SendMailResponse,
   type TimeInput,
   type TrackOptions,
+  type AggregateRequest,
+  type AggregateResponse,
   type VersionResponse,
 } from "./types.ts";
 
@@ -185,6 +187,11 @@ export interface PlatformClient {
     log(events: AnalyticsEvent[], options?: WriteOptions): Promise<LogEventsResponse>;
     /** `POST /v1/analytics/query`: counts events in buckets. */
     query(request: QueryRequest, options?: CallOptions): Promise<QueryResponse>;
+    /**
+     * `POST /v1/analytics/query` with the extensions: unique users, sums and averages, `where`, two
+     * breakdowns and `limit` (always answered in the extended shape: `aggregate` defaults to count).
+     */
+    aggregate(request: AggregateRequest, options?: CallOptions): Promise<AggregateResponse>;
     /** Buffers one event; it is sent in a batch (see `ClientOptions.analytics`). Never throws for the service's answer. */
     track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
     /**
@@ -196,6 +203,8 @@ export interface PlatformClient {
     flush(): Promise<FlushResult>;
     /** Events buffered and not yet sent. */
     readonly pending: number;
+    /** Events that carried an undeclared property, by type and property (see `undeclaredProperties`). */
+    readonly undeclared: Record<string, Record<string, number>>;
   };
 
   mail: {
@@ -661,11 +670,23 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         if (request.until !== undefined) body.until = toEpochMs(request.until);
         return call<QueryResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
       },
+      aggregate: (request, o) => {
+        const body: Record<string, unknown> = {
+          ...request,
+          aggregate: request.aggregate ?? "count",
+          since: toEpochMs(request.since),
+        };
+        if (request.until !== undefined) body.until = toEpochMs(request.until);
+        return call<AggregateResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
+      },
       track: (...args: Parameters<typeof tracker.track>) => tracker.track(...args),
       identify: (distinctId) => tracker.identify(distinctId),
       flush: (...args: Parameters<typeof tracker.flush>) => tracker.flush(...args),
       get pending() {
         return tracker.pending;
+      },
+      get undeclared() {
+        return tracker.undeclared;
       },
     },
 

@@ -139,6 +139,62 @@ export interface QueryResponse {
   total: number;
 }
 
+/** A condition of `where` (extension): `value` of the property's declared kind; a list for `in`; a boolean for `exists`. */
+export type Condition =
+  | { property: string; op: "eq" | "neq"; value: PropertyValue }
+  | { property: string; op: "in"; value: PropertyValue[] }
+  | { property: string; op: "contains"; value: string }
+  | { property: string; op: "gt" | "gte" | "lt" | "lte"; value: number }
+  | { property: string; op: "exists"; value?: boolean };
+
+export type AggregateName = "count" | "unique" | "sum" | "avg" | "min" | "max";
+
+/** `analytics.aggregate`: a query with the extensions (docs/analytics.md "Aggregations, filters and breakdowns"). */
+export interface AggregateRequest extends Omit<QueryRequest, "groupBy"> {
+  /** Default `count`. */
+  aggregate?: AggregateName;
+  /** `unique`: a property (distinct values) or `distinctId` (default); sum/avg/min/max: a number property. */
+  of?: string;
+  /** Up to 10 conditions on declared properties or `distinctId`, all of which must hold. */
+  where?: Condition[];
+  /** One property, or a list of at most two. */
+  groupBy?: string | [string] | [string, string];
+  /** Most groups answered (1 to 500; default 50 with a list); the rest are folded into buckets marked `other`. */
+  limit?: number;
+}
+
+export interface AggregateBucket {
+  at: number;
+  /** With `groupBy` a property (or none). */
+  group?: string | null;
+  /** With `groupBy` a list: each property's value. */
+  groups?: (string | null)[];
+  /** Events counted. */
+  count: number;
+  /** The aggregate over the bucket. */
+  value: number;
+  /** The groups beyond `limit`, folded together. */
+  other: boolean;
+}
+
+export interface AggregateResponse {
+  type: string;
+  interval: Interval;
+  since: number;
+  until: number;
+  groupBy: string | string[] | null;
+  aggregate: AggregateName;
+  of: string | null;
+  limit: number | null;
+  buckets: AggregateBucket[];
+  /** The aggregate over the whole range (unique over the range, not a sum); null for avg/min/max of no event. */
+  total: number | null;
+  /** Events counted. */
+  count: number;
+  /** Groups folded into the buckets marked `other`. */
+  otherGroups: number;
+}
+
 // ---- Mail ----------------------------------------------------------------
 
 export interface SendMailRequest {
