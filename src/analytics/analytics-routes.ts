@@ -15,6 +15,7 @@ import {
   Aggregate,
   type Event,
   type EventType,
+  type FunnelStepResult,
   type QueryEventsResponse,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { AGGREGATE_NAME, AGGREGATE_OF, OP_OF } from "./query-extensions.ts";
@@ -186,6 +187,37 @@ export const QueryBody = jsonObject({
   limit: optionalInteger(),
 });
 
+/** `POST /v1/analytics/funnel` (extension). */
+export const FunnelBody = jsonObject({
+  steps: z.array(
+    fixedObject(
+      {
+        type: optionalString(),
+        where: z
+          .array(ConditionJson, { error: "must be a list of conditions { property, op, value }" })
+          .nullish()
+          .transform((v) => v ?? []),
+      },
+      "must be an object { type, where }",
+    ),
+    { error: "must be a list of 2 to 8 steps { type, where }" },
+  ),
+  since: JsonTime,
+  until: JsonTime.optional(),
+  windowSeconds: optionalInteger(),
+  breakdown: optionalString(),
+  limit: optionalInteger(),
+});
+
+function conditionMessages(where: z.infer<typeof ConditionJson>[]) {
+  return where.map((c) => ({
+    $typeName: "platform.analytics.v1.Condition" as const,
+    property: c.property,
+    op: OP_OF[c.op],
+    ...(c.value === undefined ? {} : { value: conditionValue(c.value) }),
+  }));
+}
+
 const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds." });
 
 /** The 200 bodies of the routes below, as `response` and `eventTypeJson` build them (the OpenAPI document's response shapes). */
@@ -227,6 +259,33 @@ export const QueryResponse = z.object({
     .optional()
     .meta({ description: "Extension: how many groups were folded into the buckets marked other." }),
 });
+
+const FunnelStepJson = z.object({
+  type: z.string(),
+  users: z.number().int(),
+  conversionFromFirst: z.number(),
+  conversionFromPrevious: z.number(),
+  medianSecondsFromPrevious: z.number().nullable(),
+});
+export const FunnelResponse = z.object({
+  steps: z.array(FunnelStepJson),
+  since: NullableMs,
+  until: NullableMs,
+  windowSeconds: z.number().int(),
+  breakdown: z.string().nullable(),
+  groups: z.array(z.object({ group: z.string().nullable(), other: z.boolean(), steps: z.array(FunnelStepJson) })),
+  otherGroups: z.number().int(),
+});
+
+function funnelStepsJson(steps: FunnelStepResult[]) {
+  return steps.map((s) => ({
+    type: s.type,
+    users: Number(s.users),
+    conversionFromFirst: s.conversionFromFirst,
+    conversionFromPrevious: s.conversionFromPrevious,
+    medianSecondsFromPrevious: s.medianSecondsFromPrevious ?? null,
+  }));
+}
 
 /** The answer of a query that used an extension (see `QueryResponse`). */
 function extendedQueryJson(res: QueryEventsResponse) {
@@ -368,12 +427,7 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
             : Aggregate.UNSPECIFIED
           : AGGREGATE_OF[body.aggregate],
       of: body.of,
-      where: body.where.map((c) => ({
-        $typeName: "platform.analytics.v1.Condition" as const,
-        property: c.property,
-        op: OP_OF[c.op],
-        ...(c.value === undefined ? {} : { value: conditionValue(c.value) }),
-      })),
+      where: conditionMessages(body.where),
       limit: body.limit,
     }),
     response: (res) =>
@@ -392,5 +446,65 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
             })),
             total: Number(res.total),
           },
+  }),
+
+  defineRoute({
+    method: "POST",
+    url: "/v1/analytics/funnel",
+    rpc: AnalyticsService.method.queryFunnel,
+    responseSchema: FunnelResponse,
+    doc: {
+      summary: "Count the users who did a sequence of events, in order, within a window (extension)",
+      description:
+        "Users are events' `distinctId`s. 2 to 8 steps; `windowSeconds` (default 7 days) counts from the first step; `breakdown` is a property of the first step's type.",
+      errors: ["not_configured", "upstream_error"],
+      requestExample: {
+        steps: [{ type: "signup", where: [{ property: "plan", op: "eq", value: "pro" }] }, { type: "project.created" }],
+        since: "2026-11-01T00:00:00Z",
+        windowSeconds: 604800,
+      },
+      responseExample: {
+        steps: [
+          {
+            type: "signup",
+            users: 120,
+            conversionFromFirst: 1,
+            conversionFromPrevious: 1,
+            medianSecondsFromPrevious: null,
+          },
+          {
+            type: "project.created",
+            users: 54,
+            conversionFromFirst: 0.45,
+            conversionFromPrevious: 0.45,
+            medianSecondsFromPrevious: 5400,
+          },
+        ],
+        since: 1761955200000,
+        until: 1763892000000,
+        windowSeconds: 604800,
+        breakdown: null,
+        groups: [],
+        otherGroups: 0,
+      },
+    },
+    body: FunnelBody,
+    request: ({ body }) => ({
+      steps: body.steps.map((step) => ({ type: step.type ?? "", where: conditionMessages(step.where) })),
+      since: body.since,
+      until: body.until,
+      windowSeconds: body.windowSeconds === undefined ? undefined : BigInt(body.windowSeconds),
+      breakdown: body.breakdown,
+      limit: body.limit,
+    }),
+    response: (res) => ({
+      steps: funnelStepsJson(res.steps),
+      since: epochMs(res.since),
+      until: epochMs(res.until),
+      windowSeconds: Number(res.windowSeconds),
+      breakdown: res.breakdown ?? null,
+      groups: res.groups.map((g) => ({ group: g.group ?? null, other: g.other, steps: funnelStepsJson(g.steps) })),
+      otherGroups: Number(res.otherGroups),
+    }),
   }),
 ];

@@ -69,6 +69,8 @@ export interface EventStore {
   count(query: CountQuery): Promise<CountBucket[]>;
   /** Aggregates, filters and breakdowns (the query extensions): rows in any order. */
   aggregate(query: AggregateQuery): Promise<AggregateRow[]>;
+  /** The events of one funnel step that carry a distinctId, in any order (funnels are computed by `funnel.ts`). */
+  stepEvents(query: StepEventsQuery): Promise<StepEvent[]>;
   /**
    * Deletes the app's events before `before`, a UTC day start (so the rollups of whole hours and days
    * go with their events and queries stay exact), at most `batch` rows a statement (raw events; then,
@@ -173,4 +175,23 @@ export function compareRows(a: AggregateRow, b: AggregateRow): number {
   if (a.at !== b.at) return (a.at ?? -Infinity) - (b.at ?? -Infinity);
   if (a.other !== b.other) return a.other ? 1 : -1;
   return compareGroups(a.groups, b.groups);
+}
+
+/** The events of one funnel step: its type and conditions, in `[since, until)`, with a distinctId. */
+export interface StepEventsQuery {
+  appId: string;
+  type: string;
+  where: readonly Condition[];
+  since: number;
+  until: number;
+  /** A property whose value each event carries along (the first step's breakdown). */
+  breakdown?: string | undefined;
+}
+
+export interface StepEvent {
+  distinctId: string;
+  /** Epoch ms. */
+  at: number;
+  /** The breakdown property's value; null when the event lacks it (or there is no breakdown). */
+  group: string | null;
 }

@@ -29,6 +29,8 @@ import {
   type AggregateQuery,
   type AggregateRow,
   type Condition,
+  type StepEvent,
+  type StepEventsQuery,
   type CountBucket,
   type CountQuery,
   type EventStore,
@@ -221,6 +223,33 @@ export function aggregateRows(docs: readonly AggregateDocument[], q: AggregateQu
   }));
 }
 
+/** The pipeline of one funnel step's events (`StepEventsQuery`). Output: `{ d, at: Date, g }`. Pure. */
+export function buildStepPipeline(q: StepEventsQuery): Document[] {
+  return [
+    {
+      $match: {
+        "meta.app": q.appId,
+        "meta.type": q.type,
+        at: { $gte: new Date(q.since), $lt: new Date(q.until) },
+        $and: [{ distinctId: { $exists: true } }, ...q.where.map(conditionMatch)],
+      },
+    },
+    {
+      $project: {
+        _id: 0,
+        d: "$distinctId",
+        at: 1,
+        g: q.breakdown === undefined ? { $literal: null } : { $ifNull: [`$p.${fieldName(q.breakdown)}`, null] },
+      },
+    },
+  ];
+}
+
+/** The store's step events from the pipeline's documents. */
+export function stepEventsOf(docs: readonly { d: string; at: Date; g: string | null }[]): StepEvent[] {
+  return docs.map((r) => ({ distinctId: r.d, at: r.at.getTime(), group: r.g ?? null }));
+}
+
 export interface MongoStoreOptions {
   url: string;
   dbName: string;
@@ -311,6 +340,17 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
       try {
         const coll = await collection();
         return aggregateRows(await coll.aggregate<AggregateDocument>(buildAggregatePipeline(q)).toArray(), q);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async stepEvents(q) {
+      try {
+        const coll = await collection();
+        return stepEventsOf(
+          await coll.aggregate<{ d: string; at: Date; g: string | null }>(buildStepPipeline(q)).toArray(),
+        );
       } catch (err) {
         throw upstreamError(err);
       }

@@ -90,8 +90,9 @@ describe("GET /openapi.json", () => {
     const served = new Set(routes.map((r) => `${r.method} ${r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`));
     // The walk found the API (a broken walk would pass vacuously otherwise).
     expect(served).toContain("POST /v1/queues/{queue}/consume");
+    expect(served).toContain("POST /v1/analytics/funnel");
     expect(served).toContain("GET /health");
-    expect(served.size).toBe(26);
+    expect(served.size).toBe(27);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),

@@ -446,6 +446,200 @@ export declare type QueryEventsResponse = Message<"platform.analytics.v1.QueryEv
 export declare const QueryEventsResponseSchema: GenMessage<QueryEventsResponse>;
 
 /**
+ * FunnelStep is one step of a funnel: an event type, and conditions its events meet.
+ *
+ * @generated from message platform.analytics.v1.FunnelStep
+ */
+export declare type FunnelStep = Message<"platform.analytics.v1.FunnelStep"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.Condition where = 2;
+   */
+  where: Condition[];
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelStep.
+ * Use `create(FunnelStepSchema)` to create a new message.
+ */
+export declare const FunnelStepSchema: GenMessage<FunnelStep>;
+
+/**
+ * @generated from message platform.analytics.v1.QueryFunnelRequest
+ */
+export declare type QueryFunnelRequest = Message<"platform.analytics.v1.QueryFunnelRequest"> & {
+  /**
+   * 2 to 8 steps, in order.
+   *
+   * @generated from field: repeated platform.analytics.v1.FunnelStep steps = 1;
+   */
+  steps: FunnelStep[];
+
+  /**
+   * First steps done in [since, until) start a conversion.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Unset means now.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * How long after the first step the last may follow; unset means 7 days.
+   *
+   * @generated from field: optional int64 window_seconds = 4;
+   */
+  windowSeconds?: bigint | undefined;
+
+  /**
+   * A property of the first step's type to break the users down by.
+   *
+   * @generated from field: optional string breakdown = 5;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * Most groups answered (1 to 500, default 50); the rest are folded into one marked other.
+   *
+   * @generated from field: optional int32 limit = 6;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.QueryFunnelRequest.
+ * Use `create(QueryFunnelRequestSchema)` to create a new message.
+ */
+export declare const QueryFunnelRequestSchema: GenMessage<QueryFunnelRequest>;
+
+/**
+ * @generated from message platform.analytics.v1.FunnelStepResult
+ */
+export declare type FunnelStepResult = Message<"platform.analytics.v1.FunnelStepResult"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * Distinct users who reached this step in order within the window.
+   *
+   * @generated from field: int64 users = 2;
+   */
+  users: bigint;
+
+  /**
+   * users / the first step's users (0 when nobody started).
+   *
+   * @generated from field: double conversion_from_first = 3;
+   */
+  conversionFromFirst: number;
+
+  /**
+   * users / the previous step's users.
+   *
+   * @generated from field: double conversion_from_previous = 4;
+   */
+  conversionFromPrevious: number;
+
+  /**
+   * The median time from the previous step; unset for the first step and when nobody reached it.
+   *
+   * @generated from field: optional double median_seconds_from_previous = 5;
+   */
+  medianSecondsFromPrevious?: number | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelStepResult.
+ * Use `create(FunnelStepResultSchema)` to create a new message.
+ */
+export declare const FunnelStepResultSchema: GenMessage<FunnelStepResult>;
+
+/**
+ * @generated from message platform.analytics.v1.FunnelGroup
+ */
+export declare type FunnelGroup = Message<"platform.analytics.v1.FunnelGroup"> & {
+  /**
+   * The breakdown property's value in the first step; unset when it lacked it.
+   *
+   * @generated from field: optional string group = 1;
+   */
+  group?: string | undefined;
+
+  /**
+   * @generated from field: bool other = 2;
+   */
+  other: boolean;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelStepResult steps = 3;
+   */
+  steps: FunnelStepResult[];
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelGroup.
+ * Use `create(FunnelGroupSchema)` to create a new message.
+ */
+export declare const FunnelGroupSchema: GenMessage<FunnelGroup>;
+
+/**
+ * @generated from message platform.analytics.v1.QueryFunnelResponse
+ */
+export declare type QueryFunnelResponse = Message<"platform.analytics.v1.QueryFunnelResponse"> & {
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelStepResult steps = 1;
+   */
+  steps: FunnelStepResult[];
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int64 window_seconds = 4;
+   */
+  windowSeconds: bigint;
+
+  /**
+   * @generated from field: optional string breakdown = 5;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelGroup groups = 6;
+   */
+  groups: FunnelGroup[];
+
+  /**
+   * @generated from field: int64 other_groups = 7;
+   */
+  otherGroups: bigint;
+};
+
+/**
+ * Describes the message platform.analytics.v1.QueryFunnelResponse.
+ * Use `create(QueryFunnelResponseSchema)` to create a new message.
+ */
+export declare const QueryFunnelResponseSchema: GenMessage<QueryFunnelResponse>;
+
+/**
  * PropertyKind is the declared kind of an event property.
  *
  * @generated from enum platform.analytics.v1.PropertyKind
@@ -685,6 +879,17 @@ export declare const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof QueryEventsRequestSchema;
     output: typeof QueryEventsResponseSchema;
+  },
+  /**
+   * QueryFunnel counts the users who did a sequence of events, in order,
+   * within a conversion window (extension).
+   *
+   * @generated from rpc platform.analytics.v1.AnalyticsService.QueryFunnel
+   */
+  queryFunnel: {
+    methodKind: "unary";
+    input: typeof QueryFunnelRequestSchema;
+    output: typeof QueryFunnelResponseSchema;
   },
 }>;
 
