@@ -72,6 +72,8 @@ import {
   type TrackOptions,
   type AggregateRequest,
   type AggregateResponse,
+  type FunnelRequest,
+  type FunnelResponse,
   type VersionResponse,
 } from "./types.ts";
 
@@ -192,6 +194,8 @@ export interface PlatformClient {
      * breakdowns and `limit` (always answered in the extended shape: `aggregate` defaults to count).
      */
     aggregate(request: AggregateRequest, options?: CallOptions): Promise<AggregateResponse>;
+    /** `POST /v1/analytics/funnel`: the users who did the steps in order within the window. */
+    funnel(request: FunnelRequest, options?: CallOptions): Promise<FunnelResponse>;
     /** Buffers one event; it is sent in a batch (see `ClientOptions.analytics`). Never throws for the service's answer. */
     track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
     /**
@@ -678,6 +682,11 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         };
         if (request.until !== undefined) body.until = toEpochMs(request.until);
         return call<AggregateResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
+      },
+      funnel: (request, o) => {
+        const body: Record<string, unknown> = { ...request, since: toEpochMs(request.since) };
+        if (request.until !== undefined) body.until = toEpochMs(request.until);
+        return call<FunnelResponse>({ method: "POST", path: "/v1/analytics/funnel", body, retry: "safe" }, o);
       },
       track: (...args: Parameters<typeof tracker.track>) => tracker.track(...args),
       identify: (distinctId) => tracker.identify(distinctId),

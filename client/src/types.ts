@@ -195,6 +195,41 @@ export interface AggregateResponse {
   otherGroups: number;
 }
 
+/** `analytics.funnel` (extension): users who did the steps in order within a window. */
+export interface FunnelRequest {
+  /** 2 to 8 steps: a registered type, and conditions its events meet. */
+  steps: { type: string; where?: Condition[] }[];
+  /** First steps in [since, until) start a conversion. */
+  since: TimeInput;
+  until?: TimeInput;
+  /** From the first step to the last; default 604800 (7 days), at most 90 days. */
+  windowSeconds?: number;
+  /** A property of the first step's type. */
+  breakdown?: string;
+  /** Most groups (1 to 500, default 50); the rest are folded into one marked `other`. */
+  limit?: number;
+}
+
+export interface FunnelStepResult {
+  type: string;
+  /** Distinct users (distinctIds) who reached the step in order within the window. */
+  users: number;
+  conversionFromFirst: number;
+  conversionFromPrevious: number;
+  /** Null for the first step and for a step nobody reached. */
+  medianSecondsFromPrevious: number | null;
+}
+
+export interface FunnelResponse {
+  steps: FunnelStepResult[];
+  since: number;
+  until: number;
+  windowSeconds: number;
+  breakdown: string | null;
+  groups: { group: string | null; other: boolean; steps: FunnelStepResult[] }[];
+  otherGroups: number;
+}
+
 // ---- Mail ----------------------------------------------------------------
 
 export interface SendMailRequest {

@@ -146,6 +146,13 @@ describe("undeclared properties in the tracker", () => {
       aggregate: "unique",
     });
     expect(unique.total).toBe(2);
+    const funnel = await c.analytics.funnel({
+      steps: [{ type: "click", where: [{ property: "button", op: "eq", value: "a" }] }, { type: "click" }],
+      since: Date.now() - 3_600_000,
+      until: Date.now() + 60_000,
+    });
+    // user-1 clicked a, then nothing more of their own; user-2's click is a start of nobody's.
+    expect(funnel.steps.map((s) => s.users)).toEqual([1, 0]);
     await c.close();
   });
 });
