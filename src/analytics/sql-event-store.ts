@@ -521,8 +521,9 @@ export function conditionSql(c: Condition): RawBuilder<unknown> {
   const x = valueOf(c.property, c.kind);
   const v = c.value;
   switch (c.op) {
+    // Presence is read where every property is, its string (as the MongoDB store does).
     case "exists":
-      return v === false ? sql`NOT (${carries(c.property, c.kind)})` : carries(c.property, c.kind);
+      return v === false ? sql`NOT (${carries(c.property, "string")})` : carries(c.property, "string");
     case "in": {
       const list = (v as (string | number | boolean)[]).map((e) => (typeof e === "boolean" ? String(e) : e));
       return c.kind === "number" ? sql`${x} = ANY(${list}::float8[])` : sql`${x} = ANY(${list}::text[])`;
