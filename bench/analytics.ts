@@ -33,6 +33,9 @@ const TOTAL = Number(process.env.BENCH_EVENTS ?? 1_000_000);
 const BATCH = 1000;
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
 const RUNS = Number(process.env.BENCH_RUNS ?? 50);
+/** BENCH_IDENTITY=1: events carry a distinctId (of BENCH_USERS users) and an amount, and the query extensions are timed. */
+const IDENTITY = process.env.BENCH_IDENTITY === "1";
+const USERS = Number(process.env.BENCH_USERS ?? 100_000);
 const DAY = 86_400_000;
 
 /** CPU seconds used so far by a process (utime + stime from /proc), or NaN where /proc is missing. */
@@ -108,7 +111,12 @@ async function main(): Promise<void> {
       await call(
         "POST",
         "/v1/analytics/types",
-        JSON.stringify({ name: "pageview", properties: { plan: "string", paid: "boolean" } }),
+        JSON.stringify({
+          name: "pageview",
+          properties: IDENTITY
+            ? { plan: "string", paid: "boolean", amount: "number" }
+            : { plan: "string", paid: "boolean" },
+        }),
       );
       return { id: app.id as string, call };
     };
@@ -131,7 +139,14 @@ async function main(): Promise<void> {
             at: spread
               ? oldest + Math.floor(Math.random() * (now - oldest))
               : Math.floor(oldest + (b + Math.random()) * slice),
-            properties: { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
+            properties: IDENTITY
+              ? {
+                  plan: plans[Math.floor(Math.random() * plans.length)],
+                  paid: Math.random() < 0.3,
+                  amount: Math.floor(Math.random() * 10_000) / 100,
+                }
+              : { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
+            ...(IDENTITY ? { distinctId: `user-${Math.floor(Math.random() * USERS)}` } : {}),
           })),
         }),
       );
@@ -210,6 +225,45 @@ async function main(): Promise<void> {
       if (i >= 1) naiveTimes.push(ms);
       naiveTotal = res.rows.reduce((n, r) => n + Number(r.n), 0);
     }
+    // BENCH_IDENTITY=1: the query extensions (docs/analytics.md), each beside a plain SQL query of the same answer.
+    const insights: Record<string, number> = {};
+    if (IDENTITY) {
+      const args = [app.id, "pageview", new Date(since), new Date(now)];
+      const range = "app_id = $1 AND type = $2 AND at >= $3 AND at < $4";
+      const pairs: [string, Record<string, unknown>, string][] = [
+        [
+          "unique_day_30d",
+          { aggregate: "unique" },
+          `SELECT date_trunc('day', at), count(DISTINCT distinct_id) FROM analytics_events WHERE ${range} AND distinct_id IS NOT NULL GROUP BY 1`,
+        ],
+        [
+          "filtered_count_30d",
+          { aggregate: "count", where: [{ property: "plan", op: "eq", value: "plan-03" }] },
+          `SELECT date_trunc('day', at), count(*) FROM analytics_events WHERE ${range} AND properties->>'plan' = 'plan-03' GROUP BY 1`,
+        ],
+        [
+          "sum_groupby2_30d",
+          { aggregate: "sum", of: "amount", groupBy: ["plan", "paid"] },
+          `SELECT date_trunc('day', at), properties->>'plan', properties->>'paid', sum((numbers->>'amount')::float8) FROM analytics_events WHERE ${range} AND numbers ? 'amount' GROUP BY 1, 2, 3`,
+        ],
+      ];
+      for (const [name, extension, plain] of pairs) {
+        const body = JSON.stringify({ type: "pageview", since, until: now, interval: "day", ...extension });
+        const api: number[] = [];
+        const raw: number[] = [];
+        for (let i = 0; i < RUNS + 1; i++) {
+          let t0 = performance.now();
+          await call("POST", "/v1/analytics/query", body);
+          if (i >= 1) api.push(performance.now() - t0);
+          t0 = performance.now();
+          await direct.query(plain, args);
+          if (i >= 1) raw.push(performance.now() - t0);
+        }
+        insights[`${name}_p50_ms`] = Math.round(p50(api) * 100) / 100;
+        insights[`${name}_naive_p50_ms`] = Math.round(p50(raw) * 100) / 100;
+        log(`${name}: API p50 ${p50(api).toFixed(1)} ms, plain SQL p50 ${p50(raw).toFixed(1)} ms`);
+      }
+    }
     await direct.end();
     log(`naive SQL: p50 ${p50(naiveTimes).toFixed(1)} ms, total ${naiveTotal}, ${RUNS} runs`);
     if (naiveTotal !== apiTotal) throw new Error(`the API counted ${apiTotal} events, plain SQL ${naiveTotal}`);
@@ -229,6 +283,7 @@ async function main(): Promise<void> {
       query_speedup: Math.round((naiveP50 / queryP50) * 10) / 10,
       spread_ingest_events_per_s: Math.round(spreadRate),
       spread_ingest_1_client_events_per_s: Math.round(spread1Rate),
+      ...insights,
     };
     await cleanup();
     process.stdout.write(`${JSON.stringify(result)}\n`);

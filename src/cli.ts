@@ -58,7 +58,7 @@ import {
   WhoAmIResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
-import { Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
+import { Aggregate, Interval, Operator } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig, type Config } from "./core/config.ts";
 import { adminTokenFile } from "./core/data-dir.ts";
@@ -145,6 +145,64 @@ function jsonArgument(text: string): JsonValue {
   }
 }
 const str = (values: Values, name: string) => values[name] as string | undefined;
+/**
+ * The query extensions of `analytics query` (docs/analytics.md): `--group-by a,b`, `--aggregate`, `--of`,
+ * `--where PROP:OP:JSON` (repeatable; the value is JSON: `plan:eq:"pro"`, `amount:gte:10`, `plan:in:["a","b"]`,
+ * `paid:exists`), `--limit`. Kinds are the service's to check.
+ */
+function analyticsExtensions(values: Values) {
+  const groupBy = str(values, "group-by");
+  const list = groupBy?.includes(",") ?? false;
+  const aggregate = str(values, "aggregate");
+  const aggregates: Record<string, Aggregate> = {
+    count: Aggregate.COUNT,
+    unique: Aggregate.UNIQUE,
+    sum: Aggregate.SUM,
+    avg: Aggregate.AVG,
+    min: Aggregate.MIN,
+    max: Aggregate.MAX,
+  };
+  if (aggregate !== undefined && !(aggregate in aggregates))
+    throw new UsageError("--aggregate: must be count, unique, sum, avg, min or max");
+  const ops: Record<string, Operator> = {
+    eq: Operator.EQ,
+    neq: Operator.NEQ,
+    in: Operator.IN,
+    contains: Operator.CONTAINS,
+    gt: Operator.GT,
+    gte: Operator.GTE,
+    lt: Operator.LT,
+    lte: Operator.LTE,
+    exists: Operator.EXISTS,
+  };
+  const where = ((values.where as string[] | undefined) ?? []).map((w) => {
+    const m = /^([^:]+):([a-z]+)(?::(.*))?$/s.exec(w);
+    if (!m || !(m[2] in ops))
+      throw new UsageError(`--where ${w}: must be PROP:OP:JSON (OP one of ${Object.keys(ops).join(", ")})`);
+    let value: unknown;
+    try {
+      value = m[3] === undefined ? undefined : JSON.parse(m[3]);
+    } catch {
+      throw new UsageError(`--where ${w}: the value must be JSON (a string in double quotes)`);
+    }
+    return {
+      property: m[1],
+      op: ops[m[2]],
+      ...(value === undefined ? {} : { value: fromJson(ValueSchema, value as JsonValue) }),
+    };
+  });
+  const limit = str(values, "limit");
+  if (limit !== undefined && !/^[0-9]{1,3}$/.test(limit)) throw new UsageError("--limit: must be 1 to 500");
+  return {
+    groupBy: list ? undefined : groupBy,
+    groupByProperties: list ? groupBy!.split(",") : [],
+    aggregate: aggregate === undefined ? Aggregate.UNSPECIFIED : aggregates[aggregate],
+    of: str(values, "of"),
+    where,
+    limit: limit === undefined ? undefined : Number(limit),
+  };
+}
+
 const flag = (values: Values, name: string) => (values[name] as boolean | undefined) ?? false;
 
 /** Standard input as text, less one final line break; refused unless UTF-8 (a Latin-1 file would be changed). */
@@ -493,9 +551,19 @@ const COMMANDS: Command[] = [
   {
     name: "analytics query",
     synopsis:
-      "NAME TYPE --since TIME [--until TIME] [--interval hour|day|week|month] [--group-by PROP] [--timezone TZ]",
-    summary: "the app's QueryEvents (TIME: ISO 8601 or epoch ms)",
-    options: { since: STRING, until: STRING, interval: STRING, "group-by": STRING, timezone: STRING },
+      "NAME TYPE --since TIME [--until TIME] [--interval hour|day|week|month] [--group-by PROP[,PROP]] [--timezone TZ] [--aggregate count|unique|sum|avg|min|max] [--of PROP] [--where PROP:OP:JSON ...] [--limit N]",
+    summary: 'the app\'s QueryEvents (TIME: ISO 8601 or epoch ms; --where plan:eq:"pro", amount:gte:10)',
+    options: {
+      since: STRING,
+      until: STRING,
+      interval: STRING,
+      "group-by": STRING,
+      timezone: STRING,
+      aggregate: STRING,
+      of: STRING,
+      where: { type: "string", multiple: true },
+      limit: STRING,
+    },
     async run(ctx) {
       const interval = str(ctx.values, "interval") ?? "day";
       const intervals: Record<string, Interval> = INTERVAL_OF;
@@ -507,7 +575,7 @@ const COMMANDS: Command[] = [
         since: timestampFromDate(cliTime(need(str(ctx.values, "since"), "--since"), "--since")),
         until: until === undefined ? undefined : timestampFromDate(cliTime(until, "--until")),
         interval: intervals[interval],
-        groupBy: str(ctx.values, "group-by"),
+        ...analyticsExtensions(ctx.values),
         timezone: str(ctx.values, "timezone"),
       });
       ctx.show(QueryAnalyticsResponseSchema, res);

@@ -212,3 +212,45 @@ describe("start-up failures (src/main.ts)", () => {
     );
   });
 });
+
+describe("cli analytics query with the extensions", () => {
+  it("passes aggregate, of, where and two breakdowns through to the app's query", async () => {
+    expect((await cli(["apps", "create", "cli-insights"], env)).code).toBe(0);
+    const issued = {
+      token: /pbt_[A-Za-z0-9_-]+/.exec((await cli(["tokens", "issue", "cli-insights"], env)).stdout)![0],
+    };
+    const call = (path: string, body: unknown) =>
+      fetch(`${server.url}${path}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${issued.token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    expect(
+      (await call("/v1/analytics/types", { name: "order", properties: { plan: "string", amount: "number" } })).status,
+    ).toBe(200);
+    const at = Date.now() - 60_000;
+    const logged = await call("/v1/analytics/events", {
+      events: [
+        { type: "order", at, distinctId: "u1", properties: { plan: "pro", amount: 10 } },
+        { type: "order", at, distinctId: "u1", properties: { plan: "pro", amount: 5 } },
+        { type: "order", at, distinctId: "u2", properties: { plan: "free", amount: 1 } },
+      ],
+    });
+    expect(logged.status).toBe(200);
+    const since = new Date(at - 86_400_000).toISOString();
+    const args = ["analytics", "query", "cli-insights", "order", "--since", since, "--interval", "month"];
+    const sum = await cli([...args, "--aggregate", "sum", "--of", "amount", "--where", 'plan:eq:"pro"'], env);
+    expect(sum.code, sum.stderr).toBe(0);
+    expect(JSON.parse(sum.stdout)).toMatchObject({ aggregate: "sum", of: "amount", totalValue: 15 });
+    const unique = await cli([...args, "--aggregate", "unique", "--group-by", "plan,amount", "--limit", "1"], env);
+    expect(unique.code, unique.stderr).toBe(0);
+    const out = JSON.parse(unique.stdout) as { groupByProperties: string[]; otherGroups: number; totalValue: number };
+    expect(out).toMatchObject({ groupByProperties: ["plan", "amount"], otherGroups: 2, totalValue: 2 });
+    const bad = await cli([...args, "--where", "plan:like:1"], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--where plan:like:1: must be PROP:OP:JSON");
+    const refused = await cli([...args, "--aggregate", "sum", "--of", "plan"], env);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("of: sum needs a number property (plan is declared string)");
+  });
+});

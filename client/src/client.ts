@@ -73,6 +73,11 @@ import {
   type SendMailRequest,
   type SendMailResponse,
   type TimeInput,
+  type TrackOptions,
+  type AggregateRequest,
+  type AggregateResponse,
+  type FunnelRequest,
+  type FunnelResponse,
   type VersionResponse,
 } from "./types.ts";
 
@@ -188,12 +193,26 @@ export interface PlatformClient {
     log(events: AnalyticsEvent[], options?: WriteOptions): Promise<LogEventsResponse>;
     /** `POST /v1/analytics/query`: counts events in buckets. */
     query(request: QueryRequest, options?: CallOptions): Promise<QueryResponse>;
+    /**
+     * `POST /v1/analytics/query` with the extensions: unique users, sums and averages, `where`, two
+     * breakdowns and `limit` (always answered in the extended shape: `aggregate` defaults to count).
+     */
+    aggregate(request: AggregateRequest, options?: CallOptions): Promise<AggregateResponse>;
+    /** `POST /v1/analytics/funnel`: the users who did the steps in order within the window. */
+    funnel(request: FunnelRequest, options?: CallOptions): Promise<FunnelResponse>;
     /** Buffers one event; it is sent in a batch (see `ClientOptions.analytics`). Never throws for the service's answer. */
-    track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
+    track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
+    /**
+     * Sets the user of the events tracked from now on (their `distinctId`), or none with `undefined`;
+     * `track`'s own `distinctId` overrides it for one event.
+     */
+    identify(distinctId: string | undefined): void;
     /** Sends every buffered event now; answers what was stored and dropped since the previous flush. */
     flush(): Promise<FlushResult>;
     /** Events buffered and not yet sent. */
     readonly pending: number;
+    /** Events that carried an undeclared property, by type and property (see `undeclaredProperties`). */
+    readonly undeclared: Record<string, Record<string, number>>;
   };
 
   mail: {
@@ -672,10 +691,28 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         if (request.until !== undefined) body.until = toEpochMs(request.until);
         return call<QueryResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
       },
+      aggregate: (request, o) => {
+        const body: Record<string, unknown> = {
+          ...request,
+          aggregate: request.aggregate ?? "count",
+          since: toEpochMs(request.since),
+        };
+        if (request.until !== undefined) body.until = toEpochMs(request.until);
+        return call<AggregateResponse>({ method: "POST", path: "/v1/analytics/query", body, retry: "safe" }, o);
+      },
+      funnel: (request, o) => {
+        const body: Record<string, unknown> = { ...request, since: toEpochMs(request.since) };
+        if (request.until !== undefined) body.until = toEpochMs(request.until);
+        return call<FunnelResponse>({ method: "POST", path: "/v1/analytics/funnel", body, retry: "safe" }, o);
+      },
       track: (...args: Parameters<typeof tracker.track>) => tracker.track(...args),
+      identify: (distinctId) => tracker.identify(distinctId),
       flush: (...args: Parameters<typeof tracker.flush>) => tracker.flush(...args),
       get pending() {
         return tracker.pending;
+      },
+      get undeclared() {
+        return tracker.undeclared;
       },
     },
 
@@ -833,6 +870,7 @@ function wireEvent(e: AnalyticsEvent): AnalyticsEvent {
   const out: AnalyticsEvent = { type: e.type };
   if (e.at !== undefined) out.at = toEpochMs(e.at);
   if (e.properties !== undefined) out.properties = e.properties;
+  if (e.distinctId !== undefined) out.distinctId = e.distinctId;
   return out;
 }
 

@@ -8,6 +8,6 @@ export { ERROR_CODES, PlatformError, parseRetryAfter } from "./platform-error.ts
 export type { ErrorCode, PlatformErrorInit } from "./platform-error.ts";
 export type { CallOptions, RetryInfo, RetryOptions } from "./transport.ts";
 export type { HandlerContext, LeaseLost, MessageHandler, WorkOptions, Worker, WorkerPause } from "./worker.ts";
-export type { DropInfo, DropReason, FlushResult, SentInfo, TrackerOptions } from "./tracker.ts";
+export type { DropInfo, DropReason, FlushResult, SentInfo, TrackerOptions, UndeclaredInfo } from "./tracker.ts";
 export type { SecretCacheOptions } from "./secret-cache.ts";
 export * from "./types.ts";

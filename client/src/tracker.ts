@@ -40,6 +40,7 @@ import {
   type LogEventsResponse,
   type PropertyValue,
   type TimeInput,
+  type TrackOptions,
 } from "./types.ts";
 
 export type DropReason =
@@ -56,12 +57,22 @@ export type DropReason =
   /** More than `maxBuffer` events were waiting (those kept for a retry included); the oldest were dropped. */
   | "buffer_full"
   /** Tracked after `close()`. */
-  | "closed";
+  | "closed"
+  /** The event carried a property its type does not declare, and `undeclaredProperties` is `"drop-event"`. */
+  | "undeclared";
 
 export interface DropInfo {
   reason: DropReason;
   events: AnalyticsEvent[];
   error?: unknown;
+}
+
+/** The first time a type's events carried a property it does not declare (see `undeclaredProperties`). */
+export interface UndeclaredInfo {
+  type: string;
+  property: string;
+  /** What the tracker does with such events: sends them without the property, or drops them. */
+  action: "drop-property" | "drop-event";
 }
 
 export interface SentInfo {
@@ -94,6 +105,20 @@ export interface TrackerOptions {
    * refused call per interval. Default 60000 ms.
    */
   capRecheckMs?: number;
+  /**
+   * What to do with an event carrying a property its type does not declare, which the service refuses
+   * whole. `"drop-property"` (the default) sends the event without that property: the event itself
+   * (its count, its user, its place in a funnel) is still true and worth keeping, and only the one
+   * value is lost, where dropping the whole event lost every count it was part of. `"drop-event"` drops
+   * it (`onDrop` reason `undeclared`), for apps that would rather have no event than an incomplete one.
+   * Either way each type and property is reported once, loudly (`onUndeclared`), and counted (`undeclared`).
+   */
+  undeclaredProperties?: "drop-property" | "drop-event";
+  /**
+   * Called once per type and property, the first time events carry it undeclared. Default: one
+   * `console.error` line saying what is dropped and how to declare it.
+   */
+  onUndeclared?: (info: UndeclaredInfo) => void;
 }
 
 /**
@@ -108,7 +133,10 @@ export interface FlushResult {
 }
 
 export interface Tracker {
-  track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput): void;
+  /** `at` is when (default now), or `{ at?, distinctId? }`: when and who. */
+  track(type: string, properties?: Record<string, PropertyValue>, at?: TimeInput | TrackOptions): void;
+  /** The `distinctId` of the events tracked from now on (`undefined`: none); a track's own overrides it. */
+  identify(distinctId: string | undefined): void;
   /**
    * Sends what is waiting, in order, and answers once it is sent or the service could not be reached
    * (after the transport's retries): then the batch that failed and everything after it stay waiting
@@ -122,6 +150,11 @@ export interface Tracker {
   close(): Promise<FlushResult>;
   /** Events waiting to be sent, those kept for a retry included. */
   readonly pending: number;
+  /**
+   * How many events carried each undeclared property, by type and property (`{ signup: { plan: 3 } }`),
+   * since the start: sent without it (`drop-property`) or dropped (`drop-event`).
+   */
+  readonly undeclared: Record<string, Record<string, number>>;
 }
 
 /** Sends one batch; `key` is its idempotency key, the same for every retry of the same events. */
@@ -148,6 +181,17 @@ function unreachable(error: unknown): boolean {
 
 /** `events[12].type: ...` → 12. */
 const BAD_INDEX = /^events\[(\d+)\]/;
+/** `events[3].properties.plan: is not declared by type "signup"` → 3, `plan` (JSON-escaped, as the service quotes it). */
+const UNDECLARED = /^events\[(\d+)\]\.properties\.(.*): is not declared by type "/;
+
+/** The property name of an UNDECLARED message, or undefined when it cannot be read back (cut short). */
+function propertyName(escaped: string): string | undefined {
+  try {
+    return JSON.parse(`"${escaped}"`) as string;
+  } catch {
+    return undefined;
+  }
+}
 /** The quota 429's detail: `events: 40 of 5000 left today, 100 needed`. */
 const LEFT_TODAY = /(\d+) of \d+ left today/;
 
@@ -167,9 +211,41 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   const onDrop =
     options.onDrop ??
     ((info: DropInfo) => {
+      // Reported once per type and property, loudly, by onUndeclared; not again for every batch.
+      if (info.reason === "undeclared") return;
       const why = info.error instanceof Error ? `: ${info.error.message}` : "";
       console.warn(`analytics: dropped ${info.events.length} events (${info.reason})${why}`);
     });
+  const undeclaredMode = options.undeclaredProperties ?? "drop-property";
+  if (undeclaredMode !== "drop-property" && undeclaredMode !== "drop-event")
+    throw new RangeError('analytics.undeclaredProperties must be "drop-property" or "drop-event"');
+  const onUndeclared =
+    options.onUndeclared ??
+    ((info: UndeclaredInfo) => {
+      const what =
+        info.action === "drop-property"
+          ? `its events are sent without it`
+          : `its events are dropped (undeclaredProperties: "drop-event")`;
+      console.error(
+        `analytics: event type ${JSON.stringify(info.type)} does not declare property ${JSON.stringify(info.property)}: ${what}; declare it (POST /v1/analytics/types) to keep it. Reported once; counted in analytics.undeclared.`,
+      );
+    });
+  const undeclared: Record<string, Record<string, number>> = Object.create(null) as Record<
+    string,
+    Record<string, number>
+  >;
+  /** Counts one event carrying an undeclared property; the first of its type and property is reported. */
+  function noteUndeclared(type: string, property: string): void {
+    const counts = (undeclared[type] ??= Object.create(null) as Record<string, number>);
+    const first = counts[property] === undefined;
+    counts[property] = (counts[property] ?? 0) + 1;
+    if (!first) return;
+    try {
+      onUndeclared({ type, property, action: undeclaredMode });
+    } catch {
+      // as in report()
+    }
+  }
   const buffer: AnalyticsEvent[] = [];
   /**
    * Pieces that could not be delivered (the service unreachable after the transport's retries), in
@@ -201,6 +277,8 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   let draining: Promise<void> | undefined;
   let batchNumber = 0;
   const session = randomId();
+  /** The user set by `identify`, given to every event tracked without its own. */
+  let identity: string | undefined;
 
   function report(info: DropInfo): void {
     if (info.events.length === 0) return;
@@ -243,6 +321,8 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
     let capError: unknown;
     const rejected: AnalyticsEvent[] = [];
     let rejectError: unknown;
+    const undeclaredDrops: AnalyticsEvent[] = [];
+    let undeclaredError: unknown;
     let undelivered: Piece[] = [];
     let unreachableError: unknown;
     // Pieces still to send, in order.
@@ -296,18 +376,40 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
         }
         if (error instanceof PlatformError && error.status === 400) {
           const bad = new Set<number>();
+          /** Events to send again without an undeclared property (`drop-property`), by index. */
+          const strip = new Map<number, string>();
+          const undeclaredEvents = new Set<number>();
           for (const d of error.details) {
-            const m = BAD_INDEX.exec(d);
-            if (m && Number(m[1]) < events.length) bad.add(Number(m[1]));
+            const u = UNDECLARED.exec(d);
+            const i = Number(u?.[1] ?? BAD_INDEX.exec(d)?.[1] ?? NaN);
+            if (!(i < events.length)) continue;
+            const property = u ? propertyName(u[2]) : undefined;
+            if (property !== undefined && Object.hasOwn(events[i].properties ?? {}, property)) {
+              noteUndeclared(events[i].type, property);
+              if (undeclaredMode === "drop-property") strip.set(i, property);
+              else undeclaredEvents.add(i);
+            } else bad.add(i);
           }
-          rejectError = error;
-          if (bad.size === 0) {
+          if (bad.size > 0) rejectError = error;
+          if (undeclaredEvents.size > 0) undeclaredError = error;
+          if (bad.size === 0 && strip.size === 0 && undeclaredEvents.size === 0) {
             // Not about single events (e.g. the batch itself): nothing of it can be stored.
+            rejectError = error;
             rejected.push(...events);
             continue;
           }
           const good: AnalyticsEvent[] = [];
-          events.forEach((e, i) => (bad.has(i) ? rejected : good).push(e));
+          events.forEach((e, i) => {
+            if (bad.has(i)) rejected.push(e);
+            else if (undeclaredEvents.has(i)) undeclaredDrops.push(e);
+            else if (strip.has(i)) {
+              // A copy without the property: the service names one problem per event, so a second
+              // undeclared property is named by the next answer.
+              const properties = { ...e.properties };
+              delete properties[strip.get(i)!];
+              good.push({ ...e, properties });
+            } else good.push(e);
+          });
           // The service names at most 20 issues per answer: the next try names the next ones.
           if (good.length > 0) todo.unshift({ events: good });
           continue;
@@ -327,6 +429,7 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       }
     }
     report({ reason: "rejected", events: rejected, error: rejectError });
+    report({ reason: "undeclared", events: undeclaredDrops, error: undeclaredError });
     report({ reason: "daily_cap", events: capDrops, error: capError });
     return { left: undelivered, error: unreachableError };
   }
@@ -421,8 +524,11 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
   }
 
   return {
-    track(type, properties, at) {
-      const event: AnalyticsEvent = { type, at: toEpochMs(at ?? Date.now()) };
+    track(type, properties, third) {
+      const options: TrackOptions = isTrackOptions(third) ? third : { at: third };
+      const event: AnalyticsEvent = { type, at: toEpochMs(options.at ?? Date.now()) };
+      const who = options.distinctId === undefined ? identity : (options.distinctId ?? undefined);
+      if (who !== undefined) event.distinctId = who;
       // A copy: the batch leaves later, and the caller may change its object meanwhile (values are scalars).
       if (properties && Object.keys(properties).length > 0) event.properties = { ...properties };
       if (closing) return report({ reason: "closed", events: [event] });
@@ -431,6 +537,9 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
       // While batches are kept (the service unreachable), the retry timer sends: not every new batch.
       if (kept.length === 0 && buffer.length >= batchSize) void drain();
       else schedule();
+    },
+    identify(distinctId) {
+      identity = distinctId;
     },
     flush,
     close() {
@@ -442,7 +551,15 @@ export function createTracker(log: LogFn, options: TrackerOptions = {}): Tracker
     get pending() {
       return keptCount + buffer.length;
     },
+    get undeclared() {
+      return structuredClone({ ...undeclared });
+    },
   };
+}
+
+/** `{ at?, distinctId? }` rather than a time (a number, a string or a Date). */
+function isTrackOptions(x: TimeInput | TrackOptions | undefined): x is TrackOptions {
+  return typeof x === "object" && x !== null && !(x instanceof Date);
 }
 
 /** A random id (idempotency keys of this process's batches), from the platform's crypto where there is one. */

@@ -84,6 +84,15 @@ export interface AnalyticsEvent {
   at?: TimeInput;
   /** Only properties the type declares, with values of the declared kind. */
   properties?: Record<string, PropertyValue>;
+  /** Who did it (a user id, 1 to 200 characters): what unique users and funnels count. */
+  distinctId?: string;
+}
+
+/** The third argument of `analytics.track`: when, and who (overriding the tracker's `identify`). */
+export interface TrackOptions {
+  at?: TimeInput;
+  /** This event's user; `null` sends it without one even after `identify`. */
+  distinctId?: string | null;
 }
 
 export interface LogEventsRequest {
@@ -128,6 +137,97 @@ export interface QueryResponse {
   groupBy: string | null;
   buckets: QueryBucket[];
   total: number;
+}
+
+/** A condition of `where` (extension): `value` of the property's declared kind; a list for `in`; a boolean for `exists`. */
+export type Condition =
+  | { property: string; op: "eq" | "neq"; value: PropertyValue }
+  | { property: string; op: "in"; value: PropertyValue[] }
+  | { property: string; op: "contains"; value: string }
+  | { property: string; op: "gt" | "gte" | "lt" | "lte"; value: number }
+  | { property: string; op: "exists"; value?: boolean };
+
+export type AggregateName = "count" | "unique" | "sum" | "avg" | "min" | "max";
+
+/** `analytics.aggregate`: a query with the extensions (docs/analytics.md "Aggregations, filters and breakdowns"). */
+export interface AggregateRequest extends Omit<QueryRequest, "groupBy"> {
+  /** Default `count`. */
+  aggregate?: AggregateName;
+  /** `unique`: a property (distinct values) or `distinctId` (default); sum/avg/min/max: a number property. */
+  of?: string;
+  /** Up to 10 conditions on declared properties or `distinctId`, all of which must hold. */
+  where?: Condition[];
+  /** One property, or a list of at most two. */
+  groupBy?: string | [string] | [string, string];
+  /** Most groups answered (1 to 500; default 50 with a list); the rest are folded into buckets marked `other`. */
+  limit?: number;
+}
+
+export interface AggregateBucket {
+  at: number;
+  /** With `groupBy` a property (or none). */
+  group?: string | null;
+  /** With `groupBy` a list: each property's value. */
+  groups?: (string | null)[];
+  /** Events counted. */
+  count: number;
+  /** The aggregate over the bucket. */
+  value: number;
+  /** The groups beyond `limit`, folded together. */
+  other: boolean;
+}
+
+export interface AggregateResponse {
+  type: string;
+  interval: Interval;
+  since: number;
+  until: number;
+  groupBy: string | string[] | null;
+  aggregate: AggregateName;
+  of: string | null;
+  limit: number | null;
+  buckets: AggregateBucket[];
+  /** The aggregate over the whole range (unique over the range, not a sum); null for avg/min/max of no event. */
+  total: number | null;
+  /** Events counted. */
+  count: number;
+  /** Groups folded into the buckets marked `other`. */
+  otherGroups: number;
+}
+
+/** `analytics.funnel` (extension): users who did the steps in order within a window. */
+export interface FunnelRequest {
+  /** 2 to 8 steps: a registered type, and conditions its events meet. */
+  steps: { type: string; where?: Condition[] }[];
+  /** First steps in [since, until) start a conversion. */
+  since: TimeInput;
+  until?: TimeInput;
+  /** From the first step to the last; default 604800 (7 days), at most 90 days. */
+  windowSeconds?: number;
+  /** A property of the first step's type. */
+  breakdown?: string;
+  /** Most groups (1 to 500, default 50); the rest are folded into one marked `other`. */
+  limit?: number;
+}
+
+export interface FunnelStepResult {
+  type: string;
+  /** Distinct users (distinctIds) who reached the step in order within the window. */
+  users: number;
+  conversionFromFirst: number;
+  conversionFromPrevious: number;
+  /** Null for the first step and for a step nobody reached. */
+  medianSecondsFromPrevious: number | null;
+}
+
+export interface FunnelResponse {
+  steps: FunnelStepResult[];
+  since: number;
+  until: number;
+  windowSeconds: number;
+  breakdown: string | null;
+  groups: { group: string | null; other: boolean; steps: FunnelStepResult[] }[];
+  otherGroups: number;
 }
 
 // ---- Mail ----------------------------------------------------------------

@@ -204,12 +204,12 @@ export function createAppFacilityRpcs(options: {
 
     async queryAnalytics(req, context) {
       const app = await load(req.appId);
-      const { type, since, until, interval, groupBy, timezone } = req;
+      const { type, since, until, interval, groupBy, timezone, aggregate, of, where, groupByProperties, limit } = req;
       return asApp(
         app,
         AnalyticsService,
         AnalyticsService.method.queryEvents,
-        { type, since, until, interval, groupBy, timezone },
+        { type, since, until, interval, groupBy, timezone, aggregate, of, where, groupByProperties, limit },
         context.signal,
       );
     },

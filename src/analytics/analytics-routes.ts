@@ -12,15 +12,20 @@ import {
   AnalyticsService,
   Interval,
   PropertyKind,
+  Aggregate,
   type Event,
   type EventType,
+  type FunnelStepResult,
+  type QueryEventsResponse,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { AGGREGATE_NAME, AGGREGATE_OF, OP_OF } from "./query-extensions.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import {
   epochMs,
   fixedObject,
   isJsonObject,
   jsonObject,
+  optionalInteger,
   optionalString,
   passthroughObject,
   withFastPath,
@@ -109,6 +114,8 @@ const EventJson = fixedObject(
     properties: passthroughObject(),
     type: optionalString(),
     at: JsonTime,
+    // Extension: who did it (1 to 200 characters, checked by the implementation).
+    distinctId: optionalString(),
   },
   "must be an object",
 );
@@ -130,7 +137,8 @@ type LogEventsInput = z.output<typeof EventJson>[];
 
 /**
  * `LogEventsBody`'s fast path (`withFastPath`): a batch whose every event plainly fits `EventJson` (no other
- * field; `type` a string, `properties` an object, `at` a time, each or absent or null), as the schema makes it;
+ * field; `type` and `distinctId` strings, `properties` an object, `at` a time, each or absent or null), as the
+ * schema makes it;
  * undefined for anything else, which the schema parses. The schema walked each event field by field, a
  * quarter of the service's time for a batch of a thousand (test/analytics/log-events-fast-path.test.ts ties
  * the two).
@@ -144,19 +152,45 @@ export function plainEvents(body: unknown): { events: LogEventsInput } | undefin
   for (let i = 0; i < events.length; i++) {
     const e: unknown = events[i];
     if (!isJsonObject(e)) return undefined;
-    for (const key in e) if (key !== "type" && key !== "properties" && key !== "at") return undefined;
-    const { type, properties, at } = e;
+    for (const key in e)
+      if (key !== "type" && key !== "properties" && key !== "at" && key !== "distinctId") return undefined;
+    const { type, properties, at, distinctId } = e;
     if (type !== undefined && type !== null && typeof type !== "string") return undefined;
+    if (distinctId !== undefined && distinctId !== null && typeof distinctId !== "string") return undefined;
     if (properties !== undefined && properties !== null && !isJsonObject(properties)) return undefined;
     let time: Timestamp | undefined;
     if (at !== undefined && at !== null) {
       time = parseTime(at);
       if (!time) return undefined;
     }
-    out[i] = { type: type ?? undefined, properties: properties ?? {}, at: time };
+    out[i] = { type: type ?? undefined, properties: properties ?? {}, at: time, distinctId: distinctId ?? undefined };
   }
   return { events: out };
 }
+
+const AGGREGATES = ["count", "unique", "sum", "avg", "min", "max"] as const;
+const OPS = ["eq", "neq", "in", "contains", "gt", "gte", "lt", "lte", "exists"] as const;
+
+/** Any JSON value as a Value, lists included (the values of an `in` condition). */
+function conditionValue(v: unknown): Value {
+  if (!Array.isArray(v)) return jsonValue(v);
+  return {
+    $typeName: "google.protobuf.Value",
+    kind: { case: "listValue", value: create(ListValueSchema, { values: v.map(jsonValue) }) },
+  };
+}
+
+/** One condition of `where`: `{ property, op, value }`; kinds are the implementation's to check. */
+const ConditionJson = fixedObject(
+  {
+    property: z.string({ error: "must be a string" }).meta({ description: 'A declared property, or "distinctId".' }),
+    op: z.enum(OPS, {
+      error: (issue) => (typeof issue.input === "string" ? `must be one of ${OPS.join(", ")}` : "must be a string"),
+    }),
+    value: z.unknown().meta({ description: "Of the property's kind; a list for in; true/false for exists." }),
+  },
+  "must be an object { property, op, value }",
+);
 
 export const QueryBody = jsonObject({
   interval: z
@@ -169,9 +203,60 @@ export const QueryBody = jsonObject({
   since: JsonTime,
   // Optional (the implementation's default is now); says so in the OpenAPI document.
   until: JsonTime.optional(),
-  groupBy: optionalString(),
+  // Extension: a second breakdown (a list of at most two properties).
+  groupBy: z
+    .union([z.string(), z.array(z.string({ error: "must be a string" }))], {
+      error: "must be a property name or a list of at most two",
+    })
+    .nullish()
+    .transform((v) => v ?? undefined),
   timezone: optionalString(),
+  // Extensions: aggregations, filters, the most groups answered.
+  aggregate: z
+    .enum(AGGREGATES, {
+      error: (issue) =>
+        typeof issue.input === "string" ? `must be one of ${AGGREGATES.join(", ")}` : "must be a string",
+    })
+    .nullish()
+    .transform((v) => v ?? undefined),
+  of: optionalString(),
+  where: z
+    .array(ConditionJson, { error: "must be a list of conditions { property, op, value }" })
+    .nullish()
+    .transform((v) => v ?? []),
+  limit: optionalInteger(),
 });
+
+/** `POST /v1/analytics/funnel` (extension). */
+export const FunnelBody = jsonObject({
+  steps: z.array(
+    fixedObject(
+      {
+        type: optionalString(),
+        where: z
+          .array(ConditionJson, { error: "must be a list of conditions { property, op, value }" })
+          .nullish()
+          .transform((v) => v ?? []),
+      },
+      "must be an object { type, where }",
+    ),
+    { error: "must be a list of 2 to 8 steps { type, where }" },
+  ),
+  since: JsonTime,
+  until: JsonTime.optional(),
+  windowSeconds: optionalInteger(),
+  breakdown: optionalString(),
+  limit: optionalInteger(),
+});
+
+function conditionMessages(where: z.infer<typeof ConditionJson>[]) {
+  return where.map((c) => ({
+    $typeName: "platform.analytics.v1.Condition" as const,
+    property: c.property,
+    op: OP_OF[c.op],
+    ...(c.value === undefined ? {} : { value: conditionValue(c.value) }),
+  }));
+}
 
 const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds." });
 
@@ -190,9 +275,82 @@ export const QueryResponse = z.object({
   since: NullableMs,
   until: NullableMs,
   groupBy: z.string().nullable(),
-  buckets: z.array(z.object({ at: NullableMs, group: z.string().nullable(), count: z.number().int() })),
-  total: z.number().int(),
+  buckets: z.array(
+    z.object({
+      at: NullableMs,
+      group: z.string().nullable().optional().meta({ description: "With groupBy a property (or none)." }),
+      groups: z
+        .array(z.string().nullable())
+        .optional()
+        .meta({ description: "Extension: with groupBy a list, each property's value." }),
+      count: z.number().int(),
+      value: z.number().optional().meta({ description: "Extension: the aggregate over the bucket." }),
+      other: z.boolean().optional().meta({ description: "Extension: the groups beyond limit, folded into one." }),
+    }),
+  ),
+  total: z.number().nullable().meta({ description: "With an extension: the aggregate over the whole range." }),
+  aggregate: z.enum(AGGREGATES).optional(),
+  of: z.string().nullable().optional(),
+  limit: z.number().int().nullable().optional(),
+  count: z.number().int().optional().meta({ description: "Extension: the events counted." }),
+  otherGroups: z
+    .number()
+    .int()
+    .optional()
+    .meta({ description: "Extension: how many groups were folded into the buckets marked other." }),
 });
+
+const FunnelStepJson = z.object({
+  type: z.string(),
+  users: z.number().int(),
+  conversionFromFirst: z.number(),
+  conversionFromPrevious: z.number(),
+  medianSecondsFromPrevious: z.number().nullable(),
+});
+export const FunnelResponse = z.object({
+  steps: z.array(FunnelStepJson),
+  since: NullableMs,
+  until: NullableMs,
+  windowSeconds: z.number().int(),
+  breakdown: z.string().nullable(),
+  groups: z.array(z.object({ group: z.string().nullable(), other: z.boolean(), steps: z.array(FunnelStepJson) })),
+  otherGroups: z.number().int(),
+});
+
+function funnelStepsJson(steps: FunnelStepResult[]) {
+  return steps.map((s) => ({
+    type: s.type,
+    users: Number(s.users),
+    conversionFromFirst: s.conversionFromFirst,
+    conversionFromPrevious: s.conversionFromPrevious,
+    medianSecondsFromPrevious: s.medianSecondsFromPrevious ?? null,
+  }));
+}
+
+/** The answer of a query that used an extension (see `QueryResponse`). */
+function extendedQueryJson(res: QueryEventsResponse) {
+  const list = res.groupByProperties.length > 0;
+  return {
+    type: res.type,
+    interval: UNIT_OF[res.interval] ?? "day",
+    since: epochMs(res.since),
+    until: epochMs(res.until),
+    groupBy: list ? res.groupByProperties : (res.groupBy ?? null),
+    aggregate: AGGREGATE_NAME[res.aggregate] ?? "count",
+    of: res.of ?? null,
+    limit: res.limit ?? null,
+    buckets: res.buckets.map((bucket) => ({
+      at: epochMs(bucket.at),
+      ...(list ? { groups: bucket.groups.map((g) => g.value ?? null) } : { group: bucket.group ?? null }),
+      count: Number(bucket.count),
+      value: bucket.value ?? 0,
+      other: bucket.other,
+    })),
+    total: res.totalValue ?? null,
+    count: Number(res.total),
+    otherGroups: Number(res.otherGroups),
+  };
+}
 
 export const analyticsRoutes: readonly AnyRestRoute[] = [
   defineRoute({
@@ -258,6 +416,7 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
         for (const key of Object.keys(e.properties)) properties[key] = jsonValue(e.properties[key]);
         const event: Event = { $typeName: "platform.analytics.v1.Event", type: e.type ?? "", properties };
         if (e.at) event.at = e.at;
+        if (e.distinctId !== undefined) event.distinctId = e.distinctId;
         events[i] = event;
       }
       return { events };
@@ -297,21 +456,95 @@ export const analyticsRoutes: readonly AnyRestRoute[] = [
       since: body.since,
       until: body.until,
       interval: body.interval === undefined ? Interval.UNSPECIFIED : INTERVAL_OF[body.interval],
-      groupBy: body.groupBy,
+      groupBy: typeof body.groupBy === "string" ? body.groupBy : undefined,
+      // An empty list is a list: it asks for the extended answer with no groups.
+      groupByProperties: Array.isArray(body.groupBy) ? body.groupBy : [],
       timezone: body.timezone,
+      aggregate:
+        body.aggregate === undefined
+          ? Array.isArray(body.groupBy)
+            ? Aggregate.COUNT
+            : Aggregate.UNSPECIFIED
+          : AGGREGATE_OF[body.aggregate],
+      of: body.of,
+      where: conditionMessages(body.where),
+      limit: body.limit,
+    }),
+    response: (res) =>
+      res.aggregate !== Aggregate.UNSPECIFIED
+        ? extendedQueryJson(res)
+        : {
+            type: res.type,
+            interval: UNIT_OF[res.interval] ?? "day",
+            since: epochMs(res.since),
+            until: epochMs(res.until),
+            groupBy: res.groupBy ?? null,
+            buckets: res.buckets.map((bucket) => ({
+              at: epochMs(bucket.at),
+              group: bucket.group ?? null,
+              count: Number(bucket.count),
+            })),
+            total: Number(res.total),
+          },
+  }),
+
+  defineRoute({
+    method: "POST",
+    url: "/v1/analytics/funnel",
+    rpc: AnalyticsService.method.queryFunnel,
+    responseSchema: FunnelResponse,
+    doc: {
+      summary: "Count the users who did a sequence of events, in order, within a window (extension)",
+      description:
+        "Users are events' `distinctId`s. 2 to 8 steps; `windowSeconds` (default 7 days) counts from the first step; `breakdown` is a property of the first step's type.",
+      errors: ["not_configured", "upstream_error"],
+      requestExample: {
+        steps: [{ type: "signup", where: [{ property: "plan", op: "eq", value: "pro" }] }, { type: "project.created" }],
+        since: "2026-11-01T00:00:00Z",
+        windowSeconds: 604800,
+      },
+      responseExample: {
+        steps: [
+          {
+            type: "signup",
+            users: 120,
+            conversionFromFirst: 1,
+            conversionFromPrevious: 1,
+            medianSecondsFromPrevious: null,
+          },
+          {
+            type: "project.created",
+            users: 54,
+            conversionFromFirst: 0.45,
+            conversionFromPrevious: 0.45,
+            medianSecondsFromPrevious: 5400,
+          },
+        ],
+        since: 1761955200000,
+        until: 1763892000000,
+        windowSeconds: 604800,
+        breakdown: null,
+        groups: [],
+        otherGroups: 0,
+      },
+    },
+    body: FunnelBody,
+    request: ({ body }) => ({
+      steps: body.steps.map((step) => ({ type: step.type ?? "", where: conditionMessages(step.where) })),
+      since: body.since,
+      until: body.until,
+      windowSeconds: body.windowSeconds === undefined ? undefined : BigInt(body.windowSeconds),
+      breakdown: body.breakdown,
+      limit: body.limit,
     }),
     response: (res) => ({
-      type: res.type,
-      interval: UNIT_OF[res.interval] ?? "day",
+      steps: funnelStepsJson(res.steps),
       since: epochMs(res.since),
       until: epochMs(res.until),
-      groupBy: res.groupBy ?? null,
-      buckets: res.buckets.map((bucket) => ({
-        at: epochMs(bucket.at),
-        group: bucket.group ?? null,
-        count: Number(bucket.count),
-      })),
-      total: Number(res.total),
+      windowSeconds: Number(res.windowSeconds),
+      breakdown: res.breakdown ?? null,
+      groups: res.groups.map((g) => ({ group: g.group ?? null, other: g.other, steps: funnelStepsJson(g.steps) })),
+      otherGroups: Number(res.otherGroups),
     }),
   }),
 ];

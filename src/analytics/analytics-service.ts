@@ -34,7 +34,26 @@ import { INTERVAL_OF, KIND_NAME, KIND_OF, UNIT_OF } from "./enum-names.ts";
 import type { EventStore } from "./event-store.ts";
 import type { EventTypeRecord, EventTypeStore, PropertyKindName } from "./event-type-store.ts";
 import { MAX_EVENTS_PER_CALL, MAX_PROPERTIES, quoted, validateEvents } from "./validate-events.ts";
-import { MAX_TIME_MS, MIN_TIME_MS, timestampToMs } from "../core/time.ts";
+import {
+  AGGREGATE_OF,
+  DEFAULT_GROUP_LIMIT,
+  MAX_GROUP_LIMIT,
+  checkConditions,
+  checkExtensions,
+  runExtended,
+  usesExtensions,
+} from "./query-extensions.ts";
+import { computeFunnel, type FunnelStepAnswer } from "./funnel.ts";
+
+/** Funnel steps (docs/analytics.md "Funnels"). */
+const MIN_FUNNEL_STEPS = 2;
+const MAX_FUNNEL_STEPS = 8;
+/** The conversion window: 7 days unless said, at most 90. */
+const DEFAULT_FUNNEL_WINDOW_S = 7 * 86_400;
+const MAX_FUNNEL_WINDOW_S = 90 * 86_400;
+/** The longest range of first steps: funnels read raw events, a year of them at most. */
+const MAX_FUNNEL_RANGE_DAYS = 366;
+import { DAY_MS, MAX_TIME_MS, MIN_TIME_MS, timestampToMs } from "../core/time.ts";
 
 export interface AnalyticsServiceOptions {
   types: EventTypeStore;
@@ -170,6 +189,86 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       return answer(stored.remaining);
     },
 
+    async queryFunnel(req, context) {
+      const app = appOf(context);
+      requireAnalytics(app);
+      if (req.steps.length < MIN_FUNNEL_STEPS || req.steps.length > MAX_FUNNEL_STEPS)
+        throw invalidArgument("steps", `must have ${MIN_FUNNEL_STEPS} to ${MAX_FUNNEL_STEPS} steps`);
+      req.steps.forEach((step, i) => {
+        if (!step.type) throw invalidArgument(`steps[${i}].type`, "is required");
+        if (!NAME_PATTERN.test(step.type)) throw invalidArgument(`steps[${i}].type`, NAME_RULE);
+      });
+      if (!req.since) throw invalidArgument("since", "is required");
+      const since = instant(req.since, "since");
+      const until = req.until ? instant(req.until, "until") : Math.min(Date.now(), MAX_TIME_MS);
+      if (since >= until) throw invalidArgument("since", "must be before until");
+      if (until - since > MAX_FUNNEL_RANGE_DAYS * DAY_MS)
+        throw invalidArgument("since", `the range must be at most ${MAX_FUNNEL_RANGE_DAYS} days`);
+      const windowSeconds = req.windowSeconds === undefined ? DEFAULT_FUNNEL_WINDOW_S : Number(req.windowSeconds);
+      if (!Number.isSafeInteger(windowSeconds) || windowSeconds < 1 || windowSeconds > MAX_FUNNEL_WINDOW_S)
+        throw invalidArgument("windowSeconds", `must be 1 to ${MAX_FUNNEL_WINDOW_S} seconds (90 days)`);
+      const limit = req.limit ?? DEFAULT_GROUP_LIMIT;
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_GROUP_LIMIT)
+        throw invalidArgument("limit", `must be an integer from 1 to ${MAX_GROUP_LIMIT}`);
+      const known = await types.get(app.id, [...new Set(req.steps.map((s) => s.type))]);
+      const stepTypes = req.steps.map((step, i) => {
+        const type = known.get(step.type);
+        if (!type) throw invalidArgument(`steps[${i}].type`, `no event type named ${quoted(step.type)} is registered`);
+        return type;
+      });
+      const conditions = req.steps.map((step, i) => checkConditions(step.where, stepTypes[i], `steps[${i}].where`));
+      if (req.breakdown !== undefined) {
+        if (!NAME_PATTERN.test(req.breakdown)) throw invalidArgument("breakdown", NAME_RULE);
+        if (!Object.hasOwn(stepTypes[0].properties, req.breakdown))
+          throw invalidArgument(
+            "breakdown",
+            `${quoted(req.breakdown)} is not a property of the first step's type ${quoted(stepTypes[0].name)}`,
+          );
+      }
+      const windowMs = windowSeconds * 1000;
+      const events = await Promise.all(
+        req.steps.map((step, i) =>
+          store.stepEvents({
+            appId: app.id,
+            type: step.type,
+            where: conditions[i],
+            since,
+            // Later steps may follow the last start by up to the window.
+            until: i === 0 ? until : Math.min(until + windowMs, MAX_TIME_MS),
+            breakdown: i === 0 ? req.breakdown : undefined,
+          }),
+        ),
+      );
+      const answer = computeFunnel(
+        events,
+        req.steps.map((s) => s.type),
+        windowMs,
+        limit,
+        req.breakdown !== undefined,
+      );
+      const stepMessages = (steps: FunnelStepAnswer[]) =>
+        steps.map((s, i) => ({
+          type: req.steps[i].type,
+          users: BigInt(s.users),
+          conversionFromFirst: s.conversionFromFirst,
+          conversionFromPrevious: s.conversionFromPrevious,
+          medianSecondsFromPrevious: s.medianSecondsFromPrevious,
+        }));
+      return {
+        steps: stepMessages(answer.steps),
+        since: timestampFromMs(since),
+        until: timestampFromMs(until),
+        windowSeconds: BigInt(windowSeconds),
+        breakdown: req.breakdown,
+        groups: answer.groups.map((g) => ({
+          group: g.group ?? undefined,
+          other: g.other,
+          steps: stepMessages(g.steps),
+        })),
+        otherGroups: BigInt(answer.otherGroups),
+      };
+    },
+
     async queryEvents(req, context) {
       const app = appOf(context);
       requireAnalytics(app);
@@ -194,6 +293,37 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       }
       const type = (await types.get(app.id, [req.type])).get(req.type);
       if (!type) throw invalidArgument("type", `no event type named ${quoted(req.type)} is registered`);
+      if (usesExtensions(req)) {
+        const ext = checkExtensions(req, type);
+        const answer = await runExtended(
+          store,
+          { appId: app.id, type: type.name, since, until, unit, timezone, ...ext },
+          ext.limit,
+        );
+        const list = req.groupByProperties.length > 0;
+        return {
+          type: type.name,
+          interval: INTERVAL_OF[unit],
+          since: timestampFromMs(since),
+          until: timestampFromMs(until),
+          groupBy: list ? undefined : req.groupBy,
+          groupByProperties: list ? ext.groupBy : [],
+          aggregate: AGGREGATE_OF[ext.aggregate],
+          of: req.of,
+          limit: ext.limit,
+          buckets: answer.rows.map((r) => ({
+            at: timestampFromMs(Math.max(r.at ?? since, MIN_TIME_MS)),
+            group: list ? undefined : (r.groups[0] ?? undefined),
+            groups: list ? r.groups.map((value) => ({ value: value ?? undefined })) : [],
+            count: BigInt(r.count),
+            value: r.value,
+            other: r.other,
+          })),
+          total: BigInt(answer.count),
+          totalValue: answer.total ?? undefined,
+          otherGroups: BigInt(answer.otherGroups),
+        };
+      }
       if (req.groupBy !== undefined && !Object.hasOwn(type.properties, req.groupBy)) {
         throw invalidArgument("groupBy", `${quoted(req.groupBy)} is not a property of type ${quoted(type.name)}`);
       }

@@ -11,6 +11,7 @@ import { PlatformError } from "../core/errors.ts";
 import type { Unit } from "./buckets.ts";
 import type { InTransaction } from "../core/database/index.ts";
 import type { SpendStatement } from "../core/quotas/index.ts";
+import type { PropertyKindName } from "./event-type-store.ts";
 
 /** A validated event as stored: values already turned into strings. */
 export interface StoredEvent {
@@ -18,6 +19,10 @@ export interface StoredEvent {
   /** Epoch milliseconds. */
   at: number;
   properties: Record<string, string>;
+  /** Who did it (the `distinctId` extension), 1 to 200 characters. */
+  distinctId?: string | undefined;
+  /** The `number` properties' values as numbers, beside their strings (sums, averages, comparisons). */
+  numbers?: Record<string, number> | undefined;
 }
 
 export interface CountQuery {
@@ -62,6 +67,10 @@ export interface EventStore {
   ): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */
   count(query: CountQuery): Promise<CountBucket[]>;
+  /** Aggregates, filters and breakdowns (the query extensions): rows in any order. */
+  aggregate(query: AggregateQuery): Promise<AggregateRow[]>;
+  /** The events of one funnel step that carry a distinctId, in any order (funnels are computed by `funnel.ts`). */
+  stepEvents(query: StepEventsQuery): Promise<StepEvent[]>;
   /**
    * Deletes the app's events before `before`, a UTC day start (so the rollups of whole hours and days
    * go with their events and queries stay exact), at most `batch` rows a statement (raw events; then,
@@ -93,4 +102,96 @@ export function compareBuckets(a: CountBucket, b: CountBucket): number {
   if (a.group === null) return -1;
   if (b.group === null) return 1;
   return a.group < b.group ? -1 : 1;
+}
+
+/** What a query computes per bucket (the `aggregate` extension). */
+export type AggregateName = "count" | "unique" | "sum" | "avg" | "min" | "max";
+
+export type ConditionOp = "eq" | "neq" | "in" | "contains" | "gt" | "gte" | "lt" | "lte" | "exists";
+
+/** A scalar as a condition compares it: a string property's string, a number, a boolean. */
+export type ConditionScalar = string | number | boolean;
+
+/** One checked condition of `where`: the value is of the property's declared kind. */
+export interface Condition {
+  /** A declared property, or undefined for the event's `distinctId` (a string). */
+  property?: string | undefined;
+  kind: PropertyKindName;
+  op: ConditionOp;
+  /** A scalar of `kind`; a list for `in`; a boolean for `exists`. */
+  value: ConditionScalar | ConditionScalar[];
+}
+
+/** One group: each breakdown property's value, null where the event lacks it. */
+export type GroupKey = (string | null)[];
+
+export interface AggregateQuery {
+  appId: string;
+  type: string;
+  since: number;
+  until: number;
+  /** The bucket unit; undefined answers one row per group over the whole range (`at` null). */
+  unit?: Unit | undefined;
+  timezone?: string | undefined;
+  aggregate: AggregateName;
+  /**
+   * The property aggregated: a `number` one for sum, avg, min and max; any for unique
+   * (undefined: the distinctIds). Only events that carry it are counted.
+   */
+  of?: { name: string; kind: PropertyKindName } | undefined;
+  where: readonly Condition[];
+  /** Zero to two properties to group by. */
+  groupBy: readonly string[];
+  /** When given, the groups not in it are folded into one row per bucket marked `other`. */
+  keep?: readonly GroupKey[] | undefined;
+}
+
+export interface AggregateRow {
+  /** Epoch ms at the start of the bucket; null for a whole-range row. */
+  at: number | null;
+  groups: GroupKey;
+  other: boolean;
+  /** Events counted. */
+  count: number;
+  /** The aggregate (for count, the same as `count`). */
+  value: number;
+}
+
+/** A group's order: component by component, null first, then string order. */
+export function compareGroups(a: GroupKey, b: GroupKey): number {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const x = a[i] ?? null;
+    const y = b[i] ?? null;
+    if (x === y) continue;
+    if (x === null) return -1;
+    if (y === null) return 1;
+    return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
+/** Rows by `at` (a whole-range row first), then group, the folded `other` row last. */
+export function compareRows(a: AggregateRow, b: AggregateRow): number {
+  if (a.at !== b.at) return (a.at ?? -Infinity) - (b.at ?? -Infinity);
+  if (a.other !== b.other) return a.other ? 1 : -1;
+  return compareGroups(a.groups, b.groups);
+}
+
+/** The events of one funnel step: its type and conditions, in `[since, until)`, with a distinctId. */
+export interface StepEventsQuery {
+  appId: string;
+  type: string;
+  where: readonly Condition[];
+  since: number;
+  until: number;
+  /** A property whose value each event carries along (the first step's breakdown). */
+  breakdown?: string | undefined;
+}
+
+export interface StepEvent {
+  distinctId: string;
+  /** Epoch ms. */
+  at: number;
+  /** The breakdown property's value; null when the event lacks it (or there is no breakdown). */
+  group: string | null;
 }

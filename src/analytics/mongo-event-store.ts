@@ -26,6 +26,11 @@ import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
 import {
   compareBuckets,
   upstreamError,
+  type AggregateQuery,
+  type AggregateRow,
+  type Condition,
+  type StepEvent,
+  type StepEventsQuery,
   type CountBucket,
   type CountQuery,
   type EventStore,
@@ -39,6 +44,10 @@ export interface EventDocument {
   at: Date;
   meta: { app: string; type: string };
   p: Record<string, string>;
+  /** The `number` properties as numbers (sums, averages, comparisons); absent when none. */
+  n?: Record<string, number>;
+  /** Who did it; absent when unknown. A measurement, not meta: it varies within an hour's bucket. */
+  distinctId?: string;
   /** Batch id, for undoing a half-written batch. */
   b: string;
 }
@@ -53,7 +62,14 @@ export function toDocuments(appId: string, events: readonly StoredEvent[], batch
   return events.map((e) => {
     const p: Record<string, string> = {};
     for (const key in e.properties) p[fieldName(key)] = e.properties[key]!;
-    return { at: new Date(e.at), meta: { app: appId, type: e.type }, p, b: batchId };
+    const doc: EventDocument = { at: new Date(e.at), meta: { app: appId, type: e.type }, p, b: batchId };
+    if (e.numbers !== undefined) {
+      const n: Record<string, number> = {};
+      for (const key in e.numbers) n[fieldName(key)] = e.numbers[key]!;
+      doc.n = n;
+    }
+    if (e.distinctId !== undefined) doc.distinctId = e.distinctId;
+    return doc;
   });
 }
 
@@ -88,6 +104,152 @@ export function buildCountPipeline(q: CountQuery): Document[] {
   ];
 }
 
+/** The stored path of a property as a condition or an aggregate reads it (numbers under `n`, the rest under `p`). */
+function pathOf(property: string | undefined, kind: Condition["kind"]): string {
+  if (property === undefined) return "distinctId";
+  return `${kind === "number" ? "n" : "p"}.${fieldName(property)}`;
+}
+
+/** A condition's value as stored: booleans are strings under `p`. */
+function stored(v: string | number | boolean): string | number {
+  return typeof v === "boolean" ? String(v) : v;
+}
+
+/** `contains` as a regular expression matching the text literally. */
+function literal(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}
+
+/** One condition of `where` as a `$match` clause. */
+export function conditionMatch(c: Condition): Document {
+  const path = pathOf(c.property, c.kind);
+  const v = c.value;
+  switch (c.op) {
+    case "exists":
+      // Presence is read where every property is: its string under `p`.
+      return { [pathOf(c.property, "string")]: { $exists: v !== false } };
+    case "eq":
+      return { [path]: stored(v as string) };
+    // The complement of eq: `$ne` matches events without the property too.
+    case "neq":
+      return { [path]: { $ne: stored(v as string) } };
+    case "in":
+      return { [path]: { $in: (v as (string | number | boolean)[]).map(stored) } };
+    case "contains":
+      return { [path]: { $regex: literal(v as string) } };
+    case "gt":
+    case "gte":
+    case "lt":
+    case "lte":
+      return { [path]: { [`$${c.op}`]: v } };
+  }
+}
+
+/**
+ * The aggregation pipeline of an aggregate query (`AggregateQuery`): the same
+ * answer as the SQL store's, row for row. Pure, for tests. Output documents:
+ * `{ at: Date | null, g: (string | null)[], other: boolean, count, value }`.
+ */
+export function buildAggregatePipeline(q: AggregateQuery): Document[] {
+  const match: Document[] = q.where.map(conditionMatch);
+  const unique = q.aggregate === "unique";
+  const ofPath = pathOf(q.of?.name, unique ? "string" : (q.of?.kind ?? "string"));
+  if (q.aggregate !== "count") match.push({ [ofPath]: { $exists: true } });
+  const groups = q.groupBy.map((p) => ({ $ifNull: [`$p.${fieldName(p)}`, null] }));
+  const trunc: Record<string, unknown> = { date: "$at", unit: q.unit ?? "day", binSize: 1 };
+  if (q.unit === "week") trunc.startOfWeek = "monday";
+  if (!isUtc(q.timezone)) trunc.timezone = q.timezone;
+  // Literals: a group value such as "$x" must not be read as a field path.
+  const kept = q.keep === undefined ? { $literal: true } : { $in: [groups, { $literal: q.keep }] };
+  const accumulator = {
+    count: { $sum: 1 },
+    unique: { $addToSet: `$${ofPath}` },
+    sum: { $sum: `$${ofPath}` },
+    avg: { $avg: `$${ofPath}` },
+    min: { $min: `$${ofPath}` },
+    max: { $max: `$${ofPath}` },
+  }[q.aggregate];
+  return [
+    {
+      $match: {
+        "meta.app": q.appId,
+        "meta.type": q.type,
+        at: { $gte: new Date(q.since), $lt: new Date(q.until) },
+        ...(match.length > 0 ? { $and: match } : {}),
+      },
+    },
+    { $addFields: { _k: kept } },
+    {
+      $group: {
+        _id: {
+          at: q.unit === undefined ? null : { $dateTrunc: trunc },
+          g: groups.map((g) => ({ $cond: ["$_k", g, null] })),
+          other: { $not: ["$_k"] },
+        },
+        count: { $sum: 1 },
+        value: accumulator,
+      },
+    },
+    {
+      $project: {
+        _id: 0,
+        at: "$_id.at",
+        g: "$_id.g",
+        other: "$_id.other",
+        count: 1,
+        value: unique ? { $size: "$value" } : "$value",
+      },
+    },
+  ];
+}
+
+/** An output document of `buildAggregatePipeline`. */
+export interface AggregateDocument {
+  at: Date | null;
+  g: (string | null)[];
+  other: boolean;
+  count: number;
+  value: number;
+}
+
+/** The store's rows from the pipeline's documents (zoned bucket starts made the first instant of their wall time). */
+export function aggregateRows(docs: readonly AggregateDocument[], q: AggregateQuery): AggregateRow[] {
+  return docs.map((r) => ({
+    at: r.at === null ? null : firstInstantOfWallTime(r.at.getTime(), q.timezone),
+    groups: r.g.map((x) => x ?? null),
+    other: r.other,
+    count: Number(r.count),
+    value: Number(r.value),
+  }));
+}
+
+/** The pipeline of one funnel step's events (`StepEventsQuery`). Output: `{ d, at: Date, g }`. Pure. */
+export function buildStepPipeline(q: StepEventsQuery): Document[] {
+  return [
+    {
+      $match: {
+        "meta.app": q.appId,
+        "meta.type": q.type,
+        at: { $gte: new Date(q.since), $lt: new Date(q.until) },
+        $and: [{ distinctId: { $exists: true } }, ...q.where.map(conditionMatch)],
+      },
+    },
+    {
+      $project: {
+        _id: 0,
+        d: "$distinctId",
+        at: 1,
+        g: q.breakdown === undefined ? { $literal: null } : { $ifNull: [`$p.${fieldName(q.breakdown)}`, null] },
+      },
+    },
+  ];
+}
+
+/** The store's step events from the pipeline's documents. */
+export function stepEventsOf(docs: readonly { d: string; at: Date; g: string | null }[]): StepEvent[] {
+  return docs.map((r) => ({ distinctId: r.d, at: r.at.getTime(), group: r.g ?? null }));
+}
+
 export interface MongoStoreOptions {
   url: string;
   dbName: string;
@@ -118,7 +280,11 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
         ))
           throw err;
       }
-      return db.collection<EventDocument>(name);
+      const coll = db.collection<EventDocument>(name);
+      // Unique users and funnels read the ids of one app's type over a range (a secondary index on a
+      // measurement, which time-series collections take from MongoDB 6.0; creating it again is a no-op).
+      await coll.createIndex({ "meta.app": 1, "meta.type": 1, distinctId: 1, at: 1 });
+      return coll;
     })().catch((err: unknown) => {
       ready = undefined;
       throw err;
@@ -165,6 +331,26 @@ export function createMongoEventStore(options: MongoStoreOptions): EventStore {
             count: Number(r.count),
           }))
           .sort(compareBuckets);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async aggregate(q) {
+      try {
+        const coll = await collection();
+        return aggregateRows(await coll.aggregate<AggregateDocument>(buildAggregatePipeline(q)).toArray(), q);
+      } catch (err) {
+        throw upstreamError(err);
+      }
+    },
+
+    async stepEvents(q) {
+      try {
+        const coll = await collection();
+        return stepEventsOf(
+          await coll.aggregate<{ d: string; at: Date; g: string | null }>(buildStepPipeline(q)).toArray(),
+        );
       } catch (err) {
         throw upstreamError(err);
       }

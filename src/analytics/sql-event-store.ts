@@ -35,7 +35,16 @@ import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
 import type { SpendStatement } from "../core/quotas/index.ts";
 import { firstInstantOfWallTime, isUtc } from "./buckets.ts";
-import { compareBuckets, type CountBucket, type CountQuery, type EventStore, type StoredEvent } from "./event-store.ts";
+import {
+  compareBuckets,
+  type AggregateQuery,
+  type AggregateRow,
+  type Condition,
+  type CountBucket,
+  type CountQuery,
+  type EventStore,
+  type StoredEvent,
+} from "./event-store.ts";
 
 /** Raw events (property values are strings). */
 export interface AnalyticsEventsTable {
@@ -43,6 +52,10 @@ export interface AnalyticsEventsTable {
   type: string;
   at: Timestamp;
   properties: ColumnType<Record<string, string>, string, string>;
+  /** The event's `distinctId` (migration 0032). */
+  distinct_id: string | null;
+  /** The `number` properties as JSON numbers, beside their strings (migration 0032). */
+  numbers: ColumnType<Record<string, number> | null, string | null, string | null>;
 }
 
 /** Counts per (type, property, UTC day, value); `prop = ''` is the day's total. */
@@ -221,7 +234,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     within?: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void> => {
-    const raw = JSON.stringify(events.map((e) => ({ t: e.type, a: e.at, p: e.properties })));
+    const raw = JSON.stringify(
+      events.map((e) => ({ t: e.type, a: e.at, p: e.properties, d: e.distinctId, n: e.numbers })),
+    );
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
@@ -253,9 +268,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     await guarded(() =>
       sql`
         WITH raw AS (
-          INSERT INTO analytics_events (app_id, type, at, properties)
-          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p
-          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb)
+          INSERT INTO analytics_events (app_id, type, at, properties, distinct_id, numbers)
+          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p, e.d, e.n
+          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb, d text, n jsonb)
           RETURNING 1
         ), raw_done AS (
           SELECT count(*) AS c FROM raw
@@ -284,6 +299,30 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async count(q) {
       return guarded(() => countSql(db, q));
+    },
+
+    async aggregate(q) {
+      return guarded(() => aggregateSql(db, q));
+    },
+
+    async stepEvents(q) {
+      // By the (app, type, distinct_id, at) index of migration 0032: only events with an id.
+      const result = await sql<{ d: string; t: number; g: string | null }>`
+        SELECT distinct_id AS d, (extract(epoch FROM at) * 1000)::float8 AS t,
+          ${q.breakdown === undefined ? sql`NULL::text` : sql`properties->>${q.breakdown}`} AS g
+        FROM analytics_events
+        WHERE ${sql.join(
+          [
+            sql`app_id = ${q.appId}::uuid`,
+            sql`type = ${q.type}`,
+            sql`distinct_id IS NOT NULL`,
+            sql`at >= ${new Date(q.since)}`,
+            sql`at < ${new Date(q.until)}`,
+            ...q.where.map(conditionSql),
+          ],
+          sql` AND `,
+        )}`.execute(db);
+      return result.rows.map((r) => ({ distinctId: r.d, at: Math.round(Number(r.t)), group: r.g ?? null }));
     },
 
     async deleteBefore(appId, before, batch) {
@@ -457,4 +496,105 @@ async function boundariesOnWholeHours(db: EventDb, q: CountQuery, zone: string):
       ${new Date(q.until)}::timestamptz AT TIME ZONE ${zone},
       ${step}::interval) AS s`.execute(db);
   return result.rows[0]?.ok === true;
+}
+
+/** A property's value as a condition or an aggregate reads it: its number for `number` properties, else its string. */
+function valueOf(property: string | undefined, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (property === undefined) return sql`distinct_id`;
+  return kind === "number" ? sql`(numbers->>${property})::float8` : sql`(properties->>${property})`;
+}
+
+/** Whether the event carries the property (or a distinctId). */
+function carries(property: string | undefined, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (property === undefined) return sql`distinct_id IS NOT NULL`;
+  // A number property's numeric form is what the arithmetic reads: an event without it has none to give.
+  return kind === "number" ? sql`numbers ? ${property}` : sql`properties ? ${property}`;
+}
+
+/** A condition's value as SQL compares it: numbers as float8, booleans as their stored strings. */
+function scalar(v: string | number | boolean, kind: Condition["kind"]): RawBuilder<unknown> {
+  if (kind === "number") return sql`${v}::float8`;
+  return sql`${typeof v === "boolean" ? String(v) : v}::text`;
+}
+
+export function conditionSql(c: Condition): RawBuilder<unknown> {
+  const x = valueOf(c.property, c.kind);
+  const v = c.value;
+  switch (c.op) {
+    // Presence is read where every property is, its string (as the MongoDB store does).
+    case "exists":
+      return v === false ? sql`NOT (${carries(c.property, "string")})` : carries(c.property, "string");
+    case "in": {
+      const list = (v as (string | number | boolean)[]).map((e) => (typeof e === "boolean" ? String(e) : e));
+      return c.kind === "number" ? sql`${x} = ANY(${list}::float8[])` : sql`${x} = ANY(${list}::text[])`;
+    }
+    case "eq":
+      return sql`${x} = ${scalar(v as string, c.kind)}`;
+    // The complement of eq: events without the property match too.
+    case "neq":
+      return sql`${x} IS DISTINCT FROM ${scalar(v as string, c.kind)}`;
+    case "contains":
+      return sql`strpos(${x}, ${v}::text) > 0`;
+    case "gt":
+      return sql`${x} > ${scalar(v as number, c.kind)}`;
+    case "gte":
+      return sql`${x} >= ${scalar(v as number, c.kind)}`;
+    case "lt":
+      return sql`${x} < ${scalar(v as number, c.kind)}`;
+    case "lte":
+      return sql`${x} <= ${scalar(v as number, c.kind)}`;
+  }
+}
+
+/**
+ * Aggregates, filters and breakdowns over the raw events (`analytics_events`,
+ * by its (app, type, at) index): the rollups hold counts per single property
+ * value, which answer none of these. Only events that carry `of` (or a
+ * distinctId for unique users) are counted. With `keep`, the groups not in it
+ * are folded into one `other` row per bucket, in the same statement (a unique
+ * count of the folded groups is not a sum of theirs).
+ */
+async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRow[]> {
+  const zone = isUtc(q.timezone) ? "UTC" : q.timezone!;
+  const bucket = q.unit === undefined ? sql`NULL::timestamptz` : sql`date_trunc(${q.unit}, at, ${zone})`;
+  const conditions = [
+    sql`app_id = ${q.appId}::uuid`,
+    sql`type = ${q.type}`,
+    sql`at >= ${new Date(q.since)}`,
+    sql`at < ${new Date(q.until)}`,
+    ...q.where.map(conditionSql),
+  ];
+  // Unique values are counted on their stored strings, whatever the kind (a number's string is unique to it).
+  const ofKind = q.aggregate === "unique" ? "string" : (q.of?.kind ?? "string");
+  if (q.aggregate !== "count") conditions.push(carries(q.of?.name, ofKind));
+  const x = q.aggregate === "count" ? sql`NULL` : valueOf(q.of?.name, ofKind);
+  const groups = q.groupBy.map((p) => sql`(properties->>${p})`);
+  const kept =
+    q.keep === undefined
+      ? sql`true`
+      : sql`jsonb_build_array(${sql.join(groups)}) = ANY(ARRAY(SELECT jsonb_array_elements(${JSON.stringify(q.keep)}::jsonb)))`;
+  const value = {
+    count: sql`count(*)::float8`,
+    unique: sql`count(DISTINCT x)::float8`,
+    sum: sql`sum(x)`,
+    avg: sql`avg(x)`,
+    min: sql`min(x)`,
+    max: sql`max(x)`,
+  }[q.aggregate];
+  const groupColumns = q.groupBy.map((_, i) => sql`CASE WHEN k THEN ${sql.ref(`g${i}`)} END AS ${sql.ref(`g${i}`)}`);
+  const result = await sql<Record<string, unknown> & { b: Date | null; other: boolean; n: string; v: number }>`
+    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, count(*)::bigint AS n, ${value} AS v
+    FROM (
+      SELECT ${bucket} AS b, ${sql.join([...groups.map((g, i) => sql`${g} AS ${sql.ref(`g${i}`)}`), sql`${kept} AS k`, sql`${x} AS x`])}
+      FROM analytics_events
+      WHERE ${sql.join(conditions, sql` AND `)}
+    ) e
+    GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1))))}`.execute(db);
+  return result.rows.map((r) => ({
+    at: r.b === null ? null : firstInstantOfWallTime(new Date(r.b).getTime(), q.timezone),
+    groups: q.groupBy.map((_, i) => (r[`g${i}`] as string | null) ?? null),
+    other: r.other,
+    count: Number(r.n),
+    value: Number(r.v),
+  }));
 }

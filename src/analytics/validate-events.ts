@@ -8,7 +8,7 @@ import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
-import { isWellFormedText } from "../core/text.ts";
+import { characterCount, isWellFormedText } from "../core/text.ts";
 import { DAY_MS, timestampToMs } from "../core/time.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import type { StoredEvent } from "./event-store.ts";
@@ -21,12 +21,23 @@ export const MAX_FUTURE_MS = DAY_MS;
 export const MAX_PROPERTIES = 64;
 /** Longest string value, in UTF-8 bytes (values are index keys of the rollups). */
 export const MAX_VALUE_BYTES = 1024;
+/** Longest `distinctId`, in characters (code points): ids of other systems (emails, UUIDs, URNs) fit. */
+export const MAX_DISTINCT_ID_CHARS = 200;
+
+/** Why a `distinctId` is refused, or undefined when it is a good one. */
+export function distinctIdRule(id: string): string | undefined {
+  if (id.length === 0 || id.length > 2 * MAX_DISTINCT_ID_CHARS || characterCount(id) > MAX_DISTINCT_ID_CHARS)
+    return `must be 1 to ${MAX_DISTINCT_ID_CHARS} characters`;
+  if (!isWellFormedText(id) || id.includes("\u0000")) return "must be valid Unicode without NUL characters";
+  return undefined;
+}
 
 /** The shape of an event as both protocols deliver it. */
 export interface EventInput {
   type: string;
   at?: Timestamp | undefined;
   properties: Record<string, Value>;
+  distinctId?: string | undefined;
 }
 
 export function checkBatchSize(count: number): void {
@@ -104,7 +115,15 @@ export function validateEvents(
       }
       at = ms;
     }
+    if (e.distinctId !== undefined) {
+      const rule = distinctIdRule(e.distinctId);
+      if (rule !== undefined) {
+        issues.push(`${where}.distinctId: ${rule}`);
+        continue;
+      }
+    }
     const properties: Record<string, string> = {};
+    let numbers: Record<string, number> | undefined;
     let bad = false;
     for (const key in e.properties) {
       const kind = Object.hasOwn(type.properties, key) ? type.properties[key] : undefined;
@@ -120,8 +139,13 @@ export function validateEvents(
         break;
       }
       properties[key] = value;
+      if (kind === "number") (numbers ??= {})[key] = (e.properties[key].kind as { value: number }).value;
     }
-    if (!bad) out[i] = { type: e.type, at, properties };
+    if (bad) continue;
+    const stored: StoredEvent = { type: e.type, at, properties };
+    if (e.distinctId !== undefined) stored.distinctId = e.distinctId;
+    if (numbers !== undefined) stored.numbers = numbers;
+    out[i] = stored;
   }
   if (issues.length > 0) {
     throw new PlatformError("invalid_argument", issues[0], { details: issues });

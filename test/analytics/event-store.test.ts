@@ -12,6 +12,7 @@ import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts
 import { createSqlEventStore, type AnalyticsEventTables } from "../../src/analytics/sql-event-store.ts";
 import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";
 import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { runExtended } from "../../src/analytics/query-extensions.ts";
 import { STORE_CASES, T, referenceCount, spreadEvents, type StoreCase } from "./store-cases.ts";
 
 interface StoreUnderTest {
@@ -48,6 +49,71 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
   };
 
   for (const c of STORE_CASES) it(c.name, () => run(c));
+
+  it("answers the query extensions and a funnel step's events (the same events on every store)", async () => {
+    const appId = crypto.randomUUID();
+    const at = T("2024-03-31T00:30:00Z"); // Europe/Berlin's day of its spring change
+    const e = (dt: number, distinctId: string | undefined, plan: string | undefined, amount: number): StoredEvent => ({
+      type: "signup",
+      at: at + dt,
+      properties: { ...(plan === undefined ? {} : { plan }), amount: String(amount) },
+      numbers: { amount },
+      ...(distinctId === undefined ? {} : { distinctId }),
+    });
+    await store.insert(appId, [
+      e(0, "u1", "pro", 10),
+      e(1000, "u1", "pro", 5),
+      e(2000, "u2", "free", 2.5),
+      e(3000, undefined, "pro", 1),
+      e(86_400_000, "u3", undefined, 4),
+    ]);
+    const base = {
+      appId,
+      type: "signup",
+      since: at - 86_400_000,
+      until: at + 2 * 86_400_000,
+      unit: "day" as const,
+      timezone: "Europe/Berlin",
+      where: [],
+      groupBy: [],
+    };
+    const unique = await runExtended(store, { ...base, aggregate: "unique" }, undefined);
+    expect(unique.rows.map((r) => [new Date(r.at!).toISOString(), r.value])).toEqual([
+      ["2024-03-30T23:00:00.000Z", 2],
+      ["2024-03-31T22:00:00.000Z", 1],
+    ]);
+    expect(unique.total).toBe(3);
+    const sums = await runExtended(
+      store,
+      {
+        ...base,
+        aggregate: "sum",
+        of: { name: "amount", kind: "number" },
+        where: [{ property: "amount", kind: "number", op: "gt", value: 2 }],
+        groupBy: ["plan"],
+      },
+      1,
+    );
+    expect(sums.rows.map((r) => [r.groups, r.other, r.value])).toEqual([
+      [["pro"], false, 15],
+      [[null], true, 2.5],
+      [[null], true, 4],
+    ]);
+    expect(sums.otherGroups).toBe(2);
+    const step = await store.stepEvents({
+      appId,
+      type: "signup",
+      where: [],
+      since: at,
+      until: at + 2500,
+      breakdown: "plan",
+    });
+    expect(step.sort((a, b) => a.at - b.at)).toEqual([
+      { distinctId: "u1", at, group: "pro" },
+      { distinctId: "u1", at: at + 1000, group: "pro" },
+      { distinctId: "u2", at: at + 2000, group: "free" },
+    ]);
+  });
 
   it("agrees with the reference count on a spread of events, for every unit, grouped or not", async () => {
     const appId = crypto.randomUUID();

@@ -90,10 +90,11 @@ describe("GET /openapi.json", () => {
     const served = new Set(routes.map((r) => `${r.method} ${r.path.replace(/:([A-Za-z0-9_]+)/g, "{$1}")}`));
     // The walk found the API (a broken walk would pass vacuously otherwise).
     expect(served).toContain("POST /v1/queues/{queue}/consume");
+    expect(served).toContain("POST /v1/analytics/funnel");
     expect(served).toContain("GET /health");
     expect(served).toContain("POST /v1/queues/{queue}/purge");
     expect(served).toContain("GET /v1/queues/{queue}/messages/{id}");
-    expect(served.size).toBe(28);
+    expect(served.size).toBe(29);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),
@@ -114,12 +115,16 @@ describe("GET /openapi.json", () => {
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);
     expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual([
+      "aggregate",
       "groupBy",
       "interval",
+      "limit",
+      "of",
       "since",
       "timezone",
       "type",
       "until",
+      "where",
     ]);
     expect(body("/v1/analytics/query").properties.interval.anyOf[0].enum).toEqual(["hour", "day", "week", "month"]);
     expect(Object.keys(body("/v1/mail/send").properties)).toEqual(["to", "subject", "text"]);

@@ -96,7 +96,6 @@ const either =
     return undefined;
   };
 
-const COUNTS_ONLY = "a query counts the events of one type per interval, optionally grouped by one property (groupBy)";
 const NO_STREAMING = "generate answers with the whole text; there is no streaming";
 const GENERATE_ONLY = (what: string) =>
   unsupported(`${what} (generate takes model, prompt or messages, maxTokens, temperature)`, "prompt");
@@ -142,20 +141,22 @@ const HINTS: Record<string, Hint> = {
   n: GENERATE_ONLY("one answer per request"),
   system: unsupported('give messages with a "system" message first', "prompt"),
   // Analytics (Mixpanel, PostHog, Segment words).
-  filter: unsupported(COUNTS_ONLY, "groupBy"),
-  filters: unsupported(COUNTS_ONLY, "groupBy"),
-  where: unsupported(COUNTS_ONLY, "groupBy"),
-  aggregate: unsupported(COUNTS_ONLY, "groupBy"),
-  aggregation: unsupported(COUNTS_ONLY, "groupBy"),
+  filter: use("where", ", a list of conditions { property, op, value }"),
+  filters: use("where", ", a list of conditions { property, op, value }"),
+  properties: use("where", ", a list of conditions { property, op, value }"),
+  aggregation: use("aggregate"),
+  math: use("aggregate"),
   breakdown: use("groupBy"),
+  breakdowns: use("groupBy", ", a property or a list of two"),
   from: either(use("since"), unsupported("mail is sent from the app's own address", "subject")),
   to: use("until"),
   start: use("since"),
   end: use("until"),
-  distinct_id: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
-  distinctId: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
-  userId: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
-  user_id: unsupported("an event has type, at and properties; declare a property for it on the type", "at"),
+  // An event's user is its `distinctId`; elsewhere (a mail, a put) no such field exists.
+  distinct_id: use("distinctId"),
+  userId: use("distinctId"),
+  user_id: use("distinctId"),
+  $user_id: use("distinctId"),
   event: use("type"),
   timestamp: use("at"),
   time: use("at"),

@@ -5,7 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
-import type { Bucket, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
+import type { Aggregate, Bucket, Condition, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
 import type { Queue, QueuePolicy } from "../../queues/v1/queues_pb.js";
 import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
@@ -1136,6 +1136,33 @@ export declare type QueryAnalyticsRequest = Message<"platform.admin.v1.QueryAnal
    * @generated from field: optional string timezone = 7;
    */
   timezone?: string | undefined;
+
+  /**
+   * The query extensions, as in QueryEventsRequest.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 8;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 9;
+   */
+  of?: string | undefined;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.Condition where = 10;
+   */
+  where: Condition[];
+
+  /**
+   * @generated from field: repeated string group_by_properties = 11;
+   */
+  groupByProperties: string[];
+
+  /**
+   * @generated from field: optional int32 limit = 12;
+   */
+  limit?: number | undefined;
 };
 
 /**
@@ -1182,6 +1209,38 @@ export declare type QueryAnalyticsResponse = Message<"platform.admin.v1.QueryAna
    * @generated from field: int64 total = 7;
    */
   total: bigint;
+
+  /**
+   * The query extensions' answer, as in QueryEventsResponse.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 8;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 9;
+   */
+  of?: string | undefined;
+
+  /**
+   * @generated from field: repeated string group_by_properties = 10;
+   */
+  groupByProperties: string[];
+
+  /**
+   * @generated from field: optional double total_value = 11;
+   */
+  totalValue?: number | undefined;
+
+  /**
+   * @generated from field: int64 other_groups = 12;
+   */
+  otherGroups: bigint;
+
+  /**
+   * @generated from field: optional int32 limit = 13;
+   */
+  limit?: number | undefined;
 };
 
 /**

@@ -28,3 +28,10 @@ export const logEvents: typeof AnalyticsService["method"]["logEvents"];
  * @generated from rpc platform.analytics.v1.AnalyticsService.QueryEvents
  */
 export const queryEvents: typeof AnalyticsService["method"]["queryEvents"];
+/**
+ * QueryFunnel counts the users who did a sequence of events, in order,
+ * within a conversion window (extension).
+ *
+ * @generated from rpc platform.analytics.v1.AnalyticsService.QueryFunnel
+ */
+export const queryFunnel: typeof AnalyticsService["method"]["queryFunnel"];

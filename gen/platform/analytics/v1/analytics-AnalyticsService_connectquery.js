@@ -31,3 +31,11 @@ export const logEvents = AnalyticsService.method.logEvents;
  * @generated from rpc platform.analytics.v1.AnalyticsService.QueryEvents
  */
 export const queryEvents = AnalyticsService.method.queryEvents;
+
+/**
+ * QueryFunnel counts the users who did a sequence of events, in order,
+ * within a conversion window (extension).
+ *
+ * @generated from rpc platform.analytics.v1.AnalyticsService.QueryFunnel
+ */
+export const queryFunnel = AnalyticsService.method.queryFunnel;

@@ -64,6 +64,14 @@ export declare type Event = Message<"platform.analytics.v1.Event"> & {
    * @generated from field: map<string, google.protobuf.Value> properties = 3;
    */
   properties: { [key: string]: Value };
+
+  /**
+   * Who did it (extension): 1 to 200 characters; unset when unknown. What
+   * unique users and funnels count.
+   *
+   * @generated from field: optional string distinct_id = 4;
+   */
+  distinctId?: string | undefined;
 };
 
 /**
@@ -71,6 +79,56 @@ export declare type Event = Message<"platform.analytics.v1.Event"> & {
  * Use `create(EventSchema)` to create a new message.
  */
 export declare const EventSchema: GenMessage<Event>;
+
+/**
+ * Condition is one filter of a query; the conditions of a query all hold (AND).
+ *
+ * @generated from message platform.analytics.v1.Condition
+ */
+export declare type Condition = Message<"platform.analytics.v1.Condition"> & {
+  /**
+   * A property the type declares, or "distinctId".
+   *
+   * @generated from field: string property = 1;
+   */
+  property: string;
+
+  /**
+   * @generated from field: platform.analytics.v1.Operator op = 2;
+   */
+  op: Operator;
+
+  /**
+   * Of the property's declared kind; a list for IN; a boolean or unset for EXISTS.
+   *
+   * @generated from field: google.protobuf.Value value = 3;
+   */
+  value?: Value | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.Condition.
+ * Use `create(ConditionSchema)` to create a new message.
+ */
+export declare const ConditionSchema: GenMessage<Condition>;
+
+/**
+ * GroupValue is one property's value in a group; unset when the event lacks it.
+ *
+ * @generated from message platform.analytics.v1.GroupValue
+ */
+export declare type GroupValue = Message<"platform.analytics.v1.GroupValue"> & {
+  /**
+   * @generated from field: optional string value = 1;
+   */
+  value?: string | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.GroupValue.
+ * Use `create(GroupValueSchema)` to create a new message.
+ */
+export declare const GroupValueSchema: GenMessage<GroupValue>;
 
 /**
  * @generated from message platform.analytics.v1.Bucket
@@ -92,6 +150,27 @@ export declare type Bucket = Message<"platform.analytics.v1.Bucket"> & {
    * @generated from field: int64 count = 3;
    */
   count: bigint;
+
+  /**
+   * With group_by_properties: each property's value, in their order (extension).
+   *
+   * @generated from field: repeated platform.analytics.v1.GroupValue groups = 4;
+   */
+  groups: GroupValue[];
+
+  /**
+   * The aggregate over the bucket, when the query used an extension.
+   *
+   * @generated from field: optional double value = 5;
+   */
+  value?: number | undefined;
+
+  /**
+   * The bucket holds the groups beyond the limit, folded into one.
+   *
+   * @generated from field: bool other = 6;
+   */
+  other: boolean;
 };
 
 /**
@@ -241,6 +320,40 @@ export declare type QueryEventsRequest = Message<"platform.analytics.v1.QueryEve
    * @generated from field: optional string timezone = 6;
    */
   timezone?: string | undefined;
+
+  /**
+   * Extensions: what to compute (default count) and of which property.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 7;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 8;
+   */
+  of?: string | undefined;
+
+  /**
+   * At most 10 conditions, all of which must hold.
+   *
+   * @generated from field: repeated platform.analytics.v1.Condition where = 9;
+   */
+  where: Condition[];
+
+  /**
+   * One or two properties to break down by (instead of group_by).
+   *
+   * @generated from field: repeated string group_by_properties = 10;
+   */
+  groupByProperties: string[];
+
+  /**
+   * Most groups answered (1 to 500; default 50 with group_by_properties);
+   * the rest are folded into buckets marked other.
+   *
+   * @generated from field: optional int32 limit = 11;
+   */
+  limit?: number | undefined;
 };
 
 /**
@@ -287,6 +400,43 @@ export declare type QueryEventsResponse = Message<"platform.analytics.v1.QueryEv
    * @generated from field: int64 total = 7;
    */
   total: bigint;
+
+  /**
+   * Set (not unspecified) when the query used an extension; then the buckets
+   * carry value and total_value is the aggregate over the whole range.
+   *
+   * @generated from field: platform.analytics.v1.Aggregate aggregate = 8;
+   */
+  aggregate: Aggregate;
+
+  /**
+   * @generated from field: optional string of = 9;
+   */
+  of?: string | undefined;
+
+  /**
+   * @generated from field: repeated string group_by_properties = 10;
+   */
+  groupByProperties: string[];
+
+  /**
+   * Unset for avg, min and max over no event.
+   *
+   * @generated from field: optional double total_value = 11;
+   */
+  totalValue?: number | undefined;
+
+  /**
+   * Groups beyond the limit, folded into the buckets marked other.
+   *
+   * @generated from field: int64 other_groups = 12;
+   */
+  otherGroups: bigint;
+
+  /**
+   * @generated from field: optional int32 limit = 13;
+   */
+  limit?: number | undefined;
 };
 
 /**
@@ -294,6 +444,200 @@ export declare type QueryEventsResponse = Message<"platform.analytics.v1.QueryEv
  * Use `create(QueryEventsResponseSchema)` to create a new message.
  */
 export declare const QueryEventsResponseSchema: GenMessage<QueryEventsResponse>;
+
+/**
+ * FunnelStep is one step of a funnel: an event type, and conditions its events meet.
+ *
+ * @generated from message platform.analytics.v1.FunnelStep
+ */
+export declare type FunnelStep = Message<"platform.analytics.v1.FunnelStep"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.Condition where = 2;
+   */
+  where: Condition[];
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelStep.
+ * Use `create(FunnelStepSchema)` to create a new message.
+ */
+export declare const FunnelStepSchema: GenMessage<FunnelStep>;
+
+/**
+ * @generated from message platform.analytics.v1.QueryFunnelRequest
+ */
+export declare type QueryFunnelRequest = Message<"platform.analytics.v1.QueryFunnelRequest"> & {
+  /**
+   * 2 to 8 steps, in order.
+   *
+   * @generated from field: repeated platform.analytics.v1.FunnelStep steps = 1;
+   */
+  steps: FunnelStep[];
+
+  /**
+   * First steps done in [since, until) start a conversion.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Unset means now.
+   *
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * How long after the first step the last may follow; unset means 7 days.
+   *
+   * @generated from field: optional int64 window_seconds = 4;
+   */
+  windowSeconds?: bigint | undefined;
+
+  /**
+   * A property of the first step's type to break the users down by.
+   *
+   * @generated from field: optional string breakdown = 5;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * Most groups answered (1 to 500, default 50); the rest are folded into one marked other.
+   *
+   * @generated from field: optional int32 limit = 6;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.QueryFunnelRequest.
+ * Use `create(QueryFunnelRequestSchema)` to create a new message.
+ */
+export declare const QueryFunnelRequestSchema: GenMessage<QueryFunnelRequest>;
+
+/**
+ * @generated from message platform.analytics.v1.FunnelStepResult
+ */
+export declare type FunnelStepResult = Message<"platform.analytics.v1.FunnelStepResult"> & {
+  /**
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * Distinct users who reached this step in order within the window.
+   *
+   * @generated from field: int64 users = 2;
+   */
+  users: bigint;
+
+  /**
+   * users / the first step's users (0 when nobody started).
+   *
+   * @generated from field: double conversion_from_first = 3;
+   */
+  conversionFromFirst: number;
+
+  /**
+   * users / the previous step's users.
+   *
+   * @generated from field: double conversion_from_previous = 4;
+   */
+  conversionFromPrevious: number;
+
+  /**
+   * The median time from the previous step; unset for the first step and when nobody reached it.
+   *
+   * @generated from field: optional double median_seconds_from_previous = 5;
+   */
+  medianSecondsFromPrevious?: number | undefined;
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelStepResult.
+ * Use `create(FunnelStepResultSchema)` to create a new message.
+ */
+export declare const FunnelStepResultSchema: GenMessage<FunnelStepResult>;
+
+/**
+ * @generated from message platform.analytics.v1.FunnelGroup
+ */
+export declare type FunnelGroup = Message<"platform.analytics.v1.FunnelGroup"> & {
+  /**
+   * The breakdown property's value in the first step; unset when it lacked it.
+   *
+   * @generated from field: optional string group = 1;
+   */
+  group?: string | undefined;
+
+  /**
+   * @generated from field: bool other = 2;
+   */
+  other: boolean;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelStepResult steps = 3;
+   */
+  steps: FunnelStepResult[];
+};
+
+/**
+ * Describes the message platform.analytics.v1.FunnelGroup.
+ * Use `create(FunnelGroupSchema)` to create a new message.
+ */
+export declare const FunnelGroupSchema: GenMessage<FunnelGroup>;
+
+/**
+ * @generated from message platform.analytics.v1.QueryFunnelResponse
+ */
+export declare type QueryFunnelResponse = Message<"platform.analytics.v1.QueryFunnelResponse"> & {
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelStepResult steps = 1;
+   */
+  steps: FunnelStepResult[];
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int64 window_seconds = 4;
+   */
+  windowSeconds: bigint;
+
+  /**
+   * @generated from field: optional string breakdown = 5;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelGroup groups = 6;
+   */
+  groups: FunnelGroup[];
+
+  /**
+   * @generated from field: int64 other_groups = 7;
+   */
+  otherGroups: bigint;
+};
+
+/**
+ * Describes the message platform.analytics.v1.QueryFunnelResponse.
+ * Use `create(QueryFunnelResponseSchema)` to create a new message.
+ */
+export declare const QueryFunnelResponseSchema: GenMessage<QueryFunnelResponse>;
 
 /**
  * PropertyKind is the declared kind of an event property.
@@ -365,6 +709,131 @@ export enum Interval {
 export declare const IntervalSchema: GenEnum<Interval>;
 
 /**
+ * Aggregate is what a query computes per bucket (extension; unspecified is count).
+ *
+ * @generated from enum platform.analytics.v1.Aggregate
+ */
+export enum Aggregate {
+  /**
+   * @generated from enum value: AGGREGATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Events.
+   *
+   * @generated from enum value: AGGREGATE_COUNT = 1;
+   */
+  COUNT = 1,
+
+  /**
+   * Distinct distinct_ids, or distinct values of the property `of`.
+   *
+   * @generated from enum value: AGGREGATE_UNIQUE = 2;
+   */
+  UNIQUE = 2,
+
+  /**
+   * Of a declared number property `of`.
+   *
+   * @generated from enum value: AGGREGATE_SUM = 3;
+   */
+  SUM = 3,
+
+  /**
+   * @generated from enum value: AGGREGATE_AVG = 4;
+   */
+  AVG = 4,
+
+  /**
+   * @generated from enum value: AGGREGATE_MIN = 5;
+   */
+  MIN = 5,
+
+  /**
+   * @generated from enum value: AGGREGATE_MAX = 6;
+   */
+  MAX = 6,
+}
+
+/**
+ * Describes the enum platform.analytics.v1.Aggregate.
+ */
+export declare const AggregateSchema: GenEnum<Aggregate>;
+
+/**
+ * Operator compares a property of an event with a value (extension).
+ *
+ * @generated from enum platform.analytics.v1.Operator
+ */
+export enum Operator {
+  /**
+   * @generated from enum value: OPERATOR_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: OPERATOR_EQ = 1;
+   */
+  EQ = 1,
+
+  /**
+   * Everything eq does not match, events without the property included.
+   *
+   * @generated from enum value: OPERATOR_NEQ = 2;
+   */
+  NEQ = 2,
+
+  /**
+   * Equal to one of a list.
+   *
+   * @generated from enum value: OPERATOR_IN = 3;
+   */
+  IN = 3,
+
+  /**
+   * A string property (or distinct_id) containing the value.
+   *
+   * @generated from enum value: OPERATOR_CONTAINS = 4;
+   */
+  CONTAINS = 4,
+
+  /**
+   * Number properties only.
+   *
+   * @generated from enum value: OPERATOR_GT = 5;
+   */
+  GT = 5,
+
+  /**
+   * @generated from enum value: OPERATOR_GTE = 6;
+   */
+  GTE = 6,
+
+  /**
+   * @generated from enum value: OPERATOR_LT = 7;
+   */
+  LT = 7,
+
+  /**
+   * @generated from enum value: OPERATOR_LTE = 8;
+   */
+  LTE = 8,
+
+  /**
+   * The event carries the property (value true or unset), or not (false).
+   *
+   * @generated from enum value: OPERATOR_EXISTS = 9;
+   */
+  EXISTS = 9,
+}
+
+/**
+ * Describes the enum platform.analytics.v1.Operator.
+ */
+export declare const OperatorSchema: GenEnum<Operator>;
+
+/**
  * AnalyticsService registers event types, logs events of those types and
  * counts them back in time buckets. No SQL is ever accepted.
  *
@@ -410,6 +879,17 @@ export declare const AnalyticsService: GenService<{
     methodKind: "unary";
     input: typeof QueryEventsRequestSchema;
     output: typeof QueryEventsResponseSchema;
+  },
+  /**
+   * QueryFunnel counts the users who did a sequence of events, in order,
+   * within a conversion window (extension).
+   *
+   * @generated from rpc platform.analytics.v1.AnalyticsService.QueryFunnel
+   */
+  queryFunnel: {
+    methodKind: "unary";
+    input: typeof QueryFunnelRequestSchema;
+    output: typeof QueryFunnelResponseSchema;
   },
 }>;
 
