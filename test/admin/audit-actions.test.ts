@@ -1,15 +1,17 @@
 /**
- * The audit action names are written once, in `roles.ts` (`AUDIT_ACTIONS`),
- * and this ties every place that records or documents one to that set: the
- * actions passed to `auditor.audited` / `auditor.refused` (a literal, or the
- * literals of the `const` it names), the CLI's `auditDirect`, the write RPCs'
- * `RPC_ACTIONS`, and the table of docs/operators.md. A misspelt action would
+ * The audit action names are written once, in `audit-actions.ts`
+ * (`AUDIT_ACTIONS`), and this ties every place that records, documents or
+ * offers one to that set: the actions passed to `auditor.audited` /
+ * `auditor.refused` (a literal, or the literals of the `const` it names), the
+ * CLI's `auditDirect`, the write RPCs' `RPC_ACTIONS`, the table of
+ * docs/operators.md, and the dashboard's audit filter. A misspelt action would
  * otherwise be recorded silently and never match an operator's filter.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { AUDIT_ACTIONS, RPC_ACTIONS } from "../../src/admin/roles.ts";
+import { AUDIT_FILTER_ACTIONS } from "../../dashboard/src/audit-actions.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
 
@@ -72,5 +74,9 @@ describe("audit actions", () => {
     );
     expect(documented.size).toBeGreaterThan(20);
     expect([...AUDIT_ACTIONS].sort()).toEqual([...documented].sort());
+  });
+
+  it("are the actions the dashboard's audit filter offers", () => {
+    expect([...AUDIT_FILTER_ACTIONS].sort()).toEqual([...AUDIT_ACTIONS].sort());
   });
 });
