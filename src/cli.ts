@@ -219,7 +219,7 @@ async function auditDirect(db: Db, action: string, detail: Record<string, unknow
   });
 }
 
-const COMMANDS: Command[] = [
+export const COMMANDS: readonly Command[] = [
   {
     name: "apps create",
     synopsis: "NAME",
