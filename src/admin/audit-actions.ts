@@ -32,8 +32,8 @@ export const RPC_ACTIONS: Readonly<Record<string, string>> = {
 
 /**
  * Every action an audit entry may carry: those of the write RPCs, UpdateApp's
- * finer ones (only the status, only the limits), and the CLI's changes made
- * directly on the database. docs/operators.md lists the same set, and
+ * finer ones (only the status, only the limits), the CLI's changes made
+ * directly on the database, and the dashboard's single sign-on sessions. docs/operators.md lists the same set, and
  * test/admin/audit-actions.test.ts fails when a recorded action is not here.
  */
 export const AUDIT_ACTIONS: ReadonlySet<string> = new Set([
@@ -44,4 +44,6 @@ export const AUDIT_ACTIONS: ReadonlySet<string> = new Set([
   "secrets.rotate_key",
   "admin_token.adopt",
   "database.restore",
+  "operator.sign_in",
+  "operator.sign_out",
 ]);

@@ -3,7 +3,7 @@
  * (`AUDIT_ACTIONS`), and this ties every place that records, documents or
  * offers one to that set: the actions passed to `auditor.audited` /
  * `auditor.refused` (a literal, or the literals of the `const` it names), the
- * CLI's `auditDirect`, the write RPCs' `RPC_ACTIONS`, the table of
+ * CLI's `auditDirect`, single sign-on's `auditSession`, the write RPCs' `RPC_ACTIONS`, the table of
  * docs/operators.md, and the dashboard's audit filter. A misspelt action would
  * otherwise be recorded silently and never match an operator's filter.
  */
@@ -30,7 +30,8 @@ function recordedActions(): { recorded: Map<string, string[]>; unresolved: strin
   // auditor.ts defines `audited` and `refused`: its `action` is their parameter.
   for (const file of sourceFiles("src").filter((name) => name !== path.join("src", "admin", "auditor.ts"))) {
     const text = fs.readFileSync(path.join(root, file), "utf8");
-    const calls = /\b(?:audited|refused)\(\s*context,\s*([^,\s]+)|\bauditDirect\(\s*[\w.]+,\s*([^,\s]+)/g;
+    const calls =
+      /\b(?:audited|refused)\(\s*context,\s*([^,\s]+)|\b(?:auditDirect|auditSession)\(\s*[\w.]+,\s*([^,\s]+)/g;
     for (const match of text.matchAll(calls)) {
       const argument = match[1] ?? match[2];
       const literal = /^"([^"]+)"$/.exec(argument);
