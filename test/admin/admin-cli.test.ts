@@ -1,8 +1,8 @@
 /**
  * The CLI's admin commands as a real child process against the real server:
- * `secrets declare` is additive and `secrets undeclare` explicit (issue 18
- * item 5), a server that does not answer is named with how to start it or
- * point at it (item 9), operators, tokens, audit and whoami (issue 20), and
+ * `secrets declare` is additive and `secrets undeclare` explicit (no value
+ * dropped by a declaration), a server that does not answer is named with how
+ * to start it or point at it, operators, tokens, audit and whoami, and
  * usage errors (exit 2) for unknown flags and an unconfirmed `apps delete`.
  */
 import { execFile } from "node:child_process";
