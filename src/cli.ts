@@ -43,6 +43,7 @@ import {
   SetQueuePolicyResponseSchema,
   GetOverviewResponseSchema,
   PeekMessagesResponseSchema,
+  GetQueueMessageResponseSchema,
   PutTestMessageResponseSchema,
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
   CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
@@ -539,6 +540,21 @@ export const COMMANDS: readonly Command[] = [
           queue: need(ctx.args[1], "QUEUE"),
           limit: count(str(ctx.values, "limit"), "--limit"),
           pageToken: str(ctx.values, "page") ?? "",
+        }),
+      ),
+  },
+  {
+    name: "queues message",
+    synopsis: "NAME QUEUE ID",
+    summary:
+      "where one message is: waiting, delayed, leased or dead, with its deliveries (as the app's GET .../messages/ID)",
+    run: async (ctx) =>
+      ctx.show(
+        GetQueueMessageResponseSchema,
+        await ctx.admin().getQueueMessage({
+          appId: need(ctx.args[0], "NAME"),
+          queue: need(ctx.args[1], "QUEUE"),
+          id: need(ctx.args[2], "ID"),
         }),
       ),
   },

@@ -31,6 +31,7 @@ export const VIEWER_RPCS: ReadonlySet<string> = new Set([
   "listDeadLetters",
   "getQueueActivity",
   "getQueuePolicy",
+  "getQueueMessage",
   "listSecrets",
   "whoAmI",
   "listOperators",

@@ -166,6 +166,18 @@ describe("output", () => {
   });
 });
 
+describe("queues message", () => {
+  it("says where a message put on a queue is, and names an unknown id not found", async () => {
+    await ok("apps", "create", "cli-message");
+    const put = JSON.parse(await ok("queues", "put", "cli-message", "jobs", '{"n":1}')) as { id: string };
+    const state = JSON.parse(await ok("queues", "message", "cli-message", "jobs", put.id));
+    expect(state.message).toMatchObject({ id: put.id, queue: "jobs", status: "waiting", deliveries: 0 });
+    const missing = await run(["queues", "message", "cli-message", "jobs", "00000000-0000-4000-8000-000000000000"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("not_found");
+  });
+});
+
 describe("usage errors", () => {
   it("an unknown flag is a usage error (exit 2), and the usage names --url", async () => {
     const out = await run(["apps", "list", "--frobnicate"]);
