@@ -43,6 +43,7 @@ import {
   SetQueuePolicyResponseSchema,
   GetOverviewResponseSchema,
   PeekMessagesResponseSchema,
+  GetQueueMessageResponseSchema,
   PutTestMessageResponseSchema,
   ListSecretsResponseSchema as AdminListSecretsResponseSchema,
   CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
@@ -277,7 +278,7 @@ async function auditDirect(db: Db, action: string, detail: Record<string, unknow
   });
 }
 
-const COMMANDS: Command[] = [
+export const COMMANDS: readonly Command[] = [
   {
     name: "apps create",
     synopsis: "NAME",
@@ -607,6 +608,21 @@ const COMMANDS: Command[] = [
           queue: need(ctx.args[1], "QUEUE"),
           limit: count(str(ctx.values, "limit"), "--limit"),
           pageToken: str(ctx.values, "page") ?? "",
+        }),
+      ),
+  },
+  {
+    name: "queues message",
+    synopsis: "NAME QUEUE ID",
+    summary:
+      "where one message is: waiting, delayed, leased or dead, with its deliveries (as the app's GET .../messages/ID)",
+    run: async (ctx) =>
+      ctx.show(
+        GetQueueMessageResponseSchema,
+        await ctx.admin().getQueueMessage({
+          appId: need(ctx.args[0], "NAME"),
+          queue: need(ctx.args[1], "QUEUE"),
+          id: need(ctx.args[2], "ID"),
         }),
       ),
   },

@@ -69,7 +69,7 @@ import {
 import { createFacilities } from "./facilities.ts";
 import { verifySharedKeys } from "./core/shared-keys/index.ts";
 import { keyringFromConfig } from "./secrets/index.ts";
-import { createTokenUsageRecorder } from "./admin/index.ts";
+import { createAuditStore, createTokenUsageRecorder } from "./admin/index.ts";
 import { createAppStore } from "./core/apps/app-store.ts";
 import { registerDashboard } from "./dashboard/dashboard-routes.ts";
 import {
@@ -394,7 +394,13 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     };
   });
   await registerDashboard(fastify);
-  await registerSingleSignOn(fastify, { oidc: config.oidc, sessions, logger });
+  const auditLog = createAuditStore(database.db);
+  await registerSingleSignOn(fastify, {
+    oidc: config.oidc,
+    sessions,
+    logger,
+    audit: (entry) => auditLog.record(entry),
+  });
   // The document describes the routes just registered, from their own schemas
   // (made at its first request: most starts never serve it).
   await registerApiDocs(fastify, () =>

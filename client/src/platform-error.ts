@@ -54,20 +54,23 @@ export const ERROR_CODES: readonly ErrorCode[] = [
   "internal",
 ];
 
-/** The code a bare status stands for, when an answer carries no envelope (e.g. a proxy's HTML page). */
+/**
+ * The code a bare status stands for, when an answer carries no envelope (e.g. a proxy's HTML page): the
+ * service's own reading, the generic code of that status (test/core/error-codes.test.ts ties them).
+ */
 const CODE_OF_STATUS: Record<number, ErrorCode> = {
   400: "invalid_argument",
   401: "unauthenticated",
   403: "permission_denied",
   404: "not_found",
-  409: "secret_not_set",
+  409: "failed_precondition",
   413: "payload_too_large",
   422: "idempotency_key_reused",
   429: "quota_exceeded",
   501: "not_configured",
   502: "upstream_error",
   503: "unavailable",
-  504: "unavailable",
+  504: "deadline_exceeded",
 };
 
 export interface PlatformErrorInit {

@@ -15,7 +15,7 @@ import type { DescMethod, DescService } from "@bufbuild/protobuf";
 import { timestampFromDate, type Value } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService, type GetMessageResponse } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
@@ -60,6 +60,7 @@ export type AppFacilityRpcs = Pick<
   | "purgeDeadLetters"
   | "getQueuePolicy"
   | "setQueuePolicy"
+  | "getQueueMessage"
 >;
 
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
@@ -268,6 +269,18 @@ export function createAppFacilityRpcs(options: {
           appMaxDeliveries: app.limits.maxDeliveries,
         };
       });
+    },
+
+    async getQueueMessage(req, context) {
+      const app = await load(req.appId);
+      const message = await asApp<{ queue: string; id: string }, GetMessageResponse>(
+        app,
+        QueueService,
+        QueueService.method.getMessage,
+        { queue: req.queue, id: req.id },
+        context.signal,
+      );
+      return { message };
     },
 
     async peekMessages(req) {

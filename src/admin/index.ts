@@ -18,6 +18,7 @@ import { HOUR_MS } from "../core/time.ts";
 export type { AdminHooks } from "./admin-service.ts";
 export type { OverviewDependency, OverviewOptions, QueueAttention } from "./overview.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
+export { createAuditStore, type AuditEntryInput } from "./audit-store.ts";
 
 /** How often the audit log's expired entries are deleted. */
 export const AUDIT_SWEEP_INTERVAL_MS = HOUR_MS;

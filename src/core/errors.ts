@@ -135,6 +135,11 @@ export function statusOf(code: ErrorCode): number {
   return mapping[code].status;
 }
 
+/** Whether `code` is the generic one its Connect code stands for (the app client reads a bare status the same way). */
+export function isBareCode(code: ErrorCode): boolean {
+  return mapping[code].bare === true;
+}
+
 /** A 400 whose message names the field and the rule, e.g. `invalidArgument("subject", "must be 1 to 200 characters")`. */
 export function invalidArgument(field: string, rule: string): PlatformError {
   return new PlatformError("invalid_argument", `${field}: ${rule}`, { details: [`${field}: ${rule}`] });

@@ -1,8 +1,8 @@
 /**
  * The CLI's admin commands as a real child process against the real server:
- * `secrets declare` is additive and `secrets undeclare` explicit (issue 18
- * item 5), a server that does not answer is named with how to start it or
- * point at it (item 9), operators, tokens, audit and whoami (issue 20), and
+ * `secrets declare` is additive and `secrets undeclare` explicit (no value
+ * dropped by a declaration), a server that does not answer is named with how
+ * to start it or point at it, operators, tokens, audit and whoami, and
  * usage errors (exit 2) for unknown flags and an unconfirmed `apps delete`.
  */
 import { execFile } from "node:child_process";
@@ -163,6 +163,18 @@ describe("output", () => {
     expect(canonical).toMatchObject({ status: "APP_STATUS_RUNNING", revision: "1" });
     // Common options may come first.
     expect(JSON.parse(await ok("--url", t.url, "apps", "get", "cli-output")).name).toBe("cli-output");
+  });
+});
+
+describe("queues message", () => {
+  it("says where a message put on a queue is, and names an unknown id not found", async () => {
+    await ok("apps", "create", "cli-message");
+    const put = JSON.parse(await ok("queues", "put", "cli-message", "jobs", '{"n":1}')) as { id: string };
+    const state = JSON.parse(await ok("queues", "message", "cli-message", "jobs", put.id));
+    expect(state.message).toMatchObject({ id: put.id, queue: "jobs", status: "waiting", deliveries: 0 });
+    const missing = await run(["queues", "message", "cli-message", "jobs", "00000000-0000-4000-8000-000000000000"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("not_found");
   });
 });
 

@@ -1,5 +1,5 @@
 /**
- * The server side of the operator's screens (issue 20 sections 2 and 3), over
+ * The server side of the operator's screens (apps, mail, secrets, overview and queues), over
  * Connect against the real server: ListApps with paging, sorting and a
  * filter (1,000 apps), ListMail search and pages with GetMail's raw message,
  * secret links listed and revoked, and GetOverview reacting to a dead

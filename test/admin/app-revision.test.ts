@@ -1,6 +1,7 @@
 /**
- * Concurrent edits of an app never silently overwrite each other (issue 18
- * item 6): every change of the app record bumps `App.revision`; a write that
+ * Concurrent edits of an app never silently overwrite each other
+ * (optimistic concurrency on the app record): every change of the app
+ * record bumps `App.revision`; a write that
  * carries a stale `expected_revision` fails with `aborted` and the code
  * `conflict`, and a write sends only the fields it changes.
  */

@@ -1,15 +1,17 @@
 /**
- * The audit action names are written once, in `roles.ts` (`AUDIT_ACTIONS`),
- * and this ties every place that records or documents one to that set: the
- * actions passed to `auditor.audited` / `auditor.refused` (a literal, or the
- * literals of the `const` it names), the CLI's `auditDirect`, the write RPCs'
- * `RPC_ACTIONS`, and the table of docs/operators.md. A misspelt action would
+ * The audit action names are written once, in `audit-actions.ts`
+ * (`AUDIT_ACTIONS`), and this ties every place that records, documents or
+ * offers one to that set: the actions passed to `auditor.audited` /
+ * `auditor.refused` (a literal, or the literals of the `const` it names), the
+ * CLI's `auditDirect`, single sign-on's `auditSession`, the write RPCs' `RPC_ACTIONS`, the table of
+ * docs/operators.md, and the dashboard's audit filter. A misspelt action would
  * otherwise be recorded silently and never match an operator's filter.
  */
 import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { AUDIT_ACTIONS, RPC_ACTIONS } from "../../src/admin/roles.ts";
+import { AUDIT_FILTER_ACTIONS } from "../../dashboard/src/audit-actions.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
 
@@ -28,7 +30,8 @@ function recordedActions(): { recorded: Map<string, string[]>; unresolved: strin
   // auditor.ts defines `audited` and `refused`: its `action` is their parameter.
   for (const file of sourceFiles("src").filter((name) => name !== path.join("src", "admin", "auditor.ts"))) {
     const text = fs.readFileSync(path.join(root, file), "utf8");
-    const calls = /\b(?:audited|refused)\(\s*context,\s*([^,\s]+)|\bauditDirect\(\s*[\w.]+,\s*([^,\s]+)/g;
+    const calls =
+      /\b(?:audited|refused)\(\s*context,\s*([^,\s]+)|\b(?:auditDirect|auditSession)\(\s*[\w.]+,\s*([^,\s]+)/g;
     for (const match of text.matchAll(calls)) {
       const argument = match[1] ?? match[2];
       const literal = /^"([^"]+)"$/.exec(argument);
@@ -72,5 +75,9 @@ describe("audit actions", () => {
     );
     expect(documented.size).toBeGreaterThan(20);
     expect([...AUDIT_ACTIONS].sort()).toEqual([...documented].sort());
+  });
+
+  it("are the actions the dashboard's audit filter offers", () => {
+    expect([...AUDIT_FILTER_ACTIONS].sort()).toEqual([...AUDIT_ACTIONS].sort());
   });
 });

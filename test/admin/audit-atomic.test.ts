@@ -1,7 +1,7 @@
 /**
  * Every audited operator change commits with its audit entry or not at all
- * (issue 20 section 1): with the entry's insert made to fail inside the
- * change's transaction (a trigger on `audit_log` refusing one action's `ok`
+ * (the audit log is never behind its changes): with the entry's insert made
+ * to fail inside the change's transaction (a trigger on `audit_log` refusing one action's `ok`
  * entry), the RPC answers an error and the change is not there; without the
  * trigger, the change is made and recorded once. Over Connect against the real
  * server, on PGlite and PostgreSQL.

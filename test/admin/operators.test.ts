@@ -1,5 +1,5 @@
 /**
- * Named operators with roles and the audit log (issue 20 section 1), over
+ * Named operators with roles and the audit log, over
  * Connect against the real server: the bootstrap ADMIN_TOKEN is the owner; a
  * viewer reads but the server refuses its writes (and records the attempt);
  * tokens are stored as hashes, shown once, revocable, with a last use; every

@@ -1,5 +1,5 @@
 /**
- * The queues screen's server side (issue 20 section 3), over Connect against
+ * The queues screen's server side, over Connect against
  * the real server on both backends: hourly put and ack counts per queue
  * (GetQueueActivity), exact through single and batch puts, batch consumes and
  * racing acks, zero-filled, per app; a test message put by an operator

@@ -1,5 +1,5 @@
 /**
- * Declaring a secret never drops another's value (issue 18 item 5): adding a
+ * Declaring a secret never drops another's value: adding a
  * name is additive; removing one is explicit and refused, naming the values
  * it would destroy, until confirmed. DeclareSecrets keeps its documented
  * full-list contract for tools built against it.

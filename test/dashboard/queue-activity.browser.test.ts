@@ -1,6 +1,6 @@
 /**
- * The queues screen's activity, test message and peek paging (issue 20
- * section 3) in real Chromium against the real server, on both backends: the
+ * The queues screen's activity, test message and peek paging
+ * in real Chromium against the real server, on both backends: the
  * puts and acks made through /v1 show in the hourly counts (text, table and
  * chart); a test message sent from the screen is consumed through /v1; peek
  * pages past the first 20; a viewer sees the activity but no send form.

@@ -227,6 +227,10 @@ describe("single sign-on", () => {
     const audit = await t.admin.listAuditEntries({});
     const entry = audit.entries.find((e) => e.action === "app.create" && e.appName === "made-by-alice");
     expect(entry).toMatchObject({ operatorName: "alice", outcome: "ok" });
+    // The sign-in itself is in the audit log, under the operator it opened.
+    const signIns = audit.entries.filter((e) => e.action === "operator.sign_in" && e.operatorName === "alice");
+    expect(signIns).toHaveLength(1);
+    expect(signIns[0]).toMatchObject({ outcome: "ok" });
   });
 
   it("a call with the session cookie is taken only from the dashboard's own origin", async () => {
@@ -319,6 +323,8 @@ describe("single sign-on", () => {
     await alice.page.getByRole("button", { name: "Sign out" }).click();
     await alice.page.getByText("Signed out.").waitFor();
     expect(await sessionCookie(alice.context)).toBeUndefined();
+    const signOuts = (await t.admin.listAuditEntries({ action: "operator.sign_out" })).entries;
+    expect(signOuts.map((e) => [e.operatorName, e.outcome])).toEqual([["alice", "ok"]]);
     expect(
       await sessionsTable()
         .selectFrom("operator_sessions")

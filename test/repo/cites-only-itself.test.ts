@@ -4,7 +4,9 @@
  * reader of this repository cannot open them). What the code relies on is
  * stated in docs/ (docs/api.md: the API, its limits, error codes and what
  * always holds; docs/configuration.md; the facility pages), and that is what
- * comments and docs cite. CHANGELOG.md is history and may quote them.
+ * comments and docs cite. CHANGELOG.md is history and may quote them. Nor
+ * do they cite an issue of the tracker by its number, which a reader cannot
+ * open either: a comment says what its check is about.
  */
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
@@ -15,9 +17,10 @@ const root = path.resolve(import.meta.dirname, "../..");
 // Spelled in pieces so that this file does not name them itself.
 const external = new RegExp(`\\b(${["SP" + "EC", "DES" + "IGN"].join("|")})\\.md\\b`, "i");
 const allowed = new Set(["CHANGELOG.md"]);
+const trackerIssue = /\bissues? #?\d+\b/i;
 
 describe("the repository's citations", () => {
-  it("never name the external specification or design documents outside CHANGELOG.md", () => {
+  it("never name the external specification or design documents, or an issue by number, outside CHANGELOG.md", () => {
     const files = execFileSync("git", ["ls-files", "-z"], { cwd: root, encoding: "utf8" })
       .split("\0")
       .filter((file) => file && !allowed.has(file));
@@ -32,7 +35,7 @@ describe("the repository's citations", () => {
         .toString("utf8")
         .split("\n")
         .forEach((line, i) => {
-          if (external.test(line)) citing.push(`${file}:${i + 1}: ${line.trim()}`);
+          if (external.test(line) || trackerIssue.test(line)) citing.push(`${file}:${i + 1}: ${line.trim()}`);
         });
     }
     expect(citing, "cite docs/ instead, and state the rule there in the project's own words").toEqual([]);
@@ -42,5 +45,8 @@ describe("the repository's citations", () => {
     expect(external.test(`see ${"SP" + "EC"}.md section 7`)).toBe(true);
     expect(external.test(`(${"des" + "ign"}.md)`)).toBe(true);
     expect(external.test("docs/api.md#errors")).toBe(false);
+    expect(trackerIssue.test(`(${"iss" + "ue"} 20 section 1)`)).toBe(true);
+    expect(trackerIssue.test(`${"iss" + "ues"} 18 and 20`)).toBe(true);
+    expect(trackerIssue.test("issue a token")).toBe(false);
   });
 });

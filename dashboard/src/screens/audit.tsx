@@ -8,32 +8,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { listAuditEntries, listOperators } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import { Empty, QueryView, useDebounced } from "../ui.tsx";
 import { formatTime } from "../format.ts";
-
-const ACTIONS = [
-  "app.create",
-  "app.update",
-  "app.stop",
-  "app.start",
-  "app.delete",
-  "app.limits",
-  "token.issue",
-  "token.revoke",
-  "secrets.declare",
-  "secrets.add",
-  "secrets.remove",
-  "secret.set",
-  "secret.link",
-  "secret.link.revoke",
-  "queue.purge",
-  "dead_letters.replay",
-  "dead_letters.purge",
-  "event.publish",
-  "operator.create",
-  "operator.update",
-  "operator.delete",
-  "operator.token.issue",
-  "operator.token.revoke",
-];
+import { AUDIT_FILTER_ACTIONS } from "../audit-actions.ts";
 
 export function AuditScreen() {
   const operators = useQuery(listOperators, {});
@@ -90,7 +65,7 @@ export function AuditScreen() {
           <span>Action</span>
           <select value={action} onChange={(e) => setAction(e.target.value)}>
             <option value="">(any)</option>
-            {ACTIONS.map((a) => (
+            {AUDIT_FILTER_ACTIONS.map((a) => (
               <option key={a}>{a}</option>
             ))}
           </select>

@@ -28,7 +28,8 @@ import type { Logger } from "pino";
 import * as oidcClient from "openid-client";
 import { parseCookie, stringifySetCookie } from "cookie";
 import type { OidcConfig } from "../../core/config.ts";
-import { hashToken } from "../../core/auth.ts";
+import { OWNER, hashToken } from "../../core/auth.ts";
+import type { AuditEntryInput } from "../../admin/index.ts";
 import type { SessionStore } from "../../core/operators/session-store.ts";
 import type { HousekeepingTask } from "../../core/housekeeping.ts";
 import { HOUR_MS } from "../../core/time.ts";
@@ -77,6 +78,8 @@ export interface SingleSignOnOptions {
   oidc: OidcConfig | undefined;
   sessions: SessionStore;
   logger: Logger;
+  /** Writes an audit entry (the admin facility's audit log): sign-ins and sign-outs are recorded there. */
+  audit?: (entry: AuditEntryInput) => Promise<void>;
 }
 
 /** What the flow cookie holds between the redirect to the provider and its answer. */
@@ -122,7 +125,28 @@ const sameText = (a: string, b: string) => {
 };
 
 export async function registerSingleSignOn(fastify: FastifyInstance, options: SingleSignOnOptions): Promise<void> {
-  const { oidc, sessions, logger } = options;
+  const { oidc, sessions, logger, audit } = options;
+  /** An audit entry for a session opened or ended; its loss is logged, never a reason to refuse the browser. */
+  const auditSession = async (
+    req: FastifyRequest,
+    action: "operator.sign_in" | "operator.sign_out",
+    operator: { operatorId: string | null; name: string },
+    detail: Record<string, unknown>,
+  ) => {
+    if (!audit) return;
+    try {
+      await audit({
+        operatorId: operator.operatorId ?? OWNER.id,
+        operatorName: operator.name,
+        action,
+        requestId: String(req.id),
+        outcome: "ok",
+        detail: { via: "single sign-on", ...detail },
+      });
+    } catch (err) {
+      logger.warn({ err: err instanceof Error ? err.message : String(err), action }, "audit entry lost");
+    }
+  };
   const cookies = oidc ? singleSignOnCookies(oidc) : undefined;
   // Read by the dashboard before it shows anything: whether to offer single sign-on, and whether this
   // browser is signed in (its cookie is HttpOnly: the page cannot tell). Another site cannot read the answer.
@@ -302,6 +326,12 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
         expiresAt: new Date(Date.now() + oidc.sessionMinutes * 60_000),
       });
       logger.info({ operator: operatorName }, "single sign-on: operator signed in");
+      await auditSession(
+        req,
+        "operator.sign_in",
+        { operatorId, name: operatorName },
+        { subject, email: email ?? null },
+      );
       void reply.header(
         "set-cookie",
         stringifySetCookie({
@@ -327,7 +357,11 @@ export async function registerSingleSignOn(fastify: FastifyInstance, options: Si
           );
       }
       const value = cookieOf(req, cookies.sessionCookie);
-      if (value) await sessions.delete(hashToken(value));
+      if (value) {
+        const ended = await sessions.lookup(hashToken(value));
+        await sessions.delete(hashToken(value));
+        if (ended) await auditSession(req, "operator.sign_out", ended, { subject: ended.subject, email: ended.email });
+      }
       setCookie(reply, cookies.sessionCookie, "", 0, "strict");
       return reply.code(204).send();
     });

@@ -252,3 +252,10 @@ export const getQueuePolicy: typeof AdminService["method"]["getQueuePolicy"];
  * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
  */
 export const setQueuePolicy: typeof AdminService["method"]["setQueuePolicy"];
+/**
+ * GetQueueMessage says where one message of an app's queue is (waiting, delayed, leased or dead), as the
+ * app's own GetMessage answers it.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetQueueMessage
+ */
+export const getQueueMessage: typeof AdminService["method"]["getQueueMessage"];

@@ -294,3 +294,11 @@ export const getQueuePolicy = AdminService.method.getQueuePolicy;
  * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
  */
 export const setQueuePolicy = AdminService.method.setQueuePolicy;
+
+/**
+ * GetQueueMessage says where one message of an app's queue is (waiting, delayed, leased or dead), as the
+ * app's own GetMessage answers it.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.GetQueueMessage
+ */
+export const getQueueMessage = AdminService.method.getQueueMessage;

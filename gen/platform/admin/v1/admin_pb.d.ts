@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import type { Aggregate, Bucket, Condition, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
-import type { Queue, QueuePolicy } from "../../queues/v1/queues_pb.js";
+import type { GetMessageResponse, Queue, QueuePolicy } from "../../queues/v1/queues_pb.js";
 import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
 /**
@@ -3098,6 +3098,50 @@ export declare type SetQueuePolicyResponse = Message<"platform.admin.v1.SetQueue
 export declare const SetQueuePolicyResponseSchema: GenMessage<SetQueuePolicyResponse>;
 
 /**
+ * @generated from message platform.admin.v1.GetQueueMessageRequest
+ */
+export declare type GetQueueMessageRequest = Message<"platform.admin.v1.GetQueueMessageRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+
+  /**
+   * The message's id (a UUID), as its put answered it.
+   *
+   * @generated from field: string id = 3;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueueMessageRequest.
+ * Use `create(GetQueueMessageRequestSchema)` to create a new message.
+ */
+export declare const GetQueueMessageRequestSchema: GenMessage<GetQueueMessageRequest>;
+
+/**
+ * @generated from message platform.admin.v1.GetQueueMessageResponse
+ */
+export declare type GetQueueMessageResponse = Message<"platform.admin.v1.GetQueueMessageResponse"> & {
+  /**
+   * @generated from field: platform.queues.v1.GetMessageResponse message = 1;
+   */
+  message?: GetMessageResponse | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.GetQueueMessageResponse.
+ * Use `create(GetQueueMessageResponseSchema)` to create a new message.
+ */
+export declare const GetQueueMessageResponseSchema: GenMessage<GetQueueMessageResponse>;
+
+/**
  * @generated from enum platform.admin.v1.AppStatus
  */
 export enum AppStatus {
@@ -3622,6 +3666,17 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof SetQueuePolicyRequestSchema;
     output: typeof SetQueuePolicyResponseSchema;
+  },
+  /**
+   * GetQueueMessage says where one message of an app's queue is (waiting, delayed, leased or dead), as the
+   * app's own GetMessage answers it.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.GetQueueMessage
+   */
+  getQueueMessage: {
+    methodKind: "unary";
+    input: typeof GetQueueMessageRequestSchema;
+    output: typeof GetQueueMessageResponseSchema;
   },
 }>;
 
