@@ -22,6 +22,8 @@ import { createQueueStore, type PeekedMessage, type QueueActivityHour, type Stor
 import { registerQueueGauges } from "./queue-gauges.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
+import { createQueueSchedules } from "./queue-schedules.ts";
+import { scheduleRoutes } from "./queue-schedule-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
 
@@ -80,6 +82,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     tracing: deps.tracing?.messaging,
   });
 
+  const schedules = createQueueSchedules(deps.db, hub, metrics);
+
   const feed = createEventFeed({
     store: createEventFeedStore(deps.db),
     database: deps.database,
@@ -120,8 +124,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
 
   return {
     service: QueueService,
-    impl: { ...queues.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
-    routes: [...queuesRoutes, ...eventFeedRoutes],
+    impl: { ...queues.impl, ...schedules.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
+    routes: [...queuesRoutes, ...eventFeedRoutes, ...scheduleRoutes],
     events,
     operator: {
       peek: (...args) => store.peek(...args),
@@ -140,6 +144,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     housekeeping: () => [
       ...housekeeping,
       ...feed.housekeeping(),
+      schedules.housekeeping,
       {
         name: "queue dead letters on time",
         intervalMs: DEAD_LETTER_SWEEP_INTERVAL_MS,

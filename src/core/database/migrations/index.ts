@@ -33,6 +33,7 @@ import * as overviewRollups from "./0028-overview-rollups.ts";
 import * as operatorSessions from "./0029-operator-sessions.ts";
 import * as queueJitterAndReasons from "./0030-queue-jitter-and-reasons.ts";
 import * as queuePriorities from "./0031-queue-priorities.ts";
+import * as queueSchedules from "./0032-queue-schedules.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -65,4 +66,5 @@ export const migrations: Record<string, Migration> = {
   "0029-operator-sessions": operatorSessions,
   "0030-queue-jitter-and-reasons": queueJitterAndReasons,
   "0031-queue-priorities": queuePriorities,
+  "0032-queue-schedules": queueSchedules,
 };
