@@ -4,9 +4,11 @@
  * message a tick (counted against the ticks between its first run and its `endAt`); a tick that finds the
  * queue at its depth cap is skipped and counted; a stopped app's ticks are not put.
  */
+import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { useTestServer, type TestApp, type TestServer } from "../support/harness.ts";
+import { useTestServer, type TestApp } from "../support/harness.ts";
+import { drain } from "../support/drain-queue.ts";
 
 const t = useTestServer();
 
@@ -19,29 +21,6 @@ interface ScheduleJson {
   fired: number;
   skippedFull: number;
   missed: number;
-}
-
-/** The messages of `queue`, consumed (and acked) until `n` came or `ms` passed; long polls, no sleeps. */
-export async function drain(server: TestServer, app: TestApp, queue: string, n: number, ms = 30_000) {
-  const got: { id: string; payload: unknown }[] = [];
-  const until = Date.now() + ms;
-  while (got.length < n && Date.now() < until) {
-    const res = await server.request("POST", `/v1/queues/${queue}/consume`, {
-      token: app.token,
-      body: { waitSeconds: 2, max: 10 },
-    });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const messages = (res.body.messages ?? (res.body.message ? [res.body.message] : [])) as {
-      id: string;
-      payload: unknown;
-      receipt: string;
-    }[];
-    for (const m of messages) {
-      got.push({ id: m.id, payload: m.payload });
-      await server.request("POST", `/v1/queues/${queue}/ack`, { token: app.token, body: { receipt: m.receipt } });
-    }
-  }
-  return got;
 }
 
 async function schedules(app: TestApp, queue: string): Promise<ScheduleJson[]> {
@@ -197,5 +176,33 @@ describe("schedules", () => {
     const got = await drain(t, app, "paused", done.fired);
     got.push(...(await drain(t, app, "paused", 1, 1500)));
     expect(got.length).toBe(done.fired);
+  }, 60_000);
+
+  it("after downtime, catchUp none skips the missed ticks and catchUp one puts one message for them", async () => {
+    const app = await t.createApp();
+    for (const catchUp of ["none", "one"]) {
+      const res = await rest(app, "PUT", `/v1/queues/cu-${catchUp}/schedules/yearly`, {
+        cron: "0 0 1 1 *",
+        payload: catchUp,
+        catchUp,
+      });
+      expect(res.status).toBe(200);
+    }
+    // Downtime, as the ticker finds it: the next run left at 2023-01-01, years of ticks unput since.
+    await sql`UPDATE queue_schedules SET next_run_at = '2023-01-01T00:00:00Z'
+              WHERE app_id = ${app.id}`.execute(t.server.deps.db);
+    const missedTicks = new Date().getUTCFullYear() - 2023 + 1;
+    const caughtUp = async (queue: string) => {
+      for (const until = Date.now() + 30_000; ;) {
+        const s = (await schedules(app, queue))[0];
+        if (s.nextRunAt! > Date.now()) return s;
+        if (Date.now() > until) throw new Error(`${queue} not caught up`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    expect(await caughtUp("cu-none")).toMatchObject({ fired: 0, missed: missedTicks });
+    expect(await caughtUp("cu-one")).toMatchObject({ fired: 1, missed: missedTicks });
+    expect((await drain(t, app, "cu-one", 2, 2500)).map((m) => m.payload)).toEqual(["one"]);
+    expect(await drain(t, app, "cu-none", 1, 1500)).toEqual([]);
   }, 60_000);
 });
