@@ -28,6 +28,7 @@ export const VIEWER_RPCS: ReadonlySet<string> = new Set([
   "listDeadLetters",
   "getQueueActivity",
   "getQueuePolicy",
+  "listQueueSchedules",
   "listSecrets",
   "whoAmI",
   "listOperators",

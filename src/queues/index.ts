@@ -3,7 +3,8 @@
  * the housekeeping sweeps, its one implementation and its REST routes. Other
  * facilities use only what this file exports (`PlatformEvents`).
  */
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService, type QueueScheduleSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { JsonValue } from "@bufbuild/protobuf";
@@ -58,6 +59,8 @@ export interface QueueOperator {
   policy(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
   /** Changes a queue's policy as the app's UpdateQueuePolicy would; `within` (the audit entry) commits with it. */
   setPolicy(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** An app's schedules (of one queue, when given), each with its next run (docs/queues.md "Schedules"). */
+  schedules(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & {
@@ -140,6 +143,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
         return { policy: effectivePolicy(app, stored), stored };
       },
       setPolicy: (app, queue, change, within) => queues.policies.update(app, queue, change, within),
+      schedules: (appId, queue) => schedules.list(appId, queue),
     },
     housekeeping: () => [
       ...housekeeping,

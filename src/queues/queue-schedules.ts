@@ -73,8 +73,8 @@ const dateOf = (t: Timestamp | undefined) => (t ? timestampDate(t) : null);
 export interface QueueSchedules {
   impl: ScheduleRpcs;
   housekeeping: HousekeepingTask;
-  /** Every schedule of an app, for the operator. */
-  list(appId: string): Promise<StoredSchedule[]>;
+  /** An app's schedules (of one queue, when given), for the operator, as the RPCs answer them. */
+  list(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
 export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): QueueSchedules {
@@ -85,7 +85,7 @@ export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): Qu
     ["outcome"],
   );
   return {
-    list: (appId) => store.list(appId),
+    list: async (appId, queue) => (await store.list(appId, queue)).map(scheduleMessage),
     impl: {
       async putQueueSchedule(req, context) {
         const app = appOf(context);

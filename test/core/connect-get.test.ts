@@ -84,7 +84,13 @@ describe("read RPCs over GET", () => {
     const marked = (methods: readonly { name: string; idempotency: MethodOptions_IdempotencyLevel }[]) =>
       methods.filter((m) => m.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS).map((m) => m.name);
     expect(marked(SecretsService.methods)).toEqual(["ListSecrets"]);
-    expect(marked(QueueService.methods)).toEqual(["ListQueues", "GetQueuePolicy", "ListQueueDeadLetters"]);
+    expect(marked(QueueService.methods)).toEqual([
+      "ListQueues",
+      "GetQueuePolicy",
+      "ListQueueDeadLetters",
+      "GetMessage",
+      "ListQueueSchedules",
+    ]);
     const admin = marked(AdminService.methods);
     for (const name of [
       "GetApp",

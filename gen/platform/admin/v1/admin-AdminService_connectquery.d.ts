@@ -252,3 +252,9 @@ export const getQueuePolicy: typeof AdminService["method"]["getQueuePolicy"];
  * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
  */
 export const setQueuePolicy: typeof AdminService["method"]["setQueuePolicy"];
+/**
+ * ListQueueSchedules lists an app's queue schedules (all its queues, or one), each with its next run.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListQueueSchedules
+ */
+export const listQueueSchedules: typeof AdminService["method"]["listQueueSchedules"];

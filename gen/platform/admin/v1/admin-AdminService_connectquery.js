@@ -294,3 +294,10 @@ export const getQueuePolicy = AdminService.method.getQueuePolicy;
  * @generated from rpc platform.admin.v1.AdminService.SetQueuePolicy
  */
 export const setQueuePolicy = AdminService.method.setQueuePolicy;
+
+/**
+ * ListQueueSchedules lists an app's queue schedules (all its queues, or one), each with its next run.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListQueueSchedules
+ */
+export const listQueueSchedules = AdminService.method.listQueueSchedules;
