@@ -205,4 +205,22 @@ describe("schedules", () => {
     expect((await drain(t, app, "cu-one", 2, 2500)).map((m) => m.payload)).toEqual(["one"]);
     expect(await drain(t, app, "cu-none", 1, 1500)).toEqual([]);
   }, 60_000);
+
+  it("refuses the 101st schedule of an app (over all its queues), not the replacement of one it has", async () => {
+    const app = await t.createApp();
+    const body = { cron: "0 0 1 1 *", payload: 1 };
+    for (let i = 0; i < 100; i += 10) {
+      const puts = await Promise.all(
+        Array.from({ length: 10 }, (_, j) => rest(app, "PUT", `/v1/queues/q${(i + j) % 3}/schedules/s${i + j}`, body)),
+      );
+      expect(puts.map((r) => r.status)).toEqual(Array(10).fill(200));
+    }
+    const refused = await rest(app, "PUT", "/v1/queues/q0/schedules/one-more", body);
+    expect(refused.status).toBe(409);
+    expect(refused.body.error.code).toBe("failed_precondition");
+    expect(refused.body.error.message).toContain("100 schedules");
+    expect((await rest(app, "PUT", "/v1/queues/q0/schedules/s0", { ...body, payload: 2 })).status).toBe(200);
+    expect((await rest(app, "DELETE", "/v1/queues/q0/schedules/s0")).status).toBe(200);
+    expect((await rest(app, "PUT", "/v1/queues/q0/schedules/one-more", body)).status).toBe(200);
+  }, 60_000);
 });
