@@ -174,6 +174,15 @@ export function createScheduleStore(database: Db): ScheduleStore {
           const s = fromRow(row);
           const limits = effectiveLimits(row.limits);
           const now = toDate(row.now).getTime();
+          // A cron the library no longer reads (checked when set, so only after an upgrade) ends its schedule
+          // (no next run) instead of failing every pass, and with it every other schedule's ticks.
+          const after = (from: Date): Date | null => {
+            try {
+              return nextRun(s.cron, s.timezone, from, s.endAt);
+            } catch {
+              return null;
+            }
+          };
           let due = s.nextRunAt;
           let fired = 0;
           let skippedFull = 0;
@@ -195,25 +204,25 @@ export function createScheduleStore(database: Db): ScheduleStore {
             // A stopped app's ticks pass unput, counted as missed; `catchUp` does not bring them back.
             while (due && due.getTime() <= now && missed < MISSED_COUNT_CAP) {
               missed++;
-              due = nextRun(s.cron, s.timezone, due, s.endAt);
+              due = after(due);
             }
-            if (due && due.getTime() <= now) due = nextRun(s.cron, s.timezone, new Date(now), s.endAt);
+            if (due && due.getTime() <= now) due = after(new Date(now));
           }
           // Ticks older than LATE_TICK_MS were missed (no instance ran).
           if (due && now - due.getTime() > LATE_TICK_MS) {
             const lateBefore = new Date(now - LATE_TICK_MS);
             while (due && due.getTime() < lateBefore.getTime() && missed < MISSED_COUNT_CAP) {
               missed++;
-              due = nextRun(s.cron, s.timezone, due, s.endAt);
+              due = after(due);
             }
             if (due && due.getTime() < lateBefore.getTime()) {
-              due = nextRun(s.cron, s.timezone, new Date(lateBefore.getTime() - 1), s.endAt);
+              due = after(new Date(lateBefore.getTime() - 1));
             }
             if (s.catchUp === "one") await putOne();
           }
           for (let n = 0; due && due.getTime() <= now && n < TICKS_PER_PASS; n++) {
             await putOne();
-            due = nextRun(s.cron, s.timezone, due, s.endAt);
+            due = after(due);
           }
           await sql`
             UPDATE queue_schedules SET next_run_at = ${due},
