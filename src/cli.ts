@@ -40,6 +40,7 @@ import {
   ListQueuesResponseSchema as AdminListQueuesResponseSchema,
   GetQueueActivityResponseSchema,
   GetQueuePolicyResponseSchema,
+  ListQueueSchedulesResponseSchema,
   SetQueuePolicyResponseSchema,
   GetOverviewResponseSchema,
   PeekMessagesResponseSchema,
@@ -668,6 +669,16 @@ export const COMMANDS: readonly Command[] = [
         ctx.show(GetQueuePolicyResponseSchema, await ctx.admin().getQueuePolicy({ appId, queue }));
       else ctx.show(SetQueuePolicyResponseSchema, await ctx.admin().setQueuePolicy({ appId, queue, ...change }));
     },
+  },
+  {
+    name: "queues schedules",
+    synopsis: "NAME [QUEUE]",
+    summary: "the app's queue schedules (of one queue, when given), each with its next run",
+    run: async (ctx) =>
+      ctx.show(
+        ListQueueSchedulesResponseSchema,
+        await ctx.admin().listQueueSchedules({ appId: need(ctx.args[0], "NAME"), queue: ctx.args[1] ?? "" }),
+      ),
   },
   {
     name: "queues put",

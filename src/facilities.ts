@@ -62,6 +62,7 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       mailOnDay: (day) => mail.mailOnDay(day),
       queuePolicy: (app, queue) => queues.operator.policy(app, queue),
       setQueuePolicy: (app, queue, change, within) => queues.operator.setPolicy(app, queue, change, within),
+      queueSchedules: (appId, queue) => queues.operator.schedules(appId, queue),
       // The operator's views call these facilities' own RPCs as the app.
       appFacilities: [analytics, queues, secrets],
     },

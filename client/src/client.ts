@@ -38,6 +38,8 @@ import {
   type ExtendResponse,
   type JsonCompatible,
   type MessageState,
+  type QueueSchedule,
+  type ScheduleSpec,
   type NackOptions,
   type PurgeOptions,
   type PurgeResponse,
@@ -283,6 +285,12 @@ export interface PlatformClient {
     policy(queue: string, options?: CallOptions): Promise<QueuePolicy>;
     /** `PUT /v1/queues/{queue}/policy`: the fields given replace those fields; answers the whole policy. */
     setPolicy(queue: string, change: QueuePolicyChange, options?: CallOptions): Promise<QueuePolicy>;
+    /** `PUT /v1/queues/{queue}/schedules/{name}`: creates or replaces a schedule; each tick puts one message. */
+    schedule(queue: string, name: string, spec: ScheduleSpec, options?: CallOptions): Promise<QueueSchedule>;
+    /** `GET /v1/queues/{queue}/schedules`: the queue's schedules, each with its next run. */
+    schedules(queue: string, options?: CallOptions): Promise<QueueSchedule[]>;
+    /** `DELETE /v1/queues/{queue}/schedules/{name}`: false when there was none. */
+    unschedule(queue: string, name: string, options?: CallOptions): Promise<boolean>;
     /** Runs `handler` for every message of `queue` until stopped; see `WorkOptions`. */
     work<P = JsonValue>(queue: string, handler: MessageHandler<P>, options?: WorkOptions<P>): Worker<P>;
   };
@@ -822,6 +830,27 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
       policy: (queue, o) => policy(queue, o),
       setPolicy: (queue, change, o) =>
         call<QueuePolicy>({ method: "PUT", path: `/v1/queues/${enc(queue)}/policy`, body: change, retry: "safe" }, o),
+      schedule: (queue, name, spec, o) =>
+        call<QueueSchedule>(
+          { method: "PUT", path: `/v1/queues/${enc(queue)}/schedules/${enc(name)}`, body: spec, retry: "safe" },
+          o,
+        ),
+      schedules: async (queue, o) =>
+        (
+          await call<{ schedules: QueueSchedule[] }>(
+            { method: "GET", path: `/v1/queues/${enc(queue)}/schedules`, retry: "safe" },
+            o,
+          )
+        ).schedules,
+      unschedule: async (queue, name, o) => {
+        try {
+          await call({ method: "DELETE", path: `/v1/queues/${enc(queue)}/schedules/${enc(name)}`, retry: "safe" }, o);
+          return true;
+        } catch (err) {
+          if (err instanceof PlatformError && err.code === "not_found") return false;
+          throw err;
+        }
+      },
       work,
     },
 

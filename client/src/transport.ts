@@ -78,7 +78,7 @@ export interface TransportOptions {
 }
 
 export interface RequestSpec {
-  method: "GET" | "POST" | "PUT";
+  method: "GET" | "POST" | "PUT" | "DELETE";
   path: string;
   body?: unknown;
   retry: RetryClass;

@@ -409,6 +409,42 @@ export interface PurgeResponse {
   purged: number;
 }
 
+/** A schedule to set (`PUT /v1/queues/{queue}/schedules/{name}`): each tick of `cron` puts one message. */
+export interface ScheduleSpec {
+  /** Five fields, or six with seconds first; ticks at least 1 s apart. */
+  cron: string;
+  /** An IANA time zone such as `Europe/Berlin`; `UTC` by default. */
+  timezone?: string;
+  payload: JsonValue;
+  /** Epoch ms: no tick before. */
+  startAt?: number;
+  /** Epoch ms: no tick after. */
+  endAt?: number;
+  /** After downtime: `none` (default) skips the missed ticks, `one` puts one message for them. */
+  catchUp?: "none" | "one";
+}
+
+/** A queue's schedule as the service answers it. */
+export interface QueueSchedule {
+  queue: string;
+  name: string;
+  cron: string;
+  timezone: string;
+  payload: JsonValue;
+  startAt: number | null;
+  endAt: number | null;
+  catchUp: "none" | "one";
+  /** Epoch ms of the next tick; null once past `endAt`. */
+  nextRunAt: number | null;
+  lastRunAt: number | null;
+  /** Ticks put. */
+  fired: number;
+  /** Ticks not put because the queue was at its depth cap. */
+  skippedFull: number;
+  /** Ticks that passed while the app was stopped or no instance ran. */
+  missed: number;
+}
+
 /** Where a message is (`GET /v1/queues/{queue}/messages/{id}`). */
 export interface MessageState {
   id: string;

@@ -11,11 +11,15 @@
  * facility's public interface. No secret value is ever read.
  */
 import { createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import type { DescMethod, DescService, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate, type Value } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { QueueService, type GetMessageResponse } from "../../gen/platform/queues/v1/queues_pb.js";
+import {
+  QueueService,
+  type GetMessageResponse,
+  type QueueScheduleSchema,
+} from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
@@ -61,6 +65,7 @@ export type AppFacilityRpcs = Pick<
   | "getQueuePolicy"
   | "setQueuePolicy"
   | "getQueueMessage"
+  | "listQueueSchedules"
 >;
 
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
@@ -94,6 +99,8 @@ export interface AppFacilityHooks {
   queuePolicy?(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
   /** Changes a queue's policy under the app's rules; `within` (the audit entry) commits with it. */
   setQueuePolicy?(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** An app's queue schedules (the queues facility's `operator.schedules`). */
+  queueSchedules?(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
 /** A queue's policy as AdminService answers it. */
@@ -230,6 +237,13 @@ export function createAppFacilityRpcs(options: {
           )
         : [];
       return { ...listed, policies };
+    },
+
+    async listQueueSchedules(req) {
+      if (!hooks.queueSchedules) unavailable("ListQueueSchedules");
+      const app = await load(req.appId);
+      const queue = req.queue === "" ? undefined : checkQueueName(req.queue, true);
+      return { schedules: await hooks.queueSchedules(app.id, queue) };
     },
 
     async getQueuePolicy(req) {

@@ -32,6 +32,7 @@ export const VIEWER_RPCS: ReadonlySet<string> = new Set([
   "getQueueActivity",
   "getQueuePolicy",
   "getQueueMessage",
+  "listQueueSchedules",
   "listSecrets",
   "whoAmI",
   "listOperators",

@@ -3,7 +3,8 @@
  * the housekeeping sweeps, its one implementation and its REST routes. Other
  * facilities use only what this file exports (`PlatformEvents`).
  */
-import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService, type QueueScheduleSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { JsonValue } from "@bufbuild/protobuf";
@@ -22,6 +23,8 @@ import { createQueueStore, type PeekedMessage, type QueueActivityHour, type Stor
 import { registerQueueGauges } from "./queue-gauges.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
+import { createQueueSchedules } from "./queue-schedules.ts";
+import { scheduleRoutes } from "./queue-schedule-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
 
@@ -56,6 +59,8 @@ export interface QueueOperator {
   policy(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
   /** Changes a queue's policy as the app's UpdateQueuePolicy would; `within` (the audit entry) commits with it. */
   setPolicy(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** An app's schedules (of one queue, when given), each with its next run (docs/queues.md "Schedules"). */
+  schedules(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & {
@@ -79,6 +84,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     shutdownSignal: deps.shutdownSignal,
     tracing: deps.tracing?.messaging,
   });
+
+  const schedules = createQueueSchedules(deps.db, hub, metrics);
 
   const feed = createEventFeed({
     store: createEventFeedStore(deps.db),
@@ -120,8 +127,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
 
   return {
     service: QueueService,
-    impl: { ...queues.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
-    routes: [...queuesRoutes, ...eventFeedRoutes],
+    impl: { ...queues.impl, ...schedules.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
+    routes: [...queuesRoutes, ...eventFeedRoutes, ...scheduleRoutes],
     events,
     operator: {
       peek: (...args) => store.peek(...args),
@@ -136,10 +143,12 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
         return { policy: effectivePolicy(app, stored), stored };
       },
       setPolicy: (app, queue, change, within) => queues.policies.update(app, queue, change, within),
+      schedules: (appId, queue) => schedules.list(appId, queue),
     },
     housekeeping: () => [
       ...housekeeping,
       ...feed.housekeeping(),
+      schedules.housekeeping,
       {
         name: "queue dead letters on time",
         intervalMs: DEAD_LETTER_SWEEP_INTERVAL_MS,

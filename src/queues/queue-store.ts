@@ -367,6 +367,12 @@ export interface QueueStore {
    */
   putSerialized(input: PutInput, within?: InTransactionWith<PutDone>): Promise<PutResult>;
   /**
+   * One put on the store's own handle, in no transaction of its own: for a store built on a transaction
+   * (a schedule's tick, which puts and moves the schedule on in one commit). Under the depth limit as
+   * every put; the notification leaves at that transaction's commit.
+   */
+  putHere(input: PutInput): Promise<PutResult>;
+  /**
    * Puts several messages on one queue in one statement (one commit): they are
    * inserted in order while fewer than `depthBelow` messages wait, the rest get
    * `inserted: false` with the depth seen. The count waits for the queue's lock
@@ -591,7 +597,7 @@ const traceValue = (traceParent: string | undefined) => (traceParent === undefin
 /** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
 function createPutStore({
   db,
-}: QueueDbs): Pick<QueueStore, "putSerialized" | "putMany" | "putAll" | "putDroppingOldest"> {
+}: QueueDbs): Pick<QueueStore, "putSerialized" | "putHere" | "putMany" | "putAll" | "putDroppingOldest"> {
   /**
    * One put after the queue's lock: its times start at `statement_timestamp()`,
    * this statement's start, not at `now()`, the transaction's start, which is
@@ -619,6 +625,8 @@ function createPutStore({
   }
 
   return {
+    putHere: (input) => put(input, db),
+
     putSerialized(input, within) {
       return db.transaction().execute(async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(

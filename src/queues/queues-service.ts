@@ -121,8 +121,11 @@ export interface QueuesServiceOptions {
 }
 
 export interface QueuesImplementation {
-  /** Every RPC but the event feed's, which `event-feed.ts` implements. */
-  readonly impl: Omit<ServiceImpl<typeof QueueService>, "readEventFeed">;
+  /** Every RPC but the event feed's, which `event-feed.ts` implements, and the schedules', `queue-schedules.ts`'s. */
+  readonly impl: Omit<
+    ServiceImpl<typeof QueueService>,
+    "readEventFeed" | "putQueueSchedule" | "listQueueSchedules" | "deleteQueueSchedule"
+  >;
   readonly events: EventsQueue;
   /**
    * An operator's test message (AdminService `PutTestMessage`): `PutMessage` as

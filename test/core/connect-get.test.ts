@@ -89,6 +89,7 @@ describe("read RPCs over GET", () => {
       "GetQueuePolicy",
       "ListQueueDeadLetters",
       "GetMessage",
+      "ListQueueSchedules",
     ]);
     const admin = marked(AdminService.methods);
     for (const name of [

@@ -47,6 +47,7 @@ const pinned = new Map<string, string>([
   ["0030-queue-jitter-and-reasons.ts", "051cc3613732258bd80b0a637dc7df8b6c8b061ead5ec7d09abed41f3f5e9f9d"],
   ["0031-queue-priorities.ts", "68cd3084c4c05899e6e565d1ae1d4f2015125f8b01565c2f97420b1ba1559849"],
   ["0032-analytics-identity.ts", "a3c4b32f1a16bfe0f7189f260b2fb1959ad0072c81a342582909aed6d2554775"],
+  ["0033-queue-schedules.ts", "e52de8fb68902faf18752bd37707e154833d76c122f30e1a788a414bfc9d55e6"],
 ]);
 
 const files = fs

@@ -94,7 +94,8 @@ describe("GET /openapi.json", () => {
     expect(served).toContain("GET /health");
     expect(served).toContain("POST /v1/queues/{queue}/purge");
     expect(served).toContain("GET /v1/queues/{queue}/messages/{id}");
-    expect(served.size).toBe(29);
+    expect(served).toContain("PUT /v1/queues/{queue}/schedules/{name}");
+    expect(served.size).toBe(32);
     const documented = new Set(
       Object.entries(doc.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
         Object.keys(ops).map((m) => `${m.toUpperCase()} ${path}`),

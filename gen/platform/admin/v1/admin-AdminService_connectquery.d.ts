@@ -259,3 +259,9 @@ export const setQueuePolicy: typeof AdminService["method"]["setQueuePolicy"];
  * @generated from rpc platform.admin.v1.AdminService.GetQueueMessage
  */
 export const getQueueMessage: typeof AdminService["method"]["getQueueMessage"];
+/**
+ * ListQueueSchedules lists an app's queue schedules (all its queues, or one), each with its next run.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListQueueSchedules
+ */
+export const listQueueSchedules: typeof AdminService["method"]["listQueueSchedules"];

@@ -302,3 +302,10 @@ export const setQueuePolicy = AdminService.method.setQueuePolicy;
  * @generated from rpc platform.admin.v1.AdminService.GetQueueMessage
  */
 export const getQueueMessage = AdminService.method.getQueueMessage;
+
+/**
+ * ListQueueSchedules lists an app's queue schedules (all its queues, or one), each with its next run.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.ListQueueSchedules
+ */
+export const listQueueSchedules = AdminService.method.listQueueSchedules;

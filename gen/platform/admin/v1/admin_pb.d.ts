@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
 import type { Aggregate, Bucket, Condition, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
-import type { GetMessageResponse, Queue, QueuePolicy } from "../../queues/v1/queues_pb.js";
+import type { GetMessageResponse, Queue, QueuePolicy, QueueSchedule } from "../../queues/v1/queues_pb.js";
 import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
 /**
@@ -3142,6 +3142,45 @@ export declare type GetQueueMessageResponse = Message<"platform.admin.v1.GetQueu
 export declare const GetQueueMessageResponseSchema: GenMessage<GetQueueMessageResponse>;
 
 /**
+ * @generated from message platform.admin.v1.ListQueueSchedulesRequest
+ */
+export declare type ListQueueSchedulesRequest = Message<"platform.admin.v1.ListQueueSchedulesRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * Only this queue's; all the app's when empty.
+   *
+   * @generated from field: string queue = 2;
+   */
+  queue: string;
+};
+
+/**
+ * Describes the message platform.admin.v1.ListQueueSchedulesRequest.
+ * Use `create(ListQueueSchedulesRequestSchema)` to create a new message.
+ */
+export declare const ListQueueSchedulesRequestSchema: GenMessage<ListQueueSchedulesRequest>;
+
+/**
+ * @generated from message platform.admin.v1.ListQueueSchedulesResponse
+ */
+export declare type ListQueueSchedulesResponse = Message<"platform.admin.v1.ListQueueSchedulesResponse"> & {
+  /**
+   * @generated from field: repeated platform.queues.v1.QueueSchedule schedules = 1;
+   */
+  schedules: QueueSchedule[];
+};
+
+/**
+ * Describes the message platform.admin.v1.ListQueueSchedulesResponse.
+ * Use `create(ListQueueSchedulesResponseSchema)` to create a new message.
+ */
+export declare const ListQueueSchedulesResponseSchema: GenMessage<ListQueueSchedulesResponse>;
+
+/**
  * @generated from enum platform.admin.v1.AppStatus
  */
 export enum AppStatus {
@@ -3677,6 +3716,16 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof GetQueueMessageRequestSchema;
     output: typeof GetQueueMessageResponseSchema;
+  },
+  /**
+   * ListQueueSchedules lists an app's queue schedules (all its queues, or one), each with its next run.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.ListQueueSchedules
+   */
+  listQueueSchedules: {
+    methodKind: "unary";
+    input: typeof ListQueueSchedulesRequestSchema;
+    output: typeof ListQueueSchedulesResponseSchema;
   },
 }>;
 

@@ -116,3 +116,22 @@ export const purgeQueue: typeof QueueService["method"]["purgeQueue"];
  * @generated from rpc platform.queues.v1.QueueService.GetMessage
  */
 export const getMessage: typeof QueueService["method"]["getMessage"];
+/**
+ * PutQueueSchedule creates or replaces a named schedule of the queue: each
+ * tick of its cron expression puts one message with its payload.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.PutQueueSchedule
+ */
+export const putQueueSchedule: typeof QueueService["method"]["putQueueSchedule"];
+/**
+ * ListQueueSchedules lists the queue's schedules, each with its next run.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ListQueueSchedules
+ */
+export const listQueueSchedules: typeof QueueService["method"]["listQueueSchedules"];
+/**
+ * DeleteQueueSchedule deletes a schedule; not_found when there is none.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.DeleteQueueSchedule
+ */
+export const deleteQueueSchedule: typeof QueueService["method"]["deleteQueueSchedule"];

@@ -131,3 +131,25 @@ export const purgeQueue = QueueService.method.purgeQueue;
  * @generated from rpc platform.queues.v1.QueueService.GetMessage
  */
 export const getMessage = QueueService.method.getMessage;
+
+/**
+ * PutQueueSchedule creates or replaces a named schedule of the queue: each
+ * tick of its cron expression puts one message with its payload.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.PutQueueSchedule
+ */
+export const putQueueSchedule = QueueService.method.putQueueSchedule;
+
+/**
+ * ListQueueSchedules lists the queue's schedules, each with its next run.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.ListQueueSchedules
+ */
+export const listQueueSchedules = QueueService.method.listQueueSchedules;
+
+/**
+ * DeleteQueueSchedule deletes a schedule; not_found when there is none.
+ *
+ * @generated from rpc platform.queues.v1.QueueService.DeleteQueueSchedule
+ */
+export const deleteQueueSchedule = QueueService.method.deleteQueueSchedule;

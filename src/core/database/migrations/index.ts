@@ -34,6 +34,7 @@ import * as operatorSessions from "./0029-operator-sessions.ts";
 import * as queueJitterAndReasons from "./0030-queue-jitter-and-reasons.ts";
 import * as queuePriorities from "./0031-queue-priorities.ts";
 import * as analyticsIdentity from "./0032-analytics-identity.ts";
+import * as queueSchedules from "./0033-queue-schedules.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -67,4 +68,5 @@ export const migrations: Record<string, Migration> = {
   "0030-queue-jitter-and-reasons": queueJitterAndReasons,
   "0031-queue-priorities": queuePriorities,
   "0032-analytics-identity": analyticsIdentity,
+  "0033-queue-schedules": queueSchedules,
 };
