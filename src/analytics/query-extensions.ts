@@ -3,7 +3,7 @@
  * breakdowns"), checked once for REST and gRPC: `aggregate` and `of`, `where`
  * (conditions type-checked against the declared kinds), `groupBy` as a list of
  * up to two properties, and `limit` (the groups beyond it are folded into one
- * `other` group). Leaving them all out is SPEC.md's count, answered by the
+ * `other` group). Leaving them all out is the base API's count, answered by the
  * rollups as before; any of them is answered from the raw events.
  */
 import type { Value } from "@bufbuild/protobuf/wkt";
@@ -83,7 +83,7 @@ export interface ExtensionFields {
   limit?: number | undefined;
 }
 
-/** True when the request uses any extension (else it is SPEC.md's count, answered as before). */
+/** True when the request uses any extension (else it is the base API's count, answered as before). */
 export function usesExtensions(req: ExtensionFields): boolean {
   return (
     req.aggregate !== Aggregate.UNSPECIFIED ||
@@ -183,7 +183,7 @@ export interface CheckedExtensions {
   of?: { name: string; kind: PropertyKindName } | undefined;
   where: Condition[];
   groupBy: string[];
-  /** The most groups answered; undefined: all (a single `groupBy` without `limit`, as SPEC.md counts). */
+  /** The most groups answered; undefined: all (a single `groupBy` without `limit`, as the base API counts). */
   limit?: number | undefined;
 }
 

@@ -61,7 +61,7 @@ beforeAll(async () => {
 });
 
 describe("aggregate", () => {
-  it("answers SPEC.md's shape when no extension is used", async () => {
+  it("answers the base API's shape when no extension is used", async () => {
     expect(await answer({ groupBy: "plan" })).toEqual({
       type: "order",
       interval: "day",

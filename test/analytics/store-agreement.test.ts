@@ -4,7 +4,7 @@
  * DATABASE_URL) and into the documents the MongoDB store would insert, whose
  * pipelines run on mingo (with `ZONED_CONTEXT`, as mingo's own zoned
  * `$dateTrunc` is wrong); every query's answer must be the same. Queries
- * cover SPEC.md's count (the rollups on SQL) and the extensions (aggregates,
+ * cover the base API's count (the rollups on SQL) and the extensions (aggregates,
  * conditions, one or two breakdowns, limits folding an other group), over
  * hour, day, Monday-week and month buckets in UTC and in zones with summer
  * time (Europe/Berlin, America/New_York, Australia/Lord_Howe's half hour) and
@@ -228,7 +228,7 @@ describe("the SQL store and the MongoDB store's pipelines answer alike", () => {
             asked++;
             if (fromSql.rows.length > 0) answered++;
             if (q.groupBy.length <= 1) {
-              // SPEC.md's count, from the SQL store's rollups.
+              // the base API's count, from the SQL store's rollups.
               const count: CountQuery = {
                 appId,
                 type: "t",
