@@ -214,13 +214,32 @@ describe("start-up failures (src/main.ts)", () => {
 });
 
 describe("cli analytics query with the extensions", () => {
+  // A server of its own: the file's server is stopped by the direct database commands above.
+  let ownDir: string;
+  let own: ServiceProcess;
+  let ownEnv: NodeJS.ProcessEnv;
+  beforeAll(async () => {
+    ownDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-cli-insights-"));
+    ownEnv = cleanEnv({ DATA_DIR: ownDir, PORT: "0" });
+    own = await startServiceProcess(ownEnv);
+    ownEnv = { ...ownEnv, PLATFORM_ADMIN_URL: own.url };
+  });
+  afterAll(async () => {
+    if (own.child.exitCode === null) {
+      own.child.kill("SIGTERM");
+      await own.exited;
+    }
+    await fs.rm(ownDir, { recursive: true, force: true });
+  });
+
   it("passes aggregate, of, where and two breakdowns through to the app's query", async () => {
-    expect((await cli(["apps", "create", "cli-insights"], env)).code).toBe(0);
+    const created = await cli(["apps", "create", "cli-insights"], ownEnv);
+    expect(created.code, created.stderr).toBe(0);
     const issued = {
-      token: /pbt_[A-Za-z0-9_-]+/.exec((await cli(["tokens", "issue", "cli-insights"], env)).stdout)![0],
+      token: /pbt_[A-Za-z0-9_-]+/.exec((await cli(["tokens", "issue", "cli-insights"], ownEnv)).stdout)![0],
     };
     const call = (path: string, body: unknown) =>
-      fetch(`${server.url}${path}`, {
+      fetch(`${own.url}${path}`, {
         method: "POST",
         headers: { authorization: `Bearer ${issued.token}`, "content-type": "application/json" },
         body: JSON.stringify(body),
@@ -239,17 +258,17 @@ describe("cli analytics query with the extensions", () => {
     expect(logged.status).toBe(200);
     const since = new Date(at - 86_400_000).toISOString();
     const args = ["analytics", "query", "cli-insights", "order", "--since", since, "--interval", "month"];
-    const sum = await cli([...args, "--aggregate", "sum", "--of", "amount", "--where", 'plan:eq:"pro"'], env);
+    const sum = await cli([...args, "--aggregate", "sum", "--of", "amount", "--where", 'plan:eq:"pro"'], ownEnv);
     expect(sum.code, sum.stderr).toBe(0);
     expect(JSON.parse(sum.stdout)).toMatchObject({ aggregate: "sum", of: "amount", totalValue: 15 });
-    const unique = await cli([...args, "--aggregate", "unique", "--group-by", "plan,amount", "--limit", "1"], env);
+    const unique = await cli([...args, "--aggregate", "unique", "--group-by", "plan,amount", "--limit", "1"], ownEnv);
     expect(unique.code, unique.stderr).toBe(0);
     const out = JSON.parse(unique.stdout) as { groupByProperties: string[]; otherGroups: number; totalValue: number };
     expect(out).toMatchObject({ groupByProperties: ["plan", "amount"], otherGroups: 2, totalValue: 2 });
-    const bad = await cli([...args, "--where", "plan:like:1"], env);
+    const bad = await cli([...args, "--where", "plan:like:1"], ownEnv);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--where plan:like:1: must be PROP:OP:JSON");
-    const refused = await cli([...args, "--aggregate", "sum", "--of", "plan"], env);
+    const refused = await cli([...args, "--aggregate", "sum", "--of", "plan"], ownEnv);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain("of: sum needs a number property (plan is declared string)");
   });

@@ -591,6 +591,14 @@ interface QueueDbs {
  */
 const NOTHING = sql``;
 const TRACE_COLUMN = sql`, trace_parent`;
+
+/**
+ * A batch's messages become visible one microsecond apart, in the batch's order (`ord`, from 1): the line
+ * is ordered by `visible_at` alone, and messages with equal times came out in whatever order the plan gave
+ * (an index scan keeps insertion order, a sort of the ties does not), so a batch was not always handed out
+ * in the order it was put. A thousand messages are spread over one millisecond.
+ */
+const BATCH_ORDER = sql`(ord - 1) * interval '1 microsecond'`;
 const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
 const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
@@ -659,7 +667,7 @@ function createPutStore({
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
           INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${traced ? TRACE_COLUMN : NOTHING})
-          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay), t + make_interval(secs => ttl), priority${
+          SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay) + ${BATCH_ORDER}, t + make_interval(secs => ttl), priority${
             traced ? sql`, trace` : NOTHING
           }
           FROM src
@@ -722,14 +730,15 @@ function createPutStore({
             WITH depth AS (
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
-              SELECT k.id, k.payload, k.delay, k.ttl, k.priority
+              SELECT k.id, k.payload, k.delay, k.ttl, k.priority, k.ord
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
                           ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))},
-                          ${intArray(fresh.map((f) => f.item.priority ?? 0))}) AS k (id, payload, delay, ttl, priority), depth
+                          ${intArray(fresh.map((f) => f.item.priority ?? 0))})
+                   WITH ORDINALITY AS k (id, payload, delay, ttl, priority, ord), depth
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
               INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority)
-              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay), statement_timestamp() + make_interval(secs => ttl), priority
+              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay) + ${BATCH_ORDER}, statement_timestamp() + make_interval(secs => ttl), priority
               FROM src
               RETURNING id, expires_at
             ), notified AS (

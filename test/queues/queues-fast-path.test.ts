@@ -249,7 +249,7 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
       () => undefined,
       () => undefined,
     );
-    await vi.waitFor(async () => expect(await metric(t, "queue_streams")).toBe(0));
+    await vi.waitFor(async () => expect(await metric(t, "queue_streams")).toBe(0), { timeout: 15_000 });
     expect(await stats(c, queue)).toEqual({ depth: 15, inFlight: 5 });
     expect((await c.ackMessages({ receipts: got.map((m) => m.receipt) })).acked).toEqual([
       true,
@@ -275,7 +275,7 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
         await run;
       }),
     );
-    await vi.waitFor(async () => expect(await metric(t, "queue_streams")).toBe(0));
+    await vi.waitFor(async () => expect(await metric(t, "queue_streams")).toBe(0), { timeout: 15_000 });
     const sent = (await metric(t, "queue_stream_messages_sent_total")) - sentBefore;
     const after = await stats(c, queue);
     expect(after.inFlight).toBe(sent);
@@ -293,8 +293,10 @@ it("server shutdown ends open streams cleanly, over Connect and gRPC", async () 
     for await (const res of c.streamMessages({ queue: `down-${protocol}`, window: 10 })) got.push(...res.messages);
     return got.length;
   });
-  await vi.waitFor(async () => expect(await metric(server, "queue_streams")).toBe(2));
-  await vi.waitFor(async () => expect(await metric(server, "queue_stream_messages_sent_total")).toBe(2));
+  await vi.waitFor(async () => expect(await metric(server, "queue_streams")).toBe(2), { timeout: 15_000 });
+  await vi.waitFor(async () => expect(await metric(server, "queue_stream_messages_sent_total")).toBe(2), {
+    timeout: 15_000,
+  });
   await server.close();
   expect(await Promise.all(outcomes)).toEqual([1, 1]);
 });
