@@ -591,6 +591,8 @@ interface QueueDbs {
  */
 const NOTHING = sql``;
 const TRACE_COLUMN = sql`, trace_parent`;
+const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
+const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /**
  * A batch's messages become visible one microsecond apart, in the batch's order (`ord`, from 1): the line
@@ -599,8 +601,6 @@ const TRACE_COLUMN = sql`, trace_parent`;
  * in the order it was put. A thousand messages are spread over one millisecond.
  */
 const BATCH_ORDER = sql`(ord - 1) * interval '1 microsecond'`;
-const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
-const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
 function createPutStore({
