@@ -157,25 +157,3 @@ export function QueuePolicyPanel({ appId, queue, onClose }: { appId: string; que
     </div>
   );
 }
-
-/** Opens the policy of any queue by name (the listing shows only queues holding messages). */
-export function PolicyOf({ onShow }: { onShow: (queue: string) => void }) {
-  const [name, setName] = useState("");
-  return (
-    <form
-      className="inline-form"
-      onSubmit={(e) => {
-        e.preventDefault();
-        if (name.trim()) onShow(name.trim());
-      }}
-    >
-      <label className="field inline">
-        <span>Policy of any queue</span>
-        <input value={name} onChange={(e) => setName(e.target.value)} placeholder="jobs" autoComplete="off" />
-      </label>
-      <button type="submit" className="secondary" disabled={name.trim() === ""}>
-        Show policy
-      </button>
-    </form>
-  );
-}

@@ -27,7 +27,7 @@ import { TimeChart } from "../chart.tsx";
 import { ConfirmDialog, Empty, ErrorBox, FormOutcome, QueryView } from "../ui.tsx";
 import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
-import { PolicyOf, QueuePolicyPanel, deadLetterRule } from "./queue-policy.tsx";
+import { QueuePolicyPanel, deadLetterRule } from "./queue-policy.tsx";
 
 /** A queue's max deliveries as the listing shows it. */
 function maxDeliveriesText(n: number | undefined): string {
@@ -164,8 +164,8 @@ export function QueuesTab({ app }: { app: App }) {
             )
           }
         </QueryView>
-        <ActivityOf onShow={setActive} />
-        <PolicyOf onShow={setPolicyOf} />
+        <QueueByName label="Activity of any queue" action="Show activity" onShow={setActive} />
+        <QueueByName label="Policy of any queue" action="Show policy" onShow={setPolicyOf} />
       </div>
       {policyOf ? (
         <QueuePolicyPanel
@@ -315,10 +315,10 @@ function hourLabel(at: number, now = Date.now()): string {
 }
 
 /**
- * The listing shows only queues holding messages; a queue drained by its
- * consumers (the usual healthy one) still has its day of activity, opened by name.
+ * Opens a panel of any queue by name: the listing shows only queues holding messages, and a queue drained by
+ * its consumers (the usual healthy one) still has its day of activity and its policy.
  */
-function ActivityOf({ onShow }: { onShow: (queue: string) => void }) {
+function QueueByName({ label, action, onShow }: { label: string; action: string; onShow: (queue: string) => void }) {
   const [name, setName] = useState("");
   return (
     <form
@@ -329,11 +329,11 @@ function ActivityOf({ onShow }: { onShow: (queue: string) => void }) {
       }}
     >
       <label className="field inline">
-        <span>Activity of any queue</span>
+        <span>{label}</span>
         <input value={name} onChange={(e) => setName(e.target.value)} placeholder="jobs" autoComplete="off" />
       </label>
       <button type="submit" className="secondary" disabled={name.trim() === ""}>
-        Show activity
+        {action}
       </button>
     </form>
   );
