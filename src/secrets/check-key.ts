@@ -17,9 +17,8 @@ import path from "node:path";
 import type { Config } from "../core/config.ts";
 import { readSecretsKeyFile, secretsKeyFile } from "../core/data-dir.ts";
 import { appliedMigrations, openDatabase } from "../core/database/index.ts";
-import { recordedSecretsKeyId } from "../core/shared-keys/index.ts";
 import { createKeyring } from "./keyring.ts";
-import { createSecretStore } from "./secret-store.ts";
+import { keysNeeded } from "./key-check.ts";
 
 export interface KeyCheck {
   /** Whether the key opens every secret of the database. */
@@ -68,13 +67,15 @@ export async function checkSecretsKey(config: Config): Promise<KeyCheck> {
   try {
     if ((await appliedMigrations(database.db)).length === 0)
       throw new KeyCheckError("the database holds no platform-batteries data (it was never migrated)");
-    const databaseKeyId = await recordedSecretsKeyId(database.db);
+    // Which keys the database needs, as `restore` asks; then one value under each key the ring has is opened.
+    const needed = await keysNeeded(database.db, keyring);
+    const databaseKeyId = needed.recordedKeyId;
     const missingKeys: Record<string, number> = {};
     const failed: string[] = [];
     let values = 0;
-    for (const { keyId, count, sample } of await createSecretStore(database.db).sampleUnderEachKey()) {
+    for (const { keyId, count, sample } of needed.sealed) {
       values += count;
-      if (!keyring.has(keyId)) {
+      if (needed.missing.includes(keyId)) {
         missingKeys[keyId] = count;
         continue;
       }
@@ -86,7 +87,7 @@ export async function checkSecretsKey(config: Config): Promise<KeyCheck> {
     }
     const keyId = keyring.currentKeyId;
     const missing = Object.entries(missingKeys);
-    const recordedMissing = databaseKeyId !== undefined && !keyring.has(databaseKeyId);
+    const recordedMissing = databaseKeyId !== undefined && needed.missing.includes(databaseKeyId);
     let summary: string;
     if (missing.length > 0) {
       summary = `key id ${keyId} does not open this database's secrets: ${missing

@@ -594,7 +594,7 @@ export function createSecretStore(database: Db) {
     },
 
     /** For each key id, how many values it seals and one of them (`secrets check-key` opens it). */
-    async sampleUnderEachKey(): Promise<{ keyId: string; count: number; sample: StaleValue }[]> {
+    async sampleUnderEachKey(): Promise<SealedUnderKey[]> {
       const rows = await db
         .selectFrom("secrets")
         .select(["app_id", "name", "version", "key_id", "value_encrypted"])
@@ -626,3 +626,10 @@ export function createSecretStore(database: Db) {
 }
 
 export type SecretStore = ReturnType<typeof createSecretStore>;
+
+/** The values sealed under one key: how many, and one of them to try a key on. */
+export interface SealedUnderKey {
+  keyId: string;
+  count: number;
+  sample: StaleValue;
+}
