@@ -3,17 +3,32 @@
  * asked by an operator through AdminService (the dashboard's funnel view), over
  * Connect against the real server: the same users, conversions and medians as
  * the app's REST answer, the app's own validation, a viewer may ask, and a
- * service token may not.
+ * service token may not; and the CLI's `analytics funnel`, a real child process.
  */
-import { describe, expect, it } from "vitest";
+import { execFile } from "node:child_process";
+import { describe, expect, it, vi } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import { Operator } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { transportFor, useTestServer } from "../support/harness.ts";
+import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+
+// The CLI test spawns a process; on a busy machine a spawn takes seconds.
+vi.setConfig({ testTimeout: 180_000 });
 
 const t = useTestServer();
+const cli = (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+  new Promise((resolve) => {
+    execFile(
+      nodeBinary,
+      ["src/cli.ts", ...args],
+      { env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }) },
+      (err, stdout, stderr) =>
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
 const H = 3_600_000;
 
 async function connectError(p: Promise<unknown>): Promise<ConnectError> {
@@ -131,5 +146,53 @@ describe("QueryAnalyticsFunnel", () => {
       (await connectError(asApp.queryAnalyticsFunnel({ appId: app.id, steps: [], since: timestampFromMs(since) })))
         .code,
     ).toBe(Code.Unauthenticated);
+  });
+
+  it("is the CLI's analytics funnel, with conditions per step", async () => {
+    const app = await t.createApp("cli-funnel");
+    for (const [name, properties] of [
+      ["signup", { plan: "string" }],
+      ["project", {}],
+    ] as const) {
+      const res = await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name, properties } });
+      expect(res.status).toBe(200);
+    }
+    const start = Date.now() - 10 * H;
+    const events = [
+      { type: "signup", distinctId: "u1", at: start, properties: { plan: "pro" } },
+      { type: "project", distinctId: "u1", at: start + H },
+      { type: "signup", distinctId: "u2", at: start, properties: { plan: "free" } },
+    ];
+    expect((await t.request("POST", "/v1/analytics/events", { token: app.token, body: { events } })).status).toBe(200);
+    const since = new Date(start - H).toISOString();
+    const all = await cli(["analytics", "funnel", "cli-funnel", "signup", "project", "--since", since]);
+    expect(all.code, all.stderr).toBe(0);
+    const out = JSON.parse(all.stdout) as { steps: { type: string; users: number; conversionFromFirst: number }[] };
+    expect(out.steps.map((s) => [s.type, Number(s.users), s.conversionFromFirst])).toEqual([
+      ["signup", 2, 1],
+      ["project", 1, 0.5],
+    ]);
+    const pro = await cli([
+      ...["analytics", "funnel", "cli-funnel", "signup", "project", "--since", since],
+      ...["--where", '1:plan:eq:"pro"', "--window", "7200"],
+    ]);
+    expect(pro.code, pro.stderr).toBe(0);
+    expect((JSON.parse(pro.stdout) as typeof out).steps.map((s) => Number(s.users))).toEqual([1, 1]);
+    const badStep = await cli([
+      "analytics",
+      "funnel",
+      "cli-funnel",
+      "signup",
+      "project",
+      "--since",
+      since,
+      "--where",
+      '3:plan:eq:"pro"',
+    ]);
+    expect(badStep.code).toBe(2);
+    expect(badStep.stderr).toContain('--where 3:plan:eq:"pro": must be STEP:PROP:OP:JSON (STEP 1 to 2)');
+    const refused = await cli(["analytics", "funnel", "cli-funnel", "signup", "--since", since]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("steps");
   });
 });
