@@ -39,7 +39,9 @@ const rowsOf = (page: Page, testId: string) =>
   page
     .getByTestId(testId)
     .locator("tbody tr")
-    .evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim() ?? "")));
+    .evaluateAll((trs) =>
+      trs.map((tr) => Array.from(tr.querySelectorAll("td")).map((td) => td.textContent?.trim() ?? "")),
+    );
 
 describe("the analytics screen's measures, filters and breakdowns", () => {
   it("sums, counts unique users, filters by kind, breaks down by two properties and folds the rest into other", async () => {
