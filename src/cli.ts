@@ -37,6 +37,7 @@ import {
   ListTokensResponseSchema,
   ListEventTypesResponseSchema,
   QueryAnalyticsResponseSchema,
+  QueryAnalyticsFunnelResponseSchema,
   ListQueuesResponseSchema as AdminListQueuesResponseSchema,
   GetQueueActivityResponseSchema,
   GetQueuePolicyResponseSchema,
@@ -147,6 +148,38 @@ function jsonArgument(text: string): JsonValue {
   }
 }
 const str = (values: Values, name: string) => values[name] as string | undefined;
+
+/** Filter operators by their names on the command line. */
+const WHERE_OPS: Record<string, Operator> = {
+  eq: Operator.EQ,
+  neq: Operator.NEQ,
+  in: Operator.IN,
+  contains: Operator.CONTAINS,
+  gt: Operator.GT,
+  gte: Operator.GTE,
+  lt: Operator.LT,
+  lte: Operator.LTE,
+  exists: Operator.EXISTS,
+};
+
+/** One `--where PROP:OP:JSON` (`w`) as a Condition; `shown` is how an error names it. */
+function whereCondition(w: string, shown: string) {
+  const m = /^([^:]+):([a-z]+)(?::(.*))?$/s.exec(w);
+  if (!m || !(m[2] in WHERE_OPS))
+    throw new UsageError(`--where ${shown}: must be PROP:OP:JSON (OP one of ${Object.keys(WHERE_OPS).join(", ")})`);
+  let value: unknown;
+  try {
+    value = m[3] === undefined ? undefined : JSON.parse(m[3]);
+  } catch {
+    throw new UsageError(`--where ${shown}: the value must be JSON (a string in double quotes)`);
+  }
+  return {
+    property: m[1],
+    op: WHERE_OPS[m[2]],
+    ...(value === undefined ? {} : { value: fromJson(ValueSchema, value as JsonValue) }),
+  };
+}
+
 /**
  * The query extensions of `analytics query` (docs/analytics.md): `--group-by a,b`, `--aggregate`, `--of`,
  * `--where PROP:OP:JSON` (repeatable; the value is JSON: `plan:eq:"pro"`, `amount:gte:10`, `plan:in:["a","b"]`,
@@ -166,33 +199,7 @@ function analyticsExtensions(values: Values) {
   };
   if (aggregate !== undefined && !(aggregate in aggregates))
     throw new UsageError("--aggregate: must be count, unique, sum, avg, min or max");
-  const ops: Record<string, Operator> = {
-    eq: Operator.EQ,
-    neq: Operator.NEQ,
-    in: Operator.IN,
-    contains: Operator.CONTAINS,
-    gt: Operator.GT,
-    gte: Operator.GTE,
-    lt: Operator.LT,
-    lte: Operator.LTE,
-    exists: Operator.EXISTS,
-  };
-  const where = ((values.where as string[] | undefined) ?? []).map((w) => {
-    const m = /^([^:]+):([a-z]+)(?::(.*))?$/s.exec(w);
-    if (!m || !(m[2] in ops))
-      throw new UsageError(`--where ${w}: must be PROP:OP:JSON (OP one of ${Object.keys(ops).join(", ")})`);
-    let value: unknown;
-    try {
-      value = m[3] === undefined ? undefined : JSON.parse(m[3]);
-    } catch {
-      throw new UsageError(`--where ${w}: the value must be JSON (a string in double quotes)`);
-    }
-    return {
-      property: m[1],
-      op: ops[m[2]],
-      ...(value === undefined ? {} : { value: fromJson(ValueSchema, value as JsonValue) }),
-    };
-  });
+  const where = ((values.where as string[] | undefined) ?? []).map((w) => whereCondition(w, w));
   const limit = str(values, "limit");
   if (limit !== undefined && !/^[0-9]{1,3}$/.test(limit)) throw new UsageError("--limit: must be 1 to 500");
   return {
@@ -581,6 +588,46 @@ export const COMMANDS: readonly Command[] = [
         timezone: str(ctx.values, "timezone"),
       });
       ctx.show(QueryAnalyticsResponseSchema, res);
+    },
+  },
+  {
+    name: "analytics funnel",
+    synopsis:
+      "NAME TYPE TYPE... --since TIME [--until TIME] [--window SECONDS] [--breakdown PROP] [--limit N] [--where STEP:PROP:OP:JSON ...]",
+    summary: 'the app\'s QueryFunnel: 2 to 8 steps in order (--where 1:plan:eq:"pro" filters step 1)',
+    options: {
+      since: STRING,
+      until: STRING,
+      window: STRING,
+      breakdown: STRING,
+      where: { type: "string", multiple: true },
+      limit: STRING,
+    },
+    async run(ctx) {
+      const types = ctx.args.slice(1);
+      if (types.length === 0) throw new UsageError("TYPE: give the steps' event types, in order");
+      const steps = types.map((type) => ({ type, where: [] as ReturnType<typeof whereCondition>[] }));
+      for (const w of (ctx.values.where as string[] | undefined) ?? []) {
+        const m = /^([0-9]+):(.*)$/s.exec(w);
+        const step = m ? steps[Number(m[1]) - 1] : undefined;
+        if (!m || !step) throw new UsageError(`--where ${w}: must be STEP:PROP:OP:JSON (STEP 1 to ${steps.length})`);
+        step.where.push(whereCondition(m[2], w));
+      }
+      const window = str(ctx.values, "window");
+      if (window !== undefined && !/^[0-9]{1,8}$/.test(window)) throw new UsageError("--window: must be seconds");
+      const limit = str(ctx.values, "limit");
+      if (limit !== undefined && !/^[0-9]{1,3}$/.test(limit)) throw new UsageError("--limit: must be 1 to 500");
+      const until = str(ctx.values, "until");
+      const res = await ctx.admin().queryAnalyticsFunnel({
+        appId: need(ctx.args[0], "NAME"),
+        steps,
+        since: timestampFromDate(cliTime(need(str(ctx.values, "since"), "--since"), "--since")),
+        until: until === undefined ? undefined : timestampFromDate(cliTime(until, "--until")),
+        windowSeconds: window === undefined ? undefined : BigInt(window),
+        breakdown: str(ctx.values, "breakdown"),
+        limit: limit === undefined ? undefined : Number(limit),
+      });
+      ctx.show(QueryAnalyticsFunnelResponseSchema, res);
     },
   },
   {

@@ -41,6 +41,7 @@ export function TimeChart({
   unit,
   range,
   starts,
+  integers = true,
 }: {
   x: number[];
   series: Series[];
@@ -54,6 +55,8 @@ export function TimeChart({
   range?: [number, number];
   /** The start (seconds) of the bucket each point counts, named in the legend; `x` when absent. */
   starts?: number[];
+  /** Whole numbers only on the y-axis (counts); false for sums and averages. */
+  integers?: boolean;
 }) {
   const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
@@ -133,17 +136,25 @@ export function TimeChart({
           },
           {
             ...axis,
-            // Counts: whole numbers only.
-            incrs: [
-              1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7,
-            ],
+            // Counts: whole numbers only (uPlot's own steps, fractions included, for sums and averages).
+            ...(integers
+              ? {
+                  incrs: [
+                    1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7,
+                  ],
+                }
+              : {}),
             values: (_u, splits) => splits.map((v) => v.toLocaleString()),
           },
         ],
         scales: {
           x: { time: true, range: () => [min, max] },
           y: {
-            range: (_u, _lo, hi) => [0, hi > 0 ? uPlot.rangeNum(0, hi, 0.1, true)[1]! : 1],
+            // From 0, or below it when a minimum or a sum is negative.
+            range: (_u, lo, hi) => [
+              lo < 0 ? uPlot.rangeNum(lo, Math.max(hi, 0), 0.1, true)[0]! : 0,
+              hi > 0 ? uPlot.rangeNum(Math.min(lo, 0), hi, 0.1, true)[1]! : 1,
+            ],
           },
         },
         hooks: {
@@ -167,6 +178,6 @@ export function TimeChart({
       resize.disconnect();
       plot.destroy();
     };
-  }, [x, series, height, timeZone, unit, range, starts]);
+  }, [x, series, height, timeZone, unit, range, starts, integers]);
   return <div ref={box} className="chart" role="img" aria-label={label} />;
 }

@@ -23,3 +23,26 @@ export function formatNumber(n: number | bigint): string {
 export function formatDeliveries(n: number): string {
   return n === 1 ? "delivered once" : `delivered ${formatNumber(n)} times`;
 }
+
+/** A figure of analytics as the screens write it: grouped digits, at most two decimals (42.5, 1,234.57). */
+export function formatValue(n: number): string {
+  return n.toLocaleString(undefined, { maximumFractionDigits: 2 });
+}
+
+/** A share as a percentage: 60%, 66.7%. */
+export function formatPercent(fraction: number): string {
+  return `${(fraction * 100).toLocaleString(undefined, { maximumFractionDigits: 1 })}%`;
+}
+
+/** A duration as a person says it: 45 s, 12 min 5 s, 2 h 5 min, 3 d 4 h. */
+export function formatDuration(seconds: number): string {
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ""}`;
+  if (s < 86_400) {
+    const m = Math.floor((s % 3600) / 60);
+    return `${Math.floor(s / 3600)} h${m ? ` ${m} min` : ""}`;
+  }
+  const h = Math.floor((s % 86_400) / 3600);
+  return `${Math.floor(s / 86_400)} d${h ? ` ${h} h` : ""}`;
+}

@@ -52,6 +52,7 @@ export type AppFacilityRpcs = Pick<
   | "getUsageHistory"
   | "listEventTypes"
   | "queryAnalytics"
+  | "queryAnalyticsFunnel"
   | "listQueues"
   | "peekMessages"
   | "purgeQueue"
@@ -218,6 +219,18 @@ export function createAppFacilityRpcs(options: {
         AnalyticsService,
         AnalyticsService.method.queryEvents,
         { type, since, until, interval, groupBy, timezone, aggregate, of, where, groupByProperties, limit },
+        context.signal,
+      );
+    },
+
+    async queryAnalyticsFunnel(req, context) {
+      const app = await load(req.appId);
+      const { steps, since, until, windowSeconds, breakdown, limit } = req;
+      return asApp(
+        app,
+        AnalyticsService,
+        AnalyticsService.method.queryFunnel,
+        { steps, since, until, windowSeconds, breakdown, limit },
         context.signal,
       );
     },

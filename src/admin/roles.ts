@@ -26,6 +26,7 @@ export const VIEWER_RPCS: ReadonlySet<string> = new Set([
   "listTokens",
   "listEventTypes",
   "queryAnalytics",
+  "queryAnalyticsFunnel",
   "listQueues",
   "peekMessages",
   "listDeadLetters",

@@ -131,6 +131,14 @@ const SCREENS: { name: string; hash: (app: TestApp) => string; ready: (page: Pag
     },
   },
   {
+    name: "analytics-funnel",
+    hash: (a) => `#/apps/${a.id}/analytics`,
+    ready: async (p) => {
+      await p.getByRole("button", { name: "Funnel" }).click();
+      await p.getByTestId("funnel").waitFor();
+    },
+  },
+  {
     name: "queues",
     hash: (a) => `#/apps/${a.id}/queues`,
     ready: async (p) => {

@@ -1,7 +1,14 @@
 /**
- * The analytics explorer: the app's own QueryEvents, run by the admin API
- * for that app, drawn as one line per group (the top N, the rest summed as
- * "other") with per-group totals, listed as a table and exportable as CSV.
+ * The analytics explorer: the app's own QueryEvents and QueryFunnel, run by
+ * the admin API for that app (QueryAnalytics, QueryAnalyticsFunnel).
+ *
+ * Trends: what to compute (events, unique users or values, the sum, average,
+ * minimum or maximum of a number property), filter conditions, and one or two
+ * breakdowns, drawn as one line per group; the groups beyond the chosen limit
+ * are folded by the server into one "other" line (its answer says how many),
+ * because unique counts and averages cannot be added up afterwards. Per-group
+ * totals, the buckets as a table, and a CSV export. The funnel view is
+ * `funnel.tsx`.
  *
  * Time zones: day, week and month buckets start at midnight in the chosen
  * zone (the API's `timezone`); hourly buckets are whole UTC hours, so no zone
@@ -10,22 +17,19 @@
  */
 import { useMemo, useRef, useState } from "react";
 import { useQuery } from "@connectrpc/connect-query";
-import { skipToken } from "@tanstack/react-query";
+import { skipToken, type UseQueryResult } from "@tanstack/react-query";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { listEventTypes, queryAnalytics } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
-import type { App } from "../../../gen/platform/admin/v1/admin_pb.js";
-import { Interval, type Bucket } from "../../../gen/platform/analytics/v1/analytics_pb.js";
+import type { App, ListEventTypesResponse, QueryAnalyticsResponse } from "../../../gen/platform/admin/v1/admin_pb.js";
+import { Aggregate, Interval, type Bucket } from "../../../gen/platform/analytics/v1/analytics_pb.js";
 import { Empty, QueryView, useDebounced, usePages } from "../ui.tsx";
 import { TimeChart } from "../chart.tsx";
 import { bucketIndex, bucketStarts, type BucketUnit } from "../time-buckets.ts";
+import { ConditionsEditor, declaredKinds, toConditions, type DraftCondition } from "../conditions.tsx";
+import { FunnelView } from "./funnel.tsx";
+import { RANGES, localInput } from "../ranges.ts";
+import { formatValue } from "../format.ts";
 
-const RANGES = [
-  { label: "Last 24 hours", hours: 24 },
-  { label: "Last 7 days", hours: 24 * 7 },
-  { label: "Last 30 days", hours: 24 * 30 },
-  { label: "Last 365 days", hours: 24 * 365 },
-  { label: "Custom range", hours: 0 },
-];
 const INTERVALS = [
   { label: "Hour", value: Interval.HOUR },
   { label: "Day", value: Interval.DAY },
@@ -38,9 +42,22 @@ const UNITS = new Map<Interval, BucketUnit>([
   [Interval.WEEK, "week"],
   [Interval.MONTH, "month"],
 ]);
-const TOP_N = [5, 10, 20];
+/** How many groups the server answers (its `limit`); the rest are one "other" group. */
+const GROUP_LIMITS = [5, 10, 20, 50];
 const NO_GROUP = "(none)";
 const OTHER = "other";
+
+type AggregateName = "count" | "unique" | "sum" | "avg" | "min" | "max";
+const AGGREGATES: { name: AggregateName; label: string; value: Aggregate }[] = [
+  { name: "count", label: "Events (count)", value: Aggregate.COUNT },
+  { name: "unique", label: "Unique (users or values)", value: Aggregate.UNIQUE },
+  { name: "sum", label: "Sum", value: Aggregate.SUM },
+  { name: "avg", label: "Average", value: Aggregate.AVG },
+  { name: "min", label: "Minimum", value: Aggregate.MIN },
+  { name: "max", label: "Maximum", value: Aggregate.MAX },
+];
+/** Sum, average, minimum and maximum take a number property. */
+const NUMERIC = new Set<AggregateName>(["sum", "avg", "min", "max"]);
 
 /** The zone when the runtime knows it, else undefined. */
 export function knownZone(zone: string): string | undefined {
@@ -53,30 +70,77 @@ export function knownZone(zone: string): string | undefined {
   }
 }
 
-/** `YYYY-MM-DDTHH:mm` for a datetime-local field, in the browser's zone. */
-function localInput(ms: number): string {
-  const d = new Date(ms - new Date(ms).getTimezoneOffset() * 60_000);
-  return d.toISOString().slice(0, 16);
-}
-
 export function AnalyticsTab({ app }: { app: App }) {
   const types = useQuery(listEventTypes, { appId: app.id });
+  const [view, setView] = useState<"trends" | "funnel">("trends");
+  return (
+    <>
+      <div className="segmented" role="group" aria-label="Analytics view">
+        <button type="button" aria-pressed={view === "trends"} onClick={() => setView("trends")}>
+          Trends
+        </button>
+        <button type="button" aria-pressed={view === "funnel"} onClick={() => setView("funnel")}>
+          Funnel
+        </button>
+      </div>
+      {view === "trends" ? <TrendsView app={app} types={types} /> : <FunnelView app={app} types={types} />}
+    </>
+  );
+}
+
+/** What the answer's total says, after its figure: "events", "unique users", "sum of amount". */
+function measureLabel(aggregate: AggregateName, of: string | undefined): string {
+  switch (aggregate) {
+    case "count":
+      return "events";
+    case "unique":
+      return of ? `distinct values of ${of}` : "unique users";
+    case "sum":
+      return `sum of ${of}`;
+    case "avg":
+      return `average ${of}`;
+    case "min":
+      return `minimum ${of}`;
+    case "max":
+      return `maximum ${of}`;
+  }
+}
+
+function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventTypesResponse> }) {
   const [type, setType] = useState("");
   const [hours, setHours] = useState(24 * 7);
   const [from, setFrom] = useState(() => localInput(Date.now() - 7 * 86_400_000));
   const [to, setTo] = useState(() => localInput(Date.now()));
   const [interval, setInterval] = useState(Interval.DAY);
+  const [aggregate, setAggregate] = useState<AggregateName>("count");
+  const [of, setOf] = useState("");
+  const [drafts, setDrafts] = useState<DraftCondition[]>([]);
   const [groupBy, setGroupBy] = useState("");
-  const [topN, setTopN] = useState(10);
+  const [thenBy, setThenBy] = useState("");
+  const [limit, setLimit] = useState(10);
   const [zoneText, setZoneText] = useState(() => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC");
   const typedZone = useDebounced(zoneText, 600);
   const zone = knownZone(typedZone);
+  // A value typed into a condition applies when typing stops, not per keystroke.
+  const settledDrafts = useDebounced(drafts, 500);
   const chosen = type || types.data?.types[0]?.name || "";
-  const properties = Object.keys(types.data?.types.find((t) => t.name === chosen)?.properties ?? {}).sort();
+  const eventType = types.data?.types.find((t) => t.name === chosen);
+  const kinds = declaredKinds(eventType);
+  const properties = kinds.map(([p]) => p);
+  const numbers = kinds.filter(([, k]) => k === "number").map(([p]) => p);
+  // `of`: any declared property (or, left empty, the users) for unique; a number property for the rest.
+  const chosenOf = NUMERIC.has(aggregate)
+    ? numbers.includes(of)
+      ? of
+      : numbers[0]
+    : aggregate === "unique" && properties.includes(of)
+      ? of
+      : undefined;
+  const where = toConditions(settledDrafts, eventType, (i) => `Filter ${i + 1}`);
 
   let since: number;
   let until: number;
-  let rangeProblem: string | undefined;
+  let problem: string | undefined;
   if (hours > 0) {
     // The range ends at the next whole minute so that refetches share one key for a minute.
     until = Math.ceil(Date.now() / 60_000) * 60_000;
@@ -84,21 +148,37 @@ export function AnalyticsTab({ app }: { app: App }) {
   } else {
     since = new Date(from).getTime();
     until = new Date(to).getTime();
-    if (!Number.isFinite(since) || !Number.isFinite(until)) rangeProblem = "Enter both the start and the end.";
-    else if (since >= until) rangeProblem = "The start of the range must be before its end.";
+    if (!Number.isFinite(since) || !Number.isFinite(until)) problem = "Enter both the start and the end.";
+    else if (since >= until) problem = "The start of the range must be before its end.";
   }
+  if (!problem && NUMERIC.has(aggregate) && eventType && !chosenOf)
+    problem = `${chosen} declares no number property: sum, average, minimum and maximum need one.`;
+  problem ??= where.problem;
+  const breakdown = groupBy ? (thenBy && thenBy !== groupBy ? [groupBy, thenBy] : [groupBy]) : [];
+  // Counts and sums of one breakdown add up, so every group is asked for (the CSV has them all) and the
+  // smaller ones are summed here; unique counts, averages, minima and maxima do not add up, and two
+  // breakdowns can have many groups: the server folds those beyond the limit.
+  const foldsOnServer =
+    breakdown.length === 2 || (breakdown.length === 1 && aggregate !== "count" && aggregate !== "sum");
   // Hourly buckets are UTC hours: a zone would be refused, and the labels still show the chosen zone.
   const sentZone = interval === Interval.HOUR ? undefined : zone;
   const query = useQuery(
     queryAnalytics,
-    chosen && zone && !rangeProblem
+    chosen && zone && !problem && where.conditions
       ? {
           appId: app.id,
           type: chosen,
           since: timestampFromDate(new Date(since)),
           until: timestampFromDate(new Date(until)),
           interval,
-          groupBy: groupBy || undefined,
+          // Leaving every extension out keeps the base count (and its answer's shape).
+          aggregate:
+            aggregate === "count" ? Aggregate.UNSPECIFIED : AGGREGATES.find((a) => a.name === aggregate)!.value,
+          of: chosenOf,
+          where: where.conditions,
+          groupBy: breakdown.length === 1 ? breakdown[0] : undefined,
+          groupByProperties: breakdown.length === 2 ? breakdown : [],
+          limit: foldsOnServer ? limit : undefined,
           timezone: sentZone,
         }
       : skipToken,
@@ -110,95 +190,137 @@ export function AnalyticsTab({ app }: { app: App }) {
   if (query.data && !query.isPlaceholderData) answeredZone.current = sentZone ?? "UTC";
   return (
     <>
-      <form className="card filters" onSubmit={(e) => e.preventDefault()} aria-label="Analytics query">
-        <label className="field">
-          <span>Event type</span>
-          <select
-            value={chosen}
-            onChange={(e) => (setType(e.target.value), setGroupBy(""))}
-            disabled={!types.data?.types.length}
-          >
-            {(types.data?.types ?? []).map((t) => (
-              <option key={t.name}>{t.name}</option>
-            ))}
-          </select>
-        </label>
-        <label className="field">
-          <span>Range</span>
-          <select value={hours} onChange={(e) => setHours(Number(e.target.value))}>
-            {RANGES.map((r) => (
-              <option key={r.hours} value={r.hours}>
-                {r.label}
-              </option>
-            ))}
-          </select>
-        </label>
-        {hours === 0 ? (
-          <>
-            <label className="field">
-              <span>From (your browser's time)</span>
-              <input type="datetime-local" value={from} onChange={(e) => setFrom(e.target.value)} />
-            </label>
-            <label className="field">
-              <span>To (your browser's time)</span>
-              <input type="datetime-local" value={to} onChange={(e) => setTo(e.target.value)} />
-            </label>
-          </>
-        ) : null}
-        <label className="field">
-          <span>Interval</span>
-          <select value={interval} onChange={(e) => setInterval(Number(e.target.value))}>
-            {INTERVALS.map((i) => (
-              <option key={i.value} value={i.value}>
-                {i.label}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label className="field">
-          <span>Group by</span>
-          <select value={groupBy} onChange={(e) => setGroupBy(e.target.value)}>
-            <option value="">(none)</option>
-            {properties.map((p) => (
-              <option key={p}>{p}</option>
-            ))}
-          </select>
-        </label>
-        {groupBy ? (
+      <form className="card" onSubmit={(e) => e.preventDefault()} aria-label="Analytics query">
+        <div className="filters">
           <label className="field">
-            <span>Lines drawn</span>
-            <select value={topN} onChange={(e) => setTopN(Number(e.target.value))}>
-              {TOP_N.map((n) => (
-                <option key={n} value={n}>
-                  Top {n} and other
+            <span>Event type</span>
+            <select
+              value={chosen}
+              onChange={(e) => (setType(e.target.value), setGroupBy(""), setThenBy(""), setOf(""), setDrafts([]))}
+              disabled={!types.data?.types.length}
+            >
+              {(types.data?.types ?? []).map((t) => (
+                <option key={t.name}>{t.name}</option>
+              ))}
+            </select>
+          </label>
+          <label className="field">
+            <span>Measure</span>
+            <select value={aggregate} onChange={(e) => setAggregate(e.target.value as AggregateName)}>
+              {AGGREGATES.map((a) => (
+                <option key={a.name} value={a.name}>
+                  {a.label}
                 </option>
               ))}
             </select>
           </label>
-        ) : null}
-        <label className="field">
-          <span>Time zone</span>
-          <input
-            value={zoneText}
-            onChange={(e) => setZoneText(e.target.value)}
-            placeholder="Europe/Paris"
-            aria-invalid={zone ? undefined : true}
-            aria-describedby="zone-hint"
-            autoComplete="off"
-            spellCheck={false}
-          />
-          <small id="zone-hint" className={zone ? "muted" : "error-text"}>
-            {!zone
-              ? `"${typedZone}" is not a time zone this browser knows (for example Europe/Paris or UTC).`
-              : interval === Interval.HOUR
-                ? "Hours are whole UTC hours, shown in this zone."
-                : "Days, weeks and months start at midnight here."}
-          </small>
-        </label>
+          {aggregate !== "count" ? (
+            <label className="field">
+              <span>Of</span>
+              <select value={chosenOf ?? ""} onChange={(e) => setOf(e.target.value)}>
+                {aggregate === "unique" ? <option value="">users (distinctId)</option> : null}
+                {(aggregate === "unique" ? properties : numbers).map((p) => (
+                  <option key={p} value={p}>
+                    {p}
+                  </option>
+                ))}
+              </select>
+            </label>
+          ) : null}
+          <label className="field">
+            <span>Range</span>
+            <select value={hours} onChange={(e) => setHours(Number(e.target.value))}>
+              {RANGES.map((r) => (
+                <option key={r.hours} value={r.hours}>
+                  {r.label}
+                </option>
+              ))}
+            </select>
+          </label>
+          {hours === 0 ? (
+            <>
+              <label className="field">
+                <span>From (your browser's time)</span>
+                <input type="datetime-local" value={from} onChange={(e) => setFrom(e.target.value)} />
+              </label>
+              <label className="field">
+                <span>To (your browser's time)</span>
+                <input type="datetime-local" value={to} onChange={(e) => setTo(e.target.value)} />
+              </label>
+            </>
+          ) : null}
+          <label className="field">
+            <span>Interval</span>
+            <select value={interval} onChange={(e) => setInterval(Number(e.target.value))}>
+              {INTERVALS.map((i) => (
+                <option key={i.value} value={i.value}>
+                  {i.label}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label className="field">
+            <span>Group by</span>
+            <select value={groupBy} onChange={(e) => (setGroupBy(e.target.value), e.target.value || setThenBy(""))}>
+              <option value="">(none)</option>
+              {properties.map((p) => (
+                <option key={p}>{p}</option>
+              ))}
+            </select>
+          </label>
+          {groupBy ? (
+            <>
+              <label className="field">
+                <span>Then by</span>
+                <select value={thenBy === groupBy ? "" : thenBy} onChange={(e) => setThenBy(e.target.value)}>
+                  <option value="">(none)</option>
+                  {properties
+                    .filter((p) => p !== groupBy)
+                    .map((p) => (
+                      <option key={p}>{p}</option>
+                    ))}
+                </select>
+              </label>
+              <label className="field">
+                <span>Groups shown</span>
+                <select value={limit} onChange={(e) => setLimit(Number(e.target.value))}>
+                  {GROUP_LIMITS.map((n) => (
+                    <option key={n} value={n}>
+                      Top {n} and other
+                    </option>
+                  ))}
+                </select>
+              </label>
+            </>
+          ) : null}
+          <label className="field">
+            <span>Time zone</span>
+            <input
+              value={zoneText}
+              onChange={(e) => setZoneText(e.target.value)}
+              placeholder="Europe/Paris"
+              aria-invalid={zone ? undefined : true}
+              aria-describedby="zone-hint"
+              autoComplete="off"
+              spellCheck={false}
+            />
+            <small id="zone-hint" className={zone ? "muted" : "error-text"}>
+              {!zone
+                ? `"${typedZone}" is not a time zone this browser knows (for example Europe/Paris or UTC).`
+                : interval === Interval.HOUR
+                  ? "Hours are whole UTC hours, shown in this zone."
+                  : "Days, weeks and months start at midnight here."}
+            </small>
+          </label>
+        </div>
+        <fieldset>
+          <legend>Filters (all must hold)</legend>
+          <ConditionsEditor drafts={drafts} onChange={setDrafts} type={eventType} name="Filter" addLabel="Add filter" />
+        </fieldset>
       </form>
-      {rangeProblem ? (
+      {problem ? (
         <p className="error" role="alert">
-          {rangeProblem}
+          {problem}
         </p>
       ) : null}
       <QueryView query={types} what="event types">
@@ -213,10 +335,8 @@ export function AnalyticsTab({ app }: { app: App }) {
               <QueryView query={query} what="the buckets">
                 {(result) => (
                   <Buckets
-                    buckets={result.buckets}
-                    total={Number(result.total)}
-                    grouped={result.groupBy !== undefined}
-                    topN={topN}
+                    result={result}
+                    topN={limit}
                     zone={zone ?? "UTC"}
                     since={result.since ? timestampDate(result.since).getTime() : since}
                     until={result.until ? timestampDate(result.until).getTime() : until}
@@ -237,10 +357,45 @@ export function AnalyticsTab({ app }: { app: App }) {
 /** A CSV field: quoted when it holds a comma, a quote or a line break. */
 const csvField = (text: string) => (/[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text);
 
+const AGGREGATE_NAME = new Map<Aggregate, AggregateName>(AGGREGATES.map((a) => [a.value, a.name]));
+
+/** One group of the answer over the whole range. */
+interface GroupTotal {
+  label: string;
+  events: number;
+  /** The aggregate over the group's events, when the buckets give it exactly (not for unique over several). */
+  value: number | undefined;
+  other: boolean;
+}
+
+/**
+ * A group's aggregate over the range from its buckets: counts and sums add up,
+ * an average is weighted by the events each bucket averaged, minima and
+ * maxima are the least and greatest; unique counts do not add up (one user in
+ * two buckets is one), so only a group with one bucket has its exact figure.
+ */
+function combine(aggregate: AggregateName, buckets: { value: number | null; count: number }[]): number | undefined {
+  const valued = buckets.filter((b): b is { value: number; count: number } => b.value !== null);
+  switch (aggregate) {
+    case "count":
+      return buckets.reduce((n, b) => n + b.count, 0);
+    case "sum":
+      return valued.reduce((n, b) => n + b.value, 0);
+    case "avg": {
+      const events = valued.reduce((n, b) => n + b.count, 0);
+      return events > 0 ? valued.reduce((n, b) => n + b.value * b.count, 0) / events : undefined;
+    }
+    case "min":
+      return valued.length ? Math.min(...valued.map((b) => b.value)) : undefined;
+    case "max":
+      return valued.length ? Math.max(...valued.map((b) => b.value)) : undefined;
+    case "unique":
+      return buckets.length === 1 ? (buckets[0].value ?? 0) : undefined;
+  }
+}
+
 function Buckets({
-  buckets,
-  total,
-  grouped,
+  result,
   topN,
   zone,
   since,
@@ -249,9 +404,8 @@ function Buckets({
   bucketZone,
   fileName,
 }: {
-  buckets: Bucket[];
-  total: number;
-  grouped: boolean;
+  result: QueryAnalyticsResponse;
+  /** Groups drawn when the answer has them all (counts and sums); the rest are summed as "other". */
   topN: number;
   zone: string;
   /** The range asked for, epoch ms: every bucket it touches is drawn, with 0 where none was answered. */
@@ -262,46 +416,130 @@ function Buckets({
   bucketZone: string;
   fileName: string;
 }) {
+  const buckets = result.buckets;
   const format = useMemo(
     () => new Intl.DateTimeFormat(undefined, { timeZone: zone, dateStyle: "medium", timeStyle: "short" }),
     [zone],
   );
-  const { x, starts, series, totals } = useMemo(() => {
+  // The base count answers `count` only; an extension's answer carries each bucket's `value` too.
+  const extended = result.aggregate !== Aggregate.UNSPECIFIED;
+  const aggregate = AGGREGATE_NAME.get(result.aggregate) ?? "count";
+  const properties = result.groupByProperties.length
+    ? result.groupByProperties
+    : result.groupBy
+      ? [result.groupBy]
+      : [];
+  const grouped = properties.length > 0;
+  const otherName = (n: number) => `${OTHER} (${n.toLocaleString()} ${n === 1 ? "group" : "groups"})`;
+  const otherLabel = otherName(Number(result.otherGroups));
+  const measure = measureLabel(aggregate, result.of);
+  const { x, starts, series, totals, folded } = useMemo(() => {
+    const groupOf = (b: Bucket) =>
+      b.other
+        ? otherLabel
+        : result.groupByProperties.length
+          ? b.groups.map((g) => g.value ?? NO_GROUP).join(" · ")
+          : (b.group ?? NO_GROUP);
+    const valueOf = (b: Bucket) => (extended ? (b.value ?? null) : Number(b.count));
     // Every bucket of the range, answered or not (the API answers only buckets with events): hours
     // are UTC hours, days, weeks and months start in the zone the query was bucketed in.
     const layout = bucketStarts(since, until, unit, unit === "hour" ? "UTC" : bucketZone);
     const slot = bucketIndex(layout, unit);
     const times = layout.map((t) => t / 1000);
-    const sums = new Map<string, number>();
-    for (const b of buckets) sums.set(b.group ?? NO_GROUP, (sums.get(b.group ?? NO_GROUP) ?? 0) + Number(b.count));
-    const totals = [...sums].sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]));
-    // The top N groups get a line each; the rest are summed into one "other" line.
-    const drawn = totals.length > topN + 1 ? totals.slice(0, topN) : totals;
-    const lineOf = new Map(drawn.map(([g], i) => [g, i]));
-    const otherTotal = totals.slice(drawn.length).reduce((n, [, c]) => n + c, 0);
-    const series = drawn.map(([g]) => ({ label: grouped ? g : "count", values: times.map(() => 0) }));
-    const other = { label: `${OTHER} (${totals.length - drawn.length} groups)`, values: times.map(() => 0) };
+    const byGroup = new Map<string, { value: number | null; count: number }[]>();
     for (const b of buckets) {
-      const line = lineOf.get(b.group ?? NO_GROUP);
-      const at = b.at ? Number(b.at.seconds) * 1000 + Math.floor(b.at.nanos / 1e6) : since;
-      (line === undefined ? other : series[line]).values[slot(at)] += Number(b.count);
+      const g = groupOf(b);
+      if (!byGroup.has(g)) byGroup.set(g, []);
+      byGroup.get(g)!.push({ value: valueOf(b), count: Number(b.count) });
     }
-    if (otherTotal > 0) series.push(other);
-    const shownTotals: [string, number][] = otherTotal > 0 ? [...drawn, [other.label, otherTotal]] : drawn;
+    let totals: GroupTotal[] = [...byGroup].map(([label, bs]) => ({
+      label,
+      events: bs.reduce((n, b) => n + b.count, 0),
+      value: combine(aggregate, bs),
+      other: label === otherLabel,
+    }));
+    // Largest first (the server ranked them so when it chose which to keep); "other" last.
+    const rank = (g: GroupTotal) => g.value ?? g.events;
+    totals.sort((a, b) => Number(a.other) - Number(b.other) || rank(b) - rank(a) || a.label.localeCompare(b.label));
+    // An answer with every group of a count or a sum: the top N get a line each, the rest are summed into one.
+    const lineLabel = new Map<string, string>();
+    let folded = 0;
+    if (!totals.some((g) => g.other) && (aggregate === "count" || aggregate === "sum") && totals.length > topN + 1) {
+      const rest = totals.slice(topN);
+      folded = rest.length;
+      const label = otherName(folded);
+      for (const g of rest) lineLabel.set(g.label, label);
+      totals = [
+        ...totals.slice(0, topN),
+        {
+          label,
+          events: rest.reduce((n, g) => n + g.events, 0),
+          value: rest.reduce((n, g) => n + (g.value ?? 0), 0),
+          other: true,
+        },
+      ];
+    }
+    // A bucket without events is 0 events, users or sum; it has no average, minimum or maximum (a gap).
+    const empty = aggregate === "count" || aggregate === "sum" || aggregate === "unique" ? 0 : null;
+    const lineOf = new Map(totals.map((g, i) => [g.label, i]));
+    const series = totals.map((g) => ({
+      label: grouped ? g.label : measure,
+      values: times.map((): number | null => empty),
+    }));
+    for (const b of buckets) {
+      const g = groupOf(b);
+      const line = series[lineOf.get(lineLabel.get(g) ?? g)!];
+      const at = b.at ? Number(b.at.seconds) * 1000 + Math.floor(b.at.nanos / 1e6) : since;
+      const i = slot(at);
+      const v = valueOf(b);
+      // Two answered buckets in one laid-out slot (a summer-time edge) add up where the measure adds up.
+      line.values[i] = empty === 0 && line.values[i] !== null && v !== null ? line.values[i] + v : v;
+    }
     // A first bucket that began before the range is drawn where its counted part begins: the axis spans the range.
     const x = times.map((t) => Math.max(t, since / 1000));
-    return { x, starts: times, series, totals: shownTotals };
-  }, [buckets, grouped, topN, since, until, unit, bucketZone]);
+    return { x, starts: times, series, totals, folded };
+  }, [buckets, result, extended, aggregate, grouped, measure, otherLabel, topN, since, until, unit, bucketZone]);
   const range = useMemo((): [number, number] => [since / 1000, until / 1000], [since, until]);
   const { rows, pager } = usePages(buckets, 100);
   if (buckets.length === 0)
-    return <Empty title="No events in this range">Widen the range, or log events of this type.</Empty>;
+    return (
+      <Empty title="No events in this range">Widen the range, loosen the filters, or log events of this type.</Empty>
+    );
+  const total = extended ? result.totalValue : Number(result.total);
+  const otherGroups = Number(result.otherGroups) + folded;
+  const groupCells = (b: Bucket) =>
+    b.other
+      ? [otherLabel]
+      : result.groupByProperties.length
+        ? b.groups.map((g) => g.value ?? NO_GROUP)
+        : [b.group ?? NO_GROUP];
   const download = () => {
-    const lines = [["bucket_start_utc", `bucket_start_${zone}`, "group", "count"].map(csvField).join(",")];
+    const head = [
+      "bucket_start_utc",
+      `bucket_start_${zone}`,
+      ...(result.groupByProperties.length ? properties : ["group"]),
+      "count",
+    ];
+    // The measure's own column, unless it is the count already there.
+    const valued = extended && aggregate !== "count";
+    const lines = [[...head, ...(valued ? [aggregate] : [])].map(csvField).join(",")];
     for (const b of buckets) {
       const at = b.at ? timestampDate(b.at) : undefined;
+      const groups = grouped
+        ? b.other
+          ? properties.map(() => OTHER)
+          : groupCells(b).map((g) => (g === NO_GROUP ? "" : g))
+        : [""];
       lines.push(
-        [at?.toISOString() ?? "", at ? format.format(at) : "", b.group ?? "", String(b.count)].map(csvField).join(","),
+        [
+          at?.toISOString() ?? "",
+          at ? format.format(at) : "",
+          ...groups,
+          String(b.count),
+          ...(valued ? [b.value === undefined ? "" : String(b.value)] : []),
+        ]
+          .map(csvField)
+          .join(","),
       );
     }
     const url = URL.createObjectURL(new Blob([lines.join("\r\n") + "\r\n"], { type: "text/csv" }));
@@ -311,11 +549,24 @@ function Buckets({
     a.click();
     setTimeout(() => URL.revokeObjectURL(url), 0);
   };
+  const measureTitle = measure[0].toUpperCase() + measure.slice(1);
   return (
     <>
       <div className="page-head">
         <p>
-          <strong data-testid="analytics-total">{total.toLocaleString()}</strong> events
+          <strong data-testid="analytics-total">{total === undefined ? "—" : formatValue(total)}</strong> {measure}
+          {aggregate !== "count" ? (
+            <span className="muted">
+              {" "}
+              over <span data-testid="analytics-events">{Number(result.total).toLocaleString()}</span> events
+            </span>
+          ) : null}
+          {otherGroups > 0 ? (
+            <span className="muted">
+              {" "}
+              · {otherGroups.toLocaleString()} more {otherGroups === 1 ? "group" : "groups"} shown as “other”
+            </span>
+          ) : null}
         </p>
         <button type="button" className="secondary" onClick={download}>
           Export CSV
@@ -327,8 +578,9 @@ function Buckets({
         range={range}
         unit={unit}
         series={series}
-        label="Events per bucket"
+        label={aggregate === "count" ? "Events per bucket" : `${measureTitle} per bucket`}
         timeZone={zone}
+        integers={aggregate === "count" || aggregate === "unique"}
       />
       {grouped ? (
         <div className="table-wrap">
@@ -336,21 +588,35 @@ function Buckets({
             <caption>Totals per group</caption>
             <thead>
               <tr>
-                <th scope="col">Group</th>
+                <th scope="col">{properties.join(" · ")}</th>
                 <th scope="col" className="right">
                   Events
                 </th>
+                {aggregate !== "count" ? (
+                  <th scope="col" className="right">
+                    {measureTitle}
+                  </th>
+                ) : null}
               </tr>
             </thead>
             <tbody>
-              {totals.map(([g, n]) => (
-                <tr key={g}>
-                  <td>{g}</td>
-                  <td className="right">{n.toLocaleString()}</td>
+              {totals.map((g) => (
+                <tr key={g.label} className={g.other ? "other-group" : undefined}>
+                  <td>{g.label}</td>
+                  <td className="right">{g.events.toLocaleString()}</td>
+                  {aggregate !== "count" ? (
+                    <td className="right">{g.value === undefined ? "—" : formatValue(g.value)}</td>
+                  ) : null}
                 </tr>
               ))}
             </tbody>
           </table>
+          {aggregate === "unique" && totals.some((g) => g.value === undefined) ? (
+            <p className="muted">
+              — : a group seen in several buckets has no range-wide unique count here (one user in two buckets is one
+              user, so the buckets do not add up); the total above is unique over the whole range.
+            </p>
+          ) : null}
         </div>
       ) : null}
       <div className="table-wrap">
@@ -363,14 +629,22 @@ function Buckets({
               <th scope="col" className="right">
                 Count
               </th>
+              {aggregate !== "count" ? (
+                <th scope="col" className="right">
+                  {measureTitle}
+                </th>
+              ) : null}
             </tr>
           </thead>
           <tbody>
             {rows.map((b, i) => (
               <tr key={i}>
                 <td>{b.at ? format.format(timestampDate(b.at)) : "—"}</td>
-                {grouped ? <td>{b.group ?? NO_GROUP}</td> : null}
+                {grouped ? <td>{groupCells(b).join(" · ")}</td> : null}
                 <td className="right">{Number(b.count).toLocaleString()}</td>
+                {aggregate !== "count" ? (
+                  <td className="right">{b.value === undefined ? "—" : formatValue(b.value)}</td>
+                ) : null}
               </tr>
             ))}
           </tbody>

@@ -94,6 +94,12 @@ export const listEventTypes: typeof AdminService["method"]["listEventTypes"];
  */
 export const queryAnalytics: typeof AdminService["method"]["queryAnalytics"];
 /**
+ * QueryAnalyticsFunnel runs the funnel the app would run with QueryFunnel.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.QueryAnalyticsFunnel
+ */
+export const queryAnalyticsFunnel: typeof AdminService["method"]["queryAnalyticsFunnel"];
+/**
  * ListQueues lists an app's queues with their depth and age.
  *
  * @generated from rpc platform.admin.v1.AdminService.ListQueues

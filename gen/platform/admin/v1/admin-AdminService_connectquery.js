@@ -110,6 +110,13 @@ export const listEventTypes = AdminService.method.listEventTypes;
 export const queryAnalytics = AdminService.method.queryAnalytics;
 
 /**
+ * QueryAnalyticsFunnel runs the funnel the app would run with QueryFunnel.
+ *
+ * @generated from rpc platform.admin.v1.AdminService.QueryAnalyticsFunnel
+ */
+export const queryAnalyticsFunnel = AdminService.method.queryAnalyticsFunnel;
+
+/**
  * ListQueues lists an app's queues with their depth and age.
  *
  * @generated from rpc platform.admin.v1.AdminService.ListQueues

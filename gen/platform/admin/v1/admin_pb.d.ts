@@ -5,7 +5,7 @@
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 import type { Timestamp, Value } from "@bufbuild/protobuf/wkt";
-import type { Aggregate, Bucket, Condition, EventType, Interval } from "../../analytics/v1/analytics_pb.js";
+import type { Aggregate, Bucket, Condition, EventType, FunnelGroup, FunnelStep, FunnelStepResult, Interval } from "../../analytics/v1/analytics_pb.js";
 import type { GetMessageResponse, Queue, QueuePolicy, QueueSchedule } from "../../queues/v1/queues_pb.js";
 import type { SecretStatus } from "../../secrets/v1/secrets_pb.js";
 
@@ -1248,6 +1248,102 @@ export declare type QueryAnalyticsResponse = Message<"platform.admin.v1.QueryAna
  * Use `create(QueryAnalyticsResponseSchema)` to create a new message.
  */
 export declare const QueryAnalyticsResponseSchema: GenMessage<QueryAnalyticsResponse>;
+
+/**
+ * @generated from message platform.admin.v1.QueryAnalyticsFunnelRequest
+ */
+export declare type QueryAnalyticsFunnelRequest = Message<"platform.admin.v1.QueryAnalyticsFunnelRequest"> & {
+  /**
+   * @generated from field: string app_id = 1;
+   */
+  appId: string;
+
+  /**
+   * The fields of QueryFunnelRequest.
+   *
+   * @generated from field: repeated platform.analytics.v1.FunnelStep steps = 2;
+   */
+  steps: FunnelStep[];
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 3;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 4;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional int64 window_seconds = 5;
+   */
+  windowSeconds?: bigint | undefined;
+
+  /**
+   * @generated from field: optional string breakdown = 6;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * @generated from field: optional int32 limit = 7;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsFunnelRequest.
+ * Use `create(QueryAnalyticsFunnelRequestSchema)` to create a new message.
+ */
+export declare const QueryAnalyticsFunnelRequestSchema: GenMessage<QueryAnalyticsFunnelRequest>;
+
+/**
+ * @generated from message platform.admin.v1.QueryAnalyticsFunnelResponse
+ */
+export declare type QueryAnalyticsFunnelResponse = Message<"platform.admin.v1.QueryAnalyticsFunnelResponse"> & {
+  /**
+   * The fields of QueryFunnelResponse.
+   *
+   * @generated from field: repeated platform.analytics.v1.FunnelStepResult steps = 1;
+   */
+  steps: FunnelStepResult[];
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp until = 3;
+   */
+  until?: Timestamp | undefined;
+
+  /**
+   * @generated from field: int64 window_seconds = 4;
+   */
+  windowSeconds: bigint;
+
+  /**
+   * @generated from field: optional string breakdown = 5;
+   */
+  breakdown?: string | undefined;
+
+  /**
+   * @generated from field: repeated platform.analytics.v1.FunnelGroup groups = 6;
+   */
+  groups: FunnelGroup[];
+
+  /**
+   * @generated from field: int64 other_groups = 7;
+   */
+  otherGroups: bigint;
+};
+
+/**
+ * Describes the message platform.admin.v1.QueryAnalyticsFunnelResponse.
+ * Use `create(QueryAnalyticsFunnelResponseSchema)` to create a new message.
+ */
+export declare const QueryAnalyticsFunnelResponseSchema: GenMessage<QueryAnalyticsFunnelResponse>;
 
 /**
  * @generated from message platform.admin.v1.ListQueuesRequest
@@ -3438,6 +3534,16 @@ export declare const AdminService: GenService<{
     methodKind: "unary";
     input: typeof QueryAnalyticsRequestSchema;
     output: typeof QueryAnalyticsResponseSchema;
+  },
+  /**
+   * QueryAnalyticsFunnel runs the funnel the app would run with QueryFunnel.
+   *
+   * @generated from rpc platform.admin.v1.AdminService.QueryAnalyticsFunnel
+   */
+  queryAnalyticsFunnel: {
+    methodKind: "unary";
+    input: typeof QueryAnalyticsFunnelRequestSchema;
+    output: typeof QueryAnalyticsFunnelResponseSchema;
   },
   /**
    * ListQueues lists an app's queues with their depth and age.
