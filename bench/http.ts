@@ -116,6 +116,7 @@ const RPC_PROTOCOLS: readonly Protocol[] = [
   "connect_json_h2",
   "connect_proto_h2",
   "grpc",
+  "grpc_web",
 ];
 
 /** Protocols to run (the baselines always run), e.g. BENCH_PROTOCOLS=grpc,rest_h2c. */

@@ -15,11 +15,18 @@ export interface Receipt {
   claim: number;
 }
 
+/**
+ * One buffer for every receipt made: a stream hands out a receipt per message, and a buffer each (with the
+ * id's bytes in a second one, copied over) was a measurable part of what a streamed message cost. Filled
+ * and read within one synchronous call, so no two receipts ever share it.
+ */
+const scratch = Buffer.alloc(20);
+
 export function encodeReceipt(id: string, claim: number): string {
-  const bytes = Buffer.alloc(20);
-  Buffer.from(id.replace(/-/g, ""), "hex").copy(bytes, 0);
-  bytes.writeUInt32BE(claim, 16);
-  return bytes.toString("base64url");
+  scratch.fill(0, 0, 16);
+  scratch.write(id.replace(/-/g, ""), 0, 16, "hex");
+  scratch.writeUInt32BE(claim, 16);
+  return scratch.toString("base64url");
 }
 
 export function decodeReceipt(receipt: string): Receipt {

@@ -16,7 +16,7 @@ import {
   PropertyKind,
   RegisterEventTypeRequestSchema,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { MailService } from "../../gen/platform/mail/v1/mail_pb.js";
+import { MailService, SendMailRequestSchema } from "../../gen/platform/mail/v1/mail_pb.js";
 import { PutMessageRequestSchema, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
@@ -132,6 +132,8 @@ const putFull = () =>
     create(PutMessageRequestSchema, { queue: FULL_QUEUE, payload: { kind: { case: "numberValue", value: 2 } } }),
   );
 const MAIL = '{"to":"a@example.com","subject":"s","text":"t"}';
+const mailProto = () =>
+  toBinary(SendMailRequestSchema, create(SendMailRequestSchema, { to: "a@example.com", subject: "s", text: "t" }));
 const badName = () =>
   toBinary(RegisterEventTypeRequestSchema, create(RegisterEventTypeRequestSchema, { name: "Bad Name" }));
 /** Field 99 (varint 1): a field ListEventTypesRequest does not have. */
@@ -345,9 +347,91 @@ function cases(): Case[] {
     ),
     c("grpc: deadline", "h2", LIST, { ...grpc(), "grpc-timeout": "60S" }, frame(new Uint8Array()), "plugin"),
     c("grpc: bad deadline", "h2", LIST, { ...grpc(), "grpc-timeout": "forever" }, frame(new Uint8Array()), "plugin"),
-    // gRPC-Web: always the plugin
-    c("grpc-web: valid", "h1", LIST, grpcWeb(), frame(new Uint8Array()), "plugin"),
-    c("grpc-web: garbage message", "h1", LIST, grpcWeb(), frame(GARBAGE), "plugin"),
+    // gRPC-Web (binary) over HTTP/1.1 and h2c
+    c("grpc-web: valid", "h1", LIST, grpcWeb(), frame(new Uint8Array()), "short"),
+    c(
+      "grpc-web: without +proto",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "content-type": "application/grpc-web" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c("grpc-web: over h2c", "h2", LIST, grpcWeb(), frame(new Uint8Array()), "short"),
+    c("grpc-web: garbage message", "h1", LIST, grpcWeb(), frame(GARBAGE), "short"),
+    c("grpc-web: unknown field", "h1", LIST, grpcWeb(), frame(UNKNOWN_FIELD), "short"),
+    c("grpc-web: refused by the service", "h1", REGISTER, grpcWeb(), frame(badName()), "short"),
+    c("grpc-web: refused by the service over h2c", "h2", REGISTER, grpcWeb(), frame(badName()), "short"),
+    c("grpc-web: error with metadata (retry-after)", "h1", PUT, capped(grpcWeb()), frame(putFull()), "short"),
+    c("grpc-web: unimplemented by the service", "h1", SEND_MAIL, capped(grpcWeb()), frame(mailProto()), "short"),
+    c(
+      "grpc-web: no token",
+      "h1",
+      LIST,
+      { "content-type": "application/grpc-web+proto", "x-grpc-web": "1" },
+      frame(new Uint8Array()),
+      "head",
+    ),
+    c(
+      "grpc-web: gzip accepted",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "grpc-accept-encoding": "gzip" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c(
+      "grpc-web: identity encoding",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "grpc-encoding": "identity" },
+      frame(new Uint8Array()),
+      "short",
+    ),
+    c(
+      "grpc-web: gzip frame",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "grpc-encoding": "gzip" },
+      frame(new Uint8Array(gzipSync(Buffer.alloc(0))), 1),
+      "plugin",
+    ),
+    c(
+      "grpc-web: compressed flag, no encoding",
+      "h1",
+      LIST,
+      grpcWeb(),
+      frame(new Uint8Array(gzipSync(Buffer.alloc(0))), 1),
+      "plugin",
+    ),
+    c("grpc-web: deadline", "h1", LIST, { ...grpcWeb(), "grpc-timeout": "60S" }, frame(new Uint8Array()), "plugin"),
+    c("grpc-web: truncated frame", "h1", LIST, grpcWeb(), frame(TRUNCATED).subarray(0, 6), "plugin"),
+    c(
+      "grpc-web: two frames",
+      "h1",
+      LIST,
+      grpcWeb(),
+      new Uint8Array([...frame(new Uint8Array()), ...frame(new Uint8Array())]),
+      "plugin",
+    ),
+    c("grpc-web: a trailer frame as the request", "h1", LIST, grpcWeb(), frame(new Uint8Array(), 0x80), "plugin"),
+    c("grpc-web: no frame", "h1", LIST, grpcWeb(), new Uint8Array(), "plugin"),
+    c(
+      "grpc-web: JSON",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "content-type": "application/grpc-web+json" },
+      frame(text("{}")),
+      "plugin",
+    ),
+    c(
+      "grpc-web: base64 text",
+      "h1",
+      LIST,
+      { ...grpcWeb(), "content-type": "application/grpc-web-text" },
+      text(Buffer.from(frame(new Uint8Array())).toString("base64")),
+      "plugin",
+    ),
   ];
 }
 
@@ -388,7 +472,46 @@ const SHOWS: Record<string, (a: Answer) => void> = {
   },
   "json: unimplemented by the service": (a) => expect(a.status).toBe(501),
   "grpc: first accepted encoding the server has": (a) => expect(a.headers["grpc-encoding"]).toBe("br"),
+  // gRPC-Web: the message's frame, then the status in the trailer frame (flag 0x80); none in the headers.
+  "grpc-web: valid": (a) => {
+    const frames = webFrames(a);
+    expect(frames.map((f) => f.flags)).toEqual([0, 0x80]);
+    expect(frames[1].text).toBe("grpc-status: 0\r\n");
+    expect(a.headers["content-type"]).toBe("application/grpc-web+proto");
+  },
+  "grpc-web: over h2c": (a) => expect(webFrames(a).map((f) => f.flags)).toEqual([0, 0x80]),
+  "grpc-web: refused by the service": (a) => {
+    expect([a.status, a.headers["grpc-status"]]).toEqual([200, undefined]);
+    const frames = webFrames(a);
+    expect(frames.map((f) => f.flags)).toEqual([0x80]);
+    expect(frames[0].text).toMatch(/^grpc-message: .+\r\ngrpc-status: 3\r\ngrpc-status-details-bin: \S+\r\n$/);
+  },
+  "grpc-web: error with metadata (retry-after)": (a) => {
+    const frames = webFrames(a);
+    expect(frames.map((f) => f.flags)).toEqual([0x80]);
+    expect(frames[0].text).toMatch(/\bgrpc-status: 8\r\n/);
+    expect(frames[0].text).toMatch(/\bretry-after: [1-9]\d*\r\n/);
+  },
+  "grpc-web: unimplemented by the service": (a) => expect(webFrames(a)[0].text).toMatch(/\bgrpc-status: 12\r\n/),
+  // Refused at its head: Trailers-Only, the status in the header fields and no body.
+  "grpc-web: no token": (a) => expect([a.headers["grpc-status"], a.body]).toEqual(["16", ""]),
+  "grpc-web: gzip accepted": (a) => {
+    expect(a.headers["grpc-encoding"]).toBe("gzip");
+    expect(webFrames(a).map((f) => f.flags)).toEqual([1, 0x80]);
+  },
 };
+
+/** The frames of a gRPC-Web answer's body: flags, and data as text. */
+function webFrames(a: Answer): { flags: number; text: string }[] {
+  const body = Buffer.from(a.body, "base64");
+  const frames: { flags: number; text: string }[] = [];
+  for (let at = 0; at < body.length;) {
+    const length = body.readUInt32BE(at + 1);
+    frames.push({ flags: body[at], text: body.subarray(at + 5, at + 5 + length).toString() });
+    at += 5 + length;
+  }
+  return frames;
+}
 
 describe("the short path and the plugin alone answer alike", () => {
   it("has at least 40 cases", () => {

@@ -9,10 +9,16 @@ import { ConnectError, Code } from "@connectrpc/connect";
 import { mergeNonProtocolHeaders } from "@connectrpc/connect/protocol";
 import * as connectProtocol from "@connectrpc/connect/protocol-connect";
 import * as grpcProtocol from "@connectrpc/connect/protocol-grpc";
+import * as grpcWebProtocol from "@connectrpc/connect/protocol-grpc-web";
 import { describe, expect, it } from "vitest";
 import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
 import { create } from "@bufbuild/protobuf";
-import { PROTOCOL_HEADERS, WIRE } from "../../src/core/http/connect-short-path.ts";
+import {
+  GRPC_WEB_TRAILER_FLAG,
+  grpcWebTrailer,
+  PROTOCOL_HEADERS,
+  WIRE,
+} from "../../src/core/http/connect-short-path.ts";
 import { codeToString, connectHttpStatus, grpcStatusFields } from "../../src/core/http/rpc-errors.ts";
 
 /** Every code Connect defines, and two it does not. */
@@ -46,6 +52,37 @@ describe("the short path's copies of Connect's protocol tables", () => {
     expect(WIRE.grpcTimeout).toBe(lower(grpcProtocol.headerTimeout));
     expect(WIRE.grpcEncoding).toBe(lower(grpcProtocol.headerEncoding));
     expect(WIRE.grpcAcceptEncoding).toBe(lower(grpcProtocol.headerAcceptEncoding));
+  });
+
+  it("names gRPC-Web's content types, headers and trailer flag as Connect does", () => {
+    expect(WIRE.grpcWebProto).toBe(grpcWebProtocol.contentTypeProto);
+    // Both gRPC-Web types the short path takes are the protocol's binary, not base64 text, ones.
+    for (const type of [WIRE.grpcWeb, WIRE.grpcWebProto]) {
+      expect(grpcWebProtocol.parseContentType(type), type).toEqual({ text: false, binary: true });
+    }
+    const lower = (name: string) => name.toLowerCase();
+    // gRPC-Web's deadline and encodings are read from the headers gRPC's are.
+    expect(WIRE.grpcTimeout).toBe(lower(grpcWebProtocol.headerTimeout));
+    expect(WIRE.grpcEncoding).toBe(lower(grpcWebProtocol.headerEncoding));
+    expect(WIRE.grpcAcceptEncoding).toBe(lower(grpcWebProtocol.headerAcceptEncoding));
+    expect(GRPC_WEB_TRAILER_FLAG).toBe(grpcWebProtocol.trailerFlag);
+  });
+
+  it("writes a gRPC-Web trailer frame as Connect serializes and parses one", () => {
+    const error = new ConnectError("nope: 100%", Code.NotFound, { "retry-after": "3" }, [
+      { desc: ErrorDetailSchema, value: create(ErrorDetailSchema, { code: "not_found" }) },
+    ]);
+    const trailer = new Headers({ "x-b": "2", "X-A": "1" });
+    trailer.append("x-a", "again");
+    for (const [k, v] of Object.entries(grpcStatusFields(error))) trailer.set(k, v);
+    const ours = grpcWebTrailer(trailer);
+    expect(Buffer.from(ours).toString()).toBe(Buffer.from(grpcWebProtocol.trailerSerialize(trailer)).toString());
+    const read = grpcWebProtocol.trailerParse(ours);
+    expect(read.get("x-a")).toBe("1, again");
+    const status = grpcProtocol.findTrailerError(read);
+    expect([status?.code, status?.rawMessage]).toEqual([Code.NotFound, "nope: 100%"]);
+    expect(status?.findDetails(ErrorDetailSchema)[0]?.code).toBe("not_found");
+    expect(Buffer.from(grpcWebTrailer(new Headers({ "grpc-status": "0" }))).toString()).toBe("grpc-status: 0\r\n");
   });
 
   it("keeps out of an error's metadata exactly the headers Connect keeps out", () => {

@@ -27,6 +27,11 @@
  *   `grpc-message` (percent-encoded) and `grpc-status-details-bin` (a
  *   `google.rpc.Status`, base64) trailers; `grpc-accept-encoding` chooses the
  *   response's `grpc-encoding`, with the frame's compressed flag set.
+ * - gRPC-Web (https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-WEB.md),
+ *   binary: gRPC's frames and headers, over HTTP/1.1 as over HTTP/2, the
+ *   status in a last frame of the body (flag 0x80) holding the trailers as
+ *   HTTP/1 header lines, an error's too (as the plugin answers it: its
+ *   headers carry no status, its body is the trailer frame alone).
  * Serialization is @bufbuild/protobuf's, with the options the plugin is given
  * (`jsonOptions`: unknown JSON fields ignored, as Connect does by default;
  * binary with its defaults). Interceptors are Connect's public `Interceptor`s,
@@ -34,10 +39,10 @@
  * `HandlerContext` made on first use (`call-context.ts`), as on the REST routes.
  *
  * Only the narrow case is taken: POST of a unary method, content type exactly
- * `application/json`, `application/proto`, `application/grpc` or
- * `application/grpc+proto`, no request compression, no deadline header
+ * `application/json`, `application/proto`, `application/grpc`,
+ * `application/grpc+proto`, `application/grpc-web` or `application/grpc-web+proto`, no request compression, no deadline header
  * (`connect-timeout-ms`, `grpc-timeout`), a body of at most 1 MiB (and within
- * the read limit) that is, for gRPC, exactly one uncompressed frame. Anything
+ * the read limit) that is, for gRPC and gRPC-Web, exactly one uncompressed frame. Anything
  * else goes to the plugin, with the body bytes already read handed on.
  * `test/core/connect-differential.test.ts` sends each of its cases to both and
  * requires identical answers, and which path served each.
@@ -84,6 +89,8 @@ export const WIRE = {
   connectProto: "application/proto",
   grpc: "application/grpc",
   grpcProto: "application/grpc+proto",
+  grpcWeb: "application/grpc-web",
+  grpcWebProto: "application/grpc-web+proto",
   connectTimeout: "connect-timeout-ms",
   connectEncoding: "content-encoding",
   connectAcceptEncoding: "accept-encoding",
@@ -124,10 +131,15 @@ interface ShortMethod {
   impl: (req: Message, context: HandlerContext) => unknown;
 }
 
+/** Which protocol a call takes: Connect unary, gRPC or gRPC-Web (both of these binary only). */
+type Protocol = "connect" | "grpc" | "grpc-web";
+
 /** What one call needs beyond its method. */
 interface Call {
   method: ShortMethod;
   binary: boolean;
+  /** gRPC-Web: the status goes in a trailer frame at the end of the body, not in HTTP trailers. */
+  web: boolean;
   req: FastifyRequest;
   reply: FastifyReply;
   options: ShortPathOptions;
@@ -156,11 +168,12 @@ export function connectShortPath(
     const method = req.method === "POST" ? methods.get(req.url) : undefined;
     const kind = method ? shortKind(req.headers) : undefined;
     if (!method || !kind) return undefined;
-    const read = await readBody(req.raw, SHORT_MAX_BYTES, kind.grpc);
+    const framed = kind.protocol !== "connect";
+    const read = await readBody(req.raw, SHORT_MAX_BYTES, framed);
     if (read.complete && read.bytes.byteLength <= options.readMaxBytes) {
-      const call = { method, binary: kind.binary, req, reply, options };
-      // Decided before anything is written: a gRPC body that is not one plain frame goes to the plugin.
-      if (kind.grpc ? await serveGrpc(call, read.bytes) : await serveConnect(call, read.bytes)) {
+      const call = { method, binary: kind.binary, web: kind.protocol === "grpc-web", req, reply, options };
+      // Decided before anything is written: a gRPC(-Web) body that is not one plain frame goes to the plugin.
+      if (framed ? await serveGrpc(call, read.bytes) : await serveConnect(call, read.bytes)) {
         options.onServed();
         return reply;
       }
@@ -172,14 +185,16 @@ export function connectShortPath(
 }
 
 /** Whether a request may take the short path, and as which protocol and encoding. */
-function shortKind(h: FastifyRequest["headers"]): { grpc: boolean; binary: boolean } | undefined {
+function shortKind(h: FastifyRequest["headers"]): { protocol: Protocol; binary: boolean } | undefined {
   const type = h["content-type"];
-  let kind: { grpc: boolean; binary: boolean };
-  if (type === WIRE.connectJson) kind = { grpc: false, binary: false };
-  else if (type === WIRE.connectProto) kind = { grpc: false, binary: true };
-  else if (type === WIRE.grpc || type === WIRE.grpcProto) kind = { grpc: true, binary: true };
+  let kind: { protocol: Protocol; binary: boolean };
+  if (type === WIRE.connectJson) kind = { protocol: "connect", binary: false };
+  else if (type === WIRE.connectProto) kind = { protocol: "connect", binary: true };
+  else if (type === WIRE.grpc || type === WIRE.grpcProto) kind = { protocol: "grpc", binary: true };
+  else if (type === WIRE.grpcWeb || type === WIRE.grpcWebProto) kind = { protocol: "grpc-web", binary: true };
   else return undefined;
-  if (kind.grpc) {
+  // gRPC-Web names its deadline and encodings as gRPC does.
+  if (kind.protocol !== "connect") {
     const encoding = h[WIRE.grpcEncoding];
     if (h[WIRE.grpcTimeout] !== undefined || (encoding !== undefined && encoding !== "identity")) return undefined;
   } else if (
@@ -265,7 +280,7 @@ async function* bodyAgain(read: ReadResult, raw: NodeRequest): AsyncIterable<Uin
 }
 
 /** The handler context of a call, as the plugin builds it, and the end of its client-gone watch. */
-function contextFor({ method, req, reply, options }: Call, protocolName: "connect" | "grpc") {
+function contextFor({ method, req, reply, options }: Call, protocolName: Protocol) {
   // A client that goes away ends the call (a waiting consume stops waiting), also one gone before this point.
   const gone = clientGoneSignal(reply.raw, () => new ConnectError("operation was aborted", Code.Aborted));
   const authority = String("authority" in req.raw ? req.raw.authority : (req.headers.host ?? ""));
@@ -541,14 +556,15 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
 }
 
 /**
- * A unary gRPC call: the body must be exactly one uncompressed frame
- * (otherwise false: the plugin takes it, with its own errors). The answer is
- * one frame and the status in the trailers.
+ * A unary gRPC or gRPC-Web call: the body must be exactly one uncompressed
+ * frame (otherwise false: the plugin takes it, with its own errors). The
+ * answer is one frame and the status in the trailers (gRPC) or in a trailer
+ * frame after it (gRPC-Web, `serveGrpcWeb`).
  */
 async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   if (bytes.length < 5 || bytes[0] !== 0 || bytes.readUInt32BE(1) !== bytes.length - 5) return false;
   const { req, options } = call;
-  const { context, end } = contextFor(call, "grpc");
+  const { context, end } = contextFor(call, call.web ? "grpc-web" : "grpc");
   const compression = responseCompression(options.acceptCompression, headerValue(req.headers[WIRE.grpcAcceptEncoding]));
   let frame: Uint8Array | undefined;
   let status: Record<string, string> = { "grpc-status": "0" };
@@ -560,11 +576,7 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
       data = await compression.compress(data);
       flags = 1; // the frame's compressed flag
     }
-    const out = Buffer.allocUnsafe(5 + data.byteLength);
-    out[0] = flags;
-    out.writeUInt32BE(data.byteLength, 1);
-    out.set(data, 5);
-    frame = out;
+    frame = envelope(flags, data);
   } catch (e) {
     const original = thrown(e);
     addErrorMetadata(context.responseTrailer, original);
@@ -572,6 +584,7 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   } finally {
     end();
   }
+  if (call.web) return serveGrpcWeb(call, context, compression, frame, status);
   const header: NodeHeaders = { "content-type": WIRE.grpcProto };
   if (compression) header[WIRE.grpcEncoding] = compression.name;
   addFields(header, context.responseHeaders());
@@ -581,6 +594,60 @@ async function serveGrpc(call: Call, bytes: Buffer): Promise<boolean> {
   Object.assign(trailer, status);
   await answer(call.reply, 200, header, frame, trailer);
   return true;
+}
+
+/** The gRPC-Web frame flag of a trailer frame (the protocol's, as Connect's `trailerFlag`). */
+export const GRPC_WEB_TRAILER_FLAG = 0x80;
+
+/**
+ * The answer of a gRPC-Web call, as Connect's gRPC-Web handler writes it: the
+ * header fields (no status in them, also for an error), then the message's
+ * frame if there is one, then the trailer frame: the call's trailers and the
+ * status as HTTP/1 header lines (`name: value\r\n`, in the order `Headers`
+ * iterates, lower-case names sorted), compressed as a message frame is when
+ * it is that large. Over HTTP/1.1 and HTTP/2 alike.
+ */
+async function serveGrpcWeb(
+  call: Call,
+  context: ReturnType<typeof contextFor>["context"],
+  compression: Compression | undefined,
+  frame: Uint8Array | undefined,
+  status: Record<string, string>,
+): Promise<boolean> {
+  const header: NodeHeaders = { "content-type": WIRE.grpcWebProto };
+  if (compression) header[WIRE.grpcEncoding] = compression.name;
+  addFields(header, context.responseHeaders());
+  // The status set last: it wins over a trailer of the same name the call set.
+  const trailer = new Headers(context.responseTrailers());
+  for (const name of Object.keys(status)) trailer.set(name, status[name]);
+  let data = grpcWebTrailer(trailer);
+  let flags = GRPC_WEB_TRAILER_FLAG;
+  if (compression && data.byteLength >= call.options.compressMinBytes) {
+    data = await compression.compress(data);
+    flags |= 1;
+  }
+  const end = envelope(flags, data);
+  await answer(call.reply, 200, header, frame ? Buffer.concat([frame, end]) : end);
+  return true;
+}
+
+/**
+ * A gRPC-Web trailer frame's data: each field as an HTTP/1 header line, in the order `Headers` iterates
+ * (test/core/connect-tables.test.ts compares it with Connect's own serialization).
+ */
+export function grpcWebTrailer(trailer: Headers): Uint8Array {
+  let text = "";
+  trailer.forEach((value, name) => (text += `${name}: ${value}\r\n`));
+  return textEncoder.encode(text);
+}
+
+/** One frame of gRPC and gRPC-Web: the flags, the length (big-endian), the data. */
+function envelope(flags: number, data: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(5 + data.byteLength);
+  out[0] = flags;
+  out.writeUInt32BE(data.byteLength, 1);
+  out.set(data, 5);
+  return out;
 }
 
 /** Node headers from web `Headers` (lower-case names, repeated values joined, as Connect's adapter writes them). */
