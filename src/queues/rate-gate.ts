@@ -105,7 +105,8 @@ export function createRateGate(store: RateBucketStore, logger: Logger): RateGate
         if (left > 0) await giveBack(line.appId, line.queue, line.rate, left);
         if (line.takers.length === 0) return;
         const dueMs = Math.max(0, ((1 - taken.tokens) / line.rate) * 1000);
-        await new Promise((resolve) => setTimeout(resolve, Math.max(RATE_MIN_SLEEP_MS, dueMs)));
+        // Unref'd: a slow limit's sleep (up to 100 s at 0.01 a second) must not keep a closing process alive.
+        await new Promise((resolve) => setTimeout(resolve, Math.max(RATE_MIN_SLEEP_MS, dueMs)).unref());
       }
     } finally {
       line.running = false;
