@@ -107,6 +107,22 @@ describe("a limited queue", () => {
     expect(rest2.body.messages).toHaveLength(2);
   }, 60_000);
 
+  it("gives back the tokens a claim did not use: consumes of an empty queue do not spend the limit", async () => {
+    const app = await a.createApp();
+    // One token, the next 100 s later: spending it on nothing would leave the message below waiting.
+    await rest(a, app, "PUT", "/v1/queues/idle/policy", { maxDeliveriesPerSecond: 0.01 });
+    for (let i = 0; i < 3; i++) {
+      const none = await rest(a, app, "POST", "/v1/queues/idle/consume", { waitSeconds: 0, max: 5 });
+      expect(none.body.messages).toEqual([]);
+    }
+    await rest(a, app, "POST", "/v1/queues/idle", { payload: "now" });
+    const got = await rest(a, app, "POST", "/v1/queues/idle/consume", { waitSeconds: 0 });
+    expect(got.body.message?.payload).toBe("now");
+    // That was the token: the next message waits for the next one.
+    await rest(a, app, "POST", "/v1/queues/idle", { payload: "later" });
+    expect((await rest(a, app, "POST", "/v1/queues/idle/consume", { waitSeconds: 0 })).body.message).toBeNull();
+  });
+
   it("hands out its messages at the limit across instances and every kind of consumer", async () => {
     const app = await a.createApp();
     const queue = "limited";
