@@ -84,7 +84,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     metrics,
     deadLetters,
     shutdownSignal: deps.shutdownSignal,
-    rateGate: createRateGate(createRateBucketStore(deps.db), logger),
+    rateGate: createRateGate(createRateBucketStore(deps.db), logger, metrics),
     tracing: deps.tracing?.messaging,
   });
 

@@ -16,6 +16,7 @@
  * waits gets what the limit allows as soon as it allows it.
  */
 import type { Logger } from "pino";
+import type { Metrics } from "../core/metrics.ts";
 import type { RateBucketStore } from "./rate-bucket-store.ts";
 
 /**
@@ -58,8 +59,18 @@ interface Line {
   running: boolean;
 }
 
-export function createRateGate(store: RateBucketStore, logger: Logger): RateGate {
+export function createRateGate(store: RateBucketStore, logger: Logger, metrics: Metrics): RateGate {
   const lines = new Map<string, Line>();
+  const takes = metrics.counter(
+    "queue_rate_takes_total",
+    "Statements taking tokens from the buckets of rate-limited queues (one serves every consume waiting on the queue here).",
+    [],
+  );
+  const granted = metrics.counter(
+    "queue_rate_tokens_granted_total",
+    "Tokens of rate-limited queues granted to consumes and streams (given-back ones included).",
+    [],
+  );
 
   const settle = (t: Taker, granted: number) => {
     if (t.done) return;
@@ -80,7 +91,9 @@ export function createRateGate(store: RateBucketStore, logger: Logger): RateGate
         );
         let taken: { granted: number; tokens: number };
         try {
+          takes.inc();
           taken = await store.take(line.appId, line.queue, line.rate, rateBurst(line.rate), demand);
+          granted.inc(taken.granted);
         } catch (err) {
           for (const t of line.takers.splice(0))
             if (!t.done) {

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { RATE_BURST_SECONDS } from "../../src/queues/rate-gate.ts";
 import { backend, startInstances, type Instances, type TestApp, type TestServer } from "../support/harness.ts";
+import { metricValue } from "../support/server-state.ts";
 
 let instances: Instances;
 let servers: TestServer[];
@@ -196,6 +197,10 @@ describe("a limited queue", () => {
     expect(failures).toEqual([]);
 
     const inWindow = receivedAt.filter((t) => t >= windowStart && t < windowEnd).length;
+    // Every delivery had its token (the instances' counters together), and the takes were shared.
+    const sum = (name: string) => servers.reduce((n, s) => n + metricValue(s, name), 0);
+    expect(sum("queue_rate_tokens_granted_total")).toBeGreaterThanOrEqual(ids.size);
+    expect(sum("queue_rate_takes_total")).toBeGreaterThan(0);
     const expected = limit * 5;
     expect(inWindow).toBeGreaterThanOrEqual(Math.floor(expected * 0.85));
     expect(inWindow).toBeLessThanOrEqual(Math.ceil(expected * 1.15 + burst));
