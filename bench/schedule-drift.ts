@@ -15,7 +15,7 @@ import { adminCall, jsonClient, log, NO_RATE_LIMITS } from "./support.ts";
 const APPS = 10;
 const SCHEDULES_PER_APP = 100;
 
-export interface ScheduleDrift {
+interface ScheduleDrift {
   /** Ticks put a second over the run (the goal is 1,000). */
   ticksPerS: number;
   p50Ms: number;

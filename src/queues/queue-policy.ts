@@ -41,8 +41,8 @@ export const DEFAULT_RETRY_DELAY_SECONDS = 1;
  */
 export const DEFAULT_RETRY_JITTER = 0.5;
 /** The bounds of a queue's `maxDeliveriesPerSecond` (0: no limit): one message a hundred seconds, to 100,000 a second. */
-export const MIN_DELIVERIES_PER_SECOND = 0.01;
-export const MAX_DELIVERIES_PER_SECOND = 100_000;
+const MIN_DELIVERIES_PER_SECOND = 0.01;
+const MAX_DELIVERIES_PER_SECOND = 100_000;
 
 /** A queue's policy with every default filled in: what `GET .../policy` answers. */
 export interface QueuePolicy {

@@ -27,11 +27,11 @@ import type { RateBucketStore } from "./rate-bucket-store.ts";
  */
 export const RATE_BURST_SECONDS = 0.25;
 /** The shortest sleep of a line whose bucket is empty (a grant then covers what accrued meanwhile). */
-export const RATE_MIN_SLEEP_MS = 10;
+const RATE_MIN_SLEEP_MS = 10;
 /** The most tokens one take asks for. */
-export const RATE_MAX_TAKE = 1_000;
+const RATE_MAX_TAKE = 1_000;
 
-export const rateBurst = (rate: number) => Math.max(1, rate * RATE_BURST_SECONDS);
+const rateBurst = (rate: number) => Math.max(1, rate * RATE_BURST_SECONDS);
 
 export interface RateGate {
   /**

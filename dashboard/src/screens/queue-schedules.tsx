@@ -11,7 +11,7 @@ import type { QueueSchedule } from "../../../gen/platform/queues/v1/queues_pb.js
 import { Empty, QueryView } from "../ui.tsx";
 
 /** A run as "29 Nov 2026, 09:00:00 CET": in the schedule's zone, with the zone's abbreviation. */
-export function runText(ts: Timestamp | undefined, timeZone: string): string {
+function runText(ts: Timestamp | undefined, timeZone: string): string {
   if (!ts) return "—";
   const at = timestampDate(ts);
   try {
