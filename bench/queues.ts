@@ -22,12 +22,16 @@
  *    benchmark database (`pg_stat_database`), and the server's RSS.
  *
  * 6. Queue controls (see `controlsBench`): put throughput at depth, the listing with 1M
- *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances.
+ *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances
+ *    and its database statements per message against 1 instance (`statements_per_msg_3_vs_1`).
+ * 7. Schedules firing 1,000 ticks a second for BENCH_SCHEDULE_SECONDS (10): how late each tick's
+ *    message is put, p50/p99 (`bench/schedule-drift.ts`). Runs before part 4, which ends the service.
  *
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
  *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
- *  "rest_3_vs_1_instances"}.
+ *  "rest_3_vs_1_instances","statements_per_msg_3_vs_1","schedule_ticks_per_s","schedule_drift_p50_ms",
+ *  "schedule_drift_p99_ms"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -42,6 +46,7 @@ import pg from "pg";
 import { PgBoss } from "pg-boss";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
 import { adminCall, jsonClient, log, NO_RATE_LIMITS, restQueueLoad, startService } from "./support.ts";
+import { scheduleDrift } from "./schedule-drift.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 15);
@@ -54,7 +59,8 @@ const CONSUMERS = 16;
 /** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
 const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
-const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,4").split(",").map(Number));
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,7,4").split(",").map(Number));
+const SCHEDULE_SECONDS = Number(process.env.BENCH_SCHEDULE_SECONDS ?? 10);
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
 const STREAM_CONSUMERS = Number(process.env.BENCH_STREAM_CONSUMERS ?? 4);
@@ -202,6 +208,8 @@ async function controlsBench(
   url: string,
   adminToken: string,
   options: { databaseUrl: string; dataDir: string; adminToken: string },
+  /** The benchmark database's transactions so far (each statement outside a transaction is one). */
+  statements: () => Promise<number>,
 ): Promise<{ figures: Record<string, number> }> {
   const figures: Record<string, number> = {};
   const newApp = async (name: string) => {
@@ -288,13 +296,36 @@ async function controlsBench(
       payload: PAYLOAD,
       seconds: SECONDS,
     };
-    const one = await restQueueLoad(url, rest, load);
-    const three = await restQueueLoad([url, ...more.map((m) => m.url)], rest, load);
+    // Statements in the measured window: pg_stat_database as the backends report it (about once a second
+    // while busy, so a second's worth of error at each end of a 15 s window, the same for both loads).
+    const counted = () => {
+      let from = 0;
+      let to = 0;
+      return {
+        atStart: async () => void (from = await statements()),
+        atEnd: async () => void (to = await statements()),
+        count: () => to - from,
+      };
+    };
+    const s1 = counted();
+    const one = await restQueueLoad(url, rest, { ...load, atStart: s1.atStart, atEnd: s1.atEnd });
+    const s3 = counted();
+    const three = await restQueueLoad([url, ...more.map((m) => m.url)], rest, {
+      ...load,
+      atStart: s3.atStart,
+      atEnd: s3.atEnd,
+    });
     const perS1 = one.acked / one.elapsedS;
     const perS3 = three.acked / three.elapsedS;
     figures.rest_3_vs_1_instances = round(perS3 / perS1);
     log(
       `6e. REST put->consume->ack: ${round(perS1, 0)} msgs/s on 1 instance, ${round(perS3, 0)} on 3 (ratio ${figures.rest_3_vs_1_instances})`,
+    );
+    const perMsg1 = s1.count() / one.acked;
+    const perMsg3 = s3.count() / three.acked;
+    figures.statements_per_msg_3_vs_1 = round(perMsg3 / perMsg1);
+    log(
+      `6f. database statements per message: ${round(perMsg1)} on 1 instance, ${round(perMsg3)} on 3 (ratio ${figures.statements_per_msg_3_vs_1})`,
     );
   } finally {
     for (const m of more) {
@@ -394,6 +425,16 @@ async function xacts(admin: pg.Client, dbName: string): Promise<number> {
   return Number(rows[0].n);
 }
 
+/** The benchmark database's transactions so far, as the backends last reported them (nothing is ended). */
+async function transactionsNow(admin: pg.Client, dbName: string): Promise<number> {
+  await admin.query(`SELECT pg_stat_clear_snapshot()`);
+  const { rows } = await admin.query(
+    `SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1`,
+    [dbName],
+  );
+  return Number(rows[0].n);
+}
+
 async function main(): Promise<void> {
   const dbName = `pb_bench_queues_${crypto.randomBytes(4).toString("hex")}`;
   const admin = new pg.Client({ connectionString: BASE_URL });
@@ -425,6 +466,10 @@ async function main(): Promise<void> {
       rest_batch_msgs_per_s: NaN,
       stream_cross_instance_msgs_per_s: NaN,
       rest_3_vs_1_instances: NaN,
+      statements_per_msg_3_vs_1: NaN,
+      schedule_ticks_per_s: NaN,
+      schedule_drift_p50_ms: NaN,
+      schedule_drift_p99_ms: NaN,
     };
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
@@ -515,12 +560,24 @@ async function main(): Promise<void> {
 
     // 6. Queue controls and costs that do not grow with the backlog.
     if (PARTS.has(6)) {
-      const extra = await controlsBench(service.url, adminToken, {
-        databaseUrl: dbUrl.toString(),
-        dataDir,
+      const extra = await controlsBench(
+        service.url,
         adminToken,
-      });
+        { databaseUrl: dbUrl.toString(), dataDir, adminToken },
+        () => transactionsNow(admin, dbName),
+      );
       Object.assign(controls, extra.figures);
+    }
+
+    // 7. Schedules firing 1,000 ticks a second.
+    if (PARTS.has(7)) {
+      const drift = await scheduleDrift(service.url, adminToken, dbUrl.toString(), SCHEDULE_SECONDS);
+      controls.schedule_ticks_per_s = round(drift.ticksPerS, 0);
+      controls.schedule_drift_p50_ms = round(drift.p50Ms);
+      controls.schedule_drift_p99_ms = round(drift.p99Ms);
+      log(
+        `7. schedules: ${round(drift.ticksPerS, 0)} ticks/s put, drift p50 ${round(drift.p50Ms)} ms, p99 ${round(drift.p99Ms)} ms, max ${round(drift.maxMs)} ms (${drift.unput} ticks not put: ${drift.missed} missed, ${drift.skipped} skipped; ${drift.complete} schedules put every tick)`,
+      );
     }
 
     // 4. Idle long-polls.

@@ -687,7 +687,7 @@ export const COMMANDS: readonly Command[] = [
   {
     name: "queues policy",
     synopsis:
-      "NAME QUEUE [--max-deliveries N] [--dead-letter-queue Q|_drop|''] [--retry-delay-seconds N] [--retry-backoff X] [--max-retry-delay-seconds N] [--lease-seconds N] [--dedup-window-seconds N]",
+      "NAME QUEUE [--max-deliveries N] [--dead-letter-queue Q|_drop|''] [--retry-delay-seconds N] [--retry-backoff X] [--max-retry-delay-seconds N] [--lease-seconds N] [--dedup-window-seconds N] [--max-deliveries-per-second X]",
     summary: "the queue's policy as it applies; with options, change those fields (as the app's PUT .../policy)",
     options: {
       "max-deliveries": STRING,
@@ -697,12 +697,16 @@ export const COMMANDS: readonly Command[] = [
       "max-retry-delay-seconds": STRING,
       "lease-seconds": STRING,
       "dedup-window-seconds": STRING,
+      "max-deliveries-per-second": STRING,
     },
     async run(ctx) {
       const [appId, queue] = [need(ctx.args[0], "NAME"), need(ctx.args[1], "QUEUE")];
       const backoff = str(ctx.values, "retry-backoff");
       if (backoff !== undefined && !/^\d+(\.\d+)?$/.test(backoff))
         throw new UsageError("--retry-backoff: must be a number such as 2 or 1.5");
+      const rate = str(ctx.values, "max-deliveries-per-second");
+      if (rate !== undefined && !/^\d+(\.\d+)?$/.test(rate))
+        throw new UsageError("--max-deliveries-per-second: must be a number such as 20 or 0.5 (0: no limit)");
       const change = {
         maxDeliveries: count(str(ctx.values, "max-deliveries"), "--max-deliveries"),
         deadLetterQueue: str(ctx.values, "dead-letter-queue"),
@@ -711,6 +715,7 @@ export const COMMANDS: readonly Command[] = [
         maxRetryDelaySeconds: count(str(ctx.values, "max-retry-delay-seconds"), "--max-retry-delay-seconds"),
         leaseSeconds: count(str(ctx.values, "lease-seconds"), "--lease-seconds"),
         dedupWindowSeconds: count(str(ctx.values, "dedup-window-seconds"), "--dedup-window-seconds"),
+        maxDeliveriesPerSecond: rate === undefined ? undefined : Number(rate),
       };
       if (Object.values(change).every((v) => v === undefined))
         ctx.show(GetQueuePolicyResponseSchema, await ctx.admin().getQueuePolicy({ appId, queue }));

@@ -480,10 +480,17 @@ export interface QueuePolicy {
   leaseSeconds: number;
   /** How long a put's `dedupKey` keeps a second message with that key off the queue. */
   dedupWindowSeconds: number;
+  /**
+   * At most this many of the queue's messages handed out a second, across all consumers and instances; a consume
+   * beyond it waits (up to its `waitSeconds`) instead of failing. 0 = no limit (a change of 0 or null removes it).
+   */
+  maxDeliveriesPerSecond: number;
 }
 
 /** A change of policy: the fields given replace those fields (`deadLetterQueue: null` sets the list back). */
-export type QueuePolicyChange = Partial<Omit<QueuePolicy, "queue">>;
+export type QueuePolicyChange = Partial<Omit<QueuePolicy, "queue" | "maxDeliveriesPerSecond">> & {
+  maxDeliveriesPerSecond?: number | null;
+};
 
 export interface ConsumeOptions {
   /** Extension: how long to wait for a message, 0 to 25 seconds (default 25). */

@@ -51,6 +51,7 @@ const FIELD_LABELS: Record<string, string> = {
   maxRetryDelaySeconds: "The max retry delay",
   leaseSeconds: "The lease",
   dedupWindowSeconds: "The dedup window",
+  maxDeliveriesPerSecond: "The rate limit",
 };
 
 /** Rules the API states as patterns, said in words. */

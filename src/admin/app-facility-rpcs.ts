@@ -115,6 +115,8 @@ function policyMessage(queue: string, p: QueuePolicy) {
     maxRetryDelaySeconds: p.maxRetryDelaySeconds,
     leaseSeconds: p.leaseSeconds,
     dedupWindowSeconds: p.dedupWindowSeconds,
+    retryJitter: p.retryJitter,
+    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
   };
 }
 
@@ -283,6 +285,7 @@ export function createAppFacilityRpcs(options: {
         maxRetryDelaySeconds: req.maxRetryDelaySeconds,
         leaseSeconds: req.leaseSeconds,
         dedupWindowSeconds: req.dedupWindowSeconds,
+        maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
       };
       const asked = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
       return auditor.audited(context, "queue.policy", app, { queue: req.queue, ...asked }, async (within) => {

@@ -27,6 +27,8 @@ import { createQueueSchedules } from "./queue-schedules.ts";
 import { scheduleRoutes } from "./queue-schedule-routes.ts";
 import { createQueuesService, type PlatformEvents } from "./queues-service.ts";
 import { createWakeHub } from "./wake-hub.ts";
+import { createRateBucketStore } from "./rate-bucket-store.ts";
+import { createRateGate } from "./rate-gate.ts";
 
 export type { PlatformEvents } from "./queues-service.ts";
 export { EVENTS_QUEUE } from "./queue-limits.ts";
@@ -82,6 +84,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     metrics,
     deadLetters,
     shutdownSignal: deps.shutdownSignal,
+    rateGate: createRateGate(createRateBucketStore(deps.db), logger, metrics),
     tracing: deps.tracing?.messaging,
   });
 

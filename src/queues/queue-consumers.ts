@@ -29,6 +29,7 @@ import {
   type QueueStore,
   type StoredMessage,
 } from "./queue-store.ts";
+import type { RateGate } from "./rate-gate.ts";
 import type { Receipt } from "./receipt.ts";
 import { createStreamWindows, type StreamWindows } from "./stream-windows.ts";
 import type { WakeHub } from "./wake-hub.ts";
@@ -40,6 +41,8 @@ export interface QueueConsumersOptions {
   metrics: Metrics;
   /** Aborted when the server starts shutting down: waiting consumes and streams end at once. */
   shutdownSignal: AbortSignal;
+  /** The tokens of queues with `maxDeliveriesPerSecond` (docs/queues.md "Rate limits"). */
+  rateGate: RateGate;
 }
 
 export interface QueueConsumers {
@@ -78,7 +81,7 @@ export interface QueueConsumers {
 }
 
 export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumers {
-  const { store, hub, logger, metrics } = deps;
+  const { store, hub, logger, metrics, rateGate } = deps;
   const buriedTotal = metrics.counter(
     "queue_dead_letters_total",
     "Messages moved to a dead-letter list (maxDeliveries reached).",
@@ -94,6 +97,10 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
     const policy = await policies.get(app, queue);
     return { policy, rule: claimRule(app, policy, (target) => hub.payload(app.id, target, 0)) };
+  }
+  /** The queue's delivery rate limit (0: none), from the cached policy. */
+  async function rateOf(app: AppRecord, queue: string): Promise<number> {
+    return (await policies.get(app, queue)).maxDeliveriesPerSecond;
   }
   /** After a claim moved messages: counted, and local consumers of a dead-letter queue woken. */
   function afterBurying(appId: string, rule: ClaimRule, buried: number | undefined) {
@@ -207,7 +214,15 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     // A caller already gone (its HTTP/2 stream reset before this ran) claims nothing: a message leased to
     // it would wait out the whole lease.
     if (context.signal.aborted) return [];
-    if (waitSeconds === 0) return handOn(await claimSome(app, queue, leaseSeconds, rule, n));
+    let rate = await rateOf(app, queue);
+    if (waitSeconds === 0) {
+      // Rate-limited: only what the bucket holds now (docs/queues.md "Rate limits").
+      const granted = rate > 0 ? await rateGate.take(app.id, queue, rate, n, Date.now(), context.signal) : n;
+      if (granted === 0) return [];
+      const claimed = await claimSome(app, queue, leaseSeconds, rule, granted);
+      if (rate > 0) await rateGate.giveBack(app.id, queue, rate, granted - claimed.messages.length);
+      return handOn(claimed);
+    }
     const deadline = Date.now() + waitSeconds * 1000;
     // One controller fed by both signals (cheaper per waiting consume than AbortSignal.any,
     // whose dependants a long-lived signal keeps until collected).
@@ -229,10 +244,17 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
           // A claim after a wait acts on the app as it is now: stopped, its token revoked or the app deleted
           // meanwhile, the consume is refused as a new one would be; a changed limit or policy applies.
           app = await currentApp(context);
-          rule = (await policyOf(app, queue)).rule;
+          const now = await policyOf(app, queue);
+          rule = now.rule;
+          rate = now.policy.maxDeliveriesPerSecond;
         }
+        // A rate-limited queue's tokens first: waiting here is the consume's long poll too (none by the
+        // deadline, or the caller gone: an empty answer).
+        const granted = rate > 0 ? await rateGate.take(app.id, queue, rate, n, deadline, signal) : n;
+        if (granted === 0) return [];
         used = waiter.beforeClaim();
-        const claimed = await claimSome(app, queue, leaseSeconds, rule, n);
+        const claimed = await claimSome(app, queue, leaseSeconds, rule, granted);
+        if (rate > 0) await rateGate.giveBack(app.id, queue, rate, granted - claimed.messages.length);
         if (claimed.messages.length > 0) {
           const handed = await handOn(claimed);
           served = handed.length > 0;
@@ -343,14 +365,24 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         // whose token was revoked meanwhile ends as a new call would be refused (the claim rule stays the
         // one the stream started with).
         if (claims++ > 0) await currentApp(context);
+        // A rate-limited queue's tokens first (docs/queues.md "Rate limits"), waited for as long as the stream
+        // lasts; the limit is the queue's as it is now (cached policy), unlike the claim rule.
+        const want = Math.min(room, STREAM_CLAIM_BATCH);
+        const rate = await rateOf(app, queue);
+        const granted =
+          rate > 0
+            ? await rateGate.take(app.id, queue, rate, want, Date.now() + MAX_WAIT_SECONDS * 1000, signal)
+            : want;
+        if (granted === 0) continue;
         // Registered before the claim, so a put landing between the claim and the wait still wakes it.
         const waiter = hub.register(app.id, queue);
         let served = false;
         let used: ReturnType<typeof waiter.beforeClaim>;
         try {
           used = waiter.beforeClaim();
-          const claimed = await store.claimMany(app.id, queue, leaseSeconds, Math.min(room, STREAM_CLAIM_BATCH), rule);
+          const claimed = await store.claimMany(app.id, queue, leaseSeconds, granted, rule);
           afterBurying(app.id, rule, claimed.buried);
+          if (rate > 0) await rateGate.giveBack(app.id, queue, rate, granted - claimed.messages.length);
           if (claimed.messages.length > 0) {
             served = true;
             unsent = claimed.messages;

@@ -1,6 +1,6 @@
 /**
  * Queue policies: what an app sets per queue for retries, dead letters,
- * leases and dedup keys (docs/queues.md "Queue policies"). A policy is stored
+ * leases, dedup keys and the delivery rate (docs/queues.md "Queue policies"). A policy is stored
  * only as the fields the app set (`queue_policies`, null meaning "the
  * default"), so a default that changes, or an operator limit, applies to every
  * queue that did not choose otherwise. The operator's per-app limits still
@@ -40,6 +40,9 @@ export const DEFAULT_RETRY_DELAY_SECONDS = 1;
  * that set its own delay keeps it exact (jitter 0) unless it sets `retryJitter` too.
  */
 export const DEFAULT_RETRY_JITTER = 0.5;
+/** The bounds of a queue's `maxDeliveriesPerSecond` (0: no limit): one message a hundred seconds, to 100,000 a second. */
+const MIN_DELIVERIES_PER_SECOND = 0.01;
+const MAX_DELIVERIES_PER_SECOND = 100_000;
 
 /** A queue's policy with every default filled in: what `GET .../policy` answers. */
 export interface QueuePolicy {
@@ -59,6 +62,8 @@ export interface QueuePolicy {
   holdLapses: boolean;
   leaseSeconds: number;
   dedupWindowSeconds: number;
+  /** Messages handed out a second at most, across all consumers and instances; 0: no limit. */
+  maxDeliveriesPerSecond: number;
 }
 
 /** A change of policy: the fields given replace those fields; `deadLetterQueue: ""` or null sets the list back. */
@@ -73,6 +78,7 @@ const EMPTY: StoredPolicy = {
   retryJitter: null,
   leaseSeconds: null,
   dedupWindowSeconds: null,
+  maxDeliveriesPerSecond: null,
 };
 
 /** The policy in force: the stored fields over the app's limits and the defaults, bounded by the limits. */
@@ -93,6 +99,7 @@ export function effectivePolicy(app: AppRecord, stored: StoredPolicy | undefined
     holdLapses: p.retryDelaySeconds !== null,
     leaseSeconds: Math.min(p.leaseSeconds ?? app.limits.leaseSeconds, MAX_LEASE_SECONDS),
     dedupWindowSeconds: p.dedupWindowSeconds ?? DEFAULT_DEDUP_WINDOW_SECONDS,
+    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond ?? 0,
   };
 }
 
@@ -166,6 +173,17 @@ export function applyChange(app: AppRecord, queue: string, current: StoredPolicy
     next.leaseSeconds = integer("leaseSeconds", change.leaseSeconds, 1, MAX_LEASE_SECONDS)!;
   if (change.dedupWindowSeconds !== undefined)
     next.dedupWindowSeconds = integer("dedupWindowSeconds", change.dedupWindowSeconds, 1, MAX_DEDUP_WINDOW_SECONDS)!;
+  if (change.maxDeliveriesPerSecond !== undefined) {
+    const r = change.maxDeliveriesPerSecond;
+    if (typeof r !== "number" || !Number.isFinite(r) || r < 0 || r > MAX_DELIVERIES_PER_SECOND)
+      throw invalidArgument(
+        "maxDeliveriesPerSecond",
+        `must be a number from 0 (no limit) to ${MAX_DELIVERIES_PER_SECOND}`,
+      );
+    if (r > 0 && r < MIN_DELIVERIES_PER_SECOND)
+      throw invalidArgument("maxDeliveriesPerSecond", `must be 0 (no limit) or at least ${MIN_DELIVERIES_PER_SECOND}`);
+    next.maxDeliveriesPerSecond = r === 0 ? null : r;
+  }
   return next;
 }
 

@@ -239,6 +239,7 @@ export interface StoredPolicy {
   retryJitter: number | null;
   leaseSeconds: number | null;
   dedupWindowSeconds: number | null;
+  maxDeliveriesPerSecond: number | null;
 }
 
 interface PolicyRow {
@@ -250,6 +251,7 @@ interface PolicyRow {
   retry_jitter: number | null;
   lease_seconds: number | null;
   dedup_window_seconds: number | null;
+  max_deliveries_per_second: number | null;
 }
 
 const policyOf = (r: PolicyRow): StoredPolicy => ({
@@ -261,6 +263,7 @@ const policyOf = (r: PolicyRow): StoredPolicy => ({
   retryJitter: r.retry_jitter == null ? null : Number(r.retry_jitter),
   leaseSeconds: r.lease_seconds,
   dedupWindowSeconds: r.dedup_window_seconds,
+  maxDeliveriesPerSecond: r.max_deliveries_per_second == null ? null : Number(r.max_deliveries_per_second),
 });
 
 export interface PeekedMessage {
@@ -1375,7 +1378,7 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
     async getPolicy(appId, queue) {
       const { rows } = await sql<PolicyRow>`${PREPARED}
         SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-               retry_jitter, lease_seconds, dedup_window_seconds
+               retry_jitter, lease_seconds, dedup_window_seconds, max_deliveries_per_second
         FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
       return rows[0] ? policyOf(rows[0]) : undefined;
     },
@@ -1387,7 +1390,7 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
         );
         const { rows } = await sql<PolicyRow>`
           SELECT max_deliveries, dead_letter_queue, retry_delay_seconds, retry_backoff, max_retry_delay_seconds,
-                 retry_jitter, lease_seconds, dedup_window_seconds
+                 retry_jitter, lease_seconds, dedup_window_seconds, max_deliveries_per_second
           FROM queue_policies WHERE app_id = ${appId} AND queue = ${queue} FOR UPDATE`.execute(trx);
         const next = change(policyOf(rows[0]));
         await sql`
@@ -1396,7 +1399,8 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
               retry_delay_seconds = ${next.retryDelaySeconds}, retry_backoff = ${next.retryBackoff},
               max_retry_delay_seconds = ${next.maxRetryDelaySeconds}, retry_jitter = ${next.retryJitter},
               lease_seconds = ${next.leaseSeconds},
-              dedup_window_seconds = ${next.dedupWindowSeconds}, updated_at = now()
+              dedup_window_seconds = ${next.dedupWindowSeconds},
+              max_deliveries_per_second = ${next.maxDeliveriesPerSecond}, updated_at = now()
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
         await within?.(transactionAsDb(trx));
         return next;

@@ -126,6 +126,10 @@ export const PolicyBody = jsonObject({
   retryJitter: z.number({ error: "must be a number" }).nullish(),
   leaseSeconds: optionalInteger(),
   dedupWindowSeconds: optionalInteger(),
+  maxDeliveriesPerSecond: z
+    .number({ error: "must be a number" })
+    .nullish()
+    .meta({ description: "Messages handed out a second at most, across all consumers; 0 or null removes the limit." }),
 });
 
 export const DeadLetterQuery = z.object({
@@ -159,6 +163,7 @@ function policyJson(p: QueuePolicy | undefined) {
     retryJitter: p?.retryJitter ?? 0,
     leaseSeconds: p?.leaseSeconds ?? 0,
     dedupWindowSeconds: p?.dedupWindowSeconds ?? 0,
+    maxDeliveriesPerSecond: p?.maxDeliveriesPerSecond ?? 0,
   };
 }
 
@@ -231,6 +236,10 @@ export const PolicyResponse = z.object({
   retryJitter: z.number().meta({ description: "0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold]." }),
   leaseSeconds: z.number().int(),
   dedupWindowSeconds: z.number().int(),
+  maxDeliveriesPerSecond: z.number().meta({
+    description:
+      'Messages handed out a second at most, across all consumers and instances (a consume beyond it waits, up to its waitSeconds); 0 is no limit. See docs/queues.md "Rate limits".',
+  }),
 });
 export const MessageStateResponse = z.object({
   id: z.string(),
@@ -275,6 +284,7 @@ const POLICY_EXAMPLE = {
   retryJitter: 0,
   leaseSeconds: 30,
   dedupWindowSeconds: 300,
+  maxDeliveriesPerSecond: 0,
 };
 
 export const queuesRoutes: readonly AnyRestRoute[] = [
@@ -503,6 +513,8 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         maxRetryDelaySeconds: int32(body.maxRetryDelaySeconds),
         leaseSeconds: int32(body.leaseSeconds),
         dedupWindowSeconds: int32(body.dedupWindowSeconds),
+        // null removes the limit, as 0 does.
+        maxDeliveriesPerSecond: body.maxDeliveriesPerSecond === null ? 0 : body.maxDeliveriesPerSecond,
       };
     },
     response: (out) => policyJson(out.policy),

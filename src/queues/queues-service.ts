@@ -67,6 +67,7 @@ import {
 import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-value.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
+import type { RateGate } from "./rate-gate.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
 import { claimRule, effectivePolicy, type QueuePolicies, type QueuePolicy } from "./queue-policy.ts";
 import {
@@ -118,6 +119,8 @@ export interface QueuesServiceOptions {
   shutdownSignal: AbortSignal;
   /** The spans of puts, consumes and acks, when tracing is on (docs/operations.md#traces). */
   tracing?: MessagingTracing;
+  /** The tokens of rate-limited queues (docs/queues.md "Rate limits"). */
+  rateGate: RateGate;
 }
 
 export interface QueuesImplementation {
@@ -288,6 +291,7 @@ function policyMessage(queue: string, p: QueuePolicy) {
     leaseSeconds: p.leaseSeconds,
     dedupWindowSeconds: p.dedupWindowSeconds,
     retryJitter: p.retryJitter,
+    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
   };
 }
 
@@ -638,6 +642,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           leaseSeconds: req.leaseSeconds,
           dedupWindowSeconds: req.dedupWindowSeconds,
           retryJitter: req.retryJitter,
+          maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
         });
         return { policy: policyMessage(queue, policy) };
       },

@@ -71,6 +71,20 @@ describe("queues policy", () => {
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("--max-deliveries: must be a whole number");
   });
+
+  it("sets and removes the queue's delivery rate limit", async () => {
+    const app = await t.createApp("cli-rate");
+    const set = await ok("queues", "policy", "cli-rate", "jobs", "--max-deliveries-per-second", "12.5");
+    expect(set).toMatchObject({ policy: { queue: "jobs", maxDeliveriesPerSecond: 12.5 } });
+    const seen = await t.request("GET", "/v1/queues/jobs/policy", { token: app.token });
+    expect(seen.body.maxDeliveriesPerSecond).toBe(12.5);
+    const removed = await ok("queues", "policy", "cli-rate", "jobs", "--max-deliveries-per-second", "0");
+    // proto3 JSON leaves out a zero.
+    expect((removed.policy as { maxDeliveriesPerSecond?: number }).maxDeliveriesPerSecond ?? 0).toBe(0);
+    const usage = await run(["queues", "policy", "cli-rate", "jobs", "--max-deliveries-per-second", "fast"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain("--max-deliveries-per-second: must be a number");
+  });
 });
 
 describe("overview", () => {

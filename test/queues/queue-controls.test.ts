@@ -286,6 +286,7 @@ describe("queue policy", () => {
       retryJitter: 0.5,
       leaseSeconds: 30,
       dedupWindowSeconds: 300,
+      maxDeliveriesPerSecond: 0,
     });
     const set = await rest(app, "PUT", "/v1/queues/pol/policy", { maxDeliveries: 3, deadLetterQueue: "pol-dead" });
     expect(set.body).toMatchObject({ maxDeliveries: 3, deadLetterQueue: "pol-dead", retryDelaySeconds: 1 });

@@ -22,7 +22,8 @@ type Field =
   | "retryBackoff"
   | "maxRetryDelaySeconds"
   | "leaseSeconds"
-  | "dedupWindowSeconds";
+  | "dedupWindowSeconds"
+  | "maxDeliveriesPerSecond";
 
 const FIELDS: { name: Field; label: string; hint: string }[] = [
   { name: "maxDeliveries", label: "Max deliveries", hint: "0 = unlimited" },
@@ -32,6 +33,11 @@ const FIELDS: { name: Field; label: string; hint: string }[] = [
   { name: "maxRetryDelaySeconds", label: "Max retry delay (seconds)", hint: "the backoff's ceiling" },
   { name: "leaseSeconds", label: "Lease (seconds)", hint: "of a consume that asks for none" },
   { name: "dedupWindowSeconds", label: "Dedup window (seconds)", hint: "how long a dedup key holds" },
+  {
+    name: "maxDeliveriesPerSecond",
+    label: "Rate limit (deliveries a second)",
+    hint: "across all consumers; 0 = no limit",
+  },
 ];
 
 const fieldText = (p: QueuePolicy | undefined, name: Field): string =>
@@ -101,7 +107,11 @@ export function QueuePolicyPanel({ appId, queue, onClose }: { appId: string; que
                 const text = given.trim();
                 if (text === fieldText(data.policy, name)) continue;
                 if (name === "deadLetterQueue") change[name] = text;
-                else if (name === "retryBackoff" ? !/^\d+(\.\d+)?$/.test(text) : !/^\d{1,9}$/.test(text)) {
+                else if (
+                  name === "retryBackoff" || name === "maxDeliveriesPerSecond"
+                    ? !/^\d+(\.\d+)?$/.test(text)
+                    : !/^\d{1,9}$/.test(text)
+                ) {
                   setFieldError(`${FIELDS.find((f) => f.name === name)!.label}: write a number.`);
                   return;
                 } else change[name] = Number(text);

@@ -28,6 +28,7 @@ import { ConfirmDialog, Empty, ErrorBox, FormOutcome, QueryView } from "../ui.ts
 import { useOperator } from "../operator.ts";
 import { formatAge, formatDeliveries, formatTime } from "../format.ts";
 import { QueuePolicyPanel, deadLetterRule } from "./queue-policy.tsx";
+import { QueueSchedules } from "./queue-schedules.tsx";
 
 /** A queue's max deliveries as the listing shows it. */
 function maxDeliveriesText(n: number | undefined): string {
@@ -167,6 +168,7 @@ export function QueuesTab({ app }: { app: App }) {
         <QueueByName label="Activity of any queue" action="Show activity" onShow={setActive} />
         <QueueByName label="Policy of any queue" action="Show policy" onShow={setPolicyOf} />
       </div>
+      <QueueSchedules appId={app.id} />
       {policyOf ? (
         <QueuePolicyPanel
           key={`policy:${policyOf}`}

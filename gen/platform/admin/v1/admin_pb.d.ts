@@ -3159,6 +3159,13 @@ export declare type SetQueuePolicyRequest = Message<"platform.admin.v1.SetQueueP
    * @generated from field: optional int32 dedup_window_seconds = 9;
    */
   dedupWindowSeconds?: number | undefined;
+
+  /**
+   * Messages handed out a second at most, across all consumers; 0 removes the limit.
+   *
+   * @generated from field: optional double max_deliveries_per_second = 10;
+   */
+  maxDeliveriesPerSecond?: number | undefined;
 };
 
 /**

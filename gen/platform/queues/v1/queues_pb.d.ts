@@ -762,6 +762,14 @@ export declare type QueuePolicy = Message$1<"platform.queues.v1.QueuePolicy"> & 
    * @generated from field: double retry_jitter = 9;
    */
   retryJitter: number;
+
+  /**
+   * At most this many of the queue's messages handed out a second, across
+   * all consumers and instances (a consume beyond it waits); 0 is no limit.
+   *
+   * @generated from field: double max_deliveries_per_second = 10;
+   */
+  maxDeliveriesPerSecond: number;
 };
 
 /**
@@ -868,6 +876,13 @@ export declare type UpdateQueuePolicyRequest = Message$1<"platform.queues.v1.Upd
    * @generated from field: optional double retry_jitter = 9;
    */
   retryJitter?: number | undefined;
+
+  /**
+   * 0 removes the limit.
+   *
+   * @generated from field: optional double max_deliveries_per_second = 10;
+   */
+  maxDeliveriesPerSecond?: number | undefined;
 };
 
 /**
