@@ -23,11 +23,14 @@
  *
  * 6. Queue controls (see `controlsBench`): put throughput at depth, the listing with 1M
  *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances.
+ * 7. Ordered groups and priorities (see `orderBench`): part 1's REST load on a plain queue, then
+ *    with every put in one of 1,000 groups (`groups_vs_plain`), then with priorities 0 to 9
+ *    mixed (`priority_vs_plain`), each on a fresh queue of its own app.
  *
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
  *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
- *  "rest_3_vs_1_instances"}.
+ *  "rest_3_vs_1_instances","groups_vs_plain","priority_vs_plain"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -54,7 +57,7 @@ const CONSUMERS = 16;
 /** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
 const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
-const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,4").split(",").map(Number));
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,7,4").split(",").map(Number));
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
 const STREAM_CONSUMERS = Number(process.env.BENCH_STREAM_CONSUMERS ?? 4);
@@ -198,6 +201,38 @@ async function fill(url: string, token: string, queue: string, n: number, parall
  * another instance) and `rest_3_vs_1_instances` (part 1's REST load spread
  * over 3 instances ÷ on 1).
  */
+/**
+ * Part 7: what ordered groups and priorities cost against plain messages, as part 1's REST load
+ * (16 producers, 16 consumers taking one message at a time, acks one by one) on three queues of a
+ * fresh app: plain, every put in one of 1,000 groups (round robin, so a group's next message is
+ * usually put long after its previous one was taken), and priorities 0 to 9 mixed.
+ */
+async function orderBench(url: string, adminToken: string): Promise<Record<string, number>> {
+  const { app } = await adminCall(url, adminToken, "CreateApp", { name: "bench-order" });
+  await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
+  const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
+  const seconds = Math.min(SECONDS, 10);
+  const load = {
+    producers: PRODUCERS,
+    consumers: CONSUMERS,
+    maxOutstanding: MAX_OUTSTANDING,
+    payload: PAYLOAD,
+    seconds,
+  };
+  const rate = async (queue: string, putBody?: (i: number) => Record<string, unknown>) => {
+    const r = await restQueueLoad(url, token, { ...load, queue, ...(putBody && { putBody }) });
+    if (r.errors > 0) log(`   (${queue}: ${r.errors} errors)`);
+    return r.acked / r.elapsedS;
+  };
+  const plain = await rate("order-plain");
+  const grouped = await rate("order-groups", (i) => ({ payload: PAYLOAD, groupKey: `g${i % 1000}` }));
+  const prioritised = await rate("order-priorities", (i) => ({ payload: PAYLOAD, priority: (i * 7) % 10 }));
+  log(
+    `7. REST put->consume->ack: ${round(plain, 0)} msgs/s plain, ${round(grouped, 0)} in 1,000 groups, ${round(prioritised, 0)} with priorities 0-9`,
+  );
+  return { groups_vs_plain: round(grouped / plain), priority_vs_plain: round(prioritised / plain) };
+}
+
 async function controlsBench(
   url: string,
   adminToken: string,
@@ -425,6 +460,8 @@ async function main(): Promise<void> {
       rest_batch_msgs_per_s: NaN,
       stream_cross_instance_msgs_per_s: NaN,
       rest_3_vs_1_instances: NaN,
+      groups_vs_plain: NaN,
+      priority_vs_plain: NaN,
     };
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
@@ -522,6 +559,9 @@ async function main(): Promise<void> {
       });
       Object.assign(controls, extra.figures);
     }
+
+    // 7. Ordered groups and priorities against plain messages.
+    if (PARTS.has(7)) Object.assign(controls, await orderBench(service.url, adminToken));
 
     // 4. Idle long-polls.
     if (PARTS.has(4)) {
