@@ -102,6 +102,8 @@ it(`${GROUPS} groups x ${EACH} messages, ${CONSUMERS} consumers, random nacks an
 
   const deliveries: Delivery[][] = Array.from({ length: GROUPS }, () => []);
   const completed: number[][] = Array.from({ length: GROUPS }, () => []);
+  /** When the ack that completed each message of each group was sent. */
+  const ackSentAt: number[][] = Array.from({ length: GROUPS }, () => []);
   let ungroupedDone = 0;
   let done = 0;
   let nacks = 0;
@@ -165,8 +167,10 @@ it(`${GROUPS} groups x ${EACH} messages, ${CONSUMERS} consumers, random nacks an
             : (await c.ackMessage({ receipt: m.receipt })).acked;
           if (ok) {
             done++;
-            if (d) completed[m.g].push(m.i);
-            else ungroupedDone++;
+            if (d) {
+              completed[m.g].push(m.i);
+              ackSentAt[m.g][m.i] = settleStart;
+            } else ungroupedDone++;
           }
         }
         if (d) Object.assign(d, { settleStart, settled: ok });
@@ -180,8 +184,25 @@ it(`${GROUPS} groups x ${EACH} messages, ${CONSUMERS} consumers, random nacks an
   expect(nacks).toBeGreaterThan(0);
   expect(lapses).toBeGreaterThan(0);
   for (let g = 0; g < GROUPS; g++) {
-    // Completed exactly once each, in put order.
-    expect(completed[g], `group ${g}`).toEqual(Array.from({ length: EACH }, (_, i) => i));
+    // Completed exactly once each.
+    expect(
+      [...completed[g]].sort((x, y) => x - y),
+      `group ${g}`,
+    ).toEqual(Array.from({ length: EACH }, (_, i) => i));
+    // In put order: no message was handed out before the ack that completed each one put before it in its group
+    // was sent. (The order in which the acks' answers arrive here is not the order they committed in: the
+    // instances share this process's event loop, so the next message can be claimed and acked on another before
+    // the first ack's answer is read.)
+    let lastAckSent = -Infinity;
+    const byIndex = [...deliveries[g]].sort((x, y) => x.index - y.index);
+    for (let i = 0, k = 0; i < EACH; i++) {
+      for (; k < byIndex.length && byIndex[k].index === i; k++)
+        expect(
+          byIndex[k].claimEnd > lastAckSent,
+          `group ${g}: message ${i} handed out before the ack of one put before it was sent`,
+        ).toBe(true);
+      lastAckSent = Math.max(lastAckSent, ackSentAt[g][i]);
+    }
     // Never handed out while another delivery of the group held its lease: `b` was claimed after `a`
     // was, and answered before `a`'s lease could have ended, i.e. before `a` was settled (a settle that
     // succeeded held the lease until it was sent) or, for a lapse, before its lease's end.
