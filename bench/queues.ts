@@ -26,12 +26,15 @@
  *    and its database statements per message against 1 instance (`statements_per_msg_3_vs_1`).
  * 7. Schedules firing 1,000 ticks a second for BENCH_SCHEDULE_SECONDS (10): how late each tick's
  *    message is put, p50/p99 (`bench/schedule-drift.ts`). Runs before part 4, which ends the service.
+ * 8. Ordered groups and priorities (see `orderBench`): part 1's REST load on a plain queue, then
+ *    with every put in one of 1,000 groups (`groups_vs_plain`), then with priorities 0 to 9
+ *    mixed (`priority_vs_plain`), each on a fresh queue of its own app.
  *
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
  *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
  *  "rest_3_vs_1_instances","statements_per_msg_3_vs_1","schedule_ticks_per_s","schedule_drift_p50_ms",
- *  "schedule_drift_p99_ms"}.
+ *  "schedule_drift_p99_ms","groups_vs_plain","priority_vs_plain"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -59,7 +62,7 @@ const CONSUMERS = 16;
 /** Producers pause while this many messages are put but not yet acked, so depth stays bounded. */
 const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
-const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,7,4").split(",").map(Number));
+const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,7,8,4").split(",").map(Number));
 const SCHEDULE_SECONDS = Number(process.env.BENCH_SCHEDULE_SECONDS ?? 10);
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
@@ -204,6 +207,43 @@ async function fill(url: string, token: string, queue: string, n: number, parall
  * another instance) and `rest_3_vs_1_instances` (part 1's REST load spread
  * over 3 instances ÷ on 1).
  */
+/**
+ * Part 7: what ordered groups and priorities cost against plain messages, as part 1's REST load
+ * (16 producers, 16 consumers taking one message at a time, acks one by one) on three queues of a
+ * fresh app: plain, every put in one of 1,000 groups (round robin, so a group's next message is
+ * usually put long after its previous one was taken), and priorities 0 to 9 mixed; two rounds of the three.
+ */
+async function orderBench(url: string, adminToken: string): Promise<Record<string, number>> {
+  const { app } = await adminCall(url, adminToken, "CreateApp", { name: "bench-order" });
+  await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
+  const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
+  const seconds = Math.min(SECONDS, 10) / 2;
+  const load = {
+    producers: PRODUCERS,
+    consumers: CONSUMERS,
+    maxOutstanding: MAX_OUTSTANDING,
+    payload: PAYLOAD,
+    seconds,
+  };
+  const rate = async (queue: string, putBody?: (i: number) => Record<string, unknown>) => {
+    const r = await restQueueLoad(url, token, { ...load, queue, ...(putBody && { putBody }) });
+    if (r.errors > 0) log(`   (${queue}: ${r.errors} errors)`);
+    return r.acked / r.elapsedS;
+  };
+  // Two rounds of the three, each run half the time: a drift of the machine (warm-up, other load) falls on all
+  // three alike instead of on whichever ran first.
+  let [plain, grouped, prioritised] = [0, 0, 0];
+  for (let round = 0; round < 2; round++) {
+    plain += (await rate(`order-plain-${round}`)) / 2;
+    grouped += (await rate(`order-groups-${round}`, (i) => ({ payload: PAYLOAD, groupKey: `g${i % 1000}` }))) / 2;
+    prioritised += (await rate(`order-priorities-${round}`, (i) => ({ payload: PAYLOAD, priority: (i * 7) % 10 }))) / 2;
+  }
+  log(
+    `8. REST put->consume->ack: ${round(plain, 0)} msgs/s plain, ${round(grouped, 0)} in 1,000 groups, ${round(prioritised, 0)} with priorities 0-9`,
+  );
+  return { groups_vs_plain: round(grouped / plain), priority_vs_plain: round(prioritised / plain) };
+}
+
 async function controlsBench(
   url: string,
   adminToken: string,
@@ -470,6 +510,8 @@ async function main(): Promise<void> {
       schedule_ticks_per_s: NaN,
       schedule_drift_p50_ms: NaN,
       schedule_drift_p99_ms: NaN,
+      groups_vs_plain: NaN,
+      priority_vs_plain: NaN,
     };
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
     // 1. Throughput over REST.
@@ -579,6 +621,9 @@ async function main(): Promise<void> {
         `7. schedules: ${round(drift.ticksPerS, 0)} ticks/s put, drift p50 ${round(drift.p50Ms)} ms, p99 ${round(drift.p99Ms)} ms, max ${round(drift.maxMs)} ms (${drift.unput} ticks not put: ${drift.missed} missed, ${drift.skipped} skipped; ${drift.complete} schedules put every tick)`,
       );
     }
+
+    // 8. Ordered groups and priorities against plain messages.
+    if (PARTS.has(8)) Object.assign(controls, await orderBench(service.url, adminToken));
 
     // 4. Idle long-polls.
     if (PARTS.has(4)) {

@@ -157,6 +157,10 @@ export interface RestQueueLoadOptions {
   maxOutstanding: number;
   payload: unknown;
   seconds: number;
+  /** The body of the i-th put (default `{ payload }`): e.g. with a `groupKey` or a `priority`. */
+  putBody?: (i: number) => Record<string, unknown>;
+  /** The queue put on and consumed (default `bench`). */
+  queue?: string;
   /** Awaited when the measured window opens and right before it closes (e.g. to read the server's CPU time). */
   atStart?: () => Promise<void>;
   atEnd?: () => Promise<void>;
@@ -174,6 +178,8 @@ export async function restQueueLoad(
   options: RestQueueLoadOptions,
 ): Promise<{ acked: number; elapsedS: number; errors: number }> {
   const { producers, consumers, maxOutstanding, payload, seconds } = options;
+  const queue = options.queue ?? "bench";
+  let puts = 0;
   // Several urls (instances of one database): producer and consumer i use the (i mod n)-th, as a balancer would.
   const urls = Array.isArray(url) ? url : [url];
   const clients = urls.map((u) => jsonClient(u, token, producers + consumers + 4));
@@ -191,7 +197,7 @@ export async function restQueueLoad(
         await new Promise((r) => setTimeout(r, 1));
         continue;
       }
-      const res = await client.request("POST", "/v1/queues/bench", { payload });
+      const res = await client.request("POST", `/v1/queues/${queue}`, options.putBody?.(puts++) ?? { payload });
       if (res.status !== 200) errors++;
       else putDone++;
     }
@@ -199,7 +205,7 @@ export async function restQueueLoad(
   const consuming = Array.from({ length: consumers }, async (_, i) => {
     const client = clientOf(i + 1);
     while (!stopped) {
-      const res = await client.request("POST", "/v1/queues/bench/consume", { waitSeconds: 1 });
+      const res = await client.request("POST", `/v1/queues/${queue}/consume`, { waitSeconds: 1 });
       const m = res.body?.message;
       if (!m) continue;
       const a = await client.request("POST", "/v1/queues/_ack", { receipt: m.receipt });

@@ -734,14 +734,17 @@ export const COMMANDS: readonly Command[] = [
   },
   {
     name: "queues put",
-    synopsis: "NAME QUEUE JSON",
-    summary: "put a test message on the queue, as the app would",
+    synopsis: "NAME QUEUE JSON [--group-key KEY]",
+    summary: "put a test message on the queue, as the app would (in an ordered group with --group-key)",
+    options: { "group-key": STRING },
     async run(ctx) {
       const payload = jsonArgument(need(ctx.args[2], "JSON"));
+      const groupKey = str(ctx.values, "group-key");
       const res = await ctx.admin().putTestMessage({
         appId: need(ctx.args[0], "NAME"),
         queue: need(ctx.args[1], "QUEUE"),
         payload: fromJson(ValueSchema, payload),
+        ...(groupKey !== undefined && { groupKey }),
       });
       ctx.show(PutTestMessageResponseSchema, res);
     },

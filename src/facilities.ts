@@ -56,7 +56,8 @@ export async function createFacilities(deps: Deps): Promise<Facilities> {
       queueActivity: (appId, queue) => queues.operator.activity(appId, queue),
       purgeQueue: (appId, queue, within) => queues.operator.purge(appId, queue, within),
       deadLetters: queues.operator.deadLetters,
-      putTestMessage: (app, queue, payload, within) => queues.operator.put(app, queue, payload, within),
+      putTestMessage: (app, queue, payload, within, groupKey) =>
+        queues.operator.put(app, queue, payload, within, groupKey),
       queueAttention: (oldAgeSeconds) => queues.operator.attention(oldAgeSeconds),
       queueOverview: (oldAgeSeconds) => queues.operator.overview(oldAgeSeconds),
       mailOnDay: (day) => mail.mailOnDay(day),

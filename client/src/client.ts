@@ -775,6 +775,7 @@ export function createClient(options: ClientOptions = {}): PlatformClient {
         if (o.ttlSeconds !== undefined) body.ttlSeconds = o.ttlSeconds;
         if (o.dedupKey !== undefined) body.dedupKey = o.dedupKey;
         if (o.priority !== undefined) body.priority = o.priority;
+        if (o.groupKey !== undefined) body.groupKey = o.groupKey;
         return call<PutResponse>(
           {
             method: "POST",

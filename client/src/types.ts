@@ -347,6 +347,13 @@ export interface PutOptions {
    */
   priority?: number;
   /**
+   * Extension: the message's ordered group, 1 to 128 characters without control characters. A group's
+   * messages are delivered one at a time in put order: the next is not visible while one before it is
+   * leased, held back for a retry or delayed; a dead letter releases the group. Other groups and
+   * ungrouped messages flow on; within a group put order wins over `priority`.
+   */
+  groupKey?: string;
+  /**
    * The `Idempotency-Key` header (1 to 255 printable ASCII): a repeat within
    * 24 h with the same key and body returns the first answer. With one, a put
    * is retried like a read (see README, "Retries"). Default: a new random key
@@ -372,6 +379,8 @@ export interface BatchPutMessage<P = JsonValue> {
   dedupKey?: string;
   /** 0 to 9, as `PutOptions.priority`. */
   priority?: number;
+  /** The ordered group, as `PutOptions.groupKey`. */
+  groupKey?: string;
 }
 
 export interface BatchPutResponse {
@@ -460,6 +469,8 @@ export interface MessageState {
   /** Why its last delivery failed: a nack's `reason`, or `lease expired`; null when none failed. */
   failureReason: string | null;
   diedAt: number | null;
+  /** The ordered group it is (or, dead, was) in; null when none. */
+  groupKey: string | null;
 }
 
 /** A queue's retry policy, owned by the app (bounded by the operator's limits). */

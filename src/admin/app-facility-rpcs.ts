@@ -87,7 +87,13 @@ export interface AppFacilityHooks {
   /** `within` writes the audit entry in the purge's transaction. */
   purgeQueue?(appId: string, queue: string, within?: InTransaction): Promise<number>;
   /** The queues facility's `operator.put`: a message as the app would put it, `within` in its transaction. */
-  putTestMessage?(app: AppRecord, queue: string, payload: Value, within?: InTransaction): Promise<{ id: string }>;
+  putTestMessage?(
+    app: AppRecord,
+    queue: string,
+    payload: Value,
+    within?: InTransaction,
+    groupKey?: string,
+  ): Promise<{ id: string }>;
   /** The secrets facility's `createLink`: `CreateSecretLink` as the app, `within` in the link's transaction. */
   createSecretLink?(
     app: AppRecord,
@@ -371,7 +377,7 @@ export function createAppFacilityRpcs(options: {
       if (payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
       // As the app would put it: same validation, caps and limits, and its consumers are woken.
       return auditor.audited(context, "queue.put", app, { queue }, async (within) => {
-        const put = await hooks.putTestMessage!(app, queue, payload, within);
+        const put = await hooks.putTestMessage!(app, queue, payload, within, req.groupKey);
         return { id: put.id };
       });
     },
@@ -397,6 +403,7 @@ export function createAppFacilityRpcs(options: {
             diedAt: timestampFromDate(d.diedAt),
             expiresAt: timestampFromDate(d.expiresAt),
             failureReason: d.failureReason ?? undefined,
+            groupKey: d.groupKey ?? undefined,
           };
         }),
         nextPageToken: page.nextPageToken,

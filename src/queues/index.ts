@@ -52,7 +52,13 @@ export interface QueueOperator {
   activity(appId: string, queue: string): Promise<QueueActivityHour[]>;
   deadLetters: DeadLetterOperator;
   /** A test message on an app's queue, as the app would put it; `within` (the audit entry) commits with it. Its id. */
-  put(app: AppRecord, queue: string, payload: Value | undefined, within?: InTransaction): Promise<{ id: string }>;
+  put(
+    app: AppRecord,
+    queue: string,
+    payload: Value | undefined,
+    within?: InTransaction,
+    groupKey?: string,
+  ): Promise<{ id: string }>;
   /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
   attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
   /** Across apps, for the overview: messages and dead letters stored and the queues needing attention, bounded. */
@@ -138,7 +144,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       purge: (...args) => store.purge(...args),
       activity: (appId, queue) => store.activity(appId, queue, ACTIVITY_HOURS),
       deadLetters,
-      put: (app, queue, payload, within) => queues.putAsOperator(app, queue, payload, within),
+      put: (app, queue, payload, within, groupKey) => queues.putAsOperator(app, queue, payload, within, groupKey),
       attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
       overview: (oldAgeSeconds) => queueOverview(deps.db, oldAgeSeconds),
       async policy(app, queue) {

@@ -51,6 +51,10 @@ export interface QueueMessagesTable {
   trace_parent: string | null;
   /** Why the last delivery failed: a nack's reason, or "lease expired" (migration 0030). */
   failure_reason: string | null;
+  /** The ordered group the message is in, or null (migration 0034). */
+  group_key: string | null;
+  /** Its place in its group (`queue_group_seq`), null without a group: only a group's lowest is claimable. */
+  group_seq: string | null;
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
@@ -68,6 +72,8 @@ export interface QueueDeadLettersTable {
   expires_at: Timestamp;
   /** The message's `failure_reason` when it died (migration 0030). */
   failure_reason: string | null;
+  /** The ordered group it was in (migration 0034). */
+  group_key: string | null;
 }
 
 export type QueueTables = {
@@ -167,6 +173,8 @@ export interface PutInput {
   ttlSeconds: number;
   /** 0 to 9, higher first among visible messages; 0 when absent. */
   priority?: number;
+  /** The ordered group (docs/queues.md "Ordered groups"): delivered one at a time in put order within it. */
+  groupKey?: string;
   /** Insert only while fewer than this many messages wait. */
   depthBelow: number;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
@@ -200,6 +208,7 @@ type DeadLetterRow = {
   died_at: When;
   expires_at: When;
   failure_reason: string | null;
+  group_key: string | null;
 };
 type CountRow = { n: Count };
 type SeqRow = { seq: string | null };
@@ -214,6 +223,8 @@ export interface PutItem {
   ttlSeconds: number;
   /** 0 to 9, higher first among visible messages; 0 when absent. */
   priority?: number;
+  /** The ordered group, as `PutInput.groupKey`. */
+  groupKey?: string;
   /** `instance|app|queue|visibleAtMs`, or undefined to send no notification. */
   notify: string | undefined;
   /** `putAll` only: a put of this key within the dedup window adds nothing (the first one's message answers). */
@@ -340,6 +351,8 @@ export interface DeadLetter {
   expiresAt: Date;
   /** Why its last delivery failed; null when none was recorded. */
   failureReason: string | null;
+  /** The ordered group it was in; null when none. */
+  groupKey: string | null;
 }
 
 /** Where a message of a queue is (`GET /v1/queues/{queue}/messages/{id}`). */
@@ -357,6 +370,8 @@ export interface MessageState {
   failureReason: string | null;
   /** Dead: when it died. */
   diedAt: Date | null;
+  /** The ordered group the message is (or was) in; null when none. */
+  groupKey: string | null;
 }
 
 /** Which dead letters of one app's queue: all of them, or those of these ids. */
@@ -598,6 +613,62 @@ const traceColumn = (traceParent: string | undefined) => (traceParent === undefi
 const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /**
+ * The group columns of a grouped put's INSERT (migration 0034), and their values: the key, and the group's
+ * next place, `nextval` of `queue_group_seq`. Every put statement draws it after `queue_depth` took the
+ * queue's lock, so on one queue a lower place is always committed before a higher one is drawn: a claim
+ * that sees a message of a group also sees every message stored before it in that group. An ungrouped put
+ * (every put of an app that never uses groups) adds nothing: its statement is the one it always was.
+ */
+const GROUP_COLUMNS = sql`, group_key, group_seq`;
+const groupColumns = (groupKey: string | undefined) => (groupKey === undefined ? NOTHING : GROUP_COLUMNS);
+const groupValues = (groupKey: string | undefined) =>
+  groupKey === undefined ? NOTHING : sql`, ${groupKey}::text, nextval('queue_group_seq')`;
+/**
+ * The place in its group of a message that comes back in line without a put (a replayed dead letter, one
+ * moved to a dead-letter queue), its row's `app_id`, `queue` and `group_key` as named: drawn after the
+ * queue's lock, as a put's, so that places stay in the order their messages commit (a replay beside a put of
+ * the same group could otherwise commit a lower place after the higher one was taken). No lock without a group.
+ */
+const lineGroupSeq = (queue: RawBuilder<unknown>) =>
+  sql`CASE WHEN group_key IS NULL THEN NULL ELSE (
+    SELECT nextval('queue_group_seq')
+    FROM (SELECT pg_advisory_xact_lock(hashtextextended('queue:' || app_id || ':' || ${queue}, 0))) l) END`;
+
+/** A batch's group values from its column `grp`: a place drawn only for the grouped, in the batch's order. */
+const BATCH_GROUP_VALUES = sql`, grp, CASE WHEN grp IS NULL THEN NULL ELSE nextval('queue_group_seq') END`;
+
+/**
+ * Whether the message `m` (an alias of `queue_messages` in the statement) heads its group, or has none: no
+ * message of its group with a lower place is stored, unless that one expired and no lease holds it (the
+ * expiry sweep deletes it). Asked through the partial index `queue_messages_group_line`, and only for rows
+ * with a group: a message without one is claimable as ever, at the cost of one null test. `skip` leaves out
+ * rows that the statement itself deletes (a claim's burials), which its snapshot still sees.
+ */
+function groupHead(m: string, skip: RawBuilder<unknown> = NOTHING) {
+  const t = sql.raw(m);
+  return sql`(${t}.group_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM queue_messages g
+    WHERE g.app_id = ${t}.app_id AND g.queue = ${t}.queue AND g.group_key = ${t}.group_key AND g.group_seq < ${t}.group_seq
+      AND (g.expires_at > now() OR g.lease_until > now())${skip}))`;
+}
+const HEAD_OF_GROUP = groupHead("q");
+
+/**
+ * Of the rows a statement deletes (`rows`: an ack's or a burial's, with `app_id`, `queue`, `group_key` and
+ * `group_seq`), the groups that hold more messages, whose next is claimable now: one NOTIFY per queue with
+ * their count, from no instance (an empty first field), so that every instance, this one too, wakes as
+ * many of its waiting consumers. The statement's snapshot still sees the deleted rows, hence the `>`.
+ */
+function groupsReleased(rows: RawBuilder<unknown>) {
+  return sql`SELECT pg_notify(${QUEUE_CHANNEL}, '|' || r.app_id || '|' || r.queue || '|0|' || count(*))
+    FROM ${rows} r
+    WHERE r.group_key IS NOT NULL AND EXISTS (
+      SELECT 1 FROM queue_messages f
+      WHERE f.app_id = r.app_id AND f.queue = r.queue AND f.group_key = r.group_key AND f.group_seq > r.group_seq)
+    GROUP BY r.app_id, r.queue`;
+}
+
+/**
  * A batch's messages become visible one microsecond apart, in the batch's order (`ord`, from 1): the line
  * is ordered by `visible_at` alone, and messages with equal times came out in whatever order the plan gave
  * (an index scan keeps insertion order, a sort of the ties does not), so a batch was not always handed out
@@ -619,10 +690,10 @@ function createPutStore({
       WITH depth AS (
         SELECT ${depthOf(input.appId, input.queue)} AS n
       ), ins AS (
-        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority${traceColumn(input.traceParent)})
+        INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority${traceColumn(input.traceParent)}${groupColumns(input.groupKey)})
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
                statement_timestamp() + make_interval(secs => ${input.delaySeconds}),
-               statement_timestamp() + make_interval(secs => ${input.ttlSeconds}), ${input.priority ?? 0}::smallint${traceValue(input.traceParent)}
+               statement_timestamp() + make_interval(secs => ${input.ttlSeconds}), ${input.priority ?? 0}::smallint${traceValue(input.traceParent)}${groupValues(input.groupKey)}
         FROM depth WHERE depth.n < ${input.depthBelow}
         RETURNING id, expires_at
       )
@@ -655,6 +726,8 @@ function createPutStore({
       const ids = items.map(() => crypto.randomUUID());
       // Traced puts only (tracing on): the statement of an untraced batch is the same as ever.
       const traced = items.some((i) => i.traceParent !== undefined);
+      // Grouped puts only: the statement of a batch without groups is the same as ever.
+      const grouped = items.some((i) => i.groupKey !== undefined);
       // The times count from after the queue's lock (the clock's, read once the count is made), not from the
       // statement's start: a batch that waited for another instance's is not shortened by the wait.
       const { rows } = await sql<PutRow>`${PREPARED}
@@ -665,14 +738,14 @@ function createPutStore({
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
                                  ${items.map((i) => i.notify ?? null)}::text[], ${intArray(items.map((i) => i.priority ?? 0))}${
                                    traced ? sql`, ${items.map((i) => i.traceParent ?? null)}::text[]` : NOTHING
-                                 })
-                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, priority, ${traced ? sql`trace, ` : NOTHING}ord), depth
+                                 }${grouped ? sql`, ${items.map((i) => i.groupKey ?? null)}::text[]` : NOTHING})
+                          WITH ORDINALITY AS k (id, payload, delay, ttl, notify, priority, ${traced ? sql`trace, ` : NOTHING}${grouped ? sql`grp, ` : NOTHING}ord), depth
           WHERE k.ord <= ${depthBelow} - depth.n
         ), ins AS (
-          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${traced ? TRACE_COLUMN : NOTHING})
+          INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${traced ? TRACE_COLUMN : NOTHING}${grouped ? GROUP_COLUMNS : NOTHING})
           SELECT id, ${appId}, ${queue}, payload, t + make_interval(secs => delay) + ${BATCH_ORDER}, t + make_interval(secs => ttl), priority${
             traced ? sql`, trace` : NOTHING
-          }
+          }${grouped ? BATCH_GROUP_VALUES : NOTHING}
           FROM src
           RETURNING id, expires_at
         ), notified AS (
@@ -733,16 +806,16 @@ function createPutStore({
             WITH depth AS (
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
-              SELECT k.id, k.payload, k.delay, k.ttl, k.priority, k.ord
+              SELECT k.id, k.payload, k.delay, k.ttl, k.priority, k.grp, k.ord
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
                           ${intArray(fresh.map((f) => f.item.delaySeconds))}, ${intArray(fresh.map((f) => f.item.ttlSeconds))},
-                          ${intArray(fresh.map((f) => f.item.priority ?? 0))})
-                   WITH ORDINALITY AS k (id, payload, delay, ttl, priority, ord), depth
+                          ${intArray(fresh.map((f) => f.item.priority ?? 0))}, ${fresh.map((f) => f.item.groupKey ?? null)}::text[])
+                   WITH ORDINALITY AS k (id, payload, delay, ttl, priority, grp, ord), depth
               WHERE depth.n + ${fresh.length}::int <= ${maxDepth}::int
             ), ins AS (
-              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority)
-              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay) + ${BATCH_ORDER}, statement_timestamp() + make_interval(secs => ttl), priority
-              FROM src
+              INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${GROUP_COLUMNS})
+              SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay) + ${BATCH_ORDER}, statement_timestamp() + make_interval(secs => ttl), priority${BATCH_GROUP_VALUES}
+              FROM src ORDER BY ord
               RETURNING id, expires_at
             ), notified AS (
               SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
@@ -834,7 +907,9 @@ function createLeaseStore({
    * message twice), those with a priority first (`next_high`, highest first,
    * through the partial index of migration 0031, which a queue without
    * priorities leaves empty), then the rest (`next_plain`, for what is left of
-   * `n`), each part oldest first; and `claimed` leases them: `lease_until` is the lease's
+   * `n`), each part oldest first, and of a group only its head (`groupHead`: a message of a group is not
+   * claimable while one put before it in the group is stored, leased, held back or delayed; a concurrent
+   * claim that skips a locked head still sees it stored, so it never takes the next one); and `claimed` leases them: `lease_until` is the lease's
    * end, `visible_at` that plus the retry hold of the rule (the message comes
    * back that long after a lapse), and the delivery is counted.
    * MATERIALIZED: the locking subquery runs exactly once, so the LIMIT holds
@@ -875,16 +950,18 @@ function createLeaseStore({
     const target = rule.deadLetterQueue;
     const moved =
       target === null
-        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, claims, expires_at, failure_reason)
-              SELECT id, app_id, queue, payload, enqueued_at, deliveries, claims, now() + make_interval(secs => ${rule.ttlSeconds}), failure_reason
+        ? sql`INSERT INTO queue_dead_letters (id, app_id, queue, payload, enqueued_at, deliveries, claims, expires_at, failure_reason, group_key)
+              SELECT id, app_id, queue, payload, enqueued_at, deliveries, claims, now() + make_interval(secs => ${rule.ttlSeconds}), failure_reason, group_key
               FROM gone RETURNING 1`
         : target === DROP_DEAD_LETTERS
           ? sql`SELECT 1 FROM gone`
           : // It keeps its id (the row under it was deleted by this statement) and its lease count, as a
-            // replay does: no receipt of its earlier life acks a lease of its new one.
-            sql`INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, claims, failure_reason)
-                SELECT id, app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds}), claims, failure_reason
-                FROM gone RETURNING 1`;
+            // replay does: no receipt of its earlier life acks a lease of its new one. A grouped one joins its
+            // group's line there, behind what that queue already holds of the group.
+            sql`INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, claims, failure_reason, group_key, group_seq)
+                SELECT id, app_id, ${target}, payload, now(), now() + make_interval(secs => ${rule.ttlSeconds}), claims, failure_reason,
+                       group_key, ${lineGroupSeq(sql`${target}::text`)}
+                FROM gone ORDER BY group_seq RETURNING 1`;
     const notifyMoved =
       typeof target === "string" && target !== DROP_DEAD_LETTERS && rule.deadLetterNotify !== undefined
         ? sql`CASE WHEN count(*) > 0 THEN pg_notify(${QUEUE_CHANNEL}, ${rule.deadLetterNotify}::text || '|' || count(*)) END`
@@ -902,20 +979,21 @@ function createLeaseStore({
               FOR UPDATE SKIP LOCKED
             ), gone AS (
               DELETE FROM queue_messages m WHERE m.id = ANY (ARRAY(SELECT id FROM dead))
-              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries, m.claims, ${LAST_FAILURE} AS failure_reason
+              RETURNING m.id, m.app_id, m.queue, m.payload, m.enqueued_at, m.deliveries, m.claims, ${LAST_FAILURE} AS failure_reason,
+                        m.group_key, m.group_seq
             ), moved AS (${moved}),
-            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified FROM moved),`
+            buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified, (${groupsReleased(sql`gone`)}) AS released FROM moved),`
         : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
     const { rows } = await sql<ClaimRow>`${PREPARED}
       WITH ${bury} next_high AS MATERIALIZED (
-        SELECT id, visible_at, priority FROM queue_messages
-        WHERE ${lineHead} AND priority > 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        SELECT id, visible_at, priority FROM queue_messages q
+        WHERE ${lineHead} AND priority > 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``} AND ${HEAD_OF_GROUP}
         ORDER BY priority DESC, visible_at
         LIMIT ${n}
         FOR UPDATE SKIP LOCKED
       ), next_plain AS MATERIALIZED (
-        SELECT id, visible_at, priority FROM queue_messages
-        WHERE ${lineHead} AND priority = 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``}
+        SELECT id, visible_at, priority FROM queue_messages q
+        WHERE ${lineHead} AND priority = 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``} AND ${HEAD_OF_GROUP}
         ORDER BY visible_at
         LIMIT (${n}::int - (SELECT count(*) FROM next_high)::int)
         FOR UPDATE SKIP LOCKED
@@ -942,9 +1020,10 @@ function createLeaseStore({
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
-        SELECT min(visible_at) FROM queue_messages
+        SELECT min(visible_at) FROM queue_messages q
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
+          AND ${groupHead("q", sql` AND g.id NOT IN (SELECT id FROM dead)`)}
       ), (SELECT n FROM buried), NULL
       WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
     return claimedRows(queue, rows);
@@ -1057,7 +1136,10 @@ function createLeaseStore({
             AND ((m.app_id, m.id, m.claims) IN (
                   SELECT * FROM unnest(${uuidArray(receipts.map((r) => r.appId))}, ${ids},
                                        ${intArray(receipts.map((r) => r.claim))}))) IS TRUE
-          RETURNING m.id, m.app_id, m.queue, m.claims
+          RETURNING m.id, m.app_id, m.queue, m.claims, m.group_key, m.group_seq
+        ), woke AS (
+          -- An acked head whose group holds more: the next is claimable now; waiting consumers are told.
+          ${groupsReleased(sql`acked`)}
         ), counted AS (
           -- The hourly ack count (migration 0019), in this statement: exactly the rows it deleted.
           INSERT INTO queue_activity (app_id, queue, hour, slot, acks)
@@ -1065,7 +1147,7 @@ function createLeaseStore({
           FROM acked GROUP BY app_id, queue ORDER BY app_id, queue
           ON CONFLICT (app_id, queue, hour, slot) DO UPDATE SET acks = queue_activity.acks + excluded.acks
         )
-        SELECT id, app_id, claims FROM acked`.execute(relaxedDb);
+        SELECT id, app_id, claims, (SELECT count(*) FROM woke) AS woke FROM acked`.execute(relaxedDb);
       // A receipt acked twice in one batch: only the first is told true.
       const deleted = new Set(rows.map((r) => `${r.app_id}|${r.id}|${Number(r.claims)}`));
       return receipts.map((r) => deleted.delete(`${r.appId}|${r.id}|${r.claim}`));
@@ -1140,14 +1222,15 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
         lease_until: When | null;
         failure_reason: string | null;
         died_at: When | null;
+        group_key: string | null;
       }>`
         SELECT false AS dead, coalesce(${LEASED}, false) AS leased, visible_at > now() AS delayed,
-               enqueued_at, expires_at, deliveries, visible_at, lease_until, failure_reason, NULL::timestamptz AS died_at
+               enqueued_at, expires_at, deliveries, visible_at, lease_until, failure_reason, NULL::timestamptz AS died_at, group_key
         FROM queue_messages
         WHERE id = ${id} AND app_id = ${appId} AND queue = ${queue}
           AND (expires_at > now() OR coalesce(${LEASED}, false))
         UNION ALL
-        SELECT true, false, false, enqueued_at, expires_at, deliveries, NULL, NULL, failure_reason, died_at
+        SELECT true, false, false, enqueued_at, expires_at, deliveries, NULL, NULL, failure_reason, died_at, group_key
         FROM queue_dead_letters
         WHERE id = ${id} AND app_id = ${appId} AND queue = ${queue} AND expires_at > now()
         LIMIT 1`.execute(db);
@@ -1165,6 +1248,7 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
         leaseExpiresAt: status === "leased" && r.lease_until !== null ? toDate(r.lease_until) : null,
         failureReason: r.failure_reason,
         diedAt: r.died_at === null ? null : toDate(r.died_at),
+        groupKey: r.group_key,
       };
     },
   };
@@ -1183,7 +1267,7 @@ function createDeadLetterStore({
         SELECT d.seq::text AS seq_text, d.id,
                ${maxChars === undefined ? sql`d.payload` : sql`left(d.payload, ${maxChars + 1})`} AS payload,
                octet_length(d.payload) AS size,
-               d.enqueued_at, d.deliveries, d.died_at, d.expires_at, d.failure_reason
+               d.enqueued_at, d.deliveries, d.died_at, d.expires_at, d.failure_reason, d.group_key
         FROM queue_dead_letters d
         WHERE d.app_id = ${appId} AND d.queue = ${queue} AND d.seq > ${afterSeq ?? "0"}::bigint
         ORDER BY d.seq
@@ -1198,6 +1282,7 @@ function createDeadLetterStore({
         diedAt: toDate(r.died_at),
         expiresAt: toDate(r.expires_at),
         failureReason: r.failure_reason,
+        groupKey: r.group_key,
       }));
     },
 
@@ -1218,11 +1303,13 @@ function createDeadLetterStore({
           FOR UPDATE SKIP LOCKED
         ), back AS (
           DELETE FROM queue_dead_letters d USING picked WHERE d.id = picked.id
-          RETURNING d.id, d.app_id, d.queue, d.payload, d.enqueued_at, d.claims, d.seq
+          RETURNING d.id, d.app_id, d.queue, d.payload, d.enqueued_at, d.claims, d.seq, d.group_key
         ), ins AS (
           -- deliveries start again; claims go on, so no receipt of the message's earlier life matches again.
-          INSERT INTO queue_messages (id, app_id, queue, payload, enqueued_at, visible_at, expires_at, deliveries, claims)
-          SELECT id, app_id, queue, payload, enqueued_at, now(), now() + make_interval(secs => ${ttlSeconds}), 0, claims
+          -- A grouped one goes to the end of its group's line (docs/queues.md "Ordered groups").
+          INSERT INTO queue_messages (id, app_id, queue, payload, enqueued_at, visible_at, expires_at, deliveries, claims, group_key, group_seq)
+          SELECT id, app_id, queue, payload, enqueued_at, now(), now() + make_interval(secs => ${ttlSeconds}), 0, claims,
+                 group_key, ${lineGroupSeq(sql`queue`)}
           FROM back ORDER BY seq
           RETURNING 1
         ), n AS (SELECT count(*)::int AS n FROM ins)
@@ -1350,8 +1437,8 @@ function createCountStore({ db }: QueueDbs): Pick<QueueStore, "compactCounts" | 
         SELECT k.app_id, k.queue, v.at
         FROM unnest(${keys.map((k) => k.appId)}::uuid[], ${keys.map((k) => k.queue)}::text[]) AS k (app_id, queue)
         CROSS JOIN LATERAL (
-          SELECT visible_at AS at FROM queue_messages
-          WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now()
+          SELECT visible_at AS at FROM queue_messages q
+          WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now() AND ${HEAD_OF_GROUP}
           ORDER BY visible_at LIMIT 1
         ) v`.execute(db);
       return rows.map((r) => ({ appId: r.app_id, queue: r.queue, at: toDate(r.at) }));

@@ -60,12 +60,18 @@ const Priority = optionalInteger().meta({
     "Extension, 0 to 9 (default 0): among the queue's visible messages, higher priorities are delivered first; within one, the oldest first.",
 });
 
+const GroupKey = optionalString().meta({
+  description:
+    "Extension, 1 to 128 characters, no control characters: the message's ordered group. A group's messages are delivered one at a time in put order (the next is not visible while one before it is leased, held back for a retry or delayed; a dead letter releases the group); other groups and ungrouped messages flow on. Within a group put order wins over `priority`.",
+});
+
 export const PutBody = jsonObject({
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
   dedupKey: DedupKey,
   priority: Priority,
+  groupKey: GroupKey,
 });
 
 export const BatchPutBody = jsonObject({
@@ -76,6 +82,7 @@ export const BatchPutBody = jsonObject({
       ttlSeconds: optionalInteger(),
       dedupKey: DedupKey,
       priority: Priority,
+      groupKey: GroupKey,
     }),
     { error: "must be an array of messages" },
   ),
@@ -255,6 +262,7 @@ export const MessageStateResponse = z.object({
     .nullable()
     .meta({ description: "Why its last delivery failed: a nack's reason, or `lease expired`." }),
   diedAt: NullableMs.meta({ description: "`dead`: when it died; else null." }),
+  groupKey: z.string().nullable().meta({ description: "The ordered group it is (or, dead, was) in; null when none." }),
 });
 export const DeadLetterListResponse = z.object({
   deadLetters: z.array(
@@ -269,6 +277,10 @@ export const DeadLetterListResponse = z.object({
         .string()
         .nullable()
         .meta({ description: "Why its last delivery failed: the nack's reason, or `lease expired`." }),
+      groupKey: z
+        .string()
+        .nullable()
+        .meta({ description: "The ordered group it was in (its death released the group); null when none." }),
     }),
   ),
   nextCursor: z.string().nullable().meta({ description: "Null on the last page." }),
@@ -389,6 +401,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       ttlSeconds: int32(body.ttlSeconds),
       dedupKey: body.dedupKey,
       priority: int32(body.priority),
+      groupKey: body.groupKey,
     }),
     response: (out, req) =>
       req.dedupKey === undefined
@@ -425,6 +438,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         ttlSeconds: int32(m.ttlSeconds),
         dedupKey: m.dedupKey,
         priority: int32(m.priority),
+        groupKey: m.groupKey,
       })),
     }),
     response: (out, req) => ({
@@ -539,6 +553,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
             diedAt: 1763892600000,
             expiresAt: 1764237600000,
             failureReason: "lease expired",
+            groupKey: "customer-7",
           },
         ],
         nextCursor: null,
@@ -556,6 +571,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         diedAt: epochMs(d.diedAt),
         expiresAt: epochMs(d.expiresAt),
         failureReason: d.failureReason ?? null,
+        groupKey: d.groupKey ?? null,
       })),
       nextCursor: out.nextCursor === "" ? null : out.nextCursor,
     }),
@@ -633,6 +649,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
         leaseExpiresAt: 1763892630000,
         failureReason: "lease expired",
         diedAt: null,
+        groupKey: "customer-7",
       },
     },
     params: MessagePath,
@@ -648,6 +665,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       leaseExpiresAt: epochMs(out.leaseExpiresAt),
       failureReason: out.failureReason ?? null,
       diedAt: epochMs(out.diedAt),
+      groupKey: out.groupKey ?? null,
     }),
   }),
 ];

@@ -140,6 +140,7 @@ export interface QueuesImplementation {
     queue: string,
     payload: Value | undefined,
     within?: InTransaction,
+    groupKey?: string,
   ): Promise<{ id: string }>;
   /**
    * The dead-letter sweep (housekeeping, every instance): in every queue whose policy limits deliveries,
@@ -182,6 +183,7 @@ interface PutMessageInput {
   ttlSeconds?: number;
   dedupKey?: string;
   priority?: number;
+  groupKey?: string;
 }
 
 /** The highest priority (docs/queues.md "Priorities"): 0 to 9, higher first, as graphile-worker's and BullMQ's. */
@@ -250,6 +252,25 @@ function checkDedupKey(field: string, key: string | undefined): string | undefin
   // Compared as stored: a NUL cannot be stored, and a lone surrogate would be stored as U+FFFD (matching others).
   if (key.includes("\0") || !isWellFormedText(key))
     throw invalidArgument(field, "must be text without NUL characters or lone surrogates");
+  return key;
+}
+
+/** The longest group key, in characters (code points): as a dedup key, and as SQS's `MessageGroupId`. */
+export const MAX_GROUP_KEY_CHARS = 128;
+
+/**
+ * A put's `groupKey` (docs/queues.md "Ordered groups"): 1 to 128 characters, no control characters (C0,
+ * DEL, C1: a key is shown in listings and logs, where they would garble the line) and no lone surrogates
+ * (stored as U+FFFD, it would join another key's group).
+ */
+function checkGroupKey(field: string, key: string | undefined): string | undefined {
+  if (key === undefined) return undefined;
+  const n = characterCount(key);
+  if (n < 1 || n > MAX_GROUP_KEY_CHARS)
+    throw invalidArgument(field, `must be 1 to ${MAX_GROUP_KEY_CHARS} characters (was ${n})`);
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(key) || !isWellFormedText(key))
+    throw invalidArgument(field, "must be text without control characters or lone surrogates");
   return key;
 }
 
@@ -385,6 +406,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     within?: InTransactionWith<PutAnswer>,
     priority = 0,
     traceParent?: string,
+    groupKey?: string,
   ): Promise<PutAnswer> {
     const max = app.limits.maxQueueDepth;
     if (dedupKey !== undefined) {
@@ -395,7 +417,17 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         app.id,
         queue,
         max,
-        [{ payload, delaySeconds, ttlSeconds, notify, dedupKey, priority }],
+        [
+          {
+            payload,
+            delaySeconds,
+            ttlSeconds,
+            notify,
+            dedupKey,
+            priority,
+            ...(groupKey !== undefined && { groupKey }),
+          },
+        ],
         dedupWindowSeconds,
         within && ((trx, messages) => within(trx, messages[0])),
       );
@@ -412,6 +444,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       priority,
       notify: hub.payload(app.id, queue, 0),
       ...(traceParent && { traceParent }),
+      ...(groupKey !== undefined && { groupKey }),
     };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
     // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
@@ -442,10 +475,11 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
     const priority = checkRange("priority", req.priority, 0, MAX_PRIORITY, 0);
+    const groupKey = checkGroupKey("groupKey", req.groupKey);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
     const done = auditThen(audit, answerIn, answer);
     const run = (traceParent?: string) =>
-      put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority, traceParent);
+      put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority, traceParent, groupKey);
     return answer(tracing ? await tracing.send(queue, run) : await run());
   }
 
@@ -472,7 +506,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
   return {
     events,
-    putAsOperator: (app, queue, payload, within) => putMessage(app, { queue, payload }, within),
+    putAsOperator: (app, queue, payload, within, groupKey) =>
+      putMessage(app, { queue, payload, ...(groupKey !== undefined && { groupKey }) }, within),
     policies,
     async buryLapsed(appOf, signal) {
       let moved = 0;
@@ -554,6 +589,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
             priority: checkRange(`messages[${i}].priority`, m.priority, 0, MAX_PRIORITY, 0),
+            groupKey: checkGroupKey(`messages[${i}].groupKey`, m.groupKey),
           };
         });
         const max = app.limits.maxQueueDepth;
@@ -671,6 +707,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             diedAt: timestampFromMs(d.diedAt.getTime()),
             expiresAt: timestampFromMs(d.expiresAt.getTime()),
             failureReason: d.failureReason ?? undefined,
+            groupKey: d.groupKey ?? undefined,
           })),
           nextCursor: page.nextPageToken,
         };
@@ -716,6 +753,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           leaseExpiresAt: ts(state.leaseExpiresAt),
           failureReason: state.failureReason ?? undefined,
           diedAt: ts(state.diedAt),
+          groupKey: state.groupKey ?? undefined,
         };
       },
 

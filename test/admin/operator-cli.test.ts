@@ -108,6 +108,21 @@ describe("the operator commands", () => {
     });
   });
 
+  it("queues put --group-key: the group's next waits behind its head; queues message shows the group", async () => {
+    const first = await cliJson("queues", "put", "cli-ops", "grouped", '{"n":1}', "--group-key", "order-9");
+    const second = await cliJson("queues", "put", "cli-ops", "grouped", '{"n":2}', "--group-key", "order-9");
+    const got = await t.request("POST", "/v1/queues/grouped/consume", {
+      token: app.token,
+      body: { waitSeconds: 0, max: 10 },
+    });
+    expect(got.body.messages.map((m: { id: string }) => m.id)).toEqual([first.id]);
+    const status = await cliJson("queues", "message", "cli-ops", "grouped", second.id);
+    expect(status.message).toMatchObject({ status: "waiting", groupKey: "order-9" });
+    await expect(cli("queues", "put", "cli-ops", "grouped", "1", "--group-key", "")).rejects.toMatchObject({
+      stderr: expect.stringContaining("groupKey"),
+    });
+  });
+
   it("dead-letters list, replay and purge; the maxDeliveries limit (and a rate limit beside it)", async () => {
     await cli("apps", "set", "cli-ops", "--limit", "maxDeliveries=1", "--limit", "requestsPerSecond=900");
     expect((await t.admin.getApp({ appId: app.id })).app!.limits).toMatchObject({

@@ -112,7 +112,9 @@ describe("GET /openapi.json", () => {
       "ttlSeconds",
       "dedupKey",
       "priority",
+      "groupKey",
     ]);
+    expect(body("/v1/queues/{queue}").properties.groupKey.description).toContain("ordered group");
     expect(body("/v1/queues/{queue}").required).toEqual(["payload"]);
     expect(Object.keys(body("/v1/queues/{queue}/consume").properties)).toEqual(["waitSeconds", "leaseSeconds", "max"]);
     expect(Object.keys(body("/v1/analytics/query").properties).sort()).toEqual([

@@ -247,7 +247,7 @@ describe("the operator dashboard in Chromium", () => {
       );
       expect(await consume()).toBeNull();
     };
-    expect((await rest("/v1/queues/jobs", { payload: { job: "resize" } })).status).toBe(200);
+    expect((await rest("/v1/queues/jobs", { payload: { job: "resize" }, groupKey: "customer-7" })).status).toBe(200);
     await deliverAndBury();
     await tab("Queues");
     await page.getByRole("button", { name: "Dead letters of jobs" }).click();
@@ -257,6 +257,9 @@ describe("the operator dashboard in Chromium", () => {
     // Its last lease lapsed: the panel says why it failed, as the API does.
     expect(dead.failureReason).toBe("lease expired");
     expect(await page.locator(".messages .failure-reason").first().textContent()).toBe("last failure: lease expired");
+    // And which ordered group it was in (its death released the group).
+    expect(dead.groupKey).toBe("customer-7");
+    expect(await page.locator(".messages li p.muted").first().textContent()).toContain("group customer-7");
     await shot("06b-dead-letters");
     await page.getByRole("button", { name: `Replay ${dead.id}` }).click();
     await page.getByText("Replayed 1.").waitFor();

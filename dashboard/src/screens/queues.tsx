@@ -580,6 +580,7 @@ function DeadLetters({ app, queue, onClose }: { app: App; queue: string; onClose
                     <p className="muted">
                       died {formatTime(d.diedAt)} · {formatDeliveries(d.deliveries)} ·{" "}
                       {Number(d.sizeBytes).toLocaleString()} bytes · id {d.id}
+                      {d.groupKey === undefined ? null : <> · group {d.groupKey}</>}
                     </p>
                     {d.failureReason === undefined ? null : (
                       <p className="failure-reason">

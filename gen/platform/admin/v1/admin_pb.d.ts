@@ -1788,6 +1788,13 @@ export declare type DeadLetter = Message<"platform.admin.v1.DeadLetter"> & {
    * @generated from field: optional string failure_reason = 9;
    */
   failureReason?: string | undefined;
+
+  /**
+   * The ordered group it was in (its death released the group); unset when none.
+   *
+   * @generated from field: optional string group_key = 10;
+   */
+  groupKey?: string | undefined;
 };
 
 /**
@@ -3031,6 +3038,13 @@ export declare type PutTestMessageRequest = Message<"platform.admin.v1.PutTestMe
    * @generated from field: google.protobuf.Value payload = 3;
    */
   payload?: Value | undefined;
+
+  /**
+   * The message's ordered group, as the app's PutMessageRequest.group_key.
+   *
+   * @generated from field: optional string group_key = 4;
+   */
+  groupKey?: string | undefined;
 };
 
 /**

@@ -186,6 +186,17 @@ export declare type PutMessageRequest = Message$1<"platform.queues.v1.PutMessage
    * @generated from field: optional int32 priority = 6;
    */
   priority?: number | undefined;
+
+  /**
+   * Extension: the message's ordered group, 1 to 128 characters (no control
+   * characters). Messages of one group are delivered one at a time in put
+   * order: the next is not visible while one before it is leased, held back
+   * for a retry or delayed; other groups and ungrouped messages flow on.
+   * Within a group put order wins over priority.
+   *
+   * @generated from field: optional string group_key = 7;
+   */
+  groupKey?: string | undefined;
 };
 
 /**
@@ -377,6 +388,13 @@ export declare type PutMessagesItem = Message$1<"platform.queues.v1.PutMessagesI
    * @generated from field: optional int32 priority = 5;
    */
   priority?: number | undefined;
+
+  /**
+   * As PutMessageRequest.group_key.
+   *
+   * @generated from field: optional string group_key = 6;
+   */
+  groupKey?: string | undefined;
 };
 
 /**
@@ -934,6 +952,13 @@ export declare type QueueDeadLetter = Message$1<"platform.queues.v1.QueueDeadLet
    * @generated from field: optional string failure_reason = 7;
    */
   failureReason?: string | undefined;
+
+  /**
+   * The ordered group it was in (its death released the group); unset when none.
+   *
+   * @generated from field: optional string group_key = 8;
+   */
+  groupKey?: string | undefined;
 };
 
 /**
@@ -1200,6 +1225,13 @@ export declare type GetMessageResponse = Message$1<"platform.queues.v1.GetMessag
    * @generated from field: google.protobuf.Timestamp died_at = 10;
    */
   diedAt?: Timestamp | undefined;
+
+  /**
+   * The ordered group it is (or, dead, was) in; unset when none.
+   *
+   * @generated from field: optional string group_key = 11;
+   */
+  groupKey?: string | undefined;
 };
 
 /**

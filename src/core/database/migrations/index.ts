@@ -36,6 +36,7 @@ import * as queuePriorities from "./0031-queue-priorities.ts";
 import * as analyticsIdentity from "./0032-analytics-identity.ts";
 import * as queueSchedules from "./0033-queue-schedules.ts";
 import * as queueRateLimits from "./0034-queue-rate-limits.ts";
+import * as queueGroups from "./0035-queue-groups.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -71,4 +72,5 @@ export const migrations: Record<string, Migration> = {
   "0032-analytics-identity": analyticsIdentity,
   "0033-queue-schedules": queueSchedules,
   "0034-queue-rate-limits": queueRateLimits,
+  "0035-queue-groups": queueGroups,
 };
