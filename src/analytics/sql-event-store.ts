@@ -231,7 +231,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   const insertBatch = async (
     appId: string,
     events: readonly StoredEvent[],
-    within?: InTransaction,
+    answerIn?: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void> => {
     const raw = JSON.stringify(
@@ -240,11 +240,11 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
-      if (!within) await insertRows(appId, raw, r, slot, db, spend?.());
+      if (!answerIn) await insertRows(appId, raw, r, slot, db, spend?.());
       else
         await inTransaction(database, async (trx) => {
           await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>(), spend?.());
-          await within(trx);
+          await answerIn(trx);
         });
     } finally {
       slots.release(slot);
@@ -292,9 +292,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
       if (events.length > 0) await insertBatch(appId, events, undefined, spend);
     },
 
-    async insertWithin(appId, events, within, spend) {
-      if (events.length > 0) await insertBatch(appId, events, within, spend);
-      else await inTransaction(database, within);
+    async insertWithin(appId, events, answerIn, spend) {
+      if (events.length > 0) await insertBatch(appId, events, answerIn, spend);
+      else await inTransaction(database, answerIn);
     },
 
     async count(q) {

@@ -14,9 +14,15 @@
 import type { AppRecord } from "../core/apps/apps.ts";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
-import type { InTransaction } from "../core/database/index.ts";
+import type { Tx } from "../core/database/index.ts";
 import { MAX_LEASE_SECONDS } from "./queue-limits.ts";
-import { DROP_DEAD_LETTERS, type ClaimRule, type QueueStore, type StoredPolicy } from "./queue-store.ts";
+import {
+  DROP_DEAD_LETTERS,
+  createQueueStore,
+  type ClaimRule,
+  type QueueStore,
+  type StoredPolicy,
+} from "./queue-store.ts";
 
 /** How long an instance keeps a policy it read. */
 export const POLICY_CACHE_MS = 2_000;
@@ -173,8 +179,8 @@ export interface QueuePolicies {
   /** The stored policy of a queue (cached for `POLICY_CACHE_MS`). */
   stored(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   get(app: AppRecord, queue: string): Promise<QueuePolicy>;
-  /** `within` runs in the change's transaction (an operator's audit entry). */
-  update(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** On `tx` (an operator's unit of work) when given: the change commits with the operator's other writes. */
+  update(app: AppRecord, queue: string, change: PolicyChange, tx?: Tx): Promise<QueuePolicy>;
 }
 
 export function createQueuePolicies(store: QueueStore): QueuePolicies {
@@ -195,14 +201,13 @@ export function createQueuePolicies(store: QueueStore): QueuePolicies {
     async get(app, queue) {
       return effectivePolicy(app, await policies.stored(app.id, queue));
     },
-    async update(app, queue, change, within) {
-      const stored = await store.updatePolicy(
-        app.id,
-        queue,
-        (current) => applyChange(app, queue, current, change),
-        within,
+    async update(app, queue, change, tx) {
+      const stored = await (tx ? createQueueStore(tx.db) : store).updatePolicy(app.id, queue, (current) =>
+        applyChange(app, queue, current, change),
       );
-      cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
+      const remember = () => cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
+      if (tx) tx.afterCommit(remember);
+      else remember();
       return effectivePolicy(app, stored);
     },
   };

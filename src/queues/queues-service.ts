@@ -38,7 +38,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { MessageStatus, QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
-import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
+import type { Db, InTransactionWith, Tx } from "../core/database/index.ts";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
@@ -87,8 +87,6 @@ import type { WakeHub } from "./wake-hub.ts";
  * example `secret.set`). Never refused for depth: the oldest is dropped.
  */
 export interface PlatformEvents {
-  /** `within` runs in the put's transaction (an operator's audit entry): the event is on the queue with it or not at all. */
-  publish(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
   /**
    * Publishes on `trx`, the transaction of the change the event announces
    * (a secret's new version): the event is on `_events` and in the feed
@@ -129,15 +127,9 @@ export interface QueuesImplementation {
   readonly events: EventsQueue;
   /**
    * An operator's test message (AdminService `PutTestMessage`): `PutMessage` as
-   * the app, same checks and limits, with `within` (the audit entry) in the
-   * put's transaction. The message's id.
+   * the app, same checks and limits, on the operator's unit of work. The message's id.
    */
-  putAsOperator(
-    app: AppRecord,
-    queue: string,
-    payload: Value | undefined,
-    within?: InTransaction,
-  ): Promise<{ id: string }>;
+  putAsOperator(tx: Tx, app: AppRecord, queue: string, payload: Value | undefined): Promise<{ id: string }>;
   /**
    * The dead-letter sweep (housekeeping, every instance): in every queue whose policy limits deliveries,
    * the messages past the limit whose last lease lapsed (or was nacked) move to the dead letters, whether or
@@ -378,7 +370,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     delaySeconds: number,
     ttlSeconds: number,
     dedupKey: string | undefined,
-    within?: InTransactionWith<PutAnswer>,
+    answerIn?: InTransactionWith<PutAnswer>,
     priority = 0,
     traceParent?: string,
   ): Promise<PutAnswer> {
@@ -393,7 +385,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         max,
         [{ payload, delaySeconds, ttlSeconds, notify, dedupKey, priority }],
         dedupWindowSeconds,
-        within && ((trx, messages) => within(trx, messages[0])),
+        answerIn && ((trx, messages) => answerIn(trx, messages[0])),
       );
       if (!result.inserted) throw queueFull(queue, result.depth, max);
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
@@ -410,10 +402,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       ...(traceParent && { traceParent }),
     };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
-    // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
-    const result: PutResult = within
+    // A put with `answerIn` (an idempotent answer) needs a transaction of its own, not a shared batch.
+    const result: PutResult = answerIn
       ? await store.putSerialized({ ...input, depthBelow: max }, (trx: Db, made: PutDone) =>
-          within(trx, { ...made, deduplicated: false }),
+          answerIn(trx, { ...made, deduplicated: false }),
         )
       : await putBatcher.call(`${app.id}|${queue}|${max}`, { ...input, depthBelow: max });
     if (!result.inserted) throw queueFull(queue, result.depth, max);
@@ -422,27 +414,47 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   }
 
   /**
-   * `PutMessage` of `app`; what commits with the message: `audit`, an
-   * operator's audit entry (a test message), and `answerIn`, the answer of an
-   * idempotent run. (Two parameters, not one: the auditor's callback takes an
-   * optional second argument of its own, so it is never handed `made`.)
+   * `PutMessage` of `app`; `answerIn`, the answer of an idempotent run, commits with the message.
    */
-  async function putMessage(
-    app: AppRecord,
-    req: PutMessageInput,
-    audit?: InTransaction,
-    answerIn?: InTransactionWith<PutMessageAnswer>,
-  ) {
+  async function putMessage(app: AppRecord, req: PutMessageInput, answerIn?: InTransactionWith<PutMessageAnswer>) {
     const queue = checkPutQueue(req.queue);
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
     const dedupKey = checkDedupKey("dedupKey", req.dedupKey);
     const priority = checkRange("priority", req.priority, 0, MAX_PRIORITY, 0);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
-    const done = auditThen(audit, answerIn, answer);
+    const done = answerIn && ((trx: Db, made: PutAnswer) => answerIn(trx, answer(made)));
     const run = (traceParent?: string) =>
       put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority, traceParent);
     return answer(tracing ? await tracing.send(queue, run) : await run());
+  }
+
+  /**
+   * An operator's test message: `PutMessage`'s checks and limits, one serialised put on the operator's unit
+   * of work `tx` (as an idempotent put's); its consumers are woken once `tx` committed.
+   */
+  async function putOn(tx: Tx, app: AppRecord, req: PutMessageInput): Promise<{ id: string }> {
+    const queue = checkPutQueue(req.queue);
+    const payload = payloadText(req.payload, app);
+    const { ttlSeconds, delaySeconds } = putTimes(app, req);
+    const max = app.limits.maxQueueDepth;
+    const run = async (traceParent?: string) => {
+      const result = await createQueueStore(tx.db).putSerialized({
+        appId: app.id,
+        queue,
+        payload,
+        delaySeconds,
+        ttlSeconds,
+        priority: 0,
+        notify: hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0),
+        ...(traceParent && { traceParent }),
+        depthBelow: max,
+      });
+      if (!result.inserted) throw queueFull(queue, result.depth, max);
+      tx.afterCommit(() => announced(app.id, queue, delaySeconds));
+      return { id: result.id };
+    };
+    return tracing ? tracing.send(queue, run) : run();
   }
 
   const events: EventsQueue = {
@@ -468,7 +480,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
   return {
     events,
-    putAsOperator: (app, queue, payload, within) => putMessage(app, { queue, payload }, within),
+    putAsOperator: (tx, app, queue, payload) => putOn(tx, app, { queue, payload }),
     policies,
     async buryLapsed(appOf, signal) {
       let moved = 0;
@@ -503,7 +515,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
       putMessage(req, context) {
         const answerIn = answerInRun(context, QueueService.method.putMessage, (answer: PutMessageAnswer) => answer);
-        return putMessage(appOf(context), req, undefined, answerIn);
+        return putMessage(appOf(context), req, answerIn);
       },
 
       async consumeMessage(req, context) {
@@ -688,7 +700,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         // `_events` too: the app consumes it, so it may also clear it.
         const queue = checkQueueName(req.queue, true);
-        const purged = await store.purge(app.id, queue, undefined, req.includeLeased);
+        const purged = await store.purge(app.id, queue, req.includeLeased);
         // Purged leases leave any stream window that holds them when their lease ends (their acks answer false).
         return { purged };
       },

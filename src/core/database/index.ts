@@ -16,10 +16,5 @@ export { isDatabaseUnreachable, type DatabaseHealth } from "./health.ts";
 export { PREPARED } from "./prepared.ts";
 export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";
 export { exactTimeText, isExactTimeText } from "./exact-time.ts";
-export {
-  auditThen,
-  inTransaction,
-  transactionAsDb,
-  type InTransaction,
-  type InTransactionWith,
-} from "./in-transaction.ts";
+export { transact, unitOfWork, type Tx } from "./unit-of-work.ts";
+export { inTransaction, transactionAsDb, type InTransaction, type InTransactionWith } from "./in-transaction.ts";
