@@ -36,7 +36,7 @@ import {
 } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
-export const PEEK_PAYLOAD_CHARS = 4096;
+const PEEK_PAYLOAD_CHARS = 4096;
 
 export type AppFacilityRpcs = Pick<
   ServiceImpl<typeof AdminService>,
@@ -61,7 +61,7 @@ export type AppFacilityRpcs = Pick<
 >;
 
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
-export const MAX_DEAD_LETTER_IDS = 1_000;
+const MAX_DEAD_LETTER_IDS = 1_000;
 
 /** A queue's policy as AdminService answers it. */
 function policyMessage(queue: string, p: QueuePolicy) {
@@ -81,7 +81,7 @@ function policyMessage(queue: string, p: QueuePolicy) {
  * Where a queue's max_deliveries comes from (the rule of the queues facility's `effectivePolicy`): the queue's
  * own value unless the app's limit bounds it, else the app's limit, else none (unlimited).
  */
-export function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): "queue" | "app" | "default" {
+function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): "queue" | "app" | "default" {
   const limit = app.limits.maxDeliveries;
   const own = stored?.maxDeliveries ?? null;
   if (own !== null && !(limit > 0 && (own === 0 || own > limit))) return "queue";

@@ -20,7 +20,7 @@ import type { Db } from "../core/database/index.ts";
 
 export type AuditOutcome = "ok" | "denied" | "failed";
 
-export interface AuditLogTable {
+interface AuditLogTable {
   id: ColumnType<string, never, never>;
   at: ColumnType<Date, never, never>;
   operator_id: string;
@@ -47,12 +47,12 @@ export interface AuditEntryInput {
   detail: Record<string, unknown>;
 }
 
-export interface AuditEntryRecord extends Required<AuditEntryInput> {
+interface AuditEntryRecord extends Required<AuditEntryInput> {
   id: string;
   at: Date;
 }
 
-export interface AuditFilter {
+interface AuditFilter {
   appId?: string | undefined;
   operatorId?: string | undefined;
   action?: string | undefined;

@@ -23,7 +23,7 @@ export interface AuditedApp {
 }
 
 /** Names the app of the entry when only the change knows it (a created app, a token's app). */
-export type Concerns = (app: AuditedApp | undefined) => void;
+type Concerns = (app: AuditedApp | undefined) => void;
 
 export interface Auditor {
   audited<T>(

@@ -17,12 +17,12 @@ import { retentionCutoff } from "../core/apps/apps.ts";
 import { HOUR_MS } from "../core/time.ts";
 
 export type { FacilityOperations } from "./facility-operations.ts";
-export type { OverviewDependency, OverviewOptions, QueueAttention } from "./overview.ts";
+export type { OverviewDependency, OverviewOptions } from "./overview.ts";
 export { createTokenUsageRecorder } from "./token-usage.ts";
 export { createAuditStore, type AuditEntryInput } from "./audit-store.ts";
 
 /** How often the audit log's expired entries are deleted. */
-export const AUDIT_SWEEP_INTERVAL_MS = HOUR_MS;
+const AUDIT_SWEEP_INTERVAL_MS = HOUR_MS;
 
 /**
  * `onAuthChanged` runs after every change to an app, a token or an operator (see `AdminServiceOptions`);

@@ -45,25 +45,16 @@ export interface OverviewDependency {
 }
 
 /** How many apps the overview names as the most active of the day. */
-export const TOP_APPS = 5;
+const TOP_APPS = 5;
 /** The hours of the overview's per-facility chart. */
-export const OVERVIEW_HOURS = 24;
-
-/** A queue as the overview needs it, across apps. */
-export interface QueueAttention {
-  appId: string;
-  queue: string;
-  deadLetters: number;
-  /** Age in seconds of the oldest waiting message; 0 when none waits. */
-  oldestAgeSeconds: number;
-}
+const OVERVIEW_HOURS = 24;
 
 /** A waiting message older than this is worth a look. */
-export const OLD_MESSAGE_SECONDS = 3600;
+const OLD_MESSAGE_SECONDS = 3600;
 /** A link expiring within this is worth a look. */
-export const LINK_EXPIRING_SECONDS = 3600;
+const LINK_EXPIRING_SECONDS = 3600;
 /** The share of a daily cap from which an app is "near" it. */
-export const CAP_NEAR_SHARE = 0.8;
+const CAP_NEAR_SHARE = 0.8;
 
 const CAPS: [QuotaCounter, "eventsPerDay" | "mailPerDay" | "fastTokensPerDay" | "embedTokensPerDay"][] = [
   ["events", "eventsPerDay"],

@@ -35,7 +35,7 @@ export interface AnalyticsFacilityOptions {
  * The store of the configuration: MongoDB when MONGODB_URL is set, else the
  * platform database. The MongoDB module (and its driver) is loaded only when configured.
  */
-export async function createEventStore(deps: Deps): Promise<EventStore> {
+async function createEventStore(deps: Deps): Promise<EventStore> {
   const { config } = deps;
   if (!config.mongodbUrl)
     return createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });

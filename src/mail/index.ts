@@ -15,7 +15,7 @@ import { retentionTask } from "../core/housekeeping.ts";
 import { HOUR_MS } from "../core/time.ts";
 import { createMailDayStore } from "./mail-day-store.ts";
 
-export type { MailLogRecord, MailLogStatus, MailSearch } from "./mail-store.ts";
+export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 export { rawMessage } from "./raw-message.ts";
 
 /** The mail facility's operations for the admin API (reads only: an operator changes no mail). */
@@ -41,7 +41,7 @@ export interface MailFacilityOptions {
  * The provider of `MAIL_PROVIDER`: SES in production, the outbox by default.
  * The SES module (and the AWS SDK under it) is loaded only when configured.
  */
-export async function createMailProvider(deps: Deps): Promise<MailProvider> {
+async function createMailProvider(deps: Deps): Promise<MailProvider> {
   const { config, logger } = deps;
   if (config.mailProvider !== "ses") return createOutboxProvider();
   const { createSesProvider } = await import("./ses-provider.ts");

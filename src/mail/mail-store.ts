@@ -7,7 +7,7 @@ import { sql, type Generated, type Kysely } from "kysely";
 import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 
 /** One send attempt, by either provider. */
-export interface MailLogTable {
+interface MailLogTable {
   id: Generated<number>;
   app_id: string;
   to_address: string;

@@ -12,9 +12,9 @@ import type { DeadLetter, DeadLetterSelection, QueueStore } from "./queue-store.
 import type { WakeHub } from "./wake-hub.ts";
 
 /** Dead letters replayed per statement when replaying all of a queue's. */
-export const REPLAY_BATCH = 1_000;
+const REPLAY_BATCH = 1_000;
 
-export interface DeadLetterPage {
+interface DeadLetterPage {
   deadLetters: DeadLetter[];
   /** Empty on the last page. */
   nextPageToken: string;

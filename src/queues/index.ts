@@ -38,10 +38,7 @@ export { EVENTS_QUEUE } from "./queue-limits.ts";
 export { isPeekPosition } from "./queue-store.ts";
 export { checkQueueName } from "./queue-name.ts";
 
-export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
-export type { DeadLetterOperator, DeadLetterPage } from "./dead-letters.ts";
-export type { QueueAttentionRow } from "./queue-attention-store.ts";
-export type { QueueOverview } from "./queue-overview-store.ts";
+export type { DeadLetterSelection } from "./queue-store.ts";
 export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 

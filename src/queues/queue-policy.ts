@@ -25,27 +25,27 @@ import {
 } from "./queue-store.ts";
 
 /** How long an instance keeps a policy it read. */
-export const POLICY_CACHE_MS = 2_000;
+const POLICY_CACHE_MS = 2_000;
 /** The dedup window of a queue whose app set none (SQS FIFO's). */
-export const DEFAULT_DEDUP_WINDOW_SECONDS = 300;
-export const MAX_DEDUP_WINDOW_SECONDS = 86_400;
-export const MAX_RETRY_DELAY_SECONDS = 43_200;
-export const DEFAULT_RETRY_BACKOFF = 2;
-export const MAX_RETRY_BACKOFF = 10;
-export const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
+const DEFAULT_DEDUP_WINDOW_SECONDS = 300;
+const MAX_DEDUP_WINDOW_SECONDS = 86_400;
+const MAX_RETRY_DELAY_SECONDS = 43_200;
+const DEFAULT_RETRY_BACKOFF = 2;
+const MAX_RETRY_BACKOFF = 10;
+const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
 /**
  * The default policy's first retry hold (docs/queues.md "Queue policies"): with the default backoff
  * (2) and bound (3,600 s) a failing message comes back after about 1, 2, 4, ... s, up to an hour, as
  * pg-boss's and BullMQ's backoff does, instead of at once (a handler failing on every delivery ran
  * about 180 times a second).
  */
-export const DEFAULT_RETRY_DELAY_SECONDS = 1;
+const DEFAULT_RETRY_DELAY_SECONDS = 1;
 /**
  * The default share of each hold drawn at random, for a queue that did not set `retryDelaySeconds`:
  * holds of [½, 1] × the backoff's, so messages that failed together do not return together. A queue
  * that set its own delay keeps it exact (jitter 0) unless it sets `retryJitter` too.
  */
-export const DEFAULT_RETRY_JITTER = 0.5;
+const DEFAULT_RETRY_JITTER = 0.5;
 
 /** A queue's policy with every default filled in: what `GET .../policy` answers. */
 export interface QueuePolicy {
@@ -128,7 +128,7 @@ function integer(field: string, value: number | undefined, min: number, max: num
 }
 
 /** Checks a change against the rules and the app's limits; returns the stored policy it makes. */
-export function applyChange(app: AppRecord, queue: string, current: StoredPolicy, change: PolicyChange): StoredPolicy {
+function applyChange(app: AppRecord, queue: string, current: StoredPolicy, change: PolicyChange): StoredPolicy {
   const next = { ...current };
   const limit = app.limits.maxDeliveries;
   if (change.maxDeliveries !== undefined) {

@@ -33,7 +33,7 @@ import {
 } from "../core/database/index.ts";
 
 /** One message of a queue. */
-export interface QueueMessagesTable {
+interface QueueMessagesTable {
   id: Generated<string>;
   app_id: string;
   queue: string;
@@ -54,7 +54,7 @@ export interface QueueMessagesTable {
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
-export interface QueueDeadLettersTable {
+interface QueueDeadLettersTable {
   seq: Generated<string>;
   id: string;
   app_id: string;
@@ -151,7 +151,7 @@ export interface QueueActivityHour {
   acks: number;
 }
 
-export interface QueueStats {
+interface QueueStats {
   name: string;
   depth: number;
   inFlight: number;
@@ -159,7 +159,7 @@ export interface QueueStats {
   deadLetters: number;
 }
 
-export interface PutInput {
+interface PutInput {
   appId: string;
   queue: string;
   payload: string;
@@ -296,7 +296,7 @@ export interface ClaimRule {
 }
 
 /** No dead letters, no retry hold: the plain claim of docs/api.md#queues. */
-export const PLAIN_CLAIM: ClaimRule = {
+const PLAIN_CLAIM: ClaimRule = {
   maxDeliveries: 0,
   deadLetterQueue: null,
   ttlSeconds: 0,
@@ -340,7 +340,7 @@ export interface DeadLetter {
 }
 
 /** Where a message of a queue is (`GET /v1/queues/{queue}/messages/{id}`). */
-export interface MessageState {
+interface MessageState {
   status: "waiting" | "delayed" | "leased" | "dead";
   id: string;
   queue: string;

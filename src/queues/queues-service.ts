@@ -98,7 +98,7 @@ export interface PlatformEvents {
 }
 
 /** The `_events` queue as the facility's publisher uses it (see `index.ts`, which adds the feed). */
-export interface EventsQueue {
+interface EventsQueue {
   /** Puts `{ kind, at, data }` on the app's `_events` on `trx`; never refused for depth: the oldest is dropped. */
   put(trx: Db, app: AppRecord, kind: string, at: number, data: JsonValue): Promise<{ id: string }>;
   /** After the put committed: wakes this process's consumers of `_events`. */
@@ -174,7 +174,7 @@ interface PutMessageInput {
 }
 
 /** The highest priority (docs/queues.md "Priorities"): 0 to 9, higher first, as graphile-worker's and BullMQ's. */
-export const MAX_PRIORITY = 9;
+const MAX_PRIORITY = 9;
 
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
   const ttlSeconds = checkRange(
@@ -253,7 +253,7 @@ function selection(ids: string[]): DeadLetterSelection {
 }
 
 /** The longest `reason` a nack keeps, in characters (code points). */
-export const MAX_NACK_REASON_CHARS = 1_000;
+const MAX_NACK_REASON_CHARS = 1_000;
 
 function checkReason(reason: string): string {
   if (!isWellFormedText(reason)) throw invalidArgument("reason", "must be text (no lone surrogate)");

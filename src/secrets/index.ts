@@ -14,10 +14,8 @@ import { createSecretsService, valueProblem, type SecretsOperations } from "./se
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 
 export type { SecretsOperations } from "./secrets-service.ts";
-export { MAX_VALUE_BYTES } from "./secrets-service.ts";
-export { rotateSecretsKeyFromConfig } from "./rotate-key.ts";
 export { keyringFromConfig, createKeyring, keyIdOf } from "./keyring.ts";
-export { keysNeeded, type KeysNeeded } from "./key-check.ts";
+export { keysNeeded } from "./key-check.ts";
 
 export interface SecretsFacilityOptions {
   /** The queues facility's `_events` publisher. */
@@ -27,7 +25,7 @@ export interface SecretsFacilityOptions {
 }
 
 /** How often used and expired links are deleted, for every app at once. */
-export const LINK_SWEEP_INTERVAL_MS = 60_000;
+const LINK_SWEEP_INTERVAL_MS = 60_000;
 
 export type SecretsFacility = Facility<typeof SecretsService> & {
   /** What the admin API does to an app's secrets (each change on the caller's unit of work). */

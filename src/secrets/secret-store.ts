@@ -11,7 +11,7 @@ import type { AppTables } from "../core/apps/app-store.ts";
 import { transact, transactionAsDb, type Db, type InTransactionWith, type Timestamp } from "../core/database/index.ts";
 import type { SealedValue } from "./keyring.ts";
 
-export interface SecretsTable {
+interface SecretsTable {
   app_id: string;
   name: string;
   /** AES-256-GCM: iv (12 bytes) | tag (16 bytes) | ciphertext; null while unset. */
@@ -21,7 +21,7 @@ export interface SecretsTable {
   set_at: Timestamp | null;
 }
 
-export interface SecretLinksTable {
+interface SecretLinksTable {
   /** Hex SHA-256 of the link token; the token itself is never stored. */
   token_hash: string;
   /** What the operator lists and revokes a link by (migration 0015): never the token or its hash. */
@@ -35,7 +35,7 @@ export interface SecretLinksTable {
 }
 
 /** The last version of a dropped name (migration 0021): a name declared again counts on from it. */
-export interface SecretVersionFloorsTable {
+interface SecretVersionFloorsTable {
   app_id: string;
   name: string;
   version: number;

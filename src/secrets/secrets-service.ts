@@ -42,7 +42,7 @@ import {
 } from "./secret-store.ts";
 
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
-export const MAX_VALUE_BYTES = 65_536;
+const MAX_VALUE_BYTES = 65_536;
 
 export interface SecretsServiceOptions {
   store: SecretStore;
@@ -55,7 +55,7 @@ export interface SecretsServiceOptions {
 }
 
 /** A link made by `createLink`: its URL holds the token, shown only in this answer. */
-export interface CreatedLink {
+interface CreatedLink {
   url: string;
   name: string;
   expiresAt: Date;

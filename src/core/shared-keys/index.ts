@@ -6,5 +6,4 @@ export {
   recordSecretsKey,
   recordedSecretsKeyId,
   verifySharedKeys,
-  type KeyIds,
 } from "./shared-keys.ts";
