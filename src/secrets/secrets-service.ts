@@ -37,7 +37,6 @@ import {
   type LinkInfo,
   type RemovalGuard,
   type SecretStore,
-  type Sealer,
   type SetResult,
 } from "./secret-store.ts";
 
@@ -121,6 +120,9 @@ function requireEnabled(app: AppRecord): void {
     throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
 }
 
+/** The store on an operator's unit of work. */
+const storeOn = (tx: Tx): SecretStore => createSecretStore(tx.db);
+
 export function createSecretsService(options: SecretsServiceOptions): SecretsImplementation {
   const { store, keyring, logger } = options;
 
@@ -190,7 +192,62 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     return { url, name, expiresAt: result.expiresAt };
   }
 
-  const operations = createSecretsOperations(store, createLink, announced, seal);
+  const operations: SecretsOperations = {
+    createLink: (tx, app, name) => createLink(storeOn(tx), app, name),
+    declaredNames: (appId) => store.declaredNames(appId),
+    lockForAppDeletion: (tx, appId) => store.lockForAppDeletion(tx.db, appId),
+    declareSecrets: (tx, appId, names) => storeOn(tx).declare(appId, names),
+    addSecretNames: (tx, appId, names) => storeOn(tx).addNames(appId, names),
+
+    async removeSecretNames(tx, appId, names, guard) {
+      const result = await storeOn(tx).removeNames(appId, names, guard);
+      if (result.changed.length > 0) {
+        const list = result.changed.join(", ");
+        throw new PlatformError(
+          "conflict",
+          `${list} ${result.changed.length === 1 ? "has" : "have"} changed since you looked (a value was set): nothing was removed; look again`,
+          { details: result.changed.map((name) => `${name}: not at the expected version`) },
+        );
+      }
+      if (!result.removed) {
+        const list = result.withValues.join(", ");
+        throw new PlatformError(
+          "failed_precondition",
+          `removing ${list} would destroy ${result.withValues.length === 1 ? "its value" : "their values"}; confirm to destroy`,
+          {
+            details: result.withValues.map((name) => `${name}: has a value (set confirm_destroy_values to destroy it)`),
+          },
+        );
+      }
+      return result.withValues;
+    },
+
+    listLinks: (appId) => store.listLinks(appId),
+    expiringLinks: (seconds) => store.expiringLinks(seconds),
+
+    async revokeLink(tx, appId, linkId) {
+      const revoked = isUuid(linkId) ? await storeOn(tx).revokeLink(appId, linkId) : undefined;
+      if (revoked === "used")
+        throw new PlatformError(
+          "failed_precondition",
+          `link ${linkId} was already used: the value it set stays (set another value, or drop the name, to undo it)`,
+        );
+      if (revoked === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
+      return revoked.name;
+    },
+
+    async setSecret(tx, app, name, value) {
+      checkName(name);
+      const problem = valueProblem(value);
+      if (problem) throw invalidArgument("value", problem);
+      const result = await announced(
+        (announce) => storeOn(tx).set(app.id, name, seal(app.id, name, value), announce),
+        tx,
+      );
+      if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
+      return { version: result.version, setAt: result.setAt };
+    },
+  };
 
   return {
     impl: {
@@ -251,72 +308,5 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     findLink: (token) => store.findLink(hashLinkToken(token)),
     useLink,
     operations,
-  };
-}
-
-/** The store on an operator's unit of work. */
-const storeOn = (tx: Tx): SecretStore => createSecretStore(tx.db);
-
-function createSecretsOperations(
-  store: SecretStore,
-  createLink: (on: SecretStore, app: AppRecord, name: string) => Promise<CreatedLink>,
-  announced: (run: (announce: Announce) => Promise<SetResult | undefined>, tx: Tx) => Promise<SetResult | undefined>,
-  seal: (appId: string, name: string, value: string) => Sealer,
-): SecretsOperations {
-  return {
-    createLink: (tx, app, name) => createLink(storeOn(tx), app, name),
-    declaredNames: (appId) => store.declaredNames(appId),
-    lockForAppDeletion: (tx, appId) => store.lockForAppDeletion(tx.db, appId),
-    declareSecrets: (tx, appId, names) => storeOn(tx).declare(appId, names),
-    addSecretNames: (tx, appId, names) => storeOn(tx).addNames(appId, names),
-
-    async removeSecretNames(tx, appId, names, guard) {
-      const result = await storeOn(tx).removeNames(appId, names, guard);
-      if (result.changed.length > 0) {
-        const list = result.changed.join(", ");
-        throw new PlatformError(
-          "conflict",
-          `${list} ${result.changed.length === 1 ? "has" : "have"} changed since you looked (a value was set): nothing was removed; look again`,
-          { details: result.changed.map((name) => `${name}: not at the expected version`) },
-        );
-      }
-      if (!result.removed) {
-        const list = result.withValues.join(", ");
-        throw new PlatformError(
-          "failed_precondition",
-          `removing ${list} would destroy ${result.withValues.length === 1 ? "its value" : "their values"}; confirm to destroy`,
-          {
-            details: result.withValues.map((name) => `${name}: has a value (set confirm_destroy_values to destroy it)`),
-          },
-        );
-      }
-      return result.withValues;
-    },
-
-    listLinks: (appId) => store.listLinks(appId),
-    expiringLinks: (seconds) => store.expiringLinks(seconds),
-
-    async revokeLink(tx, appId, linkId) {
-      const revoked = isUuid(linkId) ? await storeOn(tx).revokeLink(appId, linkId) : undefined;
-      if (revoked === "used")
-        throw new PlatformError(
-          "failed_precondition",
-          `link ${linkId} was already used: the value it set stays (set another value, or drop the name, to undo it)`,
-        );
-      if (revoked === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
-      return revoked.name;
-    },
-
-    async setSecret(tx, app, name, value) {
-      checkName(name);
-      const problem = valueProblem(value);
-      if (problem) throw invalidArgument("value", problem);
-      const result = await announced(
-        (announce) => storeOn(tx).set(app.id, name, seal(app.id, name, value), announce),
-        tx,
-      );
-      if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
-      return { version: result.version, setAt: result.setAt };
-    },
   };
 }
