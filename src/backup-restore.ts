@@ -33,8 +33,6 @@ import { DataDirInUseError } from "./core/database/data-dir-lock.ts";
 import { adoptAdminToken, readSharedKeys } from "./core/shared-keys/index.ts";
 import { createKeyring, keyIdOf, keysNeeded } from "./secrets/index.ts";
 
-export { ArchiveRefusal } from "./core/database/pglite-archive.ts";
-
 /** What `backup` and `restore` say the archive does not hold (also in docs/operations.md). */
 const NOT_IN_ARCHIVE =
   "NOT in the archive: the secrets key and the admin token. Keep a copy of the secrets key apart from the archive: without it the archive's secrets can never be read";

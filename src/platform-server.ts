@@ -305,7 +305,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
     for (const facility of of) Object.assign(checks, facility.readiness?.());
     return checks;
   };
-  const admin = createAdminFacility(deps, facilities.adminHooks, () => authenticator.invalidate(), {
+  const admin = createAdminFacility(deps, facilities.operations, () => authenticator.invalidate(), {
     version: packageInfo.version,
     startedAt: new Date(),
     readiness: () => checkReadiness(readinessChecks()),

@@ -1,8 +1,8 @@
 /**
  * AdminService (proto/platform/admin/v1/admin.proto): the platform's side of apps, tokens,
  * blueprints, limits and usage. Operations that belong to another facility
- * (setting a secret, publishing an event, reading the mail log) go through
- * that facility's public hooks, handed in by the composition root.
+ * (setting a secret, publishing an event, reading the mail log) are that
+ * facility's own (`FacilityOperations`), called on the change's unit of work.
  */
 import { toJson, type JsonObject, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
@@ -35,65 +35,21 @@ import {
   type AppPagePosition,
   type AppStore,
 } from "../core/apps/app-store.ts";
-import { inTransaction, isExactTimeText, type Db, type InTransaction } from "../core/database/index.ts";
+import { isExactTimeText, type Db, type Tx } from "../core/database/index.ts";
 import type { Logger } from "pino";
 import { generateServiceToken, hashToken } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import { utcDay, type QuotaCounter, type Quotas } from "../core/quotas/index.ts";
-import { rawMessage, type MailLogRecord, type MailLogStatus, type MailSearch } from "../mail/index.ts";
-import { createAppFacilityRpcs, type AppFacilityHooks } from "./app-facility-rpcs.ts";
+import { rawMessage, type MailLogRecord, type MailLogStatus } from "../mail/index.ts";
+import { createAppFacilityRpcs } from "./app-facility-rpcs.ts";
 import { createAuditStore } from "./audit-store.ts";
-import { createAuditor, type AuditWithin } from "./auditor.ts";
+import { createAuditor } from "./auditor.ts";
+import type { FacilityOperations } from "./facility-operations.ts";
 import { createOperatorAccountRpcs } from "./operator-accounts.ts";
 import { withRoles } from "./roles.ts";
-import { createOverview, type OverviewHooks, type OverviewOptions } from "./overview.ts";
+import { createOverview, type OverviewOptions } from "./overview.ts";
 
 type MailInit = MessageInitShape<typeof MailSchema>;
-
-/**
- * What other facilities offer the admin API, through their public
- * interfaces (never their tables). A hook left out answers `Unimplemented`.
- */
-export interface AdminHooks extends AppFacilityHooks, OverviewHooks {
-  /** Replaces the blueprint's list of secret names; dropped names lose their value and links. */
-  declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
-  /** Declares more names; declared ones keep their value. `within` runs in the same transaction. */
-  addSecretNames?(appId: string, names: string[], within?: InTransaction): Promise<void>;
-  /**
-   * Removes names; `failed_precondition` naming those with a value unless confirmed, `conflict` naming
-   * those not at their expected version. The destroyed ones.
-   */
-  removeSecretNames?(
-    appId: string,
-    names: string[],
-    guard: { confirmDestroyValues: boolean; expectedVersions?: ReadonlyMap<string, number> },
-    within?: InTransaction,
-  ): Promise<string[]>;
-  listLinks?(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
-  revokeLink?(appId: string, linkId: string, within?: InTransaction): Promise<string>;
-  /** The declared secret names of one app, or of every app, by app id, in name order. */
-  declaredNames(appId?: string): Promise<Map<string, string[]>>;
-  setSecret?(
-    app: AppRecord,
-    name: string,
-    value: string,
-    within?: InTransaction,
-  ): Promise<{ version: number; setAt: Date }>;
-  /** `within` writes the audit entry in the transaction that puts the event on `_events`. */
-  publishEvent?(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
-  listMail?(appId: string, limit: number): Promise<MailLogRecord[]>;
-  /** The mail log searched, newest first (ListMail's query, status, dates and pages). */
-  searchMail?(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
-  /**
-   * Removes what the app keeps outside the platform database's cascade (its analytics events on MongoDB),
-   * after the app's row went. Not before: a deletion refused after it (a conflict) left the app without its
-   * data. Should it fail, the hourly orphan sweep removes that data.
-   */
-  deleteAppData?(appId: string): Promise<void>;
-  /** Runs in the deletion's transaction before the app's row goes: the locks a facility needs taken first. */
-  beforeAppDelete?(trx: Db, appId: string): Promise<void>;
-  getMail?(appId: string, id: string): Promise<MailLogRecord | undefined>;
-}
 
 export interface AdminServiceOptions {
   /** The platform database: a change and its audit entry share one transaction. */
@@ -101,7 +57,8 @@ export interface AdminServiceOptions {
   logger: Logger;
   apps: AppStore;
   quotas: Quotas;
-  hooks: AdminHooks;
+  /** The other facilities' operations (each from its `index.ts`). */
+  operations: FacilityOperations;
   /** When this instance started (the owner's created_at in WhoAmI, and the overview's uptime). */
   startedAt?: Date;
   /** What GetOverview reports of this instance. */
@@ -215,10 +172,6 @@ function requireAppId(appId: string): string {
   return appId;
 }
 
-function unimplemented(what: string): never {
-  throw new PlatformError("not_configured", `${what} is not available in this deployment`);
-}
-
 function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits> {
   const out: Partial<AppLimits> = {};
   if (!limits) return out;
@@ -233,43 +186,37 @@ function validateLimits(limits: AppLimitsMessage | undefined): Partial<AppLimits
 }
 
 export function createAdminService(options: AdminServiceOptions): ServiceImpl<typeof AdminService> {
-  const { apps, quotas, hooks, db } = options;
+  const { apps, quotas, operations, db } = options;
+  const { secrets, queues, mail, analytics } = operations;
   const auditor = createAuditor(db, options.logger);
   const auditStore = createAuditStore(db);
   const onAuthChanged = options.onAuthChanged ?? (() => {});
   const getApp = (appId: string) => apps.get(requireAppId(appId));
   /**
-   * A change of the blueprint is a change of the app: inside the secrets
-   * facility's transaction, bump (and check) the app's revision, then write
-   * the audit entry.
+   * A change of the blueprint is a change of the app: after the secrets
+   * facility's change, on the same unit of work, bump (and check) the app's revision.
    */
-  const blueprintChange =
-    (appId: string, expected: number | undefined, within: AuditWithin): InTransaction =>
-    async (trx) => {
-      await createAppStore(trx).update(appId, {}, expected);
-      await within(trx);
-    };
+  const blueprintChanged = (tx: Tx, appId: string, expected: number | undefined) =>
+    createAppStore(tx.db).update(appId, {}, expected);
   const load = async (appId: string) => {
     const app = await getApp(appId);
-    return appMessage(app, (await hooks.declaredNames(app.id)).get(app.id) ?? []);
+    return appMessage(app, (await secrets.declaredNames(app.id)).get(app.id) ?? []);
   };
 
   const impl: ServiceImpl<typeof AdminService> = {
     async createApp(req, context) {
-      return auditor.audited(context, "app.create", undefined, { name: req.name }, async (within) => {
+      return auditor.audited(context, "app.create", undefined, { name: req.name }, async (tx, concerns) => {
         if (!NAME_PATTERN.test(req.name)) throw invalidArgument("name", NAME_RULE);
         // Every call that takes an app takes its id or its name; a name shaped like an id would be read as one.
         if (isUuid(req.name)) throw invalidArgument("name", "must not have the shape of an app id (a UUID)");
         const taken = () => invalidArgument("name", `an app named ${JSON.stringify(req.name)} exists already`);
-        if (await apps.nameTaken(req.name)) throw taken();
-        const app = await inTransaction(db, async (trx) => {
-          const mailFrom = options.mailDomain ? `${req.name}@${options.mailDomain}` : "";
-          const created = await createAppStore(trx).create(req.name, mailFrom);
-          if (!created) throw taken();
-          await within(trx, created);
-          return created;
-        });
-        return { app: appMessage(app, []) };
+        const store = createAppStore(tx.db);
+        if (await store.nameTaken(req.name)) throw taken();
+        const mailFrom = options.mailDomain ? `${req.name}@${options.mailDomain}` : "";
+        const created = await store.create(req.name, mailFrom);
+        if (!created) throw taken();
+        concerns(created);
+        return { app: appMessage(created, []) };
       });
     },
 
@@ -304,14 +251,14 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         limit: pageSize === 0 ? undefined : pageSize,
       });
       const nextPageToken = next ? appPageToken(order, next) : "";
-      const secrets = await hooks.declaredNames();
+      const declared = await secrets.declaredNames();
       const today = await quotas.usedToday();
       const counter = (used: Map<QuotaCounter, number>, name: QuotaCounter, cap: number) => ({
         used: BigInt(used.get(name) ?? 0),
         cap: BigInt(cap),
       });
       return {
-        apps: all.map((app) => appMessage(app, secrets.get(app.id) ?? [])),
+        apps: all.map((app) => appMessage(app, declared.get(app.id) ?? [])),
         usageToday: all.flatMap((app) => {
           const used = today.get(app.id);
           if (!used) return [];
@@ -359,7 +306,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
           : only.length === 1 && asked.limits
             ? "app.limits"
             : "app.update";
-      await auditor.audited(context, action, app, asked, async (within) => {
+      await auditor.audited(context, action, app, asked, async (tx) => {
         const changes: AppChanges = {};
         if (req.status !== undefined) {
           if (req.status !== AppStatus.RUNNING && req.status !== AppStatus.STOPPED) {
@@ -377,10 +324,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         const limits = validateLimits(req.limits);
         if (Object.keys(limits).length > 0) changes.limits = limits;
         const expected = expectedRevision(req.expectedRevision);
-        await inTransaction(db, async (trx) => {
-          await createAppStore(trx).update(app.id, changes, expected);
-          await within(trx);
-        });
+        await createAppStore(tx.db).update(app.id, changes, expected);
       });
       onAuthChanged();
       return { app: await load(app.id) };
@@ -388,16 +332,16 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
 
     async deleteApp(req, context) {
       const app = await getApp(req.appId);
-      await auditor.audited(context, "app.delete", app, {}, async (within) => {
-        await inTransaction(db, async (trx) => {
-          await hooks.beforeAppDelete?.(trx, app.id);
-          await createAppStore(trx).delete(app.id);
-          await within(trx);
-        });
+      await auditor.audited(context, "app.delete", app, {}, async (tx) => {
+        // The locks the secrets facility needs are taken before the row goes (see its `lockForAppDeletion`).
+        await secrets.lockForAppDeletion(tx, app.id);
+        await createAppStore(tx.db).delete(app.id);
       });
       onAuthChanged();
+      // Not before: a deletion refused after it (a conflict) left the app without its data. Should it fail,
+      // the hourly orphan sweep removes that data.
       try {
-        await hooks.deleteAppData?.(app.id);
+        await analytics.deleteAppData(app.id);
       } catch (err) {
         options.logger.warn(
           { appId: app.id, err: err instanceof Error ? err.message : String(err) },
@@ -410,27 +354,21 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async issueToken(req, context) {
       const app = await getApp(req.appId);
       const label = req.label ?? "";
-      return auditor.audited(context, "token.issue", app, { label }, async (within) => {
+      return auditor.audited(context, "token.issue", app, { label }, async (tx) => {
         if (label.length > 200) throw invalidArgument("label", "must be at most 200 characters");
         const token = generateServiceToken();
-        const tokenId = await inTransaction(db, async (trx) => {
-          const id = await createAppStore(trx).insertToken(app.id, hashToken(token), label);
-          await within(trx);
-          return id;
-        });
+        const tokenId = await createAppStore(tx.db).insertToken(app.id, hashToken(token), label);
         return { tokenId, token };
       });
     },
 
     async revokeToken(req, context) {
-      await auditor.audited(context, "token.revoke", undefined, { tokenId: req.tokenId }, async (within) => {
+      await auditor.audited(context, "token.revoke", undefined, { tokenId: req.tokenId }, async (tx, concerns) => {
         if (!isUuid(req.tokenId)) throw invalidArgument("token_id", "must be a token id (a UUID)");
-        await inTransaction(db, async (trx) => {
-          const store = createAppStore(trx);
-          const appId = await store.deleteToken(req.tokenId);
-          if (!appId) throw new PlatformError("not_found", "no such token");
-          await within(trx, await store.get(appId));
-        });
+        const store = createAppStore(tx.db);
+        const appId = await store.deleteToken(req.tokenId);
+        if (!appId) throw new PlatformError("not_found", "no such token");
+        concerns(await store.get(appId));
       });
       onAuthChanged();
       return {};
@@ -440,37 +378,37 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async declareSecrets(req, context) {
       const app = await getApp(req.appId);
       const names = [...new Set(req.names)];
-      await auditor.audited(context, "secrets.declare", app, { names }, (within) => {
+      await auditor.audited(context, "secrets.declare", app, { names }, async (tx) => {
         names.forEach((name, i) => {
           if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
         });
         const expected = expectedRevision(req.expectedRevision);
-        return hooks.declareSecrets(app.id, names, blueprintChange(app.id, expected, within));
+        await secrets.declareSecrets(tx, app.id, names);
+        await blueprintChanged(tx, app.id, expected);
       });
       return { app: await load(app.id) };
     },
 
     async addSecretNames(req, context) {
-      if (!hooks.addSecretNames) unimplemented("AddSecretNames");
       const app = await getApp(req.appId);
-      await auditor.audited(context, "secrets.add", app, { names: [...new Set(req.names)] }, (within) => {
+      await auditor.audited(context, "secrets.add", app, { names: [...new Set(req.names)] }, async (tx) => {
         const names = secretNames(req.names);
         if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
         const expected = expectedRevision(req.expectedRevision);
-        return hooks.addSecretNames!(app.id, names, blueprintChange(app.id, expected, within));
+        await secrets.addSecretNames(tx, app.id, names);
+        await blueprintChanged(tx, app.id, expected);
       });
       return { app: await load(app.id) };
     },
 
     async removeSecretNames(req, context) {
-      if (!hooks.removeSecretNames) unimplemented("RemoveSecretNames");
       const app = await getApp(req.appId);
       const destroyed = await auditor.audited(
         context,
         "secrets.remove",
         app,
         { names: [...new Set(req.names)], confirmDestroyValues: req.confirmDestroyValues },
-        (within) => {
+        async (tx) => {
           const names = secretNames(req.names);
           if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
           const expected = expectedRevision(req.expectedRevision);
@@ -483,26 +421,26 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
             expectedVersions.set(name, version);
           }
           const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
-          return hooks.removeSecretNames!(app.id, names, guard, blueprintChange(app.id, expected, within));
+          const removed = await secrets.removeSecretNames(tx, app.id, names, guard);
+          await blueprintChanged(tx, app.id, expected);
+          return removed;
         },
       );
       return { app: await load(app.id), destroyedValues: destroyed };
     },
 
     async setSecret(req, context) {
-      if (!hooks.setSecret) unimplemented("SetSecret");
       const app = await getApp(req.appId);
       // The value is never part of the record, nor its length.
-      const result = await auditor.audited(context, "secret.set", app, { name: req.name }, (within) =>
-        hooks.setSecret!(app, req.name, req.value, within),
+      const result = await auditor.audited(context, "secret.set", app, { name: req.name }, (tx) =>
+        secrets.setSecret(tx, app, req.name, req.value),
       );
       return { name: req.name, version: BigInt(result.version), setAt: timestampFromDate(result.setAt) };
     },
 
     async publishEvent(req, context) {
-      if (!hooks.publishEvent) unimplemented("PublishEvent");
       const app = await getApp(req.appId);
-      return auditor.audited(context, "event.publish", app, { kind: req.kind }, async (within) => {
+      return auditor.audited(context, "event.publish", app, { kind: req.kind }, async (tx) => {
         if (!NAME_PATTERN.test(req.kind)) throw invalidArgument("kind", NAME_RULE);
         // A Value with no kind set (an empty message on the wire) means null; one
         // with an unset Value nested inside it is not JSON at all.
@@ -514,7 +452,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
             throw invalidArgument("data", "must be a JSON value (a google.protobuf.Value with every nested kind set)");
           }
         }
-        return hooks.publishEvent!(app.id, req.kind, data, within);
+        return queues.publishEvent(tx, app, req.kind, data);
       });
     },
 
@@ -534,7 +472,6 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async listMail(req) {
-      if (!hooks.searchMail) unimplemented("ListMail");
       const app = await getApp(req.appId);
       const limit = req.limit ?? 50;
       if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
@@ -552,7 +489,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
             "must be MAIL_STATUS_SENT, MAIL_STATUS_STORED, MAIL_STATUS_FAILED or MAIL_STATUS_UNCONFIRMED",
           );
       }
-      const found = await hooks.searchMail(app.id, {
+      const found = await mail.searchMail(app.id, {
         query: query || undefined,
         status,
         since: req.since ? checkedDate("since", req.since) : undefined,
@@ -565,20 +502,18 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async getMail(req) {
-      if (!hooks.getMail) unimplemented("GetMail");
       const app = await getApp(req.appId);
       const id = req.mailId || req.id;
       if (!MAIL_ID_PATTERN.test(id))
         throw invalidArgument(req.mailId ? "mail_id" : "id", "must be a mail id from ListMail");
-      const mail = await hooks.getMail(app.id, id);
-      if (!mail) throw new PlatformError("not_found", `no mail ${id} for this app`);
-      return { mail: mailMessage(mail), ...rawMessage(mail) };
+      const found = await mail.getMail(app.id, id);
+      if (!found) throw new PlatformError("not_found", `no mail ${id} for this app`);
+      return { mail: mailMessage(found), ...rawMessage(found) };
     },
 
     async listSecretLinks(req) {
-      if (!hooks.listLinks) unimplemented("ListSecretLinks");
       const app = await getApp(req.appId);
-      const links = await hooks.listLinks(app.id);
+      const links = await secrets.listLinks(app.id);
       return {
         links: links.map((l) => ({
           id: l.id,
@@ -590,11 +525,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async revokeSecretLink(req, context) {
-      if (!hooks.revokeLink) unimplemented("RevokeSecretLink");
       const app = await getApp(req.appId);
-      await auditor.audited(context, "secret.link.revoke", app, { linkId: req.linkId }, async (within) => {
+      await auditor.audited(context, "secret.link.revoke", app, { linkId: req.linkId }, async (tx) => {
         if (!isUuid(req.linkId)) throw invalidArgument("link_id", "must be a link id from ListSecretLinks (a UUID)");
-        await hooks.revokeLink!(app.id, req.linkId, within);
+        await secrets.revokeLink(tx, app.id, req.linkId);
       });
       return {};
     },
@@ -635,10 +569,10 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     },
 
     async getOverview() {
-      return createOverview(options.overview, apps, quotas, hooks)();
+      return createOverview(options.overview, apps, quotas, operations)();
     },
 
-    ...createAppFacilityRpcs({ apps, quotas, hooks, getApp, auditor }),
+    ...createAppFacilityRpcs({ apps, quotas, operations, getApp, auditor }),
     ...createOperatorAccountRpcs({ db, auditor, onAuthChanged, startedAt: options.startedAt ?? new Date() }),
   };
   // A refused attempt names the app it was aimed at, when there is one (so the app's own log lists it).

@@ -7,44 +7,36 @@
  * queues, its secrets' status, a secret link) is answered by calling that
  * facility's own implementation with the app as the principal, so the
  * operator sees exactly what the app would (same validation, same errors).
- * What no app may do (peek without leasing, purge) goes through the queues
- * facility's public interface. No secret value is ever read.
+ * What no app may do (peek without leasing, purge) is one of the queues
+ * facility's operations. No secret value is ever read.
  */
 import { createContextValues, createHandlerContext, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { DescMethod, DescService, MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate, type Value } from "@bufbuild/protobuf/wkt";
+import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { AnalyticsService } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import {
-  QueueService,
-  type GetMessageResponse,
-  type QueueScheduleSchema,
-} from "../../gen/platform/queues/v1/queues_pb.js";
+import { QueueService, type GetMessageResponse } from "../../gen/platform/queues/v1/queues_pb.js";
 import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import type { AppStore } from "../core/apps/app-store.ts";
 import { principalKey } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
-import type { InTransaction } from "../core/database/index.ts";
-import type { Facility } from "../core/facility.ts";
 import type { Quotas } from "../core/quotas/index.ts";
 import type { Auditor } from "./auditor.ts";
+import type { FacilityOperations } from "./facility-operations.ts";
 import { tokenMessage } from "./token-usage.ts";
 import {
   EVENTS_QUEUE,
   checkQueueName,
   isPeekPosition,
-  type DeadLetterOperator,
   type DeadLetterSelection,
-  type PeekedMessage,
-  type QueueActivityHour,
   type PolicyChange,
   type QueuePolicy,
   type StoredPolicy,
 } from "../queues/index.ts";
 
 /** Payloads longer than this are cut in a peek: the dashboard shows them, it does not page through them. */
-export const PEEK_PAYLOAD_CHARS = 4096;
+const PEEK_PAYLOAD_CHARS = 4096;
 
 export type AppFacilityRpcs = Pick<
   ServiceImpl<typeof AdminService>,
@@ -70,45 +62,7 @@ export type AppFacilityRpcs = Pick<
 >;
 
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
-export const MAX_DEAD_LETTER_IDS = 1_000;
-
-export interface AppFacilityHooks {
-  /** The facilities whose own RPCs answer for an app (analytics, queues, secrets). */
-  appFacilities?: readonly Facility[];
-  peekMessages?(
-    appId: string,
-    queue: string,
-    limit: number,
-    maxChars: number,
-    after?: string,
-  ): Promise<PeekedMessage[]>;
-  /** The queues facility's hourly puts and acks of one queue (its `operator.activity`). */
-  queueActivity?(appId: string, queue: string): Promise<QueueActivityHour[]>;
-  /** `within` writes the audit entry in the purge's transaction. */
-  purgeQueue?(appId: string, queue: string, within?: InTransaction): Promise<number>;
-  /** The queues facility's `operator.put`: a message as the app would put it, `within` in its transaction. */
-  putTestMessage?(
-    app: AppRecord,
-    queue: string,
-    payload: Value,
-    within?: InTransaction,
-    groupKey?: string,
-  ): Promise<{ id: string }>;
-  /** The secrets facility's `createLink`: `CreateSecretLink` as the app, `within` in the link's transaction. */
-  createSecretLink?(
-    app: AppRecord,
-    name: string,
-    within?: InTransaction,
-  ): Promise<{ url: string; name: string; expiresAt: Date }>;
-  /** The queues facility's dead-letter operations (its `operator.deadLetters`). */
-  deadLetters?: DeadLetterOperator;
-  /** A queue's policy as it applies, and as the app stored it (the queues facility's `operator.policy`). */
-  queuePolicy?(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
-  /** Changes a queue's policy under the app's rules; `within` (the audit entry) commits with it. */
-  setQueuePolicy?(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
-  /** An app's queue schedules (the queues facility's `operator.schedules`). */
-  queueSchedules?(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
-}
+const MAX_DEAD_LETTER_IDS = 1_000;
 
 /** A queue's policy as AdminService answers it. */
 function policyMessage(queue: string, p: QueuePolicy) {
@@ -130,7 +84,7 @@ function policyMessage(queue: string, p: QueuePolicy) {
  * Where a queue's max_deliveries comes from (the rule of the queues facility's `effectivePolicy`): the queue's
  * own value unless the app's limit bounds it, else the app's limit, else none (unlimited).
  */
-export function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): "queue" | "app" | "default" {
+function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): "queue" | "app" | "default" {
   const limit = app.limits.maxDeliveries;
   const own = stored?.maxDeliveries ?? null;
   if (own !== null && !(limit > 0 && (own === 0 || own > limit))) return "queue";
@@ -157,11 +111,12 @@ function unavailable(what: string): never {
 export function createAppFacilityRpcs(options: {
   apps: AppStore;
   quotas: Quotas;
-  hooks: AppFacilityHooks;
+  operations: FacilityOperations;
   getApp: (appId: string) => Promise<AppRecord>;
   auditor: Auditor;
 }): AppFacilityRpcs {
-  const { apps, quotas, hooks, getApp: load, auditor } = options;
+  const { apps, quotas, operations, getApp: load, auditor } = options;
+  const { queues, secrets } = operations;
 
   /** Calls a facility's own implementation of `method` as `app` would. */
   async function asApp<I, O>(
@@ -171,7 +126,7 @@ export function createAppFacilityRpcs(options: {
     request: I,
     signal: AbortSignal,
   ): Promise<O> {
-    const facility = hooks.appFacilities?.find((f) => f.service.typeName === service.typeName);
+    const facility = operations.appFacilities.find((f) => f.service.typeName === service.typeName);
     const impl = facility?.impl as
       Record<string, ((req: I, ctx: HandlerContext) => Promise<O>) | undefined> | undefined;
     const fn = impl?.[method.localName];
@@ -252,26 +207,22 @@ export function createAppFacilityRpcs(options: {
         {},
         context.signal,
       );
-      const policies = hooks.queuePolicy
-        ? await Promise.all(
-            listed.queues.map(async (q) => policyMessage(q.name, (await hooks.queuePolicy!(app, q.name)).policy)),
-          )
-        : [];
+      const policies = await Promise.all(
+        listed.queues.map(async (q) => policyMessage(q.name, (await queues.policy(app, q.name)).policy)),
+      );
       return { ...listed, policies };
     },
 
     async listQueueSchedules(req) {
-      if (!hooks.queueSchedules) unavailable("ListQueueSchedules");
       const app = await load(req.appId);
       const queue = req.queue === "" ? undefined : checkQueueName(req.queue, true);
-      return { schedules: await hooks.queueSchedules(app.id, queue) };
+      return { schedules: await queues.schedules(app.id, queue) };
     },
 
     async getQueuePolicy(req) {
-      if (!hooks.queuePolicy) unavailable("GetQueuePolicy");
       const app = await load(req.appId);
       const queue = checkQueueName(req.queue, true);
-      const { policy, stored } = await hooks.queuePolicy(app, queue);
+      const { policy, stored } = await queues.policy(app, queue);
       return {
         policy: policyMessage(queue, policy),
         maxDeliveriesSource: maxDeliveriesSource(app, stored),
@@ -280,7 +231,6 @@ export function createAppFacilityRpcs(options: {
     },
 
     async setQueuePolicy(req, context) {
-      if (!hooks.setQueuePolicy || !hooks.queuePolicy) unavailable("SetQueuePolicy");
       const app = await load(req.appId);
       // What was asked, as given: the entry of a refused change says it too.
       const change: PolicyChange = {
@@ -294,17 +244,24 @@ export function createAppFacilityRpcs(options: {
         maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
       };
       const asked = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
-      return auditor.audited(context, "queue.policy", app, { queue: req.queue, ...asked }, async (within) => {
-        const queue = checkQueueName(req.queue, true);
-        if (Object.keys(asked).length === 0) throw invalidArgument("policy", "must change at least one field");
-        const policy = await hooks.setQueuePolicy!(app, queue, change, within);
-        const { stored } = await hooks.queuePolicy!(app, queue);
-        return {
-          policy: policyMessage(queue, policy),
-          maxDeliveriesSource: maxDeliveriesSource(app, stored),
-          appMaxDeliveries: app.limits.maxDeliveries,
-        };
-      });
+      const { queue, policy } = await auditor.audited(
+        context,
+        "queue.policy",
+        app,
+        { queue: req.queue, ...asked },
+        async (tx) => {
+          const queue = checkQueueName(req.queue, true);
+          if (Object.keys(asked).length === 0) throw invalidArgument("policy", "must change at least one field");
+          return { queue, policy: await queues.setPolicy(tx, app, queue, change) };
+        },
+      );
+      // Read once the change committed (a read on the pool while it is open would wait for it on PGlite).
+      const { stored } = await queues.policy(app, queue);
+      return {
+        policy: policyMessage(queue, policy),
+        maxDeliveriesSource: maxDeliveriesSource(app, stored),
+        appMaxDeliveries: app.limits.maxDeliveries,
+      };
     },
 
     async getQueueMessage(req, context) {
@@ -320,7 +277,6 @@ export function createAppFacilityRpcs(options: {
     },
 
     async peekMessages(req) {
-      if (!hooks.peekMessages) unavailable("PeekMessages");
       const app = await load(req.appId);
       const queue = checkQueueName(req.queue, true);
       const limit = req.limit ?? 20;
@@ -329,7 +285,7 @@ export function createAppFacilityRpcs(options: {
       if (after !== undefined && !isPeekPosition(after))
         throw invalidArgument("page_token", "must be the next_page_token of a previous PeekMessages answer");
       // One more than asked tells whether a next page exists.
-      const found = await hooks.peekMessages(app.id, queue, limit + 1, PEEK_PAYLOAD_CHARS, after);
+      const found = await queues.peek(app.id, queue, limit + 1, PEEK_PAYLOAD_CHARS, after);
       const messages = found.slice(0, limit);
       return {
         nextPageToken:
@@ -350,24 +306,21 @@ export function createAppFacilityRpcs(options: {
     },
 
     async purgeQueue(req, context) {
-      if (!hooks.purgeQueue) unavailable("PurgeQueue");
       const app = await load(req.appId);
-      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async (within) => ({
-        purged: BigInt(await hooks.purgeQueue!(app.id, checkQueueName(req.queue, true), within)),
+      return auditor.audited(context, "queue.purge", app, { queue: req.queue }, async (tx) => ({
+        purged: BigInt(await queues.purge(tx, app.id, checkQueueName(req.queue, true))),
       }));
     },
 
     async getQueueActivity(req) {
-      if (!hooks.queueActivity) unavailable("GetQueueActivity");
       const app = await load(req.appId);
-      const hours = await hooks.queueActivity(app.id, checkQueueName(req.queue, true));
+      const hours = await queues.activity(app.id, checkQueueName(req.queue, true));
       return {
         hours: hours.map((h) => ({ at: timestampFromDate(h.at), puts: BigInt(h.puts), acks: BigInt(h.acks) })),
       };
     },
 
     async putTestMessage(req, context) {
-      if (!hooks.putTestMessage) unavailable("PutTestMessage");
       const app = await load(req.appId);
       // `_events` carries the platform's events (docs/queues.md#platform-events): an operator's test message there would read as one.
       if (req.queue === EVENTS_QUEUE)
@@ -376,20 +329,19 @@ export function createAppFacilityRpcs(options: {
       const payload = req.payload;
       if (payload === undefined) throw invalidArgument("payload", "is required (any JSON value)");
       // As the app would put it: same validation, caps and limits, and its consumers are woken.
-      return auditor.audited(context, "queue.put", app, { queue }, async (within) => {
-        const put = await hooks.putTestMessage!(app, queue, payload, within, req.groupKey);
+      return auditor.audited(context, "queue.put", app, { queue }, async (tx) => {
+        const put = await queues.put(tx, app, queue, payload, req.groupKey);
         return { id: put.id };
       });
     },
 
     async listDeadLetters(req) {
-      if (!hooks.deadLetters) unavailable("ListDeadLetters");
       const app = await load(req.appId);
       const queue = checkQueueName(req.queue, true);
       const pageSize = req.pageSize ?? 20;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100)
         throw invalidArgument("page_size", "must be from 1 to 100");
-      const page = await hooks.deadLetters.list(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
+      const page = await queues.listDeadLetters(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
       return {
         deadLetters: page.deadLetters.map((d) => {
           const truncated = d.payload.length > PEEK_PAYLOAD_CHARS;
@@ -411,24 +363,22 @@ export function createAppFacilityRpcs(options: {
     },
 
     async replayDeadLetters(req, context) {
-      const deadLetters = hooks.deadLetters ?? unavailable("ReplayDeadLetters");
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
-      return auditor.audited(context, "dead_letters.replay", app, detail, async (within) => {
+      return auditor.audited(context, "dead_letters.replay", app, detail, async (tx) => {
         const queue = checkQueueName(req.queue, true);
         const which = deadLetterSelection(req);
         const ttl = app.limits.messageTtlSeconds;
-        return { replayed: BigInt(await deadLetters.replay(app.id, queue, which, ttl, within)) };
+        return { replayed: BigInt(await queues.replayDeadLetters(tx, app.id, queue, which, ttl)) };
       });
     },
 
     async purgeDeadLetters(req, context) {
-      const deadLetters = hooks.deadLetters ?? unavailable("PurgeDeadLetters");
       const app = await load(req.appId);
       const detail = { queue: req.queue, ...(req.all ? { all: true } : { ids: req.ids.length }) };
-      return auditor.audited(context, "dead_letters.purge", app, detail, async (within) => {
+      return auditor.audited(context, "dead_letters.purge", app, detail, async (tx) => {
         const queue = checkQueueName(req.queue, true);
-        return { purged: BigInt(await deadLetters.purge(app.id, queue, deadLetterSelection(req), within)) };
+        return { purged: BigInt(await queues.purgeDeadLetters(tx, app.id, queue, deadLetterSelection(req))) };
       });
     },
 
@@ -438,10 +388,9 @@ export function createAppFacilityRpcs(options: {
     },
 
     async createSecretLink(req, context) {
-      if (!hooks.createSecretLink) unavailable("CreateSecretLink");
       const app = await load(req.appId);
-      return auditor.audited(context, "secret.link", app, { name: req.name }, async (within) => {
-        const link = await hooks.createSecretLink!(app, req.name, within);
+      return auditor.audited(context, "secret.link", app, { name: req.name }, async (tx) => {
+        const link = await secrets.createLink(tx, app, req.name);
         return { url: link.url, name: link.name, expiresAt: timestampFromDate(link.expiresAt) };
       });
     },

@@ -1,7 +1,7 @@
 /**
  * Every SQL statement on the audit log (migration 0017), the admin
  * facility's one table. An entry is written through the transaction of the
- * change it records (the caller hands in that transaction as a `Db`), so a
+ * change it records (the auditor writes it on the change's unit of work), so a
  * change is never without its record; refused and failed attempts are
  * written on their own.
  *
@@ -11,8 +11,8 @@
  * entry is written holding a transaction-scoped advisory lock (`audit-log`)
  * that is taken before its id is drawn and kept until its transaction ends,
  * and its time is the clock when it is written, not when its transaction
- * began. The entry is its change's last statement (every store calls
- * `within` last), so the lock is held only for the commit and its holder
+ * began. The entry is its change's last statement (the auditor writes it
+ * once the change is done), so the lock is held only for the commit and its holder
  * waits on nothing else: it cannot be part of a deadlock.
  */
 import { sql, type ColumnType, type Kysely } from "kysely";
@@ -20,7 +20,7 @@ import type { Db } from "../core/database/index.ts";
 
 export type AuditOutcome = "ok" | "denied" | "failed";
 
-export interface AuditLogTable {
+interface AuditLogTable {
   id: ColumnType<string, never, never>;
   at: ColumnType<Date, never, never>;
   operator_id: string;
@@ -47,12 +47,12 @@ export interface AuditEntryInput {
   detail: Record<string, unknown>;
 }
 
-export interface AuditEntryRecord extends Required<AuditEntryInput> {
+interface AuditEntryRecord extends Required<AuditEntryInput> {
   id: string;
   at: Date;
 }
 
-export interface AuditFilter {
+interface AuditFilter {
   appId?: string | undefined;
   operatorId?: string | undefined;
   action?: string | undefined;

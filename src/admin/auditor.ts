@@ -1,11 +1,10 @@
 /**
- * How the admin API records what operators do. `audited` runs one change and
- * hands it an `InTransaction` that writes the entry: a store that takes it
- * writes the entry in the change's own transaction, so the change never
- * commits without its record: every facility an audited change goes through
- * takes one (through its `index.ts`). A change that wrote no entry through it
- * (one that changed nothing a store's transaction covers) is recorded right
- * after. A refused or failed attempt is recorded on its own, as `denied` or
+ * How the admin API records what operators do. `audited` opens the change's
+ * unit of work, hands its `Tx` to the change (which passes it to every
+ * facility operation it calls), and writes the entry on that same `Tx` as its
+ * last statement: the change never commits without its record, and no entry
+ * of a change can be written anywhere else, as the change only ever gets the
+ * `Tx`. A refused or failed attempt is recorded on its own, as `denied` or
  * `failed`, with the error's code. A write refused before its change began
  * (an app id that names no app, a malformed argument) is recorded by
  * `attempted`, once per call: whatever the input, the log keeps the attempt.
@@ -13,7 +12,7 @@
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { principalKey, requestIdKey, type OperatorIdentity } from "../core/auth.ts";
-import type { Db } from "../core/database/index.ts";
+import { unitOfWork, type Db, type Tx } from "../core/database/index.ts";
 import { toPlatformError } from "../core/errors.ts";
 import { createAuditStore, type AuditEntryInput, type AuditOutcome } from "./audit-store.ts";
 
@@ -23,8 +22,8 @@ export interface AuditedApp {
   name: string;
 }
 
-/** Writes the entry on the change's transaction; `app` names an app only known then (a created one). */
-export type AuditWithin = (trx: Db, app?: AuditedApp) => Promise<void>;
+/** Names the app of the entry when only the change knows it (a created app, a token's app). */
+type Concerns = (app: AuditedApp | undefined) => void;
 
 export interface Auditor {
   audited<T>(
@@ -32,7 +31,7 @@ export interface Auditor {
     action: string,
     app: AuditedApp | undefined,
     detail: Record<string, unknown>,
-    work: (within: AuditWithin) => Promise<T>,
+    work: (tx: Tx, concerns: Concerns) => Promise<T>,
   ): Promise<T>;
   /** Records an attempt that did not run (a viewer's write), on `app` when it was aimed at one. */
   refused(context: HandlerContext, action: string, detail: Record<string, unknown>, app?: AuditedApp): Promise<void>;
@@ -89,22 +88,22 @@ export function createAuditor(db: Db, logger: Logger): Auditor {
 
   return {
     async audited(context, action, app, detail, work) {
-      let written = false;
-      const within: AuditWithin = async (trx, created) => {
-        await createAuditStore(trx).record(entry(context, action, created ?? app, "ok", detail));
-        written = true;
-      };
-      let result;
       try {
-        result = await work(within);
+        return await unitOfWork(db, async (tx) => {
+          let about = app;
+          const result = await work(tx, (named) => {
+            about = named ?? app;
+          });
+          // Last: the entry's lock orders the log and is held only for the commit (see `audit-store.ts`).
+          await createAuditStore(tx.db).record(entry(context, action, about, "ok", detail));
+          return result;
+        });
       } catch (err) {
         const e = toPlatformError(err);
         const outcome: AuditOutcome = e.code === "permission_denied" ? "denied" : "failed";
         await recordAside(entry(context, action, app, outcome, { ...detail, error: e.code, message: e.message }));
         throw err;
       }
-      if (!written) await store.record(entry(context, action, app, "ok", detail));
-      return result;
     },
 
     async refused(context, action, detail, app) {

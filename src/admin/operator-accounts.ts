@@ -10,7 +10,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { OperatorRole, type AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { isUuid } from "../core/apps/apps.ts";
 import { OWNER, generateOperatorToken, hashToken } from "../core/auth.ts";
-import { inTransaction, type Db } from "../core/database/index.ts";
+import type { Db } from "../core/database/index.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
 import {
   createOperatorStore,
@@ -102,19 +102,16 @@ export function createOperatorAccountRpcs(options: {
     async createOperator(req, context) {
       const name = req.name;
       const detail = { name, role: OperatorRole[req.role]?.toLowerCase() ?? String(req.role) };
-      return auditor.audited(context, "operator.create", undefined, detail, async (within) => {
+      return auditor.audited(context, "operator.create", undefined, detail, async (tx) => {
         if (!OPERATOR_NAME_PATTERN.test(name) || name === OWNER.name)
           throw invalidArgument("name", OPERATOR_NAME_RULE + ", and not owner");
         const r = role(req.role, "role");
         const token = generateOperatorToken();
-        return inTransaction(db, async (trx) => {
-          const store = createOperatorStore(trx);
-          const created = await store.create(name, r);
-          if (!created) throw invalidArgument("name", `an operator named ${JSON.stringify(name)} exists already`);
-          const tokenId = await store.insertToken(created.id, hashToken(token), "");
-          await within(trx);
-          return { operator: operatorMessage(created), tokenId, token };
-        });
+        const store = createOperatorStore(tx.db);
+        const created = await store.create(name, r);
+        if (!created) throw invalidArgument("name", `an operator named ${JSON.stringify(name)} exists already`);
+        const tokenId = await store.insertToken(created.id, hashToken(token), "");
+        return { operator: operatorMessage(created), tokenId, token };
       });
     },
 
@@ -128,30 +125,24 @@ export function createOperatorAccountRpcs(options: {
       const detail: Record<string, unknown> = { operatorId: req.operatorId };
       if (req.role !== undefined) detail.role = OperatorRole[req.role]?.toLowerCase() ?? String(req.role);
       if (req.disabled !== undefined) detail.disabled = req.disabled;
-      const result = await auditor.audited(context, "operator.update", undefined, detail, async (within) => {
+      const result = await auditor.audited(context, "operator.update", undefined, detail, async (tx) => {
         const id = operatorId(req.operatorId);
         const changes = {
           role: req.role === undefined ? undefined : role(req.role, "role"),
           disabled: req.disabled,
         };
-        return inTransaction(db, async (trx) => {
-          const updated = await createOperatorStore(trx).update(id, changes);
-          if (!updated) throw notFound(id);
-          await within(trx);
-          return { operator: operatorMessage(updated) };
-        });
+        const updated = await createOperatorStore(tx.db).update(id, changes);
+        if (!updated) throw notFound(id);
+        return { operator: operatorMessage(updated) };
       });
       onAuthChanged();
       return result;
     },
 
     async deleteOperator(req, context) {
-      await auditor.audited(context, "operator.delete", undefined, { operatorId: req.operatorId }, async (within) => {
+      await auditor.audited(context, "operator.delete", undefined, { operatorId: req.operatorId }, async (tx) => {
         const id = operatorId(req.operatorId);
-        await inTransaction(db, async (trx) => {
-          if (!(await createOperatorStore(trx).delete(id))) throw notFound(id);
-          await within(trx);
-        });
+        if (!(await createOperatorStore(tx.db).delete(id))) throw notFound(id);
       });
       onAuthChanged();
       return {};
@@ -159,28 +150,22 @@ export function createOperatorAccountRpcs(options: {
 
     async issueOperatorToken(req, context) {
       const detail = { operatorId: req.operatorId, label: req.label ?? "" };
-      return auditor.audited(context, "operator.token.issue", undefined, detail, async (within) => {
+      return auditor.audited(context, "operator.token.issue", undefined, detail, async (tx) => {
         const id = operatorId(req.operatorId);
         const text = label(req.label);
         const token = generateOperatorToken();
-        return inTransaction(db, async (trx) => {
-          const store = createOperatorStore(trx);
-          if (!(await store.get(id))) throw notFound(id);
-          const tokenId = await store.insertToken(id, hashToken(token), text);
-          await within(trx);
-          return { tokenId, token };
-        });
+        const store = createOperatorStore(tx.db);
+        if (!(await store.get(id))) throw notFound(id);
+        const tokenId = await store.insertToken(id, hashToken(token), text);
+        return { tokenId, token };
       });
     },
 
     async revokeOperatorToken(req, context) {
-      await auditor.audited(context, "operator.token.revoke", undefined, { tokenId: req.tokenId }, async (within) => {
+      await auditor.audited(context, "operator.token.revoke", undefined, { tokenId: req.tokenId }, async (tx) => {
         if (!isUuid(req.tokenId)) throw invalidArgument("token_id", "must be a token id (a UUID)");
-        await inTransaction(db, async (trx) => {
-          const owner = await createOperatorStore(trx).deleteToken(req.tokenId);
-          if (owner === undefined) throw new PlatformError("not_found", "no such operator token");
-          await within(trx);
-        });
+        const owner = await createOperatorStore(tx.db).deleteToken(req.tokenId);
+        if (owner === undefined) throw new PlatformError("not_found", "no such operator token");
       });
       onAuthChanged();
       return {};

@@ -5,8 +5,8 @@
  * their 4xx and 5xx; the top apps of the day; queue backlog and dead letters;
  * mail and tokens of the day), and what needs attention across apps:
  * apps stopped, daily caps near (80 %) or reached today, secret links about
- * to expire (within the hour), and, when the queues facility reports them,
- * queues with dead letters or whose oldest waiting message is old.
+ * to expire (within the hour), and queues with dead letters or whose oldest
+ * waiting message is old.
  *
  * Every figure is read from what is kept as the work happens (request counts
  * in 5-minute buckets, the daily quota counters, the per-queue counts, the
@@ -21,7 +21,7 @@ import type { ReadinessReport } from "../core/readiness.ts";
 import { COUNTED_FACILITIES, BUCKET_MS, type RequestCountStore } from "../core/request-counts/index.ts";
 import { HOUR_MS } from "../core/time.ts";
 import { utcDay } from "../core/quotas/index.ts";
-import type { QueueOverview } from "../queues/index.ts";
+import type { FacilityOperations } from "./facility-operations.ts";
 
 type Overview = MessageInitShape<typeof GetOverviewResponseSchema>;
 type Attention = NonNullable<Overview["attention"]>[number];
@@ -45,39 +45,16 @@ export interface OverviewDependency {
 }
 
 /** How many apps the overview names as the most active of the day. */
-export const TOP_APPS = 5;
+const TOP_APPS = 5;
 /** The hours of the overview's per-facility chart. */
-export const OVERVIEW_HOURS = 24;
-
-/** A queue as the overview needs it, across apps. */
-export interface QueueAttention {
-  appId: string;
-  queue: string;
-  deadLetters: number;
-  /** Age in seconds of the oldest waiting message; 0 when none waits. */
-  oldestAgeSeconds: number;
-}
-
-export interface OverviewHooks {
-  /**
-   * Across apps: messages and dead letters stored, and every queue with dead letters or old waiting messages,
-   * in bounded work (`queueAttention` is read only without it).
-   */
-  queueOverview?(oldAgeSeconds: number): Promise<QueueOverview>;
-  /** Every queue with dead letters or old waiting messages, across apps. */
-  queueAttention?(oldAgeSeconds: number): Promise<QueueAttention[]>;
-  /** Outstanding links expiring within `seconds`, across apps. */
-  expiringLinks?(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]>;
-  /** Mail of one UTC day across apps: accepted and failed. */
-  mailOnDay?(day: string): Promise<{ sent: number; failed: number }>;
-}
+const OVERVIEW_HOURS = 24;
 
 /** A waiting message older than this is worth a look. */
-export const OLD_MESSAGE_SECONDS = 3600;
+const OLD_MESSAGE_SECONDS = 3600;
 /** A link expiring within this is worth a look. */
-export const LINK_EXPIRING_SECONDS = 3600;
+const LINK_EXPIRING_SECONDS = 3600;
 /** The share of a daily cap from which an app is "near" it. */
-export const CAP_NEAR_SHARE = 0.8;
+const CAP_NEAR_SHARE = 0.8;
 
 const CAPS: [QuotaCounter, "eventsPerDay" | "mailPerDay" | "fastTokensPerDay" | "embedTokensPerDay"][] = [
   ["events", "eventsPerDay"],
@@ -90,7 +67,7 @@ export function createOverview(
   options: OverviewOptions | undefined,
   apps: AppStore,
   quotas: Quotas,
-  hooks: OverviewHooks,
+  operations: Pick<FacilityOperations, "queues" | "secrets" | "mail">,
 ): () => Promise<Overview> {
   return async () => {
     const now = Date.now();
@@ -98,22 +75,15 @@ export function createOverview(
     // The first hour of the chart: the current hour is the last of OVERVIEW_HOURS.
     const firstHour = now - (now % HOUR_MS) - (OVERVIEW_HOURS - 1) * HOUR_MS;
     const counts = options?.requestCounts;
-    const queueOverview: Promise<QueueOverview> = hooks.queueOverview
-      ? hooks.queueOverview(OLD_MESSAGE_SECONDS)
-      : (hooks.queueAttention?.(OLD_MESSAGE_SECONDS) ?? Promise.resolve([])).then((attention) => ({
-          messages: 0,
-          deadLetters: attention.reduce((n, q) => n + q.deadLetters, 0),
-          attention,
-        }));
     const [report, all, today, totals, links, buckets, top, mail] = await Promise.all([
       options?.readiness() ?? Promise.resolve<ReadinessReport>({ ready: true, checks: {} }),
       apps.list(),
       quotas.usedToday(),
-      queueOverview,
-      hooks.expiringLinks?.(LINK_EXPIRING_SECONDS) ?? Promise.resolve([]),
+      operations.queues.overview(OLD_MESSAGE_SECONDS),
+      operations.secrets.expiringLinks(LINK_EXPIRING_SECONDS),
       counts?.buckets(new Date(firstHour)) ?? Promise.resolve([]),
       counts?.topApps(day, TOP_APPS) ?? Promise.resolve([]),
-      hooks.mailOnDay?.(day),
+      operations.mail.mailOnDay(day),
     ]);
     const queues = totals.attention;
     const byId = new Map(all.map((a) => [a.id, a]));

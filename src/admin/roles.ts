@@ -16,7 +16,7 @@ export { AUDIT_ACTIONS, RPC_ACTIONS } from "./audit-actions.ts";
 type AdminImpl = ServiceImpl<typeof AdminService>;
 
 /** The admin RPCs a viewer may call (by their local name). */
-export const VIEWER_RPCS: ReadonlySet<string> = new Set([
+const VIEWER_RPCS: ReadonlySet<string> = new Set([
   "getApp",
   "listApps",
   "getUsage",

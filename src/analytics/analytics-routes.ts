@@ -97,7 +97,7 @@ function eventTypeJson(t: EventType | undefined) {
 }
 
 /** `POST /v1/analytics/types`. Property names are the implementation's to check (a key such as `__proto__` stays a key). */
-export const RegisterTypeBody = jsonObject({
+const RegisterTypeBody = jsonObject({
   properties: passthroughObject().superRefine((properties, ctx) => {
     for (const [name, kind] of Object.entries(properties)) {
       if (typeof kind !== "string" || !Object.hasOwn(KIND_OF, kind)) {
@@ -192,7 +192,7 @@ const ConditionJson = fixedObject(
   "must be an object { property, op, value }",
 );
 
-export const QueryBody = jsonObject({
+const QueryBody = jsonObject({
   interval: z
     .enum(["hour", "day", "week", "month"], {
       error: (issue) => (typeof issue.input === "string" ? INTERVAL_RULE : "must be a string"),
@@ -228,7 +228,7 @@ export const QueryBody = jsonObject({
 });
 
 /** `POST /v1/analytics/funnel` (extension). */
-export const FunnelBody = jsonObject({
+const FunnelBody = jsonObject({
   steps: z.array(
     fixedObject(
       {
@@ -261,15 +261,15 @@ function conditionMessages(where: z.infer<typeof ConditionJson>[]) {
 const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds." });
 
 /** The 200 bodies of the routes below, as `response` and `eventTypeJson` build them (the OpenAPI document's response shapes). */
-export const EventTypeResponse = z.object({
+const EventTypeResponse = z.object({
   name: z.string(),
   properties: z.record(z.string(), z.enum(["string", "number", "boolean"])),
   createdAt: NullableMs,
   updatedAt: NullableMs,
 });
-export const EventTypeListResponse = z.object({ types: z.array(EventTypeResponse) });
-export const LogEventsResponse = z.object({ recorded: z.number().int(), remainingToday: z.number().int() });
-export const QueryResponse = z.object({
+const EventTypeListResponse = z.object({ types: z.array(EventTypeResponse) });
+const LogEventsResponse = z.object({ recorded: z.number().int(), remainingToday: z.number().int() });
+const QueryResponse = z.object({
   type: z.string(),
   interval: z.enum(["hour", "day", "week", "month"]),
   since: NullableMs,
@@ -307,7 +307,7 @@ const FunnelStepJson = z.object({
   conversionFromPrevious: z.number(),
   medianSecondsFromPrevious: z.number().nullable(),
 });
-export const FunnelResponse = z.object({
+const FunnelResponse = z.object({
   steps: z.array(FunnelStepJson),
   since: NullableMs,
   until: NullableMs,

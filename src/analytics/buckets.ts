@@ -11,8 +11,6 @@ import { DAY_MS, HOUR_MS } from "../core/time.ts";
 
 export type Unit = "hour" | "day" | "week" | "month";
 
-export const UNITS: readonly Unit[] = ["hour", "day", "week", "month"];
-
 /** At most this many buckets between `since` and `until` (docs/api.md#analytics). */
 export const MAX_BUCKETS = 1000;
 
@@ -82,7 +80,7 @@ export function firstInstantOfWallTime(ms: number, zone: string | undefined): nu
 }
 
 /** The local calendar date of an instant in `zone`, as a UTC-midnight day number and its fields. */
-export function localDate(ms: number, zone: string | undefined): { year: number; month: number; day: number } {
+function localDate(ms: number, zone: string | undefined): { year: number; month: number; day: number } {
   if (isUtc(zone)) {
     const d = new Date(ms);
     return { year: d.getUTCFullYear(), month: d.getUTCMonth() + 1, day: d.getUTCDate() };

@@ -55,14 +55,14 @@ export interface EventStore {
    */
   insert(appId: string, events: readonly StoredEvent[], spend?: () => SpendStatement): Promise<void>;
   /**
-   * The same, with `within` in the insert's transaction of the platform
+   * The same, with `answerIn` in the insert's transaction of the platform
    * database (an idempotent answer, committed with the events). Only a store
    * in that database has it (the SQL store; not MongoDB).
    */
   insertWithin?(
     appId: string,
     events: readonly StoredEvent[],
-    within: InTransaction,
+    answerIn: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void>;
   /** Non-empty buckets, sorted by `at`, then `group` (null first, then string order). */

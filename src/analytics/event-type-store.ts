@@ -6,7 +6,7 @@
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
 
-export interface AnalyticsEventTypesTable {
+interface AnalyticsEventTypesTable {
   app_id: string;
   name: string;
   /** Property name -> declared kind (`string`, `number`, `boolean`). */

@@ -19,7 +19,7 @@ export interface FunnelStepAnswer {
   medianSecondsFromPrevious?: number | undefined;
 }
 
-export interface FunnelGroupAnswer {
+interface FunnelGroupAnswer {
   group: string | null;
   other: boolean;
   steps: FunnelStepAnswer[];

@@ -13,9 +13,17 @@ import { createSqlEventStore, POSTGRES_ROLLUP_SLOTS } from "./sql-event-store.ts
 import { readinessOf } from "../core/readiness.ts";
 import { orphanSweepTask, retentionTask } from "../core/housekeeping.ts";
 
-export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
-  /** Deletes every analytics event of the app (before the app itself is deleted). */
+/** The analytics facility's operations for the admin API. */
+export interface AnalyticsOperations {
+  /**
+   * Deletes every analytics event of a deleted app that its store keeps outside the platform database's
+   * cascade (MongoDB), after the app's row went.
+   */
   deleteAppData(appId: string): Promise<void>;
+}
+
+export interface AnalyticsFacility extends Facility<typeof AnalyticsService> {
+  readonly operations: AnalyticsOperations;
 }
 
 export interface AnalyticsFacilityOptions {
@@ -27,7 +35,7 @@ export interface AnalyticsFacilityOptions {
  * The store of the configuration: MongoDB when MONGODB_URL is set, else the
  * platform database. The MongoDB module (and its driver) is loaded only when configured.
  */
-export async function createEventStore(deps: Deps): Promise<EventStore> {
+async function createEventStore(deps: Deps): Promise<EventStore> {
   const { config } = deps;
   if (!config.mongodbUrl)
     return createSqlEventStore(deps.db, { slots: deps.database.kind === "postgres" ? POSTGRES_ROLLUP_SLOTS : 1 });
@@ -56,7 +64,7 @@ export async function createAnalyticsFacility(
     }),
     routes: analyticsRoutes,
     readiness: () => readinessOf("analytics", store.ping?.bind(store)),
-    deleteAppData: async (appId) => void (await store.deleteApp(appId)),
+    operations: { deleteAppData: async (appId) => void (await store.deleteApp(appId)) },
     housekeeping: () => [
       retentionTask("analytics retention", apps, (appId, before, batch) => store.deleteBefore(appId, before, batch)),
       ...(store.appIds

@@ -37,7 +37,7 @@ import {
   type StoredEvent,
 } from "./event-store.ts";
 
-export const COLLECTION = "analytics_events";
+const COLLECTION = "analytics_events";
 
 /** A stored event document. */
 export interface EventDocument {
@@ -121,7 +121,7 @@ function literal(text: string): string {
 }
 
 /** One condition of `where` as a `$match` clause. */
-export function conditionMatch(c: Condition): Document {
+function conditionMatch(c: Condition): Document {
   const path = pathOf(c.property, c.kind);
   const v = c.value;
   switch (c.op) {

@@ -29,15 +29,15 @@ import {
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import { distinctIdRule, quoted } from "./validate-events.ts";
 
-export const MAX_CONDITIONS = 10;
-export const MAX_GROUP_BY = 2;
+const MAX_CONDITIONS = 10;
+const MAX_GROUP_BY = 2;
 /** Groups answered when `groupBy` is a list and `limit` is left out. */
 export const DEFAULT_GROUP_LIMIT = 50;
 export const MAX_GROUP_LIMIT = 500;
 /** Values of one `in` condition. */
-export const MAX_IN_VALUES = 100;
+const MAX_IN_VALUES = 100;
 /** The name `where` and `of` use for an event's distinctId (never a property name: it has a capital). */
-export const DISTINCT_ID = "distinctId";
+const DISTINCT_ID = "distinctId";
 
 export const AGGREGATE_NAME: Record<number, AggregateName> = {
   [Aggregate.UNSPECIFIED]: "count",
@@ -56,7 +56,7 @@ export const AGGREGATE_OF: Record<AggregateName, Aggregate> = {
   min: Aggregate.MIN,
   max: Aggregate.MAX,
 };
-export const OP_NAME: Record<number, ConditionOp> = {
+const OP_NAME: Record<number, ConditionOp> = {
   [Operator.EQ]: "eq",
   [Operator.NEQ]: "neq",
   [Operator.IN]: "in",

@@ -47,7 +47,7 @@ import {
 } from "./event-store.ts";
 
 /** Raw events (property values are strings). */
-export interface AnalyticsEventsTable {
+interface AnalyticsEventsTable {
   app_id: string;
   type: string;
   at: Timestamp;
@@ -59,7 +59,7 @@ export interface AnalyticsEventsTable {
 }
 
 /** Counts per (type, property, UTC day, value); `prop = ''` is the day's total. */
-export interface AnalyticsDailyTable {
+interface AnalyticsDailyTable {
   app_id: string;
   type: string;
   prop: string;
@@ -176,7 +176,7 @@ export const POSTGRES_ROLLUP_SLOTS = 8;
  * a few property values) write the shared slot: they hold few row locks for a
  * short time, and sharing keeps a day's rows few, which keeps queries fast.
  */
-export const SHARED_SLOT_MAX_ROWS = 100;
+const SHARED_SLOT_MAX_ROWS = 100;
 
 export interface SlotPicker {
   /**
@@ -231,7 +231,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   const insertBatch = async (
     appId: string,
     events: readonly StoredEvent[],
-    within?: InTransaction,
+    answerIn?: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void> => {
     const raw = JSON.stringify(
@@ -240,11 +240,11 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
-      if (!within) await insertRows(appId, raw, r, slot, db, spend?.());
+      if (!answerIn) await insertRows(appId, raw, r, slot, db, spend?.());
       else
         await inTransaction(database, async (trx) => {
           await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>(), spend?.());
-          await within(trx);
+          await answerIn(trx);
         });
     } finally {
       slots.release(slot);
@@ -292,9 +292,9 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
       if (events.length > 0) await insertBatch(appId, events, undefined, spend);
     },
 
-    async insertWithin(appId, events, within, spend) {
-      if (events.length > 0) await insertBatch(appId, events, within, spend);
-      else await inTransaction(database, within);
+    async insertWithin(appId, events, answerIn, spend) {
+      if (events.length > 0) await insertBatch(appId, events, answerIn, spend);
+      else await inTransaction(database, answerIn);
     },
 
     async count(q) {
@@ -517,7 +517,7 @@ function scalar(v: string | number | boolean, kind: Condition["kind"]): RawBuild
   return sql`${typeof v === "boolean" ? String(v) : v}::text`;
 }
 
-export function conditionSql(c: Condition): RawBuilder<unknown> {
+function conditionSql(c: Condition): RawBuilder<unknown> {
   const x = valueOf(c.property, c.kind);
   const v = c.value;
   switch (c.op) {

@@ -16,13 +16,13 @@ import type { StoredEvent } from "./event-store.ts";
 /** Events per log call (docs/api.md#analytics). */
 export const MAX_EVENTS_PER_CALL = 1000;
 /** How far ahead of now an event may be dated. */
-export const MAX_FUTURE_MS = DAY_MS;
+const MAX_FUTURE_MS = DAY_MS;
 /** Properties a type may declare: each one is a rollup row per event. */
 export const MAX_PROPERTIES = 64;
 /** Longest string value, in UTF-8 bytes (values are index keys of the rollups). */
-export const MAX_VALUE_BYTES = 1024;
+const MAX_VALUE_BYTES = 1024;
 /** Longest `distinctId`, in characters (code points): ids of other systems (emails, UUIDs, URNs) fit. */
-export const MAX_DISTINCT_ID_CHARS = 200;
+const MAX_DISTINCT_ID_CHARS = 200;
 
 /** Why a `distinctId` is refused, or undefined when it is a good one. */
 export function distinctIdRule(id: string): string | undefined {
@@ -40,7 +40,7 @@ export interface EventInput {
   distinctId?: string | undefined;
 }
 
-export function checkBatchSize(count: number): void {
+function checkBatchSize(count: number): void {
   if (count < 1 || count > MAX_EVENTS_PER_CALL) {
     throw invalidArgument("events", `must have 1 to ${MAX_EVENTS_PER_CALL} items (got ${count})`);
   }

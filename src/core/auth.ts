@@ -82,14 +82,14 @@ const ADMIN_SERVICE = "platform.admin.v1.AdminService";
  * reads that neither change state nor spend allowance. Embed is not one of
  * them: a stopped app should not spend its allowance.
  */
-export const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
+const OPEN_WHEN_STOPPED: ReadonlySet<string> = new Set([
   "platform.analytics.v1.AnalyticsService/ListEventTypes",
   "platform.analytics.v1.AnalyticsService/QueryEvents",
   "platform.inference.v1.InferenceService/ListModels",
 ]);
 
-export const SERVICE_TOKEN_PREFIX = "pbt_";
-export const OPERATOR_TOKEN_PREFIX = "pbo_";
+const SERVICE_TOKEN_PREFIX = "pbt_";
+const OPERATOR_TOKEN_PREFIX = "pbo_";
 
 export function generateServiceToken(): string {
   return SERVICE_TOKEN_PREFIX + crypto.randomBytes(32).toString("base64url");
@@ -105,13 +105,13 @@ export function hashToken(token: string): string {
 }
 
 /** What a browser sends besides a token: its cookies and the origin of the page that made the call. */
-export interface BrowserCredentials {
+interface BrowserCredentials {
   cookie?: string | null;
   origin?: string | null;
 }
 
 /** Where the dashboard's single sign-on sessions are found: the cookie's name and the one origin allowed to use it. */
-export interface SessionCookies {
+interface SessionCookies {
   cookieName: string;
   origin: string;
   /** The session store; default one on the authenticator's `db`. */

@@ -18,8 +18,8 @@ export class ConfigError extends Error {
   }
 }
 
-export type MailProviderName = "ses" | "outbox";
-export type InferenceProviderName = "bedrock" | "local";
+type MailProviderName = "ses" | "outbox";
+type InferenceProviderName = "bedrock" | "local";
 
 export interface Config {
   port: number;
@@ -110,7 +110,7 @@ export interface HttpTimeouts {
   keepAliveTimeoutMs: number;
 }
 
-export interface MetricsAccess {
+interface MetricsAccess {
   /** `METRICS_TOKEN`: when set, `/metrics` needs `Authorization: Bearer <token>`. */
   token: string | undefined;
   /** `METRICS_PORT`: when set, `/metrics` is served on this port of HOST only, not on the public port. */
@@ -130,7 +130,7 @@ export interface TracingConfig {
   serviceName: string;
 }
 
-export interface DatabaseTimeouts {
+interface DatabaseTimeouts {
   /** `DATABASE_STATEMENT_TIMEOUT_MS`: a statement running longer fails (503 `unavailable`); a long-poll's wait is not a statement. */
   statementMs: number;
   /** `DATABASE_POOL_WAIT_MS`: a request waiting longer for a pool connection (or a new one) fails the same way. */
@@ -421,7 +421,7 @@ const environmentSchema = z
  * generated once and survives every restart, where one generated inline on a
  * command line is lost with it.
  */
-export const FILE_VARIABLES = ["ADMIN_TOKEN", "SECRETS_KEY", "OIDC_CLIENT_SECRET"] as const;
+const FILE_VARIABLES = ["ADMIN_TOKEN", "SECRETS_KEY", "OIDC_CLIENT_SECRET"] as const;
 
 /**
  * `env` with each `NAME_FILE` of `FILE_VARIABLES` read into `NAME` (one final

@@ -103,7 +103,7 @@ export interface PlatformErrorOptions {
 }
 
 /** The `details` line of an answer whose change may have been made (see `PlatformErrorOptions.mayHaveCommitted`). */
-export const OUTCOME_UNKNOWN_DETAIL = "outcome: unknown, the change may have been committed";
+const OUTCOME_UNKNOWN_DETAIL = "outcome: unknown, the change may have been committed";
 
 /** The header that flags it, on REST answers and Connect/gRPC errors. */
 export const OUTCOME_UNKNOWN_HEADER = "outcome-unknown";

@@ -5,7 +5,7 @@
 import { sql, type Kysely, type UpdateObject } from "kysely";
 import type { Db, Timestamp } from "./database/index.ts";
 
-export interface IdempotencyKeyTable {
+interface IdempotencyKeyTable {
   app_id: string;
   /** The SHA-256 (hex) of the client's key. */
   key: string;
@@ -21,10 +21,10 @@ export interface IdempotencyKeyTable {
   expires_at: Timestamp;
 }
 
-export type IdempotencyTables = { idempotency_keys: IdempotencyKeyTable };
+type IdempotencyTables = { idempotency_keys: IdempotencyKeyTable };
 
 /** What an earlier request under the key left. */
-export interface StoredKey {
+interface StoredKey {
   operation: string;
   fingerprint: string;
   state: "running" | "done";
@@ -32,7 +32,7 @@ export interface StoredKey {
   response: Uint8Array | null;
 }
 
-export interface BeginInput {
+interface BeginInput {
   appId: string;
   /** As stored: the SHA-256 of the client's key. */
   key: string;
@@ -47,7 +47,7 @@ export interface BeginInput {
   lockSeconds: number;
 }
 
-export type BeginResult = { started: true } | { started: false; existing: StoredKey | undefined };
+type BeginResult = { started: true } | { started: false; existing: StoredKey | undefined };
 
 export interface IdempotencyStore {
   /**

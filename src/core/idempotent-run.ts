@@ -14,7 +14,7 @@ import type { Db, InTransactionWith } from "./database/index.ts";
  * process dying after the commit leaves the answer for the repeat instead of
  * a held key whose lapse would run the work a second time.
  */
-export interface IdempotentRun<O extends DescMessage> {
+interface IdempotentRun<O extends DescMessage> {
   /**
    * Stores `output` as the answer on `trx`, the transaction doing the work;
    * the RPC must then return the same output. Throws `idempotency_key_in_use`
@@ -32,7 +32,7 @@ export interface RunInContext {
 const runKey = createContextKey<RunInContext | undefined>(undefined, { description: "idempotent run" });
 
 /** The keyed run of `method` this request is, if any (see `IdempotentRun`). */
-export function idempotentRun<I extends DescMessage, O extends DescMessage>(
+function idempotentRun<I extends DescMessage, O extends DescMessage>(
   context: HandlerContext,
   method: DescMethodUnary<I, O>,
 ): IdempotentRun<O> | undefined {

@@ -25,9 +25,9 @@ import { CAP_LIMITS, type QuotaCounter, type Quotas } from "./quotas/index.ts";
 import type { ReadinessReport } from "./readiness.ts";
 
 /** Scrapes closer together than this share one run of the checks and one read of the quotas. */
-export const OPERATIONAL_GAUGES_EVERY_MS = 10_000;
+const OPERATIONAL_GAUGES_EVERY_MS = 10_000;
 /** The share of a daily cap from which an app counts as near it. */
-export const NEAR_CAP_SHARE = 0.8;
+const NEAR_CAP_SHARE = 0.8;
 
 export interface OperationalGaugeSources {
   metrics: Metrics;

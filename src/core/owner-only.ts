@@ -9,8 +9,8 @@
 import fs from "node:fs/promises";
 import path from "node:path";
 
-export const OWNER_ONLY_DIR = 0o700;
-export const OWNER_ONLY_FILE = 0o600;
+const OWNER_ONLY_DIR = 0o700;
+const OWNER_ONLY_FILE = 0o600;
 
 /** Creates `dir` (and missing parents) if needed and makes it 0700. */
 export async function ownerOnlyDir(dir: string): Promise<void> {

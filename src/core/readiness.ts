@@ -34,7 +34,7 @@ export function readinessOf(name: string, ping: ReadinessCheck | undefined): Rec
 }
 
 /** How long one check may take before it counts as not answering. */
-export const READINESS_TIMEOUT_MS = 2000;
+const READINESS_TIMEOUT_MS = 2000;
 
 export async function checkReadiness(
   checks: Record<string, ReadinessCheck>,

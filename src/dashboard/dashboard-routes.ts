@@ -13,10 +13,10 @@ import fastifyStatic from "@fastify/static";
 import { registerSecurityHeaders, type CspDirectives } from "../core/http/security-headers.ts";
 
 /** The build `npm run build` (scripts/build-dashboard.ts) makes, with a `.br` and a `.gz` beside each text file. */
-export const DASHBOARD_DIST = path.resolve(import.meta.dirname, "../../dashboard/dist");
+const DASHBOARD_DIST = path.resolve(import.meta.dirname, "../../dashboard/dist");
 
 /** Scripts, styles and requests only to this origin, no inline script, no frames. */
-export const DASHBOARD_CSP: CspDirectives = {
+const DASHBOARD_CSP: CspDirectives = {
   "default-src": ["'none'"],
   "script-src": ["'self'"],
   "style-src": ["'self'"],

@@ -59,7 +59,7 @@ export interface BedrockProviderOptions {
 }
 
 /** Cohere Embed takes at most this many texts per call. */
-export const COHERE_BATCH = 96;
+const COHERE_BATCH = 96;
 const DEFAULT_TITAN_CONCURRENCY = 8;
 /** Bedrock's text models take a temperature from 0 to 1. */
 const BEDROCK_MAX_TEMPERATURE = 1;
@@ -83,7 +83,7 @@ export function stopReasonToFinishReason(stopReason: string | undefined): Finish
 }
 
 /** Converse's shape of a conversation: system blocks apart, same-role turns merged. */
-export function toConverseInput(turns: readonly ChatTurn[]): { system: SystemContentBlock[]; messages: Message[] } {
+function toConverseInput(turns: readonly ChatTurn[]): { system: SystemContentBlock[]; messages: Message[] } {
   const system: SystemContentBlock[] = [];
   const messages: Message[] = [];
   for (const turn of turns) {

@@ -17,7 +17,7 @@ export interface InferenceFacilityOptions {
 }
 
 /** The provider named by the configuration; the Bedrock module (and the AWS SDK under it) is loaded only when configured. */
-export async function createInferenceProvider(deps: Deps): Promise<InferenceProvider> {
+async function createInferenceProvider(deps: Deps): Promise<InferenceProvider> {
   const { config, logger } = deps;
   if (config.inferenceProvider === "bedrock") {
     const { createBedrockProvider } = await import("./bedrock-provider.ts");

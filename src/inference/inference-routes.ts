@@ -36,7 +36,7 @@ function roundForJson(value: number): number {
   return Number(value.toPrecision(7));
 }
 
-export const GenerateBody = z.preprocess(
+const GenerateBody = z.preprocess(
   withoutNulls,
   fixedObject({
     model: z.string({ error: "must be a string" }).optional(),
@@ -80,7 +80,7 @@ export const GenerateBody = z.preprocess(
   }),
 );
 
-export const EmbedBody = z.preprocess(
+const EmbedBody = z.preprocess(
   withoutNulls,
   fixedObject({
     model: z.string({ error: "must be a string" }).optional(),
@@ -109,7 +109,7 @@ export const EmbedBody = z.preprocess(
 );
 
 /** The REST generate body as a `GenerateRequest`. */
-export function generateRequest(body: z.output<typeof GenerateBody>) {
+function generateRequest(body: z.output<typeof GenerateBody>) {
   const messages: MessageInitShape<typeof ChatMessageSchema>[] = (body.messages ?? []).map((m) => ({
     role: ROLE_FROM_JSON[m.role],
     content: m.content,
@@ -125,7 +125,7 @@ export function generateRequest(body: z.output<typeof GenerateBody>) {
 }
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
-export const ModelsResponse = z.object({
+const ModelsResponse = z.object({
   models: z.array(
     z.object({
       name: z.string(),
@@ -135,14 +135,14 @@ export const ModelsResponse = z.object({
     }),
   ),
 });
-export const GenerateResponse = z.object({
+const GenerateResponse = z.object({
   text: z.string(),
   model: z.string(),
   finishReason: z.enum(["stop", "length", "other"]),
   usage: z.object({ inputTokens: z.number().int(), outputTokens: z.number().int() }),
   remainingToday: z.number().int(),
 });
-export const EmbedResponse = z.object({
+const EmbedResponse = z.object({
   embeddings: z.array(z.array(z.number())),
   model: z.string(),
   dimensions: z.number().int(),

@@ -8,7 +8,7 @@
  */
 
 /** Characters (UTF-16 code units) counted as one token. */
-export const CHARS_PER_TOKEN = 4;
+const CHARS_PER_TOKEN = 4;
 
 /** Estimated tokens of one text: `ceil(length / 4)`, so any non-empty text is at least 1. */
 export function estimateTokens(text: string): number {

@@ -15,18 +15,21 @@ import { retentionTask } from "../core/housekeeping.ts";
 import { HOUR_MS } from "../core/time.ts";
 import { createMailDayStore } from "./mail-day-store.ts";
 
-export type { MailLogRecord, MailLogStatus, MailSearch } from "./mail-store.ts";
+export type { MailLogRecord, MailLogStatus } from "./mail-store.ts";
 export { rawMessage } from "./raw-message.ts";
 
-export interface MailFacility extends Facility<typeof MailService> {
-  /** The admin hook behind `AdminService.ListMail`: the app's recent mail, newest first. */
-  listMail(appId: string, limit: number): Promise<MailLogRecord[]>;
-  /** The admin hook behind `AdminService.ListMail` with a search or a page: newest first. */
+/** The mail facility's operations for the admin API (reads only: an operator changes no mail). */
+export interface MailOperations {
+  /** `AdminService.ListMail`: the app's mail log searched, newest first. */
   searchMail(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
-  /** The admin hook behind `AdminService.GetMail`: one mail of the app's log. */
+  /** `AdminService.GetMail`: one mail of the app's log. */
   getMail(appId: string, id: string): Promise<MailLogRecord | undefined>;
   /** The overview's mail of one UTC day across apps: accepted (sent or stored) and failed (or unconfirmed). */
   mailOnDay(day: string): Promise<{ sent: number; failed: number }>;
+}
+
+export interface MailFacility extends Facility<typeof MailService> {
+  readonly operations: MailOperations;
 }
 
 export interface MailFacilityOptions {
@@ -38,7 +41,7 @@ export interface MailFacilityOptions {
  * The provider of `MAIL_PROVIDER`: SES in production, the outbox by default.
  * The SES module (and the AWS SDK under it) is loaded only when configured.
  */
-export async function createMailProvider(deps: Deps): Promise<MailProvider> {
+async function createMailProvider(deps: Deps): Promise<MailProvider> {
   const { config, logger } = deps;
   if (config.mailProvider !== "ses") return createOutboxProvider();
   const { createSesProvider } = await import("./ses-provider.ts");
@@ -59,18 +62,19 @@ export async function createMailFacility(deps: Deps, options: MailFacilityOption
     service: MailService,
     impl: createMailService({ provider, store, quotas: deps.quotas, logger, metrics: deps.metrics }),
     routes: mailRoutes,
-    listMail: (appId, limit) => store.list(appId, limit),
-    searchMail: (appId, search) => store.search(appId, search),
     readiness: () => readinessOf("mail", provider.ping?.bind(provider)),
     housekeeping: () => [
       retentionTask("mail retention", apps, (appId, before, batch) => store.deleteOlderThan(appId, before, batch)),
       { name: "mail days", intervalMs: HOUR_MS, run: () => days.prune() },
     ],
-    getMail: (appId, id) => store.get(appId, id),
-    async mailOnDay(day) {
-      const by = await days.onDay(day);
-      const n = (status: string) => by.get(status) ?? 0;
-      return { sent: n("sent") + n("stored"), failed: n("failed") + n("unconfirmed") };
+    operations: {
+      searchMail: (appId, search) => store.search(appId, search),
+      getMail: (appId, id) => store.get(appId, id),
+      async mailOnDay(day) {
+        const by = await days.onDay(day);
+        const n = (status: string) => by.get(status) ?? 0;
+        return { sent: n("sent") + n("stored"), failed: n("failed") + n("unconfirmed") };
+      },
     },
     async start() {
       logger.info(`mail provider: ${provider.description}`);

@@ -12,7 +12,7 @@ type MailDayTables = {
 };
 
 /** How many days of `mail_days` are kept. */
-export const MAIL_DAYS_KEPT = 7;
+const MAIL_DAYS_KEPT = 7;
 
 export interface MailDayStore {
   /** Mail logged on `day` (YYYY-MM-DD) per status. */

@@ -6,7 +6,7 @@
  * operator, check the address) and never carries the provider's own text,
  * which can name accounts, regions or identities.
  */
-export interface OutgoingMail {
+interface OutgoingMail {
   /** The sending app, passed to the provider for tagging and tracing. */
   readonly appId: string;
   /** The app's platform-assigned address; never chosen by the caller. */

@@ -5,14 +5,14 @@ import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { jsonObject } from "../core/http/validation.ts";
 
 /** The JSON shape of `POST /v1/mail/send`; missing fields become "" and get the implementation's "is required". */
-export const SendBody = jsonObject({
+const SendBody = jsonObject({
   to: z.string().default(""),
   subject: z.string().default(""),
   text: z.string().default(""),
 });
 
 /** The 200 body of `POST /v1/mail/send` (the OpenAPI document's response shape). */
-export const SendResponse = z.object({ sent: z.boolean(), from: z.string(), remainingToday: z.number().int() });
+const SendResponse = z.object({ sent: z.boolean(), from: z.string(), remainingToday: z.number().int() });
 
 export const mailRoutes: readonly AnyRestRoute[] = [
   defineRoute({

@@ -49,10 +49,10 @@ export function createMailService(options: MailServiceOptions): ServiceImpl<type
     "status",
   ] as const);
 
-  /** Logs one attempt and counts it in the metrics; `within` commits with the log row. */
-  const record = async (appId: string, entry: MailLogEntry, within?: InTransaction) => {
+  /** Logs one attempt and counts it in the metrics; `answerIn` (an idempotent answer) commits with the log row. */
+  const record = async (appId: string, entry: MailLogEntry, answerIn?: InTransaction) => {
     sends.inc({ provider: provider.name, status: entry.status });
-    await store.record(appId, entry, within);
+    await store.record(appId, entry, answerIn);
   };
   const releaseFailed = (e: unknown) => logger.error({ err: errorText(e) }, "could not release a mail reservation");
 

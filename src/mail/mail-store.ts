@@ -7,7 +7,7 @@ import { sql, type Generated, type Kysely } from "kysely";
 import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 
 /** One send attempt, by either provider. */
-export interface MailLogTable {
+interface MailLogTable {
   id: Generated<number>;
   app_id: string;
   to_address: string;
@@ -62,11 +62,11 @@ export interface MailSearch {
 
 export interface MailStore {
   /**
-   * Logs one attempt; `within` (an idempotent answer) runs in the same
+   * Logs one attempt; `answerIn` (an idempotent answer) runs in the same
    * transaction, so for the outbox, whose row is the message, the message and
    * its answer commit together.
    */
-  record(appId: string, entry: MailLogEntry, within?: InTransaction): Promise<void>;
+  record(appId: string, entry: MailLogEntry, answerIn?: InTransaction): Promise<void>;
   /** The app's entries that match, newest first. */
   search(appId: string, search: MailSearch): Promise<MailLogRecord[]>;
   /** The app's most recent `limit` entries, newest first. */
@@ -116,11 +116,11 @@ function recordFromRow(r: {
 export function createMailStore(database: Db): MailStore {
   const db: Kysely<MailTables> = database.withTables<MailTables>();
   return {
-    async record(appId, entry, within) {
-      if (within)
+    async record(appId, entry, answerIn) {
+      if (answerIn)
         return inTransaction(database, async (trx) => {
           await createMailStore(trx).record(appId, entry);
-          await within(trx);
+          await answerIn(trx);
         });
       await db
         .insertInto("mail_log")

@@ -25,7 +25,7 @@ export interface SesProviderOptions {
 const THROTTLED = new Set(["TooManyRequestsException", "LimitExceededException", "ThrottlingException"]);
 
 /** The email tag that carries the sending app's id. */
-export const APP_ID_TAG = "app_id";
+const APP_ID_TAG = "app_id";
 
 export function createSesProvider(options: SesProviderOptions): MailProvider {
   const client = new SESv2Client({
@@ -103,7 +103,7 @@ const BEFORE_CONNECTION_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN
  * so the send may be given back and run again. Errors of a connection that
  * existed (a reset, a request timeout) are not: the request may have arrived.
  */
-export function neverConnected(err: unknown): boolean {
+function neverConnected(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const e = err as NodeJS.ErrnoException;
   if (e.code !== undefined && BEFORE_CONNECTION_CODES.has(e.code)) return true;
@@ -121,7 +121,7 @@ interface SesErrorDescription {
 }
 
 /** Maps an SES (or network) error onto a message that helps the app decide what to do. */
-export function describeSesError(err: unknown): SesErrorDescription {
+function describeSesError(err: unknown): SesErrorDescription {
   // The SDK attaches `$metadata` to network errors too; only an HTTP answer makes it SES's word.
   const httpStatus = (err as Partial<SESv2ServiceException> | undefined)?.$metadata?.httpStatusCode;
   if (err instanceof SESv2ServiceException || (err instanceof Error && httpStatus !== undefined)) {

@@ -19,10 +19,10 @@ import { PlatformError } from "../core/errors.ts";
 import { characterCount, isWellFormedText } from "../core/text.ts";
 
 /** The WHATWG "valid e-mail address" production, as zod ships it. */
-export const WHATWG_EMAIL = z.regexes.html5Email;
+const WHATWG_EMAIL = z.regexes.html5Email;
 
-export const SUBJECT_MAX = 200;
-export const TEXT_MAX = 100_000;
+const SUBJECT_MAX = 200;
+const TEXT_MAX = 100_000;
 
 export interface MailFields {
   to: string;

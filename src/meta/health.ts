@@ -12,7 +12,7 @@ import { PlatformError } from "../core/errors.ts";
 export { Health };
 
 /** How often a Watch looks again (a status change is sent within this). */
-export const HEALTH_WATCH_INTERVAL_MS = 5_000;
+const HEALTH_WATCH_INTERVAL_MS = 5_000;
 
 /** Whether `service` ("" for the server) is ready now; undefined when there is no such service. */
 export type ServingCheck = (service: string) => Promise<boolean | undefined>;

@@ -4,8 +4,8 @@ import { z } from "zod";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 
 /** The 200 bodies of the routes below (the OpenAPI document's response shapes). */
-export const HealthResponse = z.object({ status: z.literal("ok") });
-export const VersionResponse = z.object({ name: z.string(), version: z.string() });
+const HealthResponse = z.object({ status: z.literal("ok") });
+const VersionResponse = z.object({ name: z.string(), version: z.string() });
 
 export const metaRoutes: readonly AnyRestRoute[] = [
   defineRoute({

@@ -6,16 +6,15 @@
  * this module only handles them afterwards. Every call is scoped by app and
  * queue, so ids of another app's or queue's dead letters match nothing.
  */
-import type { InTransaction } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { isInt64Text } from "../core/text.ts";
 import type { DeadLetter, DeadLetterSelection, QueueStore } from "./queue-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
 /** Dead letters replayed per statement when replaying all of a queue's. */
-export const REPLAY_BATCH = 1_000;
+const REPLAY_BATCH = 1_000;
 
-export interface DeadLetterPage {
+interface DeadLetterPage {
   deadLetters: DeadLetter[];
   /** Empty on the last page. */
   nextPageToken: string;
@@ -31,15 +30,8 @@ export interface DeadLetterOperator {
     maxChars: number | undefined,
   ): Promise<DeadLetterPage>;
   /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`; wakes waiting consumers. Returns how many. */
-  replay(
-    appId: string,
-    queue: string,
-    which: DeadLetterSelection,
-    ttlSeconds: number,
-    within?: InTransaction,
-  ): Promise<number>;
-  /** `within` runs in the purge's transaction: the operator's audit entry commits with it or not at all. */
-  purge(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
+  replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
+  purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
 }
 
 /** The token names the last dead letter of a page (its `seq`); opaque to callers. */
@@ -55,7 +47,15 @@ function decodeToken(token: string): string | undefined {
   return match[1];
 }
 
-export function createDeadLetterOperator(store: QueueStore, hub: WakeHub): DeadLetterOperator {
+/**
+ * The dead letters of `store`: the pool's, or one built on an operator's unit of work, whose replay then
+ * commits with the operator's other writes; `committed` runs the wake once that is so (on the pool: at once).
+ */
+export function createDeadLetterOperator(
+  store: QueueStore,
+  hub: WakeHub,
+  committed: (wake: () => void) => void = (wake) => wake(),
+): DeadLetterOperator {
   return {
     async list(appId, queue, pageSize, pageToken, maxChars) {
       const after = decodeToken(pageToken);
@@ -65,23 +65,19 @@ export function createDeadLetterOperator(store: QueueStore, hub: WakeHub): DeadL
       return { deadLetters: page, nextPageToken: rows.length > pageSize ? encodeToken(page[page.length - 1].seq) : "" };
     },
 
-    async replay(appId, queue, which, ttlSeconds, within) {
+    async replay(appId, queue, which, ttlSeconds) {
       const notify = hub.payload(appId, queue, 0);
-      // With `within` (the operator's audit entry) every batch and the entry are one transaction; the
-      // statement's NOTIFY is then sent at commit, so no consumer is woken for a replay that rolls back.
-      const total = within
-        ? await store.transaction(async (tx, trx) => {
-            const n = await replayOn(tx, appId, queue, which, ttlSeconds, notify);
-            await within(trx);
-            return n;
-          })
-        : await replayOn(store, appId, queue, which, ttlSeconds, notify);
-      // Local waiters now (no more wakes than waiters); other instances through the statement's NOTIFY.
-      for (let n = Math.min(total, hub.waiting()); n > 0; n--) hub.announce(appId, queue, 0);
+      // On a unit of work every batch and the operator's audit entry are one transaction; the statement's
+      // NOTIFY is then sent at commit, so no consumer is woken for a replay that rolls back.
+      const total = await replayOn(store, appId, queue, which, ttlSeconds, notify);
+      // Local waiters (no more wakes than waiters); other instances through the statement's NOTIFY.
+      committed(() => {
+        for (let n = Math.min(total, hub.waiting()); n > 0; n--) hub.announce(appId, queue, 0);
+      });
       return total;
     },
 
-    purge: (appId, queue, which, within) => store.purgeDeadLetters(appId, queue, which, within),
+    purge: (appId, queue, which) => store.purgeDeadLetters(appId, queue, which),
   };
 }
 

@@ -9,7 +9,7 @@ import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { epochMs } from "../core/http/validation.ts";
 
-export const FeedQuery = z.object({
+const FeedQuery = z.object({
   after: z
     .string({ error: "must be a string" })
     .optional()
@@ -22,7 +22,7 @@ export const FeedQuery = z.object({
     .meta({ description: "How long to wait when there is no event yet, 0 to 25 (default 0)." }),
 });
 
-export const FeedResponse = z.object({
+const FeedResponse = z.object({
   events: z.array(
     z.object({
       cursor: z.string(),

@@ -8,7 +8,7 @@ import type { Db, Timestamp } from "../core/database/index.ts";
 /** The NOTIFY channel on which an append announces `instance|appId`, sent at its commit. */
 export const EVENT_FEED_CHANNEL = "pb_event_feed";
 
-export interface EventFeedTable {
+interface EventFeedTable {
   id: string;
   app_id: string;
   kind: string;
@@ -18,9 +18,9 @@ export interface EventFeedTable {
   expires_at: Timestamp;
 }
 
-export type EventFeedTables = { queue_event_feed: EventFeedTable };
+type EventFeedTables = { queue_event_feed: EventFeedTable };
 
-export interface FeedRow {
+interface FeedRow {
   /** The id, as decimal text: the cursor. */
   id: string;
   kind: string;

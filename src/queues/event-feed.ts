@@ -31,7 +31,7 @@ import { EVENT_FEED_CHANNEL, type EventFeedStore } from "./event-feed-store.ts";
 import { EXPIRE_BATCH, EXPIRE_INTERVAL_MS, MAX_WAIT_SECONDS } from "./queue-limits.ts";
 
 /** Most events in one answer; a reader with more to catch up on reads again at once. */
-export const FEED_PAGE = 100;
+const FEED_PAGE = 100;
 
 export interface EventFeed {
   /**

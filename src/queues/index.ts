@@ -9,17 +9,22 @@ import type { Value } from "@bufbuild/protobuf/wkt";
 import type { AppRecord } from "../core/apps/apps.ts";
 import type { JsonValue } from "@bufbuild/protobuf";
 import { createAppStore } from "../core/apps/app-store.ts";
-import { inTransaction, type Db, type InTransaction } from "../core/database/index.ts";
+import type { Db, Tx } from "../core/database/index.ts";
 import type { Deps, Facility } from "../core/facility.ts";
 import { createDeadLetterOperator, type DeadLetterOperator } from "./dead-letters.ts";
 import { createEventFeed } from "./event-feed.ts";
 import { eventFeedRoutes } from "./event-feed-routes.ts";
 import { createEventFeedStore } from "./event-feed-store.ts";
-import { queuesNeedingAttention, type QueueAttentionRow } from "./queue-attention-store.ts";
 import { queueOverview, type QueueOverview } from "./queue-overview-store.ts";
 import { effectivePolicy, type PolicyChange, type QueuePolicy } from "./queue-policy.ts";
 import { ACTIVITY_HOURS, DEAD_LETTER_SWEEP_INTERVAL_MS } from "./queue-limits.ts";
-import { createQueueStore, type PeekedMessage, type QueueActivityHour, type StoredPolicy } from "./queue-store.ts";
+import {
+  createQueueStore,
+  type DeadLetterSelection,
+  type PeekedMessage,
+  type QueueActivityHour,
+  type StoredPolicy,
+} from "./queue-store.ts";
 import { registerQueueGauges } from "./queue-gauges.ts";
 import { queueHousekeeping } from "./queue-housekeeping.ts";
 import { queuesRoutes } from "./queues-routes.ts";
@@ -35,45 +40,51 @@ export { EVENTS_QUEUE } from "./queue-limits.ts";
 export { isPeekPosition } from "./queue-store.ts";
 export { checkQueueName } from "./queue-name.ts";
 
-export type { PeekedMessage, QueueActivityHour, DeadLetter, DeadLetterSelection } from "./queue-store.ts";
-export type { DeadLetterOperator, DeadLetterPage } from "./dead-letters.ts";
-export type { QueueAttentionRow } from "./queue-attention-store.ts";
-export type { QueueOverview } from "./queue-overview-store.ts";
+export type { DeadLetterSelection } from "./queue-store.ts";
 export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 
-/** What the operator may do to an app's queues that the app itself may not (AdminService). */
-export interface QueueOperator {
+/**
+ * The queues facility's operations for the admin API: what an operator may see of and do to an app's
+ * queues that the app itself may not. Each change runs on the operator's unit of work (`tx`) and commits
+ * with the operator's other writes (the audit entry) or not at all; consumers are woken after the commit.
+ */
+export interface QueuesOperations {
   /** Waiting messages in claim order, after `after` (a peeked message's `position`) when given. */
   peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
-  /** `within` runs in the purge's transaction: the operator's audit entry commits with it or not at all. */
-  purge(appId: string, queue: string, within?: InTransaction): Promise<number>;
+  /** Deletes the queue's messages, the leased ones too; how many. */
+  purge(tx: Tx, appId: string, queue: string): Promise<number>;
   /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */
   activity(appId: string, queue: string): Promise<QueueActivityHour[]>;
-  deadLetters: DeadLetterOperator;
-  /** A test message on an app's queue, as the app would put it; `within` (the audit entry) commits with it. Its id. */
-  put(
-    app: AppRecord,
+  /** A page of one queue's dead letters (see `DeadLetterOperator.list`). */
+  listDeadLetters: DeadLetterOperator["list"];
+  /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`. How many. */
+  replayDeadLetters(
+    tx: Tx,
+    appId: string,
     queue: string,
-    payload: Value | undefined,
-    within?: InTransaction,
-    groupKey?: string,
-  ): Promise<{ id: string }>;
-  /** Across apps, for the overview: queues with dead letters or a waiting message older than `oldAgeSeconds`. */
-  attention(oldAgeSeconds: number): Promise<QueueAttentionRow[]>;
+    which: DeadLetterSelection,
+    ttlSeconds: number,
+  ): Promise<number>;
+  /** Deletes the selected dead letters; how many. */
+  purgeDeadLetters(tx: Tx, appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
+  /** A test message on an app's queue, as the app would put it (in `groupKey`'s ordered group when given). Its id. */
+  put(tx: Tx, app: AppRecord, queue: string, payload: Value | undefined, groupKey?: string): Promise<{ id: string }>;
+  /** A platform event `{ kind, at, data }` on the app's `_events` queue and in the feed (AdminService `PublishEvent`). */
+  publishEvent(tx: Tx, app: AppRecord, kind: string, data: JsonValue): Promise<{ id: string }>;
   /** Across apps, for the overview: messages and dead letters stored and the queues needing attention, bounded. */
   overview(oldAgeSeconds: number): Promise<QueueOverview>;
   /** A queue's policy as it applies, and as the app stored it (undefined: none set). */
   policy(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; stored: StoredPolicy | undefined }>;
-  /** Changes a queue's policy as the app's UpdateQueuePolicy would; `within` (the audit entry) commits with it. */
-  setPolicy(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** Changes a queue's policy as the app's UpdateQueuePolicy would. */
+  setPolicy(tx: Tx, app: AppRecord, queue: string, change: PolicyChange): Promise<QueuePolicy>;
   /** An app's schedules (of one queue, when given), each with its next run (docs/queues.md "Schedules"). */
   schedules(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
 export type QueuesFacility = Facility<typeof QueueService> & {
   readonly events: PlatformEvents;
-  readonly operator: QueueOperator;
+  readonly operations: QueuesOperations;
 };
 
 export function createQueuesFacility(deps: Deps): QueuesFacility {
@@ -83,6 +94,9 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const housekeeping = queueHousekeeping(store, metrics);
   registerQueueGauges(metrics, deps.db, deps.config.metrics.appsTop);
   const deadLetters = createDeadLetterOperator(store, hub);
+  /** The dead letters on an operator's unit of work: consumers are woken once it committed. */
+  const deadLettersOn = (tx: Tx) =>
+    createDeadLetterOperator(createQueueStore(tx.db), hub, (wake) => tx.afterCommit(wake));
   const queues = createQueuesService({
     store,
     hub,
@@ -118,17 +132,6 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     return { result, committed };
   }
   const events: PlatformEvents = {
-    async publish(appId, kind, data, within) {
-      // The app is read before the transaction: on PGlite's one connection a read outside it would wait for it.
-      const app = await deps.apps.get(appId);
-      const { result, committed } = await inTransaction(deps.db, async (trx) => {
-        const published = await publishOn(trx, app, kind, data);
-        await within?.(trx);
-        return published;
-      });
-      committed();
-      return result;
-    },
     async publishIn(trx, appId, kind, data) {
       return (await publishOn(trx, await createAppStore(trx).get(appId), kind, data)).committed;
     },
@@ -139,19 +142,26 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     impl: { ...queues.impl, ...schedules.impl, readEventFeed: (req, context) => feed.readEventFeed(req, context) },
     routes: [...queuesRoutes, ...eventFeedRoutes, ...scheduleRoutes],
     events,
-    operator: {
+    operations: {
       peek: (...args) => store.peek(...args),
-      purge: (...args) => store.purge(...args),
+      purge: (tx, appId, queue) => createQueueStore(tx.db).purge(appId, queue),
       activity: (appId, queue) => store.activity(appId, queue, ACTIVITY_HOURS),
-      deadLetters,
-      put: (app, queue, payload, within, groupKey) => queues.putAsOperator(app, queue, payload, within, groupKey),
-      attention: (oldAgeSeconds) => queuesNeedingAttention(deps.db, oldAgeSeconds),
+      listDeadLetters: (...args) => deadLetters.list(...args),
+      replayDeadLetters: (tx, appId, queue, which, ttlSeconds) =>
+        deadLettersOn(tx).replay(appId, queue, which, ttlSeconds),
+      purgeDeadLetters: (tx, appId, queue, which) => deadLettersOn(tx).purge(appId, queue, which),
+      put: (tx, app, queue, payload, groupKey) => queues.putAsOperator(tx, app, queue, payload, groupKey),
+      async publishEvent(tx, app, kind, data) {
+        const { result, committed } = await publishOn(tx.db, app, kind, data);
+        tx.afterCommit(committed);
+        return result;
+      },
       overview: (oldAgeSeconds) => queueOverview(deps.db, oldAgeSeconds),
       async policy(app, queue) {
         const stored = await queues.policies.stored(app.id, queue);
         return { policy: effectivePolicy(app, stored), stored };
       },
-      setPolicy: (app, queue, change, within) => queues.policies.update(app, queue, change, within),
+      setPolicy: (tx, app, queue, change) => queues.policies.update(app, queue, change, tx),
       schedules: (appId, queue) => schedules.list(appId, queue),
     },
     housekeeping: () => [

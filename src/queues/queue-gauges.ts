@@ -14,7 +14,7 @@ import type { Db } from "../core/database/index.ts";
 import { appQueueFigures, DEAD_LETTERS_COUNTED, queueTotals, type AppQueueFigures } from "./queue-attention-store.ts";
 
 /** Scrapes closer together than this share one read. */
-export const QUEUE_GAUGES_EVERY_MS = 10_000;
+const QUEUE_GAUGES_EVERY_MS = 10_000;
 
 export function registerQueueGauges(metrics: Metrics, db: Db, appsTop: number): void {
   const totals = atMostEvery(QUEUE_GAUGES_EVERY_MS, () => queueTotals(db));

@@ -14,32 +14,38 @@
 import type { AppRecord } from "../core/apps/apps.ts";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
-import type { InTransaction } from "../core/database/index.ts";
+import type { Tx } from "../core/database/index.ts";
 import { MAX_LEASE_SECONDS } from "./queue-limits.ts";
-import { DROP_DEAD_LETTERS, type ClaimRule, type QueueStore, type StoredPolicy } from "./queue-store.ts";
+import {
+  DROP_DEAD_LETTERS,
+  createQueueStore,
+  type ClaimRule,
+  type QueueStore,
+  type StoredPolicy,
+} from "./queue-store.ts";
 
 /** How long an instance keeps a policy it read. */
-export const POLICY_CACHE_MS = 2_000;
+const POLICY_CACHE_MS = 2_000;
 /** The dedup window of a queue whose app set none (SQS FIFO's). */
-export const DEFAULT_DEDUP_WINDOW_SECONDS = 300;
-export const MAX_DEDUP_WINDOW_SECONDS = 86_400;
-export const MAX_RETRY_DELAY_SECONDS = 43_200;
-export const DEFAULT_RETRY_BACKOFF = 2;
-export const MAX_RETRY_BACKOFF = 10;
-export const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
+const DEFAULT_DEDUP_WINDOW_SECONDS = 300;
+const MAX_DEDUP_WINDOW_SECONDS = 86_400;
+const MAX_RETRY_DELAY_SECONDS = 43_200;
+const DEFAULT_RETRY_BACKOFF = 2;
+const MAX_RETRY_BACKOFF = 10;
+const DEFAULT_MAX_RETRY_DELAY_SECONDS = 3_600;
 /**
  * The default policy's first retry hold (docs/queues.md "Queue policies"): with the default backoff
  * (2) and bound (3,600 s) a failing message comes back after about 1, 2, 4, ... s, up to an hour, as
  * pg-boss's and BullMQ's backoff does, instead of at once (a handler failing on every delivery ran
  * about 180 times a second).
  */
-export const DEFAULT_RETRY_DELAY_SECONDS = 1;
+const DEFAULT_RETRY_DELAY_SECONDS = 1;
 /**
  * The default share of each hold drawn at random, for a queue that did not set `retryDelaySeconds`:
  * holds of [½, 1] × the backoff's, so messages that failed together do not return together. A queue
  * that set its own delay keeps it exact (jitter 0) unless it sets `retryJitter` too.
  */
-export const DEFAULT_RETRY_JITTER = 0.5;
+const DEFAULT_RETRY_JITTER = 0.5;
 /** The bounds of a queue's `maxDeliveriesPerSecond` (0: no limit): one message a hundred seconds, to 100,000 a second. */
 const MIN_DELIVERIES_PER_SECOND = 0.01;
 const MAX_DELIVERIES_PER_SECOND = 100_000;
@@ -129,7 +135,7 @@ function integer(field: string, value: number | undefined, min: number, max: num
 }
 
 /** Checks a change against the rules and the app's limits; returns the stored policy it makes. */
-export function applyChange(app: AppRecord, queue: string, current: StoredPolicy, change: PolicyChange): StoredPolicy {
+function applyChange(app: AppRecord, queue: string, current: StoredPolicy, change: PolicyChange): StoredPolicy {
   const next = { ...current };
   const limit = app.limits.maxDeliveries;
   if (change.maxDeliveries !== undefined) {
@@ -191,8 +197,8 @@ export interface QueuePolicies {
   /** The stored policy of a queue (cached for `POLICY_CACHE_MS`). */
   stored(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   get(app: AppRecord, queue: string): Promise<QueuePolicy>;
-  /** `within` runs in the change's transaction (an operator's audit entry). */
-  update(app: AppRecord, queue: string, change: PolicyChange, within?: InTransaction): Promise<QueuePolicy>;
+  /** On `tx` (an operator's unit of work) when given: the change commits with the operator's other writes. */
+  update(app: AppRecord, queue: string, change: PolicyChange, tx?: Tx): Promise<QueuePolicy>;
 }
 
 export function createQueuePolicies(store: QueueStore): QueuePolicies {
@@ -213,14 +219,13 @@ export function createQueuePolicies(store: QueueStore): QueuePolicies {
     async get(app, queue) {
       return effectivePolicy(app, await policies.stored(app.id, queue));
     },
-    async update(app, queue, change, within) {
-      const stored = await store.updatePolicy(
-        app.id,
-        queue,
-        (current) => applyChange(app, queue, current, change),
-        within,
+    async update(app, queue, change, tx) {
+      const stored = await (tx ? createQueueStore(tx.db) : store).updatePolicy(app.id, queue, (current) =>
+        applyChange(app, queue, current, change),
       );
-      cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
+      const remember = () => cache.set(`${app.id}|${queue}`, { at: Date.now(), policy: Promise.resolve(stored) });
+      if (tx) tx.afterCommit(remember);
+      else remember();
       return effectivePolicy(app, stored);
     },
   };

@@ -14,7 +14,7 @@ import { valueFromJson, valueToJson } from "./payload-value.ts";
 const SchedulePath = z.object({ queue: z.string(), name: z.string() });
 const QueuePath = z.object({ queue: z.string() });
 
-export const ScheduleBody = jsonObject({
+const ScheduleBody = jsonObject({
   cron: z.string({ error: "must be a string" }).meta({
     description: "Five fields, or six with seconds first (e.g. `*/10 * * * * *`); ticks at least 1 s apart.",
   }),

@@ -41,7 +41,7 @@ export interface StoredSchedule extends ScheduleInput {
 }
 
 /** A tick up to this late is still put on its own; older ones are missed, and `catchUp` decides. */
-export const LATE_TICK_MS = 30_000;
+const LATE_TICK_MS = 30_000;
 /** Ticks one schedule puts in one pass at most; the rest follow on the next pass. */
 const TICKS_PER_PASS = 10;
 /** Missed ticks counted one by one at most; past that the schedule jumps to now. */
@@ -96,7 +96,7 @@ export function firstRun(s: ScheduleInput, now: Date): Date | null {
 }
 
 /** What one pass of the ticker did. */
-export interface TickReport {
+interface TickReport {
   /** Schedules claimed: a full batch means more may be due. */
   claimed: number;
   fired: number;

@@ -20,9 +20,9 @@ import { createScheduleStore, type CatchUp, type StoredSchedule } from "./queue-
 import type { WakeHub } from "./wake-hub.ts";
 
 /** Schedules one app may have, over all its queues. */
-export const MAX_SCHEDULES_PER_APP = 100;
+const MAX_SCHEDULES_PER_APP = 100;
 /** How often each instance looks for due ticks: well under the shortest interval (1 s). */
-export const SCHEDULE_TICK_INTERVAL_MS = 200;
+const SCHEDULE_TICK_INTERVAL_MS = 200;
 /** Due schedules one transaction of the ticker claims. */
 const SCHEDULE_TICK_BATCH = 100;
 

@@ -24,16 +24,16 @@ import {
   intArray,
   isExactTimeText,
   jsonTextArray,
+  transact,
   transactionAsDb,
   uuidArray,
   type Db,
-  type InTransaction,
   type InTransactionWith,
   type Timestamp,
 } from "../core/database/index.ts";
 
 /** One message of a queue. */
-export interface QueueMessagesTable {
+interface QueueMessagesTable {
   id: Generated<string>;
   app_id: string;
   queue: string;
@@ -58,7 +58,7 @@ export interface QueueMessagesTable {
 }
 
 /** A message that reached its app's `maxDeliveries` (migration 0009): out of line until replayed, purged or expired. */
-export interface QueueDeadLettersTable {
+interface QueueDeadLettersTable {
   seq: Generated<string>;
   id: string;
   app_id: string;
@@ -157,7 +157,7 @@ export interface QueueActivityHour {
   acks: number;
 }
 
-export interface QueueStats {
+interface QueueStats {
   name: string;
   depth: number;
   inFlight: number;
@@ -165,7 +165,7 @@ export interface QueueStats {
   deadLetters: number;
 }
 
-export interface PutInput {
+interface PutInput {
   appId: string;
   queue: string;
   payload: string;
@@ -310,7 +310,7 @@ export interface ClaimRule {
 }
 
 /** No dead letters, no retry hold: the plain claim of docs/api.md#queues. */
-export const PLAIN_CLAIM: ClaimRule = {
+const PLAIN_CLAIM: ClaimRule = {
   maxDeliveries: 0,
   deadLetterQueue: null,
   ttlSeconds: 0,
@@ -356,7 +356,7 @@ export interface DeadLetter {
 }
 
 /** Where a message of a queue is (`GET /v1/queues/{queue}/messages/{id}`). */
-export interface MessageState {
+interface MessageState {
   status: "waiting" | "delayed" | "leased" | "dead";
   id: string;
   queue: string;
@@ -379,11 +379,11 @@ export type DeadLetterSelection = { all: true } | { ids: string[] };
 
 export interface QueueStore {
   /**
-   * One put in a transaction of its own, holding the queue's advisory lock
-   * (the lock every put on the queue takes to count it), so that `within` (an
-   * operator's audit entry, an idempotent answer) commits with the message.
+   * One put in a transaction of its own (or the unit of work the store is built on), holding the queue's
+   * advisory lock (the lock every put on the queue takes to count it), so that `answerIn` (an idempotent
+   * answer) commits with the message.
    */
-  putSerialized(input: PutInput, within?: InTransactionWith<PutDone>): Promise<PutResult>;
+  putSerialized(input: PutInput, answerIn?: InTransactionWith<PutDone>): Promise<PutResult>;
   /**
    * One put on the store's own handle, in no transaction of its own: for a store built on a transaction
    * (a schedule's tick, which puts and moves the schedule on in one commit). Under the depth limit as
@@ -404,7 +404,7 @@ export interface QueueStore {
    * Puts every item or none (`PutMessages`): serialised with the queue's other
    * puts by the same advisory lock, it inserts all of them in one
    * statement only if the waiting messages plus the batch stay within
-   * `maxDepth`; otherwise nothing, and says how many wait. `within` (an
+   * `maxDepth`; otherwise nothing, and says how many wait. `answerIn` (an
    * idempotent answer) runs in the same transaction when the batch went in.
    */
   putAll(
@@ -413,20 +413,14 @@ export interface QueueStore {
     maxDepth: number,
     items: PutItem[],
     dedupWindowSeconds?: number,
-    within?: InTransactionWith<PutAllMessage[]>,
+    answerIn?: InTransactionWith<PutAllMessage[]>,
   ): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
   /** A queue's policy as stored, or undefined when its app set none. */
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   /**
-   * Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue;
-   * `within` runs in the same transaction (an operator's audit entry).
+   * Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue.
    */
-  updatePolicy(
-    appId: string,
-    queue: string,
-    change: (current: StoredPolicy) => StoredPolicy,
-    within?: InTransaction,
-  ): Promise<StoredPolicy>;
+  updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
   /**
    * Folds the count slots (`queue_counts`) of up to `limit` queues into one
    * row each, and removes those summing to 0; how many queues. The slots of
@@ -511,9 +505,8 @@ export interface QueueStore {
    * payloads cut after `maxChars` + 1; after `after` (a message's `position`) when given.
    */
   peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
-  /** Deletes every message of one app's queue, waiting or leased; how many. */
-  /** Deletes the queue's waiting messages; `within` runs in the same transaction (the operator's audit entry). */
-  purge(appId: string, queue: string, within?: InTransaction, includeLeased?: boolean): Promise<number>;
+  /** Deletes every message of one app's queue, waiting or leased (only the waiting ones when `includeLeased` is false); how many. */
+  purge(appId: string, queue: string, includeLeased?: boolean): Promise<number>;
   /** Where one message of the queue is, in line or dead; undefined once acked, purged or expired. */
   messageState(appId: string, queue: string, id: string): Promise<MessageState | undefined>;
   /**
@@ -544,10 +537,7 @@ export interface QueueStore {
   /** The highest `seq` among one queue's dead letters (undefined: none), so that replaying "all" has an end. */
   lastDeadLetterSeq(appId: string, queue: string): Promise<string | undefined>;
   /** Deletes the selected dead letters; how many. */
-  /** Runs `fn` on one transaction: a store on it, and the transaction for another module's work (an audit entry). */
-  transaction<T>(fn: (store: QueueStore, trx: Db) => Promise<T>): Promise<T>;
-  /** `within` runs in the same transaction as the delete (the operator's audit entry). */
-  purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection, within?: InTransaction): Promise<number>;
+  purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
   /** Deletes up to `limit` dead letters past their `expires_at`; how many. */
   expireDeadLetters(limit: number): Promise<number>;
   /** Deletes up to `limit` dead letters of apps that no longer exist; how many. */
@@ -709,13 +699,13 @@ function createPutStore({
   return {
     putHere: (input) => put(input, db),
 
-    putSerialized(input, within) {
-      return db.transaction().execute(async (trx) => {
+    putSerialized(input, answerIn) {
+      return transact(db, async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${input.appId}:${input.queue}`}, 0))`.execute(
           trx,
         );
         const result = await put(input, trx);
-        if (result.inserted) await within?.(transactionAsDb(trx), { id: result.id, expiresAt: result.expiresAt });
+        if (result.inserted) await answerIn?.(transactionAsDb(trx), { id: result.id, expiresAt: result.expiresAt });
         return result;
       });
     },
@@ -767,8 +757,8 @@ function createPutStore({
       });
     },
 
-    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0, within) {
-      return db.transaction().execute(async (trx) => {
+    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0, answerIn) {
+      return transact(db, async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
         // Dedup keys are read and written only by puts holding the lock, so
         // what is read here stays true until the commit.
@@ -848,7 +838,7 @@ function createPutStore({
           }
           return { id: a.id, expiresAt: inserted.get(a.id)!, deduplicated: false };
         });
-        await within?.(transactionAsDb(trx), messages);
+        await answerIn?.(transactionAsDb(trx), messages);
         return { inserted: true as const, messages };
       });
     },
@@ -1193,8 +1183,8 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
       }));
     },
 
-    async purge(appId, queue, within, includeLeased = true) {
-      return db.transaction().execute(async (trx) => {
+    async purge(appId, queue, includeLeased = true) {
+      return transact(db, async (trx) => {
         // Without the leased ones: the rows not leased when the statement reads them. A lease taken
         // meanwhile is not purged (the claim holds the row lock), one lapsing meanwhile may be.
         const { rows } = await sql<{ n: Count }>`
@@ -1204,7 +1194,6 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
             RETURNING 1
           )
           SELECT count(*)::int AS n FROM gone`.execute(trx);
-        await within?.(transactionAsDb(trx));
         return Number(rows[0]?.n ?? 0);
       });
     },
@@ -1257,10 +1246,7 @@ function createControlStore({ db }: QueueDbs): Pick<QueueStore, "peek" | "purge"
 /** Dead letters: listing, replaying onto the queue and purging; their expiry is housekeeping. */
 function createDeadLetterStore({
   db,
-}: QueueDbs): Pick<
-  QueueStore,
-  "listDeadLetters" | "replayDeadLetters" | "lastDeadLetterSeq" | "purgeDeadLetters" | "transaction"
-> {
+}: QueueDbs): Pick<QueueStore, "listDeadLetters" | "replayDeadLetters" | "lastDeadLetterSeq" | "purgeDeadLetters"> {
   return {
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
       const { rows } = await sql<DeadLetterRow>`
@@ -1325,22 +1311,14 @@ function createDeadLetterStore({
       return rows[0]?.seq ?? undefined;
     },
 
-    transaction(fn) {
-      return db.transaction().execute((trx) => {
-        const on = transactionAsDb(trx);
-        return fn(createQueueStore(on), on);
-      });
-    },
-
-    async purgeDeadLetters(appId, queue, which, within) {
+    async purgeDeadLetters(appId, queue, which) {
       const ids = "ids" in which ? which.ids : null;
-      return db.transaction().execute(async (trx) => {
+      return transact(db, async (trx) => {
         const result = await sql`
           DELETE FROM queue_dead_letters
           WHERE app_id = ${appId} AND queue = ${queue} AND (${ids}::uuid[] IS NULL OR id = ANY(${ids}::uuid[]))`.execute(
           trx,
         );
-        await within?.(transactionAsDb(trx));
         return Number(result.numAffectedRows ?? 0n);
       });
     },
@@ -1470,8 +1448,8 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
       return rows[0] ? policyOf(rows[0]) : undefined;
     },
 
-    updatePolicy(appId, queue, change, within) {
-      return db.transaction().execute(async (trx) => {
+    updatePolicy(appId, queue, change) {
+      return transact(db, async (trx) => {
         await sql`INSERT INTO queue_policies (app_id, queue) VALUES (${appId}, ${queue}) ON CONFLICT DO NOTHING`.execute(
           trx,
         );
@@ -1489,7 +1467,6 @@ function createPolicyStore({ db }: QueueDbs): Pick<QueueStore, "getPolicy" | "up
               dedup_window_seconds = ${next.dedupWindowSeconds},
               max_deliveries_per_second = ${next.maxDeliveriesPerSecond}, updated_at = now()
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
-        await within?.(transactionAsDb(trx));
         return next;
       });
     },

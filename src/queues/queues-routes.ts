@@ -35,11 +35,11 @@ function messageJson(m: Message) {
 /** Kept inside int32 so the message stays encodable; the implementation checks the range. */
 const int32 = (v: number | undefined) => (v === undefined ? undefined : Math.max(-0x80000000, Math.min(0x7fffffff, v)));
 
-export const QueuePath = z.object({ queue: z.string() });
+const QueuePath = z.object({ queue: z.string() });
 
 const strings = (rule: string) => z.array(z.string({ error: "must be a string" }), { error: rule });
 
-export const AckBody = jsonObject({
+const AckBody = jsonObject({
   receipt: optionalString().meta({ description: "One receipt; or `receipts`." }),
   receipts: strings("must be an array of receipts")
     .optional()
@@ -65,7 +65,7 @@ const GroupKey = optionalString().meta({
     "Extension, 1 to 128 characters, no control characters: the message's ordered group. A group's messages are delivered one at a time in put order (the next is not visible while one before it is leased, held back for a retry or delayed; a dead letter releases the group); other groups and ungrouped messages flow on. Within a group put order wins over `priority`.",
 });
 
-export const PutBody = jsonObject({
+const PutBody = jsonObject({
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
@@ -74,7 +74,7 @@ export const PutBody = jsonObject({
   groupKey: GroupKey,
 });
 
-export const BatchPutBody = jsonObject({
+const BatchPutBody = jsonObject({
   messages: z.array(
     fixedObject({
       payload: Payload,
@@ -89,7 +89,7 @@ export const BatchPutBody = jsonObject({
 });
 
 /** No body at all is an empty one: every field has a default. */
-export const ConsumeBody = optionalJsonObject({
+const ConsumeBody = optionalJsonObject({
   waitSeconds: optionalInteger(),
   leaseSeconds: optionalInteger(),
   max: optionalInteger().meta({
@@ -97,12 +97,12 @@ export const ConsumeBody = optionalJsonObject({
   }),
 });
 
-export const ExtendBody = jsonObject({
+const ExtendBody = jsonObject({
   receipt: z.string({ error: "must be a string" }),
   leaseSeconds: z.number({ error: "must be an integer" }).int({ error: "must be an integer" }),
 });
 
-export const NackBody = jsonObject({
+const NackBody = jsonObject({
   receipt: z.string({ error: "must be a string" }),
   delaySeconds: optionalInteger(),
   reason: optionalString().meta({
@@ -111,17 +111,17 @@ export const NackBody = jsonObject({
   }),
 });
 
-export const PurgeBody = optionalJsonObject({
+const PurgeBody = optionalJsonObject({
   includeLeased: z.boolean({ error: "must be a boolean" }).optional().meta({
     description: "Also delete the leased messages (their receipts then ack false). Default false.",
   }),
 });
 
-export const MessagePath = z.object({ queue: z.string(), id: z.string() });
+const MessagePath = z.object({ queue: z.string(), id: z.string() });
 
 const MESSAGE_STATUS_NAMES = ["unspecified", "waiting", "delayed", "leased", "dead"] as const;
 
-export const PolicyBody = jsonObject({
+const PolicyBody = jsonObject({
   queue: optionalString().meta({
     description: "Optional, and only the path's queue: a policy read with GET can be sent back whole.",
   }),
@@ -139,12 +139,12 @@ export const PolicyBody = jsonObject({
     .meta({ description: "Messages handed out a second at most, across all consumers; 0 or null removes the limit." }),
 });
 
-export const DeadLetterQuery = z.object({
+const DeadLetterQuery = z.object({
   limit: z.coerce.number({ error: "must be an integer" }).int({ error: "must be an integer" }).optional(),
   cursor: z.string().optional(),
 });
 
-export const SelectionBody = optionalJsonObject({
+const SelectionBody = optionalJsonObject({
   ids: strings("must be an array of message ids").optional(),
 });
 
@@ -175,7 +175,7 @@ function policyJson(p: QueuePolicy | undefined) {
 }
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
-export const QueueListResponse = z.object({
+const QueueListResponse = z.object({
   queues: z.array(
     z.object({
       name: z.string(),
@@ -190,20 +190,20 @@ export const QueueListResponse = z.object({
     }),
   ),
 });
-export const AckResponse = z.object({
+const AckResponse = z.object({
   acked: z.boolean().meta({ description: "False when the lease had lapsed and the message went back on the queue." }),
 });
-export const AckManyResponse = z.object({
+const AckManyResponse = z.object({
   acked: z.array(z.boolean()).meta({ description: "With `receipts`: one answer per receipt, in order." }),
 });
 const Deduplicated = z.boolean().meta({ description: "True when nothing was added: the first put of the dedup key." });
-export const PutResponse = z.object({
+const PutResponse = z.object({
   id: z.string(),
   queue: z.string(),
   expiresAt: NullableMs,
   deduplicated: Deduplicated.optional().meta({ description: "Only with `dedupKey`: true when nothing was added." }),
 });
-export const BatchPutResponse = z.object({
+const BatchPutResponse = z.object({
   queue: z.string(),
   messages: z.array(z.object({ id: z.string(), expiresAt: NullableMs, deduplicated: Deduplicated })),
 });
@@ -217,20 +217,20 @@ const MessageJson = z.object({
   leaseExpiresAt: NullableMs,
   deliveries: z.number().int(),
 });
-export const ConsumeResponse = z.object({
+const ConsumeResponse = z.object({
   message: MessageJson.nullable().meta({ description: "Null when nothing arrived within the wait; call again." }),
 });
-export const ConsumeManyResponse = z.object({
+const ConsumeManyResponse = z.object({
   messages: z.array(MessageJson).meta({ description: "With `max`: empty when nothing arrived within the wait." }),
 });
-export const ExtendResponse = z.object({
+const ExtendResponse = z.object({
   extended: z.boolean().meta({ description: "False when the lease had lapsed or the message was acked." }),
   leaseExpiresAt: NullableMs,
 });
-export const NackResponse = z.object({
+const NackResponse = z.object({
   nacked: z.boolean().meta({ description: "False when the lease had lapsed or the message was acked." }),
 });
-export const PolicyResponse = z.object({
+const PolicyResponse = z.object({
   queue: z.string(),
   maxDeliveries: z.number().int().meta({ description: "0 is unlimited." }),
   deadLetterQueue: z
@@ -248,7 +248,7 @@ export const PolicyResponse = z.object({
       'Messages handed out a second at most, across all consumers and instances (a consume beyond it waits, up to its waitSeconds); 0 is no limit. See docs/queues.md "Rate limits".',
   }),
 });
-export const MessageStateResponse = z.object({
+const MessageStateResponse = z.object({
   id: z.string(),
   queue: z.string(),
   status: z.enum(["waiting", "delayed", "leased", "dead"]),
@@ -264,7 +264,7 @@ export const MessageStateResponse = z.object({
   diedAt: NullableMs.meta({ description: "`dead`: when it died; else null." }),
   groupKey: z.string().nullable().meta({ description: "The ordered group it is (or, dead, was) in; null when none." }),
 });
-export const DeadLetterListResponse = z.object({
+const DeadLetterListResponse = z.object({
   deadLetters: z.array(
     z.object({
       id: z.string(),

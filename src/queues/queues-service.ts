@@ -38,7 +38,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { MessageStatus, QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
-import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
+import type { Db, InTransactionWith, Tx } from "../core/database/index.ts";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
@@ -88,8 +88,6 @@ import type { WakeHub } from "./wake-hub.ts";
  * example `secret.set`). Never refused for depth: the oldest is dropped.
  */
 export interface PlatformEvents {
-  /** `within` runs in the put's transaction (an operator's audit entry): the event is on the queue with it or not at all. */
-  publish(appId: string, kind: string, data: JsonValue, within?: InTransaction): Promise<{ id: string }>;
   /**
    * Publishes on `trx`, the transaction of the change the event announces
    * (a secret's new version): the event is on `_events` and in the feed
@@ -101,7 +99,7 @@ export interface PlatformEvents {
 }
 
 /** The `_events` queue as the facility's publisher uses it (see `index.ts`, which adds the feed). */
-export interface EventsQueue {
+interface EventsQueue {
   /** Puts `{ kind, at, data }` on the app's `_events` on `trx`; never refused for depth: the oldest is dropped. */
   put(trx: Db, app: AppRecord, kind: string, at: number, data: JsonValue): Promise<{ id: string }>;
   /** After the put committed: wakes this process's consumers of `_events`. */
@@ -132,14 +130,13 @@ export interface QueuesImplementation {
   readonly events: EventsQueue;
   /**
    * An operator's test message (AdminService `PutTestMessage`): `PutMessage` as
-   * the app, same checks and limits, with `within` (the audit entry) in the
-   * put's transaction. The message's id.
+   * the app, same checks and limits, on the operator's unit of work. The message's id.
    */
   putAsOperator(
+    tx: Tx,
     app: AppRecord,
     queue: string,
     payload: Value | undefined,
-    within?: InTransaction,
     groupKey?: string,
   ): Promise<{ id: string }>;
   /**
@@ -187,7 +184,7 @@ interface PutMessageInput {
 }
 
 /** The highest priority (docs/queues.md "Priorities"): 0 to 9, higher first, as graphile-worker's and BullMQ's. */
-export const MAX_PRIORITY = 9;
+const MAX_PRIORITY = 9;
 
 function putTimes(app: AppRecord, req: { delaySeconds?: number; ttlSeconds?: number }, prefix = "") {
   const ttlSeconds = checkRange(
@@ -256,7 +253,7 @@ function checkDedupKey(field: string, key: string | undefined): string | undefin
 }
 
 /** The longest group key, in characters (code points): as a dedup key, and as SQS's `MessageGroupId`. */
-export const MAX_GROUP_KEY_CHARS = 128;
+const MAX_GROUP_KEY_CHARS = 128;
 
 /**
  * A put's `groupKey` (docs/queues.md "Ordered groups"): 1 to 128 characters, no control characters (C0,
@@ -285,7 +282,7 @@ function selection(ids: string[]): DeadLetterSelection {
 }
 
 /** The longest `reason` a nack keeps, in characters (code points). */
-export const MAX_NACK_REASON_CHARS = 1_000;
+const MAX_NACK_REASON_CHARS = 1_000;
 
 function checkReason(reason: string): string {
   if (!isWellFormedText(reason)) throw invalidArgument("reason", "must be text (no lone surrogate)");
@@ -403,7 +400,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     delaySeconds: number,
     ttlSeconds: number,
     dedupKey: string | undefined,
-    within?: InTransactionWith<PutAnswer>,
+    answerIn?: InTransactionWith<PutAnswer>,
     priority = 0,
     traceParent?: string,
     groupKey?: string,
@@ -429,7 +426,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           },
         ],
         dedupWindowSeconds,
-        within && ((trx, messages) => within(trx, messages[0])),
+        answerIn && ((trx, messages) => answerIn(trx, messages[0])),
       );
       if (!result.inserted) throw queueFull(queue, result.depth, max);
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
@@ -447,10 +444,10 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       ...(groupKey !== undefined && { groupKey }),
     };
     if (delaySeconds > 0) input.notify = hub.payload(app.id, queue, Date.now() + delaySeconds * 1000);
-    // A put with `within` (an operator's audit entry, an idempotent answer) needs a transaction of its own, not a shared batch.
-    const result: PutResult = within
+    // A put with `answerIn` (an idempotent answer) needs a transaction of its own, not a shared batch.
+    const result: PutResult = answerIn
       ? await store.putSerialized({ ...input, depthBelow: max }, (trx: Db, made: PutDone) =>
-          within(trx, { ...made, deduplicated: false }),
+          answerIn(trx, { ...made, deduplicated: false }),
         )
       : await putBatcher.call(`${app.id}|${queue}|${max}`, { ...input, depthBelow: max });
     if (!result.inserted) throw queueFull(queue, result.depth, max);
@@ -459,17 +456,9 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   }
 
   /**
-   * `PutMessage` of `app`; what commits with the message: `audit`, an
-   * operator's audit entry (a test message), and `answerIn`, the answer of an
-   * idempotent run. (Two parameters, not one: the auditor's callback takes an
-   * optional second argument of its own, so it is never handed `made`.)
+   * `PutMessage` of `app`; `answerIn`, the answer of an idempotent run, commits with the message.
    */
-  async function putMessage(
-    app: AppRecord,
-    req: PutMessageInput,
-    audit?: InTransaction,
-    answerIn?: InTransactionWith<PutMessageAnswer>,
-  ) {
+  async function putMessage(app: AppRecord, req: PutMessageInput, answerIn?: InTransactionWith<PutMessageAnswer>) {
     const queue = checkPutQueue(req.queue);
     const payload = payloadText(req.payload, app);
     const { ttlSeconds, delaySeconds } = putTimes(app, req);
@@ -477,10 +466,40 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
     const priority = checkRange("priority", req.priority, 0, MAX_PRIORITY, 0);
     const groupKey = checkGroupKey("groupKey", req.groupKey);
     const answer = (r: PutAnswer) => putAnswer(queue, r);
-    const done = auditThen(audit, answerIn, answer);
+    const done = answerIn && ((trx: Db, made: PutAnswer) => answerIn(trx, answer(made)));
     const run = (traceParent?: string) =>
       put(app, queue, payload, delaySeconds, ttlSeconds, dedupKey, done, priority, traceParent, groupKey);
     return answer(tracing ? await tracing.send(queue, run) : await run());
+  }
+
+  /**
+   * An operator's test message: `PutMessage`'s checks and limits, one serialised put on the operator's unit
+   * of work `tx` (as an idempotent put's); its consumers are woken once `tx` committed.
+   */
+  async function putOn(tx: Tx, app: AppRecord, req: PutMessageInput): Promise<{ id: string }> {
+    const queue = checkPutQueue(req.queue);
+    const payload = payloadText(req.payload, app);
+    const { ttlSeconds, delaySeconds } = putTimes(app, req);
+    const groupKey = checkGroupKey("groupKey", req.groupKey);
+    const max = app.limits.maxQueueDepth;
+    const run = async (traceParent?: string) => {
+      const result = await createQueueStore(tx.db).putSerialized({
+        appId: app.id,
+        queue,
+        payload,
+        delaySeconds,
+        ttlSeconds,
+        priority: 0,
+        notify: hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0),
+        ...(traceParent && { traceParent }),
+        ...(groupKey !== undefined && { groupKey }),
+        depthBelow: max,
+      });
+      if (!result.inserted) throw queueFull(queue, result.depth, max);
+      tx.afterCommit(() => announced(app.id, queue, delaySeconds));
+      return { id: result.id };
+    };
+    return tracing ? tracing.send(queue, run) : run();
   }
 
   const events: EventsQueue = {
@@ -506,8 +525,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
   return {
     events,
-    putAsOperator: (app, queue, payload, within, groupKey) =>
-      putMessage(app, { queue, payload, ...(groupKey !== undefined && { groupKey }) }, within),
+    putAsOperator: (tx, app, queue, payload, groupKey) =>
+      putOn(tx, app, { queue, payload, ...(groupKey !== undefined && { groupKey }) }),
     policies,
     async buryLapsed(appOf, signal) {
       let moved = 0;
@@ -542,7 +561,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
 
       putMessage(req, context) {
         const answerIn = answerInRun(context, QueueService.method.putMessage, (answer: PutMessageAnswer) => answer);
-        return putMessage(appOf(context), req, undefined, answerIn);
+        return putMessage(appOf(context), req, answerIn);
       },
 
       async consumeMessage(req, context) {
@@ -730,7 +749,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         // `_events` too: the app consumes it, so it may also clear it.
         const queue = checkQueueName(req.queue, true);
-        const purged = await store.purge(app.id, queue, undefined, req.includeLeased);
+        const purged = await store.purge(app.id, queue, req.includeLeased);
         // Purged leases leave any stream window that holds them when their lease ends (their acks answer false).
         return { purged };
       },

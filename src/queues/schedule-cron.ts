@@ -8,10 +8,10 @@ import { CronExpressionParser } from "cron-parser";
 import { invalidArgument } from "../core/errors.ts";
 
 /** The shortest interval between two ticks a schedule may have. */
-export const MIN_SCHEDULE_INTERVAL_MS = 1000;
+const MIN_SCHEDULE_INTERVAL_MS = 1000;
 
 /** Whether `zone` is a time zone this runtime knows (an IANA name such as `Europe/Berlin`, or `UTC`). */
-export function isTimeZone(zone: string): boolean {
+function isTimeZone(zone: string): boolean {
   try {
     new Intl.DateTimeFormat("en", { timeZone: zone });
     return true;

@@ -27,7 +27,7 @@
  * streams with full windows, at the 100 ms step, sent 10,000 statements a second.
  */
 
-export interface StreamWindow {
+interface StreamWindow {
   /** Receipts handed out and not yet freed (an ack here, or a check that found the lease gone). */
   readonly size: number;
   /** Records a delivery as handed out (its lease's end on this process's clock); call before it is sent, so an immediate ack finds it. */

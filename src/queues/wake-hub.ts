@@ -40,7 +40,7 @@ export const RECHECK_MS = 5_000;
 type WakeKind = "hint" | "sweep";
 
 /** One waiting consume. Register BEFORE the claim attempt, so no put can slip between them. */
-export interface Waiter {
+interface Waiter {
   /** Marks the wake (if any) as used: call right before each claim attempt. Returns the kind used. */
   beforeClaim(): WakeKind | undefined;
   /** Resolves when woken (true), or at `untilMs` or on abort (false). */

@@ -36,7 +36,7 @@ export interface KeyCheck {
 }
 
 /** A check that could not be made: no key, no database, a database never migrated. */
-export class KeyCheckError extends Error {
+class KeyCheckError extends Error {
   override readonly name = "KeyCheckError";
 }
 

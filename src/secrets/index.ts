@@ -10,14 +10,12 @@ import { keyringFromConfig, type Keyring } from "./keyring.ts";
 import { registerLinkPage } from "./link-page.ts";
 import { createSecretStore } from "./secret-store.ts";
 import { secretsRoutes } from "./secrets-routes.ts";
-import { createSecretsService, valueProblem, type SecretsAdmin } from "./secrets-service.ts";
+import { createSecretsService, valueProblem, type SecretsOperations } from "./secrets-service.ts";
 import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 
-export type { SecretsAdmin } from "./secrets-service.ts";
-export { MAX_VALUE_BYTES } from "./secrets-service.ts";
-export { rotateSecretsKeyFromConfig } from "./rotate-key.ts";
+export type { SecretsOperations } from "./secrets-service.ts";
 export { keyringFromConfig, createKeyring, keyIdOf } from "./keyring.ts";
-export { keysNeeded, type KeysNeeded } from "./key-check.ts";
+export { keysNeeded } from "./key-check.ts";
 
 export interface SecretsFacilityOptions {
   /** The queues facility's `_events` publisher. */
@@ -27,9 +25,12 @@ export interface SecretsFacilityOptions {
 }
 
 /** How often used and expired links are deleted, for every app at once. */
-export const LINK_SWEEP_INTERVAL_MS = 60_000;
+const LINK_SWEEP_INTERVAL_MS = 60_000;
 
-export type SecretsFacility = Facility<typeof SecretsService> & SecretsAdmin;
+export type SecretsFacility = Facility<typeof SecretsService> & {
+  /** What the admin API does to an app's secrets (each change on the caller's unit of work). */
+  readonly operations: SecretsOperations;
+};
 
 export function createSecretsFacility(deps: Deps, options: SecretsFacilityOptions): SecretsFacility {
   const { config, logger } = deps;
@@ -65,15 +66,6 @@ export function createSecretsFacility(deps: Deps, options: SecretsFacilityOption
         run: (signal) => inBatches(signal, (batch) => store.deleteDeadLinks(batch)),
       },
     ],
-    lockForAppDeletion: (trx, appId) => secrets.lockForAppDeletion(trx, appId),
-    declareSecrets: (appId, names, within) => secrets.declareSecrets(appId, names, within),
-    addSecretNames: (appId, names, within) => secrets.addSecretNames(appId, names, within),
-    removeSecretNames: (appId, names, guard, within) => secrets.removeSecretNames(appId, names, guard, within),
-    createLink: (app, name, within) => secrets.createLink(app, name, within),
-    listLinks: (appId) => secrets.listLinks(appId),
-    expiringLinks: (seconds) => secrets.expiringLinks(seconds),
-    revokeLink: (appId, linkId, within) => secrets.revokeLink(appId, linkId, within),
-    declaredNames: (appId) => secrets.declaredNames(appId),
-    setSecret: (app, name, value, within) => secrets.setSecret(app, name, value, within),
+    operations: secrets.operations,
   };
 }

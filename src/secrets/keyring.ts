@@ -29,7 +29,7 @@ export interface SealedValue {
 }
 
 /** What a sealed value is bound to. */
-export interface SealContext {
+interface SealContext {
   appId: string;
   name: string;
   version: number;

@@ -144,7 +144,7 @@ function badFormPage(message: string): string {
  * into LF stores exactly the text the person saw, so a PEM key stays a PEM key.
  * A value that needs CR bytes is set with `PUT` and JSON, which is taken as is.
  */
-export function formValue(submitted: string): string {
+function formValue(submitted: string): string {
   return submitted.replace(/\r\n/g, "\n");
 }
 

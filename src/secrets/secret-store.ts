@@ -8,17 +8,10 @@
 import { sql, type Generated, type Kysely } from "kysely";
 import { hashToken } from "../core/auth.ts";
 import type { AppTables } from "../core/apps/app-store.ts";
-import {
-  transactionAsDb,
-  type Db,
-  type InTransaction,
-  type InTransactionWith,
-  type Timestamp,
-  type Transaction,
-} from "../core/database/index.ts";
+import { transact, transactionAsDb, type Db, type InTransactionWith, type Timestamp } from "../core/database/index.ts";
 import type { SealedValue } from "./keyring.ts";
 
-export interface SecretsTable {
+interface SecretsTable {
   app_id: string;
   name: string;
   /** AES-256-GCM: iv (12 bytes) | tag (16 bytes) | ciphertext; null while unset. */
@@ -28,7 +21,7 @@ export interface SecretsTable {
   set_at: Timestamp | null;
 }
 
-export interface SecretLinksTable {
+interface SecretLinksTable {
   /** Hex SHA-256 of the link token; the token itself is never stored. */
   token_hash: string;
   /** What the operator lists and revokes a link by (migration 0015): never the token or its hash. */
@@ -42,7 +35,7 @@ export interface SecretLinksTable {
 }
 
 /** The last version of a dropped name (migration 0021): a name declared again counts on from it. */
-export interface SecretVersionFloorsTable {
+interface SecretVersionFloorsTable {
   app_id: string;
   name: string;
   version: number;
@@ -55,7 +48,8 @@ export type SecretTables = AppTables & {
   secret_version_floors: SecretVersionFloorsTable;
 };
 
-type Tx = Transaction<SecretTables>;
+/** A transaction (a store built on a unit of work's `Tx`, or one `transact` opened). */
+type Tx = Kysely<SecretTables>;
 
 /** A stored value not under the current key (key rotation). */
 export interface StaleValue {
@@ -257,22 +251,12 @@ export function createSecretStore(database: Db) {
 
     /**
      * The owner's set: a new version of a declared secret. Undefined when
-     * undeclared. `announce` (the `secret.set` event) and `within` (an
-     * operator's audit entry) run in its transaction.
+     * undeclared. `announce` (the `secret.set` event) runs in its transaction.
      */
-    async set(
-      appId: string,
-      name: string,
-      seal: Sealer,
-      announce: Announce,
-      within?: InTransaction,
-    ): Promise<SetResult | undefined> {
-      return db.transaction().execute(async (trx) => {
+    async set(appId: string, name: string, seal: Sealer, announce: Announce): Promise<SetResult | undefined> {
+      return transact(db, async (trx) => {
         const result = await setInTransaction(trx, appId, name, seal);
-        if (result) {
-          await announce(transactionAsDb(trx), result);
-          await within?.(transactionAsDb(trx));
-        }
+        if (result) await announce(transactionAsDb(trx), result);
         return result;
       });
     },
@@ -282,8 +266,8 @@ export function createSecretStore(database: Db) {
      * unexpired links. The app's row is locked for the count and the insert,
      * so concurrent creations for one app take turns and never overshoot.
      * Dead links (used or expired) of the app are deleted on the way.
-     * `within` (an operator's audit entry, an idempotent answer) runs in the
-     * transaction when the link is created.
+     * `answerIn` (an idempotent run's answer) runs in the transaction when
+     * the link is created.
      */
     async createLink(
       appId: string,
@@ -291,11 +275,11 @@ export function createSecretStore(database: Db) {
       tokenHash: string,
       ttlSeconds: number,
       maxOutstanding: number,
-      within?: InTransactionWith<{ expiresAt: Date }>,
+      answerIn?: InTransactionWith<{ expiresAt: Date }>,
     ): Promise<
       { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }
     > {
-      return db.transaction().execute(async (trx) => {
+      return transact(db, async (trx) => {
         await lockApp(trx, appId);
         const declared = await trx
           .selectFrom("secrets")
@@ -334,7 +318,7 @@ export function createSecretStore(database: Db) {
           .returning("expires_at")
           .executeTakeFirstOrThrow();
         const expiresAt = new Date(row.expires_at);
-        await within?.(transactionAsDb(trx), { expiresAt });
+        await answerIn?.(transactionAsDb(trx), { expiresAt });
         return { kind: "created" as const, expiresAt };
       });
     },
@@ -364,7 +348,7 @@ export function createSecretStore(database: Db) {
       seal: (appId: string, name: string, version: number) => SealedValue,
       announce: Announce,
     ): Promise<SetResult | undefined> {
-      return db.transaction().execute(async (trx) => {
+      return transact(db, async (trx) => {
         const link = await trx
           .updateTable("secret_links")
           .set({ used_at: sql<Date>`now()` })
@@ -397,29 +381,26 @@ export function createSecretStore(database: Db) {
      * rest with their values. A secret's links go with it (the `secret_links`
      * foreign key cascades), so a dropped name leaves no usable link behind.
      */
-    async declare(appId: string, names: string[], within?: InTransaction): Promise<void> {
-      await db.transaction().execute(async (trx) => {
+    async declare(appId: string, names: string[]): Promise<void> {
+      await transact(db, async (trx) => {
         await lockApp(trx, appId);
         await lockLinks(trx, appId, { keep: names });
         await dropSecrets(trx, appId, { keep: names });
         await declareUnset(trx, appId, names);
-        // Last, as every `within`: the operator's audit entry holds its lock only for the commit.
-        await within?.(transactionAsDb(trx));
       });
     },
 
-    /** Declares more names, unset; names already declared keep their value. `within` runs last, in the transaction. */
-    async addNames(appId: string, names: string[], within?: InTransaction): Promise<void> {
-      await db.transaction().execute(async (trx) => {
+    /** Declares more names, unset; names already declared keep their value. */
+    async addNames(appId: string, names: string[]): Promise<void> {
+      await transact(db, async (trx) => {
         await lockApp(trx, appId);
         await declareUnset(trx, appId, names);
-        await within?.(transactionAsDb(trx));
       });
     },
 
     /**
-     * Removes names with their values and links. Nothing changes (not even
-     * `within`) when a name has a value and `guard.confirmDestroyValues` is
+     * Removes names with their values and links. Nothing changes when a name
+     * has a value and `guard.confirmDestroyValues` is
      * false (`withValues` names them), or when a name's version is not the one
      * `guard.expectedVersions` gives for it (0: no value; `changed` names them).
      */
@@ -427,9 +408,8 @@ export function createSecretStore(database: Db) {
       appId: string,
       names: string[],
       guard: RemovalGuard,
-      within?: InTransaction,
     ): Promise<{ removed: boolean; withValues: string[]; changed: string[] }> {
-      return db.transaction().execute(async (trx) => {
+      return transact(db, async (trx) => {
         await lockApp(trx, appId);
         await lockLinks(trx, appId, { drop: names });
         // Every named row is locked, with or without a value: a row is read as
@@ -457,7 +437,6 @@ export function createSecretStore(database: Db) {
         if (changed.length > 0 || (withValues.length > 0 && !guard.confirmDestroyValues))
           return { removed: false, withValues, changed };
         if (names.length > 0) await dropSecrets(trx, appId, { drop: names });
-        await within?.(transactionAsDb(trx));
         return { removed: true, withValues, changed };
       });
     },
@@ -501,12 +480,8 @@ export function createSecretStore(database: Db) {
      * anyway); undefined when the app has no such link or it expired. The row
      * is locked first, so a use under way finishes before this looks.
      */
-    async revokeLink(
-      appId: string,
-      linkId: string,
-      within?: InTransaction,
-    ): Promise<{ name: string } | "used" | undefined> {
-      return db.transaction().execute(async (trx) => {
+    async revokeLink(appId: string, linkId: string): Promise<{ name: string } | "used" | undefined> {
+      return transact(db, async (trx) => {
         const link = await trx
           .selectFrom("secret_links")
           .select([
@@ -521,7 +496,6 @@ export function createSecretStore(database: Db) {
         if (!link || link.expired) return undefined;
         if (link.used) return "used";
         await trx.deleteFrom("secret_links").where("app_id", "=", appId).where("id", "=", linkId).execute();
-        await within?.(transactionAsDb(trx));
         return { name: link.name };
       });
     },

@@ -5,23 +5,23 @@ import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import { epochMs } from "../core/http/validation.ts";
 
 /** `/v1/secrets/:name` (the name's rule is the implementation's, shared with gRPC). */
-export const SecretPath = z.object({ name: z.string() });
+const SecretPath = z.object({ name: z.string() });
 
 const NullableMs = z.number().int().nullable().meta({ description: "Epoch milliseconds, or null." });
 
 /** The 200 bodies of the routes below, as `response` builds them (the OpenAPI document's response shapes). */
-export const SecretListResponse = z.object({
+const SecretListResponse = z.object({
   secrets: z.array(
     z.object({ name: z.string(), set: z.boolean(), version: z.number().int().nullable(), setAt: NullableMs }),
   ),
 });
-export const SecretResponse = z.object({
+const SecretResponse = z.object({
   name: z.string(),
   value: z.string(),
   version: z.number().int(),
   setAt: NullableMs,
 });
-export const SecretLinkResponse = z.object({ url: z.string(), name: z.string(), expiresAt: NullableMs });
+const SecretLinkResponse = z.object({ url: z.string(), name: z.string(), expiresAt: NullableMs });
 
 export const secretsRoutes: readonly AnyRestRoute[] = [
   defineRoute({

@@ -23,7 +23,7 @@ import { SecretsService } from "../../gen/platform/secrets/v1/secrets_pb.js";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
 import { SECRET_NAME_PATTERN, SECRET_NAME_RULE, isUuid, type AppRecord } from "../core/apps/apps.ts";
-import { auditThen, type Db, type InTransaction, type InTransactionWith } from "../core/database/index.ts";
+import type { InTransactionWith, Tx } from "../core/database/index.ts";
 import { answerInRun } from "../core/idempotent-run.ts";
 import { appOf } from "../core/auth.ts";
 import { isWellFormedText } from "../core/text.ts";
@@ -31,6 +31,7 @@ import { PlatformError, invalidArgument } from "../core/errors.ts";
 import type { PlatformEvents } from "../queues/index.ts";
 import { UnknownKeyError, type Keyring } from "./keyring.ts";
 import {
+  createSecretStore,
   hashLinkToken,
   type Announce,
   type LinkInfo,
@@ -40,7 +41,7 @@ import {
 } from "./secret-store.ts";
 
 /** Largest value, in UTF-8 bytes: room for a PEM key or a service-account JSON, not for files. */
-export const MAX_VALUE_BYTES = 65_536;
+const MAX_VALUE_BYTES = 65_536;
 
 export interface SecretsServiceOptions {
   store: SecretStore;
@@ -53,50 +54,47 @@ export interface SecretsServiceOptions {
 }
 
 /** A link made by `createLink`: its URL holds the token, shown only in this answer. */
-export interface CreatedLink {
+interface CreatedLink {
   url: string;
   name: string;
   expiresAt: Date;
 }
 
-/** What the secrets facility offers the admin API. */
-export interface SecretsAdmin {
-  /** In the admin's `DeleteApp` transaction, before the app's row goes (see `SecretStore.lockForAppDeletion`). */
-  lockForAppDeletion(trx: Db, appId: string): Promise<void>;
-  /** Admin `DeclareSecrets`: dropped names lose their value and their links. `within` runs in its transaction. */
-  declareSecrets(appId: string, names: string[], within?: InTransaction): Promise<void>;
+/**
+ * The secrets facility's operations for the admin API. Each change runs on the
+ * caller's unit of work (`tx`): it commits with the caller's other writes (the
+ * app's revision, the audit entry) or not at all.
+ */
+export interface SecretsOperations {
+  /** In the admin's `DeleteApp` unit of work, before the app's row goes (see `SecretStore.lockForAppDeletion`). */
+  lockForAppDeletion(tx: Tx, appId: string): Promise<void>;
+  /** Admin `DeclareSecrets`: dropped names lose their value and their links. */
+  declareSecrets(tx: Tx, appId: string, names: string[]): Promise<void>;
   /** Admin `AddSecretNames`: additive; declared names keep their value. */
-  addSecretNames(appId: string, names: string[], within?: InTransaction): Promise<void>;
+  addSecretNames(tx: Tx, appId: string, names: string[]): Promise<void>;
   /**
    * Admin `RemoveSecretNames`: refused (`failed_precondition`, naming them) when a name has a
    * value, unless `guard.confirmDestroyValues`; refused (`conflict`, naming them) when a name's
    * version is not the expected one. The names whose value went.
    */
-  removeSecretNames(appId: string, names: string[], guard: RemovalGuard, within?: InTransaction): Promise<string[]>;
-  /**
-   * `CreateSecretLink` as the app (AdminService's, by an operator): a one-time link to set `name`, with
-   * `within` (the audit entry) in the transaction that creates it.
-   */
-  createLink(app: AppRecord, name: string, within?: InTransaction): Promise<CreatedLink>;
+  removeSecretNames(tx: Tx, appId: string, names: string[], guard: RemovalGuard): Promise<string[]>;
+  /** `CreateSecretLink` as the app (AdminService's, by an operator): a one-time link to set `name`. */
+  createLink(tx: Tx, app: AppRecord, name: string): Promise<CreatedLink>;
   /** The app's outstanding links, never their token. */
   listLinks(appId: string): Promise<{ id: string; name: string; createdAt: Date; expiresAt: Date }[]>;
   /** Outstanding links of every app that expire within `seconds`, soonest first (at most 100). */
   expiringLinks(seconds: number): Promise<{ appId: string; name: string; expiresAt: Date }[]>;
   /** Makes one of the app's links unusable; `not_found` when it has no such link. The secret's name. */
-  revokeLink(appId: string, linkId: string, within?: InTransaction): Promise<string>;
+  revokeLink(tx: Tx, appId: string, linkId: string): Promise<string>;
   /** The declared names of one app, or of every app (by app id), in name order. */
   declaredNames(appId?: string): Promise<Map<string, string[]>>;
   /** Admin `SetSecret`: the owner sets a value; a new version and a `secret.set` event. */
-  setSecret(
-    app: AppRecord,
-    name: string,
-    value: string,
-    within?: InTransaction,
-  ): Promise<{ version: number; setAt: Date }>;
+  setSecret(tx: Tx, app: AppRecord, name: string, value: string): Promise<{ version: number; setAt: Date }>;
 }
 
-export interface SecretsImplementation extends SecretsAdmin {
+export interface SecretsImplementation {
   readonly impl: ServiceImpl<typeof SecretsService>;
+  readonly operations: SecretsOperations;
   /** The link page: what a link sets, if it is usable. */
   findLink(token: string): Promise<LinkInfo | undefined>;
   /** The link page: uses a link up, setting its secret; undefined when the link is not usable. */
@@ -122,6 +120,9 @@ function requireEnabled(app: AppRecord): void {
     throw new PlatformError("not_configured", "the secrets facility is not enabled for this app");
 }
 
+/** The store on an operator's unit of work. */
+const storeOn = (tx: Tx): SecretStore => createSecretStore(tx.db);
+
 export function createSecretsService(options: SecretsServiceOptions): SecretsImplementation {
   const { store, keyring, logger } = options;
 
@@ -131,16 +132,21 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
   /**
    * Sets with their `secret.set` event: `run` gets the announcer to hand the
    * store, which publishes on the set's transaction; after the commit the
-   * publisher wakes this process's consumers and feed readers.
+   * publisher wakes this process's consumers and feed readers (on a unit of
+   * work `tx`, once it committed).
    */
   async function announced(
     run: (announce: Announce) => Promise<SetResult | undefined>,
+    tx?: Tx,
   ): Promise<SetResult | undefined> {
     let committed: (() => void) | undefined;
     const result = await run(async (trx, r) => {
       committed = await options.events.publishIn(trx, r.appId, "secret.set", { name: r.name, version: r.version });
     });
-    committed?.();
+    if (committed) {
+      if (tx) tx.afterCommit(committed);
+      else committed();
+    }
     return result;
   }
 
@@ -155,28 +161,22 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
   }
 
   /**
-   * `CreateSecretLink` of `app`; `within` (an operator's audit entry) and
-   * `answerIn` (an idempotent run's answer) run in the transaction that
-   * creates the link. (Two parameters, not one: the auditor's callback takes
-   * an optional second argument of its own, so it is never handed the link.)
+   * `CreateSecretLink` of `app`, on the store `on` (the pool's, or one built on
+   * an operator's unit of work); `answerIn` (an idempotent run's answer) runs
+   * in the transaction that creates the link.
    */
-  async function createLink(
-    app: AppRecord,
-    name: string,
-    within?: InTransaction,
-    answerIn?: InTransactionWith<CreatedLink>,
-  ) {
+  async function createLink(on: SecretStore, app: AppRecord, name: string, answerIn?: InTransactionWith<CreatedLink>) {
     requireEnabled(app);
     checkName(name);
     const token = crypto.randomBytes(32).toString("base64url");
     const url = `${options.publicUrl}/secret-links/${token}`;
-    const result = await store.createLink(
+    const result = await on.createLink(
       app.id,
       name,
       hashLinkToken(token),
       app.limits.linkTtlSeconds,
       app.limits.maxOutstandingLinks,
-      auditThen(within, answerIn, (made: { expiresAt: Date }) => ({ url, name, expiresAt: made.expiresAt })),
+      answerIn && ((trx, made) => answerIn(trx, { url, name, expiresAt: made.expiresAt })),
     );
     if (result.kind === "undeclared")
       throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
@@ -191,6 +191,63 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     }
     return { url, name, expiresAt: result.expiresAt };
   }
+
+  const operations: SecretsOperations = {
+    createLink: (tx, app, name) => createLink(storeOn(tx), app, name),
+    declaredNames: (appId) => store.declaredNames(appId),
+    lockForAppDeletion: (tx, appId) => store.lockForAppDeletion(tx.db, appId),
+    declareSecrets: (tx, appId, names) => storeOn(tx).declare(appId, names),
+    addSecretNames: (tx, appId, names) => storeOn(tx).addNames(appId, names),
+
+    async removeSecretNames(tx, appId, names, guard) {
+      const result = await storeOn(tx).removeNames(appId, names, guard);
+      if (result.changed.length > 0) {
+        const list = result.changed.join(", ");
+        throw new PlatformError(
+          "conflict",
+          `${list} ${result.changed.length === 1 ? "has" : "have"} changed since you looked (a value was set): nothing was removed; look again`,
+          { details: result.changed.map((name) => `${name}: not at the expected version`) },
+        );
+      }
+      if (!result.removed) {
+        const list = result.withValues.join(", ");
+        throw new PlatformError(
+          "failed_precondition",
+          `removing ${list} would destroy ${result.withValues.length === 1 ? "its value" : "their values"}; confirm to destroy`,
+          {
+            details: result.withValues.map((name) => `${name}: has a value (set confirm_destroy_values to destroy it)`),
+          },
+        );
+      }
+      return result.withValues;
+    },
+
+    listLinks: (appId) => store.listLinks(appId),
+    expiringLinks: (seconds) => store.expiringLinks(seconds),
+
+    async revokeLink(tx, appId, linkId) {
+      const revoked = isUuid(linkId) ? await storeOn(tx).revokeLink(appId, linkId) : undefined;
+      if (revoked === "used")
+        throw new PlatformError(
+          "failed_precondition",
+          `link ${linkId} was already used: the value it set stays (set another value, or drop the name, to undo it)`,
+        );
+      if (revoked === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
+      return revoked.name;
+    },
+
+    async setSecret(tx, app, name, value) {
+      checkName(name);
+      const problem = valueProblem(value);
+      if (problem) throw invalidArgument("value", problem);
+      const result = await announced(
+        (announce) => storeOn(tx).set(app.id, name, seal(app.id, name, value), announce),
+        tx,
+      );
+      if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
+      return { version: result.version, setAt: result.setAt };
+    },
+  };
 
   return {
     impl: {
@@ -244,64 +301,12 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
           expiresAt: timestampFromDate(link.expiresAt),
         });
         const answerIn = answerInRun(context, SecretsService.method.createSecretLink, answer);
-        return answer(await createLink(appOf(context), req.name, undefined, answerIn));
+        return answer(await createLink(store, appOf(context), req.name, answerIn));
       },
     },
 
-    createLink,
     findLink: (token) => store.findLink(hashLinkToken(token)),
     useLink,
-    declaredNames: (appId) => store.declaredNames(appId),
-    lockForAppDeletion: (trx, appId) => store.lockForAppDeletion(trx, appId),
-    declareSecrets: (appId, names, within) => store.declare(appId, names, within),
-    addSecretNames: (appId, names, within) => store.addNames(appId, names, within),
-
-    async removeSecretNames(appId, names, guard, within) {
-      const result = await store.removeNames(appId, names, guard, within);
-      if (result.changed.length > 0) {
-        const list = result.changed.join(", ");
-        throw new PlatformError(
-          "conflict",
-          `${list} ${result.changed.length === 1 ? "has" : "have"} changed since you looked (a value was set): nothing was removed; look again`,
-          { details: result.changed.map((name) => `${name}: not at the expected version`) },
-        );
-      }
-      if (!result.removed) {
-        const list = result.withValues.join(", ");
-        throw new PlatformError(
-          "failed_precondition",
-          `removing ${list} would destroy ${result.withValues.length === 1 ? "its value" : "their values"}; confirm to destroy`,
-          {
-            details: result.withValues.map((name) => `${name}: has a value (set confirm_destroy_values to destroy it)`),
-          },
-        );
-      }
-      return result.withValues;
-    },
-
-    listLinks: (appId) => store.listLinks(appId),
-    expiringLinks: (seconds) => store.expiringLinks(seconds),
-
-    async revokeLink(appId, linkId, within) {
-      const revoked = isUuid(linkId) ? await store.revokeLink(appId, linkId, within) : undefined;
-      if (revoked === "used")
-        throw new PlatformError(
-          "failed_precondition",
-          `link ${linkId} was already used: the value it set stays (set another value, or drop the name, to undo it)`,
-        );
-      if (revoked === undefined) throw new PlatformError("not_found", `no outstanding link ${linkId} for this app`);
-      return revoked.name;
-    },
-
-    async setSecret(app, name, value, within) {
-      checkName(name);
-      const problem = valueProblem(value);
-      if (problem) throw invalidArgument("value", problem);
-      const result = await announced((announce) =>
-        store.set(app.id, name, seal(app.id, name, value), announce, within),
-      );
-      if (!result) throw new PlatformError("not_found", `secret ${name} is not declared by the app's blueprint`);
-      return { version: result.version, setAt: result.setAt };
-    },
+    operations,
   };
 }

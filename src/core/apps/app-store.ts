@@ -10,7 +10,7 @@ import { PREPARED, exactTimeText, type Db, type Timestamp } from "../database/in
 import { PlatformError } from "../errors.ts";
 import { NAME_PATTERN, appFromRow, isUuid, type AppLimits, type AppRecord, type AppRow } from "./apps.ts";
 
-export interface AppsTable {
+interface AppsTable {
   id: Generated<string>;
   name: string;
   status: "running" | "stopped";
@@ -24,7 +24,7 @@ export interface AppsTable {
   revision: ColumnType<string | number, never, never>;
 }
 
-export interface AppTokensTable {
+interface AppTokensTable {
   id: Generated<string>;
   app_id: string;
   /** Hex SHA-256 of the plaintext token; the plaintext is never stored. */
@@ -36,7 +36,7 @@ export interface AppTokensTable {
 }
 
 /** A token as the operator sees it (never its hash). */
-export interface TokenInfo {
+interface TokenInfo {
   id: string;
   label: string;
   createdAt: Date;
@@ -49,7 +49,7 @@ export type AppTables = {
   app_tokens: AppTokensTable;
 };
 
-export const APP_COLUMNS = [
+const APP_COLUMNS = [
   "apps.id",
   "apps.name",
   "apps.status",
@@ -86,7 +86,7 @@ export interface AppPagePosition {
   id: string;
 }
 
-export interface AppPageQuery {
+interface AppPageQuery {
   /** A case-insensitive substring of the name. */
   filter?: string | undefined;
   status?: "running" | "stopped" | undefined;

@@ -25,16 +25,11 @@ import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./hea
 import { seedFromTemplate } from "./pglite-template.ts";
 import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
-export type { Unlisten } from "./notifications.ts";
-
 /** A timestamp column: read as a Date, written as a Date or an ISO string. */
 export type Timestamp = ColumnType<Date, Date | string | undefined, Date | string>;
 
 /** The database with no table known; stores add theirs with `withTables`. */
 export type Db = Kysely<Record<never, never>>;
-
-/** A transaction of a store's view of the database. */
-export type Transaction<T> = Parameters<Parameters<ReturnType<Kysely<T>["transaction"]>["execute"]>[0]>[0];
 
 export interface Database {
   readonly db: Db;
@@ -70,7 +65,7 @@ export interface Database {
 }
 
 /** One pool's connections at this moment, as `pg` counts them. */
-export interface PoolStats {
+interface PoolStats {
   /** `main` (requests), `relaxed` (asynchronous commits), `unbounded` (migrations, locks). */
   pool: "main" | "relaxed" | "unbounded";
   max: number;
@@ -120,7 +115,7 @@ export interface DatabaseOptions {
  * embedded database's hot pages (the queue line, the apps, today's counters)
  * fit in a few MB. Pages beyond it are read back from the OS's file cache.
  */
-export const PGLITE_SETTINGS = ["-c", "shared_buffers=16MB"];
+const PGLITE_SETTINGS = ["-c", "shared_buffers=16MB"];
 
 /** The time zone of every PostgreSQL session (a connection option, so no statement is spent on it). */
 const SESSION_ZONE = "-c TimeZone=UTC";

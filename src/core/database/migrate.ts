@@ -41,7 +41,7 @@ export async function appliedMigrations(db: Kysely<Record<never, never>>): Promi
 }
 
 /** Throws `NewerDatabaseError` when `applied` names a migration this code does not have. */
-export function checkNotNewer(applied: readonly string[]): void {
+function checkNotNewer(applied: readonly string[]): void {
   const unknown = applied.filter((name) => !Object.hasOwn(migrations, name));
   if (unknown.length > 0) throw new NewerDatabaseError(unknown);
 }

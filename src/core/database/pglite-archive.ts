@@ -32,8 +32,8 @@ import { isMigratablePrefix, pgliteVersion } from "./pglite-template.ts";
 import { syncDir } from "../data-dir.ts";
 import { makeOwnerOnly, ownerOnlyDir } from "../owner-only.ts";
 
-export const ARCHIVE_FORMAT = "platform-batteries-backup";
-export const ARCHIVE_FORMAT_VERSION = 1;
+const ARCHIVE_FORMAT = "platform-batteries-backup";
+const ARCHIVE_FORMAT_VERSION = 1;
 const MANIFEST = "backup.json";
 
 /** What `backup.json` says; the caller adds its own facts (`describe`). */

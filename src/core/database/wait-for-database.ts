@@ -12,7 +12,7 @@ import { isDatabaseUnreachable } from "./health.ts";
 import { pingDatabase } from "./ping.ts";
 import { NotReadyError } from "../readiness.ts";
 
-export interface WaitLog {
+interface WaitLog {
   warn(fields: object, message: string): void;
 }
 

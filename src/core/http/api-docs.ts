@@ -10,8 +10,8 @@ import { createHash } from "node:crypto";
 import type { FastifyInstance, RouteHandlerMethod, RouteOptions } from "fastify";
 import { cspHeader, registerSecurityHeaders, type CspDirectives } from "./security-headers.ts";
 
-export const OPENAPI_PATH = "/openapi.json";
-export const DOCS_PATH = "/docs";
+const OPENAPI_PATH = "/openapi.json";
+const DOCS_PATH = "/docs";
 
 /** `'sha256-…'` of every inline `<script>` of the page, so the policy admits exactly those. */
 function inlineScriptHashes(html: string): string[] {

@@ -11,7 +11,7 @@ import { PlatformError } from "../errors.ts";
 /** Largest body, for REST and Connect alike. */
 export const BODY_LIMIT_BYTES = 32 * 1024 * 1024;
 /** JSON nested deeper than this is refused before anything walks it recursively. */
-export const MAX_JSON_DEPTH = 64;
+const MAX_JSON_DEPTH = 64;
 
 /** Replaces fastify's parsers by ours; call after the Connect routes (`connect-routes.ts`) are registered. */
 export function registerBodyParsers(fastify: FastifyInstance): void {

@@ -106,7 +106,7 @@ export function createCallContext(init: CallContextInit): CallContext {
  * `Symbol(sensitiveHeaders)` key, which `new Headers()` refuses with a
  * TypeError; repeated headers arrive as arrays.
  */
-export function plainHeaders(headers: object): Record<string, string> {
+function plainHeaders(headers: object): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [name, value] of Object.entries(headers) as [string, unknown][]) {
     if (name.startsWith(":")) continue;

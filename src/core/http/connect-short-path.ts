@@ -107,7 +107,7 @@ const textDecoder = new TextDecoder();
 const textEncoder = new TextEncoder();
 
 /** A response compression, as `@connectrpc/connect-node` exports them (`compressionGzip`, `compressionBrotli`). */
-export type Compression = typeof compressionGzip;
+type Compression = typeof compressionGzip;
 
 export interface ShortPathOptions {
   /** The services whose unary RPCs may take the short path (the same the plugin serves). */

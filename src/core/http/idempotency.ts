@@ -65,10 +65,10 @@ import { setIdempotentRun } from "../idempotent-run.ts";
 import type { Metrics } from "../metrics.ts";
 import type { AnyRestRoute } from "./rest-router.ts";
 
-export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
-export const REPLAYED_HEADER = "idempotent-replayed";
+const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
+const REPLAYED_HEADER = "idempotent-replayed";
 /** How long a key and its answer are remembered. */
-export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
+const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
 /**
  * How long a run holds its key before a repeat may take over (its process may have died). A live run
  * renews it every third of this, so it bounds only a dead run's hold: it was 300 s, ten times the client's
@@ -77,7 +77,7 @@ export const IDEMPOTENCY_TTL_SECONDS = 24 * 3600;
  */
 export const RUN_LOCK_SECONDS = 15;
 /** How often expired keys are deleted. */
-export const IDEMPOTENCY_SWEEP_INTERVAL_MS = 600_000;
+const IDEMPOTENCY_SWEEP_INTERVAL_MS = 600_000;
 
 const KEY_RULE = "must be 1 to 255 printable ASCII characters";
 const PRINTABLE = /^[\x20-\x7e]{1,255}$/;

@@ -40,7 +40,7 @@ type Handler = (
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
 
 /** How long an idle HTTP/1.1 connection stays open once the server is closing. */
-export const DRAIN_GRACE_MS = 1000;
+const DRAIN_GRACE_MS = 1000;
 
 export interface OnePortServer extends net.Server {
   /** Begins the drain: GOAWAY on HTTP/2 sessions, `Connection: close` on HTTP/1.1, idle connections end after the grace. */

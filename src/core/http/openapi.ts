@@ -41,7 +41,7 @@ const MEANING: Record<number, string> = {
 };
 
 /** The error envelope of docs/api.md#errors, whatever the status. */
-export const ErrorEnvelope = z
+const ErrorEnvelope = z
   .object({
     error: z.object({
       code: z.string().meta({ description: "One of the closed set of codes (docs/api.md#errors)." }),
@@ -59,14 +59,14 @@ function inputSchema(schema: z.ZodType): Json {
 }
 
 /** JSON Schema (2020-12) of a response schema, as the server sends it. */
-export function outputSchema(schema: z.ZodType): Json {
+function outputSchema(schema: z.ZodType): Json {
   const json = z.toJSONSchema(schema, { io: "output", unrepresentable: "any", target: "draft-2020-12" }) as Json;
   delete json.$schema;
   return json;
 }
 
 /** `/v1/queues/:queue` as OpenAPI writes it: `/v1/queues/{queue}`. */
-export function openApiPath(url: string): string {
+function openApiPath(url: string): string {
   return url.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
 }
 

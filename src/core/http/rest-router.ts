@@ -33,7 +33,7 @@ import { NoBody, parseJson } from "./validation.ts";
 const takesBody = (method: string) => method !== "GET" && method !== "HEAD";
 
 /** The parsed parts of a request, as the route's schemas made them. */
-export interface RestInput<B, Q, P> {
+interface RestInput<B, Q, P> {
   body: B;
   query: Q;
   params: P;
@@ -72,7 +72,7 @@ export interface RestRoute<
 }
 
 /** The prose, error codes and examples of one operation in the OpenAPI document. */
-export interface RouteDoc {
+interface RouteDoc {
   summary: string;
   description?: string;
   /** Error codes this operation answers besides the ones every authenticated route can (401, 500, 503). */

@@ -37,7 +37,7 @@ const codeByString = new Map(
 );
 
 /** Why a binary message with a string field that is not UTF-8 is refused (proto3 strings are UTF-8 text). */
-export const NOT_UTF8_STRING = "body: a string field is not UTF-8 (protobuf strings are UTF-8 text)";
+const NOT_UTF8_STRING = "body: a string field is not UTF-8 (protobuf strings are UTF-8 text)";
 
 /**
  * The error of the protocol layer that is the client's fault, as one of this service's errors, or undefined
@@ -66,13 +66,13 @@ function clientProtocolError(code: Code, message: string): PlatformError | undef
  * encodings are gzip,br`), or undefined for any other message: named in `grpc-accept-encoding`, as the gRPC
  * compression spec asks of an UNIMPLEMENTED for an encoding.
  */
-export function acceptedEncodings(code: Code, message: string): string | undefined {
+function acceptedEncodings(code: Code, message: string): string | undefined {
   if (code !== Code.Unimplemented) return undefined;
   return /^unknown compression ".*": supported encodings are ([\w,-]*)$/.exec(message)?.[1];
 }
 
 /** What an error of the protocol layer (Connect's code and message) means as one of this service's errors. */
-export function fromProtocolError(code: Code, message: string): PlatformError {
+function fromProtocolError(code: Code, message: string): PlatformError {
   const clients = clientProtocolError(code, message);
   if (clients) return clients;
   if (code === Code.ResourceExhausted && message.includes("readMaxBytes")) {
@@ -205,7 +205,7 @@ export function connectUnaryErrorWithDetail(
  * Connect writes `encodeURIComponent`, which also encodes `/`, `:` and spaces; grpc-js decodes with `decodeURI`,
  * which leaves `%2F` and `%3A` as they are, so its users read `%2Fplatform.nope.v1.NopeService%2FNope%3A`.
  */
-export function grpcMessageEncode(message: string): string {
+function grpcMessageEncode(message: string): string {
   let out = "";
   for (const byte of new TextEncoder().encode(message)) {
     out +=

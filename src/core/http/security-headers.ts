@@ -16,7 +16,7 @@ import type { FastifyInstance } from "fastify";
 export type CspDirectives = Record<string, string[]>;
 
 /** The helmet options of a page with these CSP directives (`frame-ancestors 'none'` is always added). */
-export function securityHeaderOptions(directives: CspDirectives): FastifyHelmetOptions {
+function securityHeaderOptions(directives: CspDirectives): FastifyHelmetOptions {
   return {
     contentSecurityPolicy: { useDefaults: false, directives: { ...directives, "frame-ancestors": ["'none'"] } },
     strictTransportSecurity: false,

@@ -39,7 +39,7 @@ export function parseJson<T>(schema: z.ZodType<T>, value: unknown, root: InputRo
 }
 
 /** `events[3].properties.plan`; a user-chosen key is cut to 64 characters. */
-export function fieldPath(root: string, path: readonly PropertyKey[]): string {
+function fieldPath(root: string, path: readonly PropertyKey[]): string {
   let out = root;
   for (const part of path) out += typeof part === "number" ? `[${part}]` : `.${String(part).slice(0, 64)}`;
   return out.startsWith("body.") ? out.slice(5) : out;
@@ -173,7 +173,7 @@ const HINTS: Record<string, Hint> = {
 const folded = (name: string) => name.replace(/[_-]/g, "").toLowerCase();
 
 /** What to say of an unknown `name` in an object of `fields`: a hint, or `""`. */
-export function unknownFieldHint(name: string, fields: ReadonlySet<string>): string {
+function unknownFieldHint(name: string, fields: ReadonlySet<string>): string {
   const said = Object.hasOwn(HINTS, name) ? HINTS[name](fields) : undefined;
   if (said !== undefined) return `: ${said}`;
   const match = [...fields].find((field) => folded(field) === folded(name));

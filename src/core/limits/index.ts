@@ -1,11 +1,4 @@
 /** Per-app rate and concurrency limits, shared out between instances. */
-export {
-  createRateLimiter,
-  planOf,
-  sharesOf,
-  type Admission,
-  type LimitPlan,
-  type RateLimiter,
-} from "./rate-limiter.ts";
-export { createLimitExchange, LIMIT_EXCHANGE_MS, type LimitExchange } from "./limit-exchange.ts";
+export { createRateLimiter, planOf, type RateLimiter } from "./rate-limiter.ts";
+export { createLimitExchange, type LimitExchange } from "./limit-exchange.ts";
 export { createLimitExchangeStore } from "./limit-exchange-store.ts";

@@ -5,14 +5,14 @@
 import { sql, type Kysely } from "kysely";
 import type { Db } from "../database/index.ts";
 
-export interface LimitExchangeTable {
+interface LimitExchangeTable {
   instance_id: string;
   /** `{ "appId|class": demand }` */
   demand: Record<string, number>;
   seen_at: Date;
 }
 
-export type LimitExchangeTables = { limit_exchange: LimitExchangeTable };
+type LimitExchangeTables = { limit_exchange: LimitExchangeTable };
 
 export interface LimitExchangeStore {
   /**

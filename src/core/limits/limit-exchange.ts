@@ -13,7 +13,7 @@ import type { LimitExchangeStore } from "./limit-exchange-store.ts";
 import { sharesOf, type RateLimiter } from "./rate-limiter.ts";
 
 /** The default period: an app's total settles within a few periods of a change in how its calls are spread. */
-export const LIMIT_EXCHANGE_MS = 1000;
+const LIMIT_EXCHANGE_MS = 1000;
 
 /** While every instance is idle, an instance exchanges once in this many periods. */
 const IDLE_EVERY = 10;

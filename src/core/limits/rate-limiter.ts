@@ -23,8 +23,8 @@
 import type { AppLimits, AppRecord } from "../apps/apps.ts";
 import { PlatformError } from "../errors.ts";
 
-export type RateClass = "events" | "puts" | "requests";
-export type ConcurrencyClass = "consumes" | "streams" | "inFlight";
+type RateClass = "events" | "puts" | "requests";
+type ConcurrencyClass = "consumes" | "streams" | "inFlight";
 
 /** What one call spends: tokens of one rate class, and one place of a concurrency class. */
 export interface LimitPlan {
@@ -74,7 +74,7 @@ export function planOf(service: string, method: string, message: unknown): Limit
 }
 
 /** A call let in: its answer's headers, and the place it holds until it ends. */
-export interface Admission {
+interface Admission {
   /** `RateLimit-Policy` and `RateLimit` (the IETF httpapi ratelimit-headers draft), when the class is limited. */
   headers: [string, string][];
   /** The 429 `rate_limited` when the call is refused (its headers are still to be sent). */

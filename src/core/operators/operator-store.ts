@@ -9,7 +9,7 @@ import { markTokenUsedIn } from "../apps/app-store.ts";
 
 export type OperatorRole = "admin" | "viewer";
 
-export interface OperatorsTable {
+interface OperatorsTable {
   id: Generated<string>;
   name: string;
   role: OperatorRole;
@@ -17,7 +17,7 @@ export interface OperatorsTable {
   created_at: ColumnType<Date, Date | string | undefined, never>;
 }
 
-export interface OperatorTokensTable {
+interface OperatorTokensTable {
   id: Generated<string>;
   operator_id: string;
   token_hash: string;
@@ -42,7 +42,7 @@ export interface OperatorRecord {
   lastUsedAt: Date | null;
 }
 
-export interface OperatorTokenInfo {
+interface OperatorTokenInfo {
   id: string;
   label: string;
   createdAt: Date;
@@ -50,7 +50,7 @@ export interface OperatorTokenInfo {
 }
 
 /** Who an operator token belongs to, as the authenticator needs it. */
-export interface OperatorTokenRow {
+interface OperatorTokenRow {
   tokenId: string;
   operatorId: string;
   name: string;

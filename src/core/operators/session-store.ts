@@ -22,7 +22,7 @@ export interface OperatorSessionsTable {
 type Tables = OperatorTables & { operator_sessions: OperatorSessionsTable };
 
 /** The operator of a live session; `operatorId` null is the owner. */
-export interface SessionOperator {
+interface SessionOperator {
   operatorId: string | null;
   name: string;
   role: OperatorRole;
@@ -32,7 +32,7 @@ export interface SessionOperator {
 }
 
 /** An enabled named operator, as single sign-on maps an identity to it. */
-export interface NamedOperator {
+interface NamedOperator {
   id: string;
   name: string;
   role: OperatorRole;

@@ -7,7 +7,5 @@ export {
   withReservation,
   type QuotaCounter,
   type Quotas,
-  type Reservation,
   type SpendStatement,
-  type ReservationOptions,
 } from "./quotas.ts";

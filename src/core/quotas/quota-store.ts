@@ -10,7 +10,7 @@
 import { sql, type Kysely, type RawBuilder } from "kysely";
 import { PREPARED, type Db } from "../database/index.ts";
 
-export interface QuotaUsageTable {
+interface QuotaUsageTable {
   app_id: string;
   /** The UTC day, `YYYY-MM-DD`. */
   day: string;
@@ -18,7 +18,7 @@ export interface QuotaUsageTable {
   used: number;
 }
 
-export interface QuotaReservationTable {
+interface QuotaReservationTable {
   id: string;
   app_id: string;
   day: string;
@@ -42,7 +42,7 @@ export type QuotaTables = {
 export type SpendStatement = RawBuilder<unknown>;
 
 /** Who holds a reservation and for how long without renewal. */
-export interface Hold {
+interface Hold {
   id: string;
   owner: string;
   seconds: number;

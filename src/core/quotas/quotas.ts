@@ -30,7 +30,7 @@ import { isNoAnswer } from "../database/health.ts";
 import { DAY_MS } from "../time.ts";
 
 /** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
-export function secondsToUtcMidnight(now: Date = new Date()): number {
+function secondsToUtcMidnight(now: Date = new Date()): number {
   const next = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + 1);
   return Math.max(1, Math.ceil((next - now.getTime()) / 1000));
 }
@@ -41,7 +41,7 @@ export type QuotaCounter = "events" | "mail" | "fast_tokens" | "embed_tokens";
 export const RESERVATION_HOLD_SECONDS = 15;
 
 /** How often each instance sweeps expired reservations. */
-export const RESERVATION_SWEEP_INTERVAL_MS = 5_000;
+const RESERVATION_SWEEP_INTERVAL_MS = 5_000;
 
 export type { SpendStatement };
 

@@ -7,7 +7,7 @@
 import { sql } from "kysely";
 import type { Db } from "../database/index.ts";
 
-export type RequestCountTables = {
+type RequestCountTables = {
   request_counts: {
     bucket: Date;
     facility: string;
@@ -24,7 +24,7 @@ export type RequestCountTables = {
   };
 };
 
-export interface Counts {
+interface Counts {
   requests: number;
   clientErrors: number;
   serverErrors: number;

@@ -24,7 +24,7 @@ export type CountedFacility = (typeof COUNTED_FACILITIES)[number];
 /** The length of one bucket. */
 export const BUCKET_MS = 5 * 60_000;
 /** How often an instance adds its counts to the database. */
-export const FLUSH_INTERVAL_MS = 5_000;
+const FLUSH_INTERVAL_MS = 5_000;
 /** Buckets and days kept (the overview reads the last 24 hours and today). */
 export const KEPT_MS = 2 * DAY_MS;
 

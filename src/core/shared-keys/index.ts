@@ -4,7 +4,5 @@ export {
   checkSecretsKeyMove,
   readSharedKeys,
   recordSecretsKey,
-  recordedSecretsKeyId,
   verifySharedKeys,
-  type KeyIds,
 } from "./shared-keys.ts";

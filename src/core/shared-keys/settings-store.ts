@@ -5,14 +5,14 @@
 import type { Kysely } from "kysely";
 import type { Db, Timestamp } from "../database/index.ts";
 
-export interface PlatformSettingsTable {
+interface PlatformSettingsTable {
   name: string;
   /** A hash or a key id, never a key or a token. */
   value: string;
   updated_at: Timestamp;
 }
 
-export type SettingsTables = {
+type SettingsTables = {
   platform_settings: PlatformSettingsTable;
 };
 

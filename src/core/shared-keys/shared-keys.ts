@@ -78,11 +78,6 @@ export async function checkSecretsKeyMove(db: Db, keyring: KeyIds): Promise<void
   );
 }
 
-/** The id of the secrets key the database's instances use; undefined before the first instance started. */
-export async function recordedSecretsKeyId(db: Db): Promise<string | undefined> {
-  return createSettingsStore(db).read(SECRETS_KEY_ID);
-}
-
 /** Makes the keyring's current key the one every instance must have (after `secrets rotate-key` re-sealed every value under it). */
 export async function recordSecretsKey(db: Db, keyring: KeyIds): Promise<void> {
   await checkSecretsKeyMove(db, keyring);
