@@ -64,7 +64,11 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
       LOG_LEVEL: "warn",
       ...options.env,
     },
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", process.env.BENCH_SERVER_STDOUT ? "inherit" : "ignore", "inherit"],
+  });
+  // A service that dies under a benchmark says how (the benchmark then fails on refused connections).
+  child.once("exit", (code, signal) => {
+    if (code !== 0 && signal !== "SIGTERM") log(`the service exited: code ${code}, signal ${signal}`);
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
