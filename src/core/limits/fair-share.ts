@@ -53,6 +53,8 @@ const DECREASE = 0.7;
 const INCREASE = 1.25;
 /** Weight of the last tick in an app's smoothed demand (about a second at the default tick). */
 const SMOOTHING = 0.2;
+/** An app that called within this many ticks shares the process. */
+const ACTIVE_TICKS = 10;
 /** Apps not seen for this many ticks are forgotten. */
 const IDLE_TICKS = 50;
 
@@ -95,7 +97,9 @@ export function createFairShare(options: FairShareOptions): FairShare {
       const asked = s.asked + s.held;
       s.demand = s.demand === 0 ? asked : (1 - SMOOTHING) * s.demand + SMOOTHING * asked;
       total += s.demand;
-      if (s.demand >= 0.5) active++;
+      // An app counts while it called within the last second or so, however seldom: one call a second
+      // waiting behind a flood is what this protects.
+      if (s.asked > 0 || s.held > 0 || s.idleTicks < ACTIVE_TICKS) active++;
     }
     const share = active > 0 ? total / active : 0;
     for (const [appId, s] of apps) {
