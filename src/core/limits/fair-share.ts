@@ -33,8 +33,11 @@ export interface FairShareOptions {
 }
 
 export interface FairShare {
-  /** Counts a call of `appId` at its head; false when the app is over its budget (refuse it). */
-  admit(appId: string): boolean;
+  /**
+   * Counts a call of `appId` at its head, as `weight` calls (a batch of events weighs more than a listing);
+   * false when the app is over its budget (refuse it).
+   */
+  admit(appId: string, weight?: number): boolean;
   /**
    * Counts a refused call of `appId` whose answer is paused (see `rate-limiter.ts`) as asking on every tick
    * until the returned function is called: a paused call still wants in.
@@ -112,7 +115,8 @@ export function createFairShare(options: FairShareOptions): FairShare {
         if (s.budget > 2 * s.demand + minPerTick) s.budget = undefined;
       }
       s.idleTicks = s.asked === 0 && s.held === 0 ? s.idleTicks + 1 : 0;
-      s.admitted = 0;
+      // A heavy call let in past the budget leaves the app in debt for the ticks after.
+      s.admitted = s.budget === undefined ? 0 : Math.max(0, s.admitted - s.budget);
       s.asked = 0;
       if (s.idleTicks > IDLE_TICKS && s.budget === undefined) apps.delete(appId);
     }
@@ -127,11 +131,11 @@ export function createFairShare(options: FairShareOptions): FairShare {
   };
 
   return {
-    admit(appId) {
+    admit(appId, weight = 1) {
       const s = stateOf(appId);
-      s.asked++;
+      s.asked += weight;
       if (s.budget !== undefined && s.admitted >= s.budget) return false;
-      s.admitted++;
+      s.admitted += weight;
       return true;
     },
     hold(appId) {

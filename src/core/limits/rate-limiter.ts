@@ -147,6 +147,8 @@ export const MAX_PAUSE_MS = 1000;
 const MAX_PAUSED_PER_APP = 1024;
 
 const noPause = () => Promise.resolve();
+/** For an app's share of a saturated process, a call of many events or messages counts one call per this many. */
+const ITEMS_PER_CALL = 25;
 
 export function createRateLimiter(
   options: {
@@ -196,8 +198,12 @@ export function createRateLimiter(
   };
 
   /** The fair-share check at a call's head: the refusal when the process is saturated and the app is above its share. */
-  const shed = (app: AppRecord, now: number): Admission | undefined => {
-    if (!options.fairShare || options.fairShare.admit(app.id)) return undefined;
+  const shed = (app: AppRecord, plan: LimitPlan, now: number): Admission | undefined => {
+    if (!options.fairShare) return undefined;
+    // A call of many events or messages weighs as one call per ITEMS_PER_CALL of them (a batch of 1000 events
+    // keeps the event loop about as busy as 40 puts); at the head, the app's last call of its kind stands for it.
+    const cost = plan.early ? (buckets.get(`${app.id}|${plan.rate}`)?.lastCost ?? 1) : plan.cost;
+    if (options.fairShare.admit(app.id, 1 + Math.floor(cost / ITEMS_PER_CALL))) return undefined;
     options.onRefused?.("fairShare");
     // A call refused again before the last refusal's second ran out waits that second before its answer.
     const ms = (shedUntil.get(app.id) ?? 0) > now ? pauseMs(app.id, 1000) : 0;
@@ -222,7 +228,7 @@ export function createRateLimiter(
     admit(app, plan) {
       const now = clock();
       if (!plan.afterHead) {
-        const shedding = shed(app, now);
+        const shedding = shed(app, plan, now);
         if (shedding) return shedding;
       }
       const headers: [string, string][] = [];
