@@ -6,8 +6,8 @@
  * get a budget of calls per tick, cut by a factor each saturated tick and raised again each quiet one
  * (additive increase, multiplicative decrease, as TCP shares a link); a call past its app's budget is
  * refused at its head, before its body is read. An app at or below its share is never refused here, nor
- * an app asking for fewer than `minRate` calls a second, nor an app alone on the instance: its own
- * limits are its only bound.
+ * an app asking for fewer than `minRate` calls a second (nor is a budget ever below it), nor an app alone
+ * on the instance: its own limits are its only bound.
  *
  * The loop's utilization counts the time a call waits for the CPU too: on a machine whose other
  * processes take the CPU, the calls wait all the same, and the apps' shares matter more, not less.
@@ -49,8 +49,6 @@ export interface FairShare {
   budgets(): Map<string, number>;
 }
 
-/** The budget never falls below this many calls a tick: a shed app still makes progress. */
-const MIN_BUDGET = 1;
 /** Multiplicative decrease on a saturated tick, increase on a quiet one. */
 const DECREASE = 0.7;
 const INCREASE = 1.25;
@@ -89,6 +87,7 @@ function eventLoopLoad(): () => number {
 export function createFairShare(options: FairShareOptions): FairShare {
   const tickMs = options.tickMs ?? 100;
   const minPerTick = (options.minRate * tickMs) / 1000;
+  const minBudget = Math.max(1, Math.floor(minPerTick));
   const load = options.load ?? eventLoopLoad();
   const apps = new Map<string, AppState>();
 
@@ -108,7 +107,8 @@ export function createFairShare(options: FairShareOptions): FairShare {
     for (const [appId, s] of apps) {
       const above = active > 1 && s.demand > share && s.demand >= minPerTick;
       if (saturated && above) {
-        s.budget = Math.max(MIN_BUDGET, Math.floor(Math.min(s.budget ?? s.admitted, s.admitted) * DECREASE));
+        // Never below `minRate`: what an app may always ask for stays let in, whatever else keeps the loop busy.
+        s.budget = Math.max(minBudget, Math.floor(Math.min(s.budget ?? s.admitted, s.admitted) * DECREASE));
       } else if (!saturated && s.budget !== undefined) {
         s.budget = s.budget * INCREASE + 1;
         // Once the budget is well above what the app asks for, it no longer binds.
