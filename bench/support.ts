@@ -34,7 +34,8 @@ export interface ServiceOptions {
 
 /**
  * Starts the service with the node flags of `npm start` (e.g. the young
- * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR".
+ * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR";
+ * BENCH_SERVER_STDOUT=1 shows the service's log lines (stdout) too.
  * Resolves once `/health` answers.
  */
 /** The node flags and entry point of `npm start` (`[exec] node <flags> <entry>`: what follows `node`). */

@@ -285,7 +285,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   // Every app's rate and concurrency limits, shared out between the instances of this database.
   const rateLimited = metrics.counter(
     "rate_limited_total",
-    "Calls answered 429 rate_limited, by the app limit they met (docs/api.md#rate-limits).",
+    "Calls answered 429 rate_limited, by the app limit they met, or fairShare (docs/api.md#rate-limits).",
     ["limit"] as const,
   );
   // When the process is saturated, the apps making more than their share of the calls are refused first.
