@@ -95,22 +95,42 @@ async function paced(base: string, token: string, seconds: number): Promise<Reco
   return samples;
 }
 
+type FloodKind = "ingest" | "put" | "long_poll" | "stream";
+
 interface FloodCounts {
   requests: number;
   refused: number;
   events: number;
   puts: number;
   other: number;
+  /** Calls and refusals of each kind of A's calls. */
+  byKind: Record<FloodKind, { calls: number; refused: number }>;
 }
 
 /** A's flood until `stop` aborts. */
 function flood(base: string, token: string, stop: AbortSignal): Promise<FloodCounts> {
-  const counts: FloodCounts = { requests: 0, refused: 0, events: 0, puts: 0, other: 0 };
+  const counts: FloodCounts = {
+    requests: 0,
+    refused: 0,
+    events: 0,
+    puts: 0,
+    other: 0,
+    byKind: {
+      ingest: { calls: 0, refused: 0 },
+      put: { calls: 0, refused: 0 },
+      long_poll: { calls: 0, refused: 0 },
+      stream: { calls: 0, refused: 0 },
+    },
+  };
   const client = jsonClient(base, token, INGEST_CLIENTS + PUT_CLIENTS + LONG_POLLS + 8);
-  const count = (status: number) => {
+  const count = (status: number, kind: FloodKind) => {
     counts.requests++;
-    if (status === 429) counts.refused++;
-    else if (status !== 200) counts.other++;
+    counts.byKind[kind].calls++;
+    if (status === 429) {
+      counts.refused++;
+      counts.byKind[kind].refused++;
+    }
+    if (status !== 200 && status !== 429) counts.other++;
     return status === 200;
   };
   const batch = {
@@ -121,21 +141,23 @@ function flood(base: string, token: string, stop: AbortSignal): Promise<FloodCou
     loops.push(
       (async () => {
         while (!stop.aborted)
-          if (count((await client.request("POST", "/v1/analytics/events", batch)).status)) counts.events += 1000;
+          if (count((await client.request("POST", "/v1/analytics/events", batch)).status, "ingest"))
+            counts.events += 1000;
       })(),
     );
   for (let i = 0; i < PUT_CLIENTS; i++)
     loops.push(
       (async () => {
         while (!stop.aborted)
-          if (count((await client.request("POST", "/v1/queues/a-jobs", { payload: { i } })).status)) counts.puts++;
+          if (count((await client.request("POST", "/v1/queues/a-jobs", { payload: { i } })).status, "put"))
+            counts.puts++;
       })(),
     );
   for (let i = 0; i < LONG_POLLS; i++)
     loops.push(
       (async () => {
         while (!stop.aborted)
-          count((await client.request("POST", "/v1/queues/a-idle/consume", { waitSeconds: 2 })).status);
+          count((await client.request("POST", "/v1/queues/a-idle/consume", { waitSeconds: 2 })).status, "long_poll");
       })(),
     );
   const queues = createClient(
@@ -156,11 +178,14 @@ function flood(base: string, token: string, stop: AbortSignal): Promise<FloodCou
         while (!stop.aborted) {
           try {
             counts.requests++;
+            counts.byKind.stream.calls++;
             for await (const res of queues.streamMessages({ queue: "a-stream", window: 10 }, { signal: stop }))
               void res;
           } catch (err) {
-            if (err instanceof ConnectError && err.code === Code.ResourceExhausted) counts.refused++;
-            else if (!stop.aborted) counts.other++;
+            if (err instanceof ConnectError && err.code === Code.ResourceExhausted) {
+              counts.refused++;
+              counts.byKind.stream.refused++;
+            } else if (!stop.aborted) counts.other++;
           }
         }
       })(),
@@ -235,6 +260,8 @@ async function main(): Promise<void> {
       worker.once("message", resolve);
       worker.once("error", reject);
     });
+    // A failure of B's rounds must be the one reported, not the flood's refused connections once the service stops.
+    flooding.catch(() => undefined);
     // The flood first fills what it can (waiting consumes, streams) before B is measured.
     await new Promise((r) => setTimeout(r, SHORT ? 500 : 2000));
     const floodStarted = performance.now();
@@ -260,6 +287,11 @@ async function main(): Promise<void> {
     log(
       `   app A: ${counts.requests} calls, ${counts.refused} answered 429, ${counts.other} other failures; ` +
         `RSS ${round(memory.rssMb, 1)} MB (peak ${round(memory.hwmMb, 1)} MB)`,
+    );
+    log(
+      `   app A by kind (calls/429): ${Object.entries(counts.byKind)
+        .map(([kind, c]) => `${kind} ${c.calls}/${c.refused}`)
+        .join(", ")}`,
     );
     const result = {
       ...ratios,

@@ -34,7 +34,8 @@ export interface ServiceOptions {
 
 /**
  * Starts the service with the node flags of `npm start` (e.g. the young
- * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR".
+ * generation's size); BENCH_NODE_ARGS adds flags, e.g. "--cpu-prof --cpu-prof-dir=DIR";
+ * BENCH_SERVER_STDOUT=1 shows the service's log lines (stdout) too.
  * Resolves once `/health` answers.
  */
 /** The node flags and entry point of `npm start` (`[exec] node <flags> <entry>`: what follows `node`). */
@@ -64,7 +65,11 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
       LOG_LEVEL: "warn",
       ...options.env,
     },
-    stdio: ["ignore", "ignore", "inherit"],
+    stdio: ["ignore", process.env.BENCH_SERVER_STDOUT ? "inherit" : "ignore", "inherit"],
+  });
+  // A service that dies under a benchmark says how (the benchmark then fails on refused connections).
+  child.once("exit", (code, signal) => {
+    if (code !== 0 && signal !== "SIGTERM") log(`the service exited: code ${code}, signal ${signal}`);
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {

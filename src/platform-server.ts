@@ -51,6 +51,7 @@ import {
   createLimitExchange,
   createLimitExchangeStore,
   createRateLimiter,
+  createFairShare,
   type LimitExchange,
 } from "./core/limits/index.ts";
 import { registerOperationalGauges, registerPoolGauges } from "./core/operational-gauges.ts";
@@ -284,10 +285,15 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
   // Every app's rate and concurrency limits, shared out between the instances of this database.
   const rateLimited = metrics.counter(
     "rate_limited_total",
-    "Calls answered 429 rate_limited, by the app limit they met (docs/api.md#rate-limits).",
+    "Calls answered 429 rate_limited, by the app limit they met, or fairShare (docs/api.md#rate-limits).",
     ["limit"] as const,
   );
-  const limiter = createRateLimiter({ onRefused: (limit) => rateLimited.inc({ limit }) });
+  // When the process is saturated, the apps making more than their share of the calls are refused first.
+  const fairShare =
+    config.fairShareUtilization > 0
+      ? createFairShare({ busyAbove: config.fairShareUtilization, minRate: config.fairShareMinRate })
+      : undefined;
+  const limiter = createRateLimiter({ onRefused: (limit) => rateLimited.inc({ limit }), fairShare });
   const limitExchange = createLimitExchange({
     store: createLimitExchangeStore(database.db),
     limiter,
@@ -537,6 +543,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       await fastify.close();
       await requestCounts.close();
       await limitExchange.close();
+      fairShare?.stop();
       for (const facility of all.slice().reverse()) await facility.close?.();
       await unlistenAuth();
       if (ownsDatabase) await database.close();

@@ -67,6 +67,14 @@ export interface Config {
   databasePoolAppShare: number;
   /** `LIMIT_EXCHANGE_MS`: how often the instances trade the demand that shares out every app's rate limits. */
   limitExchangeMs: number;
+  /**
+   * `FAIR_SHARE_UTILIZATION` (percent, default 60; 0 turns it off): the event-loop utilization above which
+   * the process counts as saturated, and apps asking for more than their share of the calls are refused
+   * (src/core/limits/fair-share.ts).
+   */
+  fairShareUtilization: number;
+  /** `FAIR_SHARE_MIN_RATE` (calls a second, default 200): an app asking for fewer is never refused for its share. */
+  fairShareMinRate: number;
   logLevel: string;
   /** `PLATFORM_ADMIN_URL`: the server the CLI calls; undefined means `publicUrl`. */
   adminUrl: string | undefined;
@@ -280,6 +288,8 @@ const environmentSchema = z
     OTEL_SERVICE_NAME: text.default("platform-batteries"),
     DATABASE_POOL_APP_SHARE: wholeNumber(1, 100, "must be a whole percentage from 1 to 100").default(50),
     LIMIT_EXCHANGE_MS: milliseconds.default(1_000),
+    FAIR_SHARE_UTILIZATION: wholeNumber(0, 100, "must be a whole percentage from 0 (off) to 100").default(60),
+    FAIR_SHARE_MIN_RATE: wholeNumber(0, 1_000_000, "must be a whole number of calls a second").default(200),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
     AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
     PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
@@ -396,6 +406,8 @@ const environmentSchema = z
         : { endpoint: env.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, ""), serviceName: env.OTEL_SERVICE_NAME },
     databasePoolAppShare: env.DATABASE_POOL_APP_SHARE / 100,
     limitExchangeMs: env.LIMIT_EXCHANGE_MS,
+    fairShareUtilization: env.FAIR_SHARE_UTILIZATION / 100,
+    fairShareMinRate: env.FAIR_SHARE_MIN_RATE,
     logLevel: env.LOG_LEVEL,
     adminUrl: env.PLATFORM_ADMIN_URL,
     auditRetentionDays: env.AUDIT_RETENTION_DAYS,

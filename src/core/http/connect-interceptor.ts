@@ -50,7 +50,10 @@ export function createConnectInterceptor(
               planOf(req.method.parent.typeName, req.method.name, req.stream ? undefined : req.message),
             )
           : undefined;
-      if (admission?.refused) throw admission.refused;
+      if (admission?.refused) {
+        await admission.pause();
+        throw admission.refused;
+      }
       let res;
       try {
         res =

@@ -132,12 +132,14 @@ export function registerRestRoutes(
       onRequest: async (req: FastifyRequest, reply: FastifyReply) => {
         const principal = await authenticator.authenticate(req.headers.authorization, spec.rpc);
         (req as AuthenticatedRequest).principal = principal;
-        // An app past its rate is refused before its body is read and parsed (the full check follows it).
+        // An app past its rate, or above its share of a saturated process, is refused before its body is read
+        // and parsed (the full check follows it).
         if (limiter && principal.kind === "app" && spec.body) {
           const plan = { ...planOf(spec.rpc.parent.typeName, spec.rpc.name, undefined), early: true };
           const early = limiter.admit(principal.app, plan);
           if (early.refused) {
             for (const [name, value] of early.headers) void reply.header(name, value);
+            await early.pause();
             throw early.refused;
           }
         }
@@ -161,12 +163,16 @@ export function registerRestRoutes(
         // The app's limits (docs/api.md#rate-limits): decided in memory, the headers on every answer.
         const admission =
           limiter && principal.kind === "app"
-            ? limiter.admit(principal.app, planOf(spec.rpc.parent.typeName, spec.rpc.name, message))
+            ? limiter.admit(principal.app, {
+                ...planOf(spec.rpc.parent.typeName, spec.rpc.name, message),
+                afterHead: spec.body !== undefined,
+              })
             : undefined;
         if (admission) {
           for (const [name, value] of admission.headers) void reply.header(name, value);
           if (admission.refused) {
             call.done();
+            await admission.pause();
             throw admission.refused;
           }
         }

@@ -19,9 +19,19 @@
  * database once per period; so an app's total stays near its limit however
  * a load balancer spreads its calls. A share never falls below a small floor,
  * so an instance that starts seeing an app's calls serves some at once.
+ *
+ * When the process is saturated, an app making more than its share of the calls is refused too
+ * (`fair-share.ts`), at the call's head.
+ *
+ * A refusal is cheap, but a client that ignores `Retry-After` and calls again at once turns refusals into a
+ * flood of their own (each costs a request's parsing, routing and answer): a call refused while its app's
+ * previous refusal of the same kind still had time to run is answered only after a pause (until the
+ * bucket could pay for it, or the `Retry-After` of a fair-share refusal, at most `MAX_PAUSE_MS`). The pause
+ * costs a timer; a client that waits as told never meets it.
  */
 import type { AppLimits, AppRecord } from "../apps/apps.ts";
 import { PlatformError } from "../errors.ts";
+import type { FairShare } from "./fair-share.ts";
 
 type RateClass = "events" | "puts" | "requests";
 type ConcurrencyClass = "consumes" | "streams" | "inFlight";
@@ -32,11 +42,18 @@ export interface LimitPlan {
   cost: number;
   concurrency: ConcurrencyClass;
   /**
-   * A check before the body is read (its cost unknown): refused only when the bucket is empty, nothing
-   * spent, no place taken. A flood past its limit is then refused before its bodies are parsed.
+   * A check before the body is read (its cost unknown): refused when the bucket cannot pay for a call
+   * like the app's last one of this class (capped at the bucket's size), nothing spent, no place taken.
+   * A flood past its limit is then refused before its bodies are parsed: a bucket that refills 5000 events
+   * a second is rarely empty, but it rarely holds the 1000 of the flood's next batch either.
    */
   early?: boolean;
+  /** The call was let in at its head already (the fair share was checked there): this is its full check. */
+  afterHead?: boolean;
 }
+
+/** What a refusal met: one of the app's limits, or its fair share of a saturated process. */
+export type RefusalReason = keyof AppLimits | "fairShare";
 
 const RATE_LIMITS: Record<RateClass, { rate: keyof AppLimits; burst: keyof AppLimits }> = {
   events: { rate: "eventsPerSecond", burst: "eventsBurst" },
@@ -79,6 +96,11 @@ interface Admission {
   headers: [string, string][];
   /** The 429 `rate_limited` when the call is refused (its headers are still to be sent). */
   refused: PlatformError | undefined;
+  /**
+   * Resolves when a refused call may be answered: at once, or after a pause when its app ignored the
+   * `Retry-After` of its previous refusal (see the top of this file). Await it before answering the refusal.
+   */
+  pause(): Promise<void>;
   /** Gives the concurrency place back; call once, when the call ended (answered, failed or gone). */
   release(): void;
 }
@@ -105,6 +127,8 @@ interface Bucket {
   lastUsed: number;
   /** The cost of the last call let in: what a call refused early is taken to have asked for. */
   lastCost: number;
+  /** Until when (clock ms) the last refusal's `Retry-After` runs. */
+  refusedUntil: number;
 }
 
 interface Counter {
@@ -117,12 +141,22 @@ interface Counter {
 
 /** Buckets and counters unused this long are forgotten (a full bucket and an empty counter are the defaults). */
 const IDLE_MS = 60_000;
+/** The longest pause before a refusal is answered. */
+const MAX_PAUSE_MS = 1000;
+/** Refusals of one app paused at once, at most; past it they are answered at once (each pause holds a request). */
+const MAX_PAUSED_PER_APP = 1024;
+
+const noPause = () => Promise.resolve();
+/** For an app's share of a saturated process, a call of many events or messages counts one call per this many. */
+const ITEMS_PER_CALL = 25;
 
 export function createRateLimiter(
   options: {
     clock?: () => number;
     /** Told of every call refused, with the name of the limit it met (e.g. for a metric). */
-    onRefused?: (limit: keyof AppLimits) => void;
+    onRefused?: (limit: RefusalReason) => void;
+    /** Fair shares of a saturated process; none: no call is refused for it. */
+    fairShare?: FairShare;
   } = {},
 ): RateLimiter {
   const clock = options.clock ?? Date.now;
@@ -132,6 +166,9 @@ export function createRateLimiter(
   let fallback = 1;
   let lastTaken = clock();
   const shareOf = (key: string) => shares.get(key) ?? fallback;
+  /** Per app: refusals paused now, and until when its last fair-share refusal's `Retry-After` runs. */
+  const paused = new Map<string, number>();
+  const shedUntil = new Map<string, number>();
 
   const refused = (message: string, retryAfterSeconds: number, limit: keyof AppLimits) => {
     options.onRefused?.(limit);
@@ -141,11 +178,62 @@ export function createRateLimiter(
     });
   };
 
+  /** How long a refusal of `appId` pauses: `ms`, or none past the app's bound of paused refusals. */
+  const pauseMs = (appId: string, ms: number) =>
+    (paused.get(appId) ?? 0) >= MAX_PAUSED_PER_APP ? 0 : Math.min(MAX_PAUSE_MS, Math.max(0, Math.ceil(ms)));
+  const pauseOf = (appId: string, ms: number): (() => Promise<void>) => {
+    if (ms < 1) return noPause;
+    return () => {
+      paused.set(appId, (paused.get(appId) ?? 0) + 1);
+      const unhold = options.fairShare?.hold(appId);
+      // Jittered, so that the refusals of many calls refused together are not all answered together again.
+      const wait = ms * (0.75 + Math.random() * 0.25);
+      return new Promise<void>((resolve) => setTimeout(resolve, wait).unref()).finally(() => {
+        unhold?.();
+        const n = (paused.get(appId) ?? 1) - 1;
+        if (n <= 0) paused.delete(appId);
+        else paused.set(appId, n);
+      });
+    };
+  };
+
+  /** The fair-share check at a call's head: the refusal when the process is saturated and the app is above its share. */
+  const shed = (app: AppRecord, plan: LimitPlan, now: number): Admission | undefined => {
+    if (!options.fairShare) return undefined;
+    // A call of many events or messages weighs as one call per ITEMS_PER_CALL of them (a batch of 1000 events
+    // keeps the event loop about as busy as 40 puts); at the head, the app's last call of its kind stands for it.
+    const cost = plan.early ? (buckets.get(`${app.id}|${plan.rate}`)?.lastCost ?? 1) : plan.cost;
+    if (options.fairShare.admit(app.id, 1 + Math.floor(cost / ITEMS_PER_CALL))) return undefined;
+    options.onRefused?.("fairShare");
+    // A call refused again before the last refusal's second ran out waits that second before its answer.
+    const ms = (shedUntil.get(app.id) ?? 0) > now ? pauseMs(app.id, 1000) : 0;
+    shedUntil.set(app.id, now + ms + 1000);
+    if (shedUntil.size > 10_000) for (const [id, t] of shedUntil) if (t < now) shedUntil.delete(id);
+    return {
+      headers: [],
+      refused: new PlatformError(
+        "rate_limited",
+        "the service is busy and this app makes more than its share of the calls",
+        {
+          details: ["load: the service is saturated and this app makes more calls than the others; retry after 1 s"],
+          retryAfterSeconds: 1,
+        },
+      ),
+      pause: pauseOf(app.id, ms),
+      release: () => {},
+    };
+  };
+
   return {
     admit(app, plan) {
       const now = clock();
+      if (!plan.afterHead) {
+        const shedding = shed(app, plan, now);
+        if (shedding) return shedding;
+      }
       const headers: [string, string][] = [];
       let refusal: PlatformError | undefined;
+      let pause = noPause;
 
       const names = RATE_LIMITS[plan.rate];
       const rate = app.limits[names.rate];
@@ -157,13 +245,16 @@ export function createRateLimiter(
         const capacity = Math.max(1, burst * share);
         let bucket = buckets.get(key);
         if (!bucket)
-          buckets.set(key, (bucket = { tokens: capacity, at: now, asked: 0, demand: 0, lastUsed: now, lastCost: 1 }));
+          buckets.set(
+            key,
+            (bucket = { tokens: capacity, at: now, asked: 0, demand: 0, lastUsed: now, lastCost: 1, refusedUntil: 0 }),
+          );
         bucket.tokens = Math.min(capacity, bucket.tokens + ((now - bucket.at) / 1000) * localRate);
         bucket.at = now;
         bucket.lastUsed = now;
         // A call larger than the bucket (a batch of 1000 events on a small share) goes when the bucket is
         // full and leaves it in debt, so the long-run rate holds without refusing big batches for ever.
-        const needed = plan.early ? 1 : Math.min(plan.cost, capacity);
+        const needed = Math.min(plan.early ? bucket.lastCost : plan.cost, capacity);
         if (bucket.tokens >= needed) {
           if (!plan.early) {
             bucket.tokens -= plan.cost;
@@ -178,6 +269,10 @@ export function createRateLimiter(
             retryAfter,
             names.rate,
           );
+          // Called again before the last refusal's Retry-After ran out: answered when the bucket could pay.
+          const ms = bucket.refusedUntil > now ? pauseMs(app.id, ((needed - bucket.tokens) / localRate) * 1000) : 0;
+          pause = pauseOf(app.id, ms);
+          bucket.refusedUntil = now + ms + retryAfter * 1000;
         }
         const window = Math.max(1, Math.ceil(burst / rate));
         const remaining = Math.max(0, Math.min(burst, Math.floor(bucket.tokens / share)));
@@ -190,7 +285,7 @@ export function createRateLimiter(
 
       const limitName = CONCURRENCY_LIMITS[plan.concurrency];
       const limit = app.limits[limitName];
-      if (refusal || plan.early || limit <= 0) return { headers, refused: refusal, release: () => {} };
+      if (refusal || plan.early || limit <= 0) return { headers, refused: refusal, pause, release: () => {} };
       const key = `${app.id}|${plan.concurrency}`;
       let counter = counters.get(key);
       if (!counter) counters.set(key, (counter = { held: 0, peak: 0, refused: 0, demand: 0, lastUsed: now }));
@@ -207,6 +302,7 @@ export function createRateLimiter(
         return {
           headers,
           refused: refused(`rate limit: at most ${limit} ${what} for this app`, 1, limitName),
+          pause: noPause,
           release: () => {},
         };
       }
@@ -217,6 +313,7 @@ export function createRateLimiter(
       return {
         headers,
         refused: undefined,
+        pause: noPause,
         release() {
           if (released) return;
           released = true;
