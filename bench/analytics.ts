@@ -30,7 +30,7 @@
  * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
  * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order),
  * BENCH_DATASET_EVENTS (10000000), BENCH_DATASET=0 (skip part 1). BENCH_SHORT=1 (the CI
- * smoke): a dataset of 200,000 events and 2,000 users, 20,000 events ingested, 5 runs.
+ * smoke): a dataset of 100,000 events and 2,000 users, 20,000 events ingested, 5 runs.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -86,7 +86,7 @@ async function main(): Promise<void> {
       : await measureDataset({
           baseUrl: BASE_URL,
           shape: {
-            events: Number(process.env.BENCH_DATASET_EVENTS ?? (SHORT ? 200_000 : 10_000_000)),
+            events: Number(process.env.BENCH_DATASET_EVENTS ?? (SHORT ? 100_000 : 10_000_000)),
             days: 90,
             users: SHORT ? 2_000 : 100_000,
             types: 20,

@@ -4,9 +4,11 @@
  *
  * Two tables, written by ONE statement per batch (so they change together
  * or not at all; one multi-row insert each):
- * - `analytics_events`: the raw events (app, type, at, properties as jsonb).
- *   Indexed on (app_id, type, at) for the edges of a range and for zones
- *   whose day does not start on a whole UTC hour.
+ * - `analytics_events`: the raw events (app, type, at, properties as jsonb,
+ *   distinct_id, numbers), partitioned by hash of (app_id, type) so that a
+ *   type's events lie together (migration 0034). Indexed on (app_id, type, at)
+ *   with distinct_id included, for the edges of a range, zones whose day does
+ *   not start on a whole UTC hour, unique users and funnels.
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
  *   the day's count `n` and its 24 hourly counts `hours` (index 1 is 00:00
  *   UTC), upserted from the same batch. `prop = ''` holds the total; every
@@ -336,11 +338,15 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async deleteBefore(appId, before, batch) {
       // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
+      // The events are partitioned (migration 0034), so an address is its partition (`tableoid`) and `ctid`:
+      // the `ctid` list finds the rows in each partition at once, the pairs keep only the chosen ones.
       const raw = await sql`
-        DELETE FROM analytics_events WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(
-        db,
-      );
+        WITH chosen AS MATERIALIZED (
+          SELECT tableoid AS t, ctid AS c FROM analytics_events
+          WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM analytics_events
+        WHERE ctid = ANY (ARRAY(SELECT c FROM chosen)) AND (tableoid, ctid) IN (SELECT t, c FROM chosen)`.execute(db);
       const removed = Number(raw.numAffectedRows ?? 0);
       if (removed === batch) return removed;
       // The raw rows are gone: then the rollups of those days, in batches too (an app with many property
@@ -611,23 +617,10 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
       SELECT ${bucket} AS b, ${sql.join([...groups.map((g, i) => sql`${g} AS ${sql.ref(`g${i}`)}`), sql`${kept} AS k`, sql`${x} AS x`])}
       FROM analytics_events
       WHERE ${sql.join(conditions, sql` AND `)}`;
-  const outer = Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1)));
-  // A unique count in two steps: the distinct (bucket, group, value) first, by hashing, then each bucket's
-  // rows counted. `count(DISTINCT x)` would sort every bucket's values instead, the slowest part of the
-  // query at scale. Each distinct row carries its events' count, so `n` stays the number of events; the
-  // folded groups are folded first (a value in two folded groups is one value of `other`).
-  const source =
-    q.aggregate === "unique"
-      ? sql`(
-      SELECT ${sql.join([sql`b`, ...groupColumns, sql`k`, sql`x`])}, count(*) AS c
-      FROM (${events}) e
-      GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 3 }, (_, i) => sql.raw(String(i + 1))))}
-    ) e`
-      : sql`(${events}) e`;
   const grouped = sql`
-    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, ${q.aggregate === "unique" ? sql`sum(c)::bigint` : sql`count(*)::bigint`} AS n, ${q.aggregate === "unique" ? sql`count(*)::float8` : value} AS v
-    FROM ${source}
-    GROUP BY ${sql.join(outer)}`;
+    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, count(*)::bigint AS n, ${value} AS v
+    FROM (${events}) e
+    GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1))))}`;
   // With `maxGroups`, the rows of the first `maxGroups + 1` groups in any fixed order: enough to tell.
   const bounded =
     q.maxGroups === undefined || q.groupBy.length === 0

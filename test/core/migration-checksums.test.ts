@@ -48,7 +48,7 @@ const pinned = new Map<string, string>([
   ["0031-queue-priorities.ts", "68cd3084c4c05899e6e565d1ae1d4f2015125f8b01565c2f97420b1ba1559849"],
   ["0032-analytics-identity.ts", "a3c4b32f1a16bfe0f7189f260b2fb1959ad0072c81a342582909aed6d2554775"],
   ["0033-queue-schedules.ts", "e52de8fb68902faf18752bd37707e154833d76c122f30e1a788a414bfc9d55e6"],
-  ["0034-analytics-query-indexes.ts", "212d8c8020953bc825be3f42a86c08b128a3ac05df83e5ca101e9cb9592af0a7"],
+  ["0034-analytics-events-by-type.ts", "b6dd2aa6d1abaaa8ab85fea0fdb0e84cb14bc704a2439e9b36256a15da238650"],
 ]);
 
 const files = fs

@@ -35,7 +35,7 @@ import * as queueJitterAndReasons from "./0030-queue-jitter-and-reasons.ts";
 import * as queuePriorities from "./0031-queue-priorities.ts";
 import * as analyticsIdentity from "./0032-analytics-identity.ts";
 import * as queueSchedules from "./0033-queue-schedules.ts";
-import * as analyticsQueryIndexes from "./0034-analytics-query-indexes.ts";
+import * as analyticsEventsByType from "./0034-analytics-events-by-type.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -70,5 +70,5 @@ export const migrations: Record<string, Migration> = {
   "0031-queue-priorities": queuePriorities,
   "0032-analytics-identity": analyticsIdentity,
   "0033-queue-schedules": queueSchedules,
-  "0034-analytics-query-indexes": analyticsQueryIndexes,
+  "0034-analytics-events-by-type": analyticsEventsByType,
 };
