@@ -57,7 +57,10 @@ export async function measureDataset(options: {
   const { baseUrl, shape, runs } = options;
   const { name, url } = datasetDatabase(baseUrl, shape);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-dataset-"));
-  const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
+  // The database remembers its admin token and secrets key (every instance on it must share them), so both
+  // are the same on every run, derived from the database's name: it is a benchmark's and holds no secret.
+  const derived = (what: string) => crypto.createHash("sha256").update(`bench:${what}:${name}`).digest();
+  const adminToken = `pba_bench_${derived("admin").toString("base64url")}`;
   let marker = await readMarker(url, shape);
   let server: ChildProcess | undefined;
   try {
@@ -65,7 +68,13 @@ export async function measureDataset(options: {
       log(`dataset: building ${shape.events} events in database ${name} (once; later runs reuse it)...`);
       await recreateDatabase(baseUrl, name);
     } else log(`dataset: reusing ${shape.events} events in database ${name}`);
-    const service = await startService({ databaseUrl: url, dataDir, adminToken, env: { MONGODB_URL: "" } });
+    const secretsKey = derived("secrets").toString("base64");
+    const service = await startService({
+      databaseUrl: url,
+      dataDir,
+      adminToken,
+      env: { MONGODB_URL: "", SECRETS_KEY: secretsKey },
+    });
     server = service.child;
     const base = service.url;
     const callAdmin = (rpc: string, body: unknown) => adminCall(base, adminToken, rpc, body);

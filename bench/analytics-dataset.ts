@@ -45,13 +45,12 @@ const DATASET_LAYOUT = 2;
 
 export const typeName = (i: number): string => `t${String(i).padStart(2, "0")}`;
 
-export interface Dataset {
+interface Dataset {
   databaseUrl: string;
   appId: string;
   /** The last event's instant (epoch ms): queries read the 30 days before it. */
   end: number;
   shape: DatasetShape;
-  built: boolean;
 }
 
 /** The dataset's database on `baseUrl`'s server, named after its shape. */
@@ -69,7 +68,7 @@ export function datasetDatabase(baseUrl: string, shape: DatasetShape): { name: s
 }
 
 /** The marker of a finished dataset, or undefined (no database, no marker, another shape). */
-export async function readMarker(url: string, shape: DatasetShape): Promise<Omit<Dataset, "built"> | undefined> {
+export async function readMarker(url: string, shape: DatasetShape): Promise<Dataset | undefined> {
   const client = new pg.Client({ connectionString: url });
   try {
     await client.connect();
@@ -81,7 +80,9 @@ export async function readMarker(url: string, shape: DatasetShape): Promise<Omit
       "SELECT app_id, end_ms, shape FROM bench_dataset LIMIT 1",
     );
     const row = r.rows[0];
-    if (!row || JSON.stringify(row.shape) !== JSON.stringify(shape)) return undefined;
+    // Field by field: jsonb keeps its keys in an order of its own.
+    const same = (Object.keys(shape) as (keyof DatasetShape)[]).every((k) => row?.shape[k] === shape[k]);
+    if (!row || !same) return undefined;
     return { databaseUrl: url, appId: row.app_id, end: Number(row.end_ms), shape };
   } catch {
     return undefined;
@@ -103,7 +104,7 @@ export async function recreateDatabase(baseUrl: string, name: string): Promise<v
  * Fills the (migrated) database with the app's events and rollups, in one
  * transaction per part; writes the marker last.
  */
-export async function fillDataset(url: string, appId: string, shape: DatasetShape): Promise<Omit<Dataset, "built">> {
+export async function fillDataset(url: string, appId: string, shape: DatasetShape): Promise<Dataset> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   const step = async (label: string, text: string, values: unknown[] = []) => {

@@ -599,6 +599,20 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
   const ofKind = q.aggregate === "unique" ? "string" : (q.of?.kind ?? "string");
   if (q.aggregate !== "count") conditions.push(carries(q.of?.name, ofKind));
   const x = q.aggregate === "count" ? sql`NULL` : valueOf(q.of?.name, ofKind);
+  if (q.aggregate === "unique" && q.groupBy.length === 0 && q.unit !== undefined && zone === "UTC")
+    return uniquePerUtcBucket(db, q, q.unit, conditions, x);
+  if (q.aggregate === "unique" && q.groupBy.length === 0 && q.unit === undefined) {
+    // The whole range's unique count by hashing the values (one pass); `count(DISTINCT)` sorts them all.
+    const whole = await sql<{ n: string | null; v: number }>`
+      SELECT sum(c)::bigint AS n, count(*)::float8 AS v
+      FROM (SELECT ${x} AS x, count(*) AS c FROM analytics_events WHERE ${sql.join(conditions, sql` AND `)} GROUP BY 1) u`.execute(
+      db,
+    );
+    const row = whole.rows[0];
+    return row && Number(row.n ?? 0) > 0
+      ? [{ at: null, groups: [], other: false, count: Number(row.n), value: Number(row.v) }]
+      : [];
+  }
   const groups = q.groupBy.map((p) => sql`(properties->>${p})`);
   const kept =
     q.keep === undefined
@@ -637,6 +651,49 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
     at: r.b === null ? null : firstInstantOfWallTime(new Date(r.b).getTime(), q.timezone),
     groups: q.groupBy.map((_, i) => (r[`g${i}`] as string | null) ?? null),
     other: r.other,
+    count: Number(r.n),
+    value: Number(r.v),
+  }));
+}
+
+/**
+ * Unique values per UTC bucket without a breakdown (unique users per day, the
+ * common question), one bucket at a time: each bucket's values are counted by
+ * their own index range, so each sort holds one bucket's values in memory,
+ * where one statement over the range sorted every value of the range by
+ * bucket first (on the benchmark's dataset, about twice the time). The
+ * buckets are stepped on `timestamp` in UTC, whatever the session's zone;
+ * their number is bounded by the query's bucket limit.
+ */
+async function uniquePerUtcBucket(
+  db: EventDb,
+  q: AggregateQuery,
+  unit: NonNullable<AggregateQuery["unit"]>,
+  conditions: RawBuilder<unknown>[],
+  x: RawBuilder<unknown>,
+): Promise<AggregateRow[]> {
+  const since = new Date(q.since);
+  const until = new Date(q.until);
+  const step = `1 ${unit}`;
+  const result = await sql<{ b: Date; n: string; v: number }>`
+    SELECT s.b, u.n, u.v
+    FROM (
+      SELECT w AT TIME ZONE 'UTC' AS b, (w + ${step}::interval) AT TIME ZONE 'UTC' AS e
+      FROM generate_series(
+        date_trunc(${unit}, ${since}::timestamptz AT TIME ZONE 'UTC'),
+        ${until}::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
+        ${step}::interval) AS w
+    ) s,
+    LATERAL (
+      SELECT count(*)::bigint AS n, count(DISTINCT ${x})::float8 AS v
+      FROM analytics_events
+      WHERE ${sql.join(conditions, sql` AND `)} AND at >= s.b AND at < s.e
+    ) u
+    WHERE u.n > 0`.execute(db);
+  return result.rows.map((r) => ({
+    at: new Date(r.b).getTime(),
+    groups: [],
+    other: false,
     count: Number(r.n),
     value: Number(r.v),
   }));
