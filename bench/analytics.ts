@@ -1,24 +1,36 @@
 /**
  * `npm run bench:analytics`: the SQL analytics store on PostgreSQL, end to end.
  *
- * 1. A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
+ * 1. The query extensions on a large dataset (`analytics-dataset.ts`: 10,000,000
+ *    events over 90 days, 100,000 users, 20 types of 5 properties, in a database of
+ *    its own built once and reused): the service started on it, and over the last
+ *    30 days, each through `POST /v1/analytics/query` or `/funnel` beside a plain
+ *    SQL query of the same answer in the same run (the answers are compared, and a
+ *    difference fails the run): unique users per day, a filtered count per day, a
+ *    sum per day broken down by two properties, a 3-step funnel with a 7-day window.
+ * 2. A fresh database on BENCH_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/test)
  *    and the service started on it as a child process (its own CPU, as in production).
- * 2. Ingest: 1,000,000 events through `POST /v1/analytics/events`, batches of 1000,
+ * 3. Ingest: 1,000,000 events through `POST /v1/analytics/events`, batches of 1000,
  *    8 concurrent clients; the events cover the last 30 days in time order, as
- *    logged live, each with `plan` (20 values) and `paid` (boolean).
- * 3. Query: day buckets over 30 days grouped by `plan`, through `POST /v1/analytics/query`,
+ *    logged live, each with a `distinctId` (of 100,000 users), `plan` (20 values),
+ *    `paid` (boolean) and `amount` (a number).
+ * 4. Query: day buckets over 30 days grouped by `plan`, through `POST /v1/analytics/query`,
  *    p50 of 50 runs; against the same count by a plain
  *    `SELECT date_trunc('day', at), properties->>'plan', count(*) ... GROUP BY` over the raw
  *    events in the same database, p50 of 50 runs.
- * 4. Spread ingest: the same number of events, every batch spread over all 30 days (each
+ * 5. Spread ingest: the same number of events, every batch spread over all 30 days (each
  *    batch touches every day's rollup rows, the worst case), from 8 concurrent clients and
  *    then from 1, each into an app of its own.
  *
  * The last line of output is one JSON object:
  * {"ingest_events_per_s","query_p50_ms","naive_sql_p50_ms","query_speedup",
- *  "spread_ingest_events_per_s","spread_ingest_1_client_events_per_s"}.
+ *  "spread_ingest_events_per_s","spread_ingest_1_client_events_per_s",
+ *  "unique_day_30d_p50_ms","unique_day_30d_vs_naive_p50_ms", and the same pair for
+ *  "filtered_count_30d", "sum_groupby2_30d" and "funnel3_30d", "dataset_events"}.
  * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
- * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order).
+ * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order),
+ * BENCH_DATASET_EVENTS (10000000), BENCH_DATASET=0 (skip part 1). BENCH_SHORT=1 (the CI
+ * smoke): a dataset of 100,000 events and 2,000 users, 20,000 events ingested, 5 runs.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -26,15 +38,16 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
+import { measureDataset } from "./analytics-dataset-queries.ts";
 import { adminCall, log, NO_RATE_LIMITS, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
-const TOTAL = Number(process.env.BENCH_EVENTS ?? 1_000_000);
+const SHORT = process.env.BENCH_SHORT === "1";
+const TOTAL = Number(process.env.BENCH_EVENTS ?? (SHORT ? 20_000 : 1_000_000));
 const BATCH = 1000;
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 8);
-const RUNS = Number(process.env.BENCH_RUNS ?? 50);
-/** BENCH_IDENTITY=1: events carry a distinctId (of BENCH_USERS users) and an amount, and the query extensions are timed. */
-const IDENTITY = process.env.BENCH_IDENTITY === "1";
+const RUNS = Number(process.env.BENCH_RUNS ?? (SHORT ? 5 : 50));
+/** Events carry a distinctId of this many users, as the large dataset's do. */
 const USERS = Number(process.env.BENCH_USERS ?? 100_000);
 const DAY = 86_400_000;
 
@@ -66,6 +79,20 @@ function p50(samples: number[]): number {
 }
 
 async function main(): Promise<void> {
+  // Part 1: the query extensions on the large dataset, with a service of its own.
+  const insights =
+    process.env.BENCH_DATASET === "0"
+      ? {}
+      : await measureDataset({
+          baseUrl: BASE_URL,
+          shape: {
+            events: Number(process.env.BENCH_DATASET_EVENTS ?? (SHORT ? 100_000 : 10_000_000)),
+            days: 90,
+            users: SHORT ? 2_000 : 100_000,
+            types: 20,
+          },
+          runs: RUNS,
+        });
   const dbName = `pb_bench_${crypto.randomBytes(4).toString("hex")}`;
   const admin = new pg.Client({ connectionString: BASE_URL });
   await admin.connect();
@@ -113,9 +140,7 @@ async function main(): Promise<void> {
         "/v1/analytics/types",
         JSON.stringify({
           name: "pageview",
-          properties: IDENTITY
-            ? { plan: "string", paid: "boolean", amount: "number" }
-            : { plan: "string", paid: "boolean" },
+          properties: { plan: "string", paid: "boolean", amount: "number" },
         }),
       );
       return { id: app.id as string, call };
@@ -139,14 +164,12 @@ async function main(): Promise<void> {
             at: spread
               ? oldest + Math.floor(Math.random() * (now - oldest))
               : Math.floor(oldest + (b + Math.random()) * slice),
-            properties: IDENTITY
-              ? {
-                  plan: plans[Math.floor(Math.random() * plans.length)],
-                  paid: Math.random() < 0.3,
-                  amount: Math.floor(Math.random() * 10_000) / 100,
-                }
-              : { plan: plans[Math.floor(Math.random() * plans.length)], paid: Math.random() < 0.3 },
-            ...(IDENTITY ? { distinctId: `user-${Math.floor(Math.random() * USERS)}` } : {}),
+            properties: {
+              plan: plans[Math.floor(Math.random() * plans.length)],
+              paid: Math.random() < 0.3,
+              amount: Math.floor(Math.random() * 10_000) / 100,
+            },
+            distinctId: `user-${Math.floor(Math.random() * USERS)}`,
           })),
         }),
       );
@@ -224,45 +247,6 @@ async function main(): Promise<void> {
       const ms = performance.now() - t0;
       if (i >= 1) naiveTimes.push(ms);
       naiveTotal = res.rows.reduce((n, r) => n + Number(r.n), 0);
-    }
-    // BENCH_IDENTITY=1: the query extensions (docs/analytics.md), each beside a plain SQL query of the same answer.
-    const insights: Record<string, number> = {};
-    if (IDENTITY) {
-      const args = [app.id, "pageview", new Date(since), new Date(now)];
-      const range = "app_id = $1 AND type = $2 AND at >= $3 AND at < $4";
-      const pairs: [string, Record<string, unknown>, string][] = [
-        [
-          "unique_day_30d",
-          { aggregate: "unique" },
-          `SELECT date_trunc('day', at), count(DISTINCT distinct_id) FROM analytics_events WHERE ${range} AND distinct_id IS NOT NULL GROUP BY 1`,
-        ],
-        [
-          "filtered_count_30d",
-          { aggregate: "count", where: [{ property: "plan", op: "eq", value: "plan-03" }] },
-          `SELECT date_trunc('day', at), count(*) FROM analytics_events WHERE ${range} AND properties->>'plan' = 'plan-03' GROUP BY 1`,
-        ],
-        [
-          "sum_groupby2_30d",
-          { aggregate: "sum", of: "amount", groupBy: ["plan", "paid"] },
-          `SELECT date_trunc('day', at), properties->>'plan', properties->>'paid', sum((numbers->>'amount')::float8) FROM analytics_events WHERE ${range} AND numbers ? 'amount' GROUP BY 1, 2, 3`,
-        ],
-      ];
-      for (const [name, extension, plain] of pairs) {
-        const body = JSON.stringify({ type: "pageview", since, until: now, interval: "day", ...extension });
-        const api: number[] = [];
-        const raw: number[] = [];
-        for (let i = 0; i < RUNS + 1; i++) {
-          let t0 = performance.now();
-          await call("POST", "/v1/analytics/query", body);
-          if (i >= 1) api.push(performance.now() - t0);
-          t0 = performance.now();
-          await direct.query(plain, args);
-          if (i >= 1) raw.push(performance.now() - t0);
-        }
-        insights[`${name}_p50_ms`] = Math.round(p50(api) * 100) / 100;
-        insights[`${name}_naive_p50_ms`] = Math.round(p50(raw) * 100) / 100;
-        log(`${name}: API p50 ${p50(api).toFixed(1)} ms, plain SQL p50 ${p50(raw).toFixed(1)} ms`);
-      }
     }
     await direct.end();
     log(`naive SQL: p50 ${p50(naiveTimes).toFixed(1)} ms, total ${naiveTotal}, ${RUNS} runs`);

@@ -43,7 +43,7 @@ import {
   runExtended,
   usesExtensions,
 } from "./query-extensions.ts";
-import { computeFunnel, type FunnelStepAnswer } from "./funnel.ts";
+import { computeFunnel, funnelAnswer, type FunnelStepAnswer } from "./funnel.ts";
 
 /** Funnel steps (docs/analytics.md "Funnels"). */
 const MIN_FUNNEL_STEPS = 2;
@@ -226,26 +226,39 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
           );
       }
       const windowMs = windowSeconds * 1000;
-      const events = await Promise.all(
-        req.steps.map((step, i) =>
-          store.stepEvents({
-            appId: app.id,
-            type: step.type,
-            where: conditions[i],
-            since,
-            // Later steps may follow the last start by up to the window.
-            until: i === 0 ? until : Math.min(until + windowMs, MAX_TIME_MS),
-            breakdown: i === 0 ? req.breakdown : undefined,
-          }),
-        ),
-      );
-      const answer = computeFunnel(
-        events,
-        req.steps.map((s) => s.type),
-        windowMs,
-        limit,
-        req.breakdown !== undefined,
-      );
+      // Later steps may follow the last start by up to the window.
+      const laterUntil = Math.min(until + windowMs, MAX_TIME_MS);
+      const answer = store.funnel
+        ? funnelAnswer(
+            await store.funnel({
+              appId: app.id,
+              steps: req.steps.map((step, i) => ({ type: step.type, where: conditions[i] })),
+              since,
+              until,
+              windowMs,
+              laterUntil,
+              breakdown: req.breakdown,
+              limit,
+            }),
+          )
+        : computeFunnel(
+            await Promise.all(
+              req.steps.map((step, i) =>
+                store.stepEvents({
+                  appId: app.id,
+                  type: step.type,
+                  where: conditions[i],
+                  since,
+                  until: i === 0 ? until : laterUntil,
+                  breakdown: i === 0 ? req.breakdown : undefined,
+                }),
+              ),
+            ),
+            req.steps.map((s) => s.type),
+            windowMs,
+            limit,
+            req.breakdown !== undefined,
+          );
       const stepMessages = (steps: FunnelStepAnswer[]) =>
         steps.map((s, i) => ({
           type: req.steps[i].type,

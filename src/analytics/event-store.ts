@@ -72,6 +72,11 @@ export interface EventStore {
   /** The events of one funnel step that carry a distinctId, in any order (funnels are computed by `funnel.ts`). */
   stepEvents(query: StepEventsQuery): Promise<StepEvent[]>;
   /**
+   * The whole funnel computed where the events are, when the store can (the SQL store): the same
+   * answer as `computeFunnel` over `stepEvents`, without bringing the events to this process.
+   */
+  funnel?(query: FunnelQuery): Promise<FunnelCounts>;
+  /**
    * Deletes the app's events before `before`, a UTC day start (so the rollups of whole hours and days
    * go with their events and queries stay exact), at most `batch` rows a statement (raw events; then,
    * once none is left, the rollups of those days); how many raw events.
@@ -144,6 +149,12 @@ export interface AggregateQuery {
   groupBy: readonly string[];
   /** When given, the groups not in it are folded into one row per bucket marked `other`. */
   keep?: readonly GroupKey[] | undefined;
+  /**
+   * When given, the store may leave out the rows of all but `maxGroups + 1` of the groups: enough to
+   * tell that there are more than `maxGroups` (the answer is then asked again with `keep`), and what
+   * bounds the rows a query with many groups brings back.
+   */
+  maxGroups?: number | undefined;
 }
 
 export interface AggregateRow {
@@ -194,4 +205,34 @@ export interface StepEvent {
   at: number;
   /** The breakdown property's value; null when the event lacks it (or there is no breakdown). */
   group: string | null;
+}
+
+/** A funnel as a store computes it (docs/analytics.md "Funnels"; the rules are `computeFunnel`'s). */
+export interface FunnelQuery {
+  appId: string;
+  steps: readonly { type: string; where: readonly Condition[] }[];
+  /** The first step's range, epoch ms; later steps may follow the last start by up to the window. */
+  since: number;
+  until: number;
+  windowMs: number;
+  /** Later steps' events are read before this instant (`until + windowMs`, capped at the latest time). */
+  laterUntil: number;
+  /** A property of the first step's start event to break the users down by. */
+  breakdown?: string | undefined;
+  /** The most groups answered; the rest are folded into one. */
+  limit: number;
+}
+
+/** One step's raw figures: who reached it, and the two middle values of the times from the previous step. */
+export interface FunnelStepCounts {
+  users: number;
+  /** Milliseconds from the previous step: the lower and upper middle values (equal for an odd count). */
+  lowerMiddleMs?: number | undefined;
+  upperMiddleMs?: number | undefined;
+}
+
+export interface FunnelCounts {
+  steps: FunnelStepCounts[];
+  groups: { group: string | null; other: boolean; steps: FunnelStepCounts[] }[];
+  otherGroups: number;
 }

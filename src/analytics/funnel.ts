@@ -1,7 +1,10 @@
 /**
- * Funnels (docs/analytics.md "Funnels"), computed the same way whatever the
- * store: each store answers the events of each step that carry a distinctId
- * (`stepEvents`), and this module follows every user through the steps.
+ * Funnels (docs/analytics.md "Funnels"). The rules are written out here once
+ * (`computeFunnel`, over each step's events that carry a distinctId, from
+ * `stepEvents`); the SQL store computes the same in the database
+ * (`EventStore.funnel`, so no step's events come to this process) and hands
+ * back only counts and middle values, which `funnelAnswer` turns into the
+ * same answer.
  *
  * A user starts at their first event of step 1 in `[since, until)`; each
  * later step is their first event of that step after the previous step's
@@ -9,7 +12,7 @@
  * event never counts for two steps) and at most `window` after the start.
  * The breakdown group is the start event's value of the breakdown property.
  */
-import type { StepEvent } from "./event-store.ts";
+import type { FunnelCounts, FunnelStepCounts, StepEvent } from "./event-store.ts";
 
 export interface FunnelStepAnswer {
   users: number;
@@ -38,22 +41,55 @@ function median(values: number[]): number | undefined {
   return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-/** The answers of a set of users' paths: how far each got, and the time of each step. */
-function answer(paths: readonly number[][], stepCount: number): FunnelStepAnswer[] {
+/** Each step's users and median seconds from the previous step, with the conversions they make. */
+function withConversions(figures: readonly { users: number; median: number | undefined }[]): FunnelStepAnswer[] {
   const out: FunnelStepAnswer[] = [];
-  for (let k = 0; k < stepCount; k++) {
-    const reached = paths.filter((p) => p.length > k);
-    const users = reached.length;
+  figures.forEach(({ users, median }, k) => {
     const first = out[0]?.users ?? users;
     const previous = out[k - 1]?.users ?? users;
     out.push({
       users,
       conversionFromFirst: first === 0 ? 0 : users / first,
       conversionFromPrevious: previous === 0 ? 0 : users / previous,
-      medianSecondsFromPrevious: k === 0 ? undefined : median(reached.map((p) => (p[k] - p[k - 1]) / 1000)),
+      medianSecondsFromPrevious: k === 0 ? undefined : median,
     });
-  }
+  });
   return out;
+}
+
+/** The answers of a set of users' paths: how far each got, and the time of each step. */
+function answer(paths: readonly number[][], stepCount: number): FunnelStepAnswer[] {
+  return withConversions(
+    Array.from({ length: stepCount }, (_, k) => {
+      const reached = paths.filter((p) => p.length > k);
+      return { users: reached.length, median: median(reached.map((p) => (p[k] - p[k - 1]) / 1000)) };
+    }),
+  );
+}
+
+/**
+ * The answer of a funnel a store computed (`EventStore.funnel`): the median
+ * from the two middle values exactly as `median` takes it from the sorted
+ * seconds, so both ways give the same numbers to the last bit.
+ */
+export function funnelAnswer(counts: FunnelCounts): FunnelAnswer {
+  const steps = (list: readonly FunnelStepCounts[]) =>
+    withConversions(
+      list.map((s) => ({
+        users: s.users,
+        median:
+          s.users === 0 || s.lowerMiddleMs === undefined || s.upperMiddleMs === undefined
+            ? undefined
+            : s.users % 2 === 1
+              ? s.lowerMiddleMs / 1000
+              : (s.lowerMiddleMs / 1000 + s.upperMiddleMs / 1000) / 2,
+      })),
+    );
+  return {
+    steps: steps(counts.steps),
+    groups: counts.groups.map((g) => ({ group: g.group, other: g.other, steps: steps(g.steps) })),
+    otherGroups: counts.otherGroups,
+  };
 }
 
 /**

@@ -24,7 +24,6 @@ import {
   type ConditionOp,
   type ConditionScalar,
   type EventStore,
-  type GroupKey,
 } from "./event-store.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import { distinctIdRule, quoted } from "./validate-events.ts";
@@ -230,32 +229,41 @@ export interface ExtendedAnswer {
   otherGroups: number;
 }
 
+/** How many groups the rows hold. */
+function distinctGroups(rows: readonly AggregateRow[]): number {
+  return new Set(rows.map((r) => JSON.stringify(r.groups))).size;
+}
+
 /**
- * Runs an extended query: the groups' totals over the range first when there
- * may be more than `limit` (the largest kept, ties in group order), then the
- * buckets with the rest folded into `other`, and the whole range's aggregate
- * where it is not a sum of the buckets' (unique, avg).
+ * Runs an extended query: the buckets, and when they hold more than `limit`
+ * groups, the groups' totals over the range (the largest kept, ties in group
+ * order) and the buckets again with the rest folded into `other`; beside
+ * them, the whole range's aggregate where it is not a sum of the buckets'
+ * (unique, avg).
  */
 export async function runExtended(
   store: Pick<EventStore, "aggregate">,
   base: AggregateQuery,
   limit: number | undefined,
 ): Promise<ExtendedAnswer> {
-  let keep: GroupKey[] | undefined;
   let otherGroups = 0;
-  if (base.groupBy.length > 0 && limit !== undefined) {
-    const totals = await store.aggregate({ ...base, unit: undefined });
-    if (totals.length > limit) {
-      totals.sort((a, b) => b.value - a.value || compareGroups(a.groups, b.groups));
-      keep = totals.slice(0, limit).map((r) => r.groups);
-      otherGroups = totals.length - limit;
-    }
-  }
+  // The buckets of every group first: their groups are the groups of the range, so when there are at most
+  // `limit` of them (as is usual) they are the answer, from one pass over the events. Only beyond `limit`
+  // are the groups' totals needed to rank them, and the buckets asked again with the rest folded.
   const whole =
     base.aggregate === "unique" || base.aggregate === "avg"
       ? store.aggregate({ ...base, unit: undefined, groupBy: [], keep: undefined })
       : undefined;
-  const [rows, wholeRows] = await Promise.all([store.aggregate({ ...base, keep }), whole]);
+  const first = { ...base, keep: undefined, maxGroups: base.groupBy.length > 0 ? limit : undefined };
+  const [all, wholeRows] = await Promise.all([store.aggregate(first), whole]);
+  let rows = all;
+  if (base.groupBy.length > 0 && limit !== undefined && distinctGroups(all) > limit) {
+    const totals = await store.aggregate({ ...base, unit: undefined, keep: undefined });
+    totals.sort((a, b) => b.value - a.value || compareGroups(a.groups, b.groups));
+    const keep = totals.slice(0, limit).map((r) => r.groups);
+    otherGroups = totals.length - limit;
+    rows = await store.aggregate({ ...base, keep });
+  }
   rows.sort(compareRows);
   let count = 0;
   for (const r of rows) count += r.count;

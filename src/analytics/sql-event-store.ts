@@ -4,9 +4,11 @@
  *
  * Two tables, written by ONE statement per batch (so they change together
  * or not at all; one multi-row insert each):
- * - `analytics_events`: the raw events (app, type, at, properties as jsonb).
- *   Indexed on (app_id, type, at) for the edges of a range and for zones
- *   whose day does not start on a whole UTC hour.
+ * - `analytics_events`: the raw events (app, type, at, properties as jsonb,
+ *   distinct_id, numbers), partitioned by hash of (app_id, type) so that a
+ *   type's events lie together (migration 0034). Indexed on (app_id, type, at)
+ *   with distinct_id included, for the edges of a range, zones whose day does
+ *   not start on a whole UTC hour, unique users and funnels.
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
  *   the day's count `n` and its 24 hourly counts `hours` (index 1 is 00:00
  *   UTC), upserted from the same batch. `prop = ''` holds the total; every
@@ -41,8 +43,12 @@ import {
   type AggregateRow,
   type Condition,
   type CountBucket,
+  type ConditionScalar,
   type CountQuery,
   type EventStore,
+  type FunnelCounts,
+  type FunnelQuery,
+  type FunnelStepCounts,
   type StoredEvent,
 } from "./event-store.ts";
 
@@ -302,7 +308,12 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     },
 
     async aggregate(q) {
-      return guarded(() => aggregateSql(db, q));
+      const filter = rollupFilter(q);
+      return guarded(() => (filter === undefined ? aggregateSql(db, q) : countFromRollups(db, q, filter)));
+    },
+
+    async funnel(q) {
+      return guarded(() => funnelSql(db, q));
     },
 
     async stepEvents(q) {
@@ -327,11 +338,15 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async deleteBefore(appId, before, batch) {
       // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
+      // The events are partitioned (migration 0034), so an address is its partition (`tableoid`) and `ctid`:
+      // the `ctid` list finds the rows in each partition at once, the pairs keep only the chosen ones.
       const raw = await sql`
-        DELETE FROM analytics_events WHERE ctid = ANY (ARRAY(
-          SELECT ctid FROM analytics_events WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED))`.execute(
-        db,
-      );
+        WITH chosen AS MATERIALIZED (
+          SELECT tableoid AS t, ctid AS c FROM analytics_events
+          WHERE app_id = ${appId}::uuid AND at < ${before} LIMIT ${batch} FOR UPDATE SKIP LOCKED
+        )
+        DELETE FROM analytics_events
+        WHERE ctid = ANY (ARRAY(SELECT c FROM chosen)) AND (tableoid, ctid) IN (SELECT t, c FROM chosen)`.execute(db);
       const removed = Number(raw.numAffectedRows ?? 0);
       if (removed === batch) return removed;
       // The raw rows are gone: then the rollups of those days, in batches too (an app with many property
@@ -405,7 +420,19 @@ export function planPieces(q: CountQuery, hourlyExact: boolean): { raw: Range[];
   return { raw, hourly: nonEmpty([firstHour, firstDay], [lastDay, lastHour]), daily: [[firstDay, lastDay]] };
 }
 
-async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
+/**
+ * A count the rollups answer (see `rollupFilter`): the events that carry
+ * `prop`, with one of `values` when given. The rollup rows of `(prop, value)`
+ * hold exactly those events' counts.
+ */
+interface RollupFilter {
+  prop: string;
+  values?: string[] | undefined;
+  /** The same condition on the raw events, for the partial hours at the ends. */
+  condition: Condition;
+}
+
+async function countSql(db: EventDb, q: CountQuery, filter?: RollupFilter): Promise<CountBucket[]> {
   const zone = isUtc(q.timezone) ? "UTC" : q.timezone!;
   const hourlyExact = zone === "UTC" || q.unit === "hour" || (await boundariesOnWholeHours(db, q, zone));
   const pieces = planPieces(q, hourlyExact);
@@ -417,12 +444,16 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
     if (!groups) buckets.set(at, (groups = new Map<string | null, number>()));
     groups.set(group, (groups.get(group) ?? 0) + n);
   };
-  const props = q.groupBy === undefined ? [""] : ["", q.groupBy];
+  const props = filter ? [filter.prop] : q.groupBy === undefined ? [""] : ["", q.groupBy];
+  // A filtered count reads only the filter's rows (any value for `exists`), each counted as it is.
+  const wanted = filter
+    ? sql`prop = ${filter.prop}${filter.values === undefined ? sql`` : sql` AND value = ANY(${filter.values}::text[])`}`
+    : sql`prop = ANY(${props}::text[])`;
   const addRollups = (rows: { b: Date; prop: string; value: string; n: number }[]) => {
     for (const row of rows) {
       const at = new Date(row.b).getTime();
       const n = Number(row.n);
-      if (row.prop === "") add(at, null, n);
+      if (row.prop === "" || filter) add(at, null, n);
       else {
         add(at, row.value, n);
         add(at, null, -n); // the null group is the total less those that carry the property
@@ -436,7 +467,7 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
       sql<{ b: Date; prop: string; value: string; n: number }>`
         SELECT date_trunc(${q.unit}, day, 'UTC') AS b, prop, value, sum(n)::bigint AS n
         FROM analytics_daily
-        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND prop = ANY(${props}::text[]) AND (${inRanges("day", pieces.daily)})
+        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND ${wanted} AND (${inRanges("day", pieces.daily)})
         GROUP BY 1, 2, 3`
         .execute(db)
         .then((r) => addRollups(r.rows)),
@@ -450,7 +481,7 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
       sql<{ b: Date; prop: string; value: string; n: number }>`
         SELECT date_trunc(${q.unit}, ${hour}, ${zone}) AS b, prop, value, sum(u.n)::bigint AS n
         FROM analytics_daily, unnest(hours) WITH ORDINALITY AS u(n, i)
-        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND prop = ANY(${props}::text[]) AND (${inRanges("day", days)})
+        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND ${wanted} AND (${inRanges("day", days)})
           AND u.n <> 0 AND (${inRanges(hour, pieces.hourly)})
         GROUP BY 1, 2, 3`
         .execute(db)
@@ -464,7 +495,7 @@ async function countSql(db: EventDb, q: CountQuery): Promise<CountBucket[]> {
       sql<{ b: Date; g: string | null; n: number }>`
         SELECT date_trunc(${q.unit}, at, ${zone}) AS b, ${group} AS g, count(*)::bigint AS n
         FROM analytics_events
-        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND (${inRanges("at", pieces.raw)})
+        WHERE app_id = ${q.appId}::uuid AND type = ${q.type} AND (${inRanges("at", pieces.raw)})${filter ? sql` AND ${conditionSql(filter.condition)}` : sql``}
         GROUP BY 1, 2`
         .execute(db)
         .then((r) => {
@@ -568,6 +599,20 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
   const ofKind = q.aggregate === "unique" ? "string" : (q.of?.kind ?? "string");
   if (q.aggregate !== "count") conditions.push(carries(q.of?.name, ofKind));
   const x = q.aggregate === "count" ? sql`NULL` : valueOf(q.of?.name, ofKind);
+  if (q.aggregate === "unique" && q.groupBy.length === 0 && q.unit !== undefined && zone === "UTC")
+    return uniquePerUtcBucket(db, q, q.unit, conditions, x);
+  if (q.aggregate === "unique" && q.groupBy.length === 0 && q.unit === undefined) {
+    // The whole range's unique count by hashing the values (one pass); `count(DISTINCT)` sorts them all.
+    const whole = await sql<{ n: string | null; v: number }>`
+      SELECT sum(c)::bigint AS n, count(*)::float8 AS v
+      FROM (SELECT ${x} AS x, count(*) AS c FROM analytics_events WHERE ${sql.join(conditions, sql` AND `)} GROUP BY 1) u`.execute(
+      db,
+    );
+    const row = whole.rows[0];
+    return row && Number(row.n ?? 0) > 0
+      ? [{ at: null, groups: [], other: false, count: Number(row.n), value: Number(row.v) }]
+      : [];
+  }
   const groups = q.groupBy.map((p) => sql`(properties->>${p})`);
   const kept =
     q.keep === undefined
@@ -582,14 +627,26 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
     max: sql`max(x)`,
   }[q.aggregate];
   const groupColumns = q.groupBy.map((_, i) => sql`CASE WHEN k THEN ${sql.ref(`g${i}`)} END AS ${sql.ref(`g${i}`)}`);
-  const result = await sql<Record<string, unknown> & { b: Date | null; other: boolean; n: string; v: number }>`
-    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, count(*)::bigint AS n, ${value} AS v
-    FROM (
+  const events = sql`
       SELECT ${bucket} AS b, ${sql.join([...groups.map((g, i) => sql`${g} AS ${sql.ref(`g${i}`)}`), sql`${kept} AS k`, sql`${x} AS x`])}
       FROM analytics_events
-      WHERE ${sql.join(conditions, sql` AND `)}
-    ) e
-    GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1))))}`.execute(db);
+      WHERE ${sql.join(conditions, sql` AND `)}`;
+  const grouped = sql`
+    SELECT b, ${sql.join([...groupColumns, sql`NOT k AS other`])}, count(*)::bigint AS n, ${value} AS v
+    FROM (${events}) e
+    GROUP BY ${sql.join(Array.from({ length: q.groupBy.length + 2 }, (_, i) => sql.raw(String(i + 1))))}`;
+  // With `maxGroups`, the rows of the first `maxGroups + 1` groups in any fixed order: enough to tell.
+  const bounded =
+    q.maxGroups === undefined || q.groupBy.length === 0
+      ? grouped
+      : sql`
+    SELECT * FROM (
+      SELECT r.*, dense_rank() OVER (ORDER BY ${sql.join(q.groupBy.map((_, i) => sql`${sql.ref(`g${i}`)} COLLATE "C"`))}) AS rank
+      FROM (${grouped}) r
+    ) r WHERE rank <= ${q.maxGroups + 1}`;
+  const result = await sql<
+    Record<string, unknown> & { b: Date | null; other: boolean; n: string; v: number }
+  >`${bounded}`.execute(db);
   return result.rows.map((r) => ({
     at: r.b === null ? null : firstInstantOfWallTime(new Date(r.b).getTime(), q.timezone),
     groups: q.groupBy.map((_, i) => (r[`g${i}`] as string | null) ?? null),
@@ -597,4 +654,227 @@ async function aggregateSql(db: EventDb, q: AggregateQuery): Promise<AggregateRo
     count: Number(r.n),
     value: Number(r.v),
   }));
+}
+
+/**
+ * Unique values per UTC bucket without a breakdown (unique users per day, the
+ * common question), one bucket at a time: each bucket's values are counted by
+ * their own index range, so each sort holds one bucket's values in memory,
+ * where one statement over the range sorted every value of the range by
+ * bucket first (on the benchmark's dataset, about twice the time). The
+ * buckets are stepped on `timestamp` in UTC, whatever the session's zone;
+ * their number is bounded by the query's bucket limit.
+ */
+async function uniquePerUtcBucket(
+  db: EventDb,
+  q: AggregateQuery,
+  unit: NonNullable<AggregateQuery["unit"]>,
+  conditions: RawBuilder<unknown>[],
+  x: RawBuilder<unknown>,
+): Promise<AggregateRow[]> {
+  const since = new Date(q.since);
+  const until = new Date(q.until);
+  const step = `1 ${unit}`;
+  const result = await sql<{ b: Date; n: string; v: number }>`
+    SELECT s.b, u.n, u.v
+    FROM (
+      SELECT w AT TIME ZONE 'UTC' AS b, (w + ${step}::interval) AT TIME ZONE 'UTC' AS e
+      FROM generate_series(
+        date_trunc(${unit}, ${since}::timestamptz AT TIME ZONE 'UTC'),
+        ${until}::timestamptz AT TIME ZONE 'UTC' - interval '1 microsecond',
+        ${step}::interval) AS w
+    ) s,
+    LATERAL (
+      SELECT count(*)::bigint AS n, count(DISTINCT ${x})::float8 AS v
+      FROM analytics_events
+      WHERE ${sql.join(conditions, sql` AND `)} AND at >= s.b AND at < s.e
+    ) u
+    WHERE u.n > 0`.execute(db);
+  return result.rows.map((r) => ({
+    at: new Date(r.b).getTime(),
+    groups: [],
+    other: false,
+    count: Number(r.n),
+    value: Number(r.v),
+  }));
+}
+
+/**
+ * The rollup filter of an extended query the rollups answer exactly, or
+ * undefined: a count with no condition and at most one breakdown (the base
+ * API's count, asked with an extension such as `limit`), or a count with no
+ * breakdown and one condition on a string or boolean property that selects
+ * whole rollup rows: `eq` or `in` (its stored strings), or `exists`. The
+ * rollups count each property value on its own, so two conditions, or a
+ * condition with a breakdown, need the raw events; so does a number
+ * property, compared as a number rather than by its stored string.
+ */
+function rollupFilter(q: AggregateQuery): RollupFilter | null | undefined {
+  if (q.aggregate !== "count") return undefined;
+  if (q.where.length === 0) return q.groupBy.length <= 1 ? null : undefined;
+  if (q.where.length > 1 || q.groupBy.length > 0) return undefined;
+  const c = q.where[0];
+  if (c.property === undefined || c.kind === "number") return undefined;
+  const stored = (v: ConditionScalar) => (typeof v === "boolean" ? String(v) : String(v));
+  switch (c.op) {
+    case "eq":
+      return { prop: c.property, values: [stored(c.value as ConditionScalar)], condition: c };
+    case "in":
+      return { prop: c.property, values: (c.value as ConditionScalar[]).map(stored), condition: c };
+    case "exists":
+      return c.value === true ? { prop: c.property, condition: c } : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * A count from the rollups (`rollupFilter`), as `aggregateSql` would answer
+ * it: one row per bucket and group, the groups not in `keep` folded into one
+ * `other` row per bucket. Without a unit, the whole range's count is the sum
+ * of its UTC days' (whole counts: the sum is exact).
+ */
+async function countFromRollups(db: EventDb, q: AggregateQuery, filter: RollupFilter | null): Promise<AggregateRow[]> {
+  const buckets = await countSql(
+    db,
+    {
+      appId: q.appId,
+      type: q.type,
+      since: q.since,
+      until: q.until,
+      unit: q.unit ?? "day",
+      timezone: q.unit === undefined ? undefined : q.timezone,
+      groupBy: q.groupBy[0],
+    },
+    filter ?? undefined,
+  );
+  const keep = q.keep === undefined ? undefined : new Set(q.keep.map((k) => JSON.stringify(k)));
+  const rows = new Map<string, AggregateRow>();
+  for (const b of buckets) {
+    const at = q.unit === undefined ? null : b.at;
+    const groups = q.groupBy.length === 0 ? [] : [b.group];
+    const other = keep !== undefined && !keep.has(JSON.stringify(groups));
+    const key = JSON.stringify([at, other ? null : groups, other]);
+    const row = rows.get(key);
+    if (row) {
+      row.count += b.count;
+      row.value += b.count;
+    } else
+      rows.set(key, { at, groups: other ? q.groupBy.map(() => null) : groups, other, count: b.count, value: b.count });
+  }
+  return [...rows.values()];
+}
+
+/**
+ * A funnel in the database (the rules are `computeFunnel`'s, in funnel.ts),
+ * one statement, set-based: the first step's users and their start (the
+ * first event of step 1 in range; with a breakdown, the least value among
+ * events at that instant, null first), then each later step joined to the
+ * users who reached the previous one, by hash join on the distinctId, keeping
+ * each user's first event after the previous step and within the window.
+ * What comes back is per step (and per group): the users who reached it and
+ * the two middle values of the milliseconds from the previous step, so the
+ * answer is the same whatever the number of events, and the memory this
+ * process needs is that of the groups answered. The groups are ranked in the
+ * statement too (most starting users first, then the value in code-point
+ * order, null first); those beyond `limit` are folded into one.
+ */
+async function funnelSql(db: EventDb, q: FunnelQuery): Promise<FunnelCounts> {
+  const ms = (t: number) => new Date(t);
+  const stepConditions = (k: number, until: number) =>
+    sql.join(
+      [
+        sql`app_id = ${q.appId}::uuid`,
+        sql`type = ${q.steps[k].type}`,
+        sql`distinct_id IS NOT NULL`,
+        sql`at >= ${ms(q.since)}`,
+        sql`at < ${ms(until)}`,
+        ...q.steps[k].where.map(conditionSql),
+      ],
+      sql` AND `,
+    );
+  const breakdown = q.breakdown;
+  const first =
+    breakdown === undefined
+      ? sql`
+        SELECT distinct_id AS d, min(at) AS t0, min(at) AS tp, NULL::text AS g
+        FROM analytics_events WHERE ${stepConditions(0, q.until)}
+        GROUP BY distinct_id`
+      : sql`
+        SELECT DISTINCT ON (distinct_id) distinct_id AS d, at AS t0, at AS tp, properties->>${breakdown} AS g
+        FROM analytics_events WHERE ${stepConditions(0, q.until)}
+        ORDER BY distinct_id, at, properties->>${breakdown} COLLATE "C" NULLS FIRST`;
+  // Each group's rank among the first step's groups, carried along by every user of it.
+  const ranked =
+    breakdown === undefined
+      ? sql`SELECT d, t0, tp, g, 1::bigint AS r FROM starts`
+      : sql`
+        SELECT d, t0, tp, g, dense_rank() OVER (ORDER BY users DESC, g COLLATE "C" NULLS FIRST) AS r
+        FROM (SELECT starts.*, count(*) OVER (PARTITION BY g) AS users FROM starts) f`;
+  const window = sql`${q.windowMs}::float8 * interval '1 millisecond'`;
+  const later = q.steps.slice(1).map((step, i) => {
+    const k = i + 1;
+    const previous = sql.ref(`s${k - 1}`);
+    // One event never counts for two steps: after a step of the same type, strictly after it.
+    const after = step.type === q.steps[k - 1].type ? sql`at > p.tp` : sql`at >= p.tp`;
+    return sql`${sql.ref(`s${k}`)} AS (
+        SELECT p.d, p.t0, min(at) AS tp, p.g, p.r,
+          (extract(epoch FROM min(at)) - extract(epoch FROM p.tp)) * 1000 AS ms
+        FROM ${previous} p JOIN analytics_events e ON e.distinct_id = p.d
+        WHERE ${stepConditions(k, q.laterUntil)} AND ${after} AND at <= p.t0 + ${window}
+        GROUP BY p.d, p.t0, p.tp, p.g, p.r
+      )`;
+  });
+  const reached = sql.join(
+    q.steps.map((_, k) =>
+      k === 0
+        ? sql`SELECT 0 AS k, g, r, NULL::numeric AS ms FROM s0`
+        : sql`SELECT ${sql.lit(k)} AS k, g, r, ms FROM ${sql.ref(`s${k}`)}`,
+    ),
+    sql` UNION ALL `,
+  );
+  const result = await sql<{
+    k: number;
+    rank: string | null;
+    g: string | null;
+    whole: number;
+    users: string;
+    lo: string | null;
+    hi: string | null;
+    groups: string | null;
+  }>`
+    WITH starts AS (${first}),
+    s0 AS (${ranked}),
+    ${sql.join(later, sql`, `)}${later.length > 0 ? sql`, ` : sql``}
+    reached AS (${reached})
+    SELECT k, ${breakdown === undefined ? sql`0 AS rank, NULL::text AS g, 1 AS whole` : sql`rank, min(g COLLATE "C") AS g, GROUPING(rank) AS whole`}, count(*) AS users,
+      percentile_disc(0.5) WITHIN GROUP (ORDER BY ms) AS lo,
+      percentile_disc(0.5) WITHIN GROUP (ORDER BY ms DESC) AS hi,
+      (SELECT max(r) FROM s0) AS groups
+    FROM (SELECT k, g, ms, CASE WHEN r <= ${q.limit} THEN r ELSE 0 END AS rank FROM reached) x
+    GROUP BY ${breakdown === undefined ? sql`k` : sql`GROUPING SETS ((k), (k, rank))`}`.execute(db);
+  const empty = () => q.steps.map((): FunnelStepCounts => ({ users: 0 }));
+  const steps = empty();
+  const groups = new Map<number, { group: string | null; other: boolean; steps: FunnelStepCounts[] }>();
+  let groupCount = 0;
+  for (const row of result.rows) {
+    const counts: FunnelStepCounts = {
+      users: Number(row.users),
+      lowerMiddleMs: row.lo === null ? undefined : Number(row.lo),
+      upperMiddleMs: row.hi === null ? undefined : Number(row.hi),
+    };
+    groupCount = Number(row.groups ?? 0);
+    if (Number(row.whole) === 1) {
+      steps[row.k] = counts;
+      continue;
+    }
+    const rank = Number(row.rank);
+    let group = groups.get(rank);
+    if (!group) groups.set(rank, (group = { group: rank === 0 ? null : row.g, other: rank === 0, steps: empty() }));
+    group.steps[row.k] = counts;
+  }
+  if (breakdown === undefined) return { steps, groups: [], otherGroups: 0 };
+  // The kept groups by rank, the folded one last.
+  const order = [...groups.keys()].sort((a, b) => (a === 0 ? 1 : b === 0 ? -1 : a - b));
+  return { steps, groups: order.map((r) => groups.get(r)!), otherGroups: Math.max(0, groupCount - q.limit) };
 }

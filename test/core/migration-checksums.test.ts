@@ -50,6 +50,7 @@ const pinned = new Map<string, string>([
   ["0033-queue-schedules.ts", "e52de8fb68902faf18752bd37707e154833d76c122f30e1a788a414bfc9d55e6"],
   ["0034-queue-rate-limits.ts", "b803ab7e9d4182c7850903c43a0111fe8bd974e828e0ce720fc88f5f49592c69"],
   ["0035-queue-groups.ts", "9e1315e67c6b5d4ecb83583a0b75ff2bc706a3f47777fb7099eaafb0db89b865"],
+  ["0036-analytics-events-by-type.ts", "b6dd2aa6d1abaaa8ab85fea0fdb0e84cb14bc704a2439e9b36256a15da238650"],
 ]);
 
 const files = fs

@@ -37,6 +37,7 @@ import * as analyticsIdentity from "./0032-analytics-identity.ts";
 import * as queueSchedules from "./0033-queue-schedules.ts";
 import * as queueRateLimits from "./0034-queue-rate-limits.ts";
 import * as queueGroups from "./0035-queue-groups.ts";
+import * as analyticsEventsByType from "./0036-analytics-events-by-type.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -73,4 +74,5 @@ export const migrations: Record<string, Migration> = {
   "0033-queue-schedules": queueSchedules,
   "0034-queue-rate-limits": queueRateLimits,
   "0035-queue-groups": queueGroups,
+  "0036-analytics-events-by-type": analyticsEventsByType,
 };

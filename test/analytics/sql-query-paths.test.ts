@@ -1,0 +1,141 @@
+/**
+ * Which source the SQL store reads for the query extensions (docs/analytics.md
+ * "What is indexed and rolled up"), shown by what it answers once the raw
+ * events of whole days are gone and only their rollups are left: a count with
+ * one `eq`, `in` or `exists` condition on a string or boolean property is read
+ * from the rollups, other conditions from the raw events. And a first pass of
+ * an extended query with `maxGroups` brings back the rows of at most
+ * `maxGroups + 1` groups. (That the answers are the same as the raw events'
+ * is the store-agreement test's.) Runs on this run's database.
+ */
+import crypto from "node:crypto";
+import { sql } from "kysely";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
+import type { AggregateQuery, Condition, EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
+import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
+import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { T } from "./store-cases.ts";
+
+const DAY = 86_400_000;
+const D0 = T("2024-05-01T00:00:00Z");
+
+describe("the SQL store's sources for the query extensions", () => {
+  let database: TestDatabase;
+  let db: Database;
+  let store: EventStore;
+  const appId = crypto.randomUUID();
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    await migrate(db.db);
+    store = createSqlEventStore(db.db);
+    const events: StoredEvent[] = [];
+    for (let i = 0; i < 60; i++)
+      events.push({
+        type: "order",
+        at: D0 + (i % 3) * DAY + i * 60_000,
+        properties: { plan: ["free", "pro", "team"][i % 3], paid: String(i % 2 === 0), n: `v${i % 7}` },
+        distinctId: `u${i % 5}`,
+      });
+    await store.insert(appId, events);
+    // The raw events go; the rollups of their (whole) days stay.
+    await sql`DELETE FROM analytics_events WHERE app_id = ${appId}::uuid`.execute(db.db);
+  }, 120_000);
+  afterAll(async () => {
+    await db?.close();
+    await database?.drop();
+  });
+
+  const counted = async (where: Condition[], groupBy: string[] = []) => {
+    const q: AggregateQuery = {
+      appId,
+      type: "order",
+      since: D0,
+      until: D0 + 3 * DAY,
+      unit: "day",
+      aggregate: "count",
+      where,
+      groupBy,
+    };
+    const rows = await store.aggregate(q);
+    return rows
+      .map((r) => [r.at === null ? null : new Date(r.at).toISOString().slice(0, 10), ...r.groups, r.count])
+      .sort();
+  };
+
+  it("answers a count with one eq, in or exists condition on a string or boolean property from the rollups", async () => {
+    expect(await counted([{ property: "plan", kind: "string", op: "eq", value: "pro" }])).toEqual([["2024-05-02", 20]]);
+    expect(await counted([{ property: "plan", kind: "string", op: "in", value: ["free", "team", "free"] }])).toEqual([
+      ["2024-05-01", 20],
+      ["2024-05-03", 20],
+    ]);
+    expect(await counted([{ property: "paid", kind: "boolean", op: "eq", value: true }])).toEqual([
+      ["2024-05-01", 10],
+      ["2024-05-02", 10],
+      ["2024-05-03", 10],
+    ]);
+    expect(await counted([{ property: "n", kind: "string", op: "exists", value: true }])).toEqual([
+      ["2024-05-01", 20],
+      ["2024-05-02", 20],
+      ["2024-05-03", 20],
+    ]);
+    // No condition and one breakdown: the base API's count.
+    expect((await counted([], ["plan"])).length).toBe(3);
+  });
+
+  it("reads the raw events for what the rollups cannot answer", async () => {
+    expect(await counted([{ property: "plan", kind: "string", op: "neq", value: "pro" }])).toEqual([]);
+    expect(await counted([{ property: "plan", kind: "string", op: "contains", value: "r" }])).toEqual([]);
+    expect(await counted([{ property: undefined, kind: "string", op: "eq", value: "u1" }])).toEqual([]);
+    expect(
+      await counted([
+        { property: "plan", kind: "string", op: "eq", value: "pro" },
+        { property: "paid", kind: "boolean", op: "eq", value: true },
+      ]),
+    ).toEqual([]);
+    expect(await counted([{ property: "plan", kind: "string", op: "eq", value: "pro" }], ["paid"])).toEqual([]);
+  });
+});
+
+describe("a first pass with maxGroups", () => {
+  let database: TestDatabase;
+  let db: Database;
+  let store: EventStore;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    await migrate(db.db);
+    store = createSqlEventStore(db.db);
+  }, 120_000);
+  afterAll(async () => {
+    await db?.close();
+    await database?.drop();
+  });
+
+  it("brings back the rows of at most maxGroups + 1 groups, and of every group when there are no more", async () => {
+    const appId = crypto.randomUUID();
+    const events: StoredEvent[] = Array.from({ length: 40 }, (_, i) => ({
+      type: "order",
+      at: D0 + (i % 4) * DAY,
+      properties: { sku: `s${i % 10}` },
+      numbers: {},
+    }));
+    await store.insert(appId, events);
+    const q = (maxGroups: number): AggregateQuery => ({
+      appId,
+      type: "order",
+      since: D0,
+      until: D0 + 4 * DAY,
+      unit: "day",
+      aggregate: "unique",
+      of: { name: "sku", kind: "string" },
+      where: [],
+      groupBy: ["sku"],
+      maxGroups,
+    });
+    const groups = async (maxGroups: number) => new Set((await store.aggregate(q(maxGroups))).map((r) => r.groups[0]));
+    expect((await groups(3)).size).toBe(4);
+    expect((await groups(10)).size).toBe(10);
+  });
+});
