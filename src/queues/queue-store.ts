@@ -974,7 +974,8 @@ function createLeaseStore({
             ), moved AS (${moved}),
             buried AS (SELECT count(*)::int AS n, ${notifyMoved} AS notified, (${groupsReleased(sql`gone`)}) AS released FROM moved),`
         : sql`dead AS (SELECT NULL::uuid AS id WHERE false), buried AS (SELECT 0 AS n),`;
-    const { rows } = await sql<ClaimRow>`${PREPARED}
+    // `claim` names the statement where the database shows it (pg_stat_activity keeps only its first 1 KiB).
+    const { rows } = await sql<ClaimRow>`${PREPARED} /* claim */
       WITH ${bury} next_high AS MATERIALIZED (
         SELECT id, visible_at, priority FROM queue_messages q
         WHERE ${lineHead} AND priority > 0 ${max > 0 ? sql`AND deliveries < ${max}` : sql``} AND ${HEAD_OF_GROUP}

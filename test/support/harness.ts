@@ -254,6 +254,10 @@ export async function startServer(options: StartOptions = {}): Promise<TestServe
       ADMIN_TOKEN: database.adminToken,
       SECRETS_KEY: database.secretsKey,
       LOG_LEVEL: options.logLines ? "info" : (process.env.TEST_LOG_LEVEL ?? "silent"),
+      // Fair shares refuse by the machine's load, which on a test machine is the other test files': a test
+      // that counts exact outcomes of one app's concurrent calls would meet refusals it did not cause. The
+      // fair-share tests turn it on with their own threshold.
+      FAIR_SHARE_UTILIZATION: "0",
       ...(certificate ? { TLS_KEY_FILE: certificate.keyFile, TLS_CERT_FILE: certificate.certFile } : {}),
       ...options.env,
     }),
