@@ -12,7 +12,7 @@
  * (`prop = ''` for the totals, one row per property value, 24 hourly counts).
  * The indexes of `analytics_events` are dropped during the load and made again
  * after it (minutes rather than an hour). The events go through the table's
- * own partitioning (by app and type, migration 0034), as the service's do. A marker row (`bench_dataset`)
+ * own partitioning (by app and type, migration 0036), as the service's do. A marker row (`bench_dataset`)
  * records the shape and the app: a database without it, or with another
  * shape, is built again from scratch.
  *
@@ -23,6 +23,7 @@
  */
 import crypto from "node:crypto";
 import pg from "pg";
+import { migrations } from "../src/core/database/migrations/index.ts";
 import { log } from "./support.ts";
 
 export interface DatasetShape {
@@ -40,9 +41,6 @@ export const DATASET_PROPERTIES = {
   amount: "number",
 } as const;
 
-/** Raised when the events' table layout changes (migration 0034 partitioned it), so datasets are rebuilt. */
-const DATASET_LAYOUT = 2;
-
 export const typeName = (i: number): string => `t${String(i).padStart(2, "0")}`;
 
 interface Dataset {
@@ -55,10 +53,11 @@ interface Dataset {
 
 /** The dataset's database on `baseUrl`'s server, named after its shape. */
 export function datasetDatabase(baseUrl: string, shape: DatasetShape): { name: string; url: string } {
-  // The layout version is in the name too: a dataset built for another table layout is built again.
+  // The migrations are in the name too: a dataset migrated by another version (another table layout, or
+  // a migration of another name, which the service refuses to start on) is built again, under its own name.
   const tag = crypto
     .createHash("sha256")
-    .update(JSON.stringify({ ...shape, layout: DATASET_LAYOUT }))
+    .update(JSON.stringify({ ...shape, migrations: Object.keys(migrations) }))
     .digest("hex")
     .slice(0, 10);
   const name = `pb_bench_analytics_${tag}`;

@@ -6,7 +6,7 @@
  * or not at all; one multi-row insert each):
  * - `analytics_events`: the raw events (app, type, at, properties as jsonb,
  *   distinct_id, numbers), partitioned by hash of (app_id, type) so that a
- *   type's events lie together (migration 0034). Indexed on (app_id, type, at)
+ *   type's events lie together (migration 0036). Indexed on (app_id, type, at)
  *   with distinct_id included, for the edges of a range, zones whose day does
  *   not start on a whole UTC hour, unique users and funnels.
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
@@ -338,7 +338,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
 
     async deleteBefore(appId, before, batch) {
       // Raw rows in bounded batches (no key but the row's address); the rollups of the same whole days after them.
-      // The events are partitioned (migration 0034), so an address is its partition (`tableoid`) and `ctid`:
+      // The events are partitioned (migration 0036), so an address is its partition (`tableoid`) and `ctid`:
       // the `ctid` list finds the rows in each partition at once, the pairs keep only the chosen ones.
       const raw = await sql`
         WITH chosen AS MATERIALIZED (

@@ -51,7 +51,7 @@ interface QueueMessagesTable {
   trace_parent: string | null;
   /** Why the last delivery failed: a nack's reason, or "lease expired" (migration 0030). */
   failure_reason: string | null;
-  /** The ordered group the message is in, or null (migration 0034). */
+  /** The ordered group the message is in, or null (migration 0035). */
   group_key: string | null;
   /** Its place in its group (`queue_group_seq`), null without a group: only a group's lowest is claimable. */
   group_seq: string | null;
@@ -72,7 +72,7 @@ interface QueueDeadLettersTable {
   expires_at: Timestamp;
   /** The message's `failure_reason` when it died (migration 0030). */
   failure_reason: string | null;
-  /** The ordered group it was in (migration 0034). */
+  /** The ordered group it was in (migration 0035). */
   group_key: string | null;
 }
 
@@ -603,7 +603,7 @@ const traceColumn = (traceParent: string | undefined) => (traceParent === undefi
 const traceValue = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : sql`, ${traceParent}`);
 
 /**
- * The group columns of a grouped put's INSERT (migration 0034), and their values: the key, and the group's
+ * The group columns of a grouped put's INSERT (migration 0035), and their values: the key, and the group's
  * next place, `nextval` of `queue_group_seq`. Every put statement draws it after `queue_depth` took the
  * queue's lock, so on one queue a lower place is always committed before a higher one is drawn: a claim
  * that sees a message of a group also sees every message stored before it in that group. An ungrouped put
