@@ -64,6 +64,8 @@ const MAX_OUTSTANDING = 512;
 /** Parts to run, e.g. BENCH_PARTS=3,4 while tuning; all by default. */
 const PARTS = new Set((process.env.BENCH_PARTS ?? "1,2,3,5,6,7,8,4").split(",").map(Number));
 const SCHEDULE_SECONDS = Number(process.env.BENCH_SCHEDULE_SECONDS ?? 10);
+/** BENCH_INSTANCES_ONLY=1: part 6 runs only its 3-instance REST load (6e, 6f), e.g. while tuning the batches. */
+const INSTANCES_ONLY = process.env.BENCH_INSTANCES_ONLY === "1";
 const PAYLOAD = { data: "x".repeat(1010) }; // 1 KiB as JSON
 const STREAM_PRODUCERS = Number(process.env.BENCH_STREAM_PRODUCERS ?? 4);
 const STREAM_CONSUMERS = Number(process.env.BENCH_STREAM_CONSUMERS ?? 4);
@@ -261,73 +263,80 @@ async function controlsBench(
     const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
     return token as string;
   };
-  const PUT_SECONDS = Math.min(SECONDS, 8);
-  const deep = await newApp("bench-depth");
-  const empty = await putRate(url, deep, "empty", PUT_SECONDS);
-  await fill(url, deep, "deep", 50_000);
-  const full = await putRate(url, deep, "deep", PUT_SECONDS);
-  figures.put_depth_ratio = round(full / empty);
-  log(
-    `6a. puts: ${round(empty, 0)}/s on an empty queue, ${round(full, 0)}/s with 50,000 waiting (ratio ${round(full / empty)})`,
-  );
+  if (!INSTANCES_ONLY) {
+    const PUT_SECONDS = Math.min(SECONDS, 8);
+    const deep = await newApp("bench-depth");
+    const empty = await putRate(url, deep, "empty", PUT_SECONDS);
+    await fill(url, deep, "deep", 50_000);
+    const full = await putRate(url, deep, "deep", PUT_SECONDS);
+    figures.put_depth_ratio = round(full / empty);
+    log(
+      `6a. puts: ${round(empty, 0)}/s on an empty queue, ${round(full, 0)}/s with 50,000 waiting (ratio ${round(full / empty)})`,
+    );
 
-  const lister = await newApp("bench-list");
-  const fillStarted = performance.now();
-  for (let q = 0; q < 100; q++) await fill(url, lister, `q${q}`, 10_000);
-  log(`    filled 100 queues x 10,000 in ${round((performance.now() - fillStarted) / 1000, 0)} s`);
-  const listClient = jsonClient(url, lister, 2);
-  const times: number[] = [];
-  for (let i = 0; i < 25; i++) {
-    const t0 = performance.now();
-    const res = await listClient.request("GET", "/v1/queues");
-    times.push(performance.now() - t0);
-    if (res.body.queues.length !== 100) throw new Error(`listing: ${res.body.queues.length} queues`);
-  }
-  listClient.agent.destroy();
-  figures.list_ms_1m = round(percentile(times.slice(5), 50));
-  log(`6b. listing 100 queues x 10,000 messages: median ${figures.list_ms_1m} ms`);
+    const lister = await newApp("bench-list");
+    const fillStarted = performance.now();
+    for (let q = 0; q < 100; q++) await fill(url, lister, `q${q}`, 10_000);
+    log(`    filled 100 queues x 10,000 in ${round((performance.now() - fillStarted) / 1000, 0)} s`);
+    const listClient = jsonClient(url, lister, 2);
+    const times: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      const t0 = performance.now();
+      const res = await listClient.request("GET", "/v1/queues");
+      times.push(performance.now() - t0);
+      if (res.body.queues.length !== 100) throw new Error(`listing: ${res.body.queues.length} queues`);
+    }
+    listClient.agent.destroy();
+    figures.list_ms_1m = round(percentile(times.slice(5), 50));
+    log(`6b. listing 100 queues x 10,000 messages: median ${figures.list_ms_1m} ms`);
 
-  const batcher = await newApp("bench-batch");
-  const bc = jsonClient(url, batcher, 12);
-  const messages = Array.from({ length: 100 }, () => ({ payload: PAYLOAD }));
-  let acked = 0;
-  let put = 0;
-  let stopped = false;
-  const producers = Array.from({ length: 2 }, async () => {
-    while (!stopped) {
-      if (put - acked > 2000) {
-        await new Promise((r) => setTimeout(r, 1));
-        continue;
+    const batcher = await newApp("bench-batch");
+    const bc = jsonClient(url, batcher, 12);
+    const messages = Array.from({ length: 100 }, () => ({ payload: PAYLOAD }));
+    let acked = 0;
+    let put = 0;
+    let stopped = false;
+    const producers = Array.from({ length: 2 }, async () => {
+      while (!stopped) {
+        if (put - acked > 2000) {
+          await new Promise((r) => setTimeout(r, 1));
+          continue;
+        }
+        const res = await bc.request("POST", "/v1/queues/batched/batch", { messages });
+        if (res.status === 200) put += 100;
       }
-      const res = await bc.request("POST", "/v1/queues/batched/batch", { messages });
-      if (res.status === 200) put += 100;
-    }
-  });
-  const consumers = Array.from({ length: 4 }, async () => {
-    while (!stopped) {
-      const res = await bc.request("POST", "/v1/queues/batched/consume", { max: 100, waitSeconds: 1 });
-      const got = (res.body?.messages ?? []) as { receipt: string }[];
-      if (got.length === 0) continue;
-      const a = await bc.request("POST", "/v1/queues/_ack", { receipts: got.map((m) => m.receipt) });
-      acked += (a.body.acked as boolean[]).filter(Boolean).length;
-    }
-  });
-  const started = performance.now();
-  await new Promise((r) => setTimeout(r, SECONDS * 1000));
-  const inWindow = acked;
-  const elapsed = (performance.now() - started) / 1000;
-  stopped = true;
-  await Promise.all([...producers, ...consumers]);
-  bc.agent.destroy();
-  figures.rest_batch_msgs_per_s = round(inWindow / elapsed, 0);
-  log(`6c. REST batches of 100 put->consume max->ack receipts: ${figures.rest_batch_msgs_per_s} msgs/s`);
+    });
+    const consumers = Array.from({ length: 4 }, async () => {
+      while (!stopped) {
+        const res = await bc.request("POST", "/v1/queues/batched/consume", { max: 100, waitSeconds: 1 });
+        const got = (res.body?.messages ?? []) as { receipt: string }[];
+        if (got.length === 0) continue;
+        const a = await bc.request("POST", "/v1/queues/_ack", { receipts: got.map((m) => m.receipt) });
+        acked += (a.body.acked as boolean[]).filter(Boolean).length;
+      }
+    });
+    const started = performance.now();
+    await new Promise((r) => setTimeout(r, SECONDS * 1000));
+    const inWindow = acked;
+    const elapsed = (performance.now() - started) / 1000;
+    stopped = true;
+    await Promise.all([...producers, ...consumers]);
+    bc.agent.destroy();
+    figures.rest_batch_msgs_per_s = round(inWindow / elapsed, 0);
+    log(`6c. REST batches of 100 put->consume max->ack receipts: ${figures.rest_batch_msgs_per_s} msgs/s`);
+  }
 
   // Two more instances on the same database.
   const more = [await startService(options), await startService(options)];
   try {
-    const streamer = await newApp("bench-cross");
-    figures.stream_cross_instance_msgs_per_s = round(await streamThroughput(url, streamer, undefined, more[0].url), 0);
-    log(`6d. stream on one instance, acks on another: ${figures.stream_cross_instance_msgs_per_s} msgs/s`);
+    if (!INSTANCES_ONLY) {
+      const streamer = await newApp("bench-cross");
+      figures.stream_cross_instance_msgs_per_s = round(
+        await streamThroughput(url, streamer, undefined, more[0].url),
+        0,
+      );
+      log(`6d. stream on one instance, acks on another: ${figures.stream_cross_instance_msgs_per_s} msgs/s`);
+    }
     const rest = await newApp("bench-rest3");
     const load = {
       producers: PRODUCERS,
@@ -618,7 +627,7 @@ async function main(): Promise<void> {
       controls.schedule_drift_p50_ms = round(drift.p50Ms);
       controls.schedule_drift_p99_ms = round(drift.p99Ms);
       log(
-        `7. schedules: ${round(drift.ticksPerS, 0)} ticks/s put, drift p50 ${round(drift.p50Ms)} ms, p99 ${round(drift.p99Ms)} ms, max ${round(drift.maxMs)} ms (${drift.unput} ticks not put: ${drift.missed} missed, ${drift.skipped} skipped; ${drift.complete} schedules put every tick)`,
+        `7. schedules: ${round(drift.ticksPerS, 0)} ticks/s put, drift p50 ${round(drift.p50Ms)} ms, p99 ${round(drift.p99Ms)} ms, max ${round(drift.maxMs)} ms, by the put statement's time p50 ${round(drift.statementP50Ms)} ms, p99 ${round(drift.statementP99Ms)} ms (${drift.unseenCommits} commits unseen; ${drift.unput} ticks not put: ${drift.missed} missed, ${drift.skipped} skipped; ${drift.complete} schedules put every tick)`,
       );
     }
 

@@ -4,12 +4,18 @@
  * second), all starting at the same whole second a few seconds after they are made (`startAt`) and ending
  * `seconds` later (`endAt`). Once the last tick is due and put, the messages are read from the database: the
  * k-th message of a schedule (in put order) is its k-th tick, due at `startAt + k s`, and its drift is when
- * its put statement ran (`visible_at`, the statement's start: no delay) minus that. A tick not put at all
+ * it was put minus that. "Put" is when a consumer could first have it: the commit of its transaction, which
+ * PostgreSQL does not record (no `track_commit_timestamp`) but announces: the put's NOTIFY is delivered at
+ * the commit, so this listens on the queues' channel and takes, for each message, the first notification of
+ * its queue that arrived after its `visible_at` (the put statement's time; a queue's puts go one after the
+ * other under its lock, so that notification is its own transaction's). The drift by `visible_at` alone is
+ * printed beside it: the gap between the two is the time from the put statement to the commit. A tick not put at all
  * (missed: more than the ticker's lateness bound late; or skipped at the depth cap) is counted apart, and the
  * drifts are those of the schedules that put every tick (for the others the k-th message is not known to be
  * the k-th tick).
  */
 import pg from "pg";
+import { QUEUE_CHANNEL } from "../src/queues/queue-store.ts";
 import { adminCall, jsonClient, log, NO_RATE_LIMITS } from "./support.ts";
 
 const APPS = 10;
@@ -27,6 +33,11 @@ interface ScheduleDrift {
   skipped: number;
   /** Schedules that put every tick (the drifts are theirs). */
   complete: number;
+  /** The drift by the put statement's time alone (`visible_at`), before the commit. */
+  statementP50Ms: number;
+  statementP99Ms: number;
+  /** Messages whose commit was not seen (no notification after them): their drift is their `visible_at`'s. */
+  unseenCommits: number;
 }
 
 function percentile(sorted: number[], p: number): number {
@@ -55,6 +66,16 @@ export async function scheduleDrift(
   // at a time under its lock: the apps in parallel).
   const startAt = Math.ceil((Date.now() + 30_000) / 1000) * 1000;
   const endAt = startAt + seconds * 1000 - 1;
+  // The commits, as the puts' notifications arrive (`instance|app|queue|visibleAtMs|count`): their times by app.
+  const listener = new pg.Client({ connectionString: databaseUrl });
+  await listener.connect();
+  const commits = new Map<string, number[]>(apps.map((a) => [a.id, []]));
+  listener.on("notification", (n) => {
+    const at = Date.now();
+    const [, appId, queue] = (n.payload ?? "").split("|");
+    if (queue === "ticks") commits.get(appId)?.push(at);
+  });
+  await listener.query(`LISTEN ${QUEUE_CHANNEL}`);
   const made = performance.now();
   await Promise.all(
     apps.map(async (app) => {
@@ -104,17 +125,38 @@ export async function scheduleDrift(
       [ids],
     );
     const drifts: number[] = [];
-    const bySchedule = new Map<string, number[]>();
+    const statementDrifts: number[] = [];
+    let unseenCommits = 0;
+    /** The first commit of `appId`'s queue at or after `atMs` (arrival times are in order). */
+    const committedAt = (appId: string, atMs: number): number => {
+      const times = commits.get(appId) ?? [];
+      let lo = 0;
+      let hi = times.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (times[mid] < Math.floor(atMs)) lo = mid + 1;
+        else hi = mid;
+      }
+      if (lo < times.length) return times[lo];
+      unseenCommits++;
+      return atMs;
+    };
+    const bySchedule = new Map<string, { at: number; committed: number }[]>();
     for (const r of rows) {
       const key = `${r.app_id}|${r.payload}`;
       let list = bySchedule.get(key);
       if (!list) bySchedule.set(key, (list = []));
-      list.push(Number(r.at_ms));
+      list.push({ at: Number(r.at_ms), committed: committedAt(r.app_id, Number(r.at_ms)) });
     }
     const due = APPS * SCHEDULES_PER_APP * seconds;
     for (const times of bySchedule.values())
-      if (times.length === seconds) times.forEach((at, k) => drifts.push(at - (startAt + k * 1000)));
+      if (times.length === seconds)
+        times.forEach(({ at, committed }, k) => {
+          drifts.push(committed - (startAt + k * 1000));
+          statementDrifts.push(at - (startAt + k * 1000));
+        });
     drifts.sort((a, b) => a - b);
+    statementDrifts.sort((a, b) => a - b);
     const put = rows.length;
     return {
       ticksPerS: put / seconds,
@@ -125,8 +167,12 @@ export async function scheduleDrift(
       missed: Number(counts.missed),
       skipped: Number(counts.skipped),
       complete: drifts.length / seconds,
+      statementP50Ms: percentile(statementDrifts, 50),
+      statementP99Ms: percentile(statementDrifts, 99),
+      unseenCommits,
     };
   } finally {
     await db.end();
+    await listener.end();
   }
 }

@@ -179,6 +179,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
       await feed.start();
     },
     async close() {
+      await schedules.close();
       await feed.close();
       await hub.close();
     },

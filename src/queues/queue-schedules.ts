@@ -21,10 +21,19 @@ import type { WakeHub } from "./wake-hub.ts";
 
 /** Schedules one app may have, over all its queues. */
 const MAX_SCHEDULES_PER_APP = 100;
-/** How often each instance looks for due ticks: well under the shortest interval (1 s). */
+/**
+ * How often each instance looks for due ticks without being told: it learns then when the next tick is due
+ * and sets a timer for that moment (see `createTicker`), so this bounds only how late a schedule set on
+ * another instance is first seen (its first tick is at least a second away from its setting).
+ */
 const SCHEDULE_TICK_INTERVAL_MS = 200;
-/** Due schedules one transaction of the ticker claims. */
-const SCHEDULE_TICK_BATCH = 100;
+/**
+ * Due schedules one transaction of the ticker claims, and so at most the queues whose locks it holds at once
+ * (an advisory lock each, in the lock table sized by `max_locks_per_transaction`).
+ */
+const SCHEDULE_TICK_BATCH = 500;
+/** A timer is set for a tick due at most this far ahead; a later one is learnt again by a later look. */
+const TIMER_HORIZON_MS = 10_000;
 
 const SCHEDULE_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
@@ -72,7 +81,10 @@ const dateOf = (t: Timestamp | undefined) => (t ? timestampDate(t) : null);
 
 export interface QueueSchedules {
   impl: ScheduleRpcs;
+  /** The ticker's regular look (every `SCHEDULE_TICK_INTERVAL_MS`), which also sets its timer. */
   housekeeping: HousekeepingTask;
+  /** Ends the ticker's timer and waits for the pass under way. */
+  close(): Promise<void>;
   /** An app's schedules (of one queue, when given), for the operator, as the RPCs answer them. */
   list(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
@@ -84,6 +96,26 @@ export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): Qu
     "Schedule ticks by outcome: put, skipped at the queue's depth cap (full), or missed while nothing ran.",
     ["outcome"],
   );
+  const ticker = createTicker(async (signal) => {
+    let upcoming: number | null = null;
+    const batch = async (fromEnd: boolean) => {
+      const report = await store.fireDue(SCHEDULE_TICK_BATCH, (appId, queue) => hub.payload(appId, queue, 0), fromEnd);
+      if (report.fired) ticks.inc({ outcome: "put" }, report.fired);
+      if (report.skippedFull) ticks.inc({ outcome: "full" }, report.skippedFull);
+      if (report.missed) ticks.inc({ outcome: "missed" }, report.missed);
+      // Committed: this instance's consumers wake now, the others' through the NOTIFY of the put.
+      for (const q of report.queues) hub.announce(q.appId, q.queue, Date.now());
+      if (report.upcoming !== null && (upcoming === null || report.upcoming < upcoming)) upcoming = report.upcoming;
+      return report.claimed === SCHEDULE_TICK_BATCH;
+    };
+    // Two batches at once, from the two ends of the due schedules (see `fireDue`): the second's statements run
+    // while the first's wait on the database, and the ticks due together are put in about half the time.
+    for (let more = true; more && !signal.aborted;) {
+      const [first, last] = await Promise.all([batch(false), batch(true)]);
+      more = first || last;
+    }
+    return { upcoming };
+  });
   return {
     list: async (appId, queue) => (await store.list(appId, queue)).map(scheduleMessage),
     impl: {
@@ -114,6 +146,7 @@ export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): Qu
           { cron: req.cron.trim(), timezone, payload, startAt, endAt, catchUp },
           MAX_SCHEDULES_PER_APP,
         );
+        if (schedule.nextRunAt) ticker.wakeAt(schedule.nextRunAt.getTime());
         return { schedule: scheduleMessage(schedule) };
       },
       async listQueueSchedules(req, context) {
@@ -133,20 +166,81 @@ export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): Qu
     housekeeping: {
       name: "queue schedules",
       intervalMs: SCHEDULE_TICK_INTERVAL_MS,
-      async run(signal) {
-        // Answers 0, not the ticks put: the scheduler logs what a task "removed", and a tick removes nothing
-        // (the metric counts them).
-        for (let more = true; more && !signal.aborted;) {
-          const report = await store.fireDue(SCHEDULE_TICK_BATCH, (appId, queue) => hub.payload(appId, queue, 0));
-          if (report.fired) ticks.inc({ outcome: "put" }, report.fired);
-          if (report.skippedFull) ticks.inc({ outcome: "full" }, report.skippedFull);
-          if (report.missed) ticks.inc({ outcome: "missed" }, report.missed);
-          // Committed: this instance's consumers wake now, the others' through the NOTIFY of each put.
-          for (const q of report.queues) hub.announce(q.appId, q.queue, Date.now());
-          more = report.claimed === SCHEDULE_TICK_BATCH;
-        }
+      // Answers 0, not the ticks put: the scheduler logs what a task "removed", and a tick removes nothing
+      // (the metric counts them).
+      run: async (signal) => {
+        await ticker.pass(signal);
         return 0;
       },
     },
+    close: () => ticker.close(),
   };
+}
+
+interface Ticker {
+  /** Puts every due tick now (batch after batch), or, when a pass is under way, once more after it. */
+  pass(signal: AbortSignal): Promise<void>;
+  /** Wakes the ticker at `atMs` (a schedule set on this instance). */
+  wakeAt(atMs: number): void;
+  close(): Promise<void>;
+}
+
+/**
+ * The ticker of one instance. A pass ends knowing when the next tick is due (of any schedule, claimed by it
+ * or not) and sets one timer for that moment, so a tick is put when it is due rather than at the next look
+ * of the housekeeping (up to its interval late). Every instance wakes at the same moment; their claims
+ * (`FOR UPDATE SKIP LOCKED`) share the due schedules. Passes never overlap: a wake during a pass makes one
+ * more pass after it. Once the housekeeping stops (its signal aborts), no timer is set again.
+ */
+function createTicker(fire: (signal: AbortSignal) => Promise<{ upcoming: number | null }>): Ticker {
+  let running: Promise<void> | undefined;
+  let again = false;
+  let closed = false;
+  let timer: { at: number; handle: NodeJS.Timeout } | undefined;
+  let lastSignal: AbortSignal | undefined;
+
+  const arm = (atMs: number) => {
+    if (closed || lastSignal?.aborted || atMs > Date.now() + TIMER_HORIZON_MS) return;
+    if (timer && timer.at <= atMs) return;
+    if (timer) clearTimeout(timer.handle);
+    const handle = setTimeout(
+      () => {
+        timer = undefined;
+        if (lastSignal) void ticker.pass(lastSignal).catch(() => undefined);
+      },
+      Math.max(0, atMs - Date.now()),
+    );
+    handle.unref();
+    timer = { at: atMs, handle };
+  };
+
+  const ticker: Ticker = {
+    pass(signal) {
+      lastSignal = signal;
+      if (running) {
+        again = true;
+        return running;
+      }
+      running = (async () => {
+        try {
+          do {
+            again = false;
+            const { upcoming } = await fire(signal);
+            if (upcoming !== null) arm(upcoming);
+          } while (again && !signal.aborted && !closed);
+        } finally {
+          running = undefined;
+        }
+      })();
+      return running;
+    },
+    wakeAt: arm,
+    async close() {
+      closed = true;
+      if (timer) clearTimeout(timer.handle);
+      timer = undefined;
+      await running?.catch(() => undefined);
+    },
+  };
+  return ticker;
 }
