@@ -108,7 +108,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     tracing: deps.tracing?.messaging,
   });
 
-  const schedules = createQueueSchedules(deps.db, hub, metrics);
+  const schedules = createQueueSchedules(deps.db, deps.database, hub, metrics);
 
   const feed = createEventFeed({
     store: createEventFeedStore(deps.db),
@@ -177,6 +177,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     async start() {
       await hub.start();
       await feed.start();
+      await schedules.start();
     },
     async close() {
       await schedules.close();

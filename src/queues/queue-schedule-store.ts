@@ -40,6 +40,12 @@ export interface StoredSchedule extends ScheduleInput {
   createdAt: Date;
 }
 
+/**
+ * The channel on which setting a schedule announces its first tick (epoch ms), so that every instance's
+ * ticker sets its timer for it without waiting for its next look.
+ */
+export const SCHEDULE_CHANNEL = "pb_schedule_set";
+
 /** A tick up to this late is still put on its own; older ones are missed, and `catchUp` decides. */
 const LATE_TICK_MS = 30_000;
 /** Ticks one schedule puts in one pass at most; the rest follow on the next pass. */
@@ -245,6 +251,8 @@ export function createScheduleStore(database: Db): ScheduleStore {
             start_at = excluded.start_at, end_at = excluded.end_at, catch_up = excluded.catch_up,
             next_run_at = excluded.next_run_at, updated_at = now()
           RETURNING *`.execute(trx);
+        // Every instance's ticker learns the first tick at the commit (see `SCHEDULE_CHANNEL`).
+        if (next) await sql`SELECT pg_notify(${SCHEDULE_CHANNEL}, ${String(next.getTime())})`.execute(trx);
         return fromRow(rows[0]);
       });
     },

@@ -9,24 +9,26 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { QueueService, type QueueScheduleSchema } from "../../gen/platform/queues/v1/queues_pb.js";
 import { appOf } from "../core/auth.ts";
 import { PlatformError, invalidArgument } from "../core/errors.ts";
-import type { Db } from "../core/database/index.ts";
+import type { Database, Db } from "../core/database/index.ts";
 import type { HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { EVENTS_QUEUE } from "./queue-limits.ts";
 import { checkQueueName } from "./queue-name.ts";
 import { valueFromJsonText, valueToJsonText } from "./payload-value.ts";
 import { checkCron } from "./schedule-cron.ts";
-import { createScheduleStore, type CatchUp, type StoredSchedule } from "./queue-schedule-store.ts";
+import { createScheduleStore, SCHEDULE_CHANNEL, type CatchUp, type StoredSchedule } from "./queue-schedule-store.ts";
 import type { WakeHub } from "./wake-hub.ts";
 
 /** Schedules one app may have, over all its queues. */
 const MAX_SCHEDULES_PER_APP = 100;
 /**
- * How often each instance looks for due ticks without being told: it learns then when the next tick is due
- * and sets a timer for that moment (see `createTicker`), so this bounds only how late a schedule set on
- * another instance is first seen (its first tick is at least a second away from its setting).
+ * How often each instance looks for due ticks without being told. A pass learns when the next tick is due
+ * and sets a timer for that moment (see `createTicker`), and setting a schedule on any instance announces its
+ * first tick (`SCHEDULE_CHANNEL`); so this look is a safety net (a notification lost while the listening
+ * connection was down), and bounds how late a tick can be only then. Each look is one transaction of every
+ * instance, idle or not.
  */
-const SCHEDULE_TICK_INTERVAL_MS = 200;
+const SCHEDULE_TICK_INTERVAL_MS = 1000;
 /**
  * Due schedules one transaction of the ticker claims, and so at most the queues whose locks it holds at once
  * (an advisory lock each, in the lock table sized by `max_locks_per_transaction`).
@@ -83,19 +85,22 @@ export interface QueueSchedules {
   impl: ScheduleRpcs;
   /** The ticker's regular look (every `SCHEDULE_TICK_INTERVAL_MS`), which also sets its timer. */
   housekeeping: HousekeepingTask;
+  /** Listens for schedules set on any instance (their first tick sets the ticker's timer). */
+  start(): Promise<void>;
   /** Ends the ticker's timer and waits for the pass under way. */
   close(): Promise<void>;
   /** An app's schedules (of one queue, when given), for the operator, as the RPCs answer them. */
   list(appId: string, queue?: string): Promise<MessageInitShape<typeof QueueScheduleSchema>[]>;
 }
 
-export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): QueueSchedules {
+export function createQueueSchedules(db: Db, database: Database, hub: WakeHub, metrics: Metrics): QueueSchedules {
   const store = createScheduleStore(db);
   const ticks = metrics.counter(
     "queue_schedule_ticks_total",
     "Schedule ticks by outcome: put, skipped at the queue's depth cap (full), or missed while nothing ran.",
     ["outcome"],
   );
+  let unlisten: (() => Promise<void>) | undefined;
   const ticker = createTicker(async (signal) => {
     let upcoming: number | null = null;
     const batch = async (fromEnd: boolean) => {
@@ -173,7 +178,21 @@ export function createQueueSchedules(db: Db, hub: WakeHub, metrics: Metrics): Qu
         return 0;
       },
     },
-    close: () => ticker.close(),
+    async start() {
+      unlisten = await database.listen(
+        SCHEDULE_CHANNEL,
+        (payload) => {
+          const at = Number(payload);
+          if (Number.isFinite(at)) ticker.wakeAt(at);
+        },
+        // Notifications may have been lost while the connection was down: look now.
+        () => ticker.wakeAt(Date.now()),
+      );
+    },
+    async close() {
+      await unlisten?.();
+      await ticker.close();
+    },
   };
 }
 
