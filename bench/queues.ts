@@ -23,7 +23,9 @@
  *
  * 6. Queue controls (see `controlsBench`): put throughput at depth, the listing with 1M
  *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances
- *    and its database statements per message against 1 instance (`statements_per_msg_3_vs_1`).
+ *    and its database statements per message against 1 instance (`statements_per_msg_3_vs_1`; two
+ *    rounds of the two loads alternated; the 3 instances' idle statements are measured apart and logged).
+ *    BENCH_INSTANCES_ONLY=1 runs only that load.
  * 7. Schedules firing 1,000 ticks a second for BENCH_SCHEDULE_SECONDS (10): how late each tick's
  *    message is put, p50/p99 (`bench/schedule-drift.ts`). Runs before part 4, which ends the service.
  * 8. Ordered groups and priorities (see `orderBench`): part 1's REST load on a plain queue, then
@@ -338,43 +340,61 @@ async function controlsBench(
       log(`6d. stream on one instance, acks on another: ${figures.stream_cross_instance_msgs_per_s} msgs/s`);
     }
     const rest = await newApp("bench-rest3");
+    const everyInstance = [url, ...more.map((m) => m.url)];
+    // Two rounds of the two loads (1 instance, 3 instances), each half the time: a drift of the machine (warm-up
+    // of the instances just started, other load) falls on both alike instead of on whichever ran first.
     const load = {
       producers: PRODUCERS,
       consumers: CONSUMERS,
       maxOutstanding: MAX_OUTSTANDING,
       payload: PAYLOAD,
-      seconds: SECONDS,
+      seconds: SECONDS / 2,
     };
     // Statements in the measured window: pg_stat_database as the backends report it (about once a second
-    // while busy, so a second's worth of error at each end of a 15 s window, the same for both loads).
-    const counted = () => {
+    // while busy, so a second's worth of error at each end of a window, the same for both loads). The bench's
+    // own queries go to another database. Every statement of this load runs outside a transaction, so a
+    // transaction is a statement; the instances' background work (housekeeping, idle or not, of all three,
+    // in both loads) counts too, and is measured apart, with no load, to be told from the load's statements.
+    const statementsIn = async (urls: string[]) => {
       let from = 0;
       let to = 0;
-      return {
+      const r = await restQueueLoad(urls, rest, {
+        ...load,
         atStart: async () => void (from = await statements()),
         atEnd: async () => void (to = await statements()),
-        count: () => to - from,
-      };
+      });
+      return { ...r, statements: to - from };
     };
-    const s1 = counted();
-    const one = await restQueueLoad(url, rest, { ...load, atStart: s1.atStart, atEnd: s1.atEnd });
-    const s3 = counted();
-    const three = await restQueueLoad([url, ...more.map((m) => m.url)], rest, {
-      ...load,
-      atStart: s3.atStart,
-      atEnd: s3.atEnd,
-    });
+    const idleFrom = await statements();
+    const idleStarted = performance.now();
+    await new Promise((r) => setTimeout(r, 5000));
+    const idlePerS = ((await statements()) - idleFrom) / ((performance.now() - idleStarted) / 1000);
+    const sum = { one: { acked: 0, elapsedS: 0, statements: 0 }, three: { acked: 0, elapsedS: 0, statements: 0 } };
+    for (let round = 0; round < 2; round++) {
+      for (const [which, urls] of [
+        ["one", [url]],
+        ["three", everyInstance],
+      ] as const) {
+        const r = await statementsIn([...urls]);
+        sum[which].acked += r.acked;
+        sum[which].elapsedS += r.elapsedS;
+        sum[which].statements += r.statements;
+      }
+    }
+    const { one, three } = sum;
     const perS1 = one.acked / one.elapsedS;
     const perS3 = three.acked / three.elapsedS;
     figures.rest_3_vs_1_instances = round(perS3 / perS1);
     log(
       `6e. REST put->consume->ack: ${round(perS1, 0)} msgs/s on 1 instance, ${round(perS3, 0)} on 3 (ratio ${figures.rest_3_vs_1_instances})`,
     );
-    const perMsg1 = s1.count() / one.acked;
-    const perMsg3 = s3.count() / three.acked;
+    const perMsg1 = one.statements / one.acked;
+    const perMsg3 = three.statements / three.acked;
     figures.statements_per_msg_3_vs_1 = round(perMsg3 / perMsg1);
+    const net = (x: typeof one) => (x.statements - idlePerS * x.elapsedS) / x.acked;
     log(
-      `6f. database statements per message: ${round(perMsg1)} on 1 instance, ${round(perMsg3)} on 3 (ratio ${figures.statements_per_msg_3_vs_1})`,
+      `6f. database statements per message: ${round(perMsg1)} on 1 instance, ${round(perMsg3)} on 3 (ratio ${figures.statements_per_msg_3_vs_1}); ` +
+        `without the ${round(idlePerS, 1)}/s of the 3 instances idle: ${round(net(one))} and ${round(net(three))} (ratio ${round(net(three) / net(one))})`,
     );
   } finally {
     for (const m of more) {
