@@ -1,9 +1,9 @@
 /**
  * The stored schedules of `queue_schedules` (migration 0033) and their ticks. `fireDue` is the ticker's
  * one pass: it claims due schedules with `FOR UPDATE SKIP LOCKED` and, in the same transaction, puts each
- * tick's message and moves `next_run_at` on, so a tick is put exactly once whatever the number of
- * instances (each row is claimed by one of them) and whatever is killed (the put and the move commit
- * together or not at all).
+ * tick's message and moves `next_run_at` on (one statement for the whole batch), so a tick is put exactly
+ * once whatever the number of instances (each row is claimed by one of them) and whatever is killed (the
+ * put and the move commit together or not at all).
  */
 import { sql } from "kysely";
 import { effectiveLimits } from "../core/apps/apps.ts";

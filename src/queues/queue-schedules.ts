@@ -1,7 +1,8 @@
 /**
  * Queue schedules (docs/queues.md "Schedules"): the three RPCs of `QueueService` that set, list and delete
- * them, and the ticker, a housekeeping task run on every instance every `SCHEDULE_TICK_INTERVAL_MS`, that
- * puts each due tick's message (see `queue-schedule-store.ts` for why each tick is put exactly once).
+ * them, and the ticker of every instance, woken by a timer when the next tick is due (`createTicker`) and by a
+ * housekeeping look every `SCHEDULE_TICK_INTERVAL_MS`, that puts each due tick's message (see
+ * `queue-schedule-store.ts` for why each tick is put exactly once).
  */
 import type { ServiceImpl } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
