@@ -468,11 +468,15 @@ async function countSql(db: EventDb, q: CountQuery, filter?: RollupFilter, rawOn
   const property = filter?.prop ?? q.groupBy;
   const props = filter ? [filter.prop] : q.groupBy === undefined ? [""] : ["", q.groupBy];
   // A filtered count reads only the filter's rows (any value for `exists`), each counted as it is. Either
-  // also reads the property's number marks (`numberMark`): any in range, and the raw events answer.
-  const marks = property === undefined ? sql`` : sql` OR prop = ${numberMark(property)}`;
-  const wanted = filter
-    ? sql`(prop = ${filter.prop}${filter.values === undefined ? sql`` : sql` AND value = ANY(${filter.values}::text[])`}${marks})`
-    : sql`(prop = ANY(${props}::text[])${marks})`;
+  // also reads the property's number marks (`numberMark`, value ''): any in range, and the raw events
+  // answer. Lists rather than an OR, so that both stay conditions of the primary key's index; the last
+  // condition keeps a filtered property's own rows to the filter's values ('' only when asked for).
+  const read = property === undefined ? props : [...props, numberMark(property)];
+  const wanted =
+    filter?.values === undefined
+      ? sql`prop = ANY(${read}::text[])`
+      : sql`prop = ANY(${read}::text[]) AND value = ANY(${[...filter.values, ""]}::text[])
+          AND (prop <> ${filter.prop} OR value = ANY(${filter.values}::text[]))`;
   let marked = false;
   const addRollups = (rows: { b: Date; prop: string; value: string; n: number }[]) => {
     for (const row of rows) {
