@@ -12,7 +12,8 @@
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
  *   the day's count `n` and its 24 hourly counts `hours` (index 1 is 00:00
  *   UTC), upserted from the same batch. `prop = ''` holds the total; every
- *   property an event carries adds one to `(prop, value)`. A count grouped by
+ *   string or boolean property an event carries adds one to `(prop, value)`,
+ *   every number property one to its mark `('#prop', '')` (`numberMark`). A count grouped by
  *   `p` reads the totals and the `p` rows: the `null` group is the total less
  *   the events that carry `p`. One row per day rather than one per hour: a
  *   batch spread over a month writes about a quarter as many rows.
