@@ -17,9 +17,9 @@
  * shape, is built again from scratch.
  *
  * Properties: `plan` (20 values), `country` (30), `source` (10), `paid`
- * (boolean, 30% true) and `amount` (a number, one of 100 prices; a number
- * property is rolled up per value like any other, so a price list keeps the
- * rollups small where a continuous amount would make one row per event).
+ * (boolean, 30% true) and `amount` (a number, one of 100 prices; rolled up as
+ * the store rolls up a number property: its events counted per day and hour,
+ * not per value).
  */
 import crypto from "node:crypto";
 import pg from "pg";
@@ -142,7 +142,14 @@ export async function fillDataset(url: string, appId: string, shape: DatasetShap
     for (const i of indexes.rows) await step(`index ${i.indexname}`, i.indexdef.replace(" ON ONLY ", " ON "));
     // The rollups in one scan of the events: one hashed grouping set per property (and one for the
     // totals), each group an hour's count, then the hours of a day gathered into its row.
+    // A number property is rolled up as the store does it: one mark per day and hour (`#amount`), no values.
     const props = Object.keys(DATASET_PROPERTIES);
+    const rollupProp = (p: string) =>
+      DATASET_PROPERTIES[p as keyof typeof DATASET_PROPERTIES] === "number" ? `#${p}` : p;
+    const rollupValue = (p: string) =>
+      DATASET_PROPERTIES[p as keyof typeof DATASET_PROPERTIES] === "number"
+        ? `''::text AS ${p}`
+        : `properties->>'${p}' AS ${p}`;
     const hours = Array.from({ length: 24 }, (_, h) => `coalesce(sum(c) FILTER (WHERE h = ${h}), 0)`).join(", ");
     await step(
       "rollups",
@@ -151,11 +158,11 @@ export async function fillDataset(url: string, appId: string, shape: DatasetShap
       SELECT $1::uuid, type, prop, day, value, 0, sum(c), ARRAY[${hours}]::bigint[]
       FROM (
         SELECT type, day, h, count(*) AS c,
-          CASE ${props.map((p) => `WHEN GROUPING(${p}) = 0 THEN '${p}'`).join(" ")} ELSE '' END AS prop,
+          CASE ${props.map((p) => `WHEN GROUPING(${p}) = 0 THEN '${rollupProp(p)}'`).join(" ")} ELSE '' END AS prop,
           coalesce(${props.join(", ")}, '') AS value
         FROM (
           SELECT type, date_trunc('day', at, 'UTC') AS day, extract(hour FROM at AT TIME ZONE 'UTC')::int AS h,
-            ${props.map((p) => `properties->>'${p}' AS ${p}`).join(", ")}
+            ${props.map(rollupValue).join(", ")}
           FROM analytics_events WHERE app_id = $1::uuid
         ) e
         GROUP BY GROUPING SETS ((type, day, h), ${props.map((p) => `(type, day, h, ${p})`).join(", ")})

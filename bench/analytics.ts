@@ -23,12 +23,13 @@
  *    then from 1, each into an app of its own.
  *
  * The last line of output is one JSON object:
- * {"ingest_events_per_s","query_p50_ms","naive_sql_p50_ms","query_speedup",
+ * {"ingest_events_per_s","ingest_service_cpu_us_per_event","ingest_postgres_cpu_us_per_event","query_p50_ms","naive_sql_p50_ms","query_speedup",
  *  "spread_ingest_events_per_s","spread_ingest_1_client_events_per_s",
  *  "unique_day_30d_p50_ms","unique_day_30d_vs_naive_p50_ms", and the same pair for
  *  "filtered_count_30d", "sum_groupby2_30d" and "funnel3_30d", "dataset_events"}.
  * Knobs: BENCH_EVENTS (default 1000000), BENCH_CLIENTS (8), BENCH_RUNS (50),
  * BENCH_SPREAD=random (every batch spread over the 30 days instead of in time order),
+ * BENCH_SPREAD_INGEST=0 (skip part 5),
  * BENCH_DATASET_EVENTS (10000000), BENCH_DATASET=0 (skip part 1). BENCH_SHORT=1 (the CI
  * smoke): a dataset of 100,000 events and 2,000 users, 20,000 events ingested, 5 runs.
  */
@@ -50,6 +51,8 @@ const RUNS = Number(process.env.BENCH_RUNS ?? (SHORT ? 5 : 50));
 /** Events carry a distinctId of this many users, as the large dataset's do. */
 const USERS = Number(process.env.BENCH_USERS ?? 100_000);
 const DAY = 86_400_000;
+/** BENCH_SPREAD_INGEST=0 skips part 5. */
+const SPREAD_INGEST = process.env.BENCH_SPREAD_INGEST !== "0";
 
 /** CPU seconds used so far by a process (utime + stime from /proc), or NaN where /proc is missing. */
 async function cpuSeconds(pid: number): Promise<number> {
@@ -71,6 +74,24 @@ async function postgresCpuSeconds(): Promise<number> {
     if (comm.trim() === "postgres") total += (await cpuSeconds(Number(entry))) || 0;
   }
   return total;
+}
+
+/**
+ * CPU seconds used so far by each backend of one database (the service's own connections), by pid: unlike
+ * every postgres process's, it leaves out what others' work on the same server costs.
+ */
+async function backendCpuSeconds(databaseUrl: string, database: string): Promise<Map<number, number>> {
+  const c = new pg.Client({ connectionString: databaseUrl });
+  await c.connect();
+  try {
+    const r = await c.query<{ pid: number }>(
+      "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+      [database],
+    );
+    return new Map(await Promise.all(r.rows.map(async (row) => [row.pid, await cpuSeconds(row.pid)] as const)));
+  } finally {
+    await c.end();
+  }
 }
 
 function p50(samples: number[]): number {
@@ -188,6 +209,7 @@ async function main(): Promise<void> {
       const cpuBefore = {
         server: await cpuSeconds(server!.pid!),
         postgres: await postgresCpuSeconds(),
+        backends: await backendCpuSeconds(databaseUrl, dbName),
         client: process.cpuUsage(),
       };
       const started = performance.now();
@@ -204,17 +226,25 @@ async function main(): Promise<void> {
       const rate = recorded / seconds;
       log(`${label}: ingested ${recorded} events in ${seconds.toFixed(1)} s: ${Math.round(rate)} events/s`);
       const clientCpu = process.cpuUsage(cpuBefore.client);
+      const serverCpu = (await cpuSeconds(server!.pid!)) - cpuBefore.server;
+      let backendCpu = 0;
+      for (const [pid, now] of await backendCpuSeconds(databaseUrl, dbName))
+        backendCpu += now - (cpuBefore.backends.get(pid) ?? 0);
+      const perEvent = (seconds: number) => Math.round((seconds / recorded) * 1e7) / 10;
+      log(
+        `${label}: CPU per event: service ${perEvent(serverCpu)} µs, the service's PostgreSQL backends ${perEvent(backendCpu)} µs`,
+      );
       log(
         `${label}: CPU during ingest: service ${((await cpuSeconds(server!.pid!)) - cpuBefore.server).toFixed(1)} s, ` +
           `postgres ${((await postgresCpuSeconds()) - cpuBefore.postgres).toFixed(1)} s, ` +
           `bench clients ${((clientCpu.user + clientCpu.system) / 1e6).toFixed(1)} s, on ${os.cpus().length} cores (load ${os.loadavg()[0].toFixed(1)})`,
       );
-      return rate;
+      return { rate, serviceCpuUs: perEvent(serverCpu), postgresCpuUs: perEvent(backendCpu) };
     };
 
     const app = await newApp("bench");
     const call = app.call;
-    const ingestRate = await ingest(random ? "spread" : "time-ordered", call, makeBodies(random), CLIENTS);
+    const timeOrdered = await ingest(random ? "spread" : "time-ordered", call, makeBodies(random), CLIENTS);
 
     const direct = new pg.Client({ connectionString: databaseUrl });
     await direct.connect();
@@ -254,19 +284,27 @@ async function main(): Promise<void> {
 
     // Ingest spread over the 30 days (every batch touches every day: the rollups'
     // worst case), once over 8 clients and once over 1, each into an app of its own.
-    const spreadBodies = makeBodies(true);
-    const spreadRate = await ingest("spread, 8 clients", (await newApp("bench-spread-8")).call, spreadBodies, 8);
-    const spread1Rate = await ingest("spread, 1 client", (await newApp("bench-spread-1")).call, spreadBodies, 1);
+    const spreadBodies = SPREAD_INGEST ? makeBodies(true) : [];
+    const spreadRate = SPREAD_INGEST
+      ? (await ingest("spread, 8 clients", (await newApp("bench-spread-8")).call, spreadBodies, 8)).rate
+      : Number.NaN;
+    const spread1Rate = SPREAD_INGEST
+      ? (await ingest("spread, 1 client", (await newApp("bench-spread-1")).call, spreadBodies, 1)).rate
+      : Number.NaN;
 
     const queryP50 = p50(apiTimes);
     const naiveP50 = p50(naiveTimes);
     const result = {
-      ingest_events_per_s: Math.round(ingestRate),
+      ingest_events_per_s: Math.round(timeOrdered.rate),
+      ingest_service_cpu_us_per_event: timeOrdered.serviceCpuUs,
+      ingest_postgres_cpu_us_per_event: timeOrdered.postgresCpuUs,
       query_p50_ms: Math.round(queryP50 * 100) / 100,
       naive_sql_p50_ms: Math.round(naiveP50 * 100) / 100,
       query_speedup: Math.round((naiveP50 / queryP50) * 10) / 10,
-      spread_ingest_events_per_s: Math.round(spreadRate),
-      spread_ingest_1_client_events_per_s: Math.round(spread1Rate),
+      ...(SPREAD_INGEST && {
+        spread_ingest_events_per_s: Math.round(spreadRate),
+        spread_ingest_1_client_events_per_s: Math.round(spread1Rate),
+      }),
       ...insights,
     };
     await cleanup();

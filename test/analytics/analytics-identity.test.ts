@@ -147,3 +147,70 @@ describe("the MongoDB store's documents", () => {
     expect(toDocuments("app", [{ type: "order", at: 0, properties: {} }], "batch")[0]).not.toHaveProperty("distinctId");
   });
 });
+
+describe("number properties in the rollups, over REST", () => {
+  it("count exactly by a number property, before and after its kind changes, a retried batch counted once", async () => {
+    const app = await newApp();
+    const day = T("2024-03-04T00:00:00Z");
+    const query = async (body: Record<string, unknown>) => {
+      const res = await t.request("POST", "/v1/analytics/query", {
+        token: app.token,
+        body: { type: "order", since: day, until: day + 3 * 86_400_000, interval: "day", ...body },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      return res.body as { buckets: { at: number; group?: string | null; count?: number; value?: number }[] };
+    };
+    const log = async (events: unknown[], key?: string) => {
+      const res = await t.request("POST", "/v1/analytics/events", {
+        token: app.token,
+        body: { events },
+        headers: key === undefined ? {} : { "idempotency-key": key },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+    };
+    // Day 1: amounts as numbers, the batch sent twice under one key (a client's retry).
+    const first = [5, 5, 7, 12.5].map((amount, i) => ({
+      type: "order",
+      at: day + i * 3_600_000,
+      distinctId: `u${i % 2}`,
+      properties: { amount, plan: "pro", paid: i % 2 === 0 },
+    }));
+    await log(first, "batch-1");
+    await log(first, "batch-1");
+    // Day 2: the type registered again with amount a string; amounts logged as strings.
+    const res = await t.request("POST", "/v1/analytics/types", {
+      token: app.token,
+      body: { name: "order", properties: { plan: "string", amount: "string", paid: "boolean" } },
+    });
+    expect(res.status).toBe(200);
+    await log(
+      ["5", "9"].map((amount, i) => ({ type: "order", at: day + 86_400_000 + i * 60_000, properties: { amount } })),
+    );
+    const d1 = day;
+    const d2 = day + 86_400_000;
+    const counts = (body: Awaited<ReturnType<typeof query>>) =>
+      body.buckets.map((b) => [b.at, b.group ?? null, b.count]).sort();
+    expect(counts(await query({ groupBy: "amount" }))).toEqual(
+      [
+        [d1, "12.5", 1],
+        [d1, "5", 2],
+        [d1, "7", 1],
+        [d2, "5", 1],
+        [d2, "9", 1],
+      ].sort(),
+    );
+    expect(counts(await query({ groupBy: "plan" }))).toEqual(
+      [
+        [d1, "pro", 4],
+        [d2, null, 2],
+      ].sort(),
+    );
+    const filtered = await query({ where: [{ property: "amount", op: "eq", value: "5" }] });
+    expect(filtered.buckets.map((b) => [b.at, b.value])).toEqual([
+      [d1, 2],
+      [d2, 1],
+    ]);
+    const unique = await query({ aggregate: "unique" });
+    expect(unique.buckets.map((b) => [b.at, b.value])).toEqual([[d1, 2]]);
+  });
+});

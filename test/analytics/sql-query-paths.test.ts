@@ -139,3 +139,95 @@ describe("a first pass with maxGroups", () => {
     expect((await groups(10)).size).toBe(10);
   });
 });
+
+describe("a number property in the rollups", () => {
+  let database: TestDatabase;
+  let db: Database;
+  let store: EventStore;
+  const appId = crypto.randomUUID();
+  // Day 1: `amount` logged as a number (rolled up as marks, no values); day 2: logged as a string after the type
+  // was registered again (rolled up per value); day 3: `plan` only.
+  const events: StoredEvent[] = [
+    ...[5, 5, 7, 12.5].map((amount, i) => ({
+      type: "order",
+      at: D0 + i * 3_600_000,
+      properties: { amount: String(amount), plan: "pro" },
+      numbers: { amount },
+    })),
+    ...["5", "9"].map((amount, i) => ({
+      type: "order",
+      at: D0 + DAY + i * 3_600_000,
+      properties: { amount, plan: "free" },
+    })),
+    { type: "order", at: D0 + 2 * DAY + 60_000, properties: { plan: "free" } },
+  ];
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
+    await migrate(db.db);
+    store = createSqlEventStore(db.db);
+    await store.insert(appId, events);
+  }, 120_000);
+  afterAll(async () => {
+    await db?.close();
+    await database?.drop();
+  });
+
+  /** The count of `q` from the events themselves, per UTC day and group. */
+  const truth = (groupOf: (e: StoredEvent) => string | null, keep: (e: StoredEvent) => boolean = () => true) => {
+    const counts = new Map<string, number>();
+    for (const e of events.filter(keep)) {
+      const key = JSON.stringify([new Date(Math.floor(e.at / DAY) * DAY).toISOString(), groupOf(e)]);
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+    }
+    return [...counts].map(([k, n]) => [...(JSON.parse(k) as [string, string | null]), n]).sort();
+  };
+  const range = { appId, type: "order", since: D0, until: D0 + 3 * DAY };
+
+  it("is rolled up as one mark per day and hour, not a row per value", async () => {
+    const rows = await sql<{ prop: string; value: string; n: number }>`
+      SELECT prop, value, sum(n)::int AS n FROM analytics_daily
+      WHERE app_id = ${appId}::uuid AND day = ${new Date(D0)} GROUP BY 1, 2 ORDER BY 1, 2`.execute(db.db);
+    expect(rows.rows).toEqual([
+      { prop: "", value: "", n: 4 },
+      { prop: "#amount", value: "", n: 4 },
+      { prop: "plan", value: "pro", n: 4 },
+    ]);
+  });
+
+  it("answers a count grouped by it, or by its string after a change of kind, exactly (from the raw events)", async () => {
+    const grouped = await store.count({ ...range, unit: "day", groupBy: "amount" });
+    expect(grouped.map((b) => [new Date(b.at).toISOString(), b.group, b.count]).sort()).toEqual(
+      truth((e) => e.properties.amount ?? null),
+    );
+    // The other properties' rollups still answer as before, marks or not.
+    const byPlan = await store.count({ ...range, unit: "day", groupBy: "plan" });
+    expect(byPlan.map((b) => [new Date(b.at).toISOString(), b.group, b.count]).sort()).toEqual(
+      truth((e) => e.properties.plan ?? null),
+    );
+  });
+
+  it("answers a count with one condition on it, declared a string now, exactly", async () => {
+    const rows = await store.aggregate({
+      ...range,
+      unit: "day",
+      aggregate: "count",
+      where: [{ property: "amount", kind: "string", op: "eq", value: "5" }],
+      groupBy: [],
+    });
+    expect(rows.map((r) => [new Date(r.at!).toISOString(), null, r.count]).sort()).toEqual(
+      truth(
+        () => null,
+        (e) => e.properties.amount === "5",
+      ),
+    );
+    const present = await store.aggregate({
+      ...range,
+      unit: undefined,
+      aggregate: "count",
+      where: [{ property: "amount", kind: "string", op: "exists", value: true }],
+      groupBy: [],
+    });
+    expect(present.map((r) => r.count)).toEqual([6]);
+  });
+});
