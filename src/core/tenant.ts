@@ -2,7 +2,7 @@
  * The app a piece of work is done for, carried along the async path of its
  * request (AsyncLocalStorage), so that what apps share can be shared out per
  * app without threading the app through every call: the database pool
- * (`database/fair-pool.ts`) serves waiting apps in turn and caps each one's
+ * (`database/pg-pool.ts`, through `fair-gate.ts`) serves waiting apps in turn and caps each one's
  * share. Set once per facility call, where the call is admitted (the REST
  * router and the Connect interceptor, which also runs each step of a stream's
  * messages in its app's name); work outside any call (token lookups,
