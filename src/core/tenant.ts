@@ -2,10 +2,12 @@
  * The app a piece of work is done for, carried along the async path of its
  * request (AsyncLocalStorage), so that what apps share can be shared out per
  * app without threading the app through every call: the database pool
- * (`database/fair-pool.ts`) serves waiting apps in turn and caps each one's
- * share. Set once per facility call, where the call is admitted
- * (`limits/admission.ts`); work outside any call (housekeeping, a batch
- * serving several apps) runs with no tenant and is never capped.
+ * (`database/pg-pool.ts`, through `fair-gate.ts`) serves waiting apps in turn and caps each one's
+ * share. Set once per facility call, where the call is admitted (the REST
+ * router and the Connect interceptor, which also runs each step of a stream's
+ * messages in its app's name); work outside any call (token lookups,
+ * housekeeping, a batch serving several apps) runs with no tenant, which the
+ * pool holds to one share as if it were one more app.
  */
 import { AsyncLocalStorage } from "node:async_hooks";
 

@@ -57,6 +57,40 @@ describe("createAuthenticator: remembered tokens", () => {
     await expect(auth.authenticate("Bearer pbt_unknown", generate)).rejects.toMatchObject({ code: "unauthenticated" });
   });
 
+  it("looks a token in use up again in its last half-life, in the background, so its requests never wait for it", async () => {
+    let now = 1_000;
+    let lookups = 0;
+    const auth = createAuthenticator({
+      db: database.db,
+      adminToken: "x".repeat(40),
+      cacheMs: 500,
+      clock: () => now,
+      onTokenLookedUp: () => lookups++,
+    });
+    const app = await appWithToken("mem-refresh");
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    expect(lookups).toBe(1);
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    // In its first half-life: served from memory, not looked up.
+    now += 200;
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    expect(lookups).toBe(1);
+    // In its last half-life: still served from memory (this request does not wait for the database), and
+    // looked up again beside it; the next request gets what that lookup read.
+    now += 100;
+    expect((await auth.authenticate(`Bearer ${app.token}`, generate)).kind).toBe("app");
+    await expect.poll(() => lookups).toBe(2);
+    await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
+    // A refresh that finds the token gone forgets it at once, within the old entry's lifetime.
+    await tables(database.db).deleteFrom("app_tokens").where("app_id", "=", app.id).execute();
+    now += 300;
+    await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
+    await expect
+      .poll(() => auth.authenticate(`Bearer ${app.token}`, generate).catch((err: { code: string }) => err.code))
+      .toBe("unauthenticated");
+    expect(lookups).toBe(2);
+  });
+
   it("invalidate() forgets at once", async () => {
     const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 60_000 });
     const app = await appWithToken("mem-b");

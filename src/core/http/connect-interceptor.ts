@@ -70,18 +70,46 @@ export function createConnectInterceptor(
       }
       // A stream holds its place until it ends, however it ends (also when its messages are never read).
       if (admission) req.signal.addEventListener("abort", () => admission.release(), { once: true });
-      const messages = res.message;
+      const messages = res.message[Symbol.asyncIterator]();
+      // The stream's work is its app's, as a unary call's is: its messages are made when the response is
+      // read, after `next` returned and outside `runAsTenant`, so each step runs in the app's name here.
+      // Otherwise its statements were nobody's work, outside the app's share of the pool, and one app's
+      // streams filled the share that every app's token lookups and shared statements wait on.
+      const step = <T>(fn: () => Promise<T>) =>
+        admission && principal.kind === "app" ? runAsTenant(principal.app.id, fn) : fn();
       return {
         ...res,
         message: (async function* () {
+          // What `yield* messages` did, step by step: a throw or return at the yield goes on to the stream.
+          let ended = false;
           try {
-            yield* messages;
+            let next = await step(() => messages.next());
+            while (!next.done) {
+              let thrown: { err: unknown } | undefined;
+              try {
+                yield next.value;
+              } catch (err) {
+                thrown = { err };
+              }
+              next = await step(async () => {
+                if (!thrown) return messages.next();
+                if (!messages.throw) throw thrown.err;
+                return messages.throw(thrown.err);
+              });
+            }
+            ended = true;
           } catch (err) {
+            ended = true;
             // Already this service's error (a stream that maps and logs its own): as it is.
             if (err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0) throw err;
             throw mapped(err, rpc);
           } finally {
-            admission?.release();
+            try {
+              // The reader stopped early (the call was cancelled): the stream's own clean-up runs.
+              if (!ended) await step(async () => messages.return?.());
+            } finally {
+              admission?.release();
+            }
           }
         })(),
       };
