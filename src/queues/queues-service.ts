@@ -33,11 +33,18 @@
  * - **policy**: per queue, set by the app (`queue-policy.ts`).
  */
 import type { JsonValue } from "@bufbuild/protobuf";
+import { WireType } from "@bufbuild/protobuf/wire";
 import { timestampFromMs, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Logger } from "pino";
-import { MessageStatus, QueueService, type PutMessagesResponseSchema } from "../../gen/platform/queues/v1/queues_pb.js";
+import {
+  MessageStatus,
+  QueueService,
+  StreamMessagesResponseSchema,
+  type PutMessagesResponseSchema,
+  type StreamMessagesResponse,
+} from "../../gen/platform/queues/v1/queues_pb.js";
 import type { Db, InTransactionWith, Tx } from "../core/database/index.ts";
 import { isUuid, type AppRecord } from "../core/apps/apps.ts";
 import { appOf } from "../core/auth.ts";
@@ -64,6 +71,7 @@ import {
   STREAM_MESSAGE_JSON_OVERHEAD,
   STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
+import { encodeDelimitedMessage } from "./message-binary.ts";
 import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-value.ts";
 import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
@@ -336,18 +344,26 @@ const MESSAGE_BINARY_OVERHEAD = 160;
 /**
  * How many of the first messages of `unsent` fit in one `StreamMessages`
  * response of at most `STREAM_RESPONSE_MAX_BYTES` encoded (always at least
- * one), each made into its `Message` once (kept in `made` for the response).
- * The larger of the binary size (computed, not encoded) and the JSON text of
- * the payload counts, so the cap holds for the protobuf and the JSON
- * encodings alike.
+ * one), each made into its `Message` once (kept in `made` for the response):
+ * its binary encoding when the call's codec is protobuf (`encodeDelimitedMessage`),
+ * else the message object. The larger of the binary size (exact, or computed
+ * without encoding) and the JSON text of the payload counts, so the cap holds
+ * for the protobuf and the JSON encodings alike.
  */
-function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnType<typeof toMessage>>): number {
+function responsePart(
+  unsent: StoredMessage[],
+  made: Map<StoredMessage, ReturnType<typeof toMessage> | Uint8Array>,
+  binaryCodec: boolean,
+): number {
   let bytes = 0;
   let n = 0;
   for (const m of unsent) {
     let message = made.get(m);
-    if (!message) made.set(m, (message = toMessage(m)));
-    const binary = valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
+    if (!message) made.set(m, (message = binaryCodec ? encodeDelimitedMessage(m) : toMessage(m)));
+    const binary =
+      message instanceof Uint8Array
+        ? message.length
+        : valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
     const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
     if (n > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
     n++;
@@ -355,6 +371,23 @@ function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnTy
   }
   return n;
 }
+
+/**
+ * A `StreamMessagesResponse` of messages already encoded (`encodeDelimitedMessage`): each goes out as
+ * field 1 (`messages`) through the message's unknown fields, which the binary encoding writes as they are
+ * (tag, then the bytes: length and message). Only for a call whose codec is protobuf: the JSON encoding
+ * leaves unknown fields out.
+ */
+function encodedResponse(encoded: Uint8Array[]) {
+  return {
+    $typeName: StreamMessagesResponseSchema.typeName,
+    messages: [],
+    $unknown: encoded.map((data) => ({ no: 1, wireType: WireType.LengthDelimited, data })),
+  } satisfies StreamMessagesResponse;
+}
+
+/** Whether the call's messages are in the protobuf binary encoding (gRPC, gRPC-Web, Connect with proto), not JSON. */
+const binaryCodecOf = (context: HandlerContext) => !/json/i.test(context.requestHeader.get("content-type") ?? "");
 
 /** A put as the service answers it: the message put, or (dedup key) the first one of its key. */
 interface PutAnswer extends PutDone {
@@ -598,6 +631,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const queue = checkPutQueue(req.queue);
         checkCount("messages", req.messages.length);
         const now = Date.now();
+        // One notification text for every message visible at once (most batches), not one made per message.
+        const notifyNow = hub.payload(app.id, queue, 0);
         const items = req.messages.map((m, i) => {
           const payload = payloadText(m.payload, app, `messages[${i}].payload`);
           const { ttlSeconds, delaySeconds } = putTimes(app, m, `messages[${i}].`);
@@ -605,7 +640,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
             payload,
             ttlSeconds,
             delaySeconds,
-            notify: hub.payload(app.id, queue, delaySeconds > 0 ? now + delaySeconds * 1000 : 0),
+            notify: delaySeconds > 0 ? hub.payload(app.id, queue, now + delaySeconds * 1000) : notifyNow,
             dedupKey: checkDedupKey(`messages[${i}].dedupKey`, m.dedupKey),
             priority: checkRange(`messages[${i}].priority`, m.priority, 0, MAX_PRIORITY, 0),
             groupKey: checkGroupKey(`messages[${i}].groupKey`, m.groupKey),
@@ -784,19 +819,22 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           const windowSize = checkRange("window", req.window, 1, MAX_STREAM_WINDOW, 0);
           const { policy, rule } = await policyOf(app, queue);
           const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-          // Each message is made into its `Message` once: when its size is counted.
-          const made = new Map<StoredMessage, ReturnType<typeof toMessage>>();
-          const fit = (unsent: StoredMessage[]) => responsePart(unsent, made);
+          // Each message is made into its `Message` (or, for a binary codec, its encoding) once: when its size
+          // is counted.
+          const binaryCodec = binaryCodecOf(context);
+          const made = new Map<StoredMessage, ReturnType<typeof toMessage> | Uint8Array>();
+          const fit = (unsent: StoredMessage[]) => responsePart(unsent, made, binaryCodec);
+          const take = (m: StoredMessage) => {
+            const message = made.get(m) ?? (binaryCodec ? encodeDelimitedMessage(m) : toMessage(m));
+            made.delete(m);
+            return message;
+          };
           // The call is accepted: its headers go now, not with a first message that may be long in coming.
           sendStreamHeaders(context);
           for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit)) {
-            yield {
-              messages: messages.map((m) => {
-                const message = made.get(m) ?? toMessage(m);
-                made.delete(m);
-                return message;
-              }),
-            };
+            yield binaryCodec
+              ? encodedResponse(messages.map((m) => take(m) as Uint8Array))
+              : { messages: messages.map((m) => take(m) as ReturnType<typeof toMessage>) };
           }
           throwIfPastDeadline(context, "a message");
         } catch (err) {

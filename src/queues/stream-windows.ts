@@ -60,15 +60,34 @@ export interface StreamWindows {
   readonly count: number;
 }
 
-const receiptKey = (appId: string, id: string, claim: number) => `${appId}|${id}|${claim}`;
+/**
+ * A receipt a window holds. Keyed by the message id alone (a UUID, unique across apps), the string the row
+ * or the decoded receipt already is: a key made per message from app, id and claim was a string built and
+ * hashed twice per streamed message (at the send and at the ack). A message is leased to one claim at a
+ * time, so an id holds at most one live receipt: a newer claim of it replaces the older receipt, whose
+ * lease had ended (the database would have answered so at the next check).
+ */
+interface Held {
+  readonly appId: string;
+  readonly id: string;
+  readonly claim: number;
+  /** The lease's end on this process's clock. */
+  untilMs: number;
+  readonly window: WindowImpl;
+}
+
+interface WindowImpl extends StreamWindow {
+  readonly held: Map<string, Held>;
+  release(id: string): void;
+}
 
 export function createStreamWindows(): StreamWindows {
-  const owners = new Map<string, WindowImpl>();
+  const owners = new Map<string, Held>();
   let count = 0;
   const ticks = new Map<number, Promise<void>>();
 
-  class WindowImpl implements StreamWindow {
-    readonly held = new Map<string, number>();
+  class Window implements WindowImpl {
+    readonly held = new Map<string, Held>();
     private wake: (() => void) | undefined;
     private closed = false;
 
@@ -78,13 +97,15 @@ export function createStreamWindows(): StreamWindows {
 
     add(appId: string, id: string, claim: number, leaseExpiresAtMs: number) {
       if (this.closed) return;
-      const key = receiptKey(appId, id, claim);
-      this.held.set(key, leaseExpiresAtMs);
-      owners.set(key, this);
+      const before = owners.get(id);
+      if (before && before.window !== this) before.window.release(id);
+      const held: Held = { appId, id, claim, untilMs: leaseExpiresAtMs, window: this };
+      this.held.set(id, held);
+      owners.set(id, held);
     }
 
-    release(key: string) {
-      if (!this.held.delete(key)) return;
+    release(id: string) {
+      if (!this.held.delete(id)) return;
       const wake = this.wake;
       this.wake = undefined;
       wake?.();
@@ -94,7 +115,7 @@ export function createStreamWindows(): StreamWindows {
     private due(): { reached: boolean; earliest: number } {
       const now = Date.now();
       let earliest = Infinity;
-      for (const at of this.held.values()) {
+      for (const { untilMs: at } of this.held.values()) {
         if (at <= now) return { reached: true, earliest: at };
         if (at < earliest) earliest = at;
       }
@@ -102,10 +123,7 @@ export function createStreamWindows(): StreamWindows {
     }
 
     receipts() {
-      return [...this.held].map(([key, untilMs]) => {
-        const [, id, claim] = key.split("|");
-        return { id, claim: Number(claim), untilMs };
-      });
+      return Array.from(this.held.values(), ({ id, claim, untilMs }) => ({ id, claim, untilMs }));
     }
 
     shrunk(signal: AbortSignal, recheck?: Promise<void>): Promise<void> {
@@ -135,28 +153,32 @@ export function createStreamWindows(): StreamWindows {
       if (this.closed) return;
       this.closed = true;
       count--;
-      for (const key of this.held.keys()) if (owners.get(key) === this) owners.delete(key);
+      for (const [id, held] of this.held) if (owners.get(id) === held) owners.delete(id);
       this.held.clear();
       this.wake?.();
     }
   }
 
+  /** The receipt `appId|id|claim` as a window holds it, if one does. */
+  const heldAs = (appId: string, id: string, claim: number) => {
+    const held = owners.get(id);
+    return held && held.appId === appId && held.claim === claim ? held : undefined;
+  };
+
   return {
     open() {
       count++;
-      return new WindowImpl();
+      return new Window();
     },
     acked(appId, id, claim) {
-      const key = receiptKey(appId, id, claim);
-      const owner = owners.get(key);
-      if (!owner) return;
-      owners.delete(key);
-      owner.release(key);
+      const held = heldAs(appId, id, claim);
+      if (!held) return;
+      owners.delete(id);
+      held.window.release(id);
     },
     extended(appId, id, claim, leaseExpiresAtMs) {
-      const key = receiptKey(appId, id, claim);
-      const owner = owners.get(key);
-      if (owner?.held.has(key)) owner.held.set(key, leaseExpiresAtMs);
+      const held = heldAs(appId, id, claim);
+      if (held && held.window.held.get(id) === held) held.untilMs = leaseExpiresAtMs;
     },
     recheckTick(ms) {
       let tick = ticks.get(ms);
