@@ -103,7 +103,7 @@ function writeValue(buf: Buffer, at: number, json: unknown): number {
       // Value.string_value = 3
       return writeString(buf, at, 0x1a, json, sizes[sizeRead++]);
     case "number":
-      // Value.number_value = 1 (double)
+      // Value.number_value = 2 (double)
       buf[at++] = 0x11;
       return buf.writeDoubleLE(json, at);
     case "boolean":

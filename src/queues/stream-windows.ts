@@ -98,6 +98,8 @@ export function createStreamWindows(): StreamWindows {
     add(appId: string, id: string, claim: number, leaseExpiresAtMs: number) {
       if (this.closed) return;
       const before = owners.get(id);
+      // An older claim added late (after a slow give-back) must not evict the receipt of a newer one.
+      if (before && before.claim > claim) return;
       if (before && before.window !== this) before.window.release(id);
       const held: Held = { appId, id, claim, untilMs: leaseExpiresAtMs, window: this };
       this.held.set(id, held);

@@ -53,6 +53,19 @@ describe("stream windows", () => {
     expect(second.size).toBe(0);
   });
 
+  it("an older claim added late does not evict the newer claim's receipt", () => {
+    const windows = createStreamWindows();
+    const first = windows.open();
+    const second = windows.open();
+    second.add(A, id(1), 4, later());
+    // The older claim arrives after the newer one (a slow give-back): the newer receipt stays where it is.
+    first.add(A, id(1), 3, later());
+    expect(first.size).toBe(0);
+    expect(second.receipts().map((r) => r.claim)).toEqual([4]);
+    windows.acked(A, id(1), 4);
+    expect(second.size).toBe(0);
+  });
+
   it("an extension moves the lease end of the receipt it names, and a closed window forgets its receipts", () => {
     const windows = createStreamWindows();
     const w = windows.open();
