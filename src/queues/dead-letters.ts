@@ -2,7 +2,7 @@
  * The operator's side of dead letters (AdminService `ListDeadLetters`,
  * `ReplayDeadLetters`, `PurgeDeadLetters`): paging through one queue's dead
  * letters, putting them back in line, deleting them. Messages become dead
- * letters in the claim itself (`queue-store.ts`, `claimMany` with a rule);
+ * letters in the claim itself (`store/claim-store.ts`, `claimMany` with a rule);
  * this module only handles them afterwards. Every call is scoped by app and
  * queue, so ids of another app's or queue's dead letters match nothing.
  */

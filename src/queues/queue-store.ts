@@ -1,6 +1,19 @@
 /**
- * Every SQL statement of the queue facility, one function per operation, each
- * a single statement so that it is atomic on its own and costs one round trip:
+ * The queue facility's store: every SQL statement of its messages, leases, dead letters, policies and
+ * counts, one function per operation, each part in its own file of `store/`:
+ *
+ * - `put-store.ts`: puts (one, a batch, all-or-none with dedup keys, dropping the oldest);
+ * - `claim-store.ts`: the claim, which leases the head of a line and buries the dead;
+ * - `lease-store.ts`: what follows a lease (extend, nack, release, still leased, ack);
+ * - `control-store.ts`: peek, purge, a message's state;
+ * - `dead-letter-store.ts`: list, replay and purge dead letters;
+ * - `count-store.ts`: the listing from the counts, next visibility, hourly activity;
+ * - `policy-store.ts`: queue policies; `housekeeping-store.ts`: the sweeps' deletes;
+ * - `queue-tables.ts`, `queue-types.ts`, `sql-fragments.ts` and `row-values.ts`: the tables, the values
+ *   taken and given, the SQL the parts share, and the driver's values as rows read them.
+ *
+ * Each operation is a single statement where it can be, so that it is atomic on its own and costs one
+ * round trip:
  *
  * - put: count the waiting messages (bounded by the cap), insert if below it,
  *   and `pg_notify` in the same statement, so the notification is sent exactly
@@ -50,6 +63,10 @@ export {
 export interface QueueStore
   extends PutStore, ClaimStore, LeaseStore, ControlStore, DeadLetterStore, CountStore, PolicyStore, HousekeepingStore {}
 
+/**
+ * The store on `database`; acks, expiry and the removal of deleted apps' rows go through `relaxedDatabase`
+ * (see `QueueDbs` for why they may commit asynchronously).
+ */
 export function createQueueStore(database: Db, relaxedDatabase: Db = database): QueueStore {
   const db: Kysely<QueueTables> = database.withTables<QueueTables>();
   const relaxedDb: Kysely<QueueTables> = relaxedDatabase.withTables<QueueTables>();

@@ -1,3 +1,8 @@
+/**
+ * The claim: one statement that leases the head of a line (priorities first, each ordered group's head
+ * only), buries on the way the messages that had their last delivery, and says when the next message
+ * becomes visible when it took fewer than asked.
+ */
 import { sql } from "kysely";
 import { PREPARED } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
@@ -10,8 +15,8 @@ import {
   groupsReleased,
   lineGroupSeq,
   retryHoldSeconds,
-  toDate,
 } from "./sql-fragments.ts";
+import { toDateOrNull, type When } from "./row-values.ts";
 import { DROP_DEAD_LETTERS, type ClaimRule, type StoredMessage } from "./queue-types.ts";
 
 /** Most messages one claim moves to the dead letters (more wait for the next claim). */
@@ -41,10 +46,13 @@ interface ClaimRow {
   claims: number | null;
   was_visible_at: number | null;
   priority: number | null;
-  next_visible_at: Date | string | null;
+  next_visible_at: When | null;
   buried: number | null;
   trace_parent: string | null;
 }
+
+/** A queue of an app. */
+type QueueKeyRow = { app_id: string; queue: string };
 
 /** The rows of a claim statement: the leased messages in line order, and the next visibility when fewer were taken. */
 function claimedRows(
@@ -57,7 +65,7 @@ function claimedRows(
   for (const row of rows) {
     if (row.buried != null) buried = Number(row.buried);
     if (!row.id) {
-      nextVisibleAt = row.next_visible_at == null ? null : toDate(row.next_visible_at);
+      nextVisibleAt = toDateOrNull(row.next_visible_at);
       continue;
     }
     messages.push({
@@ -83,6 +91,7 @@ function claimedRows(
   };
 }
 
+/** Claims, and where the dead-letter sweep looks. */
 export interface ClaimStore {
   /**
    * Leases up to `n` visible messages in one statement, oldest first. When it
@@ -100,7 +109,6 @@ export interface ClaimStore {
   queuesWithDeliveryLimit(): Promise<{ appId: string; queue: string }[]>;
 }
 
-/** Claims: leasing the head of a line, burying the dead on the way. */
 export function createClaimStore({ db }: QueueDbs): ClaimStore {
   /**
    * The claim, one statement built here once: `next` takes up to `n` visible
@@ -236,7 +244,7 @@ export function createClaimStore({ db }: QueueDbs): ClaimStore {
       claimManyWith(appId, queue, leaseSeconds, n, rule),
     async queuesWithDeliveryLimit() {
       // A queue's policy sets the limit, or the app's `maxDeliveries` (limits the admin changed are in apps.limits).
-      const { rows } = await sql<{ app_id: string; queue: string }>`
+      const { rows } = await sql<QueueKeyRow>`
         SELECT app_id, queue FROM queue_policies WHERE max_deliveries > 0
         UNION
         SELECT DISTINCT m.app_id, m.queue FROM queue_messages m

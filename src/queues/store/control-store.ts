@@ -1,8 +1,13 @@
+/**
+ * The view and control of one queue's line, for the app and the operator: peek (read without leasing),
+ * purge, and where one message is.
+ */
 import { sql } from "kysely";
 import { isUuid } from "../../core/apps/apps.ts";
 import { exactTimeText, isExactTimeText, transact } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
-import { LEASED, WAITING, toDate, type Count, type When } from "./sql-fragments.ts";
+import { LEASED, WAITING } from "./sql-fragments.ts";
+import { toDate, toDateOrNull, type Count, type When } from "./row-values.ts";
 import type { MessageState, PeekedMessage } from "./queue-types.ts";
 
 /** Whether a `position` from outside (a page token) is one `peek` wrote (`visible_at|enqueued_at|id`): checked before it reaches a cast. */
@@ -11,6 +16,33 @@ export function isPeekPosition(position: string): boolean {
   return parts.length === 3 && isExactTimeText(parts[0]) && isExactTimeText(parts[1]) && isUuid(parts[2]);
 }
 
+/** A peeked message as read: its payload cut, its place in line as exact text. */
+type PeekRow = {
+  id: string;
+  payload: string;
+  size: Count;
+  enqueued_at: When;
+  expires_at: When;
+  deliveries: Count;
+  position: string;
+};
+
+/** One message in line or dead: the columns both tables share, the others null. */
+type MessageStateRow = {
+  dead: boolean;
+  leased: boolean;
+  delayed: boolean;
+  enqueued_at: When;
+  expires_at: When;
+  deliveries: Count;
+  visible_at: When | null;
+  lease_until: When | null;
+  failure_reason: string | null;
+  died_at: When | null;
+  group_key: string | null;
+};
+
+/** Peek, purge and a message's state. */
 export interface ControlStore {
   /**
    * Waiting messages in claim order, read only (no lease, no delivery counted);
@@ -23,7 +55,7 @@ export interface ControlStore {
   messageState(appId: string, queue: string, id: string): Promise<MessageState | undefined>;
 }
 
-/** An operator's view and control of one queue's line: peek and purge. */
+/** One queue's line as the app and the operator see and control it. */
 export function createControlStore({ db }: QueueDbs): ControlStore {
   return {
     async peek(appId, queue, limit, maxChars, after) {
@@ -32,15 +64,7 @@ export function createControlStore({ db }: QueueDbs): ControlStore {
       // claimed or put meanwhile (no offset that shifts). The plain
       // `visible_at >=` lets the line index start the scan there.
       const [visibleAt = null, enqueuedAt = null, afterId = null] = after === undefined ? [] : after.split("|");
-      const { rows } = await sql<{
-        id: string;
-        payload: string;
-        size: number;
-        enqueued_at: unknown;
-        expires_at: unknown;
-        deliveries: number;
-        position: string;
-      }>`
+      const { rows } = await sql<PeekRow>`
         SELECT id, left(payload, ${maxChars + 1}) AS payload, octet_length(payload) AS size, enqueued_at, expires_at, deliveries,
                ${exactTimeText(sql`visible_at`)} || '|' || ${exactTimeText(sql`enqueued_at`)} || '|' || id AS position
         FROM queue_messages
@@ -76,19 +100,7 @@ export function createControlStore({ db }: QueueDbs): ControlStore {
     },
     async messageState(appId, queue, id) {
       // One round trip: the message in line (not expired, unless a lease still holds it), else its dead letter.
-      const { rows } = await sql<{
-        dead: boolean;
-        leased: boolean;
-        delayed: boolean;
-        enqueued_at: When;
-        expires_at: When;
-        deliveries: Count;
-        visible_at: When | null;
-        lease_until: When | null;
-        failure_reason: string | null;
-        died_at: When | null;
-        group_key: string | null;
-      }>`
+      const { rows } = await sql<MessageStateRow>`
         SELECT false AS dead, coalesce(${LEASED}, false) AS leased, visible_at > now() AS delayed,
                enqueued_at, expires_at, deliveries, visible_at, lease_until, failure_reason, NULL::timestamptz AS died_at, group_key
         FROM queue_messages
@@ -109,10 +121,10 @@ export function createControlStore({ db }: QueueDbs): ControlStore {
         enqueuedAt: toDate(r.enqueued_at),
         expiresAt: toDate(r.expires_at),
         deliveries: Number(r.deliveries),
-        visibleAt: status === "delayed" && r.visible_at !== null ? toDate(r.visible_at) : null,
-        leaseExpiresAt: status === "leased" && r.lease_until !== null ? toDate(r.lease_until) : null,
+        visibleAt: status === "delayed" ? toDateOrNull(r.visible_at) : null,
+        leaseExpiresAt: status === "leased" ? toDateOrNull(r.lease_until) : null,
         failureReason: r.failure_reason,
-        diedAt: r.died_at === null ? null : toDate(r.died_at),
+        diedAt: toDateOrNull(r.died_at),
         groupKey: r.group_key,
       };
     },

@@ -1,13 +1,19 @@
+/**
+ * Counters and what is read from them: the app's queues with their depth, in flight and dead letters
+ * (from `queue_counts`, migration 0012, not from the messages); when each queue's next message becomes
+ * visible; the hourly activity (migration 0019); and the compaction of count rows.
+ */
 import { sql } from "kysely";
 import { PREPARED } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
-import { HEAD_OF_GROUP, toDate, type When } from "./sql-fragments.ts";
+import { HEAD_OF_GROUP } from "./sql-fragments.ts";
+import { toDate, toDateOrNull, type Count, type When } from "./row-values.ts";
 import type { QueueActivityHour, QueueStats } from "./queue-types.ts";
 
 /**
  * The expired waiting messages not yet deleted by the expiry sweep (which runs
  * every 15 s), of every app: read through the expiry index (the ORDER BY makes
- * it the plan), at most `EXPIRED_SCAN` of them, so the counts below can leave
+ * it the plan), at most 10,000 of them, so the counts below can leave
  * them out at the cost of the few that expired since the last sweep.
  */
 const EXPIRED = sql`(
@@ -19,8 +25,25 @@ const EXPIRED = sql`(
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */
 const OLDEST_SCAN = 16;
 
+/** A queue's count rows folded into one: what they summed to. */
+type FoldedRow = { app_id: string; queue: string; n: Count };
+
+/** One queue of an app's listing (`in_flight` and `dead_letters` are int4 counts, `total` an int8 sum). */
+type ListedRow = {
+  queue: string;
+  total: Count | null;
+  in_flight: number | null;
+  oldest_at: When | null;
+  dead_letters: number;
+};
+
+/** When one queue's next message is visible. */
 type NextVisibleRow = { app_id: string; queue: string; at: When };
 
+/** One hour of a queue's activity (sums of int8: their text). */
+type ActivityRow = { at: When; puts: Count; acks: Count };
+
+/** Counts, the listing, next visibility and activity. */
 export interface CountStore {
   /**
    * Folds the count slots (`queue_counts`) of up to `limit` queues into one
@@ -45,7 +68,7 @@ export function createCountStore({ db }: QueueDbs): CountStore {
   return {
     compactCounts(limit) {
       return db.transaction().execute(async (trx) => {
-        const { rows } = await sql<{ app_id: string; queue: string; n: string | number }>`
+        const { rows } = await sql<FoldedRow>`
           WITH locked AS (
             SELECT app_id, queue, slot FROM queue_counts
             WHERE (app_id, queue) IN (
@@ -76,13 +99,7 @@ export function createCountStore({ db }: QueueDbs): CountStore {
       // line (the oldest of all, unless leases lapsed behind younger puts). A
       // queue holding only dead letters is listed too (FULL JOIN), so the
       // operator sees it.
-      const { rows } = await sql<{
-        queue: string;
-        total: number | string | null;
-        in_flight: number | null;
-        oldest_at: Date | string | null;
-        dead_letters: number;
-      }>`${PREPARED}
+      const { rows } = await sql<ListedRow>`${PREPARED}
         WITH c AS (
           SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = ${appId} GROUP BY queue HAVING sum(n) > 0
         ), m AS (
@@ -112,7 +129,7 @@ export function createCountStore({ db }: QueueDbs): CountStore {
             name: r.queue,
             depth,
             inFlight,
-            oldestAt: depth > 0 && r.oldest_at != null ? toDate(r.oldest_at) : null,
+            oldestAt: depth > 0 ? toDateOrNull(r.oldest_at) : null,
             deadLetters: Number(r.dead_letters),
           };
         })
@@ -132,7 +149,7 @@ export function createCountStore({ db }: QueueDbs): CountStore {
     },
     async activity(appId, queue, hours) {
       // The hours come from the database's clock, as the counts' hours do.
-      const { rows } = await sql<{ at: Date | string; puts: string | number; acks: string | number }>`${PREPARED}
+      const { rows } = await sql<ActivityRow>`${PREPARED}
         WITH h AS (
           SELECT generate_series(date_trunc('hour', now(), 'UTC') - make_interval(hours => ${hours - 1}),
                                  date_trunc('hour', now(), 'UTC'), interval '1 hour') AS at

@@ -1,9 +1,15 @@
+/**
+ * Dead letters: listed in the order they died, replayed onto the queue (one statement moves them, so a
+ * message is in line or dead, never both), and purged. Their expiry and orphans are housekeeping's.
+ */
 import { sql } from "kysely";
 import { transact } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
-import { QUEUE_CHANNEL, lineGroupSeq, toDate, type Count, type When } from "./sql-fragments.ts";
+import { QUEUE_CHANNEL, lineGroupSeq } from "./sql-fragments.ts";
+import { toDate, type Count, type When } from "./row-values.ts";
 import type { DeadLetter, DeadLetterSelection } from "./queue-types.ts";
 
+/** A dead letter as listed, its payload perhaps cut; `seq` (int8) as text. */
 type DeadLetterRow = {
   seq_text: string;
   id: string;
@@ -17,10 +23,13 @@ type DeadLetterRow = {
   group_key: string | null;
 };
 
+/** How many a statement moved. */
 type CountRow = { n: Count };
 
+/** The highest `seq` (int8) as text, null when none. */
 type SeqRow = { seq: string | null };
 
+/** Listing, replaying and purging dead letters. */
 export interface DeadLetterStore {
   /**
    * Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last);
@@ -53,7 +62,6 @@ export interface DeadLetterStore {
   purgeDeadLetters(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
 }
 
-/** Dead letters: listing, replaying onto the queue and purging; their expiry is housekeeping. */
 export function createDeadLetterStore({ db }: QueueDbs): DeadLetterStore {
   return {
     async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {

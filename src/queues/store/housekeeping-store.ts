@@ -1,7 +1,13 @@
+/**
+ * Housekeeping deletes, run by the periodic sweeps (`queue-housekeeping.ts`) on the relaxed handle: expired
+ * messages, dead letters and dedup keys, old activity hours, and what deleted apps left. Each deletes at
+ * most `limit` rows, skipping locked ones, so a sweep never waits on a consumer.
+ */
 import { sql } from "kysely";
 import type { QueueDbs } from "./queue-tables.ts";
 import { LEASED } from "./sql-fragments.ts";
 
+/** The sweeps' deletes; each answers how many rows it deleted. */
 export interface HousekeepingStore {
   /** Deletes up to `limit` policies, dedup keys and count rows of apps that no longer exist; how many. */
   deleteControlOrphans(limit: number): Promise<number>;
@@ -19,7 +25,6 @@ export interface HousekeepingStore {
   pruneActivity(keepHours: number, limit: number): Promise<number>;
 }
 
-/** Housekeeping deletes: expired messages, dead letters and dedup keys, old activity, and what deleted apps left. */
 export function createHousekeepingStore({ relaxedDb }: QueueDbs): HousekeepingStore {
   /** Deletes up to `limit` rows of `table` whose app is gone (deleted apps' messages and dead letters follow through housekeeping). */
   async function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {

@@ -1,11 +1,31 @@
+/**
+ * A lease once a claim took it (`claim-store.ts`): extended, nacked, given back unsent (release), asked
+ * about (still leased), or acked. Each matches the receipt's lease count (`claims`), so a receipt of an
+ * earlier lease never touches a later one.
+ */
 import { sql } from "kysely";
 import { PREPARED, intArray, uuidArray } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
-import { LEASED, QUEUE_CHANNEL, groupsReleased, retryHoldSeconds, toDate, type Count } from "./sql-fragments.ts";
+import { LEASED, QUEUE_CHANNEL, groupsReleased, retryHoldSeconds } from "./sql-fragments.ts";
+import { toDate, type Count, type When } from "./row-values.ts";
 import type { ClaimRule } from "./queue-types.ts";
 
+/** How many leases were given back. */
+type ReleasedRow = { n: number };
+
+/** An extended lease's new end. */
+type ExtendedRow = { lease_until: When };
+
+/** A nacked message: its queue, and when it is visible again (epoch ms, 0: now). */
+type NackedRow = { queue: string; visible_at_ms: number };
+
+/** A lease that still holds (`claims` is int4). */
+type LeaseRow = { app_id: string; id: string; claims: number };
+
+/** An acked message's receipt. */
 type AckedRow = { app_id: string; id: string; claims: Count };
 
+/** What a lease's holder (or a stream) does with it. */
 export interface LeaseStore {
   /**
    * Undoes leases that were taken but never handed to a consumer (a stream
@@ -52,12 +72,11 @@ export interface LeaseStore {
   ackMany(receipts: { appId: string; id: string; claim: number }[]): Promise<boolean[]>;
 }
 
-/** Leases once taken: extend, nack, release, still leased, and acks. */
 export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
   return {
     async release(appId, leases, notify) {
       if (leases.length === 0) return 0;
-      const { rows } = await sql<{ n: number }>`
+      const { rows } = await sql<ReleasedRow>`
         WITH released AS (
           UPDATE queue_messages m
           SET visible_at = k.visible_before, lease_until = NULL, deliveries = m.deliveries - 1, claims = m.claims - 1
@@ -73,7 +92,7 @@ export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
       return Number(rows[0]?.n ?? 0);
     },
     async extend(appId, id, claim, leaseSeconds) {
-      const { rows } = await sql<{ lease_until: Date | string }>`${PREPARED}
+      const { rows } = await sql<ExtendedRow>`${PREPARED}
         UPDATE queue_messages
         SET visible_at = now() + make_interval(secs => ${leaseSeconds}) + (visible_at - lease_until),
             lease_until = now() + make_interval(secs => ${leaseSeconds})
@@ -84,7 +103,7 @@ export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
     async nack(appId, id, claim, delaySeconds, defaults, notifyPrefix, reason) {
       // The delivery that ends here is the row's `deliveries`-th: its hold is
       // the one a lapse of it would have had (the claim's formula, one delivery on).
-      const { rows } = await sql<{ queue: string; visible_at_ms: number }>`${PREPARED}
+      const { rows } = await sql<NackedRow>`${PREPARED}
         WITH p AS (
           SELECT coalesce(p.retry_delay_seconds, ${defaults.delaySeconds})::float8 AS delay,
                  coalesce(p.retry_backoff, ${defaults.backoff})::float8 AS backoff,
@@ -119,7 +138,7 @@ export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
       if (messages.length === 0) return new Set();
       const named = new Set(messages.map((m) => `${m.appId}|${m.id}`));
       const apps = [...new Set(messages.map((m) => m.appId))];
-      const { rows } = await sql<{ app_id: string; id: string; claims: number }>`${PREPARED}
+      const { rows } = await sql<LeaseRow>`${PREPARED}
         SELECT app_id, id, claims FROM queue_messages
         WHERE id = ANY (${uuidArray(messages.map((m) => m.id))}) AND app_id = ANY (${uuidArray(apps)})
           AND lease_until > now() AND visible_at > now()`.execute(db);

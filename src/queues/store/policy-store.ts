@@ -1,8 +1,10 @@
+/** Queue policies (`queue_policies`): a queue's stored policy, read and replaced. */
 import { sql } from "kysely";
 import { PREPARED, transact } from "../../core/database/index.ts";
 import type { QueueDbs } from "./queue-tables.ts";
 import type { StoredPolicy } from "./queue-types.ts";
 
+/** A policy's row: every column null where the app kept the default (the doubles come as numbers). */
 interface PolicyRow {
   max_deliveries: number | null;
   dead_letter_queue: string | null;
@@ -15,18 +17,20 @@ interface PolicyRow {
   max_deliveries_per_second: number | null;
 }
 
+/** A row as the store returns it. */
 const policyOf = (r: PolicyRow): StoredPolicy => ({
   maxDeliveries: r.max_deliveries,
   deadLetterQueue: r.dead_letter_queue,
   retryDelaySeconds: r.retry_delay_seconds,
-  retryBackoff: r.retry_backoff == null ? null : Number(r.retry_backoff),
+  retryBackoff: r.retry_backoff,
   maxRetryDelaySeconds: r.max_retry_delay_seconds,
-  retryJitter: r.retry_jitter == null ? null : Number(r.retry_jitter),
+  retryJitter: r.retry_jitter,
   leaseSeconds: r.lease_seconds,
   dedupWindowSeconds: r.dedup_window_seconds,
-  maxDeliveriesPerSecond: r.max_deliveries_per_second == null ? null : Number(r.max_deliveries_per_second),
+  maxDeliveriesPerSecond: r.max_deliveries_per_second,
 });
 
+/** A queue's stored policy. */
 export interface PolicyStore {
   /** A queue's policy as stored, or undefined when its app set none. */
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
@@ -36,7 +40,6 @@ export interface PolicyStore {
   updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
 }
 
-/** Policies: a queue's stored policy, read and replaced. */
 export function createPolicyStore({ db }: QueueDbs): PolicyStore {
   return {
     async getPolicy(appId, queue) {

@@ -1,3 +1,9 @@
+/**
+ * Puts: one message (serialised per queue, or on a transaction the caller holds), a batch of concurrent
+ * puts in one statement, all-or-none with dedup keys, and the event feed's put that drops the oldest. Each
+ * counts the queue under its lock (`queue_depth`) and inserts only below the depth limit, and notifies
+ * waiting consumers in the same statement.
+ */
 import crypto from "node:crypto";
 import { sql, type Kysely } from "kysely";
 import {
@@ -21,19 +27,22 @@ import {
   depthOf,
   groupColumns,
   groupValues,
-  toDate,
   traceColumn,
   traceValue,
-  type Count,
-  type When,
 } from "./sql-fragments.ts";
+import { toDate, type Count, type When } from "./row-values.ts";
 import type { PutAllMessage, PutDone, PutInput, PutItem, PutResult } from "./queue-types.ts";
 
 /** A put: the new message, or (refused by the depth check) the waiting count. */
-type PutRow = { id: string | null; expires_at: When | null; n: Count };
+type PutRow = { n: Count } & ({ id: string; expires_at: When } | { id: null; expires_at: null });
 
+/** `putDroppingOldest`: the new message and how many old ones it pushed out. */
 type DroppingPutRow = { id: string; expires_at: When; dropped: Count };
 
+/** A dedup key still within its window: the message its first put made. */
+type DedupRow = { dedup_key: string; message_id: string; message_expires_at: When };
+
+/** Puts, each under the queue's depth limit. */
 export interface PutStore {
   /**
    * One put in a transaction of its own (or the unit of work the store is built on), holding the queue's
@@ -102,7 +111,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
                   THEN pg_notify(${QUEUE_CHANNEL}, ${input.notify ?? null}::text) END AS notified
       FROM depth LEFT JOIN ins ON true`.execute(on);
     const row = rows[0];
-    if (row.id) return { inserted: true, id: row.id, expiresAt: toDate(row.expires_at) };
+    if (row.id !== null) return { inserted: true, id: row.id, expiresAt: toDate(row.expires_at) };
     return { inserted: false, depth: Number(row.n) };
   }
 
@@ -157,7 +166,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
       let depth = 0;
       for (const row of rows) {
         depth = Number(row.n);
-        if (row.id) inserted.set(row.id, toDate(row.expires_at));
+        if (row.id !== null) inserted.set(row.id, toDate(row.expires_at));
       }
       return ids.map((id): PutResult => {
         const expiresAt = inserted.get(id);
@@ -172,7 +181,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
         const keys = [...new Set(items.flatMap((i) => (i.dedupKey === undefined ? [] : [i.dedupKey])))];
         const firsts = new Map<string, { id: string; expiresAt: Date; deduplicated: boolean }>();
         if (keys.length > 0) {
-          const { rows } = await sql<{ dedup_key: string; message_id: string; message_expires_at: Date | string }>`
+          const { rows } = await sql<DedupRow>`
             SELECT dedup_key, message_id, message_expires_at FROM queue_dedup
             WHERE app_id = ${appId} AND queue = ${queue} AND dedup_key = ANY (${keys}::text[]) AND until > statement_timestamp()`.execute(
             trx,
@@ -199,7 +208,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
             if (item.notify !== undefined) notes.set(item.notify, (notes.get(item.notify) ?? 0) + 1);
           // One statement after the lock (its snapshot sees every put that held
           // the lock before): count, and insert all only if they fit.
-          const { rows } = await sql<{ n: number; id: string | null; expires_at: Date | string | null }>`${PREPARED}
+          const { rows } = await sql<PutRow>`${PREPARED}
             WITH depth AS (
               SELECT ${depthOf(appId, queue)} AS n
             ), src AS (
@@ -222,7 +231,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
             SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
             FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
           if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
-          for (const r of rows) inserted.set(r.id!, toDate(r.expires_at));
+          for (const r of rows) if (r.id !== null) inserted.set(r.id, toDate(r.expires_at));
           const keyed = fresh.filter((f) => f.item.dedupKey !== undefined);
           if (keyed.length > 0) {
             // A key past its window is taken over; one within it was read above, so none conflicts here otherwise.

@@ -46,18 +46,15 @@ interface QueueDeadLettersTable {
   group_key: string | null;
 }
 
+/** The tables the store declares (`db.withTables<QueueTables>()`); the others it reaches (counts, policies, dedup keys, activity) are named in its SQL only. */
 export type QueueTables = {
   queue_messages: QueueMessagesTable;
   queue_dead_letters: QueueDeadLettersTable;
 };
 
-/** The two handles of `createQueueStore` (see there): `db` commits synchronously, `relaxedDb` may not. */
-export interface QueueDbs {
-  db: Kysely<QueueTables>;
-  relaxedDb: Kysely<QueueTables>;
-}
-
 /**
+ * The two handles every part of the store is built on.
+ *
  * `db` commits synchronously: puts, whose 200 promises the message is kept,
  * and claims. `relaxedDb` may commit asynchronously (`synchronous_commit =
  * off`, see `Database.relaxedDb`): acks, expiry and the removal of deleted
@@ -69,3 +66,7 @@ export interface QueueDbs {
  * claim keeps "an earlier receipt never acks" true even across a database
  * crash, and cost no measurable throughput once claims are batched.
  */
+export interface QueueDbs {
+  db: Kysely<QueueTables>;
+  relaxedDb: Kysely<QueueTables>;
+}

@@ -1,5 +1,6 @@
 /** The values the queue store takes and gives: messages, puts, policies, claim rules and dead letters. */
 
+/** A message as a claim leased it. */
 export interface StoredMessage {
   id: string;
   queue: string;
@@ -24,6 +25,7 @@ export interface QueueActivityHour {
   acks: number;
 }
 
+/** One queue of an app's listing. */
 export interface QueueStats {
   name: string;
   depth: number;
@@ -32,6 +34,7 @@ export interface QueueStats {
   deadLetters: number;
 }
 
+/** One put (`putSerialized`, `putHere`; `putDroppingOldest` without `depthBelow`). */
 export interface PutInput {
   appId: string;
   queue: string;
@@ -56,6 +59,7 @@ export interface PutDone {
   expiresAt: Date;
 }
 
+/** A put's answer: the message, or (refused by the depth limit) how many waited. */
 export type PutResult = ({ inserted: true } & PutDone) | { inserted: false; depth: number };
 
 /** One put of a batch (`putMany`): all of one app's queue. */
@@ -95,6 +99,7 @@ export interface StoredPolicy {
   maxDeliveriesPerSecond: number | null;
 }
 
+/** A waiting message as a peek reads it, without leasing it. */
 export interface PeekedMessage {
   id: string;
   /** The payload's JSON text, cut after the asked length plus one (so a cut can be told). */
@@ -127,6 +132,7 @@ export interface ClaimRule {
   retry: { delaySeconds: number; backoff: number; maxDelaySeconds: number; jitter: number };
 }
 
+/** A dead letter as listed. */
 export interface DeadLetter {
   /** Its place in the order of deaths: the listing's page key. */
   seq: string;
@@ -166,4 +172,5 @@ export interface MessageState {
 /** Which dead letters of one app's queue: all of them, or those of these ids. */
 export type DeadLetterSelection = { all: true } | { ids: string[] };
 
+/** One consumer's share of a claim: its message, or when the line's next one becomes visible (null: none waits). */
 export type ClaimResult = { message: StoredMessage } | { message?: undefined; nextVisibleAt: Date | null };

@@ -12,6 +12,7 @@ export const QUEUE_CHANNEL = "pb_queue_put";
  */
 export const LEASED = sql`(lease_until > now() AND visible_at > now())`;
 
+/** A message not leased and not expired (see `LEASED`). */
 export const WAITING = sql`NOT coalesce(${LEASED}, false) AND expires_at > now()`;
 
 /**
@@ -30,23 +31,19 @@ export const LAST_FAILURE = sql`CASE WHEN m.lease_until IS NOT NULL THEN 'lease 
  */
 export const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
 
-/** What a statement reads, as the driver gives it (timestamps as Date or text, counts as number or bigint text). */
-export type When = Date | string;
-
-export type Count = number | string;
-
-export const toDate = (v: unknown): Date => (v instanceof Date ? v : new Date(v as string));
+/** An empty fragment: what an optional part of a statement is when it is left out. */
+export const NOTHING = sql``;
 
 /**
  * The `trace_parent` column of a traced put's INSERT, and its value; for an untraced one (every put when
  * tracing is off), nothing: the statement is the one it always was, and no fragment is made for it.
  */
-export const NOTHING = sql``;
-
 export const TRACE_COLUMN = sql`, trace_parent`;
 
+/** `TRACE_COLUMN` for a put with a `traceparent`, else nothing. */
 export const traceColumn = (traceParent: string | undefined) => (traceParent === undefined ? NOTHING : TRACE_COLUMN);
 
+/** The value for `TRACE_COLUMN`, or nothing. */
 export const traceValue = (traceParent: string | undefined) =>
   traceParent === undefined ? NOTHING : sql`, ${traceParent}`;
 
@@ -59,8 +56,10 @@ export const traceValue = (traceParent: string | undefined) =>
  */
 export const GROUP_COLUMNS = sql`, group_key, group_seq`;
 
+/** `GROUP_COLUMNS` for a grouped put, else nothing. */
 export const groupColumns = (groupKey: string | undefined) => (groupKey === undefined ? NOTHING : GROUP_COLUMNS);
 
+/** The values for `GROUP_COLUMNS`: the key and the group's next place, or nothing. */
 export const groupValues = (groupKey: string | undefined) =>
   groupKey === undefined ? NOTHING : sql`, ${groupKey}::text, nextval('queue_group_seq')`;
 
@@ -93,6 +92,7 @@ export function groupHead(m: string, skip: RawBuilder<unknown> = NOTHING) {
       AND (g.expires_at > now() OR g.lease_until > now())${skip}))`;
 }
 
+/** `groupHead` of the alias `q`: the condition the claim, the wake-up safety net and the listing use. */
 export const HEAD_OF_GROUP = groupHead("q");
 
 /**
@@ -119,6 +119,16 @@ export function groupsReleased(rows: RawBuilder<unknown>) {
 export const BATCH_ORDER = sql`(ord - 1) * interval '1 microsecond'`;
 
 /**
+ * The largest `deliveries` and `claims` (int4 columns). Both grow by one per
+ * lease with no end when `maxDeliveries` is 0, a message can live a year and
+ * a replay keeps `claims`: past it, `+ 1` would raise an error in the claim
+ * statement and, with the message at the head of the line, stop its whole
+ * queue. `deliveries` stays at it; `claims` starts again from 1 (a receipt's
+ * count need only differ from the last ones').
+ */
+export const INT4_MAX = 2_147_483_647;
+
+/**
  * The retry hold, in seconds, after a message's `n`-th delivery lapsed or was
  * nacked: `min(maxDelay, delay * backoff^n)`.
  *
@@ -130,18 +140,6 @@ export const BATCH_ORDER = sql`(ord - 1) * interval '1 microsecond'`;
  * where the hold is the cap anyway (any delay above 0 times e^600 is past any
  * `maxDelay`; a delay of 0 stays 0). `backoff` is at least 1.
  */
-/**
-
-/**
- * The largest `deliveries` and `claims` (int4 columns). Both grow by one per
- * lease with no end when `maxDeliveries` is 0, a message can live a year and
- * a replay keeps `claims`: past it, `+ 1` would raise an error in the claim
- * statement and, with the message at the head of the line, stop its whole
- * queue. `deliveries` stays at it; `claims` starts again from 1 (a receipt's
- * count need only differ from the last ones').
- */
-export const INT4_MAX = 2_147_483_647;
-
 export function retryHoldSeconds(
   delay: RawBuilder<unknown>,
   backoff: RawBuilder<unknown>,
