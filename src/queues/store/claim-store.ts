@@ -98,13 +98,15 @@ export interface ClaimStore {
    * got fewer than `n`, also says when the next message not taken becomes
    * visible (null: none waits).
    */
-  claimMany(
-    appId: string,
-    queue: string,
-    leaseSeconds: number,
-    n: number,
-    rule?: ClaimRule,
-  ): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number }>;
+  claimMany(claim: {
+    appId: string;
+    queue: string;
+    leaseSeconds: number;
+    /** How many to lease at most (0: only bury). */
+    n: number;
+    /** The queue's policy; none: the plain claim (no dead letters, no retry hold). */
+    rule?: ClaimRule;
+  }): Promise<{ messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number }>;
   /** The queues whose policy limits deliveries (`maxDeliveries` > 0): where the dead-letter sweep looks. */
   queuesWithDeliveryLimit(): Promise<{ appId: string; queue: string }[]>;
 }
@@ -240,7 +242,7 @@ export function createClaimStore({ db }: QueueDbs): ClaimStore {
   }
 
   return {
-    claimMany: (appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM) =>
+    claimMany: ({ appId, queue, leaseSeconds, n, rule = PLAIN_CLAIM }) =>
       claimManyWith(appId, queue, leaseSeconds, n, rule),
     async queuesWithDeliveryLimit() {
       // A queue's policy sets the limit, or the app's `maxDeliveries` (limits the admin changed are in apps.limits).

@@ -48,7 +48,13 @@ export interface ControlStore {
    * Waiting messages in claim order, read only (no lease, no delivery counted);
    * payloads cut after `maxChars` + 1; after `after` (a message's `position`) when given.
    */
-  peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
+  peek(page: {
+    appId: string;
+    queue: string;
+    limit: number;
+    maxChars: number;
+    after?: string;
+  }): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased (only the waiting ones when `includeLeased` is false); how many. */
   purge(appId: string, queue: string, includeLeased?: boolean): Promise<number>;
   /** Where one message of the queue is, in line or dead; undefined once acked, purged or expired. */
@@ -58,7 +64,7 @@ export interface ControlStore {
 /** One queue's line as the app and the operator see and control it. */
 export function createControlStore({ db }: QueueDbs): ControlStore {
   return {
-    async peek(appId, queue, limit, maxChars, after) {
+    async peek({ appId, queue, limit, maxChars, after }) {
       // Keyset paging on the claim order, with the id as the tie-break: a page
       // starts right after the previous page's last message, whatever was
       // claimed or put meanwhile (no offset that shifts). The plain

@@ -35,27 +35,27 @@ export interface DeadLetterStore {
    * Up to `limit` dead letters of one queue in the order they died, after `afterSeq` (a previous page's last);
    * payloads cut after `maxChars` + 1 when given, else whole.
    */
-  listDeadLetters(
-    appId: string,
-    queue: string,
-    afterSeq: string | undefined,
-    limit: number,
-    maxChars: number | undefined,
-  ): Promise<DeadLetter[]>;
+  listDeadLetters(page: {
+    appId: string;
+    queue: string;
+    afterSeq: string | undefined;
+    limit: number;
+    maxChars: number | undefined;
+  }): Promise<DeadLetter[]>;
   /**
    * Puts up to `limit` of the selected dead letters back in line (visible now,
    * deliveries 0, lifetime `ttlSeconds`) in one statement; with `all`, only
    * those with `seq` up to `upToSeq`. Returns how many; notifies waiting
    * consumers with one `notify|n`.
    */
-  replayDeadLetters(
-    appId: string,
-    queue: string,
-    which: DeadLetterSelection & { upToSeq?: string },
-    limit: number,
-    ttlSeconds: number,
-    notify: string | undefined,
-  ): Promise<number>;
+  replayDeadLetters(replay: {
+    appId: string;
+    queue: string;
+    which: DeadLetterSelection & { upToSeq?: string };
+    limit: number;
+    ttlSeconds: number;
+    notify: string | undefined;
+  }): Promise<number>;
   /** The highest `seq` among one queue's dead letters (undefined: none), so that replaying "all" has an end. */
   lastDeadLetterSeq(appId: string, queue: string): Promise<string | undefined>;
   /** Deletes the selected dead letters; how many. */
@@ -64,7 +64,7 @@ export interface DeadLetterStore {
 
 export function createDeadLetterStore({ db }: QueueDbs): DeadLetterStore {
   return {
-    async listDeadLetters(appId, queue, afterSeq, limit, maxChars) {
+    async listDeadLetters({ appId, queue, afterSeq, limit, maxChars }) {
       const { rows } = await sql<DeadLetterRow>`
         SELECT d.seq::text AS seq_text, d.id,
                ${maxChars === undefined ? sql`d.payload` : sql`left(d.payload, ${maxChars + 1})`} AS payload,
@@ -87,7 +87,7 @@ export function createDeadLetterStore({ db }: QueueDbs): DeadLetterStore {
         groupKey: r.group_key,
       }));
     },
-    async replayDeadLetters(appId, queue, which, limit, ttlSeconds, notify) {
+    async replayDeadLetters({ appId, queue, which, limit, ttlSeconds, notify }) {
       const ids = "ids" in which ? which.ids : null;
       const upTo = "all" in which ? (which.upToSeq ?? null) : null;
       // SKIP LOCKED: a dead letter being replayed or purged by another call is

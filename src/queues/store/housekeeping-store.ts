@@ -22,7 +22,7 @@ export interface HousekeepingStore {
   /** Deletes up to `limit` dead letters of apps that no longer exist; how many. */
   deleteDeadLetterOrphans(limit: number): Promise<number>;
   /** Deletes up to `limit` count rows of hours older than `keepHours` (deleted apps' rows age out the same way). */
-  pruneActivity(keepHours: number, limit: number): Promise<number>;
+  pruneActivity(prune: { keepHours: number; limit: number }): Promise<number>;
 }
 
 export function createHousekeepingStore({ relaxedDb }: QueueDbs): HousekeepingStore {
@@ -84,7 +84,7 @@ export function createHousekeepingStore({ relaxedDb }: QueueDbs): HousekeepingSt
       return Number(result.numAffectedRows ?? 0n);
     },
     deleteDeadLetterOrphans: (limit) => deleteOrphansOf("queue_dead_letters", limit),
-    async pruneActivity(keepHours, limit) {
+    async pruneActivity({ keepHours, limit }) {
       const result = await sql`
         DELETE FROM queue_activity WHERE (app_id, queue, hour, slot) IN (
           SELECT app_id, queue, hour, slot FROM queue_activity

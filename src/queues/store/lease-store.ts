@@ -44,7 +44,7 @@ export interface LeaseStore {
    * from now, keeping its retry hold after it; the new end, or null when the
    * lease had lapsed or the message is gone.
    */
-  extend(appId: string, id: string, claim: number, leaseSeconds: number): Promise<Date | null>;
+  extend(lease: { appId: string; id: string; claim: number; leaseSeconds: number }): Promise<Date | null>;
   /**
    * Ends the lease of a receipt that still holds it: the message waits again,
    * visible after `delaySeconds`, or (undefined) after the retry hold of its
@@ -54,15 +54,16 @@ export interface LeaseStore {
    * statement also notifies, like a put: the prefix with `queue|visibleAtMs`
    * appended (the receipt names the message, not its queue).
    */
-  nack(
-    appId: string,
-    id: string,
-    claim: number,
-    delaySeconds: number | undefined,
-    defaults: ClaimRule["retry"] & { maxDeliveries?: number },
-    notifyPrefix?: string,
-    reason?: string,
-  ): Promise<{ queue: string; visibleAtMs: number } | undefined>;
+  nack(lease: {
+    appId: string;
+    id: string;
+    claim: number;
+    delaySeconds: number | undefined;
+    defaults: ClaimRule["retry"] & { maxDeliveries?: number };
+    notifyPrefix?: string;
+    /** Why the delivery failed: kept as the message's failure reason. */
+    reason?: string;
+  }): Promise<{ queue: string; visibleAtMs: number } | undefined>;
   /**
    * Of these messages (of any apps: the full windows of several streams), the leases that still hold, as keys
    * `appId|id|claim`: a message is found only under the app it was named with.
@@ -91,7 +92,7 @@ export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
         FROM released`.execute(db);
       return Number(rows[0]?.n ?? 0);
     },
-    async extend(appId, id, claim, leaseSeconds) {
+    async extend({ appId, id, claim, leaseSeconds }) {
       const { rows } = await sql<ExtendedRow>`${PREPARED}
         UPDATE queue_messages
         SET visible_at = now() + make_interval(secs => ${leaseSeconds}) + (visible_at - lease_until),
@@ -100,7 +101,7 @@ export function createLeaseStore({ db, relaxedDb }: QueueDbs): LeaseStore {
         RETURNING lease_until`.execute(db);
       return rows[0] ? toDate(rows[0].lease_until) : null;
     },
-    async nack(appId, id, claim, delaySeconds, defaults, notifyPrefix, reason) {
+    async nack({ appId, id, claim, delaySeconds, defaults, notifyPrefix, reason }) {
       // The delivery that ends here is the row's `deliveries`-th: its hold is
       // the one a lapse of it would have had (the claim's formula, one delivery on).
       const { rows } = await sql<NackedRow>`${PREPARED}

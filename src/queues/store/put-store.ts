@@ -65,7 +65,7 @@ export interface PutStore {
    * distinct `notify`, its count appended (`...|n`), since NOTIFY folds equal
    * payloads.
    */
-  putMany(appId: string, queue: string, depthBelow: number, items: PutItem[]): Promise<PutResult[]>;
+  putMany(batch: { appId: string; queue: string; depthBelow: number; items: PutItem[] }): Promise<PutResult[]>;
   /**
    * Puts every item or none (`PutMessages`): serialised with the queue's other
    * puts by the same advisory lock, it inserts all of them in one
@@ -73,14 +73,15 @@ export interface PutStore {
    * `maxDepth`; otherwise nothing, and says how many wait. `answerIn` (an
    * idempotent answer) runs in the same transaction when the batch went in.
    */
-  putAll(
-    appId: string,
-    queue: string,
-    maxDepth: number,
-    items: PutItem[],
-    dedupWindowSeconds?: number,
-    answerIn?: InTransactionWith<PutAllMessage[]>,
-  ): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
+  putAll(batch: {
+    appId: string;
+    queue: string;
+    maxDepth: number;
+    items: PutItem[];
+    /** How long a dedup key keeps answering with its first message; 0 when absent. */
+    dedupWindowSeconds?: number;
+    answerIn?: InTransactionWith<PutAllMessage[]>;
+  }): Promise<{ inserted: true; messages: PutAllMessage[] } | { inserted: false; depth: number }>;
   /** Inserts without a depth check and drops the oldest waiting messages beyond `keep`; returns how many were dropped. */
   putDroppingOldest(
     input: Omit<PutInput, "depthBelow"> & { keep: number },
@@ -127,7 +128,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
       });
     },
     putHere: (input) => put(input, db),
-    async putMany(appId, queue, depthBelow, items) {
+    async putMany({ appId, queue, depthBelow, items }) {
       // Ids are made here so each caller finds its own row in RETURNING
       // (an INSERT cannot return the source row's position).
       const ids = items.map(() => crypto.randomUUID());
@@ -173,7 +174,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
         return expiresAt ? { inserted: true, id, expiresAt } : { inserted: false, depth: depth + inserted.size };
       });
     },
-    putAll(appId, queue, maxDepth, items, dedupWindowSeconds = 0, answerIn) {
+    putAll({ appId, queue, maxDepth, items, dedupWindowSeconds = 0, answerIn }) {
       return transact(db, async (trx) => {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
         // Dedup keys are read and written only by puts holding the lock, so
