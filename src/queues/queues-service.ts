@@ -323,13 +323,14 @@ function toMessage(m: StoredMessage) {
     expiresAt: timestampFromMs(m.expiresAt.getTime()),
     leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
     deliveries: m.deliveries,
+    ...(m.groupKey !== undefined && { groupKey: m.groupKey }),
   };
 }
 
 /**
  * The most a `Message` encodes to in binary beyond its payload `Value` and
  * queue name: id (38 bytes), receipt (29), three timestamps (19 each at most),
- * deliveries (6) and the payload's and queue's tags and lengths (8).
+ * deliveries (6) and the payload's, queue's and group key's tags and lengths (11).
  */
 const MESSAGE_BINARY_OVERHEAD = 160;
 
@@ -347,8 +348,10 @@ function responsePart(unsent: StoredMessage[], made: Map<StoredMessage, ReturnTy
   for (const m of unsent) {
     let message = made.get(m);
     if (!message) made.set(m, (message = toMessage(m)));
-    const binary = valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
-    const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
+    // A group key (no control characters) at most doubles in JSON, where `"` and `\` are escaped.
+    const group = m.groupKey === undefined ? 0 : Buffer.byteLength(m.groupKey);
+    const binary = valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + group + MESSAGE_BINARY_OVERHEAD;
+    const size = Math.max(binary, Buffer.byteLength(m.payload) + 2 * group + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
     if (n > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
     n++;
     bytes += size;

@@ -49,6 +49,7 @@ interface ClaimRow {
   next_visible_at: When | null;
   buried: number | null;
   trace_parent: string | null;
+  group_key: string | null;
 }
 
 /** A queue of an app. */
@@ -79,6 +80,7 @@ function claimedRows(
       claims: Number(row.claims),
       was: Math.trunc(Number(row.was_visible_at)),
       ...(row.trace_parent !== null && { traceParent: row.trace_parent }),
+      ...(row.group_key !== null && { groupKey: row.group_key }),
       priority: Number(row.priority ?? 0),
     });
   }
@@ -222,13 +224,13 @@ export function createClaimStore({ db }: QueueDbs): ClaimStore {
             claims = CASE WHEN m.claims >= ${INT4_MAX} THEN 1 ELSE m.claims + 1 END,
             failure_reason = ${LAST_FAILURE}
         WHERE m.id = ANY (ARRAY(SELECT id FROM next))
-        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims, m.trace_parent
+        RETURNING m.id, m.payload, m.enqueued_at, m.expires_at, m.lease_until, m.deliveries, m.claims, m.trace_parent, m.group_key
       )
       SELECT c.id, c.payload, (extract(epoch FROM c.enqueued_at) * 1000)::float8 AS enqueued_at,
              (extract(epoch FROM c.expires_at) * 1000)::float8 AS expires_at,
              (extract(epoch FROM c.lease_until) * 1000)::float8 AS lease_until, c.deliveries, c.claims,
              (extract(epoch FROM n.visible_at) * 1000)::float8 AS was_visible_at, n.priority::int AS priority,
-             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried, c.trace_parent
+             NULL::timestamptz AS next_visible_at, (SELECT n FROM buried) AS buried, c.trace_parent, c.group_key
       FROM claimed c JOIN next n ON n.id = c.id
       UNION ALL
       SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, (
@@ -236,7 +238,7 @@ export function createClaimStore({ db }: QueueDbs): ClaimStore {
         WHERE app_id = ${appId} AND queue = ${queue} AND expires_at > now()
           AND id NOT IN (SELECT id FROM next) AND id NOT IN (SELECT id FROM dead)
           AND ${groupHead("q", sql` AND g.id NOT IN (SELECT id FROM dead)`)}
-      ), (SELECT n FROM buried), NULL
+      ), (SELECT n FROM buried), NULL, NULL
       WHERE (SELECT count(*) FROM claimed) < ${n} OR (SELECT n FROM buried) > 0`.execute(db);
     return claimedRows(queue, rows);
   }

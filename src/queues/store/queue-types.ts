@@ -15,6 +15,8 @@ export interface StoredMessage {
   visibleBefore?: Date;
   /** Set by a claim: the put's `traceparent`, when the put was traced. */
   traceParent?: string;
+  /** The ordered group it was put in, when it was. */
+  groupKey?: string;
 }
 
 /** One UTC hour of a queue's activity (migration 0019). */
