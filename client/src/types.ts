@@ -523,6 +523,8 @@ export interface QueueMessage<P = JsonValue> {
   leaseExpiresAt: number;
   /** Deliveries including this one (2 or more: an earlier lease lapsed). */
   deliveries: number;
+  /** Extension: the ordered group it was put in (`PutOptions.groupKey`); absent when none. */
+  groupKey?: string;
 }
 
 export interface ConsumeResponse<P = JsonValue> {

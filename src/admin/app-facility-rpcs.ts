@@ -285,7 +285,7 @@ export function createAppFacilityRpcs(options: {
       if (after !== undefined && !isPeekPosition(after))
         throw invalidArgument("page_token", "must be the next_page_token of a previous PeekMessages answer");
       // One more than asked tells whether a next page exists.
-      const found = await queues.peek(app.id, queue, limit + 1, PEEK_PAYLOAD_CHARS, after);
+      const found = await queues.peek({ appId: app.id, queue, limit: limit + 1, maxChars: PEEK_PAYLOAD_CHARS, after });
       const messages = found.slice(0, limit);
       return {
         nextPageToken:
@@ -341,7 +341,13 @@ export function createAppFacilityRpcs(options: {
       const pageSize = req.pageSize ?? 20;
       if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100)
         throw invalidArgument("page_size", "must be from 1 to 100");
-      const page = await queues.listDeadLetters(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
+      const page = await queues.listDeadLetters({
+        appId: app.id,
+        queue,
+        pageSize,
+        pageToken: req.pageToken,
+        maxChars: PEEK_PAYLOAD_CHARS,
+      });
       return {
         deadLetters: page.deadLetters.map((d) => {
           const truncated = d.payload.length > PEEK_PAYLOAD_CHARS;

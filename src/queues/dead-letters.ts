@@ -2,7 +2,7 @@
  * The operator's side of dead letters (AdminService `ListDeadLetters`,
  * `ReplayDeadLetters`, `PurgeDeadLetters`): paging through one queue's dead
  * letters, putting them back in line, deleting them. Messages become dead
- * letters in the claim itself (`queue-store.ts`, `claimMany` with a rule);
+ * letters in the claim itself (`store/claim-store.ts`, `claimMany` with a rule);
  * this module only handles them afterwards. Every call is scoped by app and
  * queue, so ids of another app's or queue's dead letters match nothing.
  */
@@ -22,13 +22,13 @@ interface DeadLetterPage {
 
 export interface DeadLetterOperator {
   /** A page of dead letters; payloads cut after `maxChars` + 1 when given (the operator's listing), else whole. */
-  list(
-    appId: string,
-    queue: string,
-    pageSize: number,
-    pageToken: string,
-    maxChars: number | undefined,
-  ): Promise<DeadLetterPage>;
+  list(page: {
+    appId: string;
+    queue: string;
+    pageSize: number;
+    pageToken: string;
+    maxChars: number | undefined;
+  }): Promise<DeadLetterPage>;
   /** Back in line, visible now, deliveries 0, a fresh lifetime of `ttlSeconds`; wakes waiting consumers. Returns how many. */
   replay(appId: string, queue: string, which: DeadLetterSelection, ttlSeconds: number): Promise<number>;
   purge(appId: string, queue: string, which: DeadLetterSelection): Promise<number>;
@@ -57,10 +57,10 @@ export function createDeadLetterOperator(
   committed: (wake: () => void) => void = (wake) => wake(),
 ): DeadLetterOperator {
   return {
-    async list(appId, queue, pageSize, pageToken, maxChars) {
+    async list({ appId, queue, pageSize, pageToken, maxChars }) {
       const after = decodeToken(pageToken);
       // One more than asked tells whether another page follows.
-      const rows = await store.listDeadLetters(appId, queue, after, pageSize + 1, maxChars);
+      const rows = await store.listDeadLetters({ appId, queue, afterSeq: after, limit: pageSize + 1, maxChars });
       const page = rows.slice(0, pageSize);
       return { deadLetters: page, nextPageToken: rows.length > pageSize ? encodeToken(page[page.length - 1].seq) : "" };
     },
@@ -89,7 +89,8 @@ async function replayOn(
   ttlSeconds: number,
   notify: string | undefined,
 ): Promise<number> {
-  if ("ids" in which) return store.replayDeadLetters(appId, queue, which, which.ids.length, ttlSeconds, notify);
+  if ("ids" in which)
+    return store.replayDeadLetters({ appId, queue, which, limit: which.ids.length, ttlSeconds, notify });
   // Those dead when the call began, in batches: letters that die again
   // meanwhile (replayed to a consumer that still fails) are not replayed
   // once more by this call, so it ends.
@@ -97,7 +98,14 @@ async function replayOn(
   if (upToSeq === undefined) return 0;
   let total = 0;
   for (;;) {
-    const n = await store.replayDeadLetters(appId, queue, { all: true, upToSeq }, REPLAY_BATCH, ttlSeconds, notify);
+    const n = await store.replayDeadLetters({
+      appId,
+      queue,
+      which: { all: true, upToSeq },
+      limit: REPLAY_BATCH,
+      ttlSeconds,
+      notify,
+    });
     total += n;
     if (n < REPLAY_BATCH) return total;
   }

@@ -51,7 +51,13 @@ export type { StoredPolicy } from "./queue-store.ts";
  */
 export interface QueuesOperations {
   /** Waiting messages in claim order, after `after` (a peeked message's `position`) when given. */
-  peek(appId: string, queue: string, limit: number, maxChars: number, after?: string): Promise<PeekedMessage[]>;
+  peek(page: {
+    appId: string;
+    queue: string;
+    limit: number;
+    maxChars: number;
+    after?: string;
+  }): Promise<PeekedMessage[]>;
   /** Deletes the queue's messages, the leased ones too; how many. */
   purge(tx: Tx, appId: string, queue: string): Promise<number>;
   /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */
@@ -143,10 +149,10 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     routes: [...queuesRoutes, ...eventFeedRoutes, ...scheduleRoutes],
     events,
     operations: {
-      peek: (...args) => store.peek(...args),
+      peek: (page) => store.peek(page),
       purge: (tx, appId, queue) => createQueueStore(tx.db).purge(appId, queue),
       activity: (appId, queue) => store.activity(appId, queue, ACTIVITY_HOURS),
-      listDeadLetters: (...args) => deadLetters.list(...args),
+      listDeadLetters: (page) => deadLetters.list(page),
       replayDeadLetters: (tx, appId, queue, which, ttlSeconds) =>
         deadLettersOn(tx).replay(appId, queue, which, ttlSeconds),
       purgeDeadLetters: (tx, appId, queue, which) => deadLettersOn(tx).purge(appId, queue, which),

@@ -204,6 +204,7 @@ function libraryEncoding(m: StoredMessage): Uint8Array {
       expiresAt: timestampFromMs(m.expiresAt.getTime()),
       leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
       deliveries: m.deliveries,
+      groupKey: m.groupKey,
     }),
   );
 }
@@ -241,6 +242,8 @@ function encode(m: StoredMessage, delimitedBytes: boolean): Uint8Array {
   const receipt = encodeReceipt(m.id, m.claims);
   const idBytes = Buffer.byteLength(m.id, "utf8");
   const queueBytes = Buffer.byteLength(m.queue, "utf8");
+  // group_key has explicit presence: written when the message has a group, even an empty one.
+  const groupBytes = m.groupKey === undefined ? -1 : Buffer.byteLength(m.groupKey, "utf8");
   // The receipt is base64url: one byte a character.
   const size =
     (idBytes > 0 ? delimited(idBytes) : 0) +
@@ -250,7 +253,8 @@ function encode(m: StoredMessage, delimitedBytes: boolean): Uint8Array {
     delimited(timestampSize(enqueuedMs)) +
     delimited(timestampSize(expiresMs)) +
     delimited(timestampSize(leaseMs)) +
-    (m.deliveries > 0 ? 1 + varintSize(m.deliveries) : 0);
+    (m.deliveries > 0 ? 1 + varintSize(m.deliveries) : 0) +
+    (groupBytes >= 0 ? delimited(groupBytes) : 0);
   const buf = Buffer.allocUnsafe((delimitedBytes ? varintSize(size) : 0) + size);
   let at = delimitedBytes ? writeVarint(buf, 0, size) : 0;
   if (idBytes > 0) at = writeString(buf, at, 0x0a, m.id, idBytes);
@@ -267,6 +271,8 @@ function encode(m: StoredMessage, delimitedBytes: boolean): Uint8Array {
     buf[at++] = 0x40;
     at = writeVarint(buf, at, m.deliveries);
   }
+  // Message.group_key = 9
+  if (m.groupKey !== undefined) at = writeString(buf, at, 0x4a, m.groupKey, groupBytes);
   if (sizes.length > 1 << 16) sizes = [];
   // The two passes agree, or the bytes would be garbage on the wire: never sent.
   if (at !== buf.length) throw new Error(`message encoding: wrote ${at} of ${buf.length} bytes`);

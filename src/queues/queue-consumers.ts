@@ -45,20 +45,25 @@ export interface QueueConsumersOptions {
   rateGate: RateGate;
 }
 
+/** What one consume takes: from which queue, how many at most, how long it waits, and for how long it leases. */
+interface ConsumeTake {
+  queue: string;
+  waitSeconds: number;
+  leaseSeconds: number;
+  rule: ClaimRule;
+  n: number;
+}
+
 export interface QueueConsumers {
   readonly policies: QueuePolicies;
   readonly windows: StreamWindows;
   /** The queue's policy and the claim rule it makes. */
   policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }>;
-  consume(
-    app: AppRecord,
-    queue: string,
-    waitSeconds: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
-    n: number,
-    context: HandlerContext,
-  ): Promise<StoredMessage[]>;
+  /**
+   * Leases up to `n` messages of the queue, waiting up to `waitSeconds` while there is none; what the
+   * caller (`context`) does not receive goes back in line.
+   */
+  consume(app: AppRecord, take: ConsumeTake, context: HandlerContext): Promise<StoredMessage[]>;
   /**
    * Moves the messages of the queue that had their last delivery (lease lapsed, or nacked) to the
    * policy's dead letters now, without leasing anything: the claim does it too, but a queue nobody
@@ -70,10 +75,7 @@ export interface QueueConsumers {
   ackAll(appId: string, receipts: Receipt[]): Promise<boolean[]>;
   stream(
     app: AppRecord,
-    queue: string,
-    windowSize: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
+    take: { queue: string; windowSize: number; leaseSeconds: number; rule: ClaimRule },
     context: HandlerContext,
     /** How many of the first of these messages fit in one response (at least one is always sent). */
     fit?: (unsent: StoredMessage[]) => number,
@@ -118,7 +120,13 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     maxInFlight: 1,
     async run(_key, items) {
       const { appId, queue, leaseSeconds, rule } = items[0];
-      const { messages, nextVisibleAt, buried } = await store.claimMany(appId, queue, leaseSeconds, items.length, rule);
+      const { messages, nextVisibleAt, buried } = await store.claimMany({
+        appId,
+        queue,
+        leaseSeconds,
+        n: items.length,
+        rule,
+      });
       afterBurying(appId, rule, buried);
       return items.map((_, i) => (messages[i] ? { message: messages[i] } : { nextVisibleAt }));
     },
@@ -141,7 +149,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         ? { messages: [claimed.message], nextVisibleAt: null }
         : { messages: [], nextVisibleAt: claimed.nextVisibleAt };
     }
-    const claimed = await store.claimMany(app.id, queue, leaseSeconds, n, rule);
+    const claimed = await store.claimMany({ appId: app.id, queue, leaseSeconds, n, rule });
     afterBurying(app.id, rule, claimed.buried);
     return claimed;
   }
@@ -190,11 +198,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
    */
   async function consume(
     app: AppRecord,
-    queue: string,
-    waitSeconds: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
-    n: number,
+    { queue, waitSeconds, leaseSeconds, rule, n }: ConsumeTake,
     context: HandlerContext,
   ): Promise<StoredMessage[]> {
     /** The claimed messages, unless the caller went away during the claim: then they go back in line. */
@@ -297,10 +301,12 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
    */
   async function* stream(
     app: AppRecord,
-    queue: string,
-    windowSize: number,
-    leaseSeconds: number,
-    rule: ClaimRule,
+    {
+      queue,
+      windowSize,
+      leaseSeconds,
+      rule,
+    }: { queue: string; windowSize: number; leaseSeconds: number; rule: ClaimRule },
     context: HandlerContext,
     /** How many of the first of these messages fit in one response (at least one is always sent). */
     fit: (unsent: StoredMessage[]) => number = (unsent) => unsent.length,
@@ -380,7 +386,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
         let used: ReturnType<typeof waiter.beforeClaim>;
         try {
           used = waiter.beforeClaim();
-          const claimed = await store.claimMany(app.id, queue, leaseSeconds, granted, rule);
+          const claimed = await store.claimMany({ appId: app.id, queue, leaseSeconds, n: granted, rule });
           afterBurying(app.id, rule, claimed.buried);
           if (rate > 0) await rateGate.giveBack(app.id, queue, rate, granted - claimed.messages.length);
           if (claimed.messages.length > 0) {
@@ -474,7 +480,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     const { rule } = await policyOf(app, queue);
     if (rule.maxDeliveries <= 0) return 0;
     // A claim of none: only its burying part runs.
-    const { buried } = await store.claimMany(app.id, queue, 1, 0, rule);
+    const { buried } = await store.claimMany({ appId: app.id, queue, leaseSeconds: 1, n: 0, rule });
     afterBurying(app.id, rule, buried);
     return buried ?? 0;
   }

@@ -50,7 +50,12 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
     {
       name: "queue activity hours",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) => inBatches(signal, (batch) => store.pruneActivity(ACTIVITY_KEEP_HOURS, batch), EXPIRE_BATCH),
+      run: (signal) =>
+        inBatches(
+          signal,
+          (batch) => store.pruneActivity({ keepHours: ACTIVITY_KEEP_HOURS, limit: batch }),
+          EXPIRE_BATCH,
+        ),
     },
     {
       name: "queue messages of deleted apps",

@@ -11,6 +11,7 @@ import { PlatformError } from "../core/errors.ts";
 import { PREPARED, intArray, jsonTextArray, uuidArray, type Db } from "../core/database/index.ts";
 import { nextRun } from "./schedule-cron.ts";
 import { QUEUE_CHANNEL } from "./queue-store.ts";
+import { toDate, toDateOrNull, type When } from "./store/row-values.ts";
 
 export type CatchUp = "none" | "one";
 
@@ -53,10 +54,6 @@ const TICKS_PER_PASS = 10;
 /** Missed ticks counted one by one at most; past that the schedule jumps to now. */
 const MISSED_COUNT_CAP = 10_000;
 
-type When = Date | string;
-const toDate = (v: When): Date => (v instanceof Date ? v : new Date(v));
-const orNull = (v: When | null): Date | null => (v == null ? null : toDate(v));
-
 type Row = {
   app_id: string;
   queue: string;
@@ -83,11 +80,11 @@ function fromRow(r: Row): StoredSchedule {
     cron: r.cron,
     timezone: r.timezone,
     payload: r.payload,
-    startAt: orNull(r.start_at),
-    endAt: orNull(r.end_at),
+    startAt: toDateOrNull(r.start_at),
+    endAt: toDateOrNull(r.end_at),
     catchUp: r.catch_up,
-    nextRunAt: orNull(r.next_run_at),
-    lastRunAt: orNull(r.last_run_at),
+    nextRunAt: toDateOrNull(r.next_run_at),
+    lastRunAt: toDateOrNull(r.last_run_at),
     fired: Number(r.fired),
     skippedFull: Number(r.skipped_full),
     missed: Number(r.missed),
@@ -308,9 +305,9 @@ export function createScheduleStore(database: Db): ScheduleStore {
               {
                 cron: row.cron,
                 timezone: row.timezone,
-                endAt: orNull(row.end_at),
+                endAt: toDateOrNull(row.end_at),
                 catchUp: row.catch_up,
-                nextRunAt: orNull(row.next_run_at),
+                nextRunAt: toDateOrNull(row.next_run_at),
               },
               row.status === "running",
               now,

@@ -29,6 +29,7 @@ function messageJson(m: Message) {
     expiresAt: epochMs(m.expiresAt),
     leaseExpiresAt: epochMs(m.leaseExpiresAt),
     deliveries: m.deliveries,
+    ...(m.groupKey !== undefined && { groupKey: m.groupKey }),
   };
 }
 
@@ -216,6 +217,10 @@ const MessageJson = z.object({
   expiresAt: NullableMs,
   leaseExpiresAt: NullableMs,
   deliveries: z.number().int(),
+  groupKey: z
+    .string()
+    .optional()
+    .meta({ description: "Extension: the ordered group the message was put in; absent when none." }),
 });
 const ConsumeResponse = z.object({
   message: MessageJson.nullable().meta({ description: "Null when nothing arrived within the wait; call again." }),

@@ -331,13 +331,14 @@ function toMessage(m: StoredMessage) {
     expiresAt: timestampFromMs(m.expiresAt.getTime()),
     leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
     deliveries: m.deliveries,
+    ...(m.groupKey !== undefined && { groupKey: m.groupKey }),
   };
 }
 
 /**
  * The most a `Message` encodes to in binary beyond its payload `Value` and
  * queue name: id (38 bytes), receipt (29), three timestamps (19 each at most),
- * deliveries (6) and the payload's and queue's tags and lengths (8).
+ * deliveries (6) and the payload's, queue's and group key's tags and lengths (11).
  */
 const MESSAGE_BINARY_OVERHEAD = 160;
 
@@ -360,11 +361,13 @@ function responsePart(
   for (const m of unsent) {
     let message = made.get(m);
     if (!message) made.set(m, (message = binaryCodec ? encodeDelimitedMessage(m) : toMessage(m)));
+    // A group key (no control characters) at most doubles in JSON, where `"` and `\` are escaped.
+    const group = m.groupKey === undefined ? 0 : Buffer.byteLength(m.groupKey);
     const binary =
       message instanceof Uint8Array
         ? message.length
-        : valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + MESSAGE_BINARY_OVERHEAD;
-    const size = Math.max(binary, Buffer.byteLength(m.payload) + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
+        : valueBinarySize(message.payload) + Buffer.byteLength(m.queue) + group + MESSAGE_BINARY_OVERHEAD;
+    const size = Math.max(binary, Buffer.byteLength(m.payload) + 2 * group + STREAM_MESSAGE_JSON_OVERHEAD) + 8;
     if (n > 0 && bytes + size > STREAM_RESPONSE_MAX_BYTES) break;
     n++;
     bytes += size;
@@ -415,7 +418,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
     maxBatch: PUT_BATCH,
     maxInFlight: 1,
-    run: (_key, items) => store.putMany(items[0].appId, items[0].queue, items[0].depthBelow, items),
+    run: (_key, items) =>
+      store.putMany({ appId: items[0].appId, queue: items[0].queue, depthBelow: items[0].depthBelow, items }),
   });
   const dropped = metrics.counter(
     "queue_events_dropped_total",
@@ -443,11 +447,11 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       // A keyed put takes the serialised path: its key is checked and recorded under the queue's lock.
       const { dedupWindowSeconds } = await policies.get(app, queue);
       const notify = hub.payload(app.id, queue, delaySeconds > 0 ? Date.now() + delaySeconds * 1000 : 0);
-      const result = await store.putAll(
-        app.id,
+      const result = await store.putAll({
+        appId: app.id,
         queue,
-        max,
-        [
+        maxDepth: max,
+        items: [
           {
             payload,
             delaySeconds,
@@ -459,8 +463,8 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           },
         ],
         dedupWindowSeconds,
-        answerIn && ((trx, messages) => answerIn(trx, messages[0])),
-      );
+        answerIn: answerIn && ((trx, messages) => answerIn(trx, messages[0])),
+      });
       if (!result.inserted) throw queueFull(queue, result.depth, max);
       if (!result.messages[0].deduplicated) announced(app.id, queue, delaySeconds);
       return result.messages[0];
@@ -604,7 +608,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const max = checkRange("max", req.max, 1, MAX_CONSUME_MESSAGES, 1);
         const { policy, rule } = await policyOf(app, queue);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, policy.leaseSeconds);
-        const consume = () => consumers.consume(app, queue, waitSeconds, leaseSeconds, rule, max, context);
+        const consume = () => consumers.consume(app, { queue, waitSeconds, leaseSeconds, rule, n: max }, context);
         const messages = tracing ? await tracing.receive(queue, consume) : await consume();
         if (messages.length === 0) throwIfPastDeadline(context, "a message");
         if (req.max !== undefined) return { messages: messages.map(toMessage) };
@@ -653,7 +657,14 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           messages: messages.map((m) => putAnswer(queue, m)),
         });
         const answerIn = answerInRun(context, QueueService.method.putMessages, answer);
-        const result = await store.putAll(app.id, queue, max, items, window, answerIn);
+        const result = await store.putAll({
+          appId: app.id,
+          queue,
+          maxDepth: max,
+          items,
+          dedupWindowSeconds: window,
+          answerIn,
+        });
         if (!result.inserted) throw batchTooDeep(queue, result.depth, items.length, max);
         // Local waiters: one wake per message visible now (no more than wait here), a timer for delayed ones.
         const added = items.filter((_, i) => !result.messages[i].deduplicated);
@@ -675,7 +686,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const app = appOf(context);
         const receipt = decodeReceipt(req.receipt);
         const leaseSeconds = checkRange("leaseSeconds", req.leaseSeconds, 1, MAX_LEASE_SECONDS, 0);
-        const until = await store.extend(app.id, receipt.id, receipt.claim, leaseSeconds);
+        const until = await store.extend({ appId: app.id, id: receipt.id, claim: receipt.claim, leaseSeconds });
         // The window's clock is this process's (see stream-windows.ts): the new end, counted from now.
         if (until) windows.extended(app.id, receipt.id, receipt.claim, Date.now() + leaseSeconds * 1000);
         return until ? { extended: true, leaseExpiresAt: timestampFromMs(until.getTime()) } : { extended: false };
@@ -698,15 +709,15 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           delaySeconds: appPolicy.retryDelaySeconds,
           maxDeliveries: appRule.maxDeliveries,
         };
-        const nacked = await store.nack(
-          app.id,
-          receipt.id,
-          receipt.claim,
+        const nacked = await store.nack({
+          appId: app.id,
+          id: receipt.id,
+          claim: receipt.claim,
           delaySeconds,
           defaults,
-          hub.payloadPrefix(app.id),
+          notifyPrefix: hub.payloadPrefix(app.id),
           reason,
-        );
+        });
         if (nacked === undefined) return { nacked: false };
         windows.acked(app.id, receipt.id, receipt.claim);
         // Waiters here now (or when the hold ends); other instances through the statement's NOTIFY.
@@ -745,7 +756,13 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         try {
           // Whole payloads, as a consume answers them: a letter may be longer than the app's payload limit now
           // (the limit lowered since, or a platform event, which that limit does not bound).
-          page = await deps.deadLetters.list(app.id, queue, limit, req.cursor, undefined);
+          page = await deps.deadLetters.list({
+            appId: app.id,
+            queue,
+            pageSize: limit,
+            pageToken: req.cursor,
+            maxChars: undefined,
+          });
         } catch (err) {
           // The operator's message names its own field; this one is `cursor`.
           if (err instanceof PlatformError && err.code === "invalid_argument")
@@ -831,7 +848,12 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
           };
           // The call is accepted: its headers go now, not with a first message that may be long in coming.
           sendStreamHeaders(context);
-          for await (const { messages } of consumers.stream(app, queue, windowSize, leaseSeconds, rule, context, fit)) {
+          for await (const { messages } of consumers.stream(
+            app,
+            { queue, windowSize, leaseSeconds, rule },
+            context,
+            fit,
+          )) {
             yield binaryCodec
               ? encodedResponse(messages.map((m) => take(m) as Uint8Array))
               : { messages: messages.map((m) => take(m) as ReturnType<typeof toMessage>) };

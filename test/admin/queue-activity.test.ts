@@ -128,7 +128,7 @@ describe("GetQueueActivity", () => {
       INSERT INTO queue_activity (app_id, queue, hour, slot, puts, acks)
       VALUES (${app.id}, 'hours', date_trunc('hour', now(), 'UTC') - interval '50 hours', 0, 1, 1)`.execute(db);
     const store = createQueueStore(t.server.deps.db);
-    expect(await store.pruneActivity(48, 1000)).toBeGreaterThanOrEqual(1);
+    expect(await store.pruneActivity({ keepHours: 48, limit: 1000 })).toBeGreaterThanOrEqual(1);
     const { rows } = await sql<{ n: number }>`
       SELECT count(*)::int AS n FROM queue_activity WHERE app_id = ${app.id}`.execute(db);
     expect(rows[0].n).toBe(3);

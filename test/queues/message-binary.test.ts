@@ -21,6 +21,7 @@ function libraryBytes(m: StoredMessage): Uint8Array {
       expiresAt: timestampFromMs(m.expiresAt.getTime()),
       leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
       deliveries: m.deliveries,
+      groupKey: m.groupKey,
     }),
   );
 }
@@ -96,6 +97,8 @@ describe("encodeDelimitedMessage", () => {
       { enqueuedAt: new Date(-1500), deliveries: 0 },
       { deliveries: 2 ** 31 - 1, claims: 2 ** 31 - 1 },
       { queue: "q-é", id: "ffffffff-ffff-4fff-bfff-ffffffffffff" },
+      { groupKey: "customer-é-42" },
+      { groupKey: "g".repeat(128), enqueuedAt: new Date(-1500) },
     ];
     for (const over of cases) {
       const m = stored('{"n":1}', over);
@@ -104,6 +107,8 @@ describe("encodeDelimitedMessage", () => {
       const decoded = fromBinary(MessageSchema, bytes);
       expect(decoded.id).toBe(m.id);
       expect(decoded.queue).toBe(m.queue);
+      // A group key is sent when the message has one, and absent (not "") when it has none.
+      expect(decoded.groupKey).toBe(m.groupKey);
       expect(toJson(MessageSchema, decoded)).toMatchObject({ payload: { n: 1 } });
     }
   });

@@ -250,17 +250,17 @@ describe.skipIf(backend !== "postgres")(
       await withGate('"first"', async () => {
         const instances = Array.from({ length: 4 }, () => createQueueStore(db));
         const batches = instances.map((store) =>
-          store.putMany(
-            app.id,
-            "gated",
-            cap,
-            Array.from({ length: 32 }, (_, i) => ({
+          store.putMany({
+            appId: app.id,
+            queue: "gated",
+            depthBelow: cap,
+            items: Array.from({ length: 32 }, (_, i) => ({
               payload: JSON.stringify(i === 0 ? "first" : i),
               delaySeconds: 0,
               ttlSeconds: 600,
               notify: undefined,
             })),
-          ),
+          }),
         );
         // Every batch is either held at the gate (it counted) or waits for the queue's lock (it has not).
         await vi.waitFor(async () => expect((await waitingOnGate()) + (await waitingOnQueueLocks())).toBe(4), {

@@ -186,4 +186,51 @@ describe("ordered groups", () => {
     const c = t.client(QueueService, app.token);
     await expect(c.putMessage({ queue: "bad", payload: num(1), groupKey: "\u0000" })).rejects.toThrow(/groupKey/);
   });
+
+  it("a consumed message carries its groupKey over REST, Connect and a stream; an ungrouped one none", async () => {
+    const app = await t.createApp();
+    const c = t.client(QueueService, app.token);
+    const key = 'customer-"7"/é';
+    await rest(app, "POST", "/v1/queues/carry", { payload: "grouped", groupKey: key });
+    await rest(app, "POST", "/v1/queues/carry", { payload: "plain" });
+    // REST: `groupKey` on the grouped message, absent on the other.
+    const taken = await rest(app, "POST", "/v1/queues/carry/consume", { waitSeconds: 0, max: 10, leaseSeconds: 1 });
+    expect(taken.status, JSON.stringify(taken.body)).toBe(200);
+    const byPayload = new Map(
+      (taken.body.messages as (RestMessage & { groupKey?: string })[]).map((m) => [m.payload, m]),
+    );
+    expect(byPayload.get("grouped")?.groupKey).toBe(key);
+    expect(byPayload.get("plain")).not.toHaveProperty("groupKey");
+    const single = await rest(app, "POST", "/v1/queues/one/consume", { waitSeconds: 0 });
+    expect(single.body.message).toBeNull();
+    await rest(app, "POST", "/v1/queues/one", { payload: 1, groupKey: "solo" });
+    expect((await rest(app, "POST", "/v1/queues/one/consume", { waitSeconds: 0 })).body.message.groupKey).toBe("solo");
+    // Connect: `group_key` on ConsumeMessage's message (single and `max`), unset on the ungrouped one.
+    await c.putMessage({ queue: "rpc", payload: num(1), groupKey: key });
+    await c.putMessage({ queue: "rpc", payload: num(2) });
+    const one = await c.consumeMessage({ queue: "rpc", waitSeconds: 0 });
+    expect(one.message?.groupKey).toBe(key);
+    const rest2 = await c.consumeMessage({ queue: "rpc", waitSeconds: 0, max: 10 });
+    expect(rest2.messages.map((m) => m.groupKey)).toEqual([undefined]);
+    // StreamMessages: the same field on the streamed messages.
+    await c.putMessage({ queue: "streamed", payload: num(1), groupKey: "s-1" });
+    await c.putMessage({ queue: "streamed", payload: num(2) });
+    const stop = new AbortController();
+    const streamed = new Map<number, string | undefined>();
+    try {
+      for await (const res of c.streamMessages(
+        { queue: "streamed", window: 10, leaseSeconds: 600 },
+        { signal: stop.signal },
+      )) {
+        for (const m of res.messages) streamed.set(m.payload?.kind.value as number, m.groupKey);
+        if (streamed.size === 2) break;
+      }
+    } finally {
+      stop.abort();
+    }
+    expect([...streamed.entries()].sort()).toEqual([
+      [1, "s-1"],
+      [2, undefined],
+    ]);
+  }, 60_000);
 });

@@ -3,7 +3,7 @@
  * tables' types. The authenticator reads through it (`lookupTokens`), the
  * admin API writes through it. Two stores only read `apps` in their own
  * statements: `secrets/secret-store.ts` joins it (an app's flag, its row
- * lock), and `queues/queue-store.ts` finds the rows of apps that are gone.
+ * lock), and `queues/store/housekeeping-store.ts` finds the rows of apps that are gone.
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import { PREPARED, exactTimeText, type Db, type Timestamp } from "../database/index.ts";

@@ -106,6 +106,13 @@ export declare type Message = Message$1<"platform.queues.v1.Message"> & {
    * @generated from field: int32 deliveries = 8;
    */
   deliveries: number;
+
+  /**
+   * Extension: the ordered group the message was put in (PutMessageRequest.group_key); unset when none.
+   *
+   * @generated from field: optional string group_key = 9;
+   */
+  groupKey?: string | undefined;
 };
 
 /**

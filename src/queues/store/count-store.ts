@@ -1,0 +1,163 @@
+/**
+ * Counters and what is read from them: the app's queues with their depth, in flight and dead letters
+ * (from `queue_counts`, migration 0012, not from the messages); when each queue's next message becomes
+ * visible; the hourly activity (migration 0019); and the compaction of count rows.
+ */
+import { sql } from "kysely";
+import { PREPARED } from "../../core/database/index.ts";
+import type { QueueDbs } from "./queue-tables.ts";
+import { HEAD_OF_GROUP } from "./sql-fragments.ts";
+import { toDate, toDateOrNull, type Count, type When } from "./row-values.ts";
+import type { QueueActivityHour, QueueStats } from "./queue-types.ts";
+
+/**
+ * The expired waiting messages not yet deleted by the expiry sweep (which runs
+ * every 15 s), of every app: read through the expiry index (the ORDER BY makes
+ * it the plan), at most 10,000 of them, so the counts below can leave
+ * them out at the cost of the few that expired since the last sweep.
+ */
+const EXPIRED = sql`(
+  SELECT app_id, queue FROM queue_messages
+  WHERE expires_at <= now() AND NOT coalesce(lease_until > now() AND visible_at > now(), false)
+  ORDER BY expires_at LIMIT ${sql.lit(10_000)}
+)`;
+
+/** Waiting messages at the head of a line among which the listing looks for the oldest. */
+const OLDEST_SCAN = 16;
+
+/** A queue's count rows folded into one: what they summed to. */
+type FoldedRow = { app_id: string; queue: string; n: Count };
+
+/** One queue of an app's listing (`in_flight` and `dead_letters` are int4 counts, `total` an int8 sum). */
+type ListedRow = {
+  queue: string;
+  total: Count | null;
+  in_flight: number | null;
+  oldest_at: When | null;
+  dead_letters: number;
+};
+
+/** When one queue's next message is visible. */
+type NextVisibleRow = { app_id: string; queue: string; at: When };
+
+/** One hour of a queue's activity (sums of int8: their text). */
+type ActivityRow = { at: When; puts: Count; acks: Count };
+
+/** Counts, the listing, next visibility and activity. */
+export interface CountStore {
+  /**
+   * Folds the count slots (`queue_counts`) of up to `limit` queues into one
+   * row each, and removes those summing to 0; how many queues. The slots of
+   * a queue are locked while folded, so a concurrent put or ack adds after it.
+   */
+  compactCounts(limit: number): Promise<number>;
+  /** The app's queues with something on them: waiting, in flight, or dead letters. */
+  list(appId: string): Promise<QueueStats[]>;
+  /** For the wake-up safety net: of the given queues, the earliest time each has a message visible (past or future). */
+  nextVisible(keys: { appId: string; queue: string }[]): Promise<{ appId: string; queue: string; at: Date }[]>;
+  /** One queue's puts and acks per UTC hour, the last `hours` hours (this one last), hours without any as zeros. */
+  activity(appId: string, queue: string, hours: number): Promise<QueueActivityHour[]>;
+}
+
+/**
+ * Counters and what is read from them: the app's queues with their depth, in flight and dead
+ * letters; when each queue's next message becomes visible; the hourly activity; and the compaction
+ * of count rows.
+ */
+export function createCountStore({ db }: QueueDbs): CountStore {
+  return {
+    compactCounts(limit) {
+      return db.transaction().execute(async (trx) => {
+        const { rows } = await sql<FoldedRow>`
+          WITH locked AS (
+            SELECT app_id, queue, slot FROM queue_counts
+            WHERE (app_id, queue) IN (
+              SELECT app_id, queue FROM queue_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
+            )
+            ORDER BY app_id, queue, slot
+            FOR UPDATE
+          ), gone AS (
+            DELETE FROM queue_counts c USING locked l
+            WHERE c.app_id = l.app_id AND c.queue = l.queue AND c.slot = l.slot
+            RETURNING c.app_id, c.queue, c.n
+          )
+          SELECT app_id, queue, sum(n) AS n FROM gone GROUP BY app_id, queue`.execute(trx);
+        const kept = rows.filter((r) => Number(r.n) !== 0);
+        if (kept.length > 0)
+          await sql`
+            INSERT INTO queue_counts (app_id, queue, slot, n)
+            SELECT * FROM unnest(${kept.map((r) => r.app_id)}::uuid[], ${kept.map((r) => r.queue)}::text[],
+                                 ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
+            ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
+        return rows.length;
+      });
+    },
+    async list(appId) {
+      // From the counts (one row per queue and slot), not the messages: each
+      // queue then costs a few index probes, whatever its backlog. `oldestAt`
+      // is the oldest among the first `OLDEST_SCAN` waiting messages of the
+      // line (the oldest of all, unless leases lapsed behind younger puts). A
+      // queue holding only dead letters is listed too (FULL JOIN), so the
+      // operator sees it.
+      const { rows } = await sql<ListedRow>`${PREPARED}
+        WITH c AS (
+          SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = ${appId} GROUP BY queue HAVING sum(n) > 0
+        ), m AS (
+          SELECT c.queue, c.total,
+                 (SELECT count(*)::int FROM queue_messages q
+                  WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.visible_at > now() AND q.lease_until > now()) AS in_flight,
+                 (SELECT min(h.enqueued_at) FROM (
+                    SELECT q.enqueued_at FROM queue_messages q
+                    WHERE q.app_id = ${appId} AND q.queue = c.queue AND q.expires_at > now()
+                      AND NOT coalesce(q.lease_until > now() AND q.visible_at > now(), false)
+                    ORDER BY q.visible_at LIMIT ${OLDEST_SCAN}) h) AS oldest_at
+          FROM c
+        ), e AS (
+          SELECT queue, count(*)::int AS n FROM ${EXPIRED} x WHERE x.app_id = ${appId} GROUP BY queue
+        ), d AS (
+          SELECT queue, count(*)::int AS n FROM queue_dead_letters WHERE app_id = ${appId} GROUP BY queue
+        )
+        SELECT coalesce(m.queue, d.queue) AS queue, m.total - coalesce(e.n, 0) AS total, m.in_flight, m.oldest_at,
+               coalesce(d.n, 0) AS dead_letters
+        FROM m LEFT JOIN e ON e.queue = m.queue FULL JOIN d ON d.queue = m.queue
+        ORDER BY 1`.execute(db);
+      return rows
+        .map((r) => {
+          const inFlight = Number(r.in_flight ?? 0);
+          const depth = Number(r.total ?? 0) - inFlight;
+          return {
+            name: r.queue,
+            depth,
+            inFlight,
+            oldestAt: depth > 0 ? toDateOrNull(r.oldest_at) : null,
+            deadLetters: Number(r.dead_letters),
+          };
+        })
+        .filter((q) => q.depth > 0 || q.inFlight > 0 || q.deadLetters > 0);
+    },
+    async nextVisible(keys) {
+      if (keys.length === 0) return [];
+      const { rows } = await sql<NextVisibleRow>`
+        SELECT k.app_id, k.queue, v.at
+        FROM unnest(${keys.map((k) => k.appId)}::uuid[], ${keys.map((k) => k.queue)}::text[]) AS k (app_id, queue)
+        CROSS JOIN LATERAL (
+          SELECT visible_at AS at FROM queue_messages q
+          WHERE app_id = k.app_id AND queue = k.queue AND expires_at > now() AND ${HEAD_OF_GROUP}
+          ORDER BY visible_at LIMIT 1
+        ) v`.execute(db);
+      return rows.map((r) => ({ appId: r.app_id, queue: r.queue, at: toDate(r.at) }));
+    },
+    async activity(appId, queue, hours) {
+      // The hours come from the database's clock, as the counts' hours do.
+      const { rows } = await sql<ActivityRow>`${PREPARED}
+        WITH h AS (
+          SELECT generate_series(date_trunc('hour', now(), 'UTC') - make_interval(hours => ${hours - 1}),
+                                 date_trunc('hour', now(), 'UTC'), interval '1 hour') AS at
+        )
+        SELECT h.at, coalesce(sum(a.puts), 0) AS puts, coalesce(sum(a.acks), 0) AS acks
+        FROM h LEFT JOIN queue_activity a ON a.app_id = ${appId} AND a.queue = ${queue} AND a.hour = h.at
+        GROUP BY h.at ORDER BY h.at`.execute(db);
+      return rows.map((r) => ({ at: toDate(r.at), puts: Number(r.puts), acks: Number(r.acks) }));
+    },
+  };
+}
