@@ -97,7 +97,8 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
   const { logger, metrics } = deps;
   const store = createQueueStore(deps.db, deps.database.relaxedDb);
   const hub = createWakeHub(deps.database, store, logger);
-  const housekeeping = queueHousekeeping(store, metrics);
+  const rateBuckets = createRateBucketStore(deps.db);
+  const housekeeping = queueHousekeeping(store, rateBuckets, metrics);
   registerQueueGauges(metrics, deps.db, deps.config.metrics.appsTop);
   const deadLetters = createDeadLetterOperator(store, hub);
   /** The dead letters on an operator's unit of work: consumers are woken once it committed. */
@@ -110,7 +111,7 @@ export function createQueuesFacility(deps: Deps): QueuesFacility {
     metrics,
     deadLetters,
     shutdownSignal: deps.shutdownSignal,
-    rateGate: createRateGate(createRateBucketStore(deps.db), logger, metrics),
+    rateGate: createRateGate(rateBuckets, logger, metrics),
     tracing: deps.tracing?.messaging,
   });
 

@@ -4,7 +4,8 @@
  * jobs: expired waiting messages are deleted every `EXPIRE_INTERVAL_MS`,
  * expired dead letters and put dedup keys past their window every
  * `DEAD_LETTER_EXPIRE_INTERVAL_MS` (as are hourly put and ack counts older
- * than `ACTIVITY_KEEP_HOURS`), messages and
+ * than `ACTIVITY_KEEP_HOURS`, dead-letter count rows that sum to 0 and the
+ * rate buckets of queues without a limit or idle `RATE_BUCKET_IDLE_SECONDS`), messages and
  * dead letters of deleted apps every `ORPHAN_INTERVAL_MS`, in batches of
  * `EXPIRE_BATCH` (`SKIP LOCKED`, so instances share the work instead of
  * waiting on each other).
@@ -17,10 +18,16 @@ import {
   EXPIRE_BATCH,
   EXPIRE_INTERVAL_MS,
   ORPHAN_INTERVAL_MS,
+  RATE_BUCKET_IDLE_SECONDS,
 } from "./queue-limits.ts";
 import type { QueueStore } from "./queue-store.ts";
+import type { RateBucketStore } from "./rate-bucket-store.ts";
 
-export function queueHousekeeping(store: QueueStore, metrics: Metrics): HousekeepingTask[] {
+export function queueHousekeeping(
+  store: QueueStore,
+  rateBuckets: RateBucketStore,
+  metrics: Metrics,
+): HousekeepingTask[] {
   const expired = metrics.counter("queue_messages_expired_total", "Waiting messages dropped at their expiresAt.", []);
   return [
     {
@@ -46,6 +53,21 @@ export function queueHousekeeping(store: QueueStore, metrics: Metrics): Housekee
       name: "queue count slots",
       intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
       run: (signal) => inBatches(signal, (batch) => store.compactCounts(batch), EXPIRE_BATCH),
+    },
+    {
+      name: "queue dead-letter counts",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: (signal) => inBatches(signal, (batch) => store.compactDeadLetterCounts(batch), EXPIRE_BATCH),
+    },
+    {
+      name: "queue rate buckets",
+      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
+      run: (signal) =>
+        inBatches(
+          signal,
+          (batch) => rateBuckets.sweep({ idleSeconds: RATE_BUCKET_IDLE_SECONDS, limit: batch }),
+          EXPIRE_BATCH,
+        ),
     },
     {
       name: "queue activity hours",

@@ -73,3 +73,9 @@ export const STREAM_MESSAGE_JSON_OVERHEAD = 512;
  * once): a message dies within this of its last lease.
  */
 export const DEAD_LETTER_SWEEP_INTERVAL_MS = 5_000;
+
+/**
+ * How long a rate-limited queue's token bucket stays without a take before housekeeping deletes it. A bucket
+ * is full again after at most 100 s (burst / rate at the lowest rate), so an older one is what a new one is.
+ */
+export const RATE_BUCKET_IDLE_SECONDS = 3_600;

@@ -22,6 +22,12 @@ export interface RateBucketStore {
   ): Promise<{ granted: number; tokens: number }>;
   /** Puts back tokens taken and not used (the claim found fewer messages), up to the burst. */
   giveBack(appId: string, queue: string, burst: number, n: number): Promise<void>;
+  /**
+   * Deletes up to `limit` buckets no take needs: of queues whose policy sets no limit any more (a take on a
+   * policy an instance had not yet re-read made it again), and of limited queues no take touched for
+   * `idleSeconds` (their bucket is full again, as a new one is: the next take makes it afresh); how many.
+   */
+  sweep(sweep: { idleSeconds: number; limit: number }): Promise<number>;
 }
 
 export function createRateBucketStore(db: Db): RateBucketStore {
@@ -47,6 +53,20 @@ export function createRateBucketStore(db: Db): RateBucketStore {
       await sql`
         UPDATE queue_rate_buckets SET tokens = least(${burst}::float8, tokens + ${n}::int)
         WHERE app_id = ${appId} AND queue = ${queue}`.execute(db);
+    },
+    async sweep({ idleSeconds, limit }) {
+      // SKIP LOCKED: a bucket a take holds is in use. A take that committed after this statement's snapshot
+      // is seen by the lock's re-check (its `refilled_at` is new), so a bucket in use is never deleted.
+      const result = await sql`
+        DELETE FROM queue_rate_buckets WHERE (app_id, queue) IN (
+          SELECT b.app_id, b.queue FROM queue_rate_buckets b
+          WHERE b.refilled_at < statement_timestamp() - make_interval(secs => ${idleSeconds})
+             OR NOT EXISTS (SELECT 1 FROM queue_policies p
+                            WHERE p.app_id = b.app_id AND p.queue = b.queue AND p.max_deliveries_per_second IS NOT NULL)
+          LIMIT ${limit}
+          FOR UPDATE OF b SKIP LOCKED
+        )`.execute(db);
+      return Number(result.numAffectedRows ?? 0n);
     },
   };
 }

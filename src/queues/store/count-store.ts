@@ -1,7 +1,8 @@
 /**
  * Counters and what is read from them: the app's queues with their depth, in flight and dead letters
  * (from `queue_counts`, migration 0012, not from the messages); when each queue's next message becomes
- * visible; the hourly activity (migration 0019); and the compaction of count rows.
+ * visible; the hourly activity (migration 0019); and the compaction of count rows (the dead-letter counts'
+ * of migration 0028 too).
  */
 import { sql } from "kysely";
 import { PREPARED } from "../../core/database/index.ts";
@@ -28,6 +29,9 @@ const OLDEST_SCAN = 16;
 /** A queue's count rows folded into one: what they summed to. */
 type FoldedRow = { app_id: string; queue: string; n: Count };
 
+/** One slot of a queue's dead-letter count (`n` an int8: its text). */
+type SlotRow = { app_id: string; queue: string; slot: number; n: Count };
+
 /** One queue of an app's listing (`in_flight` and `dead_letters` are int4 counts, `total` an int8 sum). */
 type ListedRow = {
   queue: string;
@@ -51,6 +55,13 @@ export interface CountStore {
    * a queue are locked while folded, so a concurrent put or ack adds after it.
    */
   compactCounts(limit: number): Promise<number>;
+  /**
+   * Folds the dead-letter count slots (`dead_letter_counts`, migration 0028) of up to `limit` queues into
+   * their lowest slot, and deletes those of queues whose slots sum to 0; how many queues. The slots are
+   * locked first and only rows already locked change, so a dead letter added or removed meanwhile waits
+   * for the fold (or, into a slot not yet there, lands beside it) and its count is kept.
+   */
+  compactDeadLetterCounts(limit: number): Promise<number>;
   /** The app's queues with something on them: waiting, in flight, or dead letters. */
   list(appId: string): Promise<QueueStats[]>;
   /** For the wake-up safety net: of the given queues, the earliest time each has a message visible (past or future). */
@@ -90,6 +101,47 @@ export function createCountStore({ db }: QueueDbs): CountStore {
                                  ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
             ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
         return rows.length;
+      });
+    },
+    compactDeadLetterCounts(limit) {
+      return db.transaction().execute(async (trx) => {
+        // Locked in (app, queue, slot) order, the order of the triggers' upserts, and then nothing else is
+        // locked: folding into a slot of its own (as compactCounts does into slot 0) could wait for a slot a
+        // concurrent trigger inserted while that one waits for a slot locked here.
+        const { rows } = await sql<SlotRow>`
+          SELECT app_id, queue, slot, n FROM dead_letter_counts
+          WHERE (app_id, queue) IN (
+            SELECT app_id, queue FROM dead_letter_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
+          )
+          ORDER BY app_id, queue, slot
+          FOR UPDATE`.execute(trx);
+        const queues = new Map<string, { appId: string; queue: string; slots: number[]; sum: bigint }>();
+        for (const r of rows) {
+          const key = `${r.app_id}\u0000${r.queue}`;
+          const q = queues.get(key) ?? { appId: r.app_id, queue: r.queue, slots: [], sum: 0n };
+          q.slots.push(r.slot);
+          q.sum += BigInt(r.n);
+          queues.set(key, q);
+        }
+        // The rows read are the locked ones' current values; the sums cannot change before the commit.
+        const gone = [...queues.values()].flatMap((q) =>
+          (q.sum === 0n ? q.slots : q.slots.slice(1)).map((slot) => ({ ...q, slot })),
+        );
+        const kept = [...queues.values()].filter((q) => q.sum !== 0n);
+        if (gone.length > 0)
+          await sql`
+            DELETE FROM dead_letter_counts c
+            USING unnest(${gone.map((g) => g.appId)}::uuid[], ${gone.map((g) => g.queue)}::text[],
+                         ${gone.map((g) => g.slot)}::smallint[]) AS g (app_id, queue, slot)
+            WHERE c.app_id = g.app_id AND c.queue = g.queue AND c.slot = g.slot`.execute(trx);
+        if (kept.length > 0)
+          await sql`
+            UPDATE dead_letter_counts c SET n = k.n
+            FROM unnest(${kept.map((k) => k.appId)}::uuid[], ${kept.map((k) => k.queue)}::text[],
+                        ${kept.map((k) => k.slots[0])}::smallint[], ${kept.map((k) => String(k.sum))}::bigint[])
+                 AS k (app_id, queue, slot, n)
+            WHERE c.app_id = k.app_id AND c.queue = k.queue AND c.slot = k.slot`.execute(trx);
+        return queues.size;
       });
     },
     async list(appId) {

@@ -36,6 +36,7 @@ export interface PolicyStore {
   getPolicy(appId: string, queue: string): Promise<StoredPolicy | undefined>;
   /**
    * Replaces a queue's stored policy by `change(current)` (current: all null when none), serialised per queue.
+   * A policy left without `maxDeliveriesPerSecond` deletes the queue's rate bucket in the same transaction.
    */
   updatePolicy(appId: string, queue: string, change: (current: StoredPolicy) => StoredPolicy): Promise<StoredPolicy>;
 }
@@ -68,6 +69,10 @@ export function createPolicyStore({ db }: QueueDbs): PolicyStore {
               dedup_window_seconds = ${next.dedupWindowSeconds},
               max_deliveries_per_second = ${next.maxDeliveriesPerSecond}, updated_at = now()
           WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
+        // A queue without a limit takes no token: its bucket goes with the limit, in this transaction, so
+        // no row outlives the policy that made it (a take on a stale policy is swept by housekeeping).
+        if (next.maxDeliveriesPerSecond === null)
+          await sql`DELETE FROM queue_rate_buckets WHERE app_id = ${appId} AND queue = ${queue}`.execute(trx);
         return next;
       });
     },
