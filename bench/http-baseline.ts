@@ -10,7 +10,7 @@
  * whose rows the reads return), BASELINE_WRITE_APP_ID (the app the puts write to).
  *
  * The statements are copied from the stores (`event-type-store.ts`,
- * `queue-store.ts` `list` and `put` (the per-queue counts of migration 0012),
+ * the queue store's `list` and `put` (`src/queues/store/`) (the per-queue counts of migration 0012),
  * `quota-store.ts` `usedMany`); keep them in step when those change. The
  * service's put also takes the queue's advisory lock in its transaction, or
  * batches puts; the baseline runs the one statement. Like the service's, the
@@ -46,7 +46,7 @@ const EXPIRED = `(
   ORDER BY expires_at LIMIT 10000
 )`;
 const LIST_TYPES = `SELECT name, properties, created_at, updated_at FROM analytics_event_types WHERE app_id = $1::uuid ORDER BY name`;
-// queue-store.ts `list`: from the per-queue counts, with the leased, expired and dead-letter corrections.
+// The count store's `list` (store/count-store.ts): from the per-queue counts, with the leased, expired and dead-letter corrections.
 const LIST_QUEUES = `
   WITH c AS (
     SELECT queue, sum(n) AS total FROM queue_counts WHERE app_id = $1 GROUP BY queue HAVING sum(n) > 0
@@ -70,7 +70,7 @@ const LIST_QUEUES = `
   FROM m LEFT JOIN e ON e.queue = m.queue FULL JOIN d ON d.queue = m.queue
   ORDER BY 1`;
 const USED = `SELECT counter, used FROM quota_usage WHERE app_id = $1::uuid AND day = $2::date AND counter = ANY($3::text[])`;
-// queue-store.ts `put`: the depth from the counts (depthOf), then the insert.
+// The put store's `put` (store/put-store.ts): the depth from the counts (depthOf), then the insert.
 const PUT = `
   WITH depth AS (
     SELECT greatest(0,

@@ -1,7 +1,7 @@
 /**
  * The cross-app reads of the queue tables, for /metrics and the operator's
  * overview (`queue-overview-store.ts`): totals, and each app's figures. Apart
- * from `queue-store.ts` because they serve no app: every other statement on
+ * from the queue store (`store/`) because they serve no app: every other statement on
  * these tables is scoped by one app.
  */
 import { sql } from "kysely";
