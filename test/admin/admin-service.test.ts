@@ -1,10 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { ConnectError, Code } from "@connectrpc/connect";
-import { AdminService, AppStatus } from "../gen/platform/admin/v1/admin_pb.js";
-import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
-import { DEFAULT_LIMITS } from "../src/core/apps/apps.ts";
-import { useTestServer } from "./support/harness.ts";
-import { tables } from "./support/tables.ts";
+import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { ErrorDetailSchema } from "../../gen/platform/meta/v1/error_pb.js";
+import { DEFAULT_LIMITS } from "../../src/core/apps/apps.ts";
+import { useTestServer } from "../support/harness.ts";
+import { tables } from "../support/tables.ts";
 
 const t = useTestServer({ env: { MAIL_DOMAIN: "apps.example.net" } });
 

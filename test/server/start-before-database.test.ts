@@ -20,12 +20,12 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { backend, createTestDatabase, type TestDatabase } from "./support/harness.ts";
-import { cleanEnv, nodeBinary } from "./support/service-process.ts";
-import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.ts";
+import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
+import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 
 /** A local port with nothing listening on it (yet). */
 async function closedPort(): Promise<number> {
