@@ -75,6 +75,7 @@ import { humanTable, readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
 import { INTERVAL_OF } from "./analytics/enum-names.ts";
+import { AGGREGATE_OF } from "./analytics/query-extensions.ts";
 import { OWNER } from "./core/auth.ts";
 
 class UsageError extends Error {}
@@ -189,16 +190,9 @@ function analyticsExtensions(values: Values) {
   const groupBy = str(values, "group-by");
   const list = groupBy?.includes(",") ?? false;
   const aggregate = str(values, "aggregate");
-  const aggregates: Record<string, Aggregate> = {
-    count: Aggregate.COUNT,
-    unique: Aggregate.UNIQUE,
-    sum: Aggregate.SUM,
-    avg: Aggregate.AVG,
-    min: Aggregate.MIN,
-    max: Aggregate.MAX,
-  };
-  if (aggregate !== undefined && !(aggregate in aggregates))
-    throw new UsageError("--aggregate: must be count, unique, sum, avg, min or max");
+  const aggregates: Record<string, Aggregate> = AGGREGATE_OF;
+  if (aggregate !== undefined && !Object.hasOwn(aggregates, aggregate))
+    throw new UsageError(`--aggregate: must be ${Object.keys(aggregates).join(", ")}`);
   const where = ((values.where as string[] | undefined) ?? []).map((w) => whereCondition(w, w));
   const limit = str(values, "limit");
   if (limit !== undefined && !/^[0-9]{1,3}$/.test(limit)) throw new UsageError("--limit: must be 1 to 500");

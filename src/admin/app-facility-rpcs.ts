@@ -30,7 +30,8 @@ import {
   checkQueueName,
   isPeekPosition,
   type DeadLetterSelection,
-  type PolicyChange,
+  policyChangeOf,
+  policyMessage,
   type QueuePolicy,
   type StoredPolicy,
 } from "../queues/index.ts";
@@ -64,22 +65,6 @@ export type AppFacilityRpcs = Pick<
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
 const MAX_DEAD_LETTER_IDS = 1_000;
 
-/** A queue's policy as AdminService answers it. */
-function policyMessage(queue: string, p: QueuePolicy) {
-  return {
-    queue,
-    maxDeliveries: p.maxDeliveries,
-    deadLetterQueue: p.deadLetterQueue ?? undefined,
-    retryDelaySeconds: p.retryDelaySeconds,
-    retryBackoff: p.retryBackoff,
-    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
-    leaseSeconds: p.leaseSeconds,
-    dedupWindowSeconds: p.dedupWindowSeconds,
-    retryJitter: p.retryJitter,
-    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
-  };
-}
-
 /**
  * Where a queue's max_deliveries comes from (the rule of the queues facility's `effectivePolicy`): the queue's
  * own value unless the app's limit bounds it, else the app's limit, else none (unlimited).
@@ -89,6 +74,15 @@ function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): 
   const own = stored?.maxDeliveries ?? null;
   if (own !== null && !(limit > 0 && (own === 0 || own > limit))) return "queue";
   return limit > 0 ? "app" : "default";
+}
+
+/** GetQueuePolicy's and SetQueuePolicy's answer: the effective policy and where its max_deliveries comes from. */
+function policyAnswer(app: AppRecord, queue: string, policy: QueuePolicy, stored: StoredPolicy | undefined) {
+  return {
+    policy: policyMessage(queue, policy),
+    maxDeliveriesSource: maxDeliveriesSource(app, stored),
+    appMaxDeliveries: app.limits.maxDeliveries,
+  };
 }
 
 /** `all` or `ids`, exactly one: an empty list never means "every one" by accident. */
@@ -223,26 +217,13 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const queue = checkQueueName(req.queue, true);
       const { policy, stored } = await queues.policy(app, queue);
-      return {
-        policy: policyMessage(queue, policy),
-        maxDeliveriesSource: maxDeliveriesSource(app, stored),
-        appMaxDeliveries: app.limits.maxDeliveries,
-      };
+      return policyAnswer(app, queue, policy, stored);
     },
 
     async setQueuePolicy(req, context) {
       const app = await load(req.appId);
       // What was asked, as given: the entry of a refused change says it too.
-      const change: PolicyChange = {
-        maxDeliveries: req.maxDeliveries,
-        deadLetterQueue: req.deadLetterQueue,
-        retryDelaySeconds: req.retryDelaySeconds,
-        retryBackoff: req.retryBackoff,
-        maxRetryDelaySeconds: req.maxRetryDelaySeconds,
-        leaseSeconds: req.leaseSeconds,
-        dedupWindowSeconds: req.dedupWindowSeconds,
-        maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
-      };
+      const change = policyChangeOf(req);
       const asked = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
       const { queue, policy } = await auditor.audited(
         context,
@@ -257,11 +238,7 @@ export function createAppFacilityRpcs(options: {
       );
       // Read once the change committed (a read on the pool while it is open would wait for it on PGlite).
       const { stored } = await queues.policy(app, queue);
-      return {
-        policy: policyMessage(queue, policy),
-        maxDeliveriesSource: maxDeliveriesSource(app, stored),
-        appMaxDeliveries: app.limits.maxDeliveries,
-      };
+      return policyAnswer(app, queue, policy, stored);
     },
 
     async getQueueMessage(req, context) {

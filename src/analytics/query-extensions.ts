@@ -25,6 +25,7 @@ import {
   type ConditionScalar,
   type EventStore,
 } from "./event-store.ts";
+import { wordsOf } from "./enum-names.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import { distinctIdRule, quoted } from "./validate-events.ts";
 
@@ -38,15 +39,6 @@ const MAX_IN_VALUES = 100;
 /** The name `where` and `of` use for an event's distinctId (never a property name: it has a capital). */
 const DISTINCT_ID = "distinctId";
 
-export const AGGREGATE_NAME: Record<number, AggregateName> = {
-  [Aggregate.UNSPECIFIED]: "count",
-  [Aggregate.COUNT]: "count",
-  [Aggregate.UNIQUE]: "unique",
-  [Aggregate.SUM]: "sum",
-  [Aggregate.AVG]: "avg",
-  [Aggregate.MIN]: "min",
-  [Aggregate.MAX]: "max",
-};
 export const AGGREGATE_OF: Record<AggregateName, Aggregate> = {
   count: Aggregate.COUNT,
   unique: Aggregate.UNIQUE,
@@ -54,6 +46,11 @@ export const AGGREGATE_OF: Record<AggregateName, Aggregate> = {
   avg: Aggregate.AVG,
   min: Aggregate.MIN,
   max: Aggregate.MAX,
+};
+/** An unset aggregate counts. */
+export const AGGREGATE_NAME: Record<number, AggregateName> = {
+  ...wordsOf(AGGREGATE_OF),
+  [Aggregate.UNSPECIFIED]: "count",
 };
 const OP_NAME: Record<number, ConditionOp> = {
   [Operator.EQ]: "eq",

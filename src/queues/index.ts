@@ -41,6 +41,7 @@ export { isPeekPosition } from "./queue-store.ts";
 export { checkQueueName } from "./queue-name.ts";
 
 export type { DeadLetterSelection } from "./queue-store.ts";
+export { policyChangeOf, policyMessage } from "./queue-policy.ts";
 export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 
