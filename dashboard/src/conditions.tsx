@@ -8,17 +8,13 @@
  * (comma-separated here), `exists` is "is set" or "is not set". The server
  * checks again; its refusal is shown as it words it.
  */
-import { fromJson, type JsonValue, type MessageInitShape } from "@bufbuild/protobuf";
-import { ValueSchema } from "@bufbuild/protobuf/wkt";
-import {
-  Operator,
-  PropertyKind,
-  type ConditionSchema,
-  type EventType,
-} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import type { JsonValue, MessageInitShape } from "@bufbuild/protobuf";
+import { PropertyKind, type ConditionSchema, type EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { conditionOf, type ConditionOp } from "../../src/analytics/where-conditions.ts";
 
 export type Kind = "string" | "number" | "boolean";
-export type OpName = "eq" | "neq" | "in" | "contains" | "gt" | "gte" | "lt" | "lte" | "exists";
+/** The operators by the API's names (one module with the service and the CLI). */
+export type OpName = ConditionOp;
 
 /** Who did an event: a condition may name it like a declared string property. */
 export const DISTINCT_ID = "distinctId";
@@ -32,18 +28,6 @@ export interface DraftCondition {
   /** As typed: a number's digits, a list's comma-separated values, "true"/"false" for booleans and `exists`. */
   text: string;
 }
-
-const OPERATOR: Record<OpName, Operator> = {
-  eq: Operator.EQ,
-  neq: Operator.NEQ,
-  in: Operator.IN,
-  contains: Operator.CONTAINS,
-  gt: Operator.GT,
-  gte: Operator.GTE,
-  lt: Operator.LT,
-  lte: Operator.LTE,
-  exists: Operator.EXISTS,
-};
 
 const OP_LABEL: Record<OpName, string> = {
   eq: "is",
@@ -137,7 +121,7 @@ export function toConditions(
         return { problem: `${where(i)}: enter the distinctId` };
       value = v;
     }
-    conditions.push({ property: d.property, op: OPERATOR[d.op], value: fromJson(ValueSchema, value) });
+    conditions.push(conditionOf(d.property, d.op, value));
   }
   return { conditions };
 }

@@ -7,11 +7,7 @@
  * rollups as before; any of them is answered from the raw events.
  */
 import type { Value } from "@bufbuild/protobuf/wkt";
-import {
-  Aggregate,
-  Operator,
-  type Condition as ConditionMessage,
-} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { Aggregate, type Condition as ConditionMessage } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
 import {
@@ -26,6 +22,7 @@ import {
   type EventStore,
 } from "./event-store.ts";
 import { wordsOf } from "./enum-names.ts";
+import { OP_OF } from "./where-conditions.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import { distinctIdRule, quoted } from "./validate-events.ts";
 
@@ -52,21 +49,7 @@ export const AGGREGATE_NAME: Record<number, AggregateName> = {
   ...wordsOf(AGGREGATE_OF),
   [Aggregate.UNSPECIFIED]: "count",
 };
-const OP_NAME: Record<number, ConditionOp> = {
-  [Operator.EQ]: "eq",
-  [Operator.NEQ]: "neq",
-  [Operator.IN]: "in",
-  [Operator.CONTAINS]: "contains",
-  [Operator.GT]: "gt",
-  [Operator.GTE]: "gte",
-  [Operator.LT]: "lt",
-  [Operator.LTE]: "lte",
-  [Operator.EXISTS]: "exists",
-};
-export const OP_OF = Object.fromEntries(Object.entries(OP_NAME).map(([k, v]) => [v, Number(k)])) as Record<
-  ConditionOp,
-  Operator
->;
+const OP_NAME: Record<number, ConditionOp> = wordsOf(OP_OF);
 const OP_RULE = `must be one of ${Object.values(OP_NAME).join(", ")}`;
 
 /** The parts of a query request the extensions read (QueryEventsRequest's fields). */
