@@ -38,7 +38,9 @@ export function conditionOf(property: string, op: ConditionOp, value: JsonValue 
  * `PROP:OP:JSON` (`plan:eq:"pro"`, `amount:gte:10`, `plan:in:["a","b"]`, `paid:exists`) as a Condition,
  * or what is wrong with it. Kinds are the service's to check.
  */
-export function parseWhere(text: string): { condition: Condition; problem?: undefined } | { problem: string } {
+export function parseWhere(
+  text: string,
+): { condition: Condition; problem?: undefined } | { condition?: undefined; problem: string } {
   const m = /^([^:]+):([a-z]+)(?::(.*))?$/s.exec(text);
   if (!m || !isConditionOp(m[2]))
     return { problem: `must be PROP:OP:JSON (OP one of ${Object.keys(OP_OF).join(", ")})` };

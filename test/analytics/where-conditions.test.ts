@@ -13,7 +13,7 @@ import {
   PropertyKind,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { OP_OF, parseWhere } from "../../src/analytics/where-conditions.ts";
-import { toConditions, type DraftCondition } from "../../dashboard/src/conditions.tsx";
+import { toConditions, type DraftCondition } from "../../dashboard/src/condition-drafts.ts";
 
 const type = create(EventTypeSchema, {
   name: "checkout",

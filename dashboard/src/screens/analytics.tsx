@@ -25,7 +25,8 @@ import { Aggregate, Interval, type Bucket } from "../../../gen/platform/analytic
 import { Empty, QueryView, useDebounced, usePages } from "../ui.tsx";
 import { TimeChart } from "../chart.tsx";
 import { bucketIndex, bucketStarts, type BucketUnit } from "../time-buckets.ts";
-import { ConditionsEditor, declaredKinds, toConditions, type DraftCondition } from "../conditions.tsx";
+import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import { ConditionsEditor } from "../conditions.tsx";
 import { FunnelView } from "./funnel.tsx";
 import { RANGES, localInput } from "../ranges.ts";
 import { formatValue } from "../format.ts";

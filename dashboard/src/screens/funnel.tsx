@@ -18,7 +18,8 @@ import { queryAnalyticsFunnel } from "../../../gen/platform/admin/v1/admin-Admin
 import type { App, ListEventTypesResponse } from "../../../gen/platform/admin/v1/admin_pb.js";
 import type { FunnelStepResult } from "../../../gen/platform/analytics/v1/analytics_pb.js";
 import { Empty, QueryView, useDebounced } from "../ui.tsx";
-import { ConditionsEditor, declaredKinds, toConditions, type DraftCondition } from "../conditions.tsx";
+import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import { ConditionsEditor } from "../conditions.tsx";
 import { RANGES, localInput } from "../ranges.ts";
 import { formatDuration, formatPercent, formatValue } from "../format.ts";
 
