@@ -14,7 +14,7 @@ import path from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
 import { afterAll, beforeAll, describe } from "vitest";
-import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import { ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
@@ -533,4 +533,20 @@ function parseBody(text: string): unknown {
   } catch {
     return text; // not JSON: keep the text
   }
+}
+
+/** REST calls as an app on `t`: `rest(app, method, path, body?)`, the answer whatever its status. */
+export function restAs(t: TestServer) {
+  return (app: TestApp, method: string, pathname: string, body?: unknown) =>
+    t.request(method, pathname, { token: app.token, body });
+}
+
+/** The ConnectError a call fails with (a call that succeeds fails the test). */
+export async function connectError(p: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await p;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected the call to fail");
 }
