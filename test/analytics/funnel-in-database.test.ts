@@ -93,13 +93,12 @@ describe("funnels computed in the database", () => {
                 }),
               ),
             );
-            const expected = computeFunnel(
-              stepEvents,
-              f.steps.map((s) => s.type),
+            const expected = computeFunnel(stepEvents, {
+              types: f.steps.map((s) => s.type),
               windowMs,
-              f.limit,
-              breakdown !== undefined,
-            );
+              limit: f.limit,
+              breakdown: breakdown !== undefined,
+            });
             const counts = await fixture.store.funnel!({
               appId,
               steps: f.steps,
