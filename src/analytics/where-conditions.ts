@@ -23,7 +23,7 @@ export const OP_OF = {
 
 export type ConditionOp = keyof typeof OP_OF;
 
-export function isConditionOp(name: string): name is ConditionOp {
+function isConditionOp(name: string): name is ConditionOp {
   return Object.hasOwn(OP_OF, name);
 }
 

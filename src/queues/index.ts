@@ -42,7 +42,7 @@ export { checkQueueName } from "./queue-name.ts";
 
 export type { DeadLetterSelection } from "./queue-store.ts";
 export { policyChangeOf, policyMessage } from "./queue-policy.ts";
-export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
+export type { QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 
 /**

@@ -12,7 +12,7 @@ import {
   Operator,
   PropertyKind,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { OP_OF, parseWhere } from "../../src/analytics/where-conditions.ts";
+import { OP_OF, conditionOf, parseWhere } from "../../src/analytics/where-conditions.ts";
 import { toConditions, type DraftCondition } from "../../dashboard/src/condition-drafts.ts";
 
 const type = create(EventTypeSchema, {
@@ -44,6 +44,11 @@ describe("where conditions", () => {
     const dashboard = toConditions([row], type, (i) => `Filter ${i + 1}`);
     expect(cli.problem ?? dashboard.problem).toBeUndefined();
     expect(asJson(dashboard.conditions![0])).toEqual(asJson(cli.condition));
+  });
+
+  it("the CLI's text is the condition made from its parts", () => {
+    expect(asJson(parseWhere('plan:in:["a","b"]').condition)).toEqual(asJson(conditionOf("plan", "in", ["a", "b"])));
+    expect(asJson(conditionOf("paid", "exists", undefined))).toEqual({ property: "paid", op: "OPERATOR_EXISTS" });
   });
 
   it("says what is wrong with a text that is not PROP:OP:JSON", () => {
