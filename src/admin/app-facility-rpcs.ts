@@ -76,6 +76,21 @@ function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): 
   return limit > 0 ? "app" : "default";
 }
 
+/**
+ * What a peeked message and a dead letter show alike: the payload cut at PEEK_PAYLOAD_CHARS (and whether it
+ * was), its size and when it was put.
+ */
+function peekedFields(m: { id: string; payload: string; sizeBytes: number; enqueuedAt: Date }) {
+  const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
+  return {
+    id: m.id,
+    payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
+    truncated,
+    sizeBytes: BigInt(m.sizeBytes),
+    enqueuedAt: timestampFromDate(m.enqueuedAt),
+  };
+}
+
 /** GetQueuePolicy's and SetQueuePolicy's answer: the effective policy and where its max_deliveries comes from. */
 function policyAnswer(app: AppRecord, queue: string, policy: QueuePolicy, stored: StoredPolicy | undefined) {
   return {
@@ -267,18 +282,11 @@ export function createAppFacilityRpcs(options: {
       return {
         nextPageToken:
           found.length > limit ? Buffer.from(messages[messages.length - 1].position, "utf8").toString("base64url") : "",
-        messages: messages.map((m) => {
-          const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
-          return {
-            id: m.id,
-            payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
-            truncated,
-            sizeBytes: BigInt(m.sizeBytes),
-            enqueuedAt: timestampFromDate(m.enqueuedAt),
-            expiresAt: timestampFromDate(m.expiresAt),
-            deliveries: m.deliveries,
-          };
-        }),
+        messages: messages.map((m) => ({
+          ...peekedFields(m),
+          expiresAt: timestampFromDate(m.expiresAt),
+          deliveries: m.deliveries,
+        })),
       };
     },
 
@@ -320,21 +328,14 @@ export function createAppFacilityRpcs(options: {
         throw invalidArgument("page_size", "must be from 1 to 100");
       const page = await queues.listDeadLetters(app.id, queue, pageSize, req.pageToken, PEEK_PAYLOAD_CHARS);
       return {
-        deadLetters: page.deadLetters.map((d) => {
-          const truncated = d.payload.length > PEEK_PAYLOAD_CHARS;
-          return {
-            id: d.id,
-            payload: truncated ? d.payload.slice(0, PEEK_PAYLOAD_CHARS) : d.payload,
-            truncated,
-            sizeBytes: BigInt(d.sizeBytes),
-            enqueuedAt: timestampFromDate(d.enqueuedAt),
-            deliveries: d.deliveries,
-            diedAt: timestampFromDate(d.diedAt),
-            expiresAt: timestampFromDate(d.expiresAt),
-            failureReason: d.failureReason ?? undefined,
-            groupKey: d.groupKey ?? undefined,
-          };
-        }),
+        deadLetters: page.deadLetters.map((d) => ({
+          ...peekedFields(d),
+          deliveries: d.deliveries,
+          diedAt: timestampFromDate(d.diedAt),
+          expiresAt: timestampFromDate(d.expiresAt),
+          failureReason: d.failureReason ?? undefined,
+          groupKey: d.groupKey ?? undefined,
+        })),
         nextPageToken: page.nextPageToken,
       };
     },
