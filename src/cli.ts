@@ -61,7 +61,7 @@ import {
   WhoAmIResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
-import { Aggregate, Interval, Operator } from "../gen/platform/analytics/v1/analytics_pb.js";
+import { Aggregate, Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { ErrorDetailSchema } from "../gen/platform/meta/v1/error_pb.js";
 import { ConfigError, loadConfig, type Config } from "./core/config.ts";
 import { adminTokenFile } from "./core/data-dir.ts";
@@ -75,6 +75,8 @@ import { humanTable, readableJson } from "./cli-format.ts";
 import { adoptAdminToken } from "./core/shared-keys/index.ts";
 import { createAuditStore } from "./admin/audit-store.ts";
 import { INTERVAL_OF } from "./analytics/enum-names.ts";
+import { AGGREGATE_OF } from "./analytics/query-extensions.ts";
+import { parseWhere } from "./analytics/where-conditions.ts";
 import { OWNER } from "./core/auth.ts";
 
 class UsageError extends Error {}
@@ -150,34 +152,11 @@ function jsonArgument(text: string): JsonValue {
 const str = (values: Values, name: string) => values[name] as string | undefined;
 
 /** Filter operators by their names on the command line. */
-const WHERE_OPS: Record<string, Operator> = {
-  eq: Operator.EQ,
-  neq: Operator.NEQ,
-  in: Operator.IN,
-  contains: Operator.CONTAINS,
-  gt: Operator.GT,
-  gte: Operator.GTE,
-  lt: Operator.LT,
-  lte: Operator.LTE,
-  exists: Operator.EXISTS,
-};
-
 /** One `--where PROP:OP:JSON` (`w`) as a Condition; `shown` is how an error names it. */
 function whereCondition(w: string, shown: string) {
-  const m = /^([^:]+):([a-z]+)(?::(.*))?$/s.exec(w);
-  if (!m || !(m[2] in WHERE_OPS))
-    throw new UsageError(`--where ${shown}: must be PROP:OP:JSON (OP one of ${Object.keys(WHERE_OPS).join(", ")})`);
-  let value: unknown;
-  try {
-    value = m[3] === undefined ? undefined : JSON.parse(m[3]);
-  } catch {
-    throw new UsageError(`--where ${shown}: the value must be JSON (a string in double quotes)`);
-  }
-  return {
-    property: m[1],
-    op: WHERE_OPS[m[2]],
-    ...(value === undefined ? {} : { value: fromJson(ValueSchema, value as JsonValue) }),
-  };
+  const parsed = parseWhere(w);
+  if (parsed.problem !== undefined) throw new UsageError(`--where ${shown}: ${parsed.problem}`);
+  return parsed.condition;
 }
 
 /**
@@ -189,16 +168,9 @@ function analyticsExtensions(values: Values) {
   const groupBy = str(values, "group-by");
   const list = groupBy?.includes(",") ?? false;
   const aggregate = str(values, "aggregate");
-  const aggregates: Record<string, Aggregate> = {
-    count: Aggregate.COUNT,
-    unique: Aggregate.UNIQUE,
-    sum: Aggregate.SUM,
-    avg: Aggregate.AVG,
-    min: Aggregate.MIN,
-    max: Aggregate.MAX,
-  };
-  if (aggregate !== undefined && !(aggregate in aggregates))
-    throw new UsageError("--aggregate: must be count, unique, sum, avg, min or max");
+  const aggregates: Record<string, Aggregate> = AGGREGATE_OF;
+  if (aggregate !== undefined && !Object.hasOwn(aggregates, aggregate))
+    throw new UsageError(`--aggregate: must be ${Object.keys(aggregates).join(", ")}`);
   const where = ((values.where as string[] | undefined) ?? []).map((w) => whereCondition(w, w));
   const limit = str(values, "limit");
   if (limit !== undefined && !/^[0-9]{1,3}$/.test(limit)) throw new UsageError("--limit: must be 1 to 500");

@@ -1,6 +1,12 @@
 /** The ranges the analytics screens offer, and the custom range's fields. */
 
-export const RANGES = [
+/** A preset range; `hours: 0` is the custom range. */
+export interface Range {
+  label: string;
+  hours: number;
+}
+
+export const RANGES: readonly Range[] = [
   { label: "Last 24 hours", hours: 24 },
   { label: "Last 7 days", hours: 24 * 7 },
   { label: "Last 30 days", hours: 24 * 30 },

@@ -290,3 +290,57 @@ export function useDebounced<T>(value: T, ms: number): T {
   }, [value, ms]);
   return settled;
 }
+
+/** One column of a `DataTable`: its header, its cells, and the class both take (e.g. "right hide-narrow"). */
+export interface Column<T> {
+  header: string;
+  cell: (row: T) => ReactNode;
+  className?: string;
+  testId?: string;
+}
+
+/**
+ * The screens' table: a caption for screen readers, one header row, one row per item; on narrow screens
+ * (`stack-narrow`) each cell is labelled with its header.
+ */
+export function DataTable<T>({
+  caption,
+  columns,
+  rows,
+  rowKey,
+  rowTestId,
+}: {
+  caption: string;
+  columns: readonly Column<T>[];
+  rows: readonly T[];
+  rowKey: (row: T) => string;
+  rowTestId?: (row: T) => string;
+}) {
+  return (
+    <div className="table-wrap">
+      <table className="stack-narrow">
+        <caption className="sr-only">{caption}</caption>
+        <thead>
+          <tr>
+            {columns.map((c) => (
+              <th key={c.header} scope="col" className={c.className}>
+                {c.header}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((row) => (
+            <tr key={rowKey(row)} data-testid={rowTestId?.(row)}>
+              {columns.map((c) => (
+                <td key={c.header} data-label={c.header} className={c.className} data-testid={c.testId}>
+                  {c.cell(row)}
+                </td>
+              ))}
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}

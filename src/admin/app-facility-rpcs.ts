@@ -30,7 +30,8 @@ import {
   checkQueueName,
   isPeekPosition,
   type DeadLetterSelection,
-  type PolicyChange,
+  policyChangeOf,
+  policyMessage,
   type QueuePolicy,
   type StoredPolicy,
 } from "../queues/index.ts";
@@ -64,22 +65,6 @@ export type AppFacilityRpcs = Pick<
 /** Most ids one ReplayDeadLetters or PurgeDeadLetters call may name. */
 const MAX_DEAD_LETTER_IDS = 1_000;
 
-/** A queue's policy as AdminService answers it. */
-function policyMessage(queue: string, p: QueuePolicy) {
-  return {
-    queue,
-    maxDeliveries: p.maxDeliveries,
-    deadLetterQueue: p.deadLetterQueue ?? undefined,
-    retryDelaySeconds: p.retryDelaySeconds,
-    retryBackoff: p.retryBackoff,
-    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
-    leaseSeconds: p.leaseSeconds,
-    dedupWindowSeconds: p.dedupWindowSeconds,
-    retryJitter: p.retryJitter,
-    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
-  };
-}
-
 /**
  * Where a queue's max_deliveries comes from (the rule of the queues facility's `effectivePolicy`): the queue's
  * own value unless the app's limit bounds it, else the app's limit, else none (unlimited).
@@ -89,6 +74,30 @@ function maxDeliveriesSource(app: AppRecord, stored: StoredPolicy | undefined): 
   const own = stored?.maxDeliveries ?? null;
   if (own !== null && !(limit > 0 && (own === 0 || own > limit))) return "queue";
   return limit > 0 ? "app" : "default";
+}
+
+/**
+ * What a peeked message and a dead letter show alike: the payload cut at PEEK_PAYLOAD_CHARS (and whether it
+ * was), its size and when it was put.
+ */
+function peekedFields(m: { id: string; payload: string; sizeBytes: number; enqueuedAt: Date }) {
+  const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
+  return {
+    id: m.id,
+    payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
+    truncated,
+    sizeBytes: BigInt(m.sizeBytes),
+    enqueuedAt: timestampFromDate(m.enqueuedAt),
+  };
+}
+
+/** GetQueuePolicy's and SetQueuePolicy's answer: the effective policy and where its max_deliveries comes from. */
+function policyAnswer(app: AppRecord, queue: string, policy: QueuePolicy, stored: StoredPolicy | undefined) {
+  return {
+    policy: policyMessage(queue, policy),
+    maxDeliveriesSource: maxDeliveriesSource(app, stored),
+    appMaxDeliveries: app.limits.maxDeliveries,
+  };
 }
 
 /** `all` or `ids`, exactly one: an empty list never means "every one" by accident. */
@@ -223,26 +232,13 @@ export function createAppFacilityRpcs(options: {
       const app = await load(req.appId);
       const queue = checkQueueName(req.queue, true);
       const { policy, stored } = await queues.policy(app, queue);
-      return {
-        policy: policyMessage(queue, policy),
-        maxDeliveriesSource: maxDeliveriesSource(app, stored),
-        appMaxDeliveries: app.limits.maxDeliveries,
-      };
+      return policyAnswer(app, queue, policy, stored);
     },
 
     async setQueuePolicy(req, context) {
       const app = await load(req.appId);
       // What was asked, as given: the entry of a refused change says it too.
-      const change: PolicyChange = {
-        maxDeliveries: req.maxDeliveries,
-        deadLetterQueue: req.deadLetterQueue,
-        retryDelaySeconds: req.retryDelaySeconds,
-        retryBackoff: req.retryBackoff,
-        maxRetryDelaySeconds: req.maxRetryDelaySeconds,
-        leaseSeconds: req.leaseSeconds,
-        dedupWindowSeconds: req.dedupWindowSeconds,
-        maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
-      };
+      const change = policyChangeOf(req);
       const asked = Object.fromEntries(Object.entries(change).filter(([, v]) => v !== undefined));
       const { queue, policy } = await auditor.audited(
         context,
@@ -257,11 +253,7 @@ export function createAppFacilityRpcs(options: {
       );
       // Read once the change committed (a read on the pool while it is open would wait for it on PGlite).
       const { stored } = await queues.policy(app, queue);
-      return {
-        policy: policyMessage(queue, policy),
-        maxDeliveriesSource: maxDeliveriesSource(app, stored),
-        appMaxDeliveries: app.limits.maxDeliveries,
-      };
+      return policyAnswer(app, queue, policy, stored);
     },
 
     async getQueueMessage(req, context) {
@@ -290,18 +282,11 @@ export function createAppFacilityRpcs(options: {
       return {
         nextPageToken:
           found.length > limit ? Buffer.from(messages[messages.length - 1].position, "utf8").toString("base64url") : "",
-        messages: messages.map((m) => {
-          const truncated = m.payload.length > PEEK_PAYLOAD_CHARS;
-          return {
-            id: m.id,
-            payload: truncated ? m.payload.slice(0, PEEK_PAYLOAD_CHARS) : m.payload,
-            truncated,
-            sizeBytes: BigInt(m.sizeBytes),
-            enqueuedAt: timestampFromDate(m.enqueuedAt),
-            expiresAt: timestampFromDate(m.expiresAt),
-            deliveries: m.deliveries,
-          };
-        }),
+        messages: messages.map((m) => ({
+          ...peekedFields(m),
+          expiresAt: timestampFromDate(m.expiresAt),
+          deliveries: m.deliveries,
+        })),
       };
     },
 
@@ -349,21 +334,14 @@ export function createAppFacilityRpcs(options: {
         maxChars: PEEK_PAYLOAD_CHARS,
       });
       return {
-        deadLetters: page.deadLetters.map((d) => {
-          const truncated = d.payload.length > PEEK_PAYLOAD_CHARS;
-          return {
-            id: d.id,
-            payload: truncated ? d.payload.slice(0, PEEK_PAYLOAD_CHARS) : d.payload,
-            truncated,
-            sizeBytes: BigInt(d.sizeBytes),
-            enqueuedAt: timestampFromDate(d.enqueuedAt),
-            deliveries: d.deliveries,
-            diedAt: timestampFromDate(d.diedAt),
-            expiresAt: timestampFromDate(d.expiresAt),
-            failureReason: d.failureReason ?? undefined,
-            groupKey: d.groupKey ?? undefined,
-          };
-        }),
+        deadLetters: page.deadLetters.map((d) => ({
+          ...peekedFields(d),
+          deliveries: d.deliveries,
+          diedAt: timestampFromDate(d.diedAt),
+          expiresAt: timestampFromDate(d.expiresAt),
+          failureReason: d.failureReason ?? undefined,
+          groupKey: d.groupKey ?? undefined,
+        })),
         nextPageToken: page.nextPageToken,
       };
     },

@@ -18,7 +18,8 @@ import {
   type FunnelStepResult,
   type QueryEventsResponse,
 } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { AGGREGATE_NAME, AGGREGATE_OF, OP_OF } from "./query-extensions.ts";
+import { AGGREGATE_NAME, AGGREGATE_OF } from "./query-extensions.ts";
+import { OP_OF } from "./where-conditions.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
 import {
   epochMs,

@@ -254,10 +254,12 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
                 }),
               ),
             ),
-            req.steps.map((s) => s.type),
-            windowMs,
-            limit,
-            req.breakdown !== undefined,
+            {
+              types: req.steps.map((s) => s.type),
+              windowMs,
+              limit,
+              breakdown: req.breakdown !== undefined,
+            },
           );
       const stepMessages = (steps: FunnelStepAnswer[]) =>
         steps.map((s, i) => ({

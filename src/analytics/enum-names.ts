@@ -7,26 +7,22 @@ import { Interval, PropertyKind } from "../../gen/platform/analytics/v1/analytic
 import type { Unit } from "./buckets.ts";
 import type { PropertyKindName } from "./event-type-store.ts";
 
-export const KIND_NAME: Record<number, PropertyKindName> = {
-  [PropertyKind.STRING]: "string",
-  [PropertyKind.NUMBER]: "number",
-  [PropertyKind.BOOLEAN]: "boolean",
-};
+/** The other direction of a word-to-value table: the word of each value. */
+export function wordsOf<W extends string, E extends number>(valueOf: Record<W, E>): Record<number, W> {
+  return Object.fromEntries(Object.entries(valueOf).map(([word, value]) => [value, word])) as Record<number, W>;
+}
+
 export const KIND_OF: Record<PropertyKindName, PropertyKind> = {
   string: PropertyKind.STRING,
   number: PropertyKind.NUMBER,
   boolean: PropertyKind.BOOLEAN,
 };
-export const UNIT_OF: Record<number, Unit> = {
-  [Interval.UNSPECIFIED]: "day",
-  [Interval.HOUR]: "hour",
-  [Interval.DAY]: "day",
-  [Interval.WEEK]: "week",
-  [Interval.MONTH]: "month",
-};
+export const KIND_NAME: Record<number, PropertyKindName> = wordsOf(KIND_OF);
 export const INTERVAL_OF: Record<Unit, Interval> = {
   hour: Interval.HOUR,
   day: Interval.DAY,
   week: Interval.WEEK,
   month: Interval.MONTH,
 };
+/** An unset interval is a day, as the API documents. */
+export const UNIT_OF: Record<number, Unit> = { ...wordsOf(INTERVAL_OF), [Interval.UNSPECIFIED]: "day" };

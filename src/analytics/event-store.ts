@@ -12,6 +12,7 @@ import type { Unit } from "./buckets.ts";
 import type { InTransaction } from "../core/database/index.ts";
 import type { SpendStatement } from "../core/quotas/index.ts";
 import type { PropertyKindName } from "./event-type-store.ts";
+import type { ConditionOp } from "./where-conditions.ts";
 
 /** A validated event as stored: values already turned into strings. */
 export interface StoredEvent {
@@ -112,7 +113,7 @@ export function compareBuckets(a: CountBucket, b: CountBucket): number {
 /** What a query computes per bucket (the `aggregate` extension). */
 export type AggregateName = "count" | "unique" | "sum" | "avg" | "min" | "max";
 
-export type ConditionOp = "eq" | "neq" | "in" | "contains" | "gt" | "gte" | "lt" | "lte" | "exists";
+export type { ConditionOp };
 
 /** A scalar as a condition compares it: a string property's string, a number, a boolean. */
 export type ConditionScalar = string | number | boolean;

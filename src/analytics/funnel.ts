@@ -99,10 +99,12 @@ export function funnelAnswer(counts: FunnelCounts): FunnelAnswer {
  */
 export function computeFunnel(
   events: readonly (readonly StepEvent[])[],
-  types: readonly string[],
-  windowMs: number,
-  limit: number,
-  breakdown: boolean,
+  {
+    types,
+    windowMs,
+    limit,
+    breakdown,
+  }: { types: readonly string[]; windowMs: number; limit: number; breakdown: boolean },
 ): FunnelAnswer {
   // user -> step -> times (sorted below), and the group of the user's first start event
   const byUser = new Map<string, { times: number[][]; start: number; group: string | null }>();

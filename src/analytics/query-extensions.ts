@@ -7,11 +7,7 @@
  * rollups as before; any of them is answered from the raw events.
  */
 import type { Value } from "@bufbuild/protobuf/wkt";
-import {
-  Aggregate,
-  Operator,
-  type Condition as ConditionMessage,
-} from "../../gen/platform/analytics/v1/analytics_pb.js";
+import { Aggregate, type Condition as ConditionMessage } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
 import {
@@ -25,6 +21,8 @@ import {
   type ConditionScalar,
   type EventStore,
 } from "./event-store.ts";
+import { wordsOf } from "./enum-names.ts";
+import { OP_OF } from "./where-conditions.ts";
 import type { EventTypeRecord, PropertyKindName } from "./event-type-store.ts";
 import { distinctIdRule, quoted } from "./validate-events.ts";
 
@@ -38,15 +36,6 @@ const MAX_IN_VALUES = 100;
 /** The name `where` and `of` use for an event's distinctId (never a property name: it has a capital). */
 const DISTINCT_ID = "distinctId";
 
-export const AGGREGATE_NAME: Record<number, AggregateName> = {
-  [Aggregate.UNSPECIFIED]: "count",
-  [Aggregate.COUNT]: "count",
-  [Aggregate.UNIQUE]: "unique",
-  [Aggregate.SUM]: "sum",
-  [Aggregate.AVG]: "avg",
-  [Aggregate.MIN]: "min",
-  [Aggregate.MAX]: "max",
-};
 export const AGGREGATE_OF: Record<AggregateName, Aggregate> = {
   count: Aggregate.COUNT,
   unique: Aggregate.UNIQUE,
@@ -55,21 +44,12 @@ export const AGGREGATE_OF: Record<AggregateName, Aggregate> = {
   min: Aggregate.MIN,
   max: Aggregate.MAX,
 };
-const OP_NAME: Record<number, ConditionOp> = {
-  [Operator.EQ]: "eq",
-  [Operator.NEQ]: "neq",
-  [Operator.IN]: "in",
-  [Operator.CONTAINS]: "contains",
-  [Operator.GT]: "gt",
-  [Operator.GTE]: "gte",
-  [Operator.LT]: "lt",
-  [Operator.LTE]: "lte",
-  [Operator.EXISTS]: "exists",
+/** An unset aggregate counts. */
+export const AGGREGATE_NAME: Record<number, AggregateName> = {
+  ...wordsOf(AGGREGATE_OF),
+  [Aggregate.UNSPECIFIED]: "count",
 };
-export const OP_OF = Object.fromEntries(Object.entries(OP_NAME).map(([k, v]) => [v, Number(k)])) as Record<
-  ConditionOp,
-  Operator
->;
+const OP_NAME: Record<number, ConditionOp> = wordsOf(OP_OF);
 const OP_RULE = `must be one of ${Object.values(OP_NAME).join(", ")}`;
 
 /** The parts of a query request the extensions read (QueryEventsRequest's fields). */

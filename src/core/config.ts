@@ -170,11 +170,14 @@ function variable<T>(parse: (text: string) => T | undefined, rule: string | ((te
 
 const text = variable((t) => t, "");
 
-function wholeNumber(min: number, max: number, rule: string) {
+function wholeNumber({ min, max }: { min: number; max: number }, rule: string) {
   return variable((t) => (/^\d+$/.test(t) && Number(t) >= min && Number(t) <= max ? Number(t) : undefined), rule);
 }
 
-const milliseconds = wholeNumber(100, 3_600_000, "must be a whole number of milliseconds from 100 to 3600000");
+const milliseconds = wholeNumber(
+  { min: 100, max: 3_600_000 },
+  "must be a whole number of milliseconds from 100 to 3600000",
+);
 
 function oneOf<T extends string>(allowed: readonly T[]) {
   return variable(
@@ -242,7 +245,7 @@ const originPattern = /^https?:\/\/[^/\s]+$/;
  */
 const environmentSchema = z
   .object({
-    PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").default(8080),
+    PORT: wholeNumber({ min: 0, max: 65535 }, "must be an integer from 0 to 65535").default(8080),
     HOST: text.default("127.0.0.1"),
     DATABASE_URL: url(["postgres:", "postgresql:"]).optional(),
     DATA_DIR: text.default("./data"),
@@ -277,21 +280,30 @@ const environmentSchema = z
     HTTP_KEEPALIVE_TIMEOUT_MS: milliseconds.default(5_000),
     DATABASE_STATEMENT_TIMEOUT_MS: milliseconds.default(10_000),
     DATABASE_POOL_WAIT_MS: milliseconds.default(5_000),
-    DATABASE_WAIT_SECONDS: wholeNumber(0, 3600, "must be a whole number of seconds from 0 to 3600").default(60),
+    DATABASE_WAIT_SECONDS: wholeNumber(
+      { min: 0, max: 3600 },
+      "must be a whole number of seconds from 0 to 3600",
+    ).default(60),
     METRICS_TOKEN: variable(
       (t) => (t.length >= 16 && !/\s/.test(t) ? t : undefined),
       "must be at least 16 characters, without spaces",
     ).optional(),
-    METRICS_PORT: wholeNumber(0, 65535, "must be an integer from 0 to 65535").optional(),
-    METRICS_APPS_TOP: wholeNumber(0, 1000, "must be a whole number from 0 to 1000").default(20),
+    METRICS_PORT: wholeNumber({ min: 0, max: 65535 }, "must be an integer from 0 to 65535").optional(),
+    METRICS_APPS_TOP: wholeNumber({ min: 0, max: 1000 }, "must be a whole number from 0 to 1000").default(20),
     OTEL_EXPORTER_OTLP_ENDPOINT: url(["http:", "https:"]).optional(),
     OTEL_SERVICE_NAME: text.default("platform-batteries"),
-    DATABASE_POOL_APP_SHARE: wholeNumber(1, 100, "must be a whole percentage from 1 to 100").default(50),
+    DATABASE_POOL_APP_SHARE: wholeNumber({ min: 1, max: 100 }, "must be a whole percentage from 1 to 100").default(50),
     LIMIT_EXCHANGE_MS: milliseconds.default(1_000),
-    FAIR_SHARE_UTILIZATION: wholeNumber(0, 100, "must be a whole percentage from 0 (off) to 100").default(60),
-    FAIR_SHARE_MIN_RATE: wholeNumber(0, 1_000_000, "must be a whole number of calls a second").default(200),
+    FAIR_SHARE_UTILIZATION: wholeNumber({ min: 0, max: 100 }, "must be a whole percentage from 0 (off) to 100").default(
+      60,
+    ),
+    FAIR_SHARE_MIN_RATE: wholeNumber({ min: 0, max: 1_000_000 }, "must be a whole number of calls a second").default(
+      200,
+    ),
     LOG_LEVEL: oneOf(["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const).default("info"),
-    AUDIT_RETENTION_DAYS: wholeNumber(1, 3650, "must be a whole number of days from 1 to 3650").default(90),
+    AUDIT_RETENTION_DAYS: wholeNumber({ min: 1, max: 3650 }, "must be a whole number of days from 1 to 3650").default(
+      90,
+    ),
     PLATFORM_ADMIN_URL: url(["http:", "https:"]).optional(),
     CONNECT_SHORT_PATH: oneOf(["on", "off"] as const).default("on"),
     CORS_ORIGINS: variable(
@@ -311,7 +323,10 @@ const environmentSchema = z
       "must be a comma-separated list of identity=operator, the identity an e-mail address or sub:<subject>",
     ).default([]),
     OIDC_SCOPES: text.default("openid email"),
-    OIDC_SESSION_MINUTES: wholeNumber(1, 43_200, "must be a whole number of minutes from 1 to 43200").default(480),
+    OIDC_SESSION_MINUTES: wholeNumber(
+      { min: 1, max: 43_200 },
+      "must be a whole number of minutes from 1 to 43200",
+    ).default(480),
   })
   .superRefine((env, ctx) => {
     if (env.OIDC_ISSUER !== undefined) {

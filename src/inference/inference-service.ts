@@ -65,16 +65,27 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
    * dying between the two can neither charge a call whose answer a repeat does not find (and so runs
    * and charges again) nor store an answer uncharged.
    */
-  async function reserved<T>(
-    appId: string,
-    counter: QuotaCounter,
-    estimate: number,
-    cap: number,
-    model: string,
-    work: () => Promise<T>,
-    actual: (result: T) => number,
-    answerIn?: InTransactionWith<{ result: T; remaining: number }>,
-  ) {
+  async function reserved<T>({
+    appId,
+    counter,
+    estimate,
+    cap,
+    model,
+    work,
+    actual,
+    answerIn,
+  }: {
+    appId: string;
+    counter: QuotaCounter;
+    /** Tokens reserved before the call; `cap` is the app's daily allowance of `counter`. */
+    estimate: number;
+    cap: number;
+    model: string;
+    work: () => Promise<T>;
+    /** Tokens the call really used, from its result. */
+    actual: (result: T) => number;
+    answerIn?: InTransactionWith<{ result: T; remaining: number }> | undefined;
+  }) {
     let settled: number | undefined;
     const out = await withReservation(
       quotas,
@@ -92,7 +103,7 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
       async (reservation) => {
         const result = await work();
         if (answerIn)
-          settled = await quotas.settleWith(reservation, actual(result), cap, (trx, remaining) =>
+          settled = await quotas.settleWith(reservation, { actual: actual(result), cap }, (trx, remaining) =>
             answerIn(trx, { result, remaining }),
           );
         return result;
@@ -132,16 +143,16 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         usage: { inputTokens: BigInt(result.inputTokens), outputTokens: BigInt(result.outputTokens) },
         remainingToday: BigInt(remaining),
       });
-      const { result, remaining } = await reserved(
-        app.id,
-        "fast_tokens",
+      const { result, remaining } = await reserved({
+        appId: app.id,
+        counter: "fast_tokens",
         estimate,
-        app.limits.fastTokensPerDay,
+        cap: app.limits.fastTokensPerDay,
         model,
-        () => provider.generate(call, context.signal),
-        (r) => r.inputTokens + r.outputTokens,
-        answerInRun(context, InferenceService.method.generate, answer),
-      );
+        work: () => provider.generate(call, context.signal),
+        actual: (r) => r.inputTokens + r.outputTokens,
+        answerIn: answerInRun(context, InferenceService.method.generate, answer),
+      });
       return answer({ result, remaining });
     },
 
@@ -155,16 +166,16 @@ export function createInferenceService(options: InferenceServiceOptions): Servic
         usage: { tokens: BigInt(result.tokens) },
         remainingToday: BigInt(remaining),
       });
-      const { result, remaining } = await reserved(
-        app.id,
-        "embed_tokens",
-        estimateTokensOfAll(inputs),
-        app.limits.embedTokensPerDay,
+      const { result, remaining } = await reserved({
+        appId: app.id,
+        counter: "embed_tokens",
+        estimate: estimateTokensOfAll(inputs),
+        cap: app.limits.embedTokensPerDay,
         model,
-        () => provider.embed(inputs, context.signal),
-        (r) => r.tokens,
-        answerInRun(context, InferenceService.method.embed, answer),
-      );
+        work: () => provider.embed(inputs, context.signal),
+        actual: (r) => r.tokens,
+        answerIn: answerInRun(context, InferenceService.method.embed, answer),
+      });
       return answer({ result, remaining });
     },
   };

@@ -89,17 +89,13 @@ const COLUMNS = [
   "created_at",
 ] as const;
 
-function recordFromRow(r: {
+/** A row as read (raw SQL gives the identity as a string, or a bigint; the time as a Date, or text). */
+type MailLogRow = Omit<MailLogTable, "id" | "app_id" | "created_at"> & {
   id: string | number | bigint;
-  to_address: string;
-  from_address: string;
-  subject: string;
-  body_text: string | null;
-  status: MailLogStatus;
-  provider: string;
-  provider_message_id: string;
   created_at: Date | string;
-}): MailLogRecord {
+};
+
+function recordFromRow(r: MailLogRow): MailLogRecord {
   return {
     id: String(r.id),
     to: r.to_address,

@@ -41,7 +41,8 @@ export { isPeekPosition } from "./queue-store.ts";
 export { checkQueueName } from "./queue-name.ts";
 
 export type { DeadLetterSelection } from "./queue-store.ts";
-export type { PolicyChange, QueuePolicy } from "./queue-policy.ts";
+export { policyChangeOf, policyMessage } from "./queue-policy.ts";
+export type { QueuePolicy } from "./queue-policy.ts";
 export type { StoredPolicy } from "./queue-store.ts";
 
 /**

@@ -72,8 +72,42 @@ export interface QueuePolicy {
   maxDeliveriesPerSecond: number;
 }
 
+/** A queue's policy as QueueService and AdminService answer it (the unset dead-letter queue left out). */
+export function policyMessage(queue: string, p: QueuePolicy) {
+  return {
+    queue,
+    maxDeliveries: p.maxDeliveries,
+    deadLetterQueue: p.deadLetterQueue ?? undefined,
+    retryDelaySeconds: p.retryDelaySeconds,
+    retryBackoff: p.retryBackoff,
+    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
+    leaseSeconds: p.leaseSeconds,
+    dedupWindowSeconds: p.dedupWindowSeconds,
+    retryJitter: p.retryJitter,
+    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
+  };
+}
+
 /** A change of policy: the fields given replace those fields; `deadLetterQueue: ""` or null sets the list back. */
 export type PolicyChange = Partial<Omit<QueuePolicy, "deadLetterQueue">> & { deadLetterQueue?: string | null };
+
+/**
+ * The change a request asks for, from its policy fields (QueueService's UpdateQueuePolicy; AdminService's
+ * SetQueuePolicy, which has no retry_jitter): only these fields, never the request's others.
+ */
+export function policyChangeOf(req: PolicyChange): PolicyChange {
+  return {
+    maxDeliveries: req.maxDeliveries,
+    deadLetterQueue: req.deadLetterQueue,
+    retryDelaySeconds: req.retryDelaySeconds,
+    retryBackoff: req.retryBackoff,
+    maxRetryDelaySeconds: req.maxRetryDelaySeconds,
+    leaseSeconds: req.leaseSeconds,
+    dedupWindowSeconds: req.dedupWindowSeconds,
+    retryJitter: req.retryJitter,
+    maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
+  };
+}
 
 const EMPTY: StoredPolicy = {
   maxDeliveries: null,

@@ -149,6 +149,16 @@ const SelectionBody = optionalJsonObject({
   ids: strings("must be an array of message ids").optional(),
 });
 
+/** The path and body of the two calls on selected dead letters (replay, purge): `ids`, or every one. */
+const deadLetterSelection = {
+  params: QueuePath,
+  body: SelectionBody,
+  request: ({ params, body }: { params: z.infer<typeof QueuePath>; body: z.infer<typeof SelectionBody> }) => ({
+    queue: params.queue,
+    ids: body.ids ?? [],
+  }),
+};
+
 function payloadValue(payload: JsonValue, field = "payload"): Value {
   try {
     return valueFromJson(payload);
@@ -593,9 +603,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       requestExample: { ids: ["0193f0c4-7b1e-7c2a-9a55-3f1c2d4e5f60"] },
       responseExample: { replayed: 1 },
     },
-    params: QueuePath,
-    body: SelectionBody,
-    request: ({ params, body }) => ({ queue: params.queue, ids: body.ids ?? [] }),
+    ...deadLetterSelection,
     response: (out) => ({ replayed: out.replayed }),
   }),
   defineRoute({
@@ -610,9 +618,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       requestExample: {},
       responseExample: { purged: 3 },
     },
-    params: QueuePath,
-    body: SelectionBody,
-    request: ({ params, body }) => ({ queue: params.queue, ids: body.ids ?? [] }),
+    ...deadLetterSelection,
     response: (out) => ({ purged: out.purged }),
   }),
   defineRoute({

@@ -77,7 +77,7 @@ import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
 import type { RateGate } from "./rate-gate.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
-import { claimRule, effectivePolicy, type QueuePolicies, type QueuePolicy } from "./queue-policy.ts";
+import { claimRule, effectivePolicy, policyChangeOf, policyMessage, type QueuePolicies } from "./queue-policy.ts";
 import {
   createQueueStore,
   type DeadLetterSelection,
@@ -305,21 +305,6 @@ const MESSAGE_STATUS = {
   leased: MessageStatus.LEASED,
   dead: MessageStatus.DEAD,
 } as const;
-
-function policyMessage(queue: string, p: QueuePolicy) {
-  return {
-    queue,
-    maxDeliveries: p.maxDeliveries,
-    deadLetterQueue: p.deadLetterQueue ?? undefined,
-    retryDelaySeconds: p.retryDelaySeconds,
-    retryBackoff: p.retryBackoff,
-    maxRetryDelaySeconds: p.maxRetryDelaySeconds,
-    leaseSeconds: p.leaseSeconds,
-    dedupWindowSeconds: p.dedupWindowSeconds,
-    retryJitter: p.retryJitter,
-    maxDeliveriesPerSecond: p.maxDeliveriesPerSecond,
-  };
-}
 
 function toMessage(m: StoredMessage) {
   return {
@@ -734,17 +719,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
       async updateQueuePolicy(req, context) {
         const app = appOf(context);
         const queue = checkQueueName(req.queue, true);
-        const policy = await policies.update(app, queue, {
-          maxDeliveries: req.maxDeliveries,
-          deadLetterQueue: req.deadLetterQueue,
-          retryDelaySeconds: req.retryDelaySeconds,
-          retryBackoff: req.retryBackoff,
-          maxRetryDelaySeconds: req.maxRetryDelaySeconds,
-          leaseSeconds: req.leaseSeconds,
-          dedupWindowSeconds: req.dedupWindowSeconds,
-          retryJitter: req.retryJitter,
-          maxDeliveriesPerSecond: req.maxDeliveriesPerSecond,
-        });
+        const policy = await policies.update(app, queue, policyChangeOf(req));
         return { policy: policyMessage(queue, policy) };
       },
 

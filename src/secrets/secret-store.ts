@@ -270,11 +270,13 @@ export function createSecretStore(database: Db) {
      * the link is created.
      */
     async createLink(
-      appId: string,
-      name: string,
-      tokenHash: string,
-      ttlSeconds: number,
-      maxOutstanding: number,
+      {
+        appId,
+        name,
+        tokenHash,
+        ttlSeconds,
+        maxOutstanding,
+      }: { appId: string; name: string; tokenHash: string; ttlSeconds: number; maxOutstanding: number },
       answerIn?: InTransactionWith<{ expiresAt: Date }>,
     ): Promise<
       { kind: "created"; expiresAt: Date } | { kind: "undeclared" } | { kind: "too_many"; retryAfterSeconds: number }

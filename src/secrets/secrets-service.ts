@@ -171,11 +171,13 @@ export function createSecretsService(options: SecretsServiceOptions): SecretsImp
     const token = crypto.randomBytes(32).toString("base64url");
     const url = `${options.publicUrl}/secret-links/${token}`;
     const result = await on.createLink(
-      app.id,
-      name,
-      hashLinkToken(token),
-      app.limits.linkTtlSeconds,
-      app.limits.maxOutstandingLinks,
+      {
+        appId: app.id,
+        name,
+        tokenHash: hashLinkToken(token),
+        ttlSeconds: app.limits.linkTtlSeconds,
+        maxOutstanding: app.limits.maxOutstandingLinks,
+      },
       answerIn && ((trx, made) => answerIn(trx, { url, name, expiresAt: made.expiresAt })),
     );
     if (result.kind === "undeclared")

@@ -5,51 +5,37 @@
  * the app's REST answer, the app's own validation, a viewer may ask, and a
  * service token may not; and the CLI's `analytics funnel`, a real child process.
  */
-import { execFile } from "node:child_process";
 import { describe, expect, it, vi } from "vitest";
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { fromJson } from "@bufbuild/protobuf";
 import { ValueSchema, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import { Operator } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { transportFor, useTestServer } from "../support/harness.ts";
-import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { connectError, transportFor, useTestServer, type TestApp } from "../support/harness.ts";
+import { cliAgainst } from "../support/service-process.ts";
 
 // The CLI test spawns a process; on a busy machine a spawn takes seconds.
 vi.setConfig({ testTimeout: 180_000 });
 
 const t = useTestServer();
-const cli = (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
-  new Promise((resolve) => {
-    execFile(
-      nodeBinary,
-      ["src/cli.ts", ...args],
-      { env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }) },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+const cli = cliAgainst(() => t);
 const H = 3_600_000;
 
-async function connectError(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
+/** The funnel's two event types, declared by the app: signup (with a plan) and project. */
+async function declareTypes(app: TestApp) {
+  for (const [name, properties] of [
+    ["signup", { plan: "string" }],
+    ["project", {}],
+  ] as const) {
+    const res = await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name, properties } });
+    expect(res.status).toBe(200);
   }
-  throw new Error("expected the call to fail");
 }
 
 describe("QueryAnalyticsFunnel", () => {
   it("answers what the app's own funnel answers, with its validation; viewers may ask, a service token not", async () => {
     const app = await t.createApp();
-    for (const [name, properties] of [
-      ["signup", { plan: "string" }],
-      ["project", {}],
-    ] as const) {
-      const res = await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name, properties } });
-      expect(res.status).toBe(200);
-    }
+    await declareTypes(app);
     const start = Date.now() - 10 * H;
     const events = [
       // u1 and u2 create a project 1 h and 3 h after signing up; u3 never does.
@@ -150,13 +136,7 @@ describe("QueryAnalyticsFunnel", () => {
 
   it("is the CLI's analytics funnel, with conditions per step", async () => {
     const app = await t.createApp("cli-funnel");
-    for (const [name, properties] of [
-      ["signup", { plan: "string" }],
-      ["project", {}],
-    ] as const) {
-      const res = await t.request("POST", "/v1/analytics/types", { token: app.token, body: { name, properties } });
-      expect(res.status).toBe(200);
-    }
+    await declareTypes(app);
     const start = Date.now() - 10 * H;
     const events = [
       { type: "signup", distinctId: "u1", at: start, properties: { plan: "pro" } },

@@ -6,28 +6,19 @@
  * is refused for all of them.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { toJsonString } from "@bufbuild/protobuf";
 import { AdminService, MailStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { ListSecretsResponseSchema } from "../../gen/platform/admin/v1/admin_pb.js";
 import { Interval } from "../../gen/platform/analytics/v1/analytics_pb.js";
-import { startServer, type TestServer } from "../support/harness.ts";
+import { startServer, type TestServer, connectError } from "../support/harness.ts";
 
 let t: TestServer;
 beforeAll(async () => {
   t = await startServer();
 });
 afterAll(() => t?.close());
-
-async function connectError(p: Promise<unknown>): Promise<ConnectError> {
-  try {
-    await p;
-  } catch (err) {
-    return ConnectError.from(err);
-  }
-  throw new Error("expected the call to fail");
-}
 
 describe("ListTokens", () => {
   it("lists label and creation, and marks the last use once the token was used", async () => {

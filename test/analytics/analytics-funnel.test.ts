@@ -167,9 +167,17 @@ describe("POST /v1/analytics/funnel", () => {
 describe("funnel computation", () => {
   it("counts one event once when two steps are of the same type", () => {
     const one = [{ distinctId: "u", at: 10, group: null }];
-    expect(computeFunnel([one, one], ["view", "view"], 1000, 50, false).steps.map((s) => s.users)).toEqual([1, 0]);
+    expect(
+      computeFunnel([one, one], { types: ["view", "view"], windowMs: 1000, limit: 50, breakdown: false }).steps.map(
+        (s) => s.users,
+      ),
+    ).toEqual([1, 0]);
     const two = [...one, { distinctId: "u", at: 20, group: null }];
-    expect(computeFunnel([one, two], ["view", "view"], 1000, 50, false).steps.map((s) => s.users)).toEqual([1, 1]);
+    expect(
+      computeFunnel([one, two], { types: ["view", "view"], windowMs: 1000, limit: 50, breakdown: false }).steps.map(
+        (s) => s.users,
+      ),
+    ).toEqual([1, 1]);
   });
 
   it("the MongoDB store's step pipeline answers what the SQL store would (mingo)", () => {

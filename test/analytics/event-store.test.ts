@@ -1,6 +1,6 @@
 /**
- * One suite, every real event store: the SQL store on this run's database
- * (PostgreSQL when DATABASE_URL is set, else PGlite), and the MongoDB store
+ * One suite, every real event store: the SQL store on PGlite and, when one is
+ * reachable, on PostgreSQL (`describeEachBackend`), and the MongoDB store
  * against a real server only when MONGODB_URL is set. Without MONGODB_URL the
  * MongoDB block is reported as skipped, never as passed.
  */
@@ -11,7 +11,7 @@ import { openDatabase, migrate, type Database } from "../../src/core/database/in
 import type { EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
 import { createSqlEventStore, type AnalyticsEventTables } from "../../src/analytics/sql-event-store.ts";
 import { createMongoEventStore } from "../../src/analytics/mongo-event-store.ts";
-import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { createTestDatabase, type TestDatabase, describeEachBackend, describeOnPostgres } from "../support/harness.ts";
 import { runExtended } from "../../src/analytics/query-extensions.ts";
 import { STORE_CASES, T, referenceCount, spreadEvents, type StoreCase } from "./store-cases.ts";
 
@@ -199,7 +199,7 @@ function storeSuite(open: () => Promise<StoreUnderTest>): void {
   });
 }
 
-describe(`SQL event store (${backend})`, () => {
+describeEachBackend("SQL event store", () => {
   let database: TestDatabase;
   let db: Database;
   storeSuite(async () => {
@@ -245,8 +245,9 @@ describe(`SQL event store (${backend})`, () => {
   });
 });
 
-describe.skipIf(backend !== "postgres")(
-  `SQL event store on a database whose time zone keeps summer time (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite runs in UTC and does not apply a database's own zone"})`,
+describeOnPostgres(
+  "SQL event store on a database whose time zone keeps summer time",
+  "PGlite runs in UTC and does not apply a database's own zone",
   () => {
     // Days are UTC days whatever the database's own zone: a rollup row stored at
     // local midnight of a summer-time zone sat an hour before its UTC day, so its

@@ -9,12 +9,10 @@
  */
 import crypto from "node:crypto";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
-import type { Condition, EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
+import { describe, expect, it } from "vitest";
+import type { Condition, StoredEvent } from "../../src/analytics/event-store.ts";
 import { computeFunnel, funnelAnswer } from "../../src/analytics/funnel.ts";
-import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
-import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { useSqlEventStore } from "../support/sql-event-store.ts";
 import { T } from "./store-cases.ts";
 
 const START = T("2024-03-01T00:00:00Z");
@@ -59,19 +57,7 @@ const funnelArb = fc.record({
 });
 
 describe("funnels computed in the database", () => {
-  let database: TestDatabase;
-  let db: Database;
-  let store: EventStore;
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
-    await migrate(db.db);
-    store = createSqlEventStore(db.db);
-  }, 120_000);
-  afterAll(async () => {
-    await db?.close();
-    await database?.drop();
-  });
+  const fixture = useSqlEventStore();
 
   it("answer what computeFunnel answers over the same step events", async () => {
     let reachedLater = 0;
@@ -88,7 +74,7 @@ describe("funnels computed in the database", () => {
             properties: e.plan === undefined ? {} : { plan: e.plan },
             distinctId: e.distinctId,
           }));
-          await store.insert(appId, events);
+          await fixture.store.insert(appId, events);
           for (const f of funnels) {
             const since = START + f.fromMinute * MINUTE;
             const until = since + f.lengthMinutes * MINUTE;
@@ -97,7 +83,7 @@ describe("funnels computed in the database", () => {
             const breakdown = f.breakdown ? "plan" : undefined;
             const stepEvents = await Promise.all(
               f.steps.map((s, i) =>
-                store.stepEvents({
+                fixture.store.stepEvents({
                   appId,
                   type: s.type,
                   where: s.where,
@@ -107,14 +93,13 @@ describe("funnels computed in the database", () => {
                 }),
               ),
             );
-            const expected = computeFunnel(
-              stepEvents,
-              f.steps.map((s) => s.type),
+            const expected = computeFunnel(stepEvents, {
+              types: f.steps.map((s) => s.type),
               windowMs,
-              f.limit,
-              breakdown !== undefined,
-            );
-            const counts = await store.funnel!({
+              limit: f.limit,
+              breakdown: breakdown !== undefined,
+            });
+            const counts = await fixture.store.funnel!({
               appId,
               steps: f.steps,
               since,
@@ -138,7 +123,7 @@ describe("funnels computed in the database", () => {
   }, 300_000);
 
   it("answers an empty funnel with every step at zero", async () => {
-    const counts = await store.funnel!({
+    const counts = await fixture.store.funnel!({
       appId: crypto.randomUUID(),
       steps: [
         { type: "view", where: [] },

@@ -10,26 +10,18 @@
  */
 import crypto from "node:crypto";
 import { sql } from "kysely";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
-import type { AggregateQuery, Condition, EventStore, StoredEvent } from "../../src/analytics/event-store.ts";
-import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
-import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { AggregateQuery, Condition, StoredEvent } from "../../src/analytics/event-store.ts";
+import { useSqlEventStore } from "../support/sql-event-store.ts";
 import { T } from "./store-cases.ts";
 
 const DAY = 86_400_000;
 const D0 = T("2024-05-01T00:00:00Z");
 
 describe("the SQL store's sources for the query extensions", () => {
-  let database: TestDatabase;
-  let db: Database;
-  let store: EventStore;
+  const fixture = useSqlEventStore();
   const appId = crypto.randomUUID();
   beforeAll(async () => {
-    database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
-    await migrate(db.db);
-    store = createSqlEventStore(db.db);
     const events: StoredEvent[] = [];
     for (let i = 0; i < 60; i++)
       events.push({
@@ -38,14 +30,10 @@ describe("the SQL store's sources for the query extensions", () => {
         properties: { plan: ["free", "pro", "team"][i % 3], paid: String(i % 2 === 0), n: `v${i % 7}` },
         distinctId: `u${i % 5}`,
       });
-    await store.insert(appId, events);
+    await fixture.store.insert(appId, events);
     // The raw events go; the rollups of their (whole) days stay.
-    await sql`DELETE FROM analytics_events WHERE app_id = ${appId}::uuid`.execute(db.db);
+    await sql`DELETE FROM analytics_events WHERE app_id = ${appId}::uuid`.execute(fixture.db.db);
   }, 120_000);
-  afterAll(async () => {
-    await db?.close();
-    await database?.drop();
-  });
 
   const counted = async (where: Condition[], groupBy: string[] = []) => {
     const q: AggregateQuery = {
@@ -58,7 +46,7 @@ describe("the SQL store's sources for the query extensions", () => {
       where,
       groupBy,
     };
-    const rows = await store.aggregate(q);
+    const rows = await fixture.store.aggregate(q);
     return rows
       .map((r) => [r.at === null ? null : new Date(r.at).toISOString().slice(0, 10), ...r.groups, r.count])
       .sort();
@@ -99,19 +87,7 @@ describe("the SQL store's sources for the query extensions", () => {
 });
 
 describe("a first pass with maxGroups", () => {
-  let database: TestDatabase;
-  let db: Database;
-  let store: EventStore;
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
-    await migrate(db.db);
-    store = createSqlEventStore(db.db);
-  }, 120_000);
-  afterAll(async () => {
-    await db?.close();
-    await database?.drop();
-  });
+  const fixture = useSqlEventStore();
 
   it("brings back the rows of at most maxGroups + 1 groups, and of every group when there are no more", async () => {
     const appId = crypto.randomUUID();
@@ -121,7 +97,7 @@ describe("a first pass with maxGroups", () => {
       properties: { sku: `s${i % 10}` },
       numbers: {},
     }));
-    await store.insert(appId, events);
+    await fixture.store.insert(appId, events);
     const q = (maxGroups: number): AggregateQuery => ({
       appId,
       type: "order",
@@ -134,7 +110,8 @@ describe("a first pass with maxGroups", () => {
       groupBy: ["sku"],
       maxGroups,
     });
-    const groups = async (maxGroups: number) => new Set((await store.aggregate(q(maxGroups))).map((r) => r.groups[0]));
+    const groups = async (maxGroups: number) =>
+      new Set((await fixture.store.aggregate(q(maxGroups))).map((r) => r.groups[0]));
     expect((await groups(3)).size).toBe(4);
     expect((await groups(10)).size).toBe(10);
   });

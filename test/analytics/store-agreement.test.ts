@@ -13,8 +13,7 @@
  */
 import crypto from "node:crypto";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
+import { describe, expect, it } from "vitest";
 import { firstInstantOfWallTime, type Unit } from "../../src/analytics/buckets.ts";
 import {
   compareBuckets,
@@ -22,7 +21,6 @@ import {
   type AggregateQuery,
   type Condition,
   type CountQuery,
-  type EventStore,
   type StoredEvent,
 } from "../../src/analytics/event-store.ts";
 import {
@@ -34,8 +32,7 @@ import {
   type EventDocument,
 } from "../../src/analytics/mongo-event-store.ts";
 import { runExtended } from "../../src/analytics/query-extensions.ts";
-import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
-import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { useSqlEventStore } from "../support/sql-event-store.ts";
 import { T } from "./store-cases.ts";
 import { zonedAggregate } from "./zoned-date-trunc.ts";
 
@@ -186,19 +183,7 @@ function mingoStore(docs: EventDocument[]) {
 const rounded = (v: number | null) => (v === null ? null : Number(v.toPrecision(9)));
 
 describe("the SQL store and the MongoDB store's pipelines answer alike", () => {
-  let database: TestDatabase;
-  let db: Database;
-  let sqlStore: EventStore;
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
-    await migrate(db.db);
-    sqlStore = createSqlEventStore(db.db);
-  }, 120_000);
-  afterAll(async () => {
-    await db?.close();
-    await database?.drop();
-  });
+  const fixture = useSqlEventStore();
 
   it("on random events and queries, in zones and across week and month starts", async () => {
     // Not vacuous: many answers must hold buckets (the conditions are random, so some hold none).
@@ -211,12 +196,12 @@ describe("the SQL store and the MongoDB store's pipelines answer alike", () => {
         async (generated, queries) => {
           const appId = crypto.randomUUID();
           const events = generated.map(stored);
-          await sqlStore.insert(appId, events);
+          await fixture.store.insert(appId, events);
           const mongo = mingoStore(toDocuments(appId, events, "batch"));
           for (const query of queries) {
             const q: AggregateQuery = { appId, type: "t", ...query };
             const [fromSql, fromMongo] = await Promise.all([
-              runExtended(sqlStore, q, query.limit),
+              runExtended(fixture.store, q, query.limit),
               runExtended(mongo, q, query.limit),
             ]);
             const shape = (a: typeof fromSql) => ({
@@ -238,7 +223,7 @@ describe("the SQL store and the MongoDB store's pipelines answer alike", () => {
                 timezone: q.timezone,
                 groupBy: q.groupBy[0],
               };
-              expect(await sqlStore.count(count), JSON.stringify(count)).toEqual(mongo.count(count));
+              expect(await fixture.store.count(count), JSON.stringify(count)).toEqual(mongo.count(count));
             }
           }
         },

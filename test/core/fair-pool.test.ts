@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 import { createFairGate } from "../../src/core/fair-gate.ts";
 import { runAsTenant } from "../../src/core/tenant.ts";
-import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { createTestDatabase, type TestDatabase, describeOnPostgres } from "../support/harness.ts";
 
 describe("the fair gate", () => {
   it("holds each tenant to its share and serves waiting tenants in turn, not in arrival order", async () => {
@@ -53,7 +53,7 @@ describe("the fair gate", () => {
   });
 });
 
-describe.skipIf(backend !== "postgres")("the database pool, shared by apps (PostgreSQL)", () => {
+describeOnPostgres("the database pool, shared by apps", "PGlite has one connection, no pool", () => {
   let testDb: TestDatabase;
   let database: Database;
   beforeAll(async () => {

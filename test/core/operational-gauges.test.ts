@@ -18,6 +18,7 @@ import {
   useTestServer,
   type TestDatabase,
   type TestServer,
+  describeOnPostgres,
 } from "../support/harness.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 
@@ -136,7 +137,7 @@ describe("the readiness gauges of a server whose mail provider cannot be reached
   });
 });
 
-describe.runIf(process.env.DATABASE_URL !== undefined)("/metrics while the database hangs (PostgreSQL)", () => {
+describeOnPostgres("/metrics while the database hangs", "it holds a connection to the server", () => {
   let database: TestDatabase;
   let proxy: TcpProxy;
   let t: TestServer;

@@ -10,15 +10,20 @@
  * (nothing was sent) is a plain 503 without the flag.
  */
 import { ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "../support/harness.ts";
+import {
+  createTestDatabase,
+  startServer,
+  type TestDatabase,
+  type TestServer,
+  describeOnPostgres,
+} from "../support/harness.ts";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
 
-const postgres = process.env.DATABASE_URL !== undefined;
 const STATEMENT_MS = 1000;
 
-describe.runIf(postgres)("a 503 that may have committed says so", () => {
+describeOnPostgres("a 503 that may have committed says so", "it cuts a connection to the server", () => {
   let database: TestDatabase;
   let proxy: TcpProxy;
   let t: TestServer;
@@ -63,7 +68,7 @@ describe.runIf(postgres)("a 503 that may have committed says so", () => {
   });
 });
 
-describe.runIf(postgres)("a database that refuses connections", () => {
+describeOnPostgres("a database that refuses connections", "the embedded database has no connection to refuse", () => {
   it("is a plain 503: nothing was sent, so nothing can have been committed", async () => {
     const database = await createTestDatabase();
     const proxy = await startTcpProxy(database.url!);

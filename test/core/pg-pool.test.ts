@@ -7,11 +7,11 @@
  * read-only server: SQLSTATE 25006), is never handed out again.
  */
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, expect, it } from "vitest";
 import { boundedPool } from "../../src/core/database/pg-pool.ts";
-import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { createTestDatabase, type TestDatabase, describeOnPostgres } from "../support/harness.ts";
 
-describe.skipIf(backend !== "postgres")("boundedPool", () => {
+describeOnPostgres("boundedPool", "the bounded pool is the pg driver's", () => {
   let database: TestDatabase;
   let raw: pg.Pool;
   beforeAll(async () => {

@@ -36,7 +36,7 @@ describe(`quotas on ${backend}`, () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
     const results = await Promise.allSettled(
-      Array.from({ length: 200 }, () => quotas.reserve(appId, "events", 1, 100)),
+      Array.from({ length: 200 }, () => quotas.reserve({ appId: appId, counter: "events", amount: 1, cap: 100 })),
     );
     const accepted = results.filter((r) => r.status === "fulfilled");
     const refused = results.filter((r) => r.status === "rejected");
@@ -54,27 +54,31 @@ describe(`quotas on ${backend}`, () => {
   it("reserve: a reservation larger than what is left takes nothing", async () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
-    await quotas.reserve(appId, "mail", 7, 10);
-    await expect(quotas.reserve(appId, "mail", 4, 10)).rejects.toMatchObject({ code: "quota_exceeded" });
+    await quotas.reserve({ appId: appId, counter: "mail", amount: 7, cap: 10 });
+    await expect(quotas.reserve({ appId: appId, counter: "mail", amount: 4, cap: 10 })).rejects.toMatchObject({
+      code: "quota_exceeded",
+    });
     expect(await quotas.used(appId, "mail")).toBe(7);
-    await expect(quotas.reserve(appId, "fast_tokens", 11, 10)).rejects.toMatchObject({ code: "quota_exceeded" });
+    await expect(quotas.reserve({ appId: appId, counter: "fast_tokens", amount: 11, cap: 10 })).rejects.toMatchObject({
+      code: "quota_exceeded",
+    });
     expect(await quotas.used(appId, "fast_tokens")).toBe(0);
   });
 
   it("settle: replaces the reservation by the real amount", async () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
-    const r = await quotas.reserve(appId, "fast_tokens", 500, 1000);
+    const r = await quotas.reserve({ appId: appId, counter: "fast_tokens", amount: 500, cap: 1000 });
     expect(r.remaining).toBe(500);
-    expect(await quotas.settle(r, 120, 1000)).toBe(880);
+    expect(await quotas.settle(r, { actual: 120, cap: 1000 })).toBe(880);
     expect(await quotas.used(appId, "fast_tokens")).toBe(120);
   });
 
   it("release: gives the reservation back whole", async () => {
     const quotas = createQuotas(database.db);
     const appId = await newApp();
-    const a = await quotas.reserve(appId, "embed_tokens", 30, 100);
-    await quotas.reserve(appId, "embed_tokens", 20, 100);
+    const a = await quotas.reserve({ appId: appId, counter: "embed_tokens", amount: 30, cap: 100 });
+    await quotas.reserve({ appId: appId, counter: "embed_tokens", amount: 20, cap: 100 });
     await quotas.release(a);
     expect(await quotas.used(appId, "embed_tokens")).toBe(20);
   });
@@ -83,22 +87,25 @@ describe(`quotas on ${backend}`, () => {
     let now = new Date("2026-03-01T23:59:59.000Z");
     const quotas = createQuotas(database.db, () => now);
     const appId = await newApp();
-    await quotas.reserve(appId, "events", 10, 10);
-    await expect(quotas.reserve(appId, "events", 1, 10)).rejects.toMatchObject({
+    await quotas.reserve({ appId: appId, counter: "events", amount: 10, cap: 10 });
+    await expect(quotas.reserve({ appId: appId, counter: "events", amount: 1, cap: 10 })).rejects.toMatchObject({
       code: "quota_exceeded",
       retryAfterSeconds: 1,
     });
     now = new Date("2026-03-02T00:00:00.000Z");
-    await expect(quotas.reserve(appId, "events", 10, 10)).resolves.toMatchObject({ remaining: 0, day: "2026-03-02" });
+    await expect(quotas.reserve({ appId: appId, counter: "events", amount: 10, cap: 10 })).resolves.toMatchObject({
+      remaining: 0,
+      day: "2026-03-02",
+    });
   });
 
   it("counts per app and per counter", async () => {
     const quotas = createQuotas(database.db);
     const a = await newApp();
     const b = await newApp();
-    await quotas.reserve(a, "mail", 5, 5);
-    await expect(quotas.reserve(b, "mail", 5, 5)).resolves.toBeDefined();
-    await expect(quotas.reserve(a, "events", 5, 5)).resolves.toBeDefined();
+    await quotas.reserve({ appId: a, counter: "mail", amount: 5, cap: 5 });
+    await expect(quotas.reserve({ appId: b, counter: "mail", amount: 5, cap: 5 })).resolves.toBeDefined();
+    await expect(quotas.reserve({ appId: a, counter: "events", amount: 5, cap: 5 })).resolves.toBeDefined();
   });
 });
 
@@ -189,7 +196,9 @@ describe(`withReservation on ${backend}`, () => {
           .executeTakeFirstOrThrow();
         expect(name.endsWith("-done")).toBe(true); // the work was done
         expect(await quotas.used(appId, "mail")).toBe(1); // and stays counted
-        await expect(quotas.reserve(appId, "mail", 1, 1)).rejects.toMatchObject({ code: "quota_exceeded" });
+        await expect(quotas.reserve({ appId: appId, counter: "mail", amount: 1, cap: 1 })).rejects.toMatchObject({
+          code: "quota_exceeded",
+        });
       } finally {
         proxy.release();
         await other.close();
@@ -218,8 +227,8 @@ describe(`withReservation on ${backend}`, () => {
       { appId, counter: "fast_tokens", amount: 60, cap: 100, actual: (r: number) => r },
       async () => {
         now = new Date("2026-03-02T00:00:01.000Z");
-        const other = await quotas.reserve(appId, "fast_tokens", 90, 100);
-        await quotas.settle(other, 130, 100);
+        const other = await quotas.reserve({ appId: appId, counter: "fast_tokens", amount: 90, cap: 100 });
+        await quotas.settle(other, { actual: 130, cap: 100 });
         return 10;
       },
     );

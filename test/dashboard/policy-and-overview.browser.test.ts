@@ -14,37 +14,15 @@
  * axe-core finds no WCAG A/AA violation; screenshots go to
  * test-artifacts/dashboard/ops/.
  */
-import fs from "node:fs";
-import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it, vi } from "vitest";
-import type { Page } from "playwright-core";
 import { OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
-import { useDashboardBrowser } from "../support/dashboard-browser.ts";
+import { axeViolations, callAsApp, useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
-
-const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
 const dashboard = useDashboardBrowser(t, "dashboard/ops");
 let app: TestApp;
-
-async function call(method: string, pathname: string, body?: unknown) {
-  const res = await t.request(method, pathname, { token: app.token, body });
-  expect(res.status, `${pathname}: ${JSON.stringify(res.body)}`).toBe(200);
-  return res.body;
-}
-
-async function axeViolations(page: Page): Promise<string[]> {
-  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE_SOURCE);
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run: (ctx: unknown, opts: unknown) => Promise<unknown> } }).axe;
-    const result = (await axe.run(document, {
-      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
-    })) as { violations: { id: string; help: string; nodes: { target: string[] }[] }[] };
-    return result.violations;
-  });
-  return violations.map((v) => `${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
-}
+const call = (method: string, pathname: string, body?: unknown) => callAsApp(t, app, method, pathname, body);
 
 beforeAll(async () => {
   app = await t.createApp("flaky-app");

@@ -7,15 +7,11 @@
  * axe-core finds no WCAG A/AA violation; screenshots at 1280x800 and 390x844
  * go to test-artifacts/dashboard/screens/.
  */
-import fs from "node:fs";
-import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { BrowserContext, Page } from "playwright-core";
 import { OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
-import { useDashboardBrowser } from "../support/dashboard-browser.ts";
+import { axeViolations, useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
-
-const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
 const dashboard = useDashboardBrowser(t, "dashboard/screens");
@@ -45,18 +41,6 @@ async function signIn(
   await page.goto(t.url + `/dashboard/#/apps/${app.id}/queues`);
   await page.getByTestId("depth-line").waitFor();
   return { context, page };
-}
-
-async function axeViolations(page: Page): Promise<string[]> {
-  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE_SOURCE);
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run: (ctx: unknown, opts: unknown) => Promise<unknown> } }).axe;
-    const result = (await axe.run(document, {
-      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
-    })) as { violations: { id: string; help: string; nodes: { target: string[] }[] }[] };
-    return result.violations;
-  });
-  return violations.map((v) => `${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
 }
 
 describe("the queues screen", () => {

@@ -14,18 +14,14 @@
  * save sends only what was edited, the apps filter is case-insensitive and
  * starts again from page 1.
  */
-import fs from "node:fs";
-import { createRequire } from "node:module";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { BrowserContext, Page } from "playwright-core";
 import { sql } from "kysely";
 import { Code, ConnectError } from "@connectrpc/connect";
-import { useDashboardBrowser } from "../support/dashboard-browser.ts";
+import { axeViolations, useDashboardBrowser } from "../support/dashboard-browser.ts";
 import { useTestServer, type TestApp } from "../support/harness.ts";
 import { AdminService, OperatorRole } from "../../gen/platform/admin/v1/admin_pb.js";
 import { tables } from "../support/tables.ts";
-
-const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 const t = useTestServer();
 const dashboard = useDashboardBrowser(t, "dashboard/screens");
@@ -82,28 +78,6 @@ const signIn = (
   token = t.adminToken,
 ): Promise<{ context: BrowserContext; page: Page }> =>
   dashboard.signIn({ viewport: { width, height }, colorScheme, token });
-
-interface AxeViolation {
-  id: string;
-  impact: string;
-  help: string;
-  nodes: { target: string[] }[];
-}
-
-/** axe-core's WCAG 2.0/2.1 A and AA rules over the page as it stands. */
-async function axeViolations(page: Page): Promise<string[]> {
-  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE_SOURCE);
-  const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run: (ctx: unknown, opts: unknown) => Promise<unknown> } }).axe;
-    const result = (await axe.run(document, {
-      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
-    })) as { violations: AxeViolation[] };
-    return result.violations;
-  });
-  return violations.map(
-    (v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`,
-  );
-}
 
 /** The screens, each with what shows once its data is there. */
 const SCREENS: { name: string; hash: (app: TestApp) => string; ready: (page: Page) => Promise<unknown> }[] = [

@@ -2,7 +2,7 @@
  * What a service outside this repository writes to call Platform Batteries:
  * the app client (`@platform-batteries/client`) and a generated Connect
  * client (`@platform-batteries/gen` with `@connectrpc/connect`). The package
- * test (test/packages.test.ts) compiles it with `tsc --strict` in a scratch
+ * test (test/packages/packages.test.ts) compiles it with `tsc --strict` in a scratch
  * project that installed the packed packages, runs it against a live server,
  * and checks that every TypeScript snippet of docs/connect.md appears in this
  * file word for word, so the documentation cannot drift from code that works.

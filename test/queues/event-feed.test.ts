@@ -21,6 +21,7 @@ import {
   type TestApp,
   type TestDatabase,
   type TestServer,
+  describeOnPostgres,
 } from "../support/harness.ts";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
 import { transactionAsDb } from "../../src/core/database/index.ts";
@@ -352,44 +353,41 @@ describe.skipIf(backend !== "postgres")(
   },
 );
 
-describe.skipIf(backend !== "postgres")(
-  `the event feed when the LISTEN connection is lost (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`,
-  () => {
-    let database: TestDatabase;
-    let a: TestServer;
-    let b: TestServer;
-    let client: pg.Client;
-    beforeAll(async () => {
-      database = await createTestDatabase();
-      a = await startServer({ database });
-      b = await startServer({ database });
-      client = new pg.Client({ connectionString: database.url });
-      await client.connect();
-    });
-    afterAll(async () => {
-      await client?.end();
-      await a?.close();
-      await b?.close();
-      await database?.drop();
-    });
+describeOnPostgres("the event feed when the LISTEN connection is lost", "PGlite has no connection to cut", () => {
+  let database: TestDatabase;
+  let a: TestServer;
+  let b: TestServer;
+  let client: pg.Client;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    a = await startServer({ database });
+    b = await startServer({ database });
+    client = new pg.Client({ connectionString: database.url });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.end();
+    await a?.close();
+    await b?.close();
+    await database?.drop();
+  });
 
-    it("wakes a waiting reader to read again once the connection is back, so an event published meanwhile is seen", async () => {
-      const app = await a.createApp();
-      const { cursor } = await feed(b, app);
-      const reading = feed(b, app, `?after=${cursor}&waitSeconds=25`);
-      await vi.waitFor(async () => expect(await waitingReaders(b)).toBe(1), { timeout: 10_000 });
-      const { rows } = await client.query<{ pid: number }>(
-        `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`,
-      );
-      expect(rows.length).toBe(2); // one per instance
-      await client.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [rows.map((r) => r.pid)]);
-      // Published while the connections are down: its notification is lost; the reconnect wakes the reader.
-      const publishedAt = Date.now();
-      await a.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
-      const answer = await reading;
-      expect(answer.events.map((e) => e.kind)).toEqual(["deploy.done"]);
-      // Woken by the reconnect, not by the end of its 25 s wait.
-      expect(Date.now() - publishedAt).toBeLessThan(15_000);
-    });
-  },
-);
+  it("wakes a waiting reader to read again once the connection is back, so an event published meanwhile is seen", async () => {
+    const app = await a.createApp();
+    const { cursor } = await feed(b, app);
+    const reading = feed(b, app, `?after=${cursor}&waitSeconds=25`);
+    await vi.waitFor(async () => expect(await waitingReaders(b)).toBe(1), { timeout: 10_000 });
+    const { rows } = await client.query<{ pid: number }>(
+      `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`,
+    );
+    expect(rows.length).toBe(2); // one per instance
+    await client.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [rows.map((r) => r.pid)]);
+    // Published while the connections are down: its notification is lost; the reconnect wakes the reader.
+    const publishedAt = Date.now();
+    await a.admin.publishEvent({ appId: app.id, kind: "deploy.done" });
+    const answer = await reading;
+    expect(answer.events.map((e) => e.kind)).toEqual(["deploy.done"]);
+    // Woken by the reconnect, not by the end of its 25 s wait.
+    expect(Date.now() - publishedAt).toBeLessThan(15_000);
+  });
+});

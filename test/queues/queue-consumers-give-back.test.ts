@@ -22,8 +22,8 @@ import http from "node:http";
 import http2 from "node:http2";
 import { once } from "node:events";
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { backend, useTestApp, useTestServer } from "../support/harness.ts";
+import { afterAll, beforeAll, expect, it, vi } from "vitest";
+import { useTestApp, useTestServer, describeOnPostgres } from "../support/harness.ts";
 
 /** The lease the aborted consumes ask for: far longer than anything the test waits. */
 const LONG_LEASE_SECONDS = 600;
@@ -66,8 +66,9 @@ function watchHandlers() {
   };
 }
 
-describe.skipIf(backend !== "postgres")(
-  `consume: messages claimed for a caller that left during the claim go back in line (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding the claim on a lock takes a second connection, and PGlite has one"})`,
+describeOnPostgres(
+  "consume: messages claimed for a caller that left during the claim go back in line",
+  "holding the claim on a lock takes a second connection, and PGlite has one",
   () => {
     const t = useTestServer();
     const app = useTestApp(t);

@@ -7,8 +7,8 @@
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { useTestServer, type TestApp } from "../support/harness.ts";
-import { metricValue, until } from "../support/server-state.ts";
+import { restAs, useTestServer, type TestApp } from "../support/harness.ts";
+import { lapseQueue, metricValue, until } from "../support/server-state.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
@@ -21,8 +21,7 @@ async function newApp(maxDeliveries = 0): Promise<TestApp> {
   return app;
 }
 
-const rest = (app: TestApp, method: string, path: string, body?: unknown) =>
-  t.request(method, path, { token: app.token, body });
+const rest = restAs(t);
 
 async function put(app: TestApp, queue: string, payload: unknown, extra: Record<string, unknown> = {}) {
   const res = await rest(app, "POST", `/v1/queues/${queue}`, { payload, ...extra });
@@ -45,12 +44,7 @@ async function listed(app: TestApp, queue: string) {
   );
 }
 
-/** Time passing, without sleeping: every lease and retry hold of the queue ends now. */
-async function lapse(appId: string, queue: string) {
-  await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond',
-                   lease_until = least(lease_until, now() - interval '1 millisecond')
-            WHERE app_id = ${appId} AND queue = ${queue}`.execute(tables(t.server.deps.db));
-}
+const lapse = (appId: string, queue: string) => lapseQueue(t, appId, queue);
 
 describe("lease extension", () => {
   it("extends the lease of a receipt that holds it, and answers false for a lapsed or acked one", async () => {

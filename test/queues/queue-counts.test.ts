@@ -12,7 +12,7 @@ import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase, type Db } from "../../src/core/database/index.ts";
 import { createQueueStore } from "../../src/queues/queue-store.ts";
-import { backend, transportFor, useTestServer } from "../support/harness.ts";
+import { transportFor, useTestServer, describeOnPostgres } from "../support/harness.ts";
 import { usePgClients } from "../support/pg-clients.ts";
 import { useCrashableService, type ServiceProcess } from "../support/service-process.ts";
 
@@ -119,8 +119,9 @@ describe("in one server", () => {
   });
 });
 
-describe.skipIf(backend !== "postgres")(
-  `puts that meet a put holding the queue's lock (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); holding a put open takes a second connection, and PGlite has one"})`,
+describeOnPostgres(
+  "puts that meet a put holding the queue's lock",
+  "holding a put open takes a second connection, and PGlite has one",
   () => {
     const t = useTestServer();
     const num = (v: number) => ({ kind: { case: "numberValue" as const, value: v } });

@@ -9,13 +9,13 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { sql } from "kysely";
 import { describe, expect, it } from "vitest";
 import { MessageStatus, QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { useTestServer, type TestApp } from "../support/harness.ts";
+import { restAs, useTestServer, type TestApp } from "../support/harness.ts";
+import { lapseQueue } from "../support/server-state.ts";
 import { tables } from "../support/tables.ts";
 
 const t = useTestServer();
 
-const rest = (app: TestApp, method: string, path: string, body?: unknown) =>
-  t.request(method, path, { token: app.token, body });
+const rest = restAs(t);
 
 async function put(app: TestApp, queue: string, payload: unknown, extra: Record<string, unknown> = {}) {
   const res = await rest(app, "POST", `/v1/queues/${queue}`, { payload, ...extra });
@@ -45,12 +45,7 @@ async function state(app: TestApp, queue: string, id: string): Promise<{ status:
   return { status: res.status, body: res.body as State };
 }
 
-/** Time passing, without sleeping: every lease and retry hold of the queue ends now. */
-async function lapse(appId: string, queue: string) {
-  await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond',
-                   lease_until = least(lease_until, now() - interval '1 millisecond')
-            WHERE app_id = ${appId} AND queue = ${queue}`.execute(tables(t.server.deps.db));
-}
+const lapse = (appId: string, queue: string) => lapseQueue(t, appId, queue);
 
 describe("the default retry policy", () => {
   it("backs off exponentially with jitter; an explicit delay stays exact", async () => {

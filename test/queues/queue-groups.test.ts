@@ -7,13 +7,12 @@
  */
 import { describe, expect, it } from "vitest";
 import { QueueService, MessageStatus } from "../../gen/platform/queues/v1/queues_pb.js";
-import { useTestServer, type TestApp } from "../support/harness.ts";
+import { restAs, useTestServer, type TestApp } from "../support/harness.ts";
 import { metricValue, until } from "../support/server-state.ts";
 
 const t = useTestServer();
 
-const rest = (app: TestApp, method: string, path: string, body?: unknown) =>
-  t.request(method, path, { token: app.token, body });
+const rest = restAs(t);
 const num = (v: number) => ({ kind: { case: "numberValue" as const, value: v } });
 
 interface RestMessage {

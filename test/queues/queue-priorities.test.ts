@@ -7,12 +7,11 @@
  */
 import { describe, expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import { useTestServer, type TestApp } from "../support/harness.ts";
+import { restAs, useTestServer } from "../support/harness.ts";
 
 const t = useTestServer();
 
-const rest = (app: TestApp, method: string, path: string, body?: unknown) =>
-  t.request(method, path, { token: app.token, body });
+const rest = restAs(t);
 
 interface Claimed {
   startedAt: number;

@@ -7,10 +7,10 @@
  * reconnects, re-LISTENs and re-checks, without a restart. That one needs a
  * PostgreSQL server (DATABASE_URL): PGlite has no connection to cut.
  */
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, expect, it, vi } from "vitest";
 import pg from "pg";
 import {
-  backend,
+  describeEachBackend,
   createTestDatabase,
   startInstances,
   startServer,
@@ -18,6 +18,7 @@ import {
   type TestApp,
   type TestDatabase,
   type TestServer,
+  describeOnPostgres,
 } from "../support/harness.ts";
 import { RECHECK_MS } from "../../src/queues/wake-hub.ts";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
@@ -27,7 +28,7 @@ const waiting = async (s: TestServer) => {
   return Number(/^queue_waiting_consumers (\S+)$/m.exec(text)?.[1] ?? 0);
 };
 
-describe(`wake-up across instances (${backend})`, () => {
+describeEachBackend("wake-up across instances", () => {
   let instances: Instances;
   let a: TestServer;
   let b: TestServer;
@@ -89,58 +90,55 @@ describe(`wake-up across instances (${backend})`, () => {
   });
 });
 
-describe.skipIf(backend !== "postgres")(
-  `LISTEN connection lost under a waiting consumer (${backend === "postgres" ? "PostgreSQL" : "skipped: needs a PostgreSQL server (DATABASE_URL); PGlite has no connection to cut"})`,
-  () => {
-    let database: TestDatabase;
-    let a: TestServer;
-    let b: TestServer;
-    let app: TestApp;
-    let sql: pg.Client;
+describeOnPostgres("LISTEN connection lost under a waiting consumer", "PGlite has no connection to cut", () => {
+  let database: TestDatabase;
+  let a: TestServer;
+  let b: TestServer;
+  let app: TestApp;
+  let sql: pg.Client;
 
-    beforeAll(async () => {
-      database = await createTestDatabase();
-      a = await startServer({ database });
-      b = await startServer({ database });
-      app = await a.createApp();
-      sql = new pg.Client({ connectionString: database.url });
-      await sql.connect();
-    });
-    afterAll(async () => {
-      await sql?.end();
-      await a?.close();
-      await b?.close();
-      await database?.drop();
-    });
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    a = await startServer({ database });
+    b = await startServer({ database });
+    app = await a.createApp();
+    sql = new pg.Client({ connectionString: database.url });
+    await sql.connect();
+  });
+  afterAll(async () => {
+    await sql?.end();
+    await a?.close();
+    await b?.close();
+    await database?.drop();
+  });
 
-    const listeners = async () =>
-      (
-        await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)
-      ).rows.map((r) => r.pid as number);
+  const listeners = async () =>
+    (
+      await sql.query(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'`)
+    ).rows.map((r) => r.pid as number);
 
-    it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
-      const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
-      await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
-      const before = await listeners();
-      expect(before.length).toBe(2); // one per instance
-      await sql.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [before]);
-      // A put while the connections are down: its notification is lost, the re-check on reconnect finds it.
-      const put = await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "while down" } });
-      expect(put.status).toBe(200);
-      const res = await consume;
-      expect(res.body.message.payload).toBe("while down");
-      await vi.waitFor(async () => {
-        const now = await listeners();
-        expect(now.length).toBe(2);
-        expect(now.filter((pid) => before.includes(pid))).toEqual([]);
-      });
-      // And notifications flow again over the new connections.
-      const again = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
-      await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
-      const putAt = Date.now();
-      await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "after" } });
-      expect((await again).body.message.payload).toBe("after");
-      expect(Date.now() - putAt).toBeLessThan(1000);
+  it("after the LISTEN connection is killed under a waiting consumer, it reconnects and the consumer is still woken", async () => {
+    const consume = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+    const before = await listeners();
+    expect(before.length).toBe(2); // one per instance
+    await sql.query(`SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid`, [before]);
+    // A put while the connections are down: its notification is lost, the re-check on reconnect finds it.
+    const put = await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "while down" } });
+    expect(put.status).toBe(200);
+    const res = await consume;
+    expect(res.body.message.payload).toBe("while down");
+    await vi.waitFor(async () => {
+      const now = await listeners();
+      expect(now.length).toBe(2);
+      expect(now.filter((pid) => before.includes(pid))).toEqual([]);
     });
-  },
-);
+    // And notifications flow again over the new connections.
+    const again = b.request("POST", "/v1/queues/restart/consume", { token: app.token, body: { waitSeconds: 20 } });
+    await vi.waitFor(async () => expect(await waiting(b)).toBe(1));
+    const putAt = Date.now();
+    await a.request("POST", "/v1/queues/restart", { token: app.token, body: { payload: "after" } });
+    expect((await again).body.message.payload).toBe("after");
+    expect(Date.now() - putAt).toBeLessThan(1000);
+  });
+});

@@ -6,11 +6,12 @@
  * typed on the sign-in screen).
  */
 import fs from "node:fs";
+import { createRequire } from "node:module";
 import path from "node:path";
-import { afterAll, beforeAll } from "vitest";
+import { afterAll, beforeAll, expect } from "vitest";
 import type { Browser, BrowserContext, BrowserContextOptions, Page } from "playwright-core";
 import { launchChromium } from "./chromium.ts";
-import type { TestServer } from "./harness.ts";
+import type { TestApp, TestServer } from "./harness.ts";
 
 export interface DashboardBrowser {
   /** The file's Chromium (from its `beforeAll` on). */
@@ -52,4 +53,38 @@ export function useDashboardBrowser(t: TestServer, folder = "dashboard"): Dashbo
     },
     shot: (name) => path.join(shots, name),
   };
+}
+
+const AXE_SOURCE = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+interface AxeViolation {
+  id: string;
+  impact: string;
+  help: string;
+  nodes: { target: string[] }[];
+}
+
+/** axe-core's WCAG 2.0/2.1 A and AA rules over the page as it stands: one line per violation. */
+export async function axeViolations(page: Page): Promise<string[]> {
+  if (!(await page.evaluate(() => "axe" in window))) await page.evaluate(AXE_SOURCE);
+  const violations = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run: (ctx: unknown, opts: unknown) => Promise<unknown> } }).axe;
+    const result = (await axe.run(document, {
+      runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] },
+    })) as { violations: AxeViolation[] };
+    return result.violations;
+  });
+  return violations.map(
+    (v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`,
+  );
+}
+
+/**
+ * A REST call as the app, the set-up of a screen's data: its body, once it answered 200 (the path and
+ * the answer's body in the failure).
+ */
+export async function callAsApp(t: TestServer, app: TestApp, method: string, pathname: string, body?: unknown) {
+  const res = await t.request(method, pathname, { token: app.token, body });
+  expect(res.status, `${pathname}: ${JSON.stringify(res.body)}`).toBe(200);
+  return res.body;
 }

@@ -13,8 +13,8 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import pg from "pg";
-import { afterAll, beforeAll } from "vitest";
-import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe } from "vitest";
+import { ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
@@ -26,6 +26,59 @@ import { openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
 export const backend: "postgres" | "pglite" = process.env.DATABASE_URL ? "postgres" : "pglite";
+
+/**
+ * The PostgreSQL server the PostgreSQL-only guarantees run on: DATABASE_URL's, or, in a PGlite run,
+ * the one the global set-up (test/support/global-setup.ts) found answering on 127.0.0.1:5432. So a
+ * plain `npm test` on a machine with a PostgreSQL runs them too; without one they skip, and the
+ * global set-up says so in one line.
+ */
+export const postgresUrl: string | undefined = process.env.DATABASE_URL ?? process.env.PB_TEST_POSTGRES_URL;
+
+/**
+ * A block of tests only a PostgreSQL server can run (a second connection holding a lock, a LISTEN
+ * connection to cut, a database made read-only): runs whenever `postgresUrl` is set. In a PGlite run
+ * the block's own databases and servers (made in its own hooks, after this one's) are made on that
+ * server: DATABASE_URL is set for the block and unset after it. `why` says what PGlite lacks, for
+ * the skipped block's name.
+ */
+export function describeOnPostgres(name: string, why: string, body: () => void): void {
+  const label = postgresUrl ? `${name} (PostgreSQL)` : `${name} (skipped: needs a PostgreSQL server; ${why})`;
+  describe.skipIf(postgresUrl === undefined)(label, () => {
+    if (!process.env.DATABASE_URL) {
+      beforeAll(() => {
+        process.env.DATABASE_URL = postgresUrl;
+      });
+      afterAll(() => {
+        delete process.env.DATABASE_URL;
+      });
+    }
+    body();
+  });
+}
+
+/**
+ * One set-up that loops over both backends, as a test about both must (kysely runs its tests over
+ * each real dialect in one run): `body` is declared once per backend that this machine has, with a
+ * fresh database of that backend from `createTestDatabase()` inside it.
+ */
+export function describeEachBackend(name: string, body: (kind: "postgres" | "pglite") => void): void {
+  const kinds = postgresUrl ? (["pglite", "postgres"] as const) : (["pglite"] as const);
+  for (const kind of kinds) {
+    describe(`${name} (${kind === "postgres" ? "PostgreSQL" : "PGlite"})`, () => {
+      const saved = process.env.DATABASE_URL;
+      beforeAll(() => {
+        if (kind === "postgres") process.env.DATABASE_URL = postgresUrl;
+        else delete process.env.DATABASE_URL;
+      });
+      afterAll(() => {
+        if (saved === undefined) delete process.env.DATABASE_URL;
+        else process.env.DATABASE_URL = saved;
+      });
+      body(kind);
+    });
+  }
+}
 
 export interface TestDatabase {
   /** A connection string for a fresh database, or undefined for PGlite. */
@@ -480,4 +533,20 @@ function parseBody(text: string): unknown {
   } catch {
     return text; // not JSON: keep the text
   }
+}
+
+/** REST calls as an app on `t`: `rest(app, method, path, body?)`, the answer whatever its status. */
+export function restAs(t: TestServer) {
+  return (app: TestApp, method: string, pathname: string, body?: unknown) =>
+    t.request(method, pathname, { token: app.token, body });
+}
+
+/** The ConnectError a call fails with (a call that succeeds fails the test). */
+export async function connectError(p: Promise<unknown>): Promise<ConnectError> {
+  try {
+    await p;
+  } catch (err) {
+    return ConnectError.from(err);
+  }
+  throw new Error("expected the call to fail");
 }

@@ -3,7 +3,9 @@
  * for it: the moments a test cannot await directly, such as a consume having
  * started to wait or a stream having ended on the server.
  */
+import { sql } from "kysely";
 import type { TestServer } from "./harness.ts";
+import { tables } from "./tables.ts";
 
 /** A metric of the server (a counter or a gauge), summed over its labels. */
 export function metricValue(server: TestServer, name: string): number {
@@ -20,4 +22,11 @@ export async function until(check: () => boolean, what: string, ms = 10_000): Pr
     if (Date.now() - started > ms) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setImmediate(resolve));
   }
+}
+
+/** Time passing, without sleeping: every lease and retry hold of the app's queue ends now. */
+export async function lapseQueue(server: TestServer, appId: string, queue: string): Promise<void> {
+  await sql`UPDATE queue_messages SET visible_at = now() - interval '1 millisecond',
+                   lease_until = least(lease_until, now() - interval '1 millisecond')
+            WHERE app_id = ${appId} AND queue = ${queue}`.execute(tables(server.server.deps.db));
 }

@@ -2,11 +2,11 @@
  * The service as a child process, started the way `npm start` starts it, for
  * tests of start-up, shutdown and crashes.
  */
-import { spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
+import { execFile, spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
 import type { Readable } from "node:stream";
 import path from "node:path";
 import { afterAll, beforeAll } from "vitest";
-import { createTestDatabase, type TestDatabase } from "./harness.ts";
+import { createTestDatabase, type TestDatabase, type TestServer } from "./harness.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
 export const nodeBinary = path.join(root, "node_modules/.bin/node");
@@ -122,4 +122,29 @@ export function useCrashableService(): CrashableService {
       return process.exited;
     },
   };
+}
+
+/** What a CLI run printed, and its exit code. */
+export interface CliOutcome {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * The CLI (`src/cli.ts`) in its own process, as an operator runs it against `server()` (the admin URL,
+ * the admin token and DATA_DIR of that server): `run(args)` answers once it exited.
+ */
+export function cliAgainst(server: () => TestServer): (args: string[]) => Promise<CliOutcome> {
+  return (args) =>
+    new Promise((resolve) => {
+      const t = server();
+      execFile(
+        nodeBinary,
+        ["src/cli.ts", ...args],
+        { env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }) },
+        (err, stdout, stderr) =>
+          resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
 }

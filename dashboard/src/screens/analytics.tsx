@@ -25,9 +25,11 @@ import { Aggregate, Interval, type Bucket } from "../../../gen/platform/analytic
 import { Empty, QueryView, useDebounced, usePages } from "../ui.tsx";
 import { TimeChart } from "../chart.tsx";
 import { bucketIndex, bucketStarts, type BucketUnit } from "../time-buckets.ts";
-import { ConditionsEditor, declaredKinds, toConditions, type DraftCondition } from "../conditions.tsx";
+import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import { ConditionsEditor } from "../conditions.tsx";
 import { FunnelView } from "./funnel.tsx";
-import { RANGES, localInput } from "../ranges.ts";
+import { RANGES } from "../ranges.ts";
+import { EventTypeSelect, RangeFields, rangeBounds, useRangeChoice } from "../range-fields.tsx";
 import { formatValue } from "../format.ts";
 
 const INTERVALS = [
@@ -108,9 +110,7 @@ function measureLabel(aggregate: AggregateName, of: string | undefined): string 
 
 function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventTypesResponse> }) {
   const [type, setType] = useState("");
-  const [hours, setHours] = useState(24 * 7);
-  const [from, setFrom] = useState(() => localInput(Date.now() - 7 * 86_400_000));
-  const [to, setTo] = useState(() => localInput(Date.now()));
+  const [range, setRange] = useRangeChoice(24 * 7);
   const [interval, setInterval] = useState(Interval.DAY);
   const [aggregate, setAggregate] = useState<AggregateName>("count");
   const [of, setOf] = useState("");
@@ -138,19 +138,9 @@ function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventT
       : undefined;
   const where = toConditions(settledDrafts, eventType, (i) => `Filter ${i + 1}`);
 
-  let since: number;
-  let until: number;
-  let problem: string | undefined;
-  if (hours > 0) {
-    // The range ends at the next whole minute so that refetches share one key for a minute.
-    until = Math.ceil(Date.now() / 60_000) * 60_000;
-    since = until - hours * 3600_000;
-  } else {
-    since = new Date(from).getTime();
-    until = new Date(to).getTime();
-    if (!Number.isFinite(since) || !Number.isFinite(until)) problem = "Enter both the start and the end.";
-    else if (since >= until) problem = "The start of the range must be before its end.";
-  }
+  const bounds = rangeBounds(range);
+  const { since, until } = bounds;
+  let problem = bounds.problem;
   if (!problem && NUMERIC.has(aggregate) && eventType && !chosenOf)
     problem = `${chosen} declares no number property: sum, average, minimum and maximum need one.`;
   problem ??= where.problem;
@@ -182,7 +172,7 @@ function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventT
           timezone: sentZone,
         }
       : skipToken,
-    { refetchInterval: hours > 0 ? 10_000 : false, placeholderData: (previous) => previous },
+    { refetchInterval: range.hours > 0 ? 10_000 : false, placeholderData: (previous) => previous },
   );
   // The zone the shown answer was bucketed in (the answer names its range and interval, not its zone):
   // while the next answer loads, the last one stays laid out as it was counted.
@@ -192,18 +182,12 @@ function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventT
     <>
       <form className="card" onSubmit={(e) => e.preventDefault()} aria-label="Analytics query">
         <div className="filters">
-          <label className="field">
-            <span>Event type</span>
-            <select
-              value={chosen}
-              onChange={(e) => (setType(e.target.value), setGroupBy(""), setThenBy(""), setOf(""), setDrafts([]))}
-              disabled={!types.data?.types.length}
-            >
-              {(types.data?.types ?? []).map((t) => (
-                <option key={t.name}>{t.name}</option>
-              ))}
-            </select>
-          </label>
+          <EventTypeSelect
+            label="Event type"
+            types={types.data?.types ?? []}
+            value={chosen}
+            onChange={(name) => (setType(name), setGroupBy(""), setThenBy(""), setOf(""), setDrafts([]))}
+          />
           <label className="field">
             <span>Measure</span>
             <select value={aggregate} onChange={(e) => setAggregate(e.target.value as AggregateName)}>
@@ -227,28 +211,7 @@ function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventT
               </select>
             </label>
           ) : null}
-          <label className="field">
-            <span>Range</span>
-            <select value={hours} onChange={(e) => setHours(Number(e.target.value))}>
-              {RANGES.map((r) => (
-                <option key={r.hours} value={r.hours}>
-                  {r.label}
-                </option>
-              ))}
-            </select>
-          </label>
-          {hours === 0 ? (
-            <>
-              <label className="field">
-                <span>From (your browser's time)</span>
-                <input type="datetime-local" value={from} onChange={(e) => setFrom(e.target.value)} />
-              </label>
-              <label className="field">
-                <span>To (your browser's time)</span>
-                <input type="datetime-local" value={to} onChange={(e) => setTo(e.target.value)} />
-              </label>
-            </>
-          ) : null}
+          <RangeFields ranges={RANGES} value={range} onChange={setRange} />
           <label className="field">
             <span>Interval</span>
             <select value={interval} onChange={(e) => setInterval(Number(e.target.value))}>

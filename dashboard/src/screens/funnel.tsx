@@ -18,8 +18,10 @@ import { queryAnalyticsFunnel } from "../../../gen/platform/admin/v1/admin-Admin
 import type { App, ListEventTypesResponse } from "../../../gen/platform/admin/v1/admin_pb.js";
 import type { FunnelStepResult } from "../../../gen/platform/analytics/v1/analytics_pb.js";
 import { Empty, QueryView, useDebounced } from "../ui.tsx";
-import { ConditionsEditor, declaredKinds, toConditions, type DraftCondition } from "../conditions.tsx";
-import { RANGES, localInput } from "../ranges.ts";
+import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import { ConditionsEditor } from "../conditions.tsx";
+import { RANGES } from "../ranges.ts";
+import { EventTypeSelect, RangeFields, rangeBounds, useRangeChoice } from "../range-fields.tsx";
 import { formatDuration, formatPercent, formatValue } from "../format.ts";
 
 const MIN_STEPS = 2;
@@ -46,9 +48,7 @@ export function FunnelView({ app, types }: { app: App; types: UseQueryResult<Lis
   const all = types.data?.types ?? [];
   const first = all[0]?.name ?? "";
   const [steps, setSteps] = useState<DraftStep[]>([]);
-  const [hours, setHours] = useState(24 * 30);
-  const [from, setFrom] = useState(() => localInput(Date.now() - 30 * 86_400_000));
-  const [to, setTo] = useState(() => localInput(Date.now()));
+  const [range, setRange] = useRangeChoice(24 * 30);
   const [windowSeconds, setWindowSeconds] = useState(7 * 86_400);
   const [breakdown, setBreakdown] = useState("");
   const [limit, setLimit] = useState(10);
@@ -67,18 +67,9 @@ export function FunnelView({ app, types }: { app: App; types: UseQueryResult<Lis
   const firstProperties = declaredKinds(typeOf(shown[0]?.type ?? "")).map(([p]) => p);
   const chosenBreakdown = firstProperties.includes(breakdown) ? breakdown : "";
 
-  let since: number;
-  let until: number;
-  let problem: string | undefined;
-  if (hours > 0) {
-    until = Math.ceil(Date.now() / 60_000) * 60_000;
-    since = until - hours * 3600_000;
-  } else {
-    since = new Date(from).getTime();
-    until = new Date(to).getTime();
-    if (!Number.isFinite(since) || !Number.isFinite(until)) problem = "Enter both the start and the end.";
-    else if (since >= until) problem = "The start of the range must be before its end.";
-  }
+  const bounds = rangeBounds(range);
+  const { since, until } = bounds;
+  let problem = bounds.problem;
   const sent = settled.map((s, i) => ({
     type: s.type,
     where: toConditions(s.conditions, typeOf(s.type), (j) => `Step ${i + 1}, condition ${j + 1}`),
@@ -97,7 +88,7 @@ export function FunnelView({ app, types }: { app: App; types: UseQueryResult<Lis
           limit: chosenBreakdown ? limit : undefined,
         }
       : skipToken,
-    { refetchInterval: hours > 0 ? 10_000 : false, placeholderData: (previous) => previous },
+    { refetchInterval: range.hours > 0 ? 10_000 : false, placeholderData: (previous) => previous },
   );
   return (
     <>
@@ -106,20 +97,12 @@ export function FunnelView({ app, types }: { app: App; types: UseQueryResult<Lis
           {shown.map((step, i) => (
             <li key={i} className="funnel-step-form">
               <div className="funnel-step-head">
-                <label className="field">
-                  <span>Step {i + 1} event type</span>
-                  <select
-                    value={step.type}
-                    onChange={(e) =>
-                      edit((s) => s.map((x, j) => (j === i ? { type: e.target.value, conditions: [] } : x)))
-                    }
-                    disabled={all.length === 0}
-                  >
-                    {all.map((t) => (
-                      <option key={t.name}>{t.name}</option>
-                    ))}
-                  </select>
-                </label>
+                <EventTypeSelect
+                  label={`Step ${i + 1} event type`}
+                  types={all}
+                  value={step.type}
+                  onChange={(type) => edit((s) => s.map((x, j) => (j === i ? { type, conditions: [] } : x)))}
+                />
                 <button
                   type="button"
                   className="secondary small"
@@ -159,28 +142,7 @@ export function FunnelView({ app, types }: { app: App; types: UseQueryResult<Lis
               ))}
             </select>
           </label>
-          <label className="field">
-            <span>Range</span>
-            <select value={hours} onChange={(e) => setHours(Number(e.target.value))}>
-              {FUNNEL_RANGES.map((r) => (
-                <option key={r.hours} value={r.hours}>
-                  {r.label}
-                </option>
-              ))}
-            </select>
-          </label>
-          {hours === 0 ? (
-            <>
-              <label className="field">
-                <span>From (your browser's time)</span>
-                <input type="datetime-local" value={from} onChange={(e) => setFrom(e.target.value)} />
-              </label>
-              <label className="field">
-                <span>To (your browser's time)</span>
-                <input type="datetime-local" value={to} onChange={(e) => setTo(e.target.value)} />
-              </label>
-            </>
-          ) : null}
+          <RangeFields ranges={FUNNEL_RANGES} value={range} onChange={setRange} />
           <label className="field">
             <span>Breakdown</span>
             <select value={chosenBreakdown} onChange={(e) => (setBreakdown(e.target.value), setDrawn(ALL))}>

@@ -8,7 +8,7 @@ import { useQuery } from "@connectrpc/connect-query";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import { listQueueSchedules } from "../../../gen/platform/admin/v1/admin-AdminService_connectquery.js";
 import type { QueueSchedule } from "../../../gen/platform/queues/v1/queues_pb.js";
-import { Empty, QueryView } from "../ui.tsx";
+import { DataTable, Empty, QueryView, type Column } from "../ui.tsx";
 
 /** A run as "29 Nov 2026, 09:00:00 CET": in the schedule's zone, with the zone's abbreviation. */
 function runText(ts: Timestamp | undefined, timeZone: string): string {
@@ -28,6 +28,22 @@ function nextRunText(s: QueueSchedule): string {
   return s.endAt ? "none (ended)" : "—";
 }
 
+const COLUMNS: readonly Column<QueueSchedule>[] = [
+  { header: "Queue", cell: (s) => s.queue },
+  { header: "Name", cell: (s) => s.name },
+  { header: "Cron", cell: (s) => <code>{s.cron}</code>, className: "nowrap" },
+  { header: "Time zone", cell: (s) => s.timezone },
+  { header: "Next run", cell: nextRunText, testId: "next-run" },
+  { header: "Last run", cell: (s) => runText(s.lastRunAt, s.timezone), testId: "last-run" },
+  { header: "Ticks put", cell: (s) => Number(s.fired).toLocaleString(), className: "right hide-narrow" },
+  { header: "Missed", cell: (s) => Number(s.missed).toLocaleString(), className: "right hide-narrow" },
+  {
+    header: "Skipped (queue full)",
+    cell: (s) => Number(s.skippedFull).toLocaleString(),
+    className: "right hide-narrow",
+  },
+];
+
 export function QueueSchedules({ appId }: { appId: string }) {
   const schedules = useQuery(listQueueSchedules, { appId, queue: "" });
   return (
@@ -44,57 +60,13 @@ export function QueueSchedules({ appId }: { appId: string }) {
               and <code>{"{ cron, timezone?, payload }"}</code>: each tick puts one message.
             </Empty>
           ) : (
-            <div className="table-wrap">
-              <table className="stack-narrow">
-                <caption className="sr-only">Queue schedules of the app</caption>
-                <thead>
-                  <tr>
-                    <th scope="col">Queue</th>
-                    <th scope="col">Name</th>
-                    <th scope="col">Cron</th>
-                    <th scope="col">Time zone</th>
-                    <th scope="col">Next run</th>
-                    <th scope="col">Last run</th>
-                    <th scope="col" className="right hide-narrow">
-                      Ticks put
-                    </th>
-                    <th scope="col" className="right hide-narrow">
-                      Missed
-                    </th>
-                    <th scope="col" className="right hide-narrow">
-                      Skipped (queue full)
-                    </th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {data.schedules.map((s) => (
-                    <tr key={`${s.queue}/${s.name}`} data-testid={`schedule-${s.queue}-${s.name}`}>
-                      <td data-label="Queue">{s.queue}</td>
-                      <td data-label="Name">{s.name}</td>
-                      <td data-label="Cron" className="nowrap">
-                        <code>{s.cron}</code>
-                      </td>
-                      <td data-label="Time zone">{s.timezone}</td>
-                      <td data-label="Next run" data-testid="next-run">
-                        {nextRunText(s)}
-                      </td>
-                      <td data-label="Last run" data-testid="last-run">
-                        {runText(s.lastRunAt, s.timezone)}
-                      </td>
-                      <td className="right hide-narrow" data-label="Ticks put">
-                        {Number(s.fired).toLocaleString()}
-                      </td>
-                      <td className="right hide-narrow" data-label="Missed">
-                        {Number(s.missed).toLocaleString()}
-                      </td>
-                      <td className="right hide-narrow" data-label="Skipped (queue full)">
-                        {Number(s.skippedFull).toLocaleString()}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <DataTable
+              caption="Queue schedules of the app"
+              columns={COLUMNS}
+              rows={data.schedules}
+              rowKey={(s) => `${s.queue}/${s.name}`}
+              rowTestId={(s) => `schedule-${s.queue}-${s.name}`}
+            />
           )
         }
       </QueryView>

@@ -36,7 +36,7 @@ interface AppTokensTable {
 }
 
 /** A token as the operator sees it (never its hash). */
-interface TokenInfo {
+export interface TokenInfo {
   id: string;
   label: string;
   createdAt: Date;
@@ -260,20 +260,8 @@ export function createAppStore(database: Db): AppStore {
         .execute();
     },
 
-    async listTokens(appId) {
-      const rows = await db
-        .selectFrom("app_tokens")
-        .select(["id", "label", "created_at", "last_used_at"])
-        .where("app_id", "=", appId)
-        .orderBy("created_at", "desc")
-        .orderBy("id")
-        .execute();
-      return rows.map((r) => ({
-        id: r.id,
-        label: r.label,
-        createdAt: new Date(r.created_at as unknown as string),
-        lastUsedAt: r.last_used_at ? new Date(r.last_used_at) : null,
-      }));
+    listTokens(appId) {
+      return listTokensIn(db, "app_tokens", appId);
     },
 
     async markTokenUsed(tokenId, intervalSeconds) {
@@ -296,4 +284,26 @@ export async function markTokenUsedIn<T>(
   await sql`UPDATE ${sql.table(table)} SET last_used_at = now()
     WHERE id = ${tokenId}
       AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => ${intervalSeconds}))`.execute(db);
+}
+
+/**
+ * A holder's tokens, newest first (without their hashes): the one query behind both app tokens'
+ * and operator tokens' lists.
+ */
+export async function listTokensIn<T>(
+  db: Kysely<T>,
+  table: "app_tokens" | "operator_tokens",
+  holderId: string,
+): Promise<TokenInfo[]> {
+  const holder = table === "app_tokens" ? "app_id" : "operator_id";
+  const { rows } = await sql<{ id: string; label: string; created_at: Date; last_used_at: Date | null }>`
+    SELECT id, label, created_at, last_used_at FROM ${sql.table(table)}
+    WHERE ${sql.ref(holder)} = ${holderId}
+    ORDER BY created_at DESC, id`.execute(db);
+  return rows.map((r) => ({
+    id: r.id,
+    label: r.label,
+    createdAt: new Date(r.created_at),
+    lastUsedAt: r.last_used_at === null ? null : new Date(r.last_used_at),
+  }));
 }

@@ -5,7 +5,7 @@
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import type { Db } from "../database/index.ts";
-import { markTokenUsedIn } from "../apps/app-store.ts";
+import { listTokensIn, markTokenUsedIn, type TokenInfo } from "../apps/app-store.ts";
 
 export type OperatorRole = "admin" | "viewer";
 
@@ -42,13 +42,6 @@ export interface OperatorRecord {
   lastUsedAt: Date | null;
 }
 
-interface OperatorTokenInfo {
-  id: string;
-  label: string;
-  createdAt: Date;
-  lastUsedAt: Date | null;
-}
-
 /** Who an operator token belongs to, as the authenticator needs it. */
 interface OperatorTokenRow {
   tokenId: string;
@@ -70,7 +63,7 @@ export interface OperatorStore {
   insertToken(operatorId: string, tokenHash: string, label: string): Promise<string>;
   /** The token's operator id, or undefined when there was no such token. */
   deleteToken(tokenId: string): Promise<string | undefined>;
-  listTokens(operatorId: string): Promise<OperatorTokenInfo[]>;
+  listTokens(operatorId: string): Promise<TokenInfo[]>;
   /** The enabled operator holding this token hash. */
   lookupToken(tokenHash: string): Promise<OperatorTokenRow | undefined>;
   /** Marks a token used now, unless it was marked within the last `intervalSeconds`. */
@@ -156,20 +149,8 @@ export function createOperatorStore(database: Db): OperatorStore {
       return row?.operator_id;
     },
 
-    async listTokens(operatorId) {
-      const rows = await db
-        .selectFrom("operator_tokens")
-        .select(["id", "label", "created_at", "last_used_at"])
-        .where("operator_id", "=", operatorId)
-        .orderBy("created_at", "desc")
-        .orderBy("id")
-        .execute();
-      return rows.map((r) => ({
-        id: r.id,
-        label: r.label,
-        createdAt: new Date(r.created_at),
-        lastUsedAt: toDate(r.last_used_at),
-      }));
+    listTokens(operatorId) {
+      return listTokensIn(db, "operator_tokens", operatorId);
     },
 
     async lookupToken(tokenHash) {

@@ -48,21 +48,29 @@ interface Hold {
   seconds: number;
 }
 
+/** A reservation's row (`id`) and the counter row of the app and day it is charged to. */
+interface HeldReservation {
+  id: string;
+  appId: string;
+  day: string;
+  counter: string;
+}
+
 export interface QuotaStore {
   /** Adds `amount` to the day's row while it stays within `cap`; the new total, or undefined when it would not. */
-  add(
-    appId: string,
-    day: string,
-    counter: string,
-    amount: number,
-    cap: number,
-    hold?: Hold,
-  ): Promise<number | undefined>;
+  add(take: {
+    appId: string;
+    day: string;
+    counter: string;
+    amount: number;
+    cap: number;
+    hold?: Hold;
+  }): Promise<number | undefined>;
   /**
    * Ends reservation `id` with `actual` used: its row deleted and `used` moved by `actual - amount`
    * (by `actual` when the row was already gone: the sweep gave the amount back); the new total.
    */
-  settle(id: string, appId: string, day: string, counter: string, actual: number): Promise<number>;
+  settle(reservation: HeldReservation, actual: number): Promise<number>;
   /** Gives reservation `id` back: its row deleted and its amount taken off `used`, only if the row was there. */
   release(id: string): Promise<void>;
   /** Ends reservation `id` as spent whole: its row deleted, `used` kept. */
@@ -71,7 +79,7 @@ export interface QuotaStore {
    * The common table expressions that do `keep` inside another statement (see `SpendStatement`),
    * charging `amount` again if the sweep gave the reservation back meanwhile.
    */
-  spendStatement(id: string, appId: string, day: string, counter: string, amount: number): SpendStatement;
+  spendStatement(reservation: HeldReservation & { amount: number }): SpendStatement;
   /** Moves the expiry of live reservations to `seconds` from now. */
   renew(ids: readonly string[], seconds: number): Promise<void>;
   /** Gives back up to `batch` expired reservations (deleted, amounts taken off `used`); how many. */
@@ -97,7 +105,7 @@ export interface QuotaStore {
 export function createQuotaStore(database: Db): QuotaStore {
   const db: Kysely<QuotaTables> = database.withTables<QuotaTables>();
   return {
-    async add(appId, day, counter, amount, cap, hold) {
+    async add({ appId, day, counter, amount, cap, hold }) {
       // One statement: insert today's row, or add to it only while it stays within the cap; and, when it
       // was added, the reservation's row.
       const added = sql`
@@ -122,7 +130,7 @@ export function createQuotaStore(database: Db): QuotaStore {
       return row ? Number(row.used) : undefined;
     },
 
-    async settle(id, appId, day, counter, actual) {
+    async settle({ id, appId, day, counter }, actual) {
       const result = await sql<{ used: number }>`
         WITH gone AS (DELETE FROM quota_reservations WHERE id = ${id}::uuid RETURNING amount)
         UPDATE quota_usage
@@ -146,7 +154,7 @@ export function createQuotaStore(database: Db): QuotaStore {
       await sql`DELETE FROM quota_reservations WHERE id = ${id}::uuid`.execute(db);
     },
 
-    spendStatement(id, appId, day, counter, amount) {
+    spendStatement({ id, appId, day, counter, amount }) {
       // Two CTEs (data-modifying statements cannot nest): a reservation the sweep already gave back (its run
       // looked dead) is charged again, since the work is done after all.
       return sql`spent_gone AS (

@@ -66,9 +66,9 @@ export interface Reservation {
 
 export interface Quotas {
   /** Takes `amount` from today's allowance or throws 429 `quota_exceeded`; nothing is taken then. */
-  reserve(appId: string, counter: QuotaCounter, amount: number, cap: number): Promise<Reservation>;
+  reserve(take: { appId: string; counter: QuotaCounter; amount: number; cap: number }): Promise<Reservation>;
   /** Replaces a reservation by what was really used; returns what is left today. */
-  settle(reservation: Reservation, actual: number, cap: number): Promise<number>;
+  settle(reservation: Reservation, spent: { actual: number; cap: number }): Promise<number>;
   /**
    * What is left today once `reservation` is spent: its own figure, or, when
    * the work ran past UTC midnight, the new day's (read again).
@@ -90,8 +90,7 @@ export interface Quotas {
    */
   settleWith(
     reservation: Reservation,
-    actual: number,
-    cap: number,
+    spent: { actual: number; cap: number },
     then: (trx: Db, remaining: number) => Promise<void>,
   ): Promise<number>;
   /** Whether `spendIn` or `settleWith` ended this reservation in the work. */
@@ -156,7 +155,7 @@ export async function withReservation<T>(
   options: ReservationOptions<T>,
   work: (reservation: Reservation) => Promise<T>,
 ): Promise<{ result: T; remaining: number }> {
-  const reservation = await quotas.reserve(options.appId, options.counter, options.amount, options.cap);
+  const reservation = await quotas.reserve(options);
   // Renewed while the work runs: only a run that died leaves its reservation to expire.
   const renewal = setInterval(
     () => void quotas.renew([reservation]).catch(() => {}),
@@ -189,7 +188,10 @@ export async function withReservation<T>(
   try {
     const remaining = quotas.spentInWork(reservation)
       ? await quotas.remainingAfter(reservation, options.cap)
-      : await quotas.settle(reservation, options.actual ? options.actual(result) : reservation.amount, options.cap);
+      : await quotas.settle(reservation, {
+          actual: options.actual ? options.actual(result) : reservation.amount,
+          cap: options.cap,
+        });
     return { result, remaining };
   } catch (err) {
     options.onSettleError?.(err);
@@ -215,11 +217,12 @@ export function createQuotas(
   const store = createQuotaStore(db);
   const spent = new WeakSet<Reservation>();
   return {
-    async reserve(appId, counter, amount, cap) {
+    async reserve({ appId, counter, amount, cap }) {
       const day = utcDay(clock());
       if (!Number.isSafeInteger(amount) || amount < 0) throw new Error(`bad reservation amount ${amount}`);
       const id = randomUUID();
-      const used = await store.add(appId, day, counter, amount, cap, { id, owner, seconds: RESERVATION_HOLD_SECONDS });
+      const hold = { id, owner, seconds: RESERVATION_HOLD_SECONDS };
+      const used = await store.add({ appId, day, counter, amount, cap, hold });
       if (used === undefined) {
         const usedNow = await this.used(appId, counter);
         throw new PlatformError("quota_exceeded", `daily ${counter.replace("_", " ")} allowance spent`, {
@@ -230,17 +233,11 @@ export function createQuotas(
       return { id, appId, counter, day, amount, remaining: Math.max(0, cap - used) };
     },
 
-    async settle(reservation, actual, cap) {
+    async settle(reservation, { actual, cap }) {
       // Settling may exceed the cap by what the provider really used beyond the
       // estimate (it was already spent); it never goes below zero.
       const spentNow = Math.max(0, Math.round(actual));
-      const used = await store.settle(
-        reservation.id,
-        reservation.appId,
-        reservation.day,
-        reservation.counter,
-        spentNow,
-      );
+      const used = await store.settle(reservation, spentNow);
       // Spent as reserved: what was left after this reservation, as it was taken (each of concurrent calls
       // sees its own place in the allowance, not whatever the others have taken since).
       if (spentNow === reservation.amount) return this.remainingAfter(reservation, cap);
@@ -253,24 +250,12 @@ export function createQuotas(
 
     spendIn(reservation) {
       spent.add(reservation);
-      return store.spendStatement(
-        reservation.id,
-        reservation.appId,
-        reservation.day,
-        reservation.counter,
-        reservation.amount,
-      );
+      return store.spendStatement(reservation);
     },
 
-    async settleWith(reservation, actual, cap, then) {
+    async settleWith(reservation, { actual, cap }, then) {
       const remaining = await inTransaction(db, async (trx) => {
-        const used = await createQuotaStore(trx).settle(
-          reservation.id,
-          reservation.appId,
-          reservation.day,
-          reservation.counter,
-          Math.max(0, Math.round(actual)),
-        );
+        const used = await createQuotaStore(trx).settle(reservation, Math.max(0, Math.round(actual)));
         const left = Math.max(0, cap - used);
         await then(trx, left);
         return left;

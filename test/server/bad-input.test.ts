@@ -6,9 +6,9 @@
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describe, expect, it } from "vitest";
-import { AdminService } from "../gen/platform/admin/v1/admin_pb.js";
-import { endpoints } from "./support/endpoints.ts";
-import { HTTP_VERSIONS, useTestApp, useTestServer, type TestApp, type TestServer } from "./support/harness.ts";
+import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
+import { endpoints } from "../support/endpoints.ts";
+import { HTTP_VERSIONS, useTestApp, useTestServer, type TestApp, type TestServer } from "../support/harness.ts";
 
 /** The same app set-up on either server. */
 const prepare = (server: TestServer) => async (app: TestApp) => {
@@ -203,9 +203,9 @@ for (const http of HTTP_VERSIONS)
 
 describe("bad input over Connect never answers Internal", () => {
   it("Values with an unset kind, nested or not, and out-of-range numbers", async () => {
-    const { QueueService } = await import("../gen/platform/queues/v1/queues_pb.js");
-    const { AnalyticsService } = await import("../gen/platform/analytics/v1/analytics_pb.js");
-    const { InferenceService } = await import("../gen/platform/inference/v1/inference_pb.js");
+    const { QueueService } = await import("../../gen/platform/queues/v1/queues_pb.js");
+    const { AnalyticsService } = await import("../../gen/platform/analytics/v1/analytics_pb.js");
+    const { InferenceService } = await import("../../gen/platform/inference/v1/inference_pb.js");
     const { ConnectError, Code } = await import("@connectrpc/connect");
     const queues = t.client(QueueService, plainApp.token);
     const analytics = t.client(AnalyticsService, plainApp.token);

@@ -14,8 +14,8 @@ import path from "node:path";
 import tls from "node:tls";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestDatabase, type TestDatabase } from "./support/harness.ts";
-import { cleanEnv, startServiceProcess, type ServiceProcess } from "./support/service-process.ts";
+import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { cleanEnv, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
 
 const run = promisify(execFile);
 

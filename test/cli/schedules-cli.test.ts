@@ -3,25 +3,15 @@
  * queues, or one) and the CLI's `queues schedules NAME [QUEUE]` as a real child process against the real
  * server, each schedule with its next run (docs/queues.md "Schedules").
  */
-import { execFile } from "node:child_process";
 import { afterAll, beforeAll, expect, it, vi } from "vitest";
-import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { cliAgainst } from "../support/service-process.ts";
 import { startServer, type TestServer } from "../support/harness.ts";
 
 // The test spawns the CLI; on a busy machine a spawn takes seconds.
 vi.setConfig({ testTimeout: 180_000 });
 
 let t: TestServer;
-const run = (args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
-  new Promise((resolve) => {
-    execFile(
-      nodeBinary,
-      ["src/cli.ts", ...args],
-      { env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }) },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+const run = cliAgainst(() => t);
 
 beforeAll(async () => {
   t = await startServer();

@@ -3,7 +3,7 @@ import os from "node:os";
 import path from "node:path";
 import { once } from "node:events";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanEnv, startWithNpm } from "./support/service-process.ts";
+import { cleanEnv, startWithNpm } from "../support/service-process.ts";
 
 let dataDir: string;
 beforeAll(async () => {

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { QueueService } from "@platform-batteries/gen/platform/queues/v1/queues_pb.js";
-import { QueueService as Local } from "../gen/platform/queues/v1/queues_pb.js";
+import { QueueService as Local } from "../../gen/platform/queues/v1/queues_pb.js";
 
 describe("@platform-batteries/gen", () => {
   it("resolves to the generated code", () => {

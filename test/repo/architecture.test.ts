@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 const architecture = fs.readFileSync(path.join(root, "ARCHITECTURE.md"), "utf8");
 const map = /```\nsrc\/core\/\n([\s\S]*?)\nsrc\/<facility>\//.exec(architecture)?.[1] ?? "";
 

@@ -5,12 +5,12 @@
  */
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { migrate, openDatabase } from "../src/core/database/index.ts";
-import { adoptAdminToken, verifySharedKeys } from "../src/core/shared-keys/index.ts";
-import { createKeyring } from "../src/secrets/keyring.ts";
-import { tables } from "./support/tables.ts";
-import { ConfigError } from "../src/core/config.ts";
-import { createTestDatabase, startServer, type TestDatabase } from "./support/harness.ts";
+import { migrate, openDatabase } from "../../src/core/database/index.ts";
+import { adoptAdminToken, verifySharedKeys } from "../../src/core/shared-keys/index.ts";
+import { createKeyring } from "../../src/secrets/keyring.ts";
+import { tables } from "../support/tables.ts";
+import { ConfigError } from "../../src/core/config.ts";
+import { createTestDatabase, startServer, type TestDatabase } from "../support/harness.ts";
 
 let database: TestDatabase;
 beforeAll(async () => {

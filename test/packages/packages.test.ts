@@ -17,11 +17,11 @@ import path from "node:path";
 import type { Readable } from "node:stream";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createTestDatabase, type TestDatabase } from "./support/harness.ts";
-import { nodeBinary } from "./support/service-process.ts";
+import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { nodeBinary } from "../support/service-process.ts";
 
 const exec = promisify(execFile);
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 const program = path.join(root, "test/packages/scratch-program.ts");
 const rootPkg = JSON.parse(await fs.readFile(path.join(root, "package.json"), "utf8")) as {
   version: string;

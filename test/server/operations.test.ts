@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import https from "node:https";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createConnectTransport } from "@connectrpc/connect-node";
-import { MetaService } from "../gen/platform/meta/v1/meta_pb.js";
-import { startServer, type TestServer } from "./support/harness.ts";
+import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
+import { startServer, type TestServer } from "../support/harness.ts";
 
 const run = promisify(execFile);
 

@@ -12,7 +12,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 const pkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8")) as {
   dependencies: Record<string, string>;
   devDependencies: Record<string, string>;
@@ -89,7 +89,7 @@ describe("an install with npm on an older Node (.npmrc, scripts/build-embedded-t
   it("hides npm's engine warnings and says in one line why Node 24 comes with the install", async () => {
     // A fresh `npm ci` by Node 20's npm printed 105 lines of EBADENGINE for packages that never run on it.
     expect(fs.readFileSync(path.join(root, ".npmrc"), "utf8")).toMatch(/^loglevel=error$/m);
-    const { olderNodeNote } = await import("../scripts/build-embedded-template.ts");
+    const { olderNodeNote } = await import("../../scripts/build-embedded-template.ts");
     const agent = (node: string) => `npm/11.19.1 node/${node} linux x64 workspaces/false`;
     const note = olderNodeNote({ npm_lifecycle_event: "prepare", npm_config_user_agent: agent("v20.20.2") });
     expect(note).toMatch(/^npm runs on Node v20\.20\.2 here; this install brought Node 24\.[^\n]*\n$/);

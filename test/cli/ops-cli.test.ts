@@ -6,26 +6,15 @@
  * and exit 1, a malformed one a usage error (exit 2); the overview prints the
  * apps and every facility's requests.
  */
-import { execFile } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { cleanEnv, nodeBinary } from "../support/service-process.ts";
+import { cliAgainst } from "../support/service-process.ts";
 import { startServer, type TestServer } from "../support/harness.ts";
 
 // Every test spawns the CLI several times; on a busy machine a spawn takes seconds.
 vi.setConfig({ testTimeout: 180_000 });
 
-type Outcome = { code: number; stdout: string; stderr: string };
 let t: TestServer;
-const run = (args: string[]): Promise<Outcome> =>
-  new Promise((resolve) => {
-    execFile(
-      nodeBinary,
-      ["src/cli.ts", ...args],
-      { env: cleanEnv({ PLATFORM_ADMIN_URL: t.url, ADMIN_TOKEN: t.adminToken, DATA_DIR: t.database.dataDir }) },
-      (err, stdout, stderr) =>
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
+const run = cliAgainst(() => t);
 const ok = async (...args: string[]) => {
   const out = await run(args);
   expect(out.code, out.stderr).toBe(0);

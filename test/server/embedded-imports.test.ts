@@ -12,9 +12,9 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { nodeBinary } from "./support/service-process.ts";
+import { nodeBinary } from "../support/service-process.ts";
 
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 
 const script = `
 import { createRequire } from "node:module";

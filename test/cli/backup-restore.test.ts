@@ -15,15 +15,15 @@ import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
-import { AdminService } from "../gen/platform/admin/v1/admin_pb.js";
-import { openDatabase } from "../src/core/database/index.ts";
-import { backend, createTestDatabase, type TestDatabase } from "./support/harness.ts";
-import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "./support/service-process.ts";
+import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
+import { openDatabase } from "../../src/core/database/index.ts";
+import { backend, createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
 
 const run = promisify(execFile);
 /** Each step starts processes (the CLI, the server), several seconds each on a busy machine. */
 const STEP_TIMEOUT_MS = 180_000;
-const root = path.resolve(import.meta.dirname, "..");
+const root = path.resolve(import.meta.dirname, "../..");
 
 type Outcome = { code: number; stdout: string; stderr: string };
 const cli = (args: string[], env: NodeJS.ProcessEnv): Promise<Outcome> =>

@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { cleanEnv, nodeBinary } from "./support/service-process.ts";
+import { cleanEnv, nodeBinary } from "../support/service-process.ts";
 
 const run = promisify(execFile);
 

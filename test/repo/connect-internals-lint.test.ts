@@ -8,7 +8,7 @@ import { ESLint, type Linter } from "eslint";
 import { describe, expect, it } from "vitest";
 
 // Loaded by path: the config is plain JavaScript without type declarations.
-const configPath = "../eslint.config.js";
+const configPath = "../../eslint.config.js";
 const { default: config } = (await import(configPath)) as { default: Linter.Config[] };
 const block = config.find((c) => c.files?.includes("src/**/*.ts") && c.rules?.["no-restricted-imports"] !== undefined);
 

@@ -5,8 +5,8 @@ import path from "node:path";
 import { promisify } from "node:util";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { openDatabase } from "../src/core/database/index.ts";
-import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "./support/service-process.ts";
+import { openDatabase } from "../../src/core/database/index.ts";
+import { cleanEnv, nodeBinary, startServiceProcess, type ServiceProcess } from "../support/service-process.ts";
 
 const run = promisify(execFile);
 type Outcome = { code: number; stdout: string; stderr: string };
@@ -197,7 +197,7 @@ describe("start-up failures (src/main.ts)", () => {
   });
 
   it("an unreachable PostgreSQL is named with its cause, not as an unknown migration", async () => {
-    // Not waited for (DATABASE_WAIT_SECONDS=0: one attempt); the wait itself is test/start-before-database.test.ts.
+    // Not waited for (DATABASE_WAIT_SECONDS=0: one attempt); the wait itself is test/server/start-before-database.test.ts.
     const failed = await run(nodeBinary, ["src/main.ts"], {
       env: cleanEnv({
         DATA_DIR: dataDir,

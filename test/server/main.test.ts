@@ -4,7 +4,7 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { cleanEnv, nodeBinary, startServiceProcess } from "./support/service-process.ts";
+import { cleanEnv, nodeBinary, startServiceProcess } from "../support/service-process.ts";
 
 const run = promisify(execFile);
 let dataDir: string;
