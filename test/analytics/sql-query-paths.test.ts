@@ -118,9 +118,7 @@ describe("a first pass with maxGroups", () => {
 });
 
 describe("a number property in the rollups", () => {
-  let database: TestDatabase;
-  let db: Database;
-  let store: EventStore;
+  const fixture = useSqlEventStore();
   const appId = crypto.randomUUID();
   // Day 1: `amount` logged as a number (rolled up as marks, no values); day 2: logged as a string after the type
   // was registered again (rolled up per value); day 3: `plan` only.
@@ -139,16 +137,8 @@ describe("a number property in the rollups", () => {
     { type: "order", at: D0 + 2 * DAY + 60_000, properties: { plan: "free" } },
   ];
   beforeAll(async () => {
-    database = await createTestDatabase();
-    db = await openDatabase({ databaseUrl: database.url, dataDir: database.dataDir });
-    await migrate(db.db);
-    store = createSqlEventStore(db.db);
-    await store.insert(appId, events);
+    await fixture.store.insert(appId, events);
   }, 120_000);
-  afterAll(async () => {
-    await db?.close();
-    await database?.drop();
-  });
 
   /** The count of `q` from the events themselves, per UTC day and group. */
   const truth = (groupOf: (e: StoredEvent) => string | null, keep: (e: StoredEvent) => boolean = () => true) => {
@@ -164,7 +154,7 @@ describe("a number property in the rollups", () => {
   it("is rolled up as one mark per day and hour, not a row per value", async () => {
     const rows = await sql<{ prop: string; value: string; n: number }>`
       SELECT prop, value, sum(n)::int AS n FROM analytics_daily
-      WHERE app_id = ${appId}::uuid AND day = ${new Date(D0)} GROUP BY 1, 2 ORDER BY 1, 2`.execute(db.db);
+      WHERE app_id = ${appId}::uuid AND day = ${new Date(D0)} GROUP BY 1, 2 ORDER BY 1, 2`.execute(fixture.db.db);
     expect(rows.rows).toEqual([
       { prop: "", value: "", n: 4 },
       { prop: "#amount", value: "", n: 4 },
@@ -173,19 +163,19 @@ describe("a number property in the rollups", () => {
   });
 
   it("answers a count grouped by it, or by its string after a change of kind, exactly (from the raw events)", async () => {
-    const grouped = await store.count({ ...range, unit: "day", groupBy: "amount" });
+    const grouped = await fixture.store.count({ ...range, unit: "day", groupBy: "amount" });
     expect(grouped.map((b) => [new Date(b.at).toISOString(), b.group, b.count]).sort()).toEqual(
       truth((e) => e.properties.amount ?? null),
     );
     // The other properties' rollups still answer as before, marks or not.
-    const byPlan = await store.count({ ...range, unit: "day", groupBy: "plan" });
+    const byPlan = await fixture.store.count({ ...range, unit: "day", groupBy: "plan" });
     expect(byPlan.map((b) => [new Date(b.at).toISOString(), b.group, b.count]).sort()).toEqual(
       truth((e) => e.properties.plan ?? null),
     );
   });
 
   it("answers a count with one condition on it, declared a string now, exactly", async () => {
-    const rows = await store.aggregate({
+    const rows = await fixture.store.aggregate({
       ...range,
       unit: "day",
       aggregate: "count",
@@ -198,7 +188,7 @@ describe("a number property in the rollups", () => {
         (e) => e.properties.amount === "5",
       ),
     );
-    const present = await store.aggregate({
+    const present = await fixture.store.aggregate({
       ...range,
       unit: undefined,
       aggregate: "count",
