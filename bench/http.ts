@@ -106,7 +106,7 @@ const OPS = new Set((process.env.BENCH_OPS ?? "event_types_list,queues_list,mode
 
 const H1_PROTOCOLS = ["rest_h1", "connect_json", "connect_proto", "grpc_web"] as const;
 const H2_PROTOCOLS = ["rest_h2c", "connect_json_h2", "connect_proto_h2", "grpc"] as const;
-type Protocol = (typeof H1_PROTOCOLS)[number] | (typeof H2_PROTOCOLS)[number];
+export type Protocol = (typeof H1_PROTOCOLS)[number] | (typeof H2_PROTOCOLS)[number];
 /** The bare baseline over HTTP/1.1 and over h2c. */
 type Baseline = "baseline" | "baseline_h2c";
 /** The protocols served by connect-fastify (and its short path), measured again without the short path. */
@@ -144,7 +144,7 @@ interface Operation {
 
 const putQueue = (run: number, i: number) => `w${run}-${i}`;
 
-const OPERATIONS: Operation[] = [
+export const OPERATIONS: Operation[] = [
   {
     key: "event_types_list",
     method: "GET",
@@ -180,7 +180,13 @@ const OPERATIONS: Operation[] = [
 ];
 
 /** The load target of one operation over one protocol (or a baseline). */
-function target(op: Operation, protocol: Protocol | Baseline, url: string, token: string, run: number): LoadTarget {
+export function target(
+  op: Operation,
+  protocol: Protocol | Baseline,
+  url: string,
+  token: string,
+  run: number,
+): LoadTarget {
   const auth = { authorization: `Bearer ${token}` };
   const indices = Array.from({ length: op.variants }, (_, i) => i);
   if (protocol === "rest_h1" || protocol === "rest_h2c" || protocol === "baseline" || protocol === "baseline_h2c") {
@@ -280,7 +286,8 @@ async function answers(url: string, http2: boolean): Promise<boolean> {
   });
 }
 
-async function startBaseline(
+/** Starts the bare baseline (`http-baseline.ts`) with the flags of `npm start` and BENCH_NODE_ARGS, as the service. */
+export async function startBaseline(
   databaseUrl: string,
   appId: string,
   writeAppId: string,
@@ -288,9 +295,10 @@ async function startBaseline(
 ): Promise<{ url: string; child: ChildProcess }> {
   const port = await freePort();
   const { flags } = await startCommandArgs();
+  const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const child = spawn(
     path.join(root, "node_modules/.bin/node"),
-    [...flags, path.join(root, "bench/http-baseline.ts")],
+    [...nodeArgs, ...flags, path.join(root, "bench/http-baseline.ts")],
     {
       cwd: root,
       env: {
@@ -495,7 +503,9 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
-  process.exit(1);
-});
+// Run as `npm run bench:http`; `http-profile.ts` imports the operations and targets only.
+if (import.meta.main)
+  main().catch((err: unknown) => {
+    process.stderr.write(`bench failed: ${err instanceof Error ? err.stack : String(err)}\n`);
+    process.exit(1);
+  });

@@ -367,6 +367,7 @@ export async function createPlatformServer(options: ServerOptions): Promise<Plat
       createConnectInterceptor(authenticator, logger, database.health, limiter),
     ],
     authenticate: (authorization, method, browser) => authenticator.authenticate(authorization, method, browser),
+    authenticateNow: (authorization, method) => authenticator.authenticateNow?.(authorization, method),
     readMaxBytes: BODY_LIMIT_BYTES,
     contextValues: (req, principal) => createContextValues().set(requestIdKey, req.id).set(headPrincipalKey, principal),
     shortPath: config.connectShortPath,

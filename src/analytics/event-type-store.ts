@@ -4,7 +4,7 @@
  * store. Every SQL statement on `analytics_event_types` lives here.
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
-import { PREPARED, type Db, type Timestamp } from "../core/database/index.ts";
+import { queryPrepared, type Db, type Timestamp } from "../core/database/index.ts";
 
 interface AnalyticsEventTypesTable {
   app_id: string;
@@ -55,6 +55,10 @@ export interface EventTypeStore {
   get(appId: string, names: readonly string[]): Promise<Map<string, EventTypeRecord>>;
 }
 
+/** `list`'s statement. */
+const LIST_TYPES = `SELECT name, properties, created_at, updated_at FROM analytics_event_types
+  WHERE app_id = $1::uuid ORDER BY name`;
+
 export function createEventTypeStore(database: Db): EventTypeStore {
   const db: Kysely<EventTypeTables> = database.withTables<EventTypeTables>();
   return {
@@ -68,10 +72,9 @@ export function createEventTypeStore(database: Db): EventTypeStore {
     },
 
     async list(appId) {
-      const result = await sql<Row>`${PREPARED}
-        SELECT name, properties, created_at, updated_at FROM analytics_event_types
-        WHERE app_id = ${appId}::uuid ORDER BY name`.execute(db);
-      return result.rows.map(fromRow);
+      // Every ListEventTypes reads this: run without the query builder (`queryPrepared`).
+      const rows = await queryPrepared<Row>(database, LIST_TYPES, [appId]);
+      return rows.map(fromRow);
     },
 
     async get(appId, names) {

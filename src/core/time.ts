@@ -20,3 +20,18 @@ export function timestampToMs(ts: Timestamp): number | undefined {
   const ms = timestampMs(ts);
   return Number.isFinite(ms) && ms >= MIN_TIME_MS && ms <= MAX_TIME_MS ? Math.floor(ms) : undefined;
 }
+
+/** The last day `utcDayOf` formatted: every request of a day asks for the same one. */
+let lastDay = { from: 0, to: 0, day: "1970-01-01" };
+
+/**
+ * The UTC day (`YYYY-MM-DD`) of an instant in epoch ms. Remembers the last day formatted, so that the
+ * requests of one day (quota reads, request counts) do not each make a `Date` and its ISO text.
+ */
+export function utcDayOf(ms: number): string {
+  if (ms >= lastDay.from && ms < lastDay.to) return lastDay.day;
+  const from = ms - (((ms % DAY_MS) + DAY_MS) % DAY_MS);
+  const day = new Date(from).toISOString().slice(0, 10);
+  lastDay = { from, to: from + DAY_MS, day };
+  return day;
+}

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
-import { createAuthenticator } from "../../src/core/auth.ts";
+import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
+import { createAuthenticator, generateServiceToken, hashToken } from "../../src/core/auth.ts";
 import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
@@ -99,6 +99,57 @@ describe("createAuthenticator: remembered tokens", () => {
     auth.invalidate();
     await expect(auth.authenticate(`Bearer ${app.token}`, generate)).rejects.toMatchObject({ code: "unauthenticated" });
     expect((await auth.authenticate(undefined, MetaService.method.getHealth)).kind).toBe("public");
+  });
+});
+
+describe("authenticateNow: the caller without waiting, only when authenticate would find the same", () => {
+  let tdb: TestDatabase;
+  let database: Database;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
+    await migrate(database.db);
+  });
+  afterAll(async () => {
+    await database?.close();
+    await tdb?.drop();
+  });
+
+  it("decides a remembered token at once, and leaves everything else to authenticate", async () => {
+    let now = 1_000;
+    const adminToken = "x".repeat(40);
+    const auth = createAuthenticator({ db: database.db, adminToken, cacheMs: 500, clock: () => now });
+    const app = await tables(database.db)
+      .insertInto("apps")
+      .values({ name: "now-a", status: "running", mail_from: "", limits: "{}" })
+      .returning("id")
+      .executeTakeFirstOrThrow();
+    const token = generateServiceToken();
+    await tables(database.db)
+      .insertInto("app_tokens")
+      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
+      .execute();
+    const listModels = InferenceService.method.listModels;
+    // Public services need no token; the admin service and unknown or malformed tokens are never decided here.
+    expect(auth.authenticateNow!(undefined, MetaService.method.getHealth)).toEqual({ kind: "public" });
+    expect(auth.authenticateNow!(`Bearer ${adminToken}`, AdminService.method.listApps)).toBeUndefined();
+    expect(auth.authenticateNow!("Bearer pbt_unknown", generate)).toBeUndefined();
+    expect(auth.authenticateNow!("Basic abc", generate)).toBeUndefined();
+    // Not looked up yet: undefined; once authenticate found it, the same principal at once.
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toBeUndefined();
+    const found = await auth.authenticate(`Bearer ${token}`, generate);
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toEqual(found);
+    // Past the memory's lifetime, or after an invalidation: authenticate's to decide again.
+    now += 501;
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toBeUndefined();
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    auth.invalidate();
+    await expect(auth.authenticate(`Bearer ${token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
+    // A stopped app: its open reads are decided at once, anything else is authenticate's refusal.
+    expect(auth.authenticateNow!(`Bearer ${token}`, listModels)).toMatchObject({ kind: "app" });
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toBeUndefined();
+    auth.invalidate();
+    expect(auth.authenticateNow!(`Bearer ${token}`, listModels)).toBeUndefined();
   });
 });
 

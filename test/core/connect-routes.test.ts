@@ -157,13 +157,17 @@ describe("registerConnectRoutes: authentication", () => {
   it("authenticates a call once, at its head, on the short path and the plugin's alike (the interceptor takes that principal)", async () => {
     const app = await t.createApp();
     const auth = { authorization: `Bearer ${app.token}` };
-    // Counted, not replaced: the real authenticator answers every call.
+    // Counted, not replaced: the real authenticator answers every call, at once for a remembered token
+    // (`authenticateNow`) or by its lookup (`authenticate`), once in all.
     const spy = vi.spyOn(t.server.authenticator, "authenticate");
+    const spyNow = vi.spyOn(t.server.authenticator, "authenticateNow");
     try {
       const counted = async (call: () => Promise<unknown>) => {
         spy.mockClear();
+        spyNow.mockClear();
         await call();
-        return spy.mock.calls.length;
+        const decided = spyNow.mock.results.filter((r) => r.type === "return" && r.value !== undefined).length;
+        return spy.mock.calls.length + decided;
       };
       const json = { ...auth, "content-type": "application/json" };
       expect(await counted(() => connectCall(LIST, "{}", json))).toBe(1);
@@ -178,6 +182,7 @@ describe("registerConnectRoutes: authentication", () => {
       expect(refused.status).toBe(401);
     } finally {
       spy.mockRestore();
+      spyNow.mockRestore();
     }
   });
 });

@@ -20,6 +20,7 @@ import { PGlite } from "@electric-sql/pglite";
 import { PGliteDialect } from "kysely-pglite-dialect";
 import { createPgNotifications, type Unlisten } from "./notifications.ts";
 import { boundedPool, statementTimeoutOption } from "./pg-pool.ts";
+import { allowDirect } from "./prepared.ts";
 import { lockDataDir } from "./data-dir-lock.ts";
 import { createDatabaseHealth, type DatabaseHealth, type HealthLog } from "./health.ts";
 import { seedFromTemplate } from "./pglite-template.ts";
@@ -173,17 +174,18 @@ async function openPostgres(connectionString: string, options: DatabaseOptions):
       client.on("error", onError);
     });
     pools.push({ name, pool, max });
-    return new Kysely<Record<never, never>>({
-      ...(options.queryLog && { log: options.queryLog }),
-      dialect: new PostgresDialect({
-        pool: boundedPool(pool, {
-          statementTimeoutMs,
-          onAnswer,
-          appShare,
-          waitMs: connectionTimeoutMillis,
-        }),
-      }),
+    const bounded = boundedPool(pool, {
+      statementTimeoutMs,
+      onAnswer,
+      appShare,
+      waitMs: connectionTimeoutMillis,
     });
+    const kysely = new Kysely<Record<never, never>>({
+      ...(options.queryLog && { log: options.queryLog }),
+      dialect: new PostgresDialect({ pool: bounded }),
+    });
+    if (!options.queryLog) allowDirect(kysely, bounded);
+    return kysely;
   };
   const pools: { name: PoolStats["pool"]; pool: pg.Pool; max: number }[] = [];
   const poolSize = options.poolSize ?? 20;

@@ -4,7 +4,7 @@ export { appliedMigrations, migrate, NewerDatabaseError } from "./migrate.ts";
 export { pingDatabase } from "./ping.ts";
 export { databaseTarget, waitForDatabase } from "./wait-for-database.ts";
 export { type DatabaseHealth } from "./health.ts";
-export { PREPARED } from "./prepared.ts";
+export { PREPARED, queryPrepared } from "./prepared.ts";
 export { intArray, jsonTextArray, uuidArray } from "./sql-arrays.ts";
 export { exactTimeText, isExactTimeText } from "./exact-time.ts";
 export { transact, unitOfWork, type Tx } from "./unit-of-work.ts";

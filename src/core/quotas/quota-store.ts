@@ -8,7 +8,7 @@
  * at most once, whoever ends it.
  */
 import { sql, type Kysely, type RawBuilder } from "kysely";
-import { PREPARED, type Db } from "../database/index.ts";
+import { queryPrepared, type Db } from "../database/index.ts";
 
 interface QuotaUsageTable {
   app_id: string;
@@ -101,6 +101,10 @@ export interface QuotaStore {
   /** One app's use per day from `fromDay` on (days without use have no rows). */
   history(appId: string, fromDay: string): Promise<{ day: string; counter: string; used: number }[]>;
 }
+
+/** `usedMany`'s statement. */
+const USED_MANY = `SELECT counter, used FROM quota_usage
+  WHERE app_id = $1::uuid AND day = $2::date AND counter = ANY($3::text[])`;
 
 export function createQuotaStore(database: Db): QuotaStore {
   const db: Kysely<QuotaTables> = database.withTables<QuotaTables>();
@@ -215,9 +219,12 @@ export function createQuotaStore(database: Db): QuotaStore {
     },
 
     async usedMany(appId, day, counters) {
-      const { rows } = await sql<{ counter: string; used: number }>`${PREPARED}
-        SELECT counter, used FROM quota_usage
-        WHERE app_id = ${appId}::uuid AND day = ${day}::date AND counter = ANY(${[...counters]}::text[])`.execute(db);
+      // Every ListModels reads this: run without the query builder (`queryPrepared`).
+      const rows = await queryPrepared<{ counter: string; used: number }>(database, USED_MANY, [
+        appId,
+        day,
+        [...counters],
+      ]);
       const used = new Map(rows.map((r) => [r.counter, Number(r.used)]));
       return counters.map((c) => used.get(c) ?? 0);
     },

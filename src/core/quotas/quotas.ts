@@ -27,7 +27,7 @@ import type { HousekeepingTask } from "../housekeeping.ts";
 import { createQuotaStore, type SpendStatement } from "./quota-store.ts";
 import { PlatformError } from "../errors.ts";
 import { isNoAnswer } from "../database/health.ts";
-import { DAY_MS } from "../time.ts";
+import { DAY_MS, utcDayOf } from "../time.ts";
 
 /** Seconds from `now` to the next UTC midnight, when every daily cap resets. */
 function secondsToUtcMidnight(now: Date = new Date()): number {
@@ -121,7 +121,7 @@ export interface Quotas {
 const SWEEP_BATCH = 1000;
 
 export function utcDay(now: Date = new Date()): string {
-  return now.toISOString().slice(0, 10);
+  return utcDayOf(now.getTime());
 }
 
 export interface ReservationOptions<T> {

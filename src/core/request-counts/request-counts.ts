@@ -9,7 +9,7 @@
  */
 import type { Logger } from "pino";
 import type { Db } from "../database/index.ts";
-import { DAY_MS } from "../time.ts";
+import { DAY_MS, utcDayOf } from "../time.ts";
 import {
   createRequestCountStore,
   type AppDayCounts,
@@ -39,17 +39,30 @@ export interface RequestCounts {
   readonly store: RequestCountStore;
 }
 
-/** The facility of a service's type name (`platform.queues.v1.QueueService`), when it is one counted. */
-export function facilityOfService(typeName: string): CountedFacility | undefined {
-  const name = /^platform\.([a-z]+)\.v1\./.exec(typeName)?.[1];
-  return (COUNTED_FACILITIES as readonly string[]).includes(name ?? "") ? (name as CountedFacility) : undefined;
+/**
+ * `facilityOf` remembered per name: every request asks, of a few dozen service names and route templates.
+ * Bounded, in case something passes names that are not templates.
+ */
+function remembered(facilityOf: (name: string) => CountedFacility | undefined) {
+  const known = new Map<string, CountedFacility | null>();
+  return (name: string): CountedFacility | undefined => {
+    let facility = known.get(name);
+    if (facility === undefined) {
+      facility = facilityOf(name) ?? null;
+      if (known.size < 1000) known.set(name, facility);
+    }
+    return facility ?? undefined;
+  };
 }
 
+const counted = (name: string | undefined) =>
+  (COUNTED_FACILITIES as readonly string[]).includes(name ?? "") ? (name as CountedFacility) : undefined;
+
+/** The facility of a service's type name (`platform.queues.v1.QueueService`), when it is one counted. */
+export const facilityOfService = remembered((typeName) => counted(/^platform\.([a-z]+)\.v1\./.exec(typeName)?.[1]));
+
 /** The facility of a REST route template (`/v1/queues/:queue`), when it is one counted. */
-export function facilityOfRoute(route: string): CountedFacility | undefined {
-  const name = /^\/v1\/([a-z]+)/.exec(route)?.[1];
-  return (COUNTED_FACILITIES as readonly string[]).includes(name ?? "") ? (name as CountedFacility) : undefined;
-}
+export const facilityOfRoute = remembered((route) => counted(/^\/v1\/([a-z]+)/.exec(route)?.[1]));
 
 export function createRequestCounts(db: Db, logger: Logger, clock: () => number = Date.now): RequestCounts {
   const store = createRequestCountStore(db);
@@ -58,6 +71,15 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
   let timer: NodeJS.Timeout | undefined;
   let flushing: Promise<void> | undefined;
   let failing = false;
+
+  // The key of a bucket and facility, made once per bucket rather than per request.
+  let keys = { bucketMs: -1, byFacility: new Map<CountedFacility, string>() };
+  const bucketKey = (bucketMs: number, facility: CountedFacility) => {
+    if (keys.bucketMs !== bucketMs) keys = { bucketMs, byFacility: new Map() };
+    let key = keys.byFacility.get(facility);
+    if (key === undefined) keys.byFacility.set(facility, (key = `${bucketMs}|${facility}`));
+    return key;
+  };
 
   const add = (into: { requests: number; clientErrors: number; serverErrors: number }, status: number) => {
     into.requests++;
@@ -103,7 +125,7 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
     record(facility, appId, status) {
       const now = clock();
       const bucketMs = now - (now % BUCKET_MS);
-      const key = `${bucketMs}|${facility}`;
+      const key = bucketKey(bucketMs, facility);
       let b = buckets.get(key);
       if (!b) {
         b = { bucket: new Date(bucketMs), facility, requests: 0, clientErrors: 0, serverErrors: 0 };
@@ -111,7 +133,7 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
       }
       add(b, status);
       if (appId) {
-        const day = new Date(now).toISOString().slice(0, 10);
+        const day = utcDayOf(now);
         const appKey = `${day}|${appId}`;
         let a = apps.get(appKey);
         if (!a) {
