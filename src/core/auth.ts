@@ -220,24 +220,27 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
 
   /** Tokens being looked up again in the background (see `find`). */
   const refreshing = new Set<string>();
-  const find = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> => {
+  /**
+   * The remembered lookup of `hash` while it is fresh. In the last half of its lifetime it is looked up
+   * again in the background: a token in steady use then never waits for its lookup (one request in a
+   * hundred of an app making 50 a second did, and on a busy database that wait was the app's slowest
+   * requests). The entry served is never older than its lifetime, as before; a refresh that finds the
+   * token gone forgets it at once. Both `find` and `authenticateNow` read through here.
+   */
+  const remembered = (hash: string): { row: TokenRow; app: AppRecord } | undefined => {
     const hit = cache.get(hash);
     const now = clock();
-    if (hit && hit.until > now) {
-      // In the last half of its lifetime, a remembered token is looked up again in the background: a token
-      // in steady use then never waits for its lookup (one request in a hundred of an app making 50 a second
-      // did, and on a busy database that wait was the app's slowest requests). The entry served is never
-      // older than its lifetime, as before; a refresh that finds the token gone forgets it at once.
-      if (hit.until - now < cacheMs / 2 && !refreshing.has(hash)) {
-        refreshing.add(hash);
-        void load(hash)
-          .catch(() => undefined)
-          .finally(() => refreshing.delete(hash));
-      }
-      return hit;
+    if (!hit || hit.until <= now) return undefined;
+    if (hit.until - now < cacheMs / 2 && !refreshing.has(hash)) {
+      refreshing.add(hash);
+      void load(hash)
+        .catch(() => undefined)
+        .finally(() => refreshing.delete(hash));
     }
-    return load(hash);
+    return hit;
   };
+  const find = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> =>
+    remembered(hash) ?? load(hash);
   const load = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> => {
     const started = generation;
     const row = await lookup(hash);
@@ -334,8 +337,8 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
       if (serviceName === ADMIN_SERVICE) return undefined;
       const token = bearer(authorization);
       if (token === undefined || !token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) return undefined;
-      const hit = cache.get(hashToken(token));
-      if (hit === undefined || hit.until <= clock()) return undefined;
+      const hit = remembered(hashToken(token));
+      if (hit === undefined) return undefined;
       if (hit.app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) return undefined;
       return { kind: "app", app: hit.app, tokenId: hit.row.token_id };
     },

@@ -151,6 +151,38 @@ describe("authenticateNow: the caller without waiting, only when authenticate wo
     auth.invalidate();
     expect(auth.authenticateNow!(`Bearer ${token}`, listModels)).toBeUndefined();
   });
+
+  it("looks a token decided at once up again in its last half-life, as authenticate does", async () => {
+    let now = 1_000;
+    let lookups = 0;
+    const auth = createAuthenticator({
+      db: database.db,
+      adminToken: "x".repeat(40),
+      cacheMs: 500,
+      clock: () => now,
+      onTokenLookedUp: () => lookups++,
+    });
+    const app = await tables(database.db)
+      .insertInto("apps")
+      .values({ name: "now-refresh", status: "running", mail_from: "", limits: "{}" })
+      .returning("id")
+      .executeTakeFirstOrThrow();
+    const token = generateServiceToken();
+    await tables(database.db)
+      .insertInto("app_tokens")
+      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
+      .execute();
+    await auth.authenticate(`Bearer ${token}`, generate);
+    expect(lookups).toBe(1);
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    // Requests decided only at once (the hot path) keep the memory fresh: past half its lifetime, a lookup runs
+    // beside them, and what it read (the app stopped) decides the next request, before the old entry would end.
+    now += 300;
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toMatchObject({ kind: "app" });
+    await expect.poll(() => lookups).toBe(2);
+    expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toBeUndefined();
+    await expect(auth.authenticate(`Bearer ${token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
+  });
 });
 
 // On PGlite the two servers share the one in-process database; the trigger's NOTIFY reaches the other's listener.
