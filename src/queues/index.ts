@@ -22,6 +22,7 @@ import {
   createQueueStore,
   type DeadLetterSelection,
   type PeekedMessage,
+  type PeekPage,
   type QueueActivityHour,
   type StoredPolicy,
 } from "./queue-store.ts";
@@ -52,13 +53,7 @@ export type { StoredPolicy } from "./queue-store.ts";
  */
 export interface QueuesOperations {
   /** Waiting messages in claim order, after `after` (a peeked message's `position`) when given. */
-  peek(page: {
-    appId: string;
-    queue: string;
-    limit: number;
-    maxChars: number;
-    after?: string;
-  }): Promise<PeekedMessage[]>;
+  peek(page: PeekPage): Promise<PeekedMessage[]>;
   /** Deletes the queue's messages, the leased ones too; how many. */
   purge(tx: Tx, appId: string, queue: string): Promise<number>;
   /** The queue's puts and acks per UTC hour over the last `ACTIVITY_HOURS` hours, oldest first, zero-filled. */

@@ -191,22 +191,24 @@ function writeTimestamp(buf: Buffer, at: number, tag: number, ms: number): numbe
   return at;
 }
 
+/** The delivery `m` as the fields of a `Message` (the general way, for every codec). */
+export function toMessage(m: StoredMessage) {
+  return {
+    id: m.id,
+    queue: m.queue,
+    payload: valueFromJsonText(m.payload),
+    receipt: encodeReceipt(m.id, m.claims),
+    enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
+    expiresAt: timestampFromMs(m.expiresAt.getTime()),
+    leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
+    deliveries: m.deliveries,
+    ...(m.groupKey !== undefined && { groupKey: m.groupKey }),
+  };
+}
+
 /** The message the general way: a `Message` object encoded by the library. */
 function libraryEncoding(m: StoredMessage): Uint8Array {
-  return toBinary(
-    MessageSchema,
-    create(MessageSchema, {
-      id: m.id,
-      queue: m.queue,
-      payload: valueFromJsonText(m.payload),
-      receipt: encodeReceipt(m.id, m.claims),
-      enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
-      expiresAt: timestampFromMs(m.expiresAt.getTime()),
-      leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
-      deliveries: m.deliveries,
-      groupKey: m.groupKey,
-    }),
-  );
+  return toBinary(MessageSchema, create(MessageSchema, toMessage(m)));
 }
 
 const fastTime = (ms: number) => Number.isSafeInteger(ms) && ms >= 0;

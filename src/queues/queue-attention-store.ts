@@ -33,6 +33,19 @@ export const DEAD_LETTERS_COUNTED = 100_000;
 export const QUEUES_PROBED = 10_000;
 
 /**
+ * The consumable heads of at most `QUEUES_PROBED` queues' lines (`q` the queue, `head` its earliest unexpired
+ * `visible_at`, one index probe each), `_events` left out: what both reads take the oldest waiting age from.
+ */
+const PROBED_HEADS = sql`
+  FROM (SELECT DISTINCT app_id, queue FROM queue_counts WHERE queue <> ${EVENTS_QUEUE} LIMIT ${QUEUES_PROBED}) q
+  CROSS JOIN LATERAL (
+    SELECT visible_at FROM queue_messages m
+    WHERE m.app_id = q.app_id AND m.queue = q.queue AND m.expires_at > now()
+    ORDER BY visible_at LIMIT 1
+  ) head
+  WHERE head.visible_at <= now()`;
+
+/**
  * One statement, bounded whatever the backlog: the message count sums the
  * small `queue_counts` table; the dead letters are counted up to a cap; and
  * the oldest waiting message is the earliest `visible_at` at the head of each
@@ -47,14 +60,7 @@ export async function queueTotals(database: Db): Promise<QueueTotals> {
     SELECT
       (SELECT coalesce(sum(n), 0) FROM queue_counts) AS messages,
       (SELECT count(*) FROM (SELECT 1 FROM queue_dead_letters LIMIT ${DEAD_LETTERS_COUNTED}) d) AS dead,
-      (SELECT coalesce(max(extract(epoch FROM now() - head.visible_at)), 0)
-         FROM (SELECT DISTINCT app_id, queue FROM queue_counts WHERE queue <> ${EVENTS_QUEUE} LIMIT ${QUEUES_PROBED}) q
-         CROSS JOIN LATERAL (
-           SELECT visible_at FROM queue_messages m
-           WHERE m.app_id = q.app_id AND m.queue = q.queue AND m.expires_at > now()
-           ORDER BY visible_at LIMIT 1
-         ) head
-         WHERE head.visible_at <= now()) AS oldest`.execute(db);
+      (SELECT coalesce(max(extract(epoch FROM now() - head.visible_at)), 0) ${PROBED_HEADS}) AS oldest`.execute(db);
   const row = rows[0];
   return {
     messages: Number(row.messages),
@@ -91,14 +97,7 @@ export async function appQueueFigures(database: Db): Promise<AppQueueFigures[]> 
       SELECT app_id, 0, count(*), 0
         FROM (SELECT app_id FROM queue_dead_letters LIMIT ${DEAD_LETTERS_COUNTED}) d GROUP BY app_id
       UNION ALL
-      SELECT q.app_id, 0, 0, max(extract(epoch FROM now() - head.visible_at))::float8
-        FROM (SELECT DISTINCT app_id, queue FROM queue_counts WHERE queue <> ${EVENTS_QUEUE} LIMIT ${QUEUES_PROBED}) q
-        CROSS JOIN LATERAL (
-          SELECT visible_at FROM queue_messages m
-          WHERE m.app_id = q.app_id AND m.queue = q.queue AND m.expires_at > now()
-          ORDER BY visible_at LIMIT 1
-        ) head
-        WHERE head.visible_at <= now()
+      SELECT q.app_id, 0, 0, max(extract(epoch FROM now() - head.visible_at))::float8 ${PROBED_HEADS}
         GROUP BY q.app_id
     ) f
     JOIN apps a ON a.id = f.app_id

@@ -50,6 +50,7 @@ export {
   type DeadLetter,
   type DeadLetterSelection,
   type PeekedMessage,
+  type PeekPage,
   type PutAllMessage,
   type PutDone,
   type PutItem,

@@ -71,9 +71,9 @@ import {
   STREAM_MESSAGE_JSON_OVERHEAD,
   STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
-import { encodeDelimitedMessage } from "./message-binary.ts";
+import { encodeDelimitedMessage, toMessage } from "./message-binary.ts";
 import { valueBinarySize, valueFromJsonText, valueToJsonText } from "./payload-value.ts";
-import { decodeReceipt, encodeReceipt, type Receipt } from "./receipt.ts";
+import { decodeReceipt, type Receipt } from "./receipt.ts";
 import { createQueueConsumers } from "./queue-consumers.ts";
 import type { RateGate } from "./rate-gate.ts";
 import type { DeadLetterOperator } from "./dead-letters.ts";
@@ -305,20 +305,6 @@ const MESSAGE_STATUS = {
   leased: MessageStatus.LEASED,
   dead: MessageStatus.DEAD,
 } as const;
-
-function toMessage(m: StoredMessage) {
-  return {
-    id: m.id,
-    queue: m.queue,
-    payload: valueFromJsonText(m.payload),
-    receipt: encodeReceipt(m.id, m.claims),
-    enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
-    expiresAt: timestampFromMs(m.expiresAt.getTime()),
-    leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
-    deliveries: m.deliveries,
-    ...(m.groupKey !== undefined && { groupKey: m.groupKey }),
-  };
-}
 
 /**
  * The most a `Message` encodes to in binary beyond its payload `Value` and

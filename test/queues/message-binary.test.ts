@@ -1,29 +1,13 @@
 import { create, fromBinary, toBinary, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MessageSchema } from "../../gen/platform/queues/v1/queues_pb.js";
-import { encodeDelimitedMessage } from "../../src/queues/message-binary.ts";
-import { valueFromJsonText } from "../../src/queues/payload-value.ts";
+import { encodeDelimitedMessage, toMessage } from "../../src/queues/message-binary.ts";
 import type { StoredMessage } from "../../src/queues/queue-store.ts";
-import { encodeReceipt } from "../../src/queues/receipt.ts";
 
 /** The message as the library encodes it: the bytes `encodeMessage` must reproduce exactly. */
 function libraryBytes(m: StoredMessage): Uint8Array {
-  return toBinary(
-    MessageSchema,
-    create(MessageSchema, {
-      id: m.id,
-      queue: m.queue,
-      payload: valueFromJsonText(m.payload),
-      receipt: encodeReceipt(m.id, m.claims),
-      enqueuedAt: timestampFromMs(m.enqueuedAt.getTime()),
-      expiresAt: timestampFromMs(m.expiresAt.getTime()),
-      leaseExpiresAt: timestampFromMs(m.leaseExpiresAt.getTime()),
-      deliveries: m.deliveries,
-      groupKey: m.groupKey,
-    }),
-  );
+  return toBinary(MessageSchema, create(MessageSchema, toMessage(m)));
 }
 
 function stored(payload: string, over: Partial<StoredMessage> = {}): StoredMessage {

@@ -8,7 +8,7 @@ import { exactTimeText, isExactTimeText, transact } from "../../core/database/in
 import type { QueueDbs } from "./queue-tables.ts";
 import { LEASED, WAITING } from "./sql-fragments.ts";
 import { toDate, toDateOrNull, type Count, type When } from "./row-values.ts";
-import type { MessageState, PeekedMessage } from "./queue-types.ts";
+import type { MessageState, PeekedMessage, PeekPage } from "./queue-types.ts";
 
 /** Whether a `position` from outside (a page token) is one `peek` wrote (`visible_at|enqueued_at|id`): checked before it reaches a cast. */
 export function isPeekPosition(position: string): boolean {
@@ -48,13 +48,7 @@ export interface ControlStore {
    * Waiting messages in claim order, read only (no lease, no delivery counted);
    * payloads cut after `maxChars` + 1; after `after` (a message's `position`) when given.
    */
-  peek(page: {
-    appId: string;
-    queue: string;
-    limit: number;
-    maxChars: number;
-    after?: string;
-  }): Promise<PeekedMessage[]>;
+  peek(page: PeekPage): Promise<PeekedMessage[]>;
   /** Deletes every message of one app's queue, waiting or leased (only the waiting ones when `includeLeased` is false); how many. */
   purge(appId: string, queue: string, includeLeased?: boolean): Promise<number>;
   /** Where one message of the queue is, in line or dead; undefined once acked, purged or expired. */

@@ -102,6 +102,15 @@ export interface StoredPolicy {
 }
 
 /** A waiting message as a peek reads it, without leasing it. */
+/** A page of a peek: `limit` waiting messages of one app's queue, after `after` (a peeked message's `position`) when given, payloads cut after `maxChars`. */
+export interface PeekPage {
+  appId: string;
+  queue: string;
+  limit: number;
+  maxChars: number;
+  after?: string;
+}
+
 export interface PeekedMessage {
   id: string;
   /** The payload's JSON text, cut after the asked length plus one (so a cut can be told). */
