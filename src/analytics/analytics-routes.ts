@@ -182,13 +182,20 @@ function conditionValue(v: unknown): Value {
 }
 
 /** One condition of `where`: `{ property, op, value }`; kinds are the implementation's to check. */
+const SCALAR_VALUE = [{ type: "string" }, { type: "number" }, { type: "boolean" }];
+
 const ConditionJson = fixedObject(
   {
     property: z.string({ error: "must be a string" }).meta({ description: 'A declared property, or "distinctId".' }),
     op: z.enum(OPS, {
       error: (issue) => (typeof issue.input === "string" ? `must be one of ${OPS.join(", ")}` : "must be a string"),
     }),
-    value: z.unknown().meta({ description: "Of the property's kind; a list for in; true/false for exists." }),
+    // The document spells out the kinds a value can have (the implementation judges the rest): an
+    // open `{}` would tell generators any JSON at all, nested three deep in a funnel's steps.
+    value: z.unknown().meta({
+      description: "Of the property's kind; a list for in; true/false for exists.",
+      anyOf: [...SCALAR_VALUE, { type: "array", items: { anyOf: SCALAR_VALUE } }],
+    }),
   },
   "must be an object { property, op, value }",
 );
