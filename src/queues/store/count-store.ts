@@ -26,10 +26,7 @@ const EXPIRED = sql`(
 /** Waiting messages at the head of a line among which the listing looks for the oldest. */
 const OLDEST_SCAN = 16;
 
-/** A queue's count rows folded into one: what they summed to. */
-type FoldedRow = { app_id: string; queue: string; n: Count };
-
-/** One slot of a queue's dead-letter count (`n` an int8: its text). */
+/** One slot of a queue's count or dead-letter count (`n` an int8: its text). */
 type SlotRow = { app_id: string; queue: string; slot: number; n: Count };
 
 /** One queue of an app's listing (`in_flight` and `dead_letters` are int4 counts, `total` an int8 sum). */
@@ -50,9 +47,9 @@ type ActivityRow = { at: When; puts: Count; acks: Count };
 /** Counts, the listing, next visibility and activity. */
 export interface CountStore {
   /**
-   * Folds the count slots (`queue_counts`) of up to `limit` queues into one
-   * row each, and removes those summing to 0; how many queues. The slots of
-   * a queue are locked while folded, so a concurrent put or ack adds after it.
+   * Folds the count slots (`queue_counts`) of up to `limit` queues into their lowest slot, and deletes
+   * those of queues whose slots sum to 0; how many queues. Locked as `compactDeadLetterCounts` locks, so
+   * a put or ack meanwhile waits for the fold (or lands beside it) and its count is kept.
    */
   compactCounts(limit: number): Promise<number>;
   /**
@@ -71,79 +68,69 @@ export interface CountStore {
 }
 
 /**
+ * Folds the count slots of up to `limit` queues of a slotted count table (the queue counts or the
+ * dead-letter counts) into their lowest slot, and deletes those of queues whose slots sum to 0; how
+ * many queues.
+ *
+ * The slots are locked in (app, queue, slot) order, the order of the triggers' upserts, and then
+ * nothing else is locked: folding into a slot of its own (slot 0, as the queue counts once did) could
+ * wait for a slot a concurrent trigger inserted while that trigger waits for a slot locked here, and
+ * PostgreSQL would abort one of the two. Only rows already locked change, so an upsert meanwhile waits
+ * for the fold (or, into a slot not yet there, lands beside it) and its count is kept.
+ */
+async function compactSlots(
+  db: QueueDbs["db"],
+  table: "queue_counts" | "dead_letter_counts",
+  limit: number,
+): Promise<number> {
+  return db.transaction().execute(async (trx) => {
+    const counts = sql.table(table);
+    const { rows } = await sql<SlotRow>`
+      SELECT app_id, queue, slot, n FROM ${counts}
+      WHERE (app_id, queue) IN (
+        SELECT app_id, queue FROM ${counts} GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
+      )
+      ORDER BY app_id, queue, slot
+      FOR UPDATE`.execute(trx);
+    const queues = new Map<string, { appId: string; queue: string; slots: number[]; sum: bigint }>();
+    for (const r of rows) {
+      const key = `${r.app_id}\u0000${r.queue}`;
+      const q = queues.get(key) ?? { appId: r.app_id, queue: r.queue, slots: [], sum: 0n };
+      q.slots.push(r.slot);
+      q.sum += BigInt(r.n);
+      queues.set(key, q);
+    }
+    // The rows read are the locked ones' current values; the sums cannot change before the commit.
+    const gone = [...queues.values()].flatMap((q) =>
+      (q.sum === 0n ? q.slots : q.slots.slice(1)).map((slot) => ({ ...q, slot })),
+    );
+    const kept = [...queues.values()].filter((q) => q.sum !== 0n);
+    if (gone.length > 0)
+      await sql`
+        DELETE FROM ${counts} c
+        USING unnest(${gone.map((g) => g.appId)}::uuid[], ${gone.map((g) => g.queue)}::text[],
+                     ${gone.map((g) => g.slot)}::smallint[]) AS g (app_id, queue, slot)
+        WHERE c.app_id = g.app_id AND c.queue = g.queue AND c.slot = g.slot`.execute(trx);
+    if (kept.length > 0)
+      await sql`
+        UPDATE ${counts} c SET n = k.n
+        FROM unnest(${kept.map((k) => k.appId)}::uuid[], ${kept.map((k) => k.queue)}::text[],
+                    ${kept.map((k) => k.slots[0])}::smallint[], ${kept.map((k) => String(k.sum))}::bigint[])
+             AS k (app_id, queue, slot, n)
+        WHERE c.app_id = k.app_id AND c.queue = k.queue AND c.slot = k.slot`.execute(trx);
+    return queues.size;
+  });
+}
+
+/**
  * Counters and what is read from them: the app's queues with their depth, in flight and dead
  * letters; when each queue's next message becomes visible; the hourly activity; and the compaction
  * of count rows.
  */
 export function createCountStore({ db }: QueueDbs): CountStore {
   return {
-    compactCounts(limit) {
-      return db.transaction().execute(async (trx) => {
-        const { rows } = await sql<FoldedRow>`
-          WITH locked AS (
-            SELECT app_id, queue, slot FROM queue_counts
-            WHERE (app_id, queue) IN (
-              SELECT app_id, queue FROM queue_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
-            )
-            ORDER BY app_id, queue, slot
-            FOR UPDATE
-          ), gone AS (
-            DELETE FROM queue_counts c USING locked l
-            WHERE c.app_id = l.app_id AND c.queue = l.queue AND c.slot = l.slot
-            RETURNING c.app_id, c.queue, c.n
-          )
-          SELECT app_id, queue, sum(n) AS n FROM gone GROUP BY app_id, queue`.execute(trx);
-        const kept = rows.filter((r) => Number(r.n) !== 0);
-        if (kept.length > 0)
-          await sql`
-            INSERT INTO queue_counts (app_id, queue, slot, n)
-            SELECT * FROM unnest(${kept.map((r) => r.app_id)}::uuid[], ${kept.map((r) => r.queue)}::text[],
-                                 ${kept.map(() => 0)}::smallint[], ${kept.map((r) => String(r.n))}::bigint[])
-            ON CONFLICT (app_id, queue, slot) DO UPDATE SET n = queue_counts.n + excluded.n`.execute(trx);
-        return rows.length;
-      });
-    },
-    compactDeadLetterCounts(limit) {
-      return db.transaction().execute(async (trx) => {
-        // Locked in (app, queue, slot) order, the order of the triggers' upserts, and then nothing else is
-        // locked: folding into a slot of its own (as compactCounts does into slot 0) could wait for a slot a
-        // concurrent trigger inserted while that one waits for a slot locked here.
-        const { rows } = await sql<SlotRow>`
-          SELECT app_id, queue, slot, n FROM dead_letter_counts
-          WHERE (app_id, queue) IN (
-            SELECT app_id, queue FROM dead_letter_counts GROUP BY app_id, queue HAVING count(*) > 1 OR sum(n) = 0 LIMIT ${limit}
-          )
-          ORDER BY app_id, queue, slot
-          FOR UPDATE`.execute(trx);
-        const queues = new Map<string, { appId: string; queue: string; slots: number[]; sum: bigint }>();
-        for (const r of rows) {
-          const key = `${r.app_id}\u0000${r.queue}`;
-          const q = queues.get(key) ?? { appId: r.app_id, queue: r.queue, slots: [], sum: 0n };
-          q.slots.push(r.slot);
-          q.sum += BigInt(r.n);
-          queues.set(key, q);
-        }
-        // The rows read are the locked ones' current values; the sums cannot change before the commit.
-        const gone = [...queues.values()].flatMap((q) =>
-          (q.sum === 0n ? q.slots : q.slots.slice(1)).map((slot) => ({ ...q, slot })),
-        );
-        const kept = [...queues.values()].filter((q) => q.sum !== 0n);
-        if (gone.length > 0)
-          await sql`
-            DELETE FROM dead_letter_counts c
-            USING unnest(${gone.map((g) => g.appId)}::uuid[], ${gone.map((g) => g.queue)}::text[],
-                         ${gone.map((g) => g.slot)}::smallint[]) AS g (app_id, queue, slot)
-            WHERE c.app_id = g.app_id AND c.queue = g.queue AND c.slot = g.slot`.execute(trx);
-        if (kept.length > 0)
-          await sql`
-            UPDATE dead_letter_counts c SET n = k.n
-            FROM unnest(${kept.map((k) => k.appId)}::uuid[], ${kept.map((k) => k.queue)}::text[],
-                        ${kept.map((k) => k.slots[0])}::smallint[], ${kept.map((k) => String(k.sum))}::bigint[])
-                 AS k (app_id, queue, slot, n)
-            WHERE c.app_id = k.app_id AND c.queue = k.queue AND c.slot = k.slot`.execute(trx);
-        return queues.size;
-      });
-    },
+    compactCounts: (limit) => compactSlots(db, "queue_counts", limit),
+    compactDeadLetterCounts: (limit) => compactSlots(db, "dead_letter_counts", limit),
     async list(appId) {
       // From the counts (one row per queue and slot), not the messages: each
       // queue then costs a few index probes, whatever its backlog. `oldestAt`
