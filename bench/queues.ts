@@ -24,7 +24,8 @@
  * 6. Queue controls (see `controlsBench`): put throughput at depth, the listing with 1M
  *    messages, REST batches, a stream whose acks land on another instance, REST on 3 instances
  *    and its database statements per message against 1 instance (`statements_per_msg_3_vs_1`; two
- *    rounds of the two loads alternated; the 3 instances' idle statements are measured apart and logged).
+ *    rounds of the loads alternated; the 3 instances' idle statements are measured apart and logged),
+ *    and the same with three times the clients, the same load per instance (`statements_per_msg_3_vs_1_scaled`).
  *    BENCH_INSTANCES_ONLY=1 runs only that load.
  * 7. Schedules firing 1,000 ticks a second for BENCH_SCHEDULE_SECONDS (10): how late each tick's
  *    message is put, p50/p99 (`bench/schedule-drift.ts`). Runs before part 4, which ends the service.
@@ -35,7 +36,7 @@
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
  *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
- *  "rest_3_vs_1_instances","statements_per_msg_3_vs_1","schedule_ticks_per_s","schedule_drift_p50_ms",
+ *  "rest_3_vs_1_instances","statements_per_msg_3_vs_1","statements_per_msg_3_vs_1_scaled","schedule_ticks_per_s","schedule_drift_p50_ms",
  *  "schedule_drift_p99_ms","groups_vs_plain","priority_vs_plain"}.
  */
 import type { ChildProcess } from "node:child_process";
@@ -363,11 +364,14 @@ async function controlsBench(
     // own queries go to another database. Every statement of this load runs outside a transaction, so a
     // transaction is a statement; the instances' background work (housekeeping, idle or not, of all three,
     // in both loads) counts too, and is measured apart, with no load, to be told from the load's statements.
-    const statementsIn = async (urls: string[]) => {
+    const statementsIn = async (urls: string[], clients: number) => {
       let from = 0;
       let to = 0;
       const r = await restQueueLoad(urls, rest, {
         ...load,
+        producers: load.producers * clients,
+        consumers: load.consumers * clients,
+        maxOutstanding: load.maxOutstanding * clients,
         atStart: async () => void (from = await statements()),
         atEnd: async () => void (to = await statements()),
       });
@@ -377,19 +381,24 @@ async function controlsBench(
     const idleStarted = performance.now();
     await new Promise((r) => setTimeout(r, 5000));
     const idlePerS = ((await statements()) - idleFrom) / ((performance.now() - idleStarted) / 1000);
-    const sum = { one: { acked: 0, elapsedS: 0, statements: 0 }, three: { acked: 0, elapsedS: 0, statements: 0 } };
+    const none = () => ({ acked: 0, elapsedS: 0, statements: 0 });
+    const sum = { one: none(), three: none(), scaled: none() };
     for (let round = 0; round < 2; round++) {
-      for (const [which, urls] of [
-        ["one", [url]],
-        ["three", everyInstance],
+      for (const [which, urls, clients] of [
+        ["one", [url], 1],
+        ["three", everyInstance, 1],
+        // The same load per instance (three times the clients): what a platform adding instances for more
+        // traffic sees. With the load above split three ways, an instance's batch can hold at most the calls
+        // that reach it at once, a third of the one instance's, whatever the batcher does.
+        ["scaled", everyInstance, everyInstance.length],
       ] as const) {
-        const r = await statementsIn([...urls]);
+        const r = await statementsIn([...urls], clients);
         sum[which].acked += r.acked;
         sum[which].elapsedS += r.elapsedS;
         sum[which].statements += r.statements;
       }
     }
-    const { one, three } = sum;
+    const { one, three, scaled } = sum;
     const perS1 = one.acked / one.elapsedS;
     const perS3 = three.acked / three.elapsedS;
     figures.rest_3_vs_1_instances = round(perS3 / perS1);
@@ -403,6 +412,13 @@ async function controlsBench(
     log(
       `6f. database statements per message: ${round(perMsg1)} on 1 instance, ${round(perMsg3)} on 3 (ratio ${figures.statements_per_msg_3_vs_1}); ` +
         `without the ${round(idlePerS, 1)}/s of the 3 instances idle: ${round(net(one))} and ${round(net(three))} (ratio ${round(net(three) / net(one))})`,
+    );
+    const perMsgScaled = scaled.statements / scaled.acked;
+    figures.statements_per_msg_3_vs_1_scaled = round(perMsgScaled / perMsg1);
+    log(
+      `6g. the same load per instance (${PRODUCERS * 3} producers and ${CONSUMERS * 3} consumers over 3 instances): ` +
+        `${round(scaled.acked / scaled.elapsedS, 0)} msgs/s, ${round(perMsgScaled)} statements per message ` +
+        `(ratio to 1 instance ${figures.statements_per_msg_3_vs_1_scaled}; without idle ${round(net(scaled) / net(one))})`,
     );
   } finally {
     for (const m of more) {
@@ -544,6 +560,7 @@ async function main(): Promise<void> {
       stream_cross_instance_msgs_per_s: NaN,
       rest_3_vs_1_instances: NaN,
       statements_per_msg_3_vs_1: NaN,
+      statements_per_msg_3_vs_1_scaled: NaN,
       schedule_ticks_per_s: NaN,
       schedule_drift_p50_ms: NaN,
       schedule_drift_p99_ms: NaN,
