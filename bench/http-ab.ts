@@ -144,8 +144,11 @@ async function main(): Promise<void> {
               seconds: SECONDS,
             });
             const cpu1 = await cpuMs(pid);
-            if (result.errors > 0)
-              throw new Error(`${key} on ${label}: ${result.errors} errors (${result.firstError})`);
+            // A run with errors (a shared PostgreSQL out of connections, say) is left out, not the whole comparison.
+            if (result.errors > 0) {
+              log(`${key.padEnd(34)} ${label.padEnd(8)} left out: ${result.errors} errors (${result.firstError})`);
+              continue;
+            }
             const user = ((cpu1.user - cpu0.user) * 1000) / result.allRequests;
             const system = ((cpu1.system - cpu0.system) * 1000) / result.allRequests;
             runs[key][label].push(user + system);
@@ -156,9 +159,10 @@ async function main(): Promise<void> {
         }
       }
     }
-    const out: Record<string, { base: number; head: number; baseline: number }> = {};
+    const out: Record<string, { base: number | null; head: number | null; baseline: number | null }> = {};
     for (const [key, v] of Object.entries(runs)) {
-      out[key] = { base: round1(median(v.base)), head: round1(median(v.head)), baseline: round1(median(v.baseline)) };
+      const m = (xs: number[]) => (xs.length > 0 ? round1(median(xs)) : null);
+      out[key] = { base: m(v.base), head: m(v.head), baseline: m(v.baseline) };
       log(`${key.padEnd(34)} base ${out[key].base}  head ${out[key].head}  baseline ${out[key].baseline} µs (medians)`);
     }
     process.stdout.write(JSON.stringify(out) + "\n");
