@@ -30,6 +30,8 @@ export interface ServiceOptions {
   dataDir: string;
   adminToken: string;
   env?: Record<string, string>;
+  /** The checkout whose `src/` is served (default this one; `http-ab.ts` serves an older commit's too). */
+  checkout?: string;
 }
 
 /**
@@ -54,7 +56,7 @@ export async function startService(options: ServiceOptions): Promise<{ url: stri
   const startArgs = [...flags, entry];
   const nodeArgs = (process.env.BENCH_NODE_ARGS ?? "").split(" ").filter(Boolean);
   const child = spawn(path.join(root, "node_modules/.bin/node"), [...nodeArgs, ...startArgs], {
-    cwd: root,
+    cwd: options.checkout ?? root,
     env: {
       ...process.env,
       DATABASE_URL: options.databaseUrl,

@@ -6,7 +6,9 @@ import client from "prom-client";
 
 export interface Metrics {
   readonly registry: client.Registry;
+  /** Read only: its figures are the duration histogram's counts (see `createMetrics`). */
   readonly httpRequests: client.Counter<"method" | "route" | "status">;
+  /** Observed once per answered request; `http_requests_total` follows from it. */
   readonly httpDuration: client.Histogram<"method" | "route" | "status">;
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
   /**
@@ -72,11 +74,21 @@ export function foldTopApps(
 export function createMetrics(): Metrics {
   const registry = new client.Registry();
   client.collectDefaultMetrics({ register: registry });
+  // Every answered request is one observation of the histogram, so each label set's count there is its
+  // number of requests: the counter takes it when read (a scrape), and a request updates one metric, not
+  // two (each update builds a key from its labels and checks them, on every request).
   const httpRequests = new client.Counter({
     name: "http_requests_total",
     help: "Requests answered, by route template and status.",
     labelNames: ["method", "route", "status"] as const,
     registers: [registry],
+    async collect(this: client.Counter<"method" | "route" | "status">) {
+      const { values } = await httpDuration.get();
+      this.reset();
+      for (const v of values)
+        if (v.metricName === "http_request_duration_seconds_count")
+          this.inc(v.labels as Partial<Record<"method" | "route" | "status", string>>, v.value);
+    },
   });
   const httpDuration = new client.Histogram({
     name: "http_request_duration_seconds",

@@ -1,8 +1,8 @@
 /**
  * The one port under slow and departing clients: connections that never
  * finish a request header (or the HTTP/2 preface) are dropped after the
- * headers timeout, idle HTTP/2 sessions after the keep-alive timeout, a quiet
- * long-poll is never cut, and a SIGTERM under keep-alive load answers every
+ * headers timeout, idle HTTP/2 sessions and HTTP/1.1 connections after the
+ * keep-alive timeout, a quiet long-poll is never cut, and a SIGTERM under keep-alive load answers every
  * request that reached the server instead of resetting its socket; a body
  * that fails to parse closes an HTTP/1.1 connection and, over HTTP/2, sets no
  * connection header.
@@ -116,6 +116,38 @@ describe("createOnePortServer timeouts (src/core/http/one-port.ts)", () => {
     // Now idle: the server says goodbye.
     await goaway;
     session.destroy();
+  });
+
+  it("keeps an HTTP/1.1 connection through a long-poll and the next requests, then closes it once idle", async () => {
+    const app = await t.createApp();
+    const { socket, closed } = await connect(t.url);
+    let received = "";
+    socket.setEncoding("latin1");
+    socket.on("data", (d: string) => (received += d));
+    const answers = () => received.split("HTTP/1.1 200 OK").length - 1;
+    const body = JSON.stringify({ waitSeconds: 2 });
+    const consume =
+      `POST /v1/queues/jobs/consume HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${app.token}\r\n` +
+      `Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    const answered = async (n: number) => {
+      while (answers() < n) await once(socket, "data");
+    };
+    // A consume that waits 2 s, four times the header timeout: under way, the connection is not cut.
+    socket.write(consume);
+    await answered(1);
+    expect(received).toContain('{"message":null}');
+    // The next requests on it: each answer starts the idle deadline again.
+    for (let n = 2; n <= 4; n++) {
+      socket.write(health);
+      await answered(n);
+    }
+    expect(socket.destroyed).toBe(false);
+    // Then idle: closed, not before the keep-alive time.
+    const idleSince = Date.now();
+    await closed;
+    expect(Date.now() - idleSince).toBeGreaterThanOrEqual(KEEPALIVE_TIMEOUT_MS - 50);
+    expect(answers()).toBe(4);
   });
 });
 

@@ -32,10 +32,12 @@ export function responseClosed(res: NodeResponse): boolean {
 /**
  * A signal aborted with `reason()` once the client goes away before `done()`, including before this was called.
  *
- * The `AbortController` is made only when `signal` is first read: most calls
- * (a list, a put) never look at it, and a controller with its listeners is a
- * measurable part of a short call's cost. Read late, it comes already aborted
- * if the client left in between.
+ * The `AbortController`, and the listener on the response's `close`, are made
+ * only when `signal` is first read: most calls (a list, a put) never look at
+ * it, and a controller with its listeners is a measurable part of a short
+ * call's cost. Read late, it comes already aborted if the client left in
+ * between: until `done()`, nothing has been answered, so a response closed by
+ * then is a client gone, whether it closed before or after the read.
  */
 export function clientGoneSignal(res: NodeResponse, reason: () => unknown): CallSignal {
   return new ClientGoneSignal(res, reason);
@@ -50,33 +52,39 @@ export function clientGoneSignal(res: NodeResponse, reason: () => unknown): Call
  * hundred milliseconds under load.
  */
 class ClientGoneSignal implements CallSignal {
+  /** The response until `done()`. */
   #res: NodeResponse | undefined;
   readonly #reason: () => unknown;
   #controller: AbortController | undefined;
-  #gone = false;
+  #listening = false;
   readonly #onClose = () => {
-    if (this.#res === undefined || this.#gone) return;
-    this.#gone = true;
-    this.#controller?.abort(this.#reason());
+    if (this.#res === undefined) return;
+    this.#controller!.abort(this.#reason());
   };
 
   constructor(res: NodeResponse, reason: () => unknown) {
     this.#res = res;
     this.#reason = reason;
-    res.once("close", this.#onClose);
-    if (responseClosed(res)) this.#onClose();
   }
 
   get signal(): AbortSignal {
     if (!this.#controller) {
       this.#controller = new AbortController();
-      if (this.#gone) this.#controller.abort(this.#reason());
+      const res = this.#res;
+      if (res !== undefined) {
+        if (responseClosed(res)) this.#controller.abort(this.#reason());
+        else {
+          res.once("close", this.#onClose);
+          this.#listening = true;
+        }
+      }
     }
     return this.#controller.signal;
   }
 
   done(): void {
-    this.#res?.off("close", this.#onClose);
+    if (this.#listening) this.#res!.off("close", this.#onClose);
+    this.#listening = false;
     this.#res = undefined;
   }
 }

@@ -310,6 +310,9 @@ function parseInput({ method, binary, options }: Call, bytes: Uint8Array): Messa
       throw new ConnectError(`parse binary: ${e instanceof Error ? e.message : String(e)}`, Code.Internal);
     }
   }
+  // `{}`, what clients send for a request with no field set (every list's), is the empty message: made
+  // at once, without decoding, parsing and walking the JSON (a few microseconds of a light call).
+  if (bytes.length === 2 && bytes[0] === 0x7b && bytes[1] === 0x7d) return create(method.method.input);
   try {
     return fromJsonString(
       method.method.input,
@@ -321,8 +324,13 @@ function parseInput({ method, binary, options }: Call, bytes: Uint8Array): Messa
   }
 }
 
-/** The response message's bytes. */
-function serializeOutput({ method, binary, options }: Call, message: Message): Uint8Array {
+/**
+ * The response message's bytes; for Connect JSON (`text`), its text as it is: Node writes a string as
+ * UTF-8 itself, so encoding it here first only made one more copy of every answer.
+ */
+function serializeOutput(call: Call, message: Message, text: true): Uint8Array | string;
+function serializeOutput(call: Call, message: Message): Uint8Array;
+function serializeOutput({ method, binary, options }: Call, message: Message, text = false): Uint8Array | string {
   if (binary) {
     try {
       return toBinary(method.method.output, message);
@@ -331,7 +339,8 @@ function serializeOutput({ method, binary, options }: Call, message: Message): U
     }
   }
   try {
-    return textEncoder.encode(toJsonString(method.method.output, message, options.jsonOptions));
+    const json = toJsonString(method.method.output, message, options.jsonOptions);
+    return text ? json : textEncoder.encode(json);
   } catch (e) {
     throw ConnectError.from(e, Code.Internal);
   }
@@ -526,10 +535,10 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
   );
   let status = 200;
   let contentType: string = call.binary ? WIRE.connectProto : WIRE.connectJson;
-  let body: Uint8Array;
+  let body: Uint8Array | string;
   try {
     const output = await invoke(call.method, context, parseInput(call, bytes), options.interceptors);
-    body = serializeOutput(call, output);
+    body = serializeOutput(call, output, true);
   } catch (e) {
     const original = thrown(e);
     const error = detailed(original);
@@ -546,11 +555,12 @@ async function serveConnect(call: Call, bytes: Buffer): Promise<boolean> {
   addFields(header, context.responseHeaders());
   if (status !== 200) header["content-type"] = contentType;
   addFields(header, context.responseTrailers(), WIRE.connectTrailerPrefix);
-  if (compression && body.byteLength >= options.compressMinBytes) {
-    body = await compression.compress(body);
+  const length = typeof body === "string" ? Buffer.byteLength(body) : body.byteLength;
+  if (compression && length >= options.compressMinBytes) {
+    body = await compression.compress(typeof body === "string" ? textEncoder.encode(body) : body);
     header[WIRE.connectEncoding] = compression.name;
   }
-  header["content-length"] = String(body.byteLength);
+  header["content-length"] = String(typeof body === "string" ? length : body.byteLength);
   await answer(call.reply, status, header, body);
   return true;
 }
@@ -672,7 +682,7 @@ function answer(
   reply: FastifyReply,
   status: number,
   headers: NodeHeaders,
-  body: Uint8Array | undefined,
+  body: Uint8Array | string | undefined,
   trailers?: NodeHeaders,
 ): Promise<void> {
   void reply.hijack();

@@ -187,17 +187,28 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   /** Responses under way: when the drain begins, those whose header is not out yet are told to close. */
   const underway = new Set<http.ServerResponse>();
   let closing = false;
-  const headerDeadlines = new Map<net.Socket, NodeJS.Timeout>();
-  /** The next request header must be in by then (after the idle keep-alive time, when one was answered already). */
+  const headerDeadlines = new Map<net.Socket, { timer: NodeJS.Timeout; ms: number }>();
+  /**
+   * The next request header must be in by then (after the idle keep-alive time, when one was answered already).
+   * One timer per connection and length, restarted (`refresh`) after each answer rather than made anew: a
+   * request that arrives leaves it running, and when it fires it ends the connection only if no request is
+   * under way on it (as if cleared when the header came in).
+   */
   const expectHeader = (socket: net.Socket, ms: number) => {
-    clearTimeout(headerDeadlines.get(socket));
-    const timer = setTimeout(() => socket.destroy(), ms);
+    const deadline = headerDeadlines.get(socket);
+    if (deadline !== undefined && deadline.ms === ms) {
+      deadline.timer.refresh();
+      return;
+    }
+    clearTimeout(deadline?.timer);
+    const timer = setTimeout(() => {
+      if (!busy.has(socket)) socket.destroy();
+    }, ms);
     timer.unref();
-    headerDeadlines.set(socket, timer);
+    headerDeadlines.set(socket, { timer, ms });
   };
   const h1 = http.createServer(h1Options, (req, res) => {
     const socket = req.socket;
-    clearTimeout(headerDeadlines.get(socket));
     busy.set(socket, (busy.get(socket) ?? 0) + 1);
     if (closing) res.shouldKeepAlive = false;
     underway.add(res);
@@ -208,8 +219,10 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
       else busy.delete(socket);
       // A response that went out as keep-alive before the drain began: the client may send its next request
       // on this connection any moment, so it is treated as idle (the grace, then the end), never ended at once.
-      if (closing && left <= 0) endAfterGrace(socket);
-      else if (left <= 0 && !socket.destroyed)
+      if (closing && left <= 0) {
+        clearTimeout(headerDeadlines.get(socket)?.timer);
+        endAfterGrace(socket);
+      } else if (left <= 0 && !socket.destroyed)
         expectHeader(socket, timeouts.keepAliveTimeoutMs + timeouts.headersTimeoutMs);
     });
     serve(req, res);
@@ -217,7 +230,7 @@ export function createOnePortServer(handler: Handler, options: OnePortOptions): 
   h1.on("connection", (socket: net.Socket) => {
     expectHeader(socket, timeouts.headersTimeoutMs);
     socket.once("close", () => {
-      clearTimeout(headerDeadlines.get(socket));
+      clearTimeout(headerDeadlines.get(socket)?.timer);
       headerDeadlines.delete(socket);
     });
   });
