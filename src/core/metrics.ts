@@ -7,7 +7,7 @@ import client from "prom-client";
 export interface Metrics {
   readonly registry: client.Registry;
   /** Read only: its figures are the duration histogram's counts (see `createMetrics`). */
-  readonly httpRequests: client.Counter<"method" | "route" | "status">;
+  readonly httpRequests: Pick<client.Counter<"method" | "route" | "status">, "get">;
   /** Observed once per answered request; `http_requests_total` follows from it. */
   readonly httpDuration: client.Histogram<"method" | "route" | "status">;
   counter<L extends string>(name: string, help: string, labelNames: readonly L[]): client.Counter<L>;
