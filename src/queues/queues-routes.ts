@@ -66,27 +66,20 @@ const GroupKey = optionalString().meta({
     "Extension, 1 to 128 characters, no control characters: the message's ordered group. A group's messages are delivered one at a time in put order (the next is not visible while one before it is leased, held back for a retry or delayed; a dead letter releases the group); other groups and ungrouped messages flow on. Within a group put order wins over `priority`.",
 });
 
-const PutBody = jsonObject({
+/** One message's fields, as a put takes them and as each message of a batch put does. */
+const PutFields = {
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
   dedupKey: DedupKey,
   priority: Priority,
   groupKey: GroupKey,
-});
+};
+
+const PutBody = jsonObject(PutFields);
 
 const BatchPutBody = jsonObject({
-  messages: z.array(
-    fixedObject({
-      payload: Payload,
-      delaySeconds: optionalInteger(),
-      ttlSeconds: optionalInteger(),
-      dedupKey: DedupKey,
-      priority: Priority,
-      groupKey: GroupKey,
-    }),
-    { error: "must be an array of messages" },
-  ),
+  messages: z.array(fixedObject(PutFields), { error: "must be an array of messages" }),
 });
 
 /** No body at all is an empty one: every field has a default. */
@@ -149,8 +142,9 @@ const SelectionBody = optionalJsonObject({
   ids: strings("must be an array of message ids").optional(),
 });
 
-/** The path and body of the two calls on selected dead letters (replay, purge): `ids`, or every one. */
+/** The method, path and body of the two calls on selected dead letters (replay, purge): `ids`, or every one. */
 const deadLetterSelection = {
+  method: "POST" as const,
   params: QueuePath,
   body: SelectionBody,
   request: ({ params, body }: { params: z.infer<typeof QueuePath>; body: z.infer<typeof SelectionBody> }) => ({
@@ -158,6 +152,14 @@ const deadLetterSelection = {
     ids: body.ids ?? [],
   }),
 };
+
+/** The answer of a route that answers one count of its RPC's answer (`{ "purged": 3 }`): its schema and mapping. */
+function countAnswer<K extends string>(field: K) {
+  return {
+    responseSchema: z.object({ [field]: z.number().int() }),
+    response: (out: Record<K, number>) => ({ [field]: out[field] }),
+  };
+}
 
 function payloadValue(payload: JsonValue, field = "payload"): Value {
   try {
@@ -592,10 +594,8 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     }),
   }),
   defineRoute({
-    method: "POST",
     url: "/v1/queues/:queue/dead-letters/replay",
     rpc: QueueService.method.replayQueueDeadLetters,
-    responseSchema: z.object({ replayed: z.number().int() }),
     doc: {
       summary: "Put dead letters back in line",
       description: "Extension. Those of `ids`, or every dead letter of the queue; visible now, deliveries 0.",
@@ -604,13 +604,11 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       responseExample: { replayed: 1 },
     },
     ...deadLetterSelection,
-    response: (out) => ({ replayed: out.replayed }),
+    ...countAnswer("replayed"),
   }),
   defineRoute({
-    method: "POST",
     url: "/v1/queues/:queue/dead-letters/purge",
     rpc: QueueService.method.purgeQueueDeadLetters,
-    responseSchema: z.object({ purged: z.number().int() }),
     doc: {
       summary: "Delete dead letters",
       description: "Extension. Those of `ids`, or every dead letter of the queue.",
@@ -619,13 +617,12 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       responseExample: { purged: 3 },
     },
     ...deadLetterSelection,
-    response: (out) => ({ purged: out.purged }),
+    ...countAnswer("purged"),
   }),
   defineRoute({
     method: "POST",
     url: "/v1/queues/:queue/purge",
     rpc: QueueService.method.purgeQueue,
-    responseSchema: z.object({ purged: z.number().int() }),
     doc: {
       summary: "Delete a queue's waiting messages",
       description:
@@ -637,7 +634,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     params: QueuePath,
     body: PurgeBody,
     request: ({ params, body }) => ({ queue: params.queue, includeLeased: body.includeLeased ?? false }),
-    response: (out) => ({ purged: out.purged }),
+    ...countAnswer("purged"),
   }),
   defineRoute({
     method: "GET",
