@@ -156,7 +156,7 @@ const deadLetterSelection = {
 /** The answer of a route that answers one count of its RPC's answer (`{ "purged": 3 }`): its schema and mapping. */
 function countAnswer<K extends string>(field: K) {
   return {
-    responseSchema: z.object({ [field]: z.number().int() }),
+    responseSchema: z.object({ [field]: Int }),
     response: (out: Record<K, number>) => ({ [field]: out[field] }),
   };
 }
@@ -169,7 +169,9 @@ function payloadValue(payload: JsonValue, field = "payload"): Value {
   }
 }
 
-const EpochMs = z.number().int().meta({ description: "Epoch milliseconds." });
+/** A whole number of a 200 body. */
+const Int = z.number().int();
+const EpochMs = Int.meta({ description: "Epoch milliseconds." });
 const NullableMs = EpochMs.nullable();
 
 function policyJson(p: QueuePolicy | undefined) {
@@ -192,14 +194,11 @@ const QueueListResponse = z.object({
   queues: z.array(
     z.object({
       name: z.string(),
-      depth: z.number().int(),
-      inFlight: z.number().int(),
-      maxDepth: z.number().int(),
+      depth: Int,
+      inFlight: Int,
+      maxDepth: Int,
       oldestAt: NullableMs,
-      deadLetters: z
-        .number()
-        .int()
-        .meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
+      deadLetters: Int.meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
     }),
   ),
 });
@@ -228,7 +227,7 @@ const MessageJson = z.object({
   enqueuedAt: NullableMs,
   expiresAt: NullableMs,
   leaseExpiresAt: NullableMs,
-  deliveries: z.number().int(),
+  deliveries: Int,
   groupKey: z
     .string()
     .optional()
@@ -249,17 +248,17 @@ const NackResponse = z.object({
 });
 const PolicyResponse = z.object({
   queue: z.string(),
-  maxDeliveries: z.number().int().meta({ description: "0 is unlimited." }),
+  maxDeliveries: Int.meta({ description: "0 is unlimited." }),
   deadLetterQueue: z
     .string()
     .nullable()
     .meta({ description: "null: the queue's dead-letter list; `_drop`: deleted; a name: that queue of the app." }),
-  retryDelaySeconds: z.number().int(),
+  retryDelaySeconds: Int,
   retryBackoff: z.number(),
-  maxRetryDelaySeconds: z.number().int(),
+  maxRetryDelaySeconds: Int,
   retryJitter: z.number().meta({ description: "0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold]." }),
-  leaseSeconds: z.number().int(),
-  dedupWindowSeconds: z.number().int(),
+  leaseSeconds: Int,
+  dedupWindowSeconds: Int,
   maxDeliveriesPerSecond: z.number().meta({
     description:
       'Messages handed out a second at most, across all consumers and instances (a consume beyond it waits, up to its waitSeconds); 0 is no limit. See docs/queues.md "Rate limits".',
@@ -271,7 +270,7 @@ const MessageStateResponse = z.object({
   status: z.enum(["waiting", "delayed", "leased", "dead"]),
   enqueuedAt: NullableMs,
   expiresAt: NullableMs,
-  deliveries: z.number().int(),
+  deliveries: Int,
   visibleAt: NullableMs.meta({ description: "`delayed`: when it becomes visible; else null." }),
   leaseExpiresAt: NullableMs.meta({ description: "`leased`: when the lease lapses; else null." }),
   failureReason: z
@@ -287,7 +286,7 @@ const DeadLetterListResponse = z.object({
       id: z.string(),
       payload: z.unknown(),
       enqueuedAt: NullableMs,
-      deliveries: z.number().int(),
+      deliveries: Int,
       diedAt: NullableMs,
       expiresAt: NullableMs,
       failureReason: z
