@@ -1,33 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { createAuthenticator, generateServiceToken, hashToken } from "../../src/core/auth.ts";
-import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
-import {
-  backend,
-  createTestDatabase,
-  startInstances,
-  type Instances,
-  type TestDatabase,
-  type TestServer,
-} from "../support/harness.ts";
+import { backend, startInstances, useMigratedDatabase, type Instances, type TestServer } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
 const generate = InferenceService.method.generate;
 
 // The two blocks of one authenticator over the database share one migrated database; each app is its own.
-let tdb: TestDatabase;
-let database: Database;
-beforeAll(async () => {
-  tdb = await createTestDatabase();
-  database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
-  await migrate(database.db);
-});
-afterAll(async () => {
-  await database?.close();
-  await tdb?.drop();
-});
+const database = useMigratedDatabase();
 
 /** A running app named `name` and one service token of it. */
 async function appWithToken(name: string) {

@@ -9,7 +9,7 @@
  */
 import net from "node:net";
 import { afterAll, beforeAll } from "vitest";
-import { createTestDatabase, startServer, type TestDatabase, type TestServer } from "./harness.ts";
+import { createTestDatabase, lateBound, startServer, type TestDatabase, type TestServer } from "./harness.ts";
 
 export interface TcpProxy {
   /** `url` with its host and port replaced by the proxy's. */
@@ -70,10 +70,7 @@ export async function startTcpProxy(targetUrl: string, port = 0): Promise<TcpPro
  * own through a proxy, started with `env`: made before them; after them the proxy releases what it held
  * (so the server's stop is not held up), then the server stops, the proxy closes and the database is dropped.
  */
-export function useServerBehindProxy(env: Record<string, string> = {}): {
-  readonly proxy: TcpProxy;
-  readonly t: TestServer;
-} {
+export function useServerBehindProxy(env: Record<string, string> = {}): { proxy: TcpProxy; t: TestServer } {
   let database: TestDatabase | undefined;
   let proxy: TcpProxy | undefined;
   let t: TestServer | undefined;
@@ -89,13 +86,7 @@ export function useServerBehindProxy(env: Record<string, string> = {}): {
     await database?.drop();
   });
   return {
-    get proxy() {
-      if (!proxy) throw new Error("the proxy is started in beforeAll");
-      return proxy;
-    },
-    get t() {
-      if (!t) throw new Error("the server is started in beforeAll");
-      return t;
-    },
+    proxy: lateBound<TcpProxy>(() => proxy, "useServerBehindProxy"),
+    t: lateBound<TestServer>(() => t, "useServerBehindProxy"),
   };
 }
