@@ -8,7 +8,10 @@
  *
  * The commands are a table (`COMMANDS`): each has its own options, so an
  * option means one thing per command and an unknown one is a usage error
- * (exit 2), and the usage text is made from the table. Output is JSON as a
+ * (exit 2), and the usage text is made from the table. A command that only
+ * asks one AdminService method and shows its answer is a row naming the method
+ * (`shows`) and the request fields its arguments fill; a destructive one says
+ * what to confirm (`confirms`), and the table's runner asks. Output is JSON as a
  * person reads it (`src/cli-format.ts`); `--json` prints the canonical proto3
  * JSON for scripts.
  */
