@@ -116,43 +116,58 @@ export async function adminCall(url: string, adminToken: string, rpc: string, bo
 export function jsonClient(base: string, token: string, maxSockets: number) {
   const agent = new http.Agent({ keepAlive: true, maxSockets });
   const url = new URL(base);
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  type Answer = { status: number; retryAfter: string | undefined; body: any };
+  const once = (method: string, pathname: string, data: string | undefined): Promise<Answer> =>
+    new Promise((resolve, reject) => {
+      const req = http.request(
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          method,
+          path: pathname,
+          headers: {
+            authorization: `Bearer ${token}`,
+            ...(data === undefined
+              ? {}
+              : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => {
+            const text = Buffer.concat(chunks).toString("utf8");
+            const retryAfter = res.headers["retry-after"];
+            try {
+              resolve({ status: res.statusCode ?? 0, retryAfter, body: text ? JSON.parse(text) : undefined });
+            } catch (err) {
+              reject(err instanceof Error ? err : new Error(String(err)));
+            }
+          });
+          res.on("error", reject);
+        },
+      );
+      req.on("error", reject);
+      req.end(data);
+    });
   return {
     agent,
+    /**
+     * One call, JSON in and out. A 429 (a limit or a saturated instance's fair share: nothing was done) is
+     * sent again after its Retry-After, as a well-behaved client does (the client package's `on429`); one
+     * asking to wait longer than a minute (a daily cap) is answered as it is.
+     */
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
-    request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> {
+    async request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> {
       const data = body === undefined ? undefined : JSON.stringify(body);
-      return new Promise((resolve, reject) => {
-        const req = http.request(
-          {
-            agent,
-            host: url.hostname,
-            port: url.port,
-            method,
-            path: pathname,
-            headers: {
-              authorization: `Bearer ${token}`,
-              ...(data === undefined
-                ? {}
-                : { "content-type": "application/json", "content-length": Buffer.byteLength(data) }),
-            },
-          },
-          (res) => {
-            const chunks: Buffer[] = [];
-            res.on("data", (c: Buffer) => chunks.push(c));
-            res.on("end", () => {
-              const text = Buffer.concat(chunks).toString("utf8");
-              try {
-                resolve({ status: res.statusCode ?? 0, body: text ? JSON.parse(text) : undefined });
-              } catch (err) {
-                reject(err instanceof Error ? err : new Error(String(err)));
-              }
-            });
-            res.on("error", reject);
-          },
-        );
-        req.on("error", reject);
-        req.end(data);
-      });
+      for (;;) {
+        const { status, retryAfter, body: answer } = await once(method, pathname, data);
+        const waitS = /^\d+$/.test(retryAfter ?? "") ? Number(retryAfter) : 1;
+        if (status !== 429 || waitS > 60) return { status, body: answer };
+        await new Promise((r) => setTimeout(r, waitS * 1000));
+      }
     },
   };
 }

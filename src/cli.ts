@@ -8,7 +8,10 @@
  *
  * The commands are a table (`COMMANDS`): each has its own options, so an
  * option means one thing per command and an unknown one is a usage error
- * (exit 2), and the usage text is made from the table. Output is JSON as a
+ * (exit 2), and the usage text is made from the table. A command that only
+ * asks one AdminService method and shows its answer is a row naming the method
+ * (`shows`) and the request fields its arguments fill; a destructive one says
+ * what to confirm (`confirms`), and the table's runner asks. Output is JSON as a
  * person reads it (`src/cli-format.ts`); `--json` prints the canonical proto3
  * JSON for scripts.
  */
@@ -28,37 +31,19 @@ import {
   AppSchema,
   type App,
   ListAppsResponseSchema,
-  ListDeadLettersResponseSchema,
-  GetUsageResponseSchema,
   ListMailResponseSchema,
   PublishEventResponseSchema,
   SetSecretResponseSchema,
-  GetUsageHistoryResponseSchema,
-  ListTokensResponseSchema,
-  ListEventTypesResponseSchema,
   QueryAnalyticsResponseSchema,
   QueryAnalyticsFunnelResponseSchema,
-  ListQueuesResponseSchema as AdminListQueuesResponseSchema,
-  GetQueueActivityResponseSchema,
   GetQueuePolicyResponseSchema,
-  ListQueueSchedulesResponseSchema,
   SetQueuePolicyResponseSchema,
-  GetOverviewResponseSchema,
-  PeekMessagesResponseSchema,
-  GetQueueMessageResponseSchema,
   PutTestMessageResponseSchema,
-  ListSecretsResponseSchema as AdminListSecretsResponseSchema,
-  CreateSecretLinkResponseSchema as AdminCreateSecretLinkResponseSchema,
-  GetMailResponseSchema,
   ListAuditEntriesResponseSchema,
-  ListOperatorsResponseSchema,
-  ListOperatorTokensResponseSchema,
-  ListSecretLinksResponseSchema,
   MailStatus,
   OperatorRole,
   RemoveSecretNamesResponseSchema,
   UpdateOperatorResponseSchema,
-  WhoAmIResponseSchema,
   type AppLimits,
 } from "../gen/platform/admin/v1/admin_pb.js";
 import { Aggregate, Interval } from "../gen/platform/analytics/v1/analytics_pb.js";
@@ -95,15 +80,32 @@ interface Context {
   show<D extends DescMessage>(schema: D, message: MessageShape<D>): void;
 }
 
-interface Command {
+interface CommandBase {
   /** The words that name it, e.g. "operators tokens issue". */
   name: string;
   /** Its arguments and options, as the usage shows them. */
   synopsis: string;
   summary: string;
   options?: Record<string, ParseArgsOptionDescriptor>;
-  run(ctx: Context): Promise<void>;
+  /**
+   * A destructive command's question, asked before it runs unless `--yes` (an option it then takes):
+   * the operator must type `expected` (`typeWhat`); `refused` names the command in the refusal
+   * (else its name). The arguments it reads are checked here, so `run` may take them as given.
+   */
+  confirms?(ctx: Context): { question: string; expected: string; typeWhat: string; refused?: string };
 }
+
+/** A command that asks `shows` with its positional arguments as the request's `fields` (showAnswer). */
+interface Asking extends CommandBase {
+  shows: AdminMethod;
+  fields: string[];
+  /** Options `--OPTION N` (whole numbers), by the request field each one fills. */
+  counts?: Record<string, string>;
+  /** A page: `--limit N` fills this request field (the page's size), `--page TOKEN` its pageToken. */
+  paged?: string;
+}
+
+type Command = (CommandBase & { run(ctx: Context): Promise<void> }) | Asking;
 
 function print(value: unknown): void {
   process.stdout.write((typeof value === "string" ? value : JSON.stringify(value, null, 2)) + "\n");
@@ -222,6 +224,26 @@ async function confirmOrRefuse(ctx: Context, command: string, question: string, 
 
 const showApp = (ctx: Context, res: { app?: App }) => (res.app ? ctx.show(AppSchema, res.app) : print({}));
 
+type AdminMethod = (typeof AdminService.method)[keyof typeof AdminService.method];
+type AdminCall = (request: Record<string, string | number | undefined>) => Promise<MessageShape<DescMessage>>;
+
+/**
+ * Runs a command that asks one AdminService method and shows its answer (with the method's own
+ * response schema): the positional arguments, in the synopsis' order, are the request's `fields`. One
+ * whose synopsis word is in brackets (`[QUEUE]`) may be left out (""); any other is required.
+ */
+async function showAnswer(ctx: Context, { synopsis, shows, fields, counts = {}, paged }: Asking): Promise<void> {
+  const words = synopsis.split(" ");
+  const request: Record<string, string | number | undefined> = Object.fromEntries(
+    fields.map((field, i) => [field, words[i].startsWith("[") ? (ctx.args[i] ?? "") : need(ctx.args[i], words[i])]),
+  );
+  for (const [option, field] of Object.entries(paged ? { ...counts, limit: paged } : counts))
+    request[field] = count(str(ctx.values, option), `--${option}`);
+  if (paged) request.pageToken = str(ctx.values, "page") ?? "";
+  const call = ctx.admin()[shows.localName as keyof Client<typeof AdminService>] as unknown as AdminCall;
+  ctx.show<DescMessage>(shows.output, await call(request));
+}
+
 /** The `NAME=NUMBER` values of a repeatable option; a usage error for one that `valid` refuses. */
 function namedNumbers(
   items: unknown,
@@ -309,18 +331,14 @@ export const COMMANDS: readonly Command[] = [
     name: "apps delete",
     synopsis: "NAME [--yes]",
     summary: "delete an app and everything it owns (asks first unless --yes)",
-    options: { yes: BOOLEAN },
-    async run(ctx) {
+    confirms(ctx) {
       const name = need(ctx.args[0], "NAME");
-      await confirmOrRefuse(
-        ctx,
-        `apps delete ${name}`,
-        `delete ${name} and everything it owns`,
-        name,
-        "the app's name",
-      );
-      await ctx.admin().deleteApp({ appId: name });
-      print(`deleted ${name}`);
+      const question = `delete ${name} and everything it owns`;
+      return { question, expected: name, typeWhat: "the app's name", refused: `apps delete ${name}` };
+    },
+    async run(ctx) {
+      await ctx.admin().deleteApp({ appId: ctx.args[0] });
+      print(`deleted ${ctx.args[0]}`);
     },
   },
   {
@@ -378,8 +396,8 @@ export const COMMANDS: readonly Command[] = [
     name: "tokens list",
     synopsis: "NAME",
     summary: "the app's tokens: label, created, last used",
-    run: async (ctx) =>
-      ctx.show(ListTokensResponseSchema, await ctx.admin().listTokens({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.listTokens,
+    fields: ["appId"],
   },
   {
     name: "secrets declare",
@@ -432,25 +450,22 @@ export const COMMANDS: readonly Command[] = [
     name: "secrets list",
     synopsis: "NAME",
     summary: "declared secrets: set or not, version (never a value)",
-    run: async (ctx) =>
-      ctx.show(AdminListSecretsResponseSchema, await ctx.admin().listSecrets({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.listSecrets,
+    fields: ["appId"],
   },
   {
     name: "secrets link",
     synopsis: "NAME SECRET",
     summary: "a one-time link that sets the secret",
-    run: async (ctx) =>
-      ctx.show(
-        AdminCreateSecretLinkResponseSchema,
-        await ctx.admin().createSecretLink({ appId: need(ctx.args[0], "NAME"), name: need(ctx.args[1], "SECRET") }),
-      ),
+    shows: AdminService.method.createSecretLink,
+    fields: ["appId", "name"],
   },
   {
     name: "secrets links",
     synopsis: "NAME",
     summary: "the app's outstanding links (never their URL)",
-    run: async (ctx) =>
-      ctx.show(ListSecretLinksResponseSchema, await ctx.admin().listSecretLinks({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.listSecretLinks,
+    fields: ["appId"],
   },
   {
     name: "secrets unlink",
@@ -505,29 +520,23 @@ export const COMMANDS: readonly Command[] = [
     name: "usage history",
     synopsis: "NAME [--days N]",
     summary: "use per UTC day, oldest first (default 30 days)",
-    options: { days: STRING },
-    run: async (ctx) =>
-      ctx.show(
-        GetUsageHistoryResponseSchema,
-        await ctx.admin().getUsageHistory({
-          appId: need(ctx.args[0], "NAME"),
-          days: count(str(ctx.values, "days"), "--days"),
-        }),
-      ),
+    shows: AdminService.method.getUsageHistory,
+    fields: ["appId"],
+    counts: { days: "days" },
   },
   {
     name: "usage",
     synopsis: "NAME",
     summary: "today's use and caps",
-    run: async (ctx) =>
-      ctx.show(GetUsageResponseSchema, await ctx.admin().getUsage({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.getUsage,
+    fields: ["appId"],
   },
   {
     name: "analytics types",
     synopsis: "NAME",
     summary: "the app's event types",
-    run: async (ctx) =>
-      ctx.show(ListEventTypesResponseSchema, await ctx.admin().listEventTypes({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.listEventTypes,
+    fields: ["appId"],
   },
   {
     name: "analytics query",
@@ -606,55 +615,38 @@ export const COMMANDS: readonly Command[] = [
     name: "overview",
     synopsis: "",
     summary: "the platform at a glance: apps, requests and errors per facility, queues, mail, tokens, dependencies",
-    run: async (ctx) => ctx.show(GetOverviewResponseSchema, await ctx.admin().getOverview({})),
+    shows: AdminService.method.getOverview,
+    fields: [],
   },
   {
     name: "queues list",
     synopsis: "NAME",
     summary: "the app's queues: depth, in flight, oldest waiting",
-    run: async (ctx) =>
-      ctx.show(AdminListQueuesResponseSchema, await ctx.admin().listQueues({ appId: need(ctx.args[0], "NAME") })),
+    shows: AdminService.method.listQueues,
+    fields: ["appId"],
   },
   {
     name: "queues peek",
     synopsis: "NAME QUEUE [--limit N] [--page TOKEN]",
     summary: "waiting messages, without leasing them (a page; --page continues)",
-    options: { limit: STRING, page: STRING },
-    run: async (ctx) =>
-      ctx.show(
-        PeekMessagesResponseSchema,
-        await ctx.admin().peekMessages({
-          appId: need(ctx.args[0], "NAME"),
-          queue: need(ctx.args[1], "QUEUE"),
-          limit: count(str(ctx.values, "limit"), "--limit"),
-          pageToken: str(ctx.values, "page") ?? "",
-        }),
-      ),
+    shows: AdminService.method.peekMessages,
+    fields: ["appId", "queue"],
+    paged: "limit",
   },
   {
     name: "queues message",
     synopsis: "NAME QUEUE ID",
     summary:
       "where one message is: waiting, delayed, leased or dead, with its deliveries (as the app's GET .../messages/ID)",
-    run: async (ctx) =>
-      ctx.show(
-        GetQueueMessageResponseSchema,
-        await ctx.admin().getQueueMessage({
-          appId: need(ctx.args[0], "NAME"),
-          queue: need(ctx.args[1], "QUEUE"),
-          id: need(ctx.args[2], "ID"),
-        }),
-      ),
+    shows: AdminService.method.getQueueMessage,
+    fields: ["appId", "queue", "id"],
   },
   {
     name: "queues activity",
     synopsis: "NAME QUEUE",
     summary: "puts and acks per UTC hour, the last 24 hours",
-    run: async (ctx) =>
-      ctx.show(
-        GetQueueActivityResponseSchema,
-        await ctx.admin().getQueueActivity({ appId: need(ctx.args[0], "NAME"), queue: need(ctx.args[1], "QUEUE") }),
-      ),
+    shows: AdminService.method.getQueueActivity,
+    fields: ["appId", "queue"],
   },
   {
     name: "queues policy",
@@ -698,11 +690,8 @@ export const COMMANDS: readonly Command[] = [
     name: "queues schedules",
     synopsis: "NAME [QUEUE]",
     summary: "the app's queue schedules (of one queue, when given), each with its next run",
-    run: async (ctx) =>
-      ctx.show(
-        ListQueueSchedulesResponseSchema,
-        await ctx.admin().listQueueSchedules({ appId: need(ctx.args[0], "NAME"), queue: ctx.args[1] ?? "" }),
-      ),
+    shows: AdminService.method.listQueueSchedules,
+    fields: ["appId", "queue"],
   },
   {
     name: "queues put",
@@ -725,17 +714,12 @@ export const COMMANDS: readonly Command[] = [
     name: "queues purge",
     synopsis: "NAME QUEUE [--yes]",
     summary: "delete every message of the queue (asks first unless --yes)",
-    options: { yes: BOOLEAN },
-    async run(ctx) {
+    confirms(ctx) {
       const [name, queue] = [need(ctx.args[0], "NAME"), need(ctx.args[1], "QUEUE")];
-      await confirmOrRefuse(
-        ctx,
-        "queues purge",
-        `delete every message of ${queue} of ${name}`,
-        queue,
-        "the queue's name",
-      );
-      const res = await ctx.admin().purgeQueue({ appId: name, queue });
+      return { question: `delete every message of ${queue} of ${name}`, expected: queue, typeWhat: "the queue's name" };
+    },
+    async run(ctx) {
+      const res = await ctx.admin().purgeQueue({ appId: ctx.args[0], queue: ctx.args[1] });
       print(`purged ${res.purged} message(s)`);
     },
   },
@@ -743,17 +727,9 @@ export const COMMANDS: readonly Command[] = [
     name: "dead-letters list",
     synopsis: "NAME QUEUE [--limit N] [--page TOKEN]",
     summary: "the queue's dead letters, in the order they died (a page; --page continues)",
-    options: { limit: STRING, page: STRING },
-    run: async (ctx) =>
-      ctx.show(
-        ListDeadLettersResponseSchema,
-        await ctx.admin().listDeadLetters({
-          appId: need(ctx.args[0], "NAME"),
-          queue: need(ctx.args[1], "QUEUE"),
-          pageSize: count(str(ctx.values, "limit"), "--limit"),
-          pageToken: str(ctx.values, "page") ?? "",
-        }),
-      ),
+    shows: AdminService.method.listDeadLetters,
+    fields: ["appId", "queue"],
+    paged: "pageSize",
   },
   ...(["replay", "purge"] as const).map((verb): Command => ({
     name: `dead-letters ${verb}`,
@@ -817,23 +793,22 @@ export const COMMANDS: readonly Command[] = [
     name: "mail get",
     synopsis: "NAME ID",
     summary: "one mail of the app's log, with its raw message and headers",
-    run: async (ctx) =>
-      ctx.show(
-        GetMailResponseSchema,
-        await ctx.admin().getMail({ appId: need(ctx.args[0], "NAME"), mailId: need(ctx.args[1], "ID") }),
-      ),
+    shows: AdminService.method.getMail,
+    fields: ["appId", "mailId"],
   },
   {
     name: "whoami",
     synopsis: "",
     summary: "the operator of the token used",
-    run: async (ctx) => ctx.show(WhoAmIResponseSchema, await ctx.admin().whoAmI({})),
+    shows: AdminService.method.whoAmI,
+    fields: [],
   },
   {
     name: "operators list",
     synopsis: "",
     summary: "named operators: role, last use",
-    run: async (ctx) => ctx.show(ListOperatorsResponseSchema, await ctx.admin().listOperators({})),
+    shows: AdminService.method.listOperators,
+    fields: [],
   },
   {
     name: "operators create",
@@ -870,11 +845,12 @@ export const COMMANDS: readonly Command[] = [
     name: "operators delete",
     synopsis: "ID [--yes]",
     summary: "delete an operator and its tokens (asks first unless --yes)",
-    options: { yes: BOOLEAN },
-    async run(ctx) {
+    confirms(ctx) {
       const id = need(ctx.args[0], "ID");
-      await confirmOrRefuse(ctx, "operators delete", `delete operator ${id} and its tokens`, id, "the operator's id");
-      await ctx.admin().deleteOperator({ operatorId: id });
+      return { question: `delete operator ${id} and its tokens`, expected: id, typeWhat: "the operator's id" };
+    },
+    async run(ctx) {
+      await ctx.admin().deleteOperator({ operatorId: ctx.args[0] });
       print(`deleted operator ${ctx.args[0]}`);
     },
   },
@@ -882,11 +858,8 @@ export const COMMANDS: readonly Command[] = [
     name: "operators tokens list",
     synopsis: "ID",
     summary: "an operator's tokens: label, created, last used",
-    run: async (ctx) =>
-      ctx.show(
-        ListOperatorTokensResponseSchema,
-        await ctx.admin().listOperatorTokens({ operatorId: need(ctx.args[0], "ID") }),
-      ),
+    shows: AdminService.method.listOperatorTokens,
+    fields: ["operatorId"],
   },
   {
     name: "operators tokens issue",
@@ -1081,6 +1054,17 @@ function outputOf(value: string | undefined, terminal: boolean): "table" | "json
   throw new UsageError(`--output: must be table or json${suggestion(value, ["table", "json"])}`);
 }
 
+/** A command's own options: its table's, those its `counts` and `paged` fill, and `--yes` where it `confirms`. */
+function optionsOf(command: Command): Record<string, ParseArgsOptionDescriptor> {
+  const options = { ...command.options };
+  if ("shows" in command) {
+    for (const option of Object.keys(command.counts ?? {})) options[option] = STRING;
+    if (command.paged) Object.assign(options, { limit: STRING, page: STRING });
+  }
+  if (command.confirms) options.yes = BOOLEAN;
+  return options;
+}
+
 /** The command named by the first words of `argv` (the longest name that matches), and the rest. */
 function findCommand(words: string[]): { command: Command; rest: string[] } | undefined {
   for (let n = 3; n >= 1; n--) {
@@ -1133,13 +1117,13 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
     const { values, positionals } = parseArgs({
       args: [...found.rest, ...others],
       allowPositionals: true,
-      options: { ...COMMON_OPTIONS, ...command.options },
+      options: { ...COMMON_OPTIONS, ...optionsOf(command) },
     });
     parsed = { values: values as Values, positionals };
   } catch (err) {
     // "Unknown option '--limt'": name the option meant, when one is close.
     const unknown = /^Unknown option '(--?[^']+)'/.exec((err as Error).message)?.[1];
-    const options = Object.keys({ ...COMMON_OPTIONS, ...command.options }).map((o) => `--${o}`);
+    const options = Object.keys({ ...COMMON_OPTIONS, ...optionsOf(command) }).map((o) => `--${o}`);
     const message = unknown
       ? `unknown option ${unknown}${suggestion(unknown.split("=")[0], options)}`
       : (err as Error).message;
@@ -1150,7 +1134,7 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
   let client: Client<typeof AdminService> | undefined;
   const json = flag(parsed.values, "json");
   const output = outputOf(str(parsed.values, "output"), process.stdout.isTTY === true);
-  await command.run({
+  const ctx: Context = {
     args: parsed.positionals,
     values: parsed.values,
     config,
@@ -1183,7 +1167,10 @@ export async function runCli(argv: string[], env: Env = process.env): Promise<vo
       );
       return client;
     },
-  });
+  };
+  const asked = command.confirms?.(ctx);
+  if (asked) await confirmOrRefuse(ctx, asked.refused ?? command.name, asked.question, asked.expected, asked.typeWhat);
+  await ("shows" in command ? showAnswer(ctx, command) : command.run(ctx));
 }
 
 /**

@@ -80,17 +80,9 @@ const MAIL_STATUS: Record<MailLogStatus, MailStatus> = {
   unconfirmed: MailStatus.UNCONFIRMED,
 };
 
-function mailMessage(r: MailLogRecord): MailInit {
-  return {
-    id: r.id,
-    to: r.to,
-    from: r.from,
-    subject: r.subject,
-    text: r.text ?? "",
-    status: MAIL_STATUS[r.status],
-    at: timestampFromDate(r.at),
-    providerMessageId: r.providerMessageId,
-  };
+/** A mail log record as the admin API's Mail: id, to, from, subject and providerMessageId are the record's own. */
+function mailMessage({ text, status, at, provider: _provider, ...same }: MailLogRecord): MailInit {
+  return { ...same, text: text ?? "", status: MAIL_STATUS[status], at: timestampFromDate(at) };
 }
 
 const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;
@@ -155,7 +147,8 @@ function expectedRevision(value: bigint | undefined): number | undefined {
   return Number(value);
 }
 
-function secretNames(names: string[]): string[] {
+/** The secret names an add or a remove gives, each once: at least one, each a valid name. */
+function someSecretNames(names: string[]): string[] {
   const unique = [...new Set(names)];
   unique.forEach((name) => {
     if (!SECRET_NAME_PATTERN.test(name))
@@ -164,6 +157,7 @@ function secretNames(names: string[]): string[] {
         `${JSON.stringify(name)} is not a secret name: use letters, digits and underscores, not starting with a digit (at most 128)`,
       );
   });
+  if (unique.length === 0) throw invalidArgument("names", "must name at least one secret");
   return unique;
 }
 
@@ -196,8 +190,21 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
    * A change of the blueprint is a change of the app: after the secrets
    * facility's change, on the same unit of work, bump (and check) the app's revision.
    */
-  const blueprintChanged = (tx: Tx, appId: string, expected: number | undefined) =>
-    createAppStore(tx.db).update(appId, {}, expected);
+  /**
+   * Changes an app's secret names in `tx` (`change`) and moves its revision on, refused unless the app
+   * is at `expected` (GetApp's revision), which is checked first.
+   */
+  const changeBlueprint = async <T>(
+    tx: Tx,
+    appId: string,
+    expected: bigint | undefined,
+    change: () => Promise<T>,
+  ): Promise<T> => {
+    const revision = expectedRevision(expected);
+    const changed = await change();
+    await createAppStore(tx.db).update(appId, {}, revision);
+    return changed;
+  };
   const load = async (appId: string) => {
     const app = await getApp(appId);
     return appMessage(app, (await secrets.declaredNames(app.id)).get(app.id) ?? []);
@@ -382,9 +389,7 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         names.forEach((name, i) => {
           if (!SECRET_NAME_PATTERN.test(name)) throw invalidArgument(`names[${i}]`, SECRET_NAME_RULE);
         });
-        const expected = expectedRevision(req.expectedRevision);
-        await secrets.declareSecrets(tx, app.id, names);
-        await blueprintChanged(tx, app.id, expected);
+        await changeBlueprint(tx, app.id, req.expectedRevision, () => secrets.declareSecrets(tx, app.id, names));
       });
       return { app: await load(app.id) };
     },
@@ -392,11 +397,8 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
     async addSecretNames(req, context) {
       const app = await getApp(req.appId);
       await auditor.audited(context, "secrets.add", app, { names: [...new Set(req.names)] }, async (tx) => {
-        const names = secretNames(req.names);
-        if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
-        const expected = expectedRevision(req.expectedRevision);
-        await secrets.addSecretNames(tx, app.id, names);
-        await blueprintChanged(tx, app.id, expected);
+        const names = someSecretNames(req.names);
+        await changeBlueprint(tx, app.id, req.expectedRevision, () => secrets.addSecretNames(tx, app.id, names));
       });
       return { app: await load(app.id) };
     },
@@ -409,21 +411,19 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
         app,
         { names: [...new Set(req.names)], confirmDestroyValues: req.confirmDestroyValues },
         async (tx) => {
-          const names = secretNames(req.names);
-          if (names.length === 0) throw invalidArgument("names", "must name at least one secret");
-          const expected = expectedRevision(req.expectedRevision);
-          const expectedVersions = new Map<string, number>();
-          for (const [name, version] of Object.entries(req.expectedVersions)) {
-            if (!names.includes(name))
-              throw invalidArgument("expected_versions", "may only give versions of the names removed");
-            if (version < 0)
-              throw invalidArgument("expected_versions", "must give 0 (no value) or a version, never less");
-            expectedVersions.set(name, version);
-          }
-          const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
-          const removed = await secrets.removeSecretNames(tx, app.id, names, guard);
-          await blueprintChanged(tx, app.id, expected);
-          return removed;
+          const names = someSecretNames(req.names);
+          return changeBlueprint(tx, app.id, req.expectedRevision, () => {
+            const expectedVersions = new Map<string, number>();
+            for (const [name, version] of Object.entries(req.expectedVersions)) {
+              if (!names.includes(name))
+                throw invalidArgument("expected_versions", "may only give versions of the names removed");
+              if (version < 0)
+                throw invalidArgument("expected_versions", "must give 0 (no value) or a version, never less");
+              expectedVersions.set(name, version);
+            }
+            const guard = { confirmDestroyValues: req.confirmDestroyValues, expectedVersions };
+            return secrets.removeSecretNames(tx, app.id, names, guard);
+          });
         },
       );
       return { app: await load(app.id), destroyedValues: destroyed };

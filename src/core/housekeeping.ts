@@ -49,6 +49,16 @@ export async function inBatches(
   return total;
 }
 
+/** A task that runs `step` every `intervalMs`, in batches (`inBatches`): a sweep of rows past their time. */
+export function batchedTask(
+  name: string,
+  intervalMs: number,
+  step: (batch: number) => Promise<number>,
+  batch = HOUSEKEEPING_BATCH,
+): HousekeepingTask {
+  return { name, intervalMs, run: (signal) => inBatches(signal, step, batch) };
+}
+
 /**
  * Runs `step` for each app in turn and sums what they removed. An app whose
  * step fails does not stop the others (else one app that always fails, say a

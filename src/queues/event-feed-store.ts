@@ -4,6 +4,7 @@
  */
 import { sql, type Kysely } from "kysely";
 import type { Db, Timestamp } from "../core/database/index.ts";
+import { boundedDelete } from "./store/sql-fragments.ts";
 
 /** The NOTIFY channel on which an append announces `instance|appId`, sent at its commit. */
 export const EVENT_FEED_CHANNEL = "pb_event_feed";
@@ -88,27 +89,22 @@ export function createEventFeedStore(database: Db): EventFeedStore {
       return rows[0]?.id ?? "0";
     },
 
-    async expire(batch) {
-      const result = await sql`
-        DELETE FROM queue_event_feed WHERE id IN (
-          SELECT id FROM queue_event_feed WHERE expires_at <= now()
-          LIMIT ${batch}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(db);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    expire: (batch) =>
+      boundedDelete(db, {
+        table: "queue_event_feed",
+        keys: ["id"],
+        rows: sql`queue_event_feed WHERE expires_at <= now()`,
+        limit: batch,
+      }),
 
-    async deleteOrphans(batch) {
-      // The feed has no foreign key to its app, so its rows do not go with it: a deleted app's events
-      // (operators' data, secret names) would otherwise stay until their own expiry, up to a year.
-      const result = await sql`
-        DELETE FROM queue_event_feed WHERE id IN (
-          SELECT f.id FROM queue_event_feed f
-          WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = f.app_id)
-          LIMIT ${batch}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(db);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    // The feed has no foreign key to its app, so its rows do not go with it: a deleted app's events
+    // (operators' data, secret names) would otherwise stay until their own expiry, up to a year.
+    deleteOrphans: (batch) =>
+      boundedDelete(db, {
+        table: "queue_event_feed",
+        keys: ["id"],
+        rows: sql`queue_event_feed f WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = f.app_id)`,
+        limit: batch,
+      }),
   };
 }

@@ -24,7 +24,7 @@ import { appOf, currentApp } from "../core/auth.ts";
 import type { Database, InTransaction } from "../core/database/index.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
-import { inBatches, RETENTION_INTERVAL_MS, type HousekeepingTask } from "../core/housekeeping.ts";
+import { batchedTask, RETENTION_INTERVAL_MS, type HousekeepingTask } from "../core/housekeeping.ts";
 import type { Metrics } from "../core/metrics.ts";
 import { isInt64Text } from "../core/text.ts";
 import { EVENT_FEED_CHANNEL, type EventFeedStore } from "./event-feed-store.ts";
@@ -192,16 +192,13 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
     },
 
     housekeeping: () => [
-      {
-        name: "queue event feed expiry",
-        intervalMs: EXPIRE_INTERVAL_MS,
-        run: (signal) => inBatches(signal, (batch) => store.expire(batch), EXPIRE_BATCH),
-      },
-      {
-        name: "queue event feed of deleted apps",
-        intervalMs: RETENTION_INTERVAL_MS,
-        run: (signal) => inBatches(signal, (batch) => store.deleteOrphans(batch), EXPIRE_BATCH),
-      },
+      batchedTask("queue event feed expiry", EXPIRE_INTERVAL_MS, (batch) => store.expire(batch), EXPIRE_BATCH),
+      batchedTask(
+        "queue event feed of deleted apps",
+        RETENTION_INTERVAL_MS,
+        (batch) => store.deleteOrphans(batch),
+        EXPIRE_BATCH,
+      ),
     ],
 
     async start() {

@@ -45,14 +45,22 @@ function fastValue(json: JsonValue, depth: number): Value {
   }
 }
 
-/** `fromJson(ValueSchema, json)`, the same message and the same errors. */
-export function valueFromJson(json: JsonValue): Value {
+/** `fast(input, 0)`, or the library's `slow(input)` where the fast path gives up (TooDeep). */
+function fastOr<I, O>(fast: (input: I, depth: number) => O, slow: (input: I) => O, input: I): O {
   try {
-    return fastValue(json, 0);
+    return fast(input, 0);
   } catch (err) {
-    if (err instanceof TooDeep) return fromJson(ValueSchema, json);
+    if (err instanceof TooDeep) return slow(input);
     throw err;
   }
+}
+
+const libraryValue = (json: JsonValue) => fromJson(ValueSchema, json);
+const libraryJson = (value: Value) => toJson(ValueSchema, value);
+
+/** `fromJson(ValueSchema, json)`, the same message and the same errors. */
+export function valueFromJson(json: JsonValue): Value {
+  return fastOr(fastValue, libraryValue, json);
 }
 
 function fastJson(value: Value, depth: number): JsonValue {
@@ -88,12 +96,7 @@ function fastJson(value: Value, depth: number): JsonValue {
 
 /** `toJson(ValueSchema, value)`, the same JSON and the same errors. */
 export function valueToJson(value: Value): JsonValue {
-  try {
-    return fastJson(value, 0);
-  } catch (err) {
-    if (err instanceof TooDeep) return toJson(ValueSchema, value);
-    throw err;
-  }
+  return fastOr(fastJson, libraryJson, value);
 }
 
 /** A payload's stored JSON text as a `Value`. */

@@ -11,7 +11,7 @@
  * waiting on each other).
  */
 import type { Metrics } from "../core/metrics.ts";
-import { inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
+import { batchedTask, inBatches, type HousekeepingTask } from "../core/housekeeping.ts";
 import {
   ACTIVITY_KEEP_HOURS,
   DEAD_LETTER_EXPIRE_INTERVAL_MS,
@@ -28,6 +28,9 @@ export function queueHousekeeping(
   rateBuckets: RateBucketStore,
   metrics: Metrics,
 ): HousekeepingTask[] {
+  /** A sweep run every `DEAD_LETTER_EXPIRE_INTERVAL_MS`, in batches of `EXPIRE_BATCH`. */
+  const sweep = (name: string, step: (batch: number) => Promise<number>) =>
+    batchedTask(name, DEAD_LETTER_EXPIRE_INTERVAL_MS, step, EXPIRE_BATCH);
   const expired = metrics.counter("queue_messages_expired_total", "Waiting messages dropped at their expiresAt.", []);
   return [
     {
@@ -39,46 +42,12 @@ export function queueHousekeeping(
         return n;
       },
     },
-    {
-      name: "queue dead-letter expiry",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) => inBatches(signal, (batch) => store.expireDeadLetters(batch), EXPIRE_BATCH),
-    },
-    {
-      name: "queue dedup keys",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) => inBatches(signal, (batch) => store.expireDedupKeys(batch), EXPIRE_BATCH),
-    },
-    {
-      name: "queue count slots",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) => inBatches(signal, (batch) => store.compactCounts(batch), EXPIRE_BATCH),
-    },
-    {
-      name: "queue dead-letter counts",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) => inBatches(signal, (batch) => store.compactDeadLetterCounts(batch), EXPIRE_BATCH),
-    },
-    {
-      name: "queue rate buckets",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) =>
-        inBatches(
-          signal,
-          (batch) => rateBuckets.sweep({ idleSeconds: RATE_BUCKET_IDLE_SECONDS, limit: batch }),
-          EXPIRE_BATCH,
-        ),
-    },
-    {
-      name: "queue activity hours",
-      intervalMs: DEAD_LETTER_EXPIRE_INTERVAL_MS,
-      run: (signal) =>
-        inBatches(
-          signal,
-          (batch) => store.pruneActivity({ keepHours: ACTIVITY_KEEP_HOURS, limit: batch }),
-          EXPIRE_BATCH,
-        ),
-    },
+    sweep("queue dead-letter expiry", (batch) => store.expireDeadLetters(batch)),
+    sweep("queue dedup keys", (batch) => store.expireDedupKeys(batch)),
+    sweep("queue count slots", (batch) => store.compactCounts(batch)),
+    sweep("queue dead-letter counts", (batch) => store.compactDeadLetterCounts(batch)),
+    sweep("queue rate buckets", (batch) => rateBuckets.sweep({ idleSeconds: RATE_BUCKET_IDLE_SECONDS, limit: batch })),
+    sweep("queue activity hours", (batch) => store.pruneActivity({ keepHours: ACTIVITY_KEEP_HOURS, limit: batch })),
     {
       name: "queue messages of deleted apps",
       intervalMs: ORPHAN_INTERVAL_MS,

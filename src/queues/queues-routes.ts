@@ -66,27 +66,20 @@ const GroupKey = optionalString().meta({
     "Extension, 1 to 128 characters, no control characters: the message's ordered group. A group's messages are delivered one at a time in put order (the next is not visible while one before it is leased, held back for a retry or delayed; a dead letter releases the group); other groups and ungrouped messages flow on. Within a group put order wins over `priority`.",
 });
 
-const PutBody = jsonObject({
+/** One message's fields, as a put takes them and as each message of a batch put does. */
+const PutFields = {
   payload: Payload,
   delaySeconds: optionalInteger(),
   ttlSeconds: optionalInteger(),
   dedupKey: DedupKey,
   priority: Priority,
   groupKey: GroupKey,
-});
+};
+
+const PutBody = jsonObject(PutFields);
 
 const BatchPutBody = jsonObject({
-  messages: z.array(
-    fixedObject({
-      payload: Payload,
-      delaySeconds: optionalInteger(),
-      ttlSeconds: optionalInteger(),
-      dedupKey: DedupKey,
-      priority: Priority,
-      groupKey: GroupKey,
-    }),
-    { error: "must be an array of messages" },
-  ),
+  messages: z.array(fixedObject(PutFields), { error: "must be an array of messages" }),
 });
 
 /** No body at all is an empty one: every field has a default. */
@@ -149,8 +142,9 @@ const SelectionBody = optionalJsonObject({
   ids: strings("must be an array of message ids").optional(),
 });
 
-/** The path and body of the two calls on selected dead letters (replay, purge): `ids`, or every one. */
+/** The method, path and body of the two calls on selected dead letters (replay, purge): `ids`, or every one. */
 const deadLetterSelection = {
+  method: "POST" as const,
   params: QueuePath,
   body: SelectionBody,
   request: ({ params, body }: { params: z.infer<typeof QueuePath>; body: z.infer<typeof SelectionBody> }) => ({
@@ -158,6 +152,14 @@ const deadLetterSelection = {
     ids: body.ids ?? [],
   }),
 };
+
+/** The answer of a route that answers one count of its RPC's answer (`{ "purged": 3 }`): its schema and mapping. */
+function countAnswer<K extends string>(field: K) {
+  return {
+    responseSchema: z.object({ [field]: Int }),
+    response: (out: Record<K, number>) => ({ [field]: out[field] }),
+  };
+}
 
 function payloadValue(payload: JsonValue, field = "payload"): Value {
   try {
@@ -167,7 +169,9 @@ function payloadValue(payload: JsonValue, field = "payload"): Value {
   }
 }
 
-const EpochMs = z.number().int().meta({ description: "Epoch milliseconds." });
+/** A whole number of a 200 body. */
+const Int = z.number().int();
+const EpochMs = Int.meta({ description: "Epoch milliseconds." });
 const NullableMs = EpochMs.nullable();
 
 function policyJson(p: QueuePolicy | undefined) {
@@ -190,14 +194,11 @@ const QueueListResponse = z.object({
   queues: z.array(
     z.object({
       name: z.string(),
-      depth: z.number().int(),
-      inFlight: z.number().int(),
-      maxDepth: z.number().int(),
+      depth: Int,
+      inFlight: Int,
+      maxDepth: Int,
       oldestAt: NullableMs,
-      deadLetters: z
-        .number()
-        .int()
-        .meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
+      deadLetters: Int.meta({ description: "Messages that reached the app's maxDeliveries; not counted in depth." }),
     }),
   ),
 });
@@ -226,7 +227,7 @@ const MessageJson = z.object({
   enqueuedAt: NullableMs,
   expiresAt: NullableMs,
   leaseExpiresAt: NullableMs,
-  deliveries: z.number().int(),
+  deliveries: Int,
   groupKey: z
     .string()
     .optional()
@@ -247,17 +248,17 @@ const NackResponse = z.object({
 });
 const PolicyResponse = z.object({
   queue: z.string(),
-  maxDeliveries: z.number().int().meta({ description: "0 is unlimited." }),
+  maxDeliveries: Int.meta({ description: "0 is unlimited." }),
   deadLetterQueue: z
     .string()
     .nullable()
     .meta({ description: "null: the queue's dead-letter list; `_drop`: deleted; a name: that queue of the app." }),
-  retryDelaySeconds: z.number().int(),
+  retryDelaySeconds: Int,
   retryBackoff: z.number(),
-  maxRetryDelaySeconds: z.number().int(),
+  maxRetryDelaySeconds: Int,
   retryJitter: z.number().meta({ description: "0 to 1: each hold is drawn from [hold × (1 − retryJitter), hold]." }),
-  leaseSeconds: z.number().int(),
-  dedupWindowSeconds: z.number().int(),
+  leaseSeconds: Int,
+  dedupWindowSeconds: Int,
   maxDeliveriesPerSecond: z.number().meta({
     description:
       'Messages handed out a second at most, across all consumers and instances (a consume beyond it waits, up to its waitSeconds); 0 is no limit. See docs/queues.md "Rate limits".',
@@ -269,7 +270,7 @@ const MessageStateResponse = z.object({
   status: z.enum(["waiting", "delayed", "leased", "dead"]),
   enqueuedAt: NullableMs,
   expiresAt: NullableMs,
-  deliveries: z.number().int(),
+  deliveries: Int,
   visibleAt: NullableMs.meta({ description: "`delayed`: when it becomes visible; else null." }),
   leaseExpiresAt: NullableMs.meta({ description: "`leased`: when the lease lapses; else null." }),
   failureReason: z
@@ -285,7 +286,7 @@ const DeadLetterListResponse = z.object({
       id: z.string(),
       payload: z.unknown(),
       enqueuedAt: NullableMs,
-      deliveries: z.number().int(),
+      deliveries: Int,
       diedAt: NullableMs,
       expiresAt: NullableMs,
       failureReason: z
@@ -592,10 +593,8 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     }),
   }),
   defineRoute({
-    method: "POST",
     url: "/v1/queues/:queue/dead-letters/replay",
     rpc: QueueService.method.replayQueueDeadLetters,
-    responseSchema: z.object({ replayed: z.number().int() }),
     doc: {
       summary: "Put dead letters back in line",
       description: "Extension. Those of `ids`, or every dead letter of the queue; visible now, deliveries 0.",
@@ -604,13 +603,11 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       responseExample: { replayed: 1 },
     },
     ...deadLetterSelection,
-    response: (out) => ({ replayed: out.replayed }),
+    ...countAnswer("replayed"),
   }),
   defineRoute({
-    method: "POST",
     url: "/v1/queues/:queue/dead-letters/purge",
     rpc: QueueService.method.purgeQueueDeadLetters,
-    responseSchema: z.object({ purged: z.number().int() }),
     doc: {
       summary: "Delete dead letters",
       description: "Extension. Those of `ids`, or every dead letter of the queue.",
@@ -619,13 +616,12 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
       responseExample: { purged: 3 },
     },
     ...deadLetterSelection,
-    response: (out) => ({ purged: out.purged }),
+    ...countAnswer("purged"),
   }),
   defineRoute({
     method: "POST",
     url: "/v1/queues/:queue/purge",
     rpc: QueueService.method.purgeQueue,
-    responseSchema: z.object({ purged: z.number().int() }),
     doc: {
       summary: "Delete a queue's waiting messages",
       description:
@@ -637,7 +633,7 @@ export const queuesRoutes: readonly AnyRestRoute[] = [
     params: QueuePath,
     body: PurgeBody,
     request: ({ params, body }) => ({ queue: params.queue, includeLeased: body.includeLeased ?? false }),
-    response: (out) => ({ purged: out.purged }),
+    ...countAnswer("purged"),
   }),
   defineRoute({
     method: "GET",

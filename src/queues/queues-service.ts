@@ -774,17 +774,17 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const state = await store.messageState(app.id, queue, req.id.toLowerCase());
         if (!state) throw new PlatformError("not_found", `no message ${req.id} on queue ${queue}`);
         const ts = (d: Date | null) => (d === null ? undefined : timestampFromMs(d.getTime()));
+        // The id and the deliveries are the row's own; the times become Timestamps, a null an absent field.
         return {
-          id: state.id,
+          ...state,
           queue,
           status: MESSAGE_STATUS[state.status],
           enqueuedAt: ts(state.enqueuedAt),
           expiresAt: ts(state.expiresAt),
-          deliveries: state.deliveries,
           visibleAt: ts(state.visibleAt),
           leaseExpiresAt: ts(state.leaseExpiresAt),
-          failureReason: state.failureReason ?? undefined,
           diedAt: ts(state.diedAt),
+          failureReason: state.failureReason ?? undefined,
           groupKey: state.groupKey ?? undefined,
         };
       },

@@ -176,27 +176,29 @@ function registerLinkRoutes(fastify: FastifyInstance, options: LinkPageOptions):
     const token = (req.params as { token?: string }).token ?? "";
     return TOKEN_PATTERN.test(token) ? token : undefined;
   };
-  const onRequest = async (_req: FastifyRequest, reply: FastifyReply) => privacyHeaders(reply);
+  /** One method of the link's URL, every answer with the privacy headers; `token` is undefined when malformed. */
+  const linkRoute = (
+    method: "GET" | "POST" | "PUT",
+    handler: (token: string | undefined, req: FastifyRequest, reply: FastifyReply) => Promise<unknown>,
+    config?: typeof FORM_ROUTE_CONFIG,
+  ) =>
+    fastify.route({
+      method,
+      url: "/secret-links/:token",
+      ...(config && { config }),
+      onRequest: async (_req, reply) => privacyHeaders(reply),
+      handler: (req, reply) => handler(tokenOf(req), req, reply),
+    });
 
-  fastify.route({
-    method: "GET",
-    url: "/secret-links/:token",
-    onRequest,
-    handler: async (req, reply) => {
-      const token = tokenOf(req);
-      const link = token ? await options.findLink(token) : undefined;
-      if (!token || !link) return html(reply, 404, deadPage());
-      return html(reply, 200, formPage(link, csrfFor(token)));
-    },
+  linkRoute("GET", async (token, _req, reply) => {
+    const link = token ? await options.findLink(token) : undefined;
+    if (!token || !link) return html(reply, 404, deadPage());
+    return html(reply, 200, formPage(link, csrfFor(token)));
   });
 
-  fastify.route({
-    method: "POST",
-    url: "/secret-links/:token",
-    config: FORM_ROUTE_CONFIG,
-    onRequest,
-    handler: async (req, reply) => {
-      const token = tokenOf(req);
+  linkRoute(
+    "POST",
+    async (token, req, reply) => {
       if (!token) return html(reply, 404, deadPage());
       const body = (req.body ?? {}) as Record<string, unknown>;
       const problem = typeof body === "object" && !Array.isArray(body) ? undefined : "The form could not be read.";
@@ -216,26 +218,21 @@ function registerLinkRoutes(fastify: FastifyInstance, options: LinkPageOptions):
       if (!result) return html(reply, 404, deadPage());
       return html(reply, 200, donePage(result));
     },
-  });
+    FORM_ROUTE_CONFIG,
+  );
 
-  fastify.route({
-    method: "PUT",
-    url: "/secret-links/:token",
-    onRequest,
-    handler: async (req, reply) => {
-      const token = tokenOf(req);
-      const body = req.body;
-      if (body === null || typeof body !== "object" || Array.isArray(body)) {
-        throw new PlatformError("invalid_argument", "body: must be a JSON object { value }", {
-          details: ["body: must be a JSON object"],
-        });
-      }
-      const value = (body as Record<string, unknown>).value;
-      const problem = options.valueProblem(value);
-      if (problem) throw new PlatformError("invalid_argument", `value: ${problem}`, { details: [`value: ${problem}`] });
-      const result = token ? await options.useLink(token, value as string) : undefined;
-      if (!result) throw new PlatformError("not_found", "this link is unknown, used or expired");
-      return reply.code(200).send({ name: result.name, version: result.version, setAt: result.setAt.getTime() });
-    },
+  linkRoute("PUT", async (token, req, reply) => {
+    const body = req.body;
+    if (body === null || typeof body !== "object" || Array.isArray(body)) {
+      throw new PlatformError("invalid_argument", "body: must be a JSON object { value }", {
+        details: ["body: must be a JSON object"],
+      });
+    }
+    const value = (body as Record<string, unknown>).value;
+    const problem = options.valueProblem(value);
+    if (problem) throw new PlatformError("invalid_argument", `value: ${problem}`, { details: [`value: ${problem}`] });
+    const result = token ? await options.useLink(token, value as string) : undefined;
+    if (!result) throw new PlatformError("not_found", "this link is unknown, used or expired");
+    return reply.code(200).send({ name: result.name, version: result.version, setAt: result.setAt.getTime() });
   });
 }

@@ -1,49 +1,32 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AdminService, AppStatus } from "../../gen/platform/admin/v1/admin_pb.js";
 import { createAuthenticator, generateServiceToken, hashToken } from "../../src/core/auth.ts";
-import { openDatabase, migrate, type Database } from "../../src/core/database/index.ts";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
 import { InferenceService } from "../../gen/platform/inference/v1/inference_pb.js";
-import {
-  backend,
-  createTestDatabase,
-  startInstances,
-  type Instances,
-  type TestDatabase,
-  type TestServer,
-} from "../support/harness.ts";
+import { backend, startInstances, useMigratedDatabase, type Instances, type TestServer } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
 const generate = InferenceService.method.generate;
 
+// The two blocks of one authenticator over the database share one migrated database; each app is its own.
+const database = useMigratedDatabase();
+
+/** A running app named `name` and one service token of it. */
+async function appWithToken(name: string) {
+  const app = await tables(database.db)
+    .insertInto("apps")
+    .values({ name, status: "running", mail_from: "", limits: "{}" })
+    .returning("id")
+    .executeTakeFirstOrThrow();
+  const token = generateServiceToken();
+  await tables(database.db)
+    .insertInto("app_tokens")
+    .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
+    .execute();
+  return { id: app.id, token };
+}
+
 describe("createAuthenticator: remembered tokens", () => {
-  let tdb: TestDatabase;
-  let database: Database;
-  beforeAll(async () => {
-    tdb = await createTestDatabase();
-    database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
-    await migrate(database.db);
-  });
-  afterAll(async () => {
-    await database?.close();
-    await tdb?.drop();
-  });
-
-  async function appWithToken(name: string) {
-    const app = await tables(database.db)
-      .insertInto("apps")
-      .values({ name, status: "running", mail_from: "", limits: "{}" })
-      .returning("id")
-      .executeTakeFirstOrThrow();
-    const { generateServiceToken, hashToken } = await import("../../src/core/auth.ts");
-    const token = generateServiceToken();
-    await tables(database.db)
-      .insertInto("app_tokens")
-      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
-      .execute();
-    return { id: app.id, token };
-  }
-
   it("serves a found token from memory until its lifetime ends, and never an unknown one", async () => {
     let now = 1_000;
     const auth = createAuthenticator({ db: database.db, adminToken: "x".repeat(40), cacheMs: 500, clock: () => now });
@@ -103,32 +86,11 @@ describe("createAuthenticator: remembered tokens", () => {
 });
 
 describe("authenticateNow: the caller without waiting, only when authenticate would find the same", () => {
-  let tdb: TestDatabase;
-  let database: Database;
-  beforeAll(async () => {
-    tdb = await createTestDatabase();
-    database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
-    await migrate(database.db);
-  });
-  afterAll(async () => {
-    await database?.close();
-    await tdb?.drop();
-  });
-
   it("decides a remembered token at once, and leaves everything else to authenticate", async () => {
     let now = 1_000;
     const adminToken = "x".repeat(40);
     const auth = createAuthenticator({ db: database.db, adminToken, cacheMs: 500, clock: () => now });
-    const app = await tables(database.db)
-      .insertInto("apps")
-      .values({ name: "now-a", status: "running", mail_from: "", limits: "{}" })
-      .returning("id")
-      .executeTakeFirstOrThrow();
-    const token = generateServiceToken();
-    await tables(database.db)
-      .insertInto("app_tokens")
-      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
-      .execute();
+    const { id, token } = await appWithToken("now-a");
     const listModels = InferenceService.method.listModels;
     // Public services need no token; the admin service and unknown or malformed tokens are never decided here.
     expect(auth.authenticateNow!(undefined, MetaService.method.getHealth)).toEqual({ kind: "public" });
@@ -142,7 +104,7 @@ describe("authenticateNow: the caller without waiting, only when authenticate wo
     // Past the memory's lifetime, or after an invalidation: authenticate's to decide again.
     now += 501;
     expect(auth.authenticateNow!(`Bearer ${token}`, generate)).toBeUndefined();
-    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", id).execute();
     auth.invalidate();
     await expect(auth.authenticate(`Bearer ${token}`, generate)).rejects.toMatchObject({ code: "app_stopped" });
     // A stopped app: its open reads are decided at once, anything else is authenticate's refusal.
@@ -162,19 +124,10 @@ describe("authenticateNow: the caller without waiting, only when authenticate wo
       clock: () => now,
       onTokenLookedUp: () => lookups++,
     });
-    const app = await tables(database.db)
-      .insertInto("apps")
-      .values({ name: "now-refresh", status: "running", mail_from: "", limits: "{}" })
-      .returning("id")
-      .executeTakeFirstOrThrow();
-    const token = generateServiceToken();
-    await tables(database.db)
-      .insertInto("app_tokens")
-      .values({ app_id: app.id, token_hash: hashToken(token), label: "" })
-      .execute();
+    const { id, token } = await appWithToken("now-refresh");
     await auth.authenticate(`Bearer ${token}`, generate);
     expect(lookups).toBe(1);
-    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", app.id).execute();
+    await tables(database.db).updateTable("apps").set({ status: "stopped" }).where("id", "=", id).execute();
     // Requests decided only at once (the hot path) keep the memory fresh: past half its lifetime, a lookup runs
     // beside them, and what it read (the app stopped) decides the next request, before the old entry would end.
     now += 300;

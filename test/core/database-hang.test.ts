@@ -10,20 +10,14 @@
  * unreachable database 503 `unavailable`, as every other path does.
  */
 import net from "node:net";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
 import { openDatabase } from "../../src/core/database/index.ts";
 import { toPlatformError } from "../../src/core/errors.ts";
 import { createSqlEventStore } from "../../src/analytics/sql-event-store.ts";
-import {
-  createTestDatabase,
-  startServer,
-  type TestDatabase,
-  type TestServer,
-  describeOnPostgres,
-} from "../support/harness.ts";
-import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
+import { describeOnPostgres } from "../support/harness.ts";
+import { useServerBehindProxy } from "../support/tcp-proxy.ts";
 
 const STATEMENT_MS = 1000;
 const POOL_WAIT_MS = 1000;
@@ -34,29 +28,15 @@ describeOnPostgres(
   "a database that hangs (src/core/database/pg-pool.ts)",
   "it holds a connection to the server",
   () => {
-    let database: TestDatabase;
-    let proxy: TcpProxy;
-    let t: TestServer;
-
-    beforeAll(async () => {
-      database = await createTestDatabase();
-      proxy = await startTcpProxy(database.url!);
-      t = await startServer({
-        database: { ...database, url: proxy.url },
-        env: { DATABASE_STATEMENT_TIMEOUT_MS: String(STATEMENT_MS), DATABASE_POOL_WAIT_MS: String(POOL_WAIT_MS) },
-      });
-    });
-    afterAll(async () => {
-      proxy?.release();
-      await t?.close();
-      await proxy?.close();
-      await database?.drop();
+    const behind = useServerBehindProxy({
+      DATABASE_STATEMENT_TIMEOUT_MS: String(STATEMENT_MS),
+      DATABASE_POOL_WAIT_MS: String(POOL_WAIT_MS),
     });
 
     /** A REST call that gives up (throws) long after the service should have answered. */
     const timed = async (method: string, path: string, token?: string, body?: unknown) => {
       const started = performance.now();
-      const res = await fetch(t.url + path, {
+      const res = await fetch(behind.t.url + path, {
         method,
         headers: {
           ...(token ? { authorization: `Bearer ${token}` } : {}),
@@ -74,7 +54,7 @@ describeOnPostgres(
     };
 
     it("lets a long-poll wait longer than the statement bound", async () => {
-      const app = await t.createApp();
+      const app = await behind.t.createApp();
       const res = await timed("POST", "/v1/queues/idle/consume", app.token, { waitSeconds: 3 });
       expect(res.status).toBe(200);
       expect(res.body).toEqual({ message: null });
@@ -82,11 +62,11 @@ describeOnPostgres(
     });
 
     it("answers 503 unavailable within the bounds while it hangs, and recovers", async () => {
-      const app = await t.createApp();
+      const app = await behind.t.createApp();
       expect((await timed("POST", "/v1/queues/jobs", app.token, { payload: 1 })).status).toBe(200);
       expect((await timed("GET", "/ready")).status).toBe(200);
 
-      proxy.hold();
+      behind.proxy.hold();
       // More requests at once than the pool has connections: some wait for the pool, all are bounded.
       const during = await Promise.all([
         ...Array.from({ length: 30 }, (_, i) => timed("POST", "/v1/queues/jobs", app.token, { payload: i })),
@@ -99,7 +79,7 @@ describeOnPostgres(
         expect(Number(res.retryAfter)).toBeGreaterThan(0);
         expect(res.ms).toBeLessThan(ANSWER_WITHIN_MS);
       }
-      const connect = t.client(QueueService, app.token);
+      const connect = behind.t.client(QueueService, app.token);
       const started = performance.now();
       const err = await connect.listQueues({}).then(
         () => undefined,
@@ -112,7 +92,7 @@ describeOnPostgres(
       expect(ready.body.checks?.database).not.toBe("ok");
       expect((await timed("GET", "/health")).status).toBe(200);
 
-      proxy.release();
+      behind.proxy.release();
       // Each try is a request: wait for the service to answer again, not for time.
       let put = await timed("POST", "/v1/queues/jobs", app.token, { payload: "after" });
       while (put.status !== 200) {

@@ -12,15 +12,8 @@ import net from "node:net";
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { COLLECT_TIMEOUT_MS } from "../../src/core/metrics.ts";
-import {
-  createTestDatabase,
-  startServer,
-  useTestServer,
-  type TestDatabase,
-  type TestServer,
-  describeOnPostgres,
-} from "../support/harness.ts";
-import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
+import { startServer, useTestServer, type TestServer, describeOnPostgres } from "../support/harness.ts";
+import { useServerBehindProxy } from "../support/tcp-proxy.ts";
 
 /** Every sample of /metrics as `name{labels}` → value. */
 async function scrape(t: TestServer): Promise<Map<string, number>> {
@@ -138,26 +131,12 @@ describe("the readiness gauges of a server whose mail provider cannot be reached
 });
 
 describeOnPostgres("/metrics while the database hangs", "it holds a connection to the server", () => {
-  let database: TestDatabase;
-  let proxy: TcpProxy;
-  let t: TestServer;
-
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    proxy = await startTcpProxy(database.url!);
-    t = await startServer({ database: { ...database, url: proxy.url } });
-  });
-  afterAll(async () => {
-    proxy?.release();
-    await t?.close();
-    await proxy?.close();
-    await database?.drop();
-  });
+  const behind = useServerBehindProxy();
 
   it("answers within the gauges' bound, not ready, rather than waiting for the database", async () => {
-    proxy.hold();
+    behind.proxy.hold();
     const started = performance.now();
-    const samples = await scrape(t);
+    const samples = await scrape(behind.t);
     // The bound, plus slack for a loaded machine; the database's own bounds are 5 and 10 s.
     expect(performance.now() - started).toBeLessThan(COLLECT_TIMEOUT_MS + 1500);
     expect(samples.get("platform_ready")).toBe(0);

@@ -10,53 +10,35 @@
  * (nothing was sent) is a plain 503 without the flag.
  */
 import { ConnectError } from "@connectrpc/connect";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { expect, it } from "vitest";
 import { QueueService } from "../../gen/platform/queues/v1/queues_pb.js";
-import {
-  createTestDatabase,
-  startServer,
-  type TestDatabase,
-  type TestServer,
-  describeOnPostgres,
-} from "../support/harness.ts";
-import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.ts";
+import { createTestDatabase, startServer, describeOnPostgres } from "../support/harness.ts";
+import { startTcpProxy, useServerBehindProxy } from "../support/tcp-proxy.ts";
 
 const STATEMENT_MS = 1000;
 
 describeOnPostgres("a 503 that may have committed says so", "it cuts a connection to the server", () => {
-  let database: TestDatabase;
-  let proxy: TcpProxy;
-  let t: TestServer;
-
-  beforeAll(async () => {
-    database = await createTestDatabase();
-    proxy = await startTcpProxy(database.url!);
-    t = await startServer({
-      database: { ...database, url: proxy.url },
-      env: { DATABASE_STATEMENT_TIMEOUT_MS: String(STATEMENT_MS), DATABASE_POOL_WAIT_MS: "1000" },
-    });
-  });
-  afterAll(async () => {
-    proxy?.release();
-    await t?.close();
-    await proxy?.close();
-    await database?.drop();
+  const behind = useServerBehindProxy({
+    DATABASE_STATEMENT_TIMEOUT_MS: String(STATEMENT_MS),
+    DATABASE_POOL_WAIT_MS: "1000",
   });
 
   it("REST and Connect: a put whose answer the database lost is 503 with Outcome-Unknown and says it may be committed", async () => {
-    const app = await t.createApp();
-    expect((await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 0 } })).status).toBe(200);
+    const app = await behind.t.createApp();
+    expect((await behind.t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 0 } })).status).toBe(
+      200,
+    );
 
-    proxy.holdAnswers();
-    const rest = await t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
-    const connect = await t
+    behind.proxy.holdAnswers();
+    const rest = await behind.t.request("POST", "/v1/queues/jobs", { token: app.token, body: { payload: 1 } });
+    const connect = await behind.t
       .client(QueueService, app.token)
       .putMessage({ queue: "jobs", payload: { kind: { case: "numberValue", value: 2 } } })
       .then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );
-    proxy.release();
+    behind.proxy.release();
 
     expect(rest.status).toBe(503);
     expect(rest.headers.get("outcome-unknown")).toBe("true");

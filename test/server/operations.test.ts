@@ -1,16 +1,9 @@
-import { execFile } from "node:child_process";
-import fs from "node:fs/promises";
-import os from "node:os";
-import path from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import https from "node:https";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, createConnectTransport } from "@connectrpc/connect-node";
 import { MetaService } from "../../gen/platform/meta/v1/meta_pb.js";
-import { startServer, type TestServer } from "../support/harness.ts";
-
-const run = promisify(execFile);
+import { startServer, testCertificate, type TestServer } from "../support/harness.ts";
 
 describe("logs", () => {
   let t: TestServer;
@@ -42,40 +35,16 @@ describe("logs", () => {
 
 describe("TLS", () => {
   let t: TestServer;
-  let dir: string;
+  let ca: Buffer;
   beforeAll(async () => {
-    dir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-tls-"));
-    await run("openssl", [
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      path.join(dir, "key.pem"),
-      "-out",
-      path.join(dir, "cert.pem"),
-      "-days",
-      "1",
-      "-subj",
-      "/CN=127.0.0.1",
-      "-addext",
-      "subjectAltName=IP:127.0.0.1",
-    ]);
-    t = await startServer({
-      env: { TLS_KEY_FILE: path.join(dir, "key.pem"), TLS_CERT_FILE: path.join(dir, "cert.pem") },
-    });
+    // The test certificate (made once with openssl), served as TLS_KEY_FILE and TLS_CERT_FILE would be.
+    ca = (await testCertificate()).ca;
+    t = await startServer({ tls: true });
   });
-  afterAll(async () => {
-    await t?.close();
-    await fs.rm(dir, { recursive: true, force: true });
-  });
+  afterAll(() => t?.close());
 
   it("serves HTTPS over HTTP/1.1 and gRPC over HTTP/2 on the same port (ALPN)", async () => {
     expect(t.url.startsWith("https://")).toBe(true);
-    const ca = await fs.readFile(path.join(dir, "cert.pem"));
     const body = await new Promise<string>((resolve, reject) => {
       https
         .get(`${t.url}/health`, { ca }, (res) => {

@@ -55,48 +55,23 @@ describe("one port, every protocol", () => {
     });
   }
 
+  /** `buf curl` over gRPC with prior knowledge of h2c (no schema: it asks the server's reflection); its output. */
+  const bufCurl = async (...args: string[]) =>
+    (await run("node_modules/.bin/buf", ["curl", "--protocol", "grpc", "--http2-prior-knowledge", ...args])).stdout;
+
   it("plain HTTP/1.1 and h2c on the same port (gRPC reflection lets buf curl call without a schema)", async () => {
-    const { stdout } = await run("node_modules/.bin/buf", [
-      "curl",
-      "--protocol",
-      "grpc",
-      "--http2-prior-knowledge",
-      `${t.url}/platform.meta.v1.MetaService/GetVersion`,
-    ]);
-    expect(JSON.parse(stdout)).toEqual({ name: pkg.name, version: pkg.version });
-    const { stdout: list } = await run("node_modules/.bin/buf", [
-      "curl",
-      "--protocol",
-      "grpc",
-      "--http2-prior-knowledge",
-      "--list-methods",
-      t.url,
-    ]);
+    const version = await bufCurl(`${t.url}/platform.meta.v1.MetaService/GetVersion`);
+    expect(JSON.parse(version)).toEqual({ name: pkg.name, version: pkg.version });
+    const list = await bufCurl("--list-methods", t.url);
     expect(list).toContain("platform.admin.v1.AdminService/CreateApp");
     expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
   });
 
   it("gRPC reflection v1alpha, for grpcurl and older tools, answers as v1 does", async () => {
-    const { stdout } = await run("node_modules/.bin/buf", [
-      "curl",
-      "--protocol",
-      "grpc",
-      "--http2-prior-knowledge",
-      "--reflect-protocol",
-      "grpc-v1alpha",
-      `${t.url}/platform.meta.v1.MetaService/GetVersion`,
-    ]);
-    expect(JSON.parse(stdout)).toEqual({ name: pkg.name, version: pkg.version });
-    const { stdout: list } = await run("node_modules/.bin/buf", [
-      "curl",
-      "--protocol",
-      "grpc",
-      "--http2-prior-knowledge",
-      "--reflect-protocol",
-      "grpc-v1alpha",
-      "--list-methods",
-      t.url,
-    ]);
+    const v1alpha = ["--reflect-protocol", "grpc-v1alpha"];
+    const version = await bufCurl(...v1alpha, `${t.url}/platform.meta.v1.MetaService/GetVersion`);
+    expect(JSON.parse(version)).toEqual({ name: pkg.name, version: pkg.version });
+    const list = await bufCurl(...v1alpha, "--list-methods", t.url);
     expect(list).toContain("platform.queues.v1.QueueService/PutMessage");
     expect(list).toContain("grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo");
   });

@@ -22,7 +22,7 @@ import { loadConfig } from "../../src/core/config.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer, type PlatformServer, type ServerOptions } from "../../src/platform-server.ts";
-import { openDatabase, type Database } from "../../src/core/database/index.ts";
+import { migrate, openDatabase, type Database } from "../../src/core/database/index.ts";
 
 /** Which backend this run uses: "postgres" when DATABASE_URL is set, else "pglite". */
 export const backend: "postgres" | "pglite" = process.env.DATABASE_URL ? "postgres" : "pglite";
@@ -482,6 +482,26 @@ export function useTestServer(
 }
 
 /**
+ * A fresh database of this run's backend, migrated and open, for the tests of the block (or file) that
+ * calls it: opened before the first (`beforeAll`), closed and dropped after the last. The returned object
+ * stands for the database; using it before `beforeAll` ran throws.
+ */
+export function useMigratedDatabase(): Database {
+  let tdb: TestDatabase | undefined;
+  let database: Database | undefined;
+  beforeAll(async () => {
+    tdb = await createTestDatabase();
+    database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
+    await migrate(database.db);
+  }, 120_000);
+  afterAll(async () => {
+    await database?.close();
+    await tdb?.drop();
+  });
+  return lateBound<Database>(() => database, "useMigratedDatabase");
+}
+
+/**
  * An app (with a token) on the file's server, created before the first test,
  * after the server's own setup. `setup` runs once it exists.
  */
@@ -495,7 +515,7 @@ export function useTestApp(t: TestServer, setup?: (app: TestApp) => Promise<void
 }
 
 /** An object that forwards to `get()`'s value, which exists only once the hooks ran. */
-function lateBound<T extends object>(get: () => T | undefined, what: string): T {
+export function lateBound<T extends object>(get: () => T | undefined, what: string): T {
   return new Proxy({} as T, {
     get(_target, key) {
       const value = get();

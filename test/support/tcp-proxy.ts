@@ -8,6 +8,8 @@
  * forwards what was held and carries on.
  */
 import net from "node:net";
+import { afterAll, beforeAll } from "vitest";
+import { createTestDatabase, lateBound, startServer, type TestDatabase, type TestServer } from "./harness.ts";
 
 export interface TcpProxy {
   /** `url` with its host and port replaced by the proxy's. */
@@ -60,5 +62,31 @@ export async function startTcpProxy(targetUrl: string, port = 0): Promise<TcpPro
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => server.close(resolve));
     },
+  };
+}
+
+/**
+ * The set-up of the tests (the describe block that calls it) whose server reaches a fresh database of its
+ * own through a proxy, started with `env`: made before them; after them the proxy releases what it held
+ * (so the server's stop is not held up), then the server stops, the proxy closes and the database is dropped.
+ */
+export function useServerBehindProxy(env: Record<string, string> = {}): { proxy: TcpProxy; t: TestServer } {
+  let database: TestDatabase | undefined;
+  let proxy: TcpProxy | undefined;
+  let t: TestServer | undefined;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    proxy = await startTcpProxy(database.url!);
+    t = await startServer({ database: { ...database, url: proxy.url }, env });
+  });
+  afterAll(async () => {
+    proxy?.release();
+    await t?.close();
+    await proxy?.close();
+    await database?.drop();
+  });
+  return {
+    proxy: lateBound<TcpProxy>(() => proxy, "useServerBehindProxy"),
+    t: lateBound<TestServer>(() => t, "useServerBehindProxy"),
   };
 }

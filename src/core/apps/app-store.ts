@@ -236,18 +236,12 @@ export function createAppStore(database: Db): AppStore {
       await db.deleteFrom("apps").where("id", "=", appId).execute();
     },
 
-    async insertToken(appId, tokenHash, label) {
-      const row = await db
-        .insertInto("app_tokens")
-        .values({ app_id: appId, token_hash: tokenHash, label })
-        .returning("id")
-        .executeTakeFirstOrThrow();
-      return row.id;
+    insertToken(appId, tokenHash, label) {
+      return insertTokenIn(db, "app_tokens", appId, tokenHash, label);
     },
 
-    async deleteToken(tokenId) {
-      const row = await db.deleteFrom("app_tokens").where("id", "=", tokenId).returning("app_id").executeTakeFirst();
-      return row?.app_id;
+    deleteToken(tokenId) {
+      return deleteTokenIn(db, "app_tokens", tokenId);
     },
 
     async lookupTokens(hashes) {
@@ -268,6 +262,34 @@ export function createAppStore(database: Db): AppStore {
       await markTokenUsedIn(db, "app_tokens", tokenId, intervalSeconds);
     },
   };
+}
+
+/** The column of a token table that names the token's holder. */
+const holderOf = (table: "app_tokens" | "operator_tokens") => (table === "app_tokens" ? "app_id" : "operator_id");
+
+/** Stores a new token of a holder (its hash, never the token) and answers its id: app and operator tokens alike. */
+export async function insertTokenIn<T>(
+  db: Kysely<T>,
+  table: "app_tokens" | "operator_tokens",
+  holderId: string,
+  tokenHash: string,
+  label: string,
+): Promise<string> {
+  const { rows } = await sql<{ id: string }>`
+    INSERT INTO ${sql.table(table)} (${sql.ref(holderOf(table))}, token_hash, label)
+    VALUES (${holderId}, ${tokenHash}, ${label}) RETURNING id`.execute(db);
+  return rows[0].id;
+}
+
+/** Deletes a token; answers its holder's id, or undefined when there was no such token: app and operator tokens alike. */
+export async function deleteTokenIn<T>(
+  db: Kysely<T>,
+  table: "app_tokens" | "operator_tokens",
+  tokenId: string,
+): Promise<string | undefined> {
+  const { rows } = await sql<{ holder: string }>`
+    DELETE FROM ${sql.table(table)} WHERE id = ${tokenId} RETURNING ${sql.ref(holderOf(table))} AS holder`.execute(db);
+  return rows[0]?.holder;
 }
 
 /**
@@ -295,10 +317,9 @@ export async function listTokensIn<T>(
   table: "app_tokens" | "operator_tokens",
   holderId: string,
 ): Promise<TokenInfo[]> {
-  const holder = table === "app_tokens" ? "app_id" : "operator_id";
   const { rows } = await sql<{ id: string; label: string; created_at: Date; last_used_at: Date | null }>`
     SELECT id, label, created_at, last_used_at FROM ${sql.table(table)}
-    WHERE ${sql.ref(holder)} = ${holderId}
+    WHERE ${sql.ref(holderOf(table))} = ${holderId}
     ORDER BY created_at DESC, id`.execute(db);
   return rows.map((r) => ({
     id: r.id,

@@ -5,7 +5,7 @@
  */
 import { sql, type ColumnType, type Generated, type Kysely } from "kysely";
 import type { Db } from "../database/index.ts";
-import { listTokensIn, markTokenUsedIn, type TokenInfo } from "../apps/app-store.ts";
+import { deleteTokenIn, insertTokenIn, listTokensIn, markTokenUsedIn, type TokenInfo } from "../apps/app-store.ts";
 
 export type OperatorRole = "admin" | "viewer";
 
@@ -131,22 +131,12 @@ export function createOperatorStore(database: Db): OperatorStore {
       return Number(result.numDeletedRows) > 0;
     },
 
-    async insertToken(operatorId, tokenHash, label) {
-      const row = await db
-        .insertInto("operator_tokens")
-        .values({ operator_id: operatorId, token_hash: tokenHash, label })
-        .returning("id")
-        .executeTakeFirstOrThrow();
-      return row.id;
+    insertToken(operatorId, tokenHash, label) {
+      return insertTokenIn(db, "operator_tokens", operatorId, tokenHash, label);
     },
 
-    async deleteToken(tokenId) {
-      const row = await db
-        .deleteFrom("operator_tokens")
-        .where("id", "=", tokenId)
-        .returning("operator_id")
-        .executeTakeFirst();
-      return row?.operator_id;
+    deleteToken(tokenId) {
+      return deleteTokenIn(db, "operator_tokens", tokenId);
     },
 
     listTokens(operatorId) {

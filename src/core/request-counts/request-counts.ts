@@ -64,6 +64,24 @@ export const facilityOfService = remembered((typeName) => counted(/^platform\.([
 /** The facility of a REST route template (`/v1/queues/:queue`), when it is one counted. */
 export const facilityOfRoute = remembered((route) => counted(/^\/v1\/([a-z]+)/.exec(route)?.[1]));
 
+interface Tally {
+  requests: number;
+  clientErrors: number;
+  serverErrors: number;
+}
+
+/** Adds the tallies of a flush that failed (`kept`) back into what was counted since (`into`), for the next one. */
+function addBack<T extends Tally>(into: Map<string, T>, kept: Map<string, T>): void {
+  for (const [k, v] of kept) {
+    const now = into.get(k);
+    if (now) {
+      now.requests += v.requests;
+      now.clientErrors += v.clientErrors;
+      now.serverErrors += v.serverErrors;
+    } else into.set(k, v);
+  }
+}
+
 export function createRequestCounts(db: Db, logger: Logger, clock: () => number = Date.now): RequestCounts {
   const store = createRequestCountStore(db);
   let buckets = new Map<string, BucketCounts>();
@@ -81,7 +99,7 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
     return key;
   };
 
-  const add = (into: { requests: number; clientErrors: number; serverErrors: number }, status: number) => {
+  const add = (into: Tally, status: number) => {
     into.requests++;
     if (status >= 500) into.serverErrors++;
     else if (status >= 400) into.clientErrors++;
@@ -97,23 +115,8 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
       if (failing) logger.info("request counts written again");
       failing = false;
     } catch (err) {
-      // Kept for the next flush: added back to what was counted meanwhile.
-      for (const [k, v] of b) {
-        const now = buckets.get(k);
-        if (now) {
-          now.requests += v.requests;
-          now.clientErrors += v.clientErrors;
-          now.serverErrors += v.serverErrors;
-        } else buckets.set(k, v);
-      }
-      for (const [k, v] of a) {
-        const now = apps.get(k);
-        if (now) {
-          now.requests += v.requests;
-          now.clientErrors += v.clientErrors;
-          now.serverErrors += v.serverErrors;
-        } else apps.set(k, v);
-      }
+      addBack(buckets, b);
+      addBack(apps, a);
       if (!failing)
         logger.warn({ err: err instanceof Error ? err.message : String(err) }, "request counts not written");
       failing = true;

@@ -5,7 +5,7 @@
  */
 import { sql } from "kysely";
 import type { QueueDbs } from "./queue-tables.ts";
-import { LEASED } from "./sql-fragments.ts";
+import { boundedDelete, LEASED } from "./sql-fragments.ts";
 
 /** The sweeps' deletes; each answers how many rows it deleted. */
 export interface HousekeepingStore {
@@ -27,15 +27,9 @@ export interface HousekeepingStore {
 
 export function createHousekeepingStore({ relaxedDb }: QueueDbs): HousekeepingStore {
   /** Deletes up to `limit` rows of `table` whose app is gone (deleted apps' messages and dead letters follow through housekeeping). */
-  async function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {
-    const result = await sql`
-      DELETE FROM ${sql.table(table)} WHERE id IN (
-        SELECT t.id FROM ${sql.table(table)} t
-        WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)
-        LIMIT ${limit}
-        FOR UPDATE SKIP LOCKED
-      )`.execute(relaxedDb);
-    return Number(result.numAffectedRows ?? 0n);
+  function deleteOrphansOf(table: "queue_messages" | "queue_dead_letters", limit: number): Promise<number> {
+    const rows = sql`${sql.table(table)} t WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE a.id = t.app_id)`;
+    return boundedDelete(relaxedDb, { table, keys: ["id"], rows, limit });
   }
 
   return {
@@ -52,47 +46,36 @@ export function createHousekeepingStore({ relaxedDb }: QueueDbs): HousekeepingSt
       }
       return total;
     },
-    async expireDedupKeys(limit) {
-      const result = await sql`
-        DELETE FROM queue_dedup WHERE (app_id, queue, dedup_key) IN (
-          SELECT app_id, queue, dedup_key FROM queue_dedup WHERE until <= now() ORDER BY until LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
-    async expire(limit) {
-      const result = await sql`
-        DELETE FROM queue_messages WHERE id IN (
-          SELECT id FROM queue_messages
-          WHERE expires_at <= now() AND NOT coalesce(${LEASED}, false)
-          ORDER BY expires_at
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    expireDedupKeys: (limit) =>
+      boundedDelete(relaxedDb, {
+        table: "queue_dedup",
+        keys: ["app_id", "queue", "dedup_key"],
+        rows: sql`queue_dedup WHERE until <= now() ORDER BY until`,
+        limit,
+      }),
+    expire: (limit) =>
+      boundedDelete(relaxedDb, {
+        table: "queue_messages",
+        keys: ["id"],
+        rows: sql`queue_messages WHERE expires_at <= now() AND NOT coalesce(${LEASED}, false) ORDER BY expires_at`,
+        limit,
+      }),
     deleteOrphans: (limit) => deleteOrphansOf("queue_messages", limit),
-    async expireDeadLetters(limit) {
-      const result = await sql`
-        DELETE FROM queue_dead_letters WHERE id IN (
-          SELECT id FROM queue_dead_letters
-          WHERE expires_at <= now()
-          ORDER BY expires_at
-          LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    expireDeadLetters: (limit) =>
+      boundedDelete(relaxedDb, {
+        table: "queue_dead_letters",
+        keys: ["id"],
+        rows: sql`queue_dead_letters WHERE expires_at <= now() ORDER BY expires_at`,
+        limit,
+      }),
     deleteDeadLetterOrphans: (limit) => deleteOrphansOf("queue_dead_letters", limit),
-    async pruneActivity({ keepHours, limit }) {
-      const result = await sql`
-        DELETE FROM queue_activity WHERE (app_id, queue, hour, slot) IN (
-          SELECT app_id, queue, hour, slot FROM queue_activity
-          WHERE hour < date_trunc('hour', now(), 'UTC') - make_interval(hours => ${keepHours})
-          ORDER BY hour LIMIT ${limit}
-          FOR UPDATE SKIP LOCKED
-        )`.execute(relaxedDb);
-      return Number(result.numAffectedRows ?? 0n);
-    },
+    pruneActivity: ({ keepHours, limit }) =>
+      boundedDelete(relaxedDb, {
+        table: "queue_activity",
+        keys: ["app_id", "queue", "hour", "slot"],
+        rows: sql`queue_activity
+          WHERE hour < date_trunc('hour', now(), 'UTC') - make_interval(hours => ${keepHours}) ORDER BY hour`,
+        limit,
+      }),
   };
 }

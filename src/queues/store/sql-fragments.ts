@@ -1,5 +1,5 @@
 /** The SQL fragments and helpers several parts of the queue store share. */
-import { sql, type RawBuilder } from "kysely";
+import { sql, type Kysely, type RawBuilder } from "kysely";
 
 /** The NOTIFY channel on which puts announce `instance|app|queue|visibleAtMs`. */
 export const QUEUE_CHANNEL = "pb_queue_put";
@@ -150,4 +150,23 @@ export function retryHoldSeconds(
   // Jitter draws each hold from [hold × (1 − jitter), hold], so messages that failed together
   // (a dependency down) do not all come back in the same instant.
   return sql`least(${maxDelay}, ${delay} * exp(least((${n}) * ln(${backoff}), 600))) * (1 - ${jitter} * random())`;
+}
+
+/**
+ * A sweep's delete: at most `limit` of the rows `rows` chooses (`FROM …`: a table, its condition, its
+ * order), found by their `keys` (the key columns: the id, or a tuple), skipping the rows another
+ * transaction holds, so a sweep never waits on a consumer. Answers how many rows it deleted.
+ */
+export async function boundedDelete<DB>(
+  db: Kysely<DB>,
+  { table, keys, rows, limit }: { table: string; keys: readonly string[]; rows: RawBuilder<unknown>; limit: number },
+): Promise<number> {
+  const columns = sql.raw(keys.join(", "));
+  const result = await sql`
+    DELETE FROM ${sql.table(table)} WHERE ${keys.length === 1 ? columns : sql`(${columns})`} IN (
+      SELECT ${columns} FROM ${rows}
+      LIMIT ${limit}
+      FOR UPDATE SKIP LOCKED
+    )`.execute(db);
+  return Number(result.numAffectedRows ?? 0n);
 }
