@@ -112,8 +112,13 @@ export async function adminCall(url: string, adminToken: string, rpc: string, bo
   return res.json();
 }
 
-/** A small JSON-over-HTTP/1.1 client on a keep-alive agent: cheaper per call than fetch. */
-export function jsonClient(base: string, token: string, maxSockets: number) {
+/**
+ * A small JSON-over-HTTP/1.1 client on a keep-alive agent: cheaper per call than fetch. With `retry429`, a
+ * 429 is sent again after its Retry-After while `retry429()` says so; without it, a 429 is an answer like
+ * any other, as bench:fairness needs (it counts the flooding app's refusals, which a retry would hide and
+ * turn into pauses of the flood).
+ */
+export function jsonClient(base: string, token: string, maxSockets: number, options?: { retry429?: () => boolean }) {
   const agent = new http.Agent({ keepAlive: true, maxSockets });
   const url = new URL(base);
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -155,9 +160,9 @@ export function jsonClient(base: string, token: string, maxSockets: number) {
   return {
     agent,
     /**
-     * One call, JSON in and out. A 429 (a limit or a saturated instance's fair share: nothing was done) is
-     * sent again after its Retry-After, as a well-behaved client does (the client package's `on429`); one
-     * asking to wait longer than a minute (a daily cap) is answered as it is.
+     * One call, JSON in and out. With `retry429`, a 429 (a limit or a saturated instance's fair share: nothing
+     * was done) is sent again after its Retry-After, as a well-behaved client does (the client package's
+     * `on429`); one asking to wait longer than a minute (a daily cap) is answered as it is.
      */
     // eslint-disable-next-line @typescript-eslint/no-explicit-any
     async request(method: string, pathname: string, body?: unknown): Promise<{ status: number; body: any }> {
@@ -165,7 +170,7 @@ export function jsonClient(base: string, token: string, maxSockets: number) {
       for (;;) {
         const { status, retryAfter, body: answer } = await once(method, pathname, data);
         const waitS = /^\d+$/.test(retryAfter ?? "") ? Number(retryAfter) : 1;
-        if (status !== 429 || waitS > 60) return { status, body: answer };
+        if (status !== 429 || waitS > 60 || !options?.retry429?.()) return { status, body: answer };
         await new Promise((r) => setTimeout(r, waitS * 1000));
       }
     },

@@ -80,9 +80,19 @@ const MAIL_STATUS: Record<MailLogStatus, MailStatus> = {
   unconfirmed: MailStatus.UNCONFIRMED,
 };
 
-/** A mail log record as the admin API's Mail: id, to, from, subject and providerMessageId are the record's own. */
-function mailMessage({ text, status, at, provider: _provider, ...same }: MailLogRecord): MailInit {
-  return { ...same, text: text ?? "", status: MAIL_STATUS[status], at: timestampFromDate(at) };
+/** A mail log record as the admin API's Mail, each field named (the provider's name is not answered). */
+function mailMessage(r: MailLogRecord): MailInit {
+  const { id, to, from, subject, providerMessageId } = r;
+  return {
+    id,
+    to,
+    from,
+    subject,
+    providerMessageId,
+    text: r.text ?? "",
+    status: MAIL_STATUS[r.status],
+    at: timestampFromDate(r.at),
+  };
 }
 
 const MAIL_ID_PATTERN = /^[1-9][0-9]{0,17}$/;
@@ -187,12 +197,9 @@ export function createAdminService(options: AdminServiceOptions): ServiceImpl<ty
   const onAuthChanged = options.onAuthChanged ?? (() => {});
   const getApp = (appId: string) => apps.get(requireAppId(appId));
   /**
-   * A change of the blueprint is a change of the app: after the secrets
-   * facility's change, on the same unit of work, bump (and check) the app's revision.
-   */
-  /**
-   * Changes an app's secret names in `tx` (`change`) and moves its revision on, refused unless the app
-   * is at `expected` (GetApp's revision), which is checked first.
+   * A change of the blueprint is a change of the app: changes an app's secret names in `tx` (`change`),
+   * then, on the same unit of work, moves its revision on, refused (and the change with it) unless the app
+   * was at `expected` (GetApp's revision).
    */
   const changeBlueprint = async <T>(
     tx: Tx,

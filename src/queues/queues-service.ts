@@ -774,9 +774,11 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const state = await store.messageState(app.id, queue, req.id.toLowerCase());
         if (!state) throw new PlatformError("not_found", `no message ${req.id} on queue ${queue}`);
         const ts = (d: Date | null) => (d === null ? undefined : timestampFromMs(d.getTime()));
-        // The id and the deliveries are the row's own; the times become Timestamps, a null an absent field.
+        // Each field named (a field added to the state later is not answered unless chosen here); the times
+        // become Timestamps, a null an absent field.
         return {
-          ...state,
+          id: state.id,
+          deliveries: state.deliveries,
           queue,
           status: MESSAGE_STATUS[state.status],
           enqueuedAt: ts(state.enqueuedAt),
