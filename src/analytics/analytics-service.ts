@@ -144,7 +144,12 @@ export function createAnalyticsService(options: AnalyticsServiceOptions): Servic
       requireAnalytics(app);
       const now = Date.now();
       const names = new Set<string>();
-      for (const e of req.events) if (NAME_PATTERN.test(e.type)) names.add(e.type);
+      let last: string | undefined;
+      for (const e of req.events)
+        if (e.type !== last) {
+          last = e.type;
+          if (NAME_PATTERN.test(e.type)) names.add(e.type);
+        }
       // An oversized batch is refused by validateEvents without reading types.
       const known =
         req.events.length <= MAX_EVENTS_PER_CALL
