@@ -6,7 +6,7 @@
  * or not at all; one multi-row insert each):
  * - `analytics_events`: the raw events (app, type, at, properties as jsonb,
  *   distinct_id, numbers), partitioned by hash of (app_id, type) so that a
- *   type's events lie together (migration 0036). Indexed on (app_id, type, at)
+ *   type's events lie together (migration 0036). Indexed only on (app_id, type, at)
  *   with distinct_id included, for the edges of a range, zones whose day does
  *   not start on a whole UTC hour, unique users and funnels.
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
@@ -413,7 +413,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     },
 
     async stepEvents(q) {
-      // By the (app, type, distinct_id, at) index of migration 0032: only events with an id.
+      // By the (app, type, at) index, which carries the ids (index-only): only events with an id.
       const result = await sql<{ d: string; t: number; g: string | null }>`
         SELECT distinct_id AS d, (extract(epoch FROM at) * 1000)::float8 AS t,
           ${q.breakdown === undefined ? sql`NULL::text` : sql`properties->>${q.breakdown}`} AS g
