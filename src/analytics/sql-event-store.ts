@@ -6,7 +6,7 @@
  * or not at all; one multi-row insert each):
  * - `analytics_events`: the raw events (app, type, at, properties as jsonb,
  *   distinct_id, numbers), partitioned by hash of (app_id, type) so that a
- *   type's events lie together (migration 0036). Indexed on (app_id, type, at)
+ *   type's events lie together (migration 0036). Indexed only on (app_id, type, at)
  *   with distinct_id included, for the edges of a range, zones whose day does
  *   not start on a whole UTC hour, unique users and funnels.
  * - `analytics_daily`: rollups (app, type, prop, UTC day, value, slot) with
@@ -33,7 +33,7 @@
  * otherwise (e.g. Asia/Kolkata, +05:30) the raw events are counted directly.
  */
 import { sql, type ColumnType, type Kysely, type RawBuilder } from "kysely";
-import { inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
+import { PREPARED, inTransaction, type Db, type InTransaction, type Timestamp } from "../core/database/index.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { DAY_MS, HOUR_MS } from "../core/time.ts";
 import type { SpendStatement } from "../core/quotas/index.ts";
@@ -239,6 +239,73 @@ export function createSlotPicker(slots: number, offset = Math.floor(Math.random(
   };
 }
 
+/** The raw rows of a batch as `insertRows` sends them: one text per column (see `eventColumns`). */
+interface EventColumns {
+  /** Type names joined by U+001E (a name has no control character). */
+  types: string;
+  /** Epoch milliseconds joined by commas. */
+  ats: string;
+  /** Each event's properties as a JSON object, joined by U+001E (JSON escapes every control character). */
+  properties: string;
+  /** The distinct ids as a `text[]` expression, an event without one NULL. */
+  distinctIds: RawBuilder<string[]>;
+  /** Each event's numbers as a JSON object, or empty (NULL) without any, joined by U+001E. */
+  numbers: string;
+}
+
+/**
+ * Separators tried, in turn, for a batch's distinct ids (an id may hold any
+ * character but NUL): the first that no id of the batch holds.
+ */
+const ID_SEPARATORS = ["\x1e", "\x1f", "\x1d", "\x1c"];
+
+/**
+ * The raw rows of a batch, one text per column. Why not one JSON document of
+ * the batch (`jsonb_to_recordset`) or pg's array literals: PostgreSQL parsed
+ * the whole document into jsonb and then copied each event's properties out
+ * of it, and an array literal quotes and escapes every element on both sides;
+ * texts joined by a separator no element holds are split by `string_to_array`
+ * at the cost of a scan, and each property object is parsed once, into its
+ * own jsonb. Empty elements are NULL (a distinct id has 1 to 200 characters;
+ * a numbers object is never empty text). A batch of one event without an id
+ * sends an empty text, which splits into no element: `unnest` pads the
+ * shorter arrays with NULL, so the row gets NULL as well.
+ */
+function eventColumns(events: readonly StoredEvent[]): EventColumns {
+  const n = events.length;
+  const types = new Array<string>(n);
+  const ats = new Array<number>(n);
+  const properties = new Array<string>(n);
+  const ids = new Array<string>(n);
+  const numbers = new Array<string>(n);
+  let anyId = false;
+  for (let i = 0; i < n; i++) {
+    const e = events[i];
+    types[i] = e.type;
+    ats[i] = e.at;
+    properties[i] = JSON.stringify(e.properties);
+    const id = e.distinctId;
+    if (id !== undefined) {
+      ids[i] = id;
+      anyId = true;
+    } else ids[i] = "";
+    numbers[i] = e.numbers === undefined ? "" : JSON.stringify(e.numbers);
+  }
+  let distinctIds: RawBuilder<string[]>;
+  const separator = anyId ? ID_SEPARATORS.find((sep) => !ids.some((id) => id.includes(sep))) : ID_SEPARATORS[0];
+  if (separator !== undefined)
+    distinctIds = sql<string[]>`string_to_array(${ids.join(separator)}::text, ${separator}::text, '')`;
+  // Ids that hold every separator (made to): an array literal, which pg quotes and escapes.
+  else distinctIds = sql<string[]>`${ids.map((id) => (id === "" ? null : id))}::text[]`;
+  return {
+    types: types.join("\x1e"),
+    ats: ats.join(","),
+    properties: properties.join("\x1e"),
+    distinctIds,
+    numbers: numbers.join("\x1e"),
+  };
+}
+
 export interface SqlEventStoreOptions {
   /**
    * How many rollup slots this instance writes (default 1). PostgreSQL:
@@ -253,22 +320,23 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   const db: EventDb = database.withTables<AnalyticsEventTables>();
   const slots = createSlotPicker(Math.max(1, options.slots ?? 1));
   const sharedSlotMaxRows = options.sharedSlotMaxRows ?? SHARED_SLOT_MAX_ROWS;
+  /**
+   * Stores a batch, given as its statement's parameters (`eventColumns`, `rollupRows`): the events
+   * themselves are not held while the statement runs (see `insert`).
+   */
   const insertBatch = async (
     appId: string,
-    events: readonly StoredEvent[],
+    columns: EventColumns,
+    r: RollupRows,
     answerIn?: InTransaction,
     spend?: () => SpendStatement,
   ): Promise<void> => {
-    const raw = JSON.stringify(
-      events.map((e) => ({ t: e.type, a: e.at, p: e.properties, d: e.distinctId, n: e.numbers })),
-    );
-    const r = rollupRows(events);
     const slot = slots.acquire(r.types.length > sharedSlotMaxRows);
     try {
-      if (!answerIn) await insertRows(appId, raw, r, slot, db, spend?.());
+      if (!answerIn) await insertRows(appId, columns, r, slot, db, spend?.());
       else
         await inTransaction(database, async (trx) => {
-          await insertRows(appId, raw, r, slot, trx.withTables<AnalyticsEventTables>(), spend?.());
+          await insertRows(appId, columns, r, slot, trx.withTables<AnalyticsEventTables>(), spend?.());
           await answerIn(trx);
         });
     } finally {
@@ -277,7 +345,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   };
   const insertRows = async (
     appId: string,
-    raw: string,
+    e: EventColumns,
     r: RollupRows,
     slot: number,
     on: EventDb,
@@ -290,12 +358,21 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     // existing row adds the batch's hourly counts element by element (`ADD_HOURS`).
     // A day is its UTC midnight in seconds (`to_timestamp`), never `'epoch' + n
     // days`, which lands on local midnight in a session zone with summer time.
+    // The raw rows come from one text per column (`eventColumns`), split by
+    // `string_to_array` and zipped by `unnest`; its text never changes, so it
+    // is prepared once per connection (`PREPARED`).
     await guarded(() =>
-      sql`
+      sql`${PREPARED}
         WITH raw AS (
           INSERT INTO analytics_events (app_id, type, at, properties, distinct_id, numbers)
-          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p, e.d, e.n
-          FROM jsonb_to_recordset(${raw}::jsonb) AS e(t text, a bigint, p jsonb, d text, n jsonb)
+          SELECT ${appId}::uuid, e.t, timestamptz 'epoch' + e.a * interval '1 millisecond', e.p::jsonb, e.d, e.n::jsonb
+          FROM unnest(
+            string_to_array(${e.types}::text, chr(30)),
+            string_to_array(${e.ats}::text, ',')::bigint[],
+            string_to_array(${e.properties}::text, chr(30)),
+            ${e.distinctIds},
+            string_to_array(${e.numbers}::text, chr(30), '')
+          ) AS e(t, a, p, d, n)
           RETURNING 1
         ), raw_done AS (
           SELECT count(*) AS c FROM raw
@@ -313,13 +390,16 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
   return {
     kind: "sql",
 
-    async insert(appId, events, spend) {
-      if (events.length > 0) await insertBatch(appId, events, undefined, spend);
+    // Not async: a suspended async call keeps its arguments, and the events (about 270 KB for a batch of
+    // 1,000) are not needed once their statement's parameters are made.
+    insert(appId, events, spend) {
+      if (events.length === 0) return Promise.resolve();
+      return insertBatch(appId, eventColumns(events), rollupRows(events), undefined, spend);
     },
 
-    async insertWithin(appId, events, answerIn, spend) {
-      if (events.length > 0) await insertBatch(appId, events, answerIn, spend);
-      else await inTransaction(database, answerIn);
+    insertWithin(appId, events, answerIn, spend) {
+      if (events.length === 0) return inTransaction(database, answerIn);
+      return insertBatch(appId, eventColumns(events), rollupRows(events), answerIn, spend);
     },
 
     async count(q) {
@@ -339,7 +419,7 @@ export function createSqlEventStore(database: Db, options: SqlEventStoreOptions 
     },
 
     async stepEvents(q) {
-      // By the (app, type, distinct_id, at) index of migration 0032: only events with an id.
+      // By the (app, type, at) index, which carries the ids (index-only): only events with an id.
       const result = await sql<{ d: string; t: number; g: string | null }>`
         SELECT distinct_id AS d, (extract(epoch FROM at) * 1000)::float8 AS t,
           ${q.breakdown === undefined ? sql`NULL::text` : sql`properties->>${q.breakdown}`} AS g

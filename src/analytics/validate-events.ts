@@ -26,7 +26,12 @@ const MAX_DISTINCT_ID_CHARS = 200;
 
 /** Why a `distinctId` is refused, or undefined when it is a good one. */
 export function distinctIdRule(id: string): string | undefined {
-  if (id.length === 0 || id.length > 2 * MAX_DISTINCT_ID_CHARS || characterCount(id) > MAX_DISTINCT_ID_CHARS)
+  // A string has at most as many characters as UTF-16 units, so only a longer one is counted.
+  if (
+    id.length === 0 ||
+    (id.length > MAX_DISTINCT_ID_CHARS &&
+      (id.length > 2 * MAX_DISTINCT_ID_CHARS || characterCount(id) > MAX_DISTINCT_ID_CHARS))
+  )
     return `must be 1 to ${MAX_DISTINCT_ID_CHARS} characters`;
   if (!isWellFormedText(id) || id.includes("\u0000")) return "must be valid Unicode without NUL characters";
   return undefined;
@@ -86,31 +91,40 @@ export function validateEvents(
   const issues: string[] = [];
   const out = new Array<StoredEvent>(events.length);
   const latest = now + MAX_FUTURE_MS;
+  // The type of the event before, once found registered: a batch is mostly of one type, so its name is
+  // checked and looked up once, not once per event.
+  let lastName: string | undefined;
+  let lastType: EventTypeRecord | undefined;
   for (let i = 0; i < events.length && issues.length < 20; i++) {
     const e = events[i];
-    const where = `events[${i}]`;
-    const type = NAME_PATTERN.test(e.type) ? types.get(e.type) : undefined;
-    if (!e.type) {
-      issues.push(`${where}.type: is required`);
-      continue;
-    }
-    if (!NAME_PATTERN.test(e.type)) {
-      issues.push(`${where}.type: ${NAME_RULE}`);
-      continue;
-    }
-    if (!type) {
-      issues.push(`${where}.type: no event type named ${quoted(e.type)} is registered`);
-      continue;
+    let type: EventTypeRecord | undefined;
+    if (e.type === lastName) type = lastType!;
+    else {
+      if (!e.type) {
+        issues.push(`events[${i}].type: is required`);
+        continue;
+      }
+      if (!NAME_PATTERN.test(e.type)) {
+        issues.push(`events[${i}].type: ${NAME_RULE}`);
+        continue;
+      }
+      type = types.get(e.type);
+      if (!type) {
+        issues.push(`events[${i}].type: no event type named ${quoted(e.type)} is registered`);
+        continue;
+      }
+      lastName = e.type;
+      lastType = type;
     }
     let at = now;
     if (e.at !== undefined) {
       const ms = timestampToMs(e.at);
       if (ms === undefined) {
-        issues.push(`${where}.at: must be between years 0001 and 9999`);
+        issues.push(`events[${i}].at: must be between years 0001 and 9999`);
         continue;
       }
       if (ms > latest) {
-        issues.push(`${where}.at: is more than 24 h in the future`);
+        issues.push(`events[${i}].at: is more than 24 h in the future`);
         continue;
       }
       at = ms;
@@ -118,7 +132,7 @@ export function validateEvents(
     if (e.distinctId !== undefined) {
       const rule = distinctIdRule(e.distinctId);
       if (rule !== undefined) {
-        issues.push(`${where}.distinctId: ${rule}`);
+        issues.push(`events[${i}].distinctId: ${rule}`);
         continue;
       }
     }
@@ -128,13 +142,15 @@ export function validateEvents(
     for (const key in e.properties) {
       const kind = Object.hasOwn(type.properties, key) ? type.properties[key] : undefined;
       if (kind === undefined) {
-        issues.push(`${where}.properties.${quoted(key).slice(1, -1)}: is not declared by type ${quoted(type.name)}`);
+        issues.push(
+          `events[${i}].properties.${quoted(key).slice(1, -1)}: is not declared by type ${quoted(type.name)}`,
+        );
         bad = true;
         break;
       }
       const value = storedValue(e.properties[key], kind);
       if (typeof value !== "string") {
-        issues.push(`${where}.properties.${key}: ${value.rule}`);
+        issues.push(`events[${i}].properties.${key}: ${value.rule}`);
         bad = true;
         break;
       }

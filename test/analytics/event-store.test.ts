@@ -243,6 +243,58 @@ describeEachBackend("SQL event store", () => {
       referenceCount([...wide, ...narrow].flat(), query),
     );
   });
+
+  it("stores each event's columns as given: ids and values holding separators, quotes and escapes, and events without an id or numbers", async () => {
+    const store = createSqlEventStore(db.db);
+    const at = T("2024-03-01T10:00:00.123Z");
+    const odd = ["a\x1eb", 'q"uo\\te', "tab\tnew\nline", "comma,{brace}", "émoji 🙂", "NULL", " "];
+    const event = (i: number, extra: Partial<StoredEvent>): StoredEvent => ({
+      type: i % 2 === 0 ? "signup" : "a.b-c_d",
+      at: at + i,
+      properties: { plan: odd[i % odd.length] },
+      ...extra,
+    });
+    const batches: StoredEvent[][] = [
+      // Every id a separator the store may choose holds (so it uses none of them), and ids without one.
+      [
+        event(0, { distinctId: "\x1e\x1f\x1d\x1c" }),
+        event(1, {}),
+        event(2, { distinctId: odd[1], numbers: { n: -0.5 } }),
+      ],
+      odd.map((id, i) =>
+        event(i, { distinctId: id, properties: { s: odd[i], n: String(i * 1.5) }, numbers: { n: i * 1.5 } }),
+      ),
+      [event(3, {})],
+      [event(4, { distinctId: "only" })],
+      [event(5, { properties: {} }), event(6, { properties: {}, distinctId: "x" })],
+    ];
+    const expected: unknown[] = [];
+    for (const batch of batches) {
+      const appId = crypto.randomUUID();
+      await store.insert(appId, batch);
+      const { rows } = await sql<{
+        type: string;
+        at: Date;
+        properties: unknown;
+        distinct_id: string | null;
+        numbers: unknown;
+      }>`
+        SELECT type, at, properties, distinct_id, numbers FROM analytics_events WHERE app_id = ${appId}::uuid ORDER BY at`.execute(
+        db.db,
+      );
+      expected.push(
+        rows.map((r) => ({ ...r, at: new Date(r.at).getTime() })),
+        batch.map((e) => ({
+          type: e.type,
+          at: e.at,
+          properties: e.properties,
+          distinct_id: e.distinctId ?? null,
+          numbers: e.numbers ?? null,
+        })),
+      );
+    }
+    for (let i = 0; i < expected.length; i += 2) expect(expected[i], `batch ${i / 2}`).toEqual(expected[i + 1]);
+  });
 });
 
 describeOnPostgres(

@@ -170,6 +170,8 @@ export function registerRestRoutes(
           params: spec.params ? parseJson(spec.params, req.params ?? {}, "path") : req.params,
         };
         const message = create(spec.rpc.input, spec.request ? spec.request(input) : undefined);
+        // The parsed JSON is not read again: not kept while the call runs (a batch of 1,000 events is ~180 KB).
+        req.body = undefined;
         // The app's limits (docs/api.md#rate-limits): decided in memory, the headers on every answer.
         const admission =
           limiter && principal.kind === "app"

@@ -38,6 +38,7 @@ import * as queueSchedules from "./0033-queue-schedules.ts";
 import * as queueRateLimits from "./0034-queue-rate-limits.ts";
 import * as queueGroups from "./0035-queue-groups.ts";
 import * as analyticsEventsByType from "./0036-analytics-events-by-type.ts";
+import * as analyticsEventsOneIndex from "./0037-analytics-events-one-index.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -75,4 +76,5 @@ export const migrations: Record<string, Migration> = {
   "0034-queue-rate-limits": queueRateLimits,
   "0035-queue-groups": queueGroups,
   "0036-analytics-events-by-type": analyticsEventsByType,
+  "0037-analytics-events-one-index": analyticsEventsOneIndex,
 };
