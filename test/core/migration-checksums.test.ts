@@ -51,7 +51,7 @@ const pinned = new Map<string, string>([
   ["0034-queue-rate-limits.ts", "b803ab7e9d4182c7850903c43a0111fe8bd974e828e0ce720fc88f5f49592c69"],
   ["0035-queue-groups.ts", "9e1315e67c6b5d4ecb83583a0b75ff2bc706a3f47777fb7099eaafb0db89b865"],
   ["0036-analytics-events-by-type.ts", "b6dd2aa6d1abaaa8ab85fea0fdb0e84cb14bc704a2439e9b36256a15da238650"],
-  ["0037-analytics-events-one-index.ts", "f492e64ffb829848690fed8457d2c47ff6221ac9e011b5336c53fa81af2b8d4a"],
+  ["0037-analytics-events-one-index.ts", "f5d42a1be9c0d1f3c9e79559bae8b7b192e050ba2bd5e7302e75a397013c9f3c"],
 ]);
 
 const files = fs
