@@ -6,7 +6,7 @@
  * leave as epoch ms.
  */
 import { create } from "@bufbuild/protobuf";
-import { ListValueSchema, NullValue, StructSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
+import { ListValueSchema, StructSchema, type Timestamp, type Value } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import {
   AnalyticsService,
@@ -21,6 +21,7 @@ import {
 import { AGGREGATE_NAME, AGGREGATE_OF } from "./query-extensions.ts";
 import { OP_OF } from "./where-conditions.ts";
 import { defineRoute, type AnyRestRoute } from "../core/http/rest-router.ts";
+import { scalarValue } from "../core/proto-value.ts";
 import {
   epochMs,
   fixedObject,
@@ -75,20 +76,12 @@ const JsonTime = z
 
 /** Any JSON value as a google.protobuf.Value; kinds other than string/number/boolean are refused by the implementation. */
 function jsonValue(v: unknown): Value {
-  switch (typeof v) {
-    case "string":
-      return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: v } };
-    case "number":
-      return { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: v } };
-    case "boolean":
-      return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: v } };
-    default:
-      if (v === null)
-        return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
-      return Array.isArray(v)
-        ? { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: create(ListValueSchema) } }
-        : { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: create(StructSchema) } };
-  }
+  return (
+    scalarValue(v) ??
+    (Array.isArray(v)
+      ? { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: create(ListValueSchema) } }
+      : { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: create(StructSchema) } })
+  );
 }
 
 function eventTypeJson(t: EventType | undefined) {

@@ -9,7 +9,8 @@
  * limits (the recursion limit of `fromJson`) and errors stay exactly its own.
  */
 import { fromJson, toJson, type JsonValue } from "@bufbuild/protobuf";
-import { NullValue, ValueSchema, type ListValue, type Struct, type Value } from "@bufbuild/protobuf/wkt";
+import { scalarValue } from "../core/proto-value.ts";
+import { ValueSchema, type ListValue, type Struct, type Value } from "@bufbuild/protobuf/wkt";
 
 /** Values nested deeper than this take the library's path (well below its recursion limit of 100). */
 const FAST_DEPTH = 32;
@@ -17,32 +18,20 @@ const FAST_DEPTH = 32;
 class TooDeep extends Error {}
 
 function fastValue(json: JsonValue, depth: number): Value {
-  switch (typeof json) {
-    case "string":
-      return { $typeName: "google.protobuf.Value", kind: { case: "stringValue", value: json } };
-    case "number":
-      return { $typeName: "google.protobuf.Value", kind: { case: "numberValue", value: json } };
-    case "boolean":
-      return { $typeName: "google.protobuf.Value", kind: { case: "boolValue", value: json } };
-    case "object": {
-      if (json === null)
-        return { $typeName: "google.protobuf.Value", kind: { case: "nullValue", value: NullValue.NULL_VALUE } };
-      if (depth >= FAST_DEPTH) throw new TooDeep();
-      if (Array.isArray(json)) {
-        const values = new Array<Value>(json.length);
-        for (let i = 0; i < json.length; i++) values[i] = fastValue(json[i], depth + 1);
-        const list: ListValue = { $typeName: "google.protobuf.ListValue", values };
-        return { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: list } };
-      }
-      const fields: Struct["fields"] = {};
-      for (const key of Object.keys(json)) setOwn(fields, key, fastValue(json[key], depth + 1));
-      const struct: Struct = { $typeName: "google.protobuf.Struct", fields };
-      return { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: struct } };
-    }
-    default:
-      // Not a JSON value (undefined, a function): the library's error.
-      throw new TooDeep();
+  const scalar = scalarValue(json);
+  if (scalar !== undefined) return scalar;
+  // Not a JSON value (undefined, a function), or nested too deep: the library's way, and its error.
+  if (typeof json !== "object" || json === null || depth >= FAST_DEPTH) throw new TooDeep();
+  if (Array.isArray(json)) {
+    const values = new Array<Value>(json.length);
+    for (let i = 0; i < json.length; i++) values[i] = fastValue(json[i], depth + 1);
+    const list: ListValue = { $typeName: "google.protobuf.ListValue", values };
+    return { $typeName: "google.protobuf.Value", kind: { case: "listValue", value: list } };
   }
+  const fields: Struct["fields"] = {};
+  for (const key of Object.keys(json)) setOwn(fields, key, fastValue(json[key], depth + 1));
+  const struct: Struct = { $typeName: "google.protobuf.Struct", fields };
+  return { $typeName: "google.protobuf.Value", kind: { case: "structValue", value: struct } };
 }
 
 /** `fast(input, 0)`, or the library's `slow(input)` where the fast path gives up (TooDeep). */
