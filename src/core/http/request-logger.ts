@@ -15,8 +15,25 @@ import type { Bindings, ChildLoggerOptions, LevelWithSilentOrString, Logger } fr
 
 type Level = "fatal" | "error" | "warn" | "info" | "debug" | "trace";
 
+type LogMethod = (...args: unknown[]) => void;
+
 /** Methods on the prototype, not per-instance closures: one small object per request. */
 class RequestLogger {
+  // One method per level, each writing through #write (set on the prototype below, where #write is in reach).
+  declare fatal: LogMethod;
+  declare error: LogMethod;
+  declare warn: LogMethod;
+  declare info: LogMethod;
+  declare debug: LogMethod;
+  declare trace: LogMethod;
+
+  static {
+    for (const level of ["fatal", "error", "warn", "info", "debug", "trace"] as const)
+      this.prototype[level] = function (this: RequestLogger, ...args: unknown[]) {
+        this.#write(level, args);
+      };
+  }
+
   #real: FastifyBaseLogger | undefined;
   readonly #parent: Logger;
   readonly #bindings: Bindings;
@@ -45,24 +62,6 @@ class RequestLogger {
     this.#logger().level = level;
   }
 
-  fatal(...args: unknown[]): void {
-    this.#write("fatal", args);
-  }
-  error(...args: unknown[]): void {
-    this.#write("error", args);
-  }
-  warn(...args: unknown[]): void {
-    this.#write("warn", args);
-  }
-  info(...args: unknown[]): void {
-    this.#write("info", args);
-  }
-  debug(...args: unknown[]): void {
-    this.#write("debug", args);
-  }
-  trace(...args: unknown[]): void {
-    this.#write("trace", args);
-  }
   silent(): void {}
 
   child(bindings: Bindings, options?: ChildLoggerOptions): FastifyBaseLogger {
