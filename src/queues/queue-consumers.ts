@@ -15,6 +15,7 @@ import {
   ACK_BATCH,
   CLAIM_BATCH,
   MAX_WAIT_SECONDS,
+  QUIET_KEY_MS,
   STREAM_CLAIM_BATCH,
   STREAM_EXTENDED_RECHECK_MS,
   STREAM_RECHECK_BATCH,
@@ -95,6 +96,18 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     [],
   );
   const policies = createQueuePolicies(store);
+  // What each waiting consume and open stream does at shutdown, called by ONE listener of the shutdown signal.
+  // Not a listener each: an AbortSignal's addEventListener and removeEventListener walk all its listeners, so
+  // with hundreds of consumes waiting, each one that began or ended paid for all the others, and a burst of
+  // long-polls ending together (one app's consumes, all with the same wait) held the event loop for every app.
+  const atShutdown = new Set<() => void>();
+  deps.shutdownSignal.addEventListener(
+    "abort",
+    () => {
+      for (const stop of atShutdown) stop();
+    },
+    { once: true },
+  );
   /** The queue's policy and the claim rule it makes. */
   async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
     const policy = await policies.get(app, queue);
@@ -118,6 +131,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   >({
     maxBatch: CLAIM_BATCH,
     maxInFlight: 1,
+    quietMs: QUIET_KEY_MS,
     async run(_key, items) {
       const { appId, queue, leaseSeconds, rule } = items[0];
       const { messages, nextVisibleAt, buried } = await store.claimMany({
@@ -156,6 +170,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
   const ackBatcher = createBatcher<{ appId: string; id: string; claim: number }, boolean>({
     maxBatch: ACK_BATCH,
     maxInFlight: 1,
+    quietMs: QUIET_KEY_MS,
     run: (_key, items) => store.ackMany(items),
   });
   const windows = createStreamWindows();
@@ -235,7 +250,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     const { signal } = stop;
     if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
     context.signal.addEventListener("abort", onAbort, { once: true });
-    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    atShutdown.add(onAbort);
     // Registered before the first claim, so a put landing between the claim and the wait still wakes it.
     const waiter = hub.register(app.id, queue);
     // Counted once its first claim found nothing: from then on it only waits.
@@ -278,7 +293,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
       waiter.leave(served, used);
       if (counted) waitingGauge.dec();
       context.signal.removeEventListener("abort", onAbort);
-      deps.shutdownSignal.removeEventListener("abort", onAbort);
+      atShutdown.delete(onAbort);
     }
   }
 
@@ -322,7 +337,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     const { signal } = stop;
     if (context.signal.aborted || deps.shutdownSignal.aborted) stop.abort();
     context.signal.addEventListener("abort", onAbort, { once: true });
-    deps.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+    atShutdown.add(onAbort);
     const window = windows.open();
     // The policy as the call began: a stream keeps the rule it started with.
     streamsGauge.inc();
@@ -432,7 +447,7 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
       clearTimeout(lapseTimer);
       window.close();
       context.signal.removeEventListener("abort", onAbort);
-      deps.shutdownSignal.removeEventListener("abort", onAbort);
+      atShutdown.delete(onAbort);
       // Given back before the stream counts as ended, so that once no stream is open no unsent lease remains.
       await givingBack;
       if (unsent.length > 0) streamReleased.inc(await giveBack(app.id, unsent));

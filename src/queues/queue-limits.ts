@@ -79,3 +79,11 @@ export const DEAD_LETTER_SWEEP_INTERVAL_MS = 5_000;
  * is full again after at most 100 s (burst / rate at the lowest rate), so an older one is what a new one is.
  */
 export const RATE_BUCKET_IDLE_SECONDS = 3_600;
+
+/**
+ * A put, claim or ack whose batcher key (a queue's puts, its claims; all acks) had no call for this long goes to
+ * the database at once instead of at the end of the event loop's turn (`core/batcher.ts` "A quiet key"): at a few
+ * calls a second nothing would share its statement, and the rest of a turn busy with other apps' requests only
+ * delays it.
+ */
+export const QUIET_KEY_MS = 20;

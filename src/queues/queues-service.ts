@@ -68,6 +68,7 @@ import {
   MAX_WAIT_SECONDS,
   PUT_BATCH,
   QUEUE_FULL_RETRY_AFTER_SECONDS,
+  QUIET_KEY_MS,
   STREAM_MESSAGE_JSON_OVERHEAD,
   STREAM_RESPONSE_MAX_BYTES,
 } from "./queue-limits.ts";
@@ -389,6 +390,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
   const putBatcher = createBatcher<PutItem & { appId: string; queue: string; depthBelow: number }, PutResult>({
     maxBatch: PUT_BATCH,
     maxInFlight: 1,
+    quietMs: QUIET_KEY_MS,
     run: (_key, items) =>
       store.putMany({ appId: items[0].appId, queue: items[0].queue, depthBelow: items[0].depthBelow, items }),
   });

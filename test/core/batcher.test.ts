@@ -125,3 +125,33 @@ it("runs a batch of one app's calls as that app's work, and a mixed one as no ap
   await Promise.all([batcher.call("k", 3, "app-a"), batcher.call("k", 4, "app-b")]);
   expect(seen).toEqual(["app-a", undefined]);
 });
+
+it("a call on a quiet key goes at once, before the rest of the turn; calls made together still share its statement", async () => {
+  const order: string[] = [];
+  const batches: number[][] = [];
+  const batcher = createBatcher<number, number>({
+    maxBatch: 100,
+    maxInFlight: 1,
+    quietMs: 60_000,
+    run(_key, items) {
+      order.push(`statement ${items.join(",")}`);
+      batches.push(items);
+      return Promise.resolve(items);
+    },
+  });
+  // The rest of the turn: what other requests read in this turn would do before the end of it.
+  setImmediate(() => order.push("end of turn"));
+  const first = [batcher.call("q", 1), batcher.call("q", 2)];
+  expect(await Promise.all(first)).toEqual([1, 2]);
+  expect(order).toEqual(["statement 1,2"]);
+  // Called again within `quietMs`, the key is not quiet: its calls wait for the end of the turn, to share it.
+  const second = batcher.call("q", 3);
+  await Promise.resolve();
+  const third = batcher.call("q", 4);
+  expect(await Promise.all([second, third])).toEqual([3, 4]);
+  expect(order).toEqual(["statement 1,2", "end of turn", "statement 3,4"]);
+  expect(batches).toEqual([
+    [1, 2],
+    [3, 4],
+  ]);
+});

@@ -300,3 +300,19 @@ it("server shutdown ends open streams cleanly, over Connect and gRPC", async () 
   await server.close();
   expect(await Promise.all(outcomes)).toEqual([1, 1]);
 });
+
+it("server shutdown ends waiting consumes at once, each with an empty answer", async () => {
+  const server = await startServer();
+  const own = await server.createApp();
+  // Many at once: the shutdown reaches each of them through one listener of the instance's shutdown signal.
+  const waiting = Array.from({ length: 20 }, () =>
+    server.request("POST", "/v1/queues/down-idle/consume", { token: own.token, body: { waitSeconds: 20 } }),
+  );
+  await vi.waitFor(async () => expect(await metric(server, "queue_waiting_consumers")).toBe(20), { timeout: 15_000 });
+  const started = Date.now();
+  await server.close();
+  const answers = await Promise.all(waiting);
+  // Well before the 20 s wait would have run out.
+  expect(Date.now() - started).toBeLessThan(15_000);
+  expect(answers.map((a) => [a.status, a.body])).toEqual(Array.from({ length: 20 }, () => [200, { message: null }]));
+}, 30_000);
