@@ -169,25 +169,27 @@ export async function measureDataset(options: {
           });
           return canonical([(body.steps as { users: number }[]).map((s) => s.users)]);
         },
-        // The obvious SQL: each starting user's next steps looked up one by one (lateral joins).
+        // The obvious SQL: each starting user's first time, joined to the users' events of the next step
+        // within the window, and so on (plain joins and GROUP BY; the later steps' events bounded by the range
+        // and the window, which the answer implies).
         naive: async () => {
           const r = await direct.query({
             text: `
               WITH s0 AS (
                 SELECT distinct_id AS d, min(at) AS t0 FROM analytics_events
                 WHERE ${range} AND distinct_id IS NOT NULL GROUP BY 1
-              )
-              SELECT count(*)::float8, count(a.t1)::float8, count(b.t2)::float8 FROM s0
-              LEFT JOIN LATERAL (
-                SELECT min(at) AS t1 FROM analytics_events e
-                WHERE e.app_id = $1 AND e.type = $5 AND e.distinct_id = s0.d
+              ), s1 AS (
+                SELECT s0.d, s0.t0, min(e.at) AS t1 FROM s0 JOIN analytics_events e ON e.distinct_id = s0.d
+                WHERE e.app_id = $1 AND e.type = $5 AND e.at >= $3 AND e.at <= $4::timestamptz + $7 * interval '1 second'
                   AND e.at >= s0.t0 AND e.at <= s0.t0 + $7 * interval '1 second'
-              ) a ON true
-              LEFT JOIN LATERAL (
-                SELECT min(at) AS t2 FROM analytics_events e
-                WHERE e.app_id = $1 AND e.type = $6 AND e.distinct_id = s0.d
-                  AND e.at >= a.t1 AND e.at <= s0.t0 + $7 * interval '1 second'
-              ) b ON true`,
+                GROUP BY 1, 2
+              ), s2 AS (
+                SELECT s1.d FROM s1 JOIN analytics_events e ON e.distinct_id = s1.d
+                WHERE e.app_id = $1 AND e.type = $6 AND e.at >= $3 AND e.at <= $4::timestamptz + $7 * interval '1 second'
+                  AND e.at >= s1.t1 AND e.at <= s1.t0 + $7 * interval '1 second'
+                GROUP BY 1
+              )
+              SELECT (SELECT count(*) FROM s0)::float8, (SELECT count(*) FROM s1)::float8, (SELECT count(*) FROM s2)::float8`,
             values: [...args, typeName(1), typeName(2), windowSeconds],
             rowMode: "array",
           });
