@@ -22,6 +22,7 @@ import type { ReadEventFeedRequest, ReadEventFeedResponseSchema } from "../../ge
 import type { AppRecord } from "../core/apps/apps.ts";
 import { appOf, currentApp } from "../core/auth.ts";
 import type { Database, InTransaction } from "../core/database/index.ts";
+import { createAbortFanout } from "../core/abort-fanout.ts";
 import { throwIfPastDeadline } from "../core/deadline.ts";
 import { invalidArgument } from "../core/errors.ts";
 import { batchedTask, RETENTION_INTERVAL_MS, type HousekeepingTask } from "../core/housekeeping.ts";
@@ -74,6 +75,7 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
   /** The readers waiting on this process, by app: each is woken (all of them) by an append of its app. */
   const waiting = new Map<string, Set<() => void>>();
   let unlisten: (() => Promise<void>) | undefined;
+  const atShutdown = createAbortFanout(options.shutdownSignal);
   const waitingGauge = options.metrics.gauge(
     "queue_feed_waiting_readers",
     "Event feed reads waiting (long-polling) on this instance.",
@@ -155,9 +157,9 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
       const deadline = Date.now() + waitSeconds * 1000;
       const stop = new AbortController();
       const onAbort = () => stop.abort();
-      if (context.signal.aborted || options.shutdownSignal.aborted) stop.abort();
+      if (context.signal.aborted) stop.abort();
       context.signal.addEventListener("abort", onAbort, { once: true });
-      options.shutdownSignal.addEventListener("abort", onAbort, { once: true });
+      atShutdown.add(onAbort);
       const waiter = register(app.id);
       try {
         for (let again = false; ; again = true) {
@@ -187,7 +189,7 @@ export function createEventFeed(options: EventFeedOptions): EventFeed {
       } finally {
         waiter.leave();
         context.signal.removeEventListener("abort", onAbort);
-        options.shutdownSignal.removeEventListener("abort", onAbort);
+        atShutdown.delete(onAbort);
       }
     },
 

@@ -6,6 +6,7 @@
  */
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Logger } from "pino";
+import { createAbortFanout } from "../core/abort-fanout.ts";
 import type { AppRecord } from "../core/apps/apps.ts";
 import { currentApp } from "../core/auth.ts";
 import { createBatcher } from "../core/batcher.ts";
@@ -96,18 +97,8 @@ export function createQueueConsumers(deps: QueueConsumersOptions): QueueConsumer
     [],
   );
   const policies = createQueuePolicies(store);
-  // What each waiting consume and open stream does at shutdown, called by ONE listener of the shutdown signal.
-  // Not a listener each: an AbortSignal's addEventListener and removeEventListener walk all its listeners, so
-  // with hundreds of consumes waiting, each one that began or ended paid for all the others, and a burst of
-  // long-polls ending together (one app's consumes, all with the same wait) held the event loop for every app.
-  const atShutdown = new Set<() => void>();
-  deps.shutdownSignal.addEventListener(
-    "abort",
-    () => {
-      for (const stop of atShutdown) stop();
-    },
-    { once: true },
-  );
+  // What each waiting consume and open stream does at shutdown, called by one listener of the shutdown signal.
+  const atShutdown = createAbortFanout(deps.shutdownSignal);
   /** The queue's policy and the claim rule it makes. */
   async function policyOf(app: AppRecord, queue: string): Promise<{ policy: QueuePolicy; rule: ClaimRule }> {
     const policy = await policies.get(app, queue);

@@ -51,6 +51,25 @@ async function declared(s: TestServer, app: TestApp, name = "API_KEY") {
   await s.admin.declareSecrets({ appId: app.id, names: [name] });
 }
 
+it("server shutdown ends waiting reads at once, each with an empty answer at its cursor", async () => {
+  const server = await startServer();
+  const own = await server.createApp();
+  const { cursor } = await feed(server, own);
+  // Many at once: the shutdown reaches each of them through one listener of the instance's shutdown signal.
+  const reading = Array.from({ length: 10 }, () =>
+    server.request("GET", `/v1/queues/_events/feed?after=${cursor}&waitSeconds=20`, { token: own.token }),
+  );
+  await vi.waitFor(async () => expect(await waitingReaders(server)).toBe(10), { timeout: 15_000 });
+  const started = Date.now();
+  await server.close();
+  const answers = await Promise.all(reading);
+  // Well before the 20 s wait would have run out.
+  expect(Date.now() - started).toBeLessThan(15_000);
+  expect(answers.map((a) => [a.status, a.body])).toEqual(
+    Array.from({ length: 10 }, () => [200, { events: [], cursor }]),
+  );
+}, 30_000);
+
 describe("the event feed", () => {
   it("starts from now, then gives every reader every event after its cursor, consuming nothing", async () => {
     const app = await t.createApp();

@@ -2,32 +2,23 @@
  * The queue policies an instance keeps (`queue-policy.ts`): read from the database, kept for a moment, and read
  * again in the background in the last half of that moment, so a queue in steady use never waits for its policy.
  */
-import { afterAll, beforeAll, expect, it } from "vitest";
-import { migrate, openDatabase, type Database } from "../../src/core/database/index.ts";
+import { beforeAll, expect, it } from "vitest";
 import { appFromRow } from "../../src/core/apps/apps.ts";
 import { createQueuePolicies } from "../../src/queues/queue-policy.ts";
 import { createQueueStore, type QueueStore } from "../../src/queues/queue-store.ts";
-import { createTestDatabase, type TestDatabase } from "../support/harness.ts";
+import { useMigratedDatabase } from "../support/harness.ts";
 import { tables } from "../support/tables.ts";
 
-let tdb: TestDatabase;
-let database: Database;
+const database = useMigratedDatabase();
 let store: QueueStore;
 let appId: string;
 beforeAll(async () => {
-  tdb = await createTestDatabase();
-  database = await openDatabase({ databaseUrl: tdb.url, dataDir: tdb.dataDir });
-  await migrate(database.db);
   store = createQueueStore(database.db);
   ({ id: appId } = await tables(database.db)
     .insertInto("apps")
     .values({ name: "policy-cache", status: "running", mail_from: "", limits: "{}" })
     .returning("id")
     .executeTakeFirstOrThrow());
-});
-afterAll(async () => {
-  await database?.close();
-  await tdb?.drop();
 });
 
 /** Sets the queue's stored lease as another instance would (this one's memory is not told). */
