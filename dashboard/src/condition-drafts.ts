@@ -30,6 +30,26 @@ export interface DraftCondition {
   text: string;
 }
 
+/** No conditions: one list for every screen's initial state, so an untouched screen's state never changes. */
+export const NO_CONDITIONS: DraftCondition[] = [];
+
+/** Whether `value` is a list of draft conditions: a link's conditions, which may have been edited by hand. */
+export function areDraftConditions(value: unknown): value is DraftCondition[] {
+  return (
+    Array.isArray(value) &&
+    value.length <= MAX_CONDITIONS &&
+    value.every(
+      (c: Partial<Record<keyof DraftCondition, unknown>> | null) =>
+        typeof c === "object" &&
+        c !== null &&
+        typeof c.property === "string" &&
+        typeof c.text === "string" &&
+        typeof c.op === "string" &&
+        Object.hasOwn(OP_LABEL, c.op),
+    )
+  );
+}
+
 export const OP_LABEL: Record<OpName, string> = {
   eq: "is",
   neq: "is not",

@@ -3,9 +3,10 @@
  * its from/to fields, and the event-type select both screens start from. One component, given the
  * list of ranges the screen offers (a funnel spans at most a year).
  */
-import { useState } from "react";
+import { useMemo } from "react";
 import type { EventType } from "../../gen/platform/analytics/v1/analytics_pb.js";
 import { localInput, type Range } from "./ranges.ts";
+import { useHashState, type HashCodec } from "./router.ts";
 
 /** A range as chosen: a preset's hours, or 0 and the custom fields (in the browser's time). */
 export interface RangeChoice {
@@ -14,13 +15,33 @@ export interface RangeChoice {
   to: string;
 }
 
-/** The range state of a screen, starting at the preset of `hours` (the custom fields start on the same span). */
-export function useRangeChoice(hours: number) {
-  return useState<RangeChoice>(() => ({
-    hours,
-    from: localInput(Date.now() - hours * 3600_000),
-    to: localInput(Date.now()),
-  }));
+/** A preset's hours, or the custom range's fields as `from_to` (e.g. `2026-11-01T00:00_2026-11-08T00:00`). */
+const CUSTOM_TEXT = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2})_(\d{4}-\d{2}-\d{2}T\d{2}:\d{2})$/;
+
+function rangeCodec(ranges: readonly Range[]): HashCodec<RangeChoice> {
+  return {
+    parse(text) {
+      const custom = CUSTOM_TEXT.exec(text);
+      if (custom) return ranges.some((r) => r.hours === 0) ? { hours: 0, from: custom[1], to: custom[2] } : undefined;
+      const preset = ranges.find((r) => r.hours > 0 && String(r.hours) === text);
+      return preset && spanOf(preset.hours);
+    },
+    format: (c) => (c.hours > 0 ? String(c.hours) : `${c.from}_${c.to}`),
+  };
+}
+
+/** The preset of `hours`, its custom fields on the same span up to now. */
+function spanOf(hours: number): RangeChoice {
+  return { hours, from: localInput(Date.now() - hours * 3600_000), to: localInput(Date.now()) };
+}
+
+/**
+ * The range state of a screen, starting at the preset of `hours` (the custom fields start on the same span),
+ * kept in the address under `key` (`useHashState`) as one of `ranges`.
+ */
+export function useRangeChoice(hours: number, key: string, ranges: readonly Range[]) {
+  const codec = useMemo(() => rangeCodec(ranges), [ranges]);
+  return useHashState<RangeChoice>(key, () => spanOf(hours), codec);
 }
 
 /** The chosen range in epoch milliseconds, or what is wrong with the custom fields. */

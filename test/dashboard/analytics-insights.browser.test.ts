@@ -300,3 +300,77 @@ describe("the funnel view", () => {
     await phone.context.close();
   });
 });
+
+describe("the analytics screen's address", () => {
+  it("keeps the chosen query in the link: a reload or another browser shows the same chart, and a bad link the defaults", async () => {
+    const at = Date.now() - 2 * DAY;
+    const order = (distinctId: string, plan: string, amount: number) => ({
+      type: "order",
+      distinctId,
+      at,
+      properties: { plan, amount },
+    });
+    const app = await appWith({ visit: {}, order: { plan: "string", amount: "number" } }, [
+      order("u1", "pro", 10),
+      order("u2", "pro", 20),
+      order("u3", "free", 5),
+      { type: "visit", distinctId: "u1", at },
+      { type: "order", distinctId: "u1", at: at + HOUR, properties: { plan: "pro", amount: 1 } },
+    ]);
+    const base = t.url + `/dashboard/#/apps/${app.id}/analytics`;
+    const { context, page } = await dashboard.signIn({ timezoneId: "UTC", locale: "en-US" });
+    await page.goto(base);
+    // Untouched, the address is the plain one.
+    expect(new URL(page.url()).hash).toBe(`#/apps/${app.id}/analytics`);
+    await page.getByLabel("Time zone").fill("UTC");
+    await page.getByLabel("Event type").selectOption("order");
+    await page.getByLabel("Range").selectOption({ label: "Last 30 days" });
+    await page.getByLabel("Measure").selectOption({ label: "Sum" });
+    await page.getByRole("button", { name: "Add filter" }).click();
+    await page.getByLabel("Filter 1 property").selectOption("plan");
+    await page.getByLabel("Filter 1 operator").selectOption({ label: "is" });
+    await page.getByLabel("Filter 1 value").fill("pro");
+    const total = page.getByTestId("analytics-total");
+    await eventually(() => total.textContent()).toBe("31");
+    const link = page.url();
+    expect(new URL(link).hash).toMatch(/^#\/apps\/[^?]+\/analytics\?/);
+
+    // Another browser opening the link: the same controls and the same figure.
+    const other = await dashboard.signIn({ timezoneId: "UTC", locale: "en-US" });
+    await other.page.goto(link);
+    await eventually(() => other.page.getByTestId("analytics-total").textContent()).toBe("31");
+    expect(await other.page.getByLabel("Event type").inputValue()).toBe("order");
+    expect(await other.page.getByLabel("Measure").inputValue()).toBe("sum");
+    expect(await other.page.getByLabel("Range").inputValue()).toBe(String(24 * 30));
+    expect(await other.page.getByLabel("Filter 1 value").inputValue()).toBe("pro");
+    await other.page.screenshot({ path: dashboard.shot("trends-from-link-1280.png"), fullPage: true });
+
+    // The funnel's choices too, beside the trends' (each view keeps its own).
+    await other.page.getByRole("button", { name: "Funnel" }).click();
+    await other.page.getByLabel("Step 1 event type").selectOption("visit");
+    await other.page.getByLabel("Step 2 event type").selectOption("order");
+    await other.page.getByLabel("Conversion window").selectOption(String(86_400));
+    await eventually(() => other.page.getByTestId("funnel-users").allTextContents()).toEqual(["1", "1"]);
+    await other.page.reload();
+    await eventually(() => other.page.getByTestId("funnel-users").allTextContents()).toEqual(["1", "1"]);
+    expect(await other.page.getByLabel("Conversion window").inputValue()).toBe(String(86_400));
+    expect(await other.page.getByLabel("Step 1 event type").inputValue()).toBe("visit");
+    await other.page.getByRole("button", { name: "Trends" }).click();
+    await eventually(() => other.page.getByTestId("analytics-total").textContent()).toBe("31");
+    await other.context.close();
+
+    // Another tab of the app leaves the choices behind; Back returns to them (the choices replaced, not pushed).
+    await page.getByRole("navigation", { name: "App sections" }).getByRole("link", { name: "Queues" }).click();
+    expect(new URL(page.url()).hash).toBe(`#/apps/${app.id}/queues`);
+    await page.goBack();
+    await eventually(() => total.textContent()).toBe("31");
+
+    // A link edited by hand: what does not parse reads as the default, and nothing breaks.
+    await page.goto(`${base}?measure=median&range=5&where=%7Bnot-json&limit=7&type=order`);
+    await eventually(() => total.textContent()).toBe("4");
+    expect(await page.getByLabel("Measure").inputValue()).toBe("count");
+    expect(await page.getByLabel("Range").inputValue()).toBe(String(24 * 7));
+    expect(await page.getByRole("button", { name: "Remove filter 1" }).count()).toBe(0);
+    await context.close();
+  });
+});

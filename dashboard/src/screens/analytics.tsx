@@ -15,7 +15,7 @@
  * is sent for them (the API refuses one) and only their labels are shown in
  * the zone. The zone field applies once typing stops, not per keystroke.
  */
-import { useMemo, useRef, useState } from "react";
+import { useMemo, useRef } from "react";
 import { useQuery } from "@connectrpc/connect-query";
 import { skipToken, type UseQueryResult } from "@tanstack/react-query";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -25,12 +25,19 @@ import { Aggregate, Interval, type Bucket } from "../../../gen/platform/analytic
 import { Empty, QueryView, useDebounced, usePages } from "../ui.tsx";
 import { TimeChart } from "../chart.tsx";
 import { bucketIndex, bucketStarts, type BucketUnit } from "../time-buckets.ts";
-import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import {
+  areDraftConditions,
+  declaredKinds,
+  NO_CONDITIONS,
+  toConditions,
+  type DraftCondition,
+} from "../condition-drafts.ts";
 import { ConditionsEditor } from "../conditions.tsx";
 import { FunnelView } from "./funnel.tsx";
 import { RANGES } from "../ranges.ts";
 import { EventTypeSelect, RangeFields, rangeBounds, useRangeChoice } from "../range-fields.tsx";
 import { formatValue } from "../format.ts";
+import { jsonCodec, oneOfCodec, textCodec, useHashState, type HashCodec } from "../router.ts";
 
 const INTERVALS = [
   { label: "Hour", value: Interval.HOUR },
@@ -58,6 +65,16 @@ const AGGREGATES: { name: AggregateName; label: string; value: Aggregate }[] = [
   { name: "min", label: "Minimum", value: Aggregate.MIN },
   { name: "max", label: "Maximum", value: Aggregate.MAX },
 ];
+/** The choices of the Trends view kept in the address (`useHashState`), so a chart can be reloaded and shared. */
+const VIEW_CODEC = oneOfCodec(["trends", "funnel"] as const);
+const INTERVAL_CODEC: HashCodec<Interval> = {
+  parse: (text) => [...UNITS].find(([, unit]) => unit === text)?.[0],
+  format: (interval) => UNITS.get(interval) ?? "day",
+};
+const MEASURE_CODEC = oneOfCodec(AGGREGATES.map((a) => a.name));
+const LIMIT_CODEC = oneOfCodec(GROUP_LIMITS);
+const CONDITIONS_CODEC = jsonCodec(areDraftConditions);
+
 /** Sum, average, minimum and maximum take a number property. */
 const NUMERIC = new Set<AggregateName>(["sum", "avg", "min", "max"]);
 
@@ -74,7 +91,7 @@ export function knownZone(zone: string): string | undefined {
 
 export function AnalyticsTab({ app }: { app: App }) {
   const types = useQuery(listEventTypes, { appId: app.id });
-  const [view, setView] = useState<"trends" | "funnel">("trends");
+  const [view, setView] = useHashState("view", "trends", VIEW_CODEC);
   return (
     <>
       <div className="segmented" role="group" aria-label="Analytics view">
@@ -109,16 +126,20 @@ function measureLabel(aggregate: AggregateName, of: string | undefined): string 
 }
 
 function TrendsView({ app, types }: { app: App; types: UseQueryResult<ListEventTypesResponse> }) {
-  const [type, setType] = useState("");
-  const [range, setRange] = useRangeChoice(24 * 7);
-  const [interval, setInterval] = useState(Interval.DAY);
-  const [aggregate, setAggregate] = useState<AggregateName>("count");
-  const [of, setOf] = useState("");
-  const [drafts, setDrafts] = useState<DraftCondition[]>([]);
-  const [groupBy, setGroupBy] = useState("");
-  const [thenBy, setThenBy] = useState("");
-  const [limit, setLimit] = useState(10);
-  const [zoneText, setZoneText] = useState(() => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC");
+  const [type, setType] = useHashState("type", "", textCodec);
+  const [range, setRange] = useRangeChoice(24 * 7, "range", RANGES);
+  const [interval, setInterval] = useHashState("interval", Interval.DAY, INTERVAL_CODEC);
+  const [aggregate, setAggregate] = useHashState<AggregateName>("measure", "count", MEASURE_CODEC);
+  const [of, setOf] = useHashState("of", "", textCodec);
+  const [drafts, setDrafts] = useHashState<DraftCondition[]>("where", NO_CONDITIONS, CONDITIONS_CODEC);
+  const [groupBy, setGroupBy] = useHashState("by", "", textCodec);
+  const [thenBy, setThenBy] = useHashState("then", "", textCodec);
+  const [limit, setLimit] = useHashState("limit", 10, LIMIT_CODEC);
+  const [zoneText, setZoneText] = useHashState(
+    "zone",
+    () => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC",
+    textCodec,
+  );
   const typedZone = useDebounced(zoneText, 600);
   const zone = knownZone(typedZone);
   // A value typed into a condition applies when typing stops, not per keystroke.

@@ -10,7 +10,6 @@
  * reads the numbers without hovering; with a breakdown, a table of every group
  * and a choice of which one the bars draw.
  */
-import { useState } from "react";
 import { useQuery } from "@connectrpc/connect-query";
 import { skipToken, type UseQueryResult } from "@tanstack/react-query";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
@@ -18,11 +17,12 @@ import { queryAnalyticsFunnel } from "../../../gen/platform/admin/v1/admin-Admin
 import type { App, ListEventTypesResponse } from "../../../gen/platform/admin/v1/admin_pb.js";
 import type { FunnelStepResult } from "../../../gen/platform/analytics/v1/analytics_pb.js";
 import { Empty, QueryView, useDebounced } from "../ui.tsx";
-import { declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
+import { areDraftConditions, declaredKinds, toConditions, type DraftCondition } from "../condition-drafts.ts";
 import { ConditionsEditor } from "../conditions.tsx";
 import { RANGES } from "../ranges.ts";
 import { EventTypeSelect, RangeFields, rangeBounds, useRangeChoice } from "../range-fields.tsx";
 import { formatDuration, formatPercent, formatValue } from "../format.ts";
+import { jsonCodec, oneOfCodec, textCodec, useHashState } from "../router.ts";
 
 const MIN_STEPS = 2;
 const MAX_STEPS = 8;
@@ -44,15 +44,36 @@ interface DraftStep {
   conditions: DraftCondition[];
 }
 
+/** The steps as edited; none until the operator edits them (then the first two types are shown). */
+const NO_STEPS: DraftStep[] = [];
+
+/** Whether `value` is a funnel's steps: a link's, which may have been edited by hand. */
+function areDraftSteps(value: unknown): value is DraftStep[] {
+  return (
+    Array.isArray(value) &&
+    value.length >= MIN_STEPS &&
+    value.length <= MAX_STEPS &&
+    value.every(
+      (s: Partial<Record<keyof DraftStep, unknown>> | null) =>
+        typeof s === "object" && s !== null && typeof s.type === "string" && areDraftConditions(s.conditions),
+    )
+  );
+}
+
+/** The funnel's choices kept in the address (`useHashState`), apart from the Trends view's. */
+const STEPS_CODEC = jsonCodec(areDraftSteps);
+const WINDOW_CODEC = oneOfCodec(WINDOWS.map((w) => w.seconds));
+const LIMIT_CODEC = oneOfCodec(GROUP_LIMITS);
+
 export function FunnelView({ app, types }: { app: App; types: UseQueryResult<ListEventTypesResponse> }) {
   const all = types.data?.types ?? [];
   const first = all[0]?.name ?? "";
-  const [steps, setSteps] = useState<DraftStep[]>([]);
-  const [range, setRange] = useRangeChoice(24 * 30);
-  const [windowSeconds, setWindowSeconds] = useState(7 * 86_400);
-  const [breakdown, setBreakdown] = useState("");
-  const [limit, setLimit] = useState(10);
-  const [drawn, setDrawn] = useState(ALL);
+  const [steps, setSteps] = useHashState("funnel", NO_STEPS, STEPS_CODEC);
+  const [range, setRange] = useRangeChoice(24 * 30, "funnelRange", FUNNEL_RANGES);
+  const [windowSeconds, setWindowSeconds] = useHashState("funnelWindow", 7 * 86_400, WINDOW_CODEC);
+  const [breakdown, setBreakdown] = useHashState("funnelBy", "", textCodec);
+  const [limit, setLimit] = useHashState("funnelLimit", 10, LIMIT_CODEC);
+  const [drawn, setDrawn] = useHashState("funnelDrawn", ALL, textCodec);
   // Until the operator edits them, the steps are the first two types (or the one type twice).
   const shown: DraftStep[] =
     steps.length > 0
