@@ -24,7 +24,7 @@ import {
   QUEUE_CHANNEL,
   TRACE_COLUMN,
   WAITING,
-  depthOf,
+  depthWithin,
   groupColumns,
   groupValues,
   traceColumn,
@@ -35,6 +35,9 @@ import type { PutAllMessage, PutDone, PutInput, PutItem, PutResult } from "./que
 
 /** A put: the new message, or (refused by the depth check) the waiting count. */
 type PutRow = { n: Count } & ({ id: string; expires_at: When } | { id: null; expires_at: null });
+
+/** `putAll`'s statement: the depth seen, how many rows it added (all or none), and its time in µs since 1970. */
+type PutAllRow = { n: Count; added: Count; at_us: Count };
 
 /** `putDroppingOldest`: the new message and how many old ones it pushed out. */
 type DroppingPutRow = { id: string; expires_at: When; dropped: Count };
@@ -98,7 +101,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<PutRow>`${PREPARED}
       WITH depth AS (
-        SELECT ${depthOf(input.appId, input.queue)} AS n
+        SELECT ${depthWithin(input.appId, input.queue, input.depthBelow - 1)} AS n
       ), ins AS (
         INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority${traceColumn(input.traceParent)}${groupColumns(input.groupKey)})
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
@@ -140,7 +143,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
       // statement's start: a batch that waited for another instance's is not shortened by the wait.
       const { rows } = await sql<PutRow>`${PREPARED}
         WITH depth AS (
-          SELECT d.n, clock_timestamp() AS t FROM (SELECT ${depthOf(appId, queue)} AS n OFFSET 0) d
+          SELECT d.n, clock_timestamp() AS t FROM (SELECT ${depthWithin(appId, queue, depthBelow - items.length)} AS n OFFSET 0) d
         ), src AS (
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
@@ -209,9 +212,9 @@ export function createPutStore({ db }: QueueDbs): PutStore {
             if (item.notify !== undefined) notes.set(item.notify, (notes.get(item.notify) ?? 0) + 1);
           // One statement after the lock (its snapshot sees every put that held
           // the lock before): count, and insert all only if they fit.
-          const { rows } = await sql<PutRow>`${PREPARED}
+          const { rows } = await sql<PutAllRow>`${PREPARED}
             WITH depth AS (
-              SELECT ${depthOf(appId, queue)} AS n
+              SELECT ${depthWithin(appId, queue, maxDepth - fresh.length)} AS n
             ), src AS (
               SELECT k.id, k.payload, k.delay, k.ttl, k.priority, k.grp, k.ord
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
@@ -223,16 +226,23 @@ export function createPutStore({ db }: QueueDbs): PutStore {
               INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${GROUP_COLUMNS})
               SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay) + ${BATCH_ORDER}, statement_timestamp() + make_interval(secs => ttl), priority${BATCH_GROUP_VALUES}
               FROM src ORDER BY ord
-              RETURNING id, expires_at
+              RETURNING 1
             ), notified AS (
               SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
               FROM unnest(${[...notes.keys()]}::text[], ${[...notes.values()]}::int[]) AS n (notify, count)
               WHERE EXISTS (SELECT 1 FROM ins)
             )
-            SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
-            FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
-          if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
-          for (const r of rows) if (r.id !== null) inserted.set(r.id, toDate(r.expires_at));
+            SELECT (SELECT n FROM depth) AS n, (SELECT count(*) FROM ins)::int AS added,
+                   (extract(epoch FROM statement_timestamp()) * 1000000)::int8 AS at_us,
+                   (SELECT count(*) FROM notified) AS notified`.execute(trx);
+          const row = rows[0];
+          if (!row || Number(row.added) === 0) return { inserted: false as const, depth: Number(row?.n ?? 0) };
+          // Every row's expiry is the statement's time plus its ttl (whole seconds): made here from the one
+          // time, not returned and parsed per row. The µs count is exact as a number; the ms of the Date are
+          // truncated as the driver truncates a timestamp's text.
+          const atUs = Number(row.at_us);
+          for (const f of fresh)
+            inserted.set(f.id, new Date(Math.floor((atUs + f.item.ttlSeconds * 1_000_000) / 1000)));
           const keyed = fresh.filter((f) => f.item.dedupKey !== undefined);
           if (keyed.length > 0) {
             // A key past its window is taken over; one within it was read above, so none conflicts here otherwise.
