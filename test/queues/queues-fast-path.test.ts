@@ -45,6 +45,11 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const put = await c.putMessages({ queue: q("order"), messages: payloads(50) });
     expect(put.messages).toHaveLength(50);
     expect(new Set(put.messages.map((m) => m.id)).size).toBe(50);
+    // Ids in the layout of UUID version 7: the put's time in ms first, then random bits.
+    for (const { id } of put.messages) {
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      expect(Math.abs(parseInt(id.slice(0, 8) + id.slice(9, 13), 16) - Date.now())).toBeLessThan(60_000);
+    }
     const got: number[] = [];
     for (let i = 0; i < 50; i++) {
       const { message } = await c.consumeMessage({ queue: q("order"), waitSeconds: 0 });
