@@ -202,7 +202,10 @@ export function createPutStore({ db }: QueueDbs): PutStore {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
         // Dedup keys are read and written only by puts holding the lock, so
         // what is read here stays true until the commit.
-        const keys = [...new Set(items.flatMap((i) => (i.dedupKey === undefined ? [] : [i.dedupKey])))];
+        // A loop, not flatMap: that made an array per item of every batch, most without a key.
+        const keySet = new Set<string>();
+        for (const i of items) if (i.dedupKey !== undefined) keySet.add(i.dedupKey);
+        const keys = [...keySet];
         const firsts = new Map<string, { id: string; expiresAt: Date; deduplicated: boolean }>();
         if (keys.length > 0) {
           const { rows } = await sql<DedupRow>`
