@@ -382,6 +382,23 @@ function putAnswer(queue: string, put: PutAnswer): PutMessageAnswer {
   return { id: put.id, queue, expiresAt: timestampFromMs(put.expiresAt.getTime()), deduplicated: put.deduplicated };
 }
 
+/**
+ * `PutMessages`' answer: one `Timestamp` for each run of equal expiries (a batch's messages mostly share
+ * their ttl, so their expiry), not one made per message; the encoders only read it.
+ */
+function putAnswers(queue: string, puts: PutAnswer[]): PutMessageAnswer[] {
+  let lastMs = NaN;
+  let last = timestampFromMs(0);
+  return puts.map((put) => {
+    const ms = put.expiresAt.getTime();
+    if (ms !== lastMs) {
+      lastMs = ms;
+      last = timestampFromMs(ms);
+    }
+    return { id: put.id, queue, expiresAt: last, deduplicated: put.deduplicated };
+  });
+}
+
 export function createQueuesService(deps: QueuesServiceOptions): QueuesImplementation {
   const { store, hub, logger, metrics, tracing } = deps;
   const consumers = createQueueConsumers(deps);
@@ -627,7 +644,7 @@ export function createQueuesService(deps: QueuesServiceOptions): QueuesImplement
         const keyed = items.some((i) => i.dedupKey !== undefined);
         const window = keyed ? (await policies.get(app, queue)).dedupWindowSeconds : 0;
         const answer = (messages: PutAllMessage[]): PutMessagesAnswer => ({
-          messages: messages.map((m) => putAnswer(queue, m)),
+          messages: putAnswers(queue, messages),
         });
         const answerIn = answerInRun(context, QueueService.method.putMessages, answer);
         const result = await store.putAll({

@@ -52,6 +52,7 @@ const pinned = new Map<string, string>([
   ["0035-queue-groups.ts", "9e1315e67c6b5d4ecb83583a0b75ff2bc706a3f47777fb7099eaafb0db89b865"],
   ["0036-analytics-events-by-type.ts", "b6dd2aa6d1abaaa8ab85fea0fdb0e84cb14bc704a2439e9b36256a15da238650"],
   ["0037-analytics-events-one-index.ts", "f5d42a1be9c0d1f3c9e79559bae8b7b192e050ba2bd5e7302e75a397013c9f3c"],
+  ["0038-queue-depth-within.ts", "4b5a4409b3e797c1cb5b37e6d81d7a1799a3e2b945f88f8ba387635127c382db"],
 ]);
 
 const files = fs

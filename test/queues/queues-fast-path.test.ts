@@ -45,6 +45,11 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     const put = await c.putMessages({ queue: q("order"), messages: payloads(50) });
     expect(put.messages).toHaveLength(50);
     expect(new Set(put.messages.map((m) => m.id)).size).toBe(50);
+    // Ids in the layout of UUID version 7: the put's time in ms first, then random bits.
+    for (const { id } of put.messages) {
+      expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+      expect(Math.abs(parseInt(id.slice(0, 8) + id.slice(9, 13), 16) - Date.now())).toBeLessThan(60_000);
+    }
     const got: number[] = [];
     for (let i = 0; i < 50; i++) {
       const { message } = await c.consumeMessage({ queue: q("order"), waitSeconds: 0 });
@@ -104,6 +109,29 @@ describe.each(["connect", "grpc"] as Protocol[])("over %s", (protocol) => {
     );
     expect(outcomes.filter(Boolean)).toHaveLength(4);
     expect(await stats(cc2, "cap")).toEqual({ depth: 24, inFlight: 0 });
+  });
+
+  it("PutMessages counts leased messages out of the depth cap, and answers each message's expiry as stored", async () => {
+    const capped = await t.createApp();
+    await t.admin.updateApp({ appId: capped.id, limits: { maxQueueDepth: 10 } });
+    const c = t.client(QueueService, capped.token, protocol);
+    const first = await c.putMessages({ queue: "leased", messages: payloads(10) });
+    // The answer's expiry is the stored one (the consume reads it from the row), to the millisecond.
+    const { messages: leased } = await c.consumeMessage({ queue: "leased", waitSeconds: 0, max: 4, leaseSeconds: 60 });
+    expect(leased).toHaveLength(4);
+    for (const m of leased) expect(m.expiresAt).toEqual(first.messages.find((p) => p.id === m.id)!.expiresAt);
+    // 10 rows, 6 waiting: the queue's rows exceed what the batch leaves room for, so the leased are counted out.
+    const refill = await c.putMessages({ queue: "leased", messages: payloads(4) });
+    expect(refill.messages).toHaveLength(4);
+    expect(await stats(c, "leased")).toEqual({ depth: 10, inFlight: 4 });
+    const full = await err(c.putMessages({ queue: "leased", messages: payloads(1) }));
+    expect(full?.code).toBe(Code.ResourceExhausted);
+    expect(full?.rawMessage).toContain("has 10 messages waiting");
+    // Acked, the leased leave the queue's rows: a queue within the batch's room is answered without counting.
+    const acked = await c.ackMessages({ receipts: leased.map((m) => m.receipt) });
+    expect(acked.acked).toEqual([true, true, true, true]);
+    expect(await stats(c, "leased")).toEqual({ depth: 10, inFlight: 0 });
+    expect((await err(c.putMessages({ queue: "leased", messages: payloads(1) })))?.code).toBe(Code.ResourceExhausted);
   });
 
   it("AckMessages answers once per receipt: duplicates, unknown and lapsed receipts are false", async () => {

@@ -60,7 +60,8 @@ function claimedRows(
   queue: string,
   rows: ClaimRow[],
 ): { messages: StoredMessage[]; nextVisibleAt: Date | null; buried?: number } {
-  const messages: (StoredMessage & { was: number; priority: number })[] = [];
+  // Each message with its place in the line: its visibility before the claim and its priority.
+  const leased: { message: StoredMessage; was: number; priority: number }[] = [];
   let nextVisibleAt: Date | null = null;
   let buried: number | undefined;
   for (const row of rows) {
@@ -69,7 +70,8 @@ function claimedRows(
       nextVisibleAt = toDateOrNull(row.next_visible_at);
       continue;
     }
-    messages.push({
+    const was = Math.trunc(Number(row.was_visible_at));
+    const message: StoredMessage = {
       id: row.id,
       queue,
       payload: row.payload!,
@@ -78,16 +80,16 @@ function claimedRows(
       leaseExpiresAt: new Date(Number(row.lease_until)),
       deliveries: Number(row.deliveries),
       claims: Number(row.claims),
-      was: Math.trunc(Number(row.was_visible_at)),
-      ...(row.trace_parent !== null && { traceParent: row.trace_parent }),
-      ...(row.group_key !== null && { groupKey: row.group_key }),
-      priority: Number(row.priority ?? 0),
-    });
+      visibleBefore: new Date(was),
+    };
+    if (row.trace_parent !== null) message.traceParent = row.trace_parent;
+    if (row.group_key !== null) message.groupKey = row.group_key;
+    leased.push({ message, was, priority: Number(row.priority ?? 0) });
   }
   // RETURNING has no order: hand out the line's order (higher priority first, then oldest first).
-  messages.sort((x, y) => y.priority - x.priority || x.was - y.was);
+  leased.sort((x, y) => y.priority - x.priority || x.was - y.was);
   return {
-    messages: messages.map(({ was, priority: _priority, ...m }) => ({ ...m, visibleBefore: new Date(was) })),
+    messages: leased.map((l) => l.message),
     nextVisibleAt,
     buried,
   };

@@ -24,7 +24,7 @@ import {
   QUEUE_CHANNEL,
   TRACE_COLUMN,
   WAITING,
-  depthOf,
+  depthWithin,
   groupColumns,
   groupValues,
   traceColumn,
@@ -35,6 +35,9 @@ import type { PutAllMessage, PutDone, PutInput, PutItem, PutResult } from "./que
 
 /** A put: the new message, or (refused by the depth check) the waiting count. */
 type PutRow = { n: Count } & ({ id: string; expires_at: When } | { id: null; expires_at: null });
+
+/** `putAll`'s statement: the depth seen, how many rows it added (all or none), and its time in µs since 1970. */
+type PutAllRow = { n: Count; added: Count; at_us: Count };
 
 /** `putDroppingOldest`: the new message and how many old ones it pushed out. */
 type DroppingPutRow = { id: string; expires_at: When; dropped: Count };
@@ -88,6 +91,25 @@ export interface PutStore {
   ): Promise<{ id: string; expiresAt: Date; dropped: number }>;
 }
 
+/**
+ * A new message id in the layout of UUID version 7 (RFC 9562): the first 48 bits are the time in
+ * milliseconds, the rest as random as `randomUUID`'s (74 bits). A batch's ids, and those put about the same
+ * time, are then neighbours in the primary key rather than spread over the whole index: each put, claim
+ * and ack of a batch finds them in a few leaf pages, and a put adds them at the index's end (PostgreSQL
+ * then skips the descent from the root). About 5% of PostgreSQL's CPU per message of a put, claim and ack
+ * cycle of 1,000-message batches. `prefix` is `idPrefix()` of the batch's time.
+ */
+function timeOrderedId(prefix: string): string {
+  // randomUUID's text: 8 hex, '-', 4 hex, '-', the version digit at 14, then the rest from 15.
+  return `${prefix}7${crypto.randomUUID().slice(15)}`;
+}
+
+/** The time part of `timeOrderedId` for `ms`, with its dashes, ending where the version digit goes. */
+function idPrefix(ms: number): string {
+  const hex = ms.toString(16).padStart(12, "0");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-`;
+}
+
 /** Puts: plain, serialised per queue, batched, deduplicated, and dropping the oldest, each under the depth limit. */
 export function createPutStore({ db }: QueueDbs): PutStore {
   /**
@@ -98,7 +120,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
   async function put(input: PutInput, on: Kysely<QueueTables>): Promise<PutResult> {
     const { rows } = await sql<PutRow>`${PREPARED}
       WITH depth AS (
-        SELECT ${depthOf(input.appId, input.queue)} AS n
+        SELECT ${depthWithin(input.appId, input.queue, input.depthBelow - 1)} AS n
       ), ins AS (
         INSERT INTO queue_messages (app_id, queue, payload, visible_at, expires_at, priority${traceColumn(input.traceParent)}${groupColumns(input.groupKey)})
         SELECT ${input.appId}, ${input.queue}, ${input.payload},
@@ -131,7 +153,8 @@ export function createPutStore({ db }: QueueDbs): PutStore {
     async putMany({ appId, queue, depthBelow, items }) {
       // Ids are made here so each caller finds its own row in RETURNING
       // (an INSERT cannot return the source row's position).
-      const ids = items.map(() => crypto.randomUUID());
+      const prefix = idPrefix(Date.now());
+      const ids = items.map(() => timeOrderedId(prefix));
       // Traced puts only (tracing on): the statement of an untraced batch is the same as ever.
       const traced = items.some((i) => i.traceParent !== undefined);
       // Grouped puts only: the statement of a batch without groups is the same as ever.
@@ -140,7 +163,7 @@ export function createPutStore({ db }: QueueDbs): PutStore {
       // statement's start: a batch that waited for another instance's is not shortened by the wait.
       const { rows } = await sql<PutRow>`${PREPARED}
         WITH depth AS (
-          SELECT d.n, clock_timestamp() AS t FROM (SELECT ${depthOf(appId, queue)} AS n OFFSET 0) d
+          SELECT d.n, clock_timestamp() AS t FROM (SELECT ${depthWithin(appId, queue, depthBelow - items.length)} AS n OFFSET 0) d
         ), src AS (
           SELECT k.*, depth.t FROM unnest(${uuidArray(ids)}, ${jsonTextArray(items.map((i) => i.payload))},
                                  ${intArray(items.map((i) => i.delaySeconds))}, ${intArray(items.map((i) => i.ttlSeconds))},
@@ -179,7 +202,10 @@ export function createPutStore({ db }: QueueDbs): PutStore {
         await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`queue:${appId}:${queue}`}, 0))`.execute(trx);
         // Dedup keys are read and written only by puts holding the lock, so
         // what is read here stays true until the commit.
-        const keys = [...new Set(items.flatMap((i) => (i.dedupKey === undefined ? [] : [i.dedupKey])))];
+        // A loop, not flatMap: that made an array per item of every batch, most without a key.
+        const keySet = new Set<string>();
+        for (const i of items) if (i.dedupKey !== undefined) keySet.add(i.dedupKey);
+        const keys = [...keySet];
         const firsts = new Map<string, { id: string; expiresAt: Date; deduplicated: boolean }>();
         if (keys.length > 0) {
           const { rows } = await sql<DedupRow>`
@@ -192,9 +218,10 @@ export function createPutStore({ db }: QueueDbs): PutStore {
         }
         // Which items add a message: those without a key, and the first of each key not seen in the window.
         const fresh: { item: PutItem; id: string }[] = [];
+        const prefix = idPrefix(Date.now());
         const answers = items.map((item): string | { id: string } => {
           if (item.dedupKey !== undefined && firsts.has(item.dedupKey)) return item.dedupKey;
-          const id = crypto.randomUUID();
+          const id = timeOrderedId(prefix);
           fresh.push({ item, id });
           if (item.dedupKey !== undefined)
             firsts.set(item.dedupKey, { id, expiresAt: new Date(0), deduplicated: true });
@@ -209,9 +236,9 @@ export function createPutStore({ db }: QueueDbs): PutStore {
             if (item.notify !== undefined) notes.set(item.notify, (notes.get(item.notify) ?? 0) + 1);
           // One statement after the lock (its snapshot sees every put that held
           // the lock before): count, and insert all only if they fit.
-          const { rows } = await sql<PutRow>`${PREPARED}
+          const { rows } = await sql<PutAllRow>`${PREPARED}
             WITH depth AS (
-              SELECT ${depthOf(appId, queue)} AS n
+              SELECT ${depthWithin(appId, queue, maxDepth - fresh.length)} AS n
             ), src AS (
               SELECT k.id, k.payload, k.delay, k.ttl, k.priority, k.grp, k.ord
               FROM unnest(${uuidArray(fresh.map((f) => f.id))}, ${jsonTextArray(fresh.map((f) => f.item.payload))},
@@ -223,16 +250,23 @@ export function createPutStore({ db }: QueueDbs): PutStore {
               INSERT INTO queue_messages (id, app_id, queue, payload, visible_at, expires_at, priority${GROUP_COLUMNS})
               SELECT id, ${appId}, ${queue}, payload, statement_timestamp() + make_interval(secs => delay) + ${BATCH_ORDER}, statement_timestamp() + make_interval(secs => ttl), priority${BATCH_GROUP_VALUES}
               FROM src ORDER BY ord
-              RETURNING id, expires_at
+              RETURNING 1
             ), notified AS (
               SELECT pg_notify(${QUEUE_CHANNEL}, n.notify || '|' || n.count)
               FROM unnest(${[...notes.keys()]}::text[], ${[...notes.values()]}::int[]) AS n (notify, count)
               WHERE EXISTS (SELECT 1 FROM ins)
             )
-            SELECT (SELECT n FROM depth) AS n, ins.id, ins.expires_at, (SELECT count(*) FROM notified) AS notified
-            FROM (SELECT 1) one LEFT JOIN ins ON true`.execute(trx);
-          if (!rows[0]?.id) return { inserted: false as const, depth: Number(rows[0]?.n ?? 0) };
-          for (const r of rows) if (r.id !== null) inserted.set(r.id, toDate(r.expires_at));
+            SELECT (SELECT n FROM depth) AS n, (SELECT count(*) FROM ins)::int AS added,
+                   (extract(epoch FROM statement_timestamp()) * 1000000)::int8 AS at_us,
+                   (SELECT count(*) FROM notified) AS notified`.execute(trx);
+          const row = rows[0];
+          if (!row || Number(row.added) === 0) return { inserted: false as const, depth: Number(row?.n ?? 0) };
+          // Every row's expiry is the statement's time plus its ttl (whole seconds): made here from the one
+          // time, not returned and parsed per row. The µs count is exact as a number; the ms of the Date are
+          // truncated as the driver truncates a timestamp's text.
+          const atUs = Number(row.at_us);
+          for (const f of fresh)
+            inserted.set(f.id, new Date(Math.floor((atUs + f.item.ttlSeconds * 1_000_000) / 1000)));
           const keyed = fresh.filter((f) => f.item.dedupKey !== undefined);
           if (keyed.length > 0) {
             // A key past its window is taken over; one within it was read above, so none conflicts here otherwise.

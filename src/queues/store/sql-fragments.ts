@@ -24,12 +24,16 @@ export const LAST_FAILURE = sql`CASE WHEN m.lease_until IS NOT NULL THEN 'lease 
 
 /**
  * How many messages wait on one queue, in time independent of how many, as a
- * put sees it before it inserts: `queue_depth` (migrations 0020 and 0024)
- * takes the queue's lock, so a put waits for every put before it on the queue
- * to commit, on any instance, then counts the queue's rows (`queue_counts`,
- * 0012) less its leased and expired ones with a snapshot of its own.
+ * put sees it before it inserts, when all it asks is whether at most `room`
+ * wait: `queue_depth_within` (migration 0038) takes the queue's lock, so a put
+ * waits for every put before it on the queue to commit, on any instance, then
+ * reads the queue's rows (`queue_counts`, 0012) with a snapshot of its own. A
+ * count within `room` is an upper bound of the depth and answers as it is;
+ * past it, the leased and expired messages are counted and left out
+ * (`queue_depth`, 0020 and 0024), so a refusal says the exact depth.
  */
-export const depthOf = (appId: string, queue: string) => sql<number>`queue_depth(${appId}::uuid, ${queue}::text)`;
+export const depthWithin = (appId: string, queue: string, room: number) =>
+  sql<number>`queue_depth_within(${appId}::uuid, ${queue}::text, ${room}::int)`;
 
 /** An empty fragment: what an optional part of a statement is when it is left out. */
 export const NOTHING = sql``;

@@ -39,6 +39,7 @@ import * as queueRateLimits from "./0034-queue-rate-limits.ts";
 import * as queueGroups from "./0035-queue-groups.ts";
 import * as analyticsEventsByType from "./0036-analytics-events-by-type.ts";
 import * as analyticsEventsOneIndex from "./0037-analytics-events-one-index.ts";
+import * as queueDepthWithin from "./0038-queue-depth-within.ts";
 
 export const migrations: Record<string, Migration> = {
   "0001-foundation": foundation,
@@ -77,4 +78,5 @@ export const migrations: Record<string, Migration> = {
   "0035-queue-groups": queueGroups,
   "0036-analytics-events-by-type": analyticsEventsByType,
   "0037-analytics-events-one-index": analyticsEventsOneIndex,
+  "0038-queue-depth-within": queueDepthWithin,
 };
