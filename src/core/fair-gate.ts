@@ -32,8 +32,12 @@ export interface FairGateOptions {
 interface Waiting {
   resolve: () => void;
   reject: (err: Error) => void;
-  timer: NodeJS.Timeout | undefined;
+  /** When it began to wait (epoch ms), for the sweep that ends waits past `timeoutMs`. */
+  since: number;
 }
+
+/** The one resolved promise an acquire that goes at once returns (nothing to allocate per call). */
+const AT_ONCE = Promise.resolve();
 
 export function createFairGate(options: FairGateOptions): FairGate {
   const cap = Math.max(1, Math.floor(options.capacity * options.maxShare));
@@ -42,6 +46,33 @@ export function createFairGate(options: FairGateOptions): FairGate {
   const heldBy = new Map<string, number>();
   // Insertion order is the turn: a tenant served goes to the back (deleted and set again).
   const queues = new Map<string, Waiting[]>();
+  // One sweep for every waiter, not a timer each: when a pool is busy most statements wait a moment, and a
+  // timer made and cleared per wait was a measurable part of a light request's cost. A wait therefore ends
+  // between `timeoutMs` and `timeoutMs` plus one sweep period after it began. The sweep runs only while
+  // someone waits.
+  const { timeoutMs } = options;
+  const sweepEveryMs = timeoutMs === undefined ? 0 : Math.max(10, Math.min(250, timeoutMs / 10));
+  let sweep: NodeJS.Timeout | undefined;
+  const sweepNow = () => {
+    const now = Date.now();
+    for (const [key, queue] of queues) {
+      // Each tenant's waiters are in arrival order: the expired ones are at its front.
+      let expired = 0;
+      while (expired < queue.length && now - queue[expired].since >= timeoutMs!) expired++;
+      if (expired === 0) continue;
+      const gone = queue.splice(0, expired);
+      if (queue.length === 0) queues.delete(key);
+      waitingCount -= expired;
+      for (const waiter of gone) waiter.reject(options.timeoutError?.() ?? new Error("timed out waiting for a place"));
+    }
+    stopSweepWhenIdle();
+  };
+  const stopSweepWhenIdle = () => {
+    if (waitingCount === 0 && sweep !== undefined) {
+      clearInterval(sweep);
+      sweep = undefined;
+    }
+  };
 
   const take = (key: string) => {
     held++;
@@ -60,13 +91,18 @@ export function createFairGate(options: FairGateOptions): FairGate {
       if (key === undefined) return;
       const queue = queues.get(key)!;
       const waiter = queue.shift()!;
-      queues.delete(key);
-      if (queue.length > 0) queues.set(key, queue);
+      // The tenant served goes to the back of the turn (when it is the only one waiting, it is there already:
+      // deleting and setting it again on every release only filled the map with deleted entries).
+      if (queue.length === 0) queues.delete(key);
+      else if (queues.size > 1) {
+        queues.delete(key);
+        queues.set(key, queue);
+      }
       waitingCount--;
-      clearTimeout(waiter.timer);
       take(key);
       waiter.resolve();
     }
+    stopSweepWhenIdle();
   };
 
   return {
@@ -76,21 +112,11 @@ export function createFairGate(options: FairGateOptions): FairGate {
       // waiting then waits for lack of a place (none is free) or at its own share, never for this one.
       if (held < options.capacity && (heldBy.get(key) ?? 0) < cap && !queues.has(key)) {
         take(key);
-        return Promise.resolve();
+        return AT_ONCE;
       }
       return new Promise<void>((resolve, reject) => {
-        const waiter: Waiting = { resolve, reject, timer: undefined };
-        if (options.timeoutMs !== undefined) {
-          waiter.timer = setTimeout(() => {
-            const queue = queues.get(key);
-            const at = queue?.indexOf(waiter) ?? -1;
-            if (!queue || at < 0) return;
-            queue.splice(at, 1);
-            if (queue.length === 0) queues.delete(key);
-            waitingCount--;
-            reject(options.timeoutError?.() ?? new Error("timed out waiting for a place"));
-          }, options.timeoutMs);
-        }
+        const waiter: Waiting = { resolve, reject, since: timeoutMs === undefined ? 0 : Date.now() };
+        if (timeoutMs !== undefined) sweep ??= setInterval(sweepNow, sweepEveryMs);
         let queue = queues.get(key);
         if (!queue) queues.set(key, (queue = []));
         queue.push(waiter);

@@ -3,6 +3,7 @@
  * the duration histogram's counts, so a request updates one metric; scraped,
  * it must still count each label set's requests exactly, scrape after scrape.
  */
+import client from "prom-client";
 import { describe, expect, it } from "vitest";
 import { createMetrics } from "../../src/core/metrics.ts";
 
@@ -39,5 +40,37 @@ describe("http_requests_total", () => {
     expect(text2).toMatch(/^http_request_duration_seconds_count\{method="GET",route="\/v1\/queues",status="200"\} 4$/m);
     const values = (await metrics.httpRequests.get()).values;
     expect(values.reduce((n, v) => n + v.value, 0)).toBe(5);
+  });
+
+  it("writes http_request_duration_seconds as prom-client's own histogram writes the same observations", async () => {
+    const metrics = createMetrics();
+    const theirs = new client.Registry();
+    const histogram = new client.Histogram({
+      name: "http_request_duration_seconds",
+      help: "Time to answer a request, by route template and status.",
+      labelNames: ["method", "route", "status"] as const,
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [theirs],
+    });
+    // On a bound, between bounds, past the last one (only +Inf), several label sets and methods.
+    const observations: [string, string, number, number][] = [
+      ["GET", "/v1/queues", 200, 0.0025],
+      ["GET", "/v1/queues", 200, 0.0004],
+      ["GET", "/v1/queues", 503, 31],
+      ["POST", "/v1/queues/:queue", 201, 0.07],
+      ["GET", "/v1/queues", 200, 1.5],
+      ["GET", "unmatched", 404, 0],
+    ];
+    for (const [method, route, status, seconds] of observations) {
+      metrics.httpDuration.observeRequest(method, route, status, seconds);
+      histogram.observe({ method, route, status: String(status) }, seconds);
+    }
+    const ours = await metrics.registry.getSingleMetricAsString("http_request_duration_seconds");
+    const expected = await theirs.getSingleMetricAsString("http_request_duration_seconds");
+    expect(ours.split("\n").sort()).toEqual(expected.split("\n").sort());
+    expect(ours).toContain(
+      'http_request_duration_seconds_bucket{le="+Inf",method="GET",route="/v1/queues",status="503"} 1',
+    );
+    expect(() => metrics.httpDuration.observeRequest("GET", "/v1/queues", 200, Number.NaN)).toThrow(TypeError);
   });
 });

@@ -85,20 +85,23 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
     options: pool.options,
     Client: (pool as unknown as { Client: PostgresPool["Client"] }).Client,
     end: () => pool.end(),
-    async connect(): Promise<PostgresPoolClient> {
+    connect(): Promise<PostgresPoolClient> {
       const tenant = currentTenant();
-      await gate.acquire(tenant);
-      let client: pg.PoolClient;
-      try {
-        client = await pool.connect();
-      } catch (err) {
-        gate.release(tenant);
-        throw err;
-      }
-      tenants.set(client, tenant);
-      let wrapper = wrappers.get(client);
-      if (wrapper === undefined) wrappers.set(client, (wrapper = wrap(client)));
-      return wrapper;
+      // pg's callback form inside one promise: its promise form made a promise and a callback of its own
+      // per checkout, and an `async` function here one more promise and turn.
+      const checkout = (resolve: (client: PostgresPoolClient) => void, reject: (err: Error) => void) =>
+        pool.connect((err, client) => {
+          if (err || client === undefined) {
+            gate.release(tenant);
+            reject(err ?? new Error("no connection"));
+            return;
+          }
+          tenants.set(client, tenant);
+          let wrapper = wrappers.get(client);
+          if (wrapper === undefined) wrappers.set(client, (wrapper = wrap(client)));
+          resolve(wrapper);
+        });
+      return gate.acquire(tenant).then(() => new Promise<PostgresPoolClient>(checkout));
     },
   };
 
@@ -126,14 +129,18 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
       if (abandoned) return Promise.reject(abandoned);
       const name = preparedNameOf(text);
       const sentAt = Date.now();
-      const config = { text, values: values as unknown[], ...(name ? { name } : {}) };
       // pg's callback form, not its promise: the promise pg makes per statement kept each request's objects
       // alive past the young generation's collections (most of a short request's objects were promoted).
+      // A `Query` made from the text, its name set after: handed a config object, pg copies it property by
+      // property (descriptors and all) for every statement, a few microseconds of a light request.
+      const statement = (callback: (err: Error | null, result: pg.QueryResult) => void) => {
+        const query = new pg.Query(text, values as unknown[], callback as never);
+        if (name) (query as { name?: string }).name = name;
+        client.query(query);
+      };
       if (bound === undefined) {
         return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
-          client.query(config, (err: Error | null, result: pg.QueryResult) =>
-            err ? reject(failed(err)) : resolve(answered<R>(result, sentAt, text)),
-          );
+          statement((err, result) => (err ? reject(failed(err)) : resolve(answered<R>(result, sentAt, text))));
         });
       }
       return new Promise<PostgresQueryResult<R>>((resolve, reject) => {
@@ -148,7 +155,7 @@ export function boundedPool(pool: pg.Pool, options: BoundedPoolOptions): Postgre
         };
         inFlight.add(entry);
         sweep ??= setInterval(sweepNow, sweepEveryMs).unref();
-        client.query(config, (err: Error | null, result: pg.QueryResult) => {
+        statement((err, result) => {
           if (!inFlight.delete(entry)) return;
           if (err) reject(failed(err));
           else resolve(answered<R>(result, sentAt, text));

@@ -46,12 +46,18 @@ export function allowDirect(db: object, pool: PostgresPool): void {
  * connection back. Anywhere else (a transaction, PGlite, an instance with a query log) it runs through
  * Kysely as before, with the same text and parameters.
  */
+/** The marked text of each statement `queryPrepared` ran (a few fixed texts). */
+const markedTexts = new Map<string, string>();
+
 export async function queryPrepared<R>(
   db: Pick<Kysely<Record<never, never>>, "executeQuery">,
   text: string,
   values: readonly unknown[],
 ): Promise<R[]> {
-  const marked = PREPARED_TEXT + text;
+  // One marked text per statement, made once: a new concatenation per call was flattened and hashed (for
+  // its prepared name) on every call.
+  let marked = markedTexts.get(text);
+  if (marked === undefined) markedTexts.set(text, (marked = PREPARED_TEXT + text));
   const pool = directPools.get(db);
   if (pool === undefined) {
     const { rows } = await db.executeQuery<R>(CompiledQuery.raw(marked, [...values]));

@@ -9,6 +9,7 @@
  * threw a `PlatformError` was answered `internal`).
  */
 import { ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
 import type { Logger } from "pino";
 import { ErrorDetailSchema } from "../../../gen/platform/meta/v1/error_pb.js";
 import { headPrincipalKey, principalKey, reauthenticateKey, type Authenticator } from "../auth.ts";
@@ -24,14 +25,15 @@ export function createConnectInterceptor(
   health: DatabaseHealth,
   limiter?: RateLimiter,
 ): Interceptor {
-  const mapped = (err: unknown, rpc: string): ConnectError => {
+  const mapped = (err: unknown, method: DescMethod): ConnectError => {
     // A streaming method's request is parsed inside the call: bytes that are not its message are the client's.
     const platformError = clientErrorOf(err) ?? toPlatformError(err);
+    // The method's name is made here, for the log, not on every call.
+    const rpc = `${method.parent.typeName}/${method.name}`;
     noteAnswered(platformError, { original: err, logger, bindings: { rpc } }, health);
     return toConnectError(platformError);
   };
   return (next) => async (req) => {
-    const rpc = `${req.method.parent.typeName}/${req.method.name}`;
     try {
       // The request's headers are read only when needed: most calls were authenticated at their head.
       const again = () =>
@@ -102,7 +104,7 @@ export function createConnectInterceptor(
             ended = true;
             // Already this service's error (a stream that maps and logs its own): as it is.
             if (err instanceof ConnectError && err.findDetails(ErrorDetailSchema).length > 0) throw err;
-            throw mapped(err, rpc);
+            throw mapped(err, req.method);
           } finally {
             try {
               // The reader stopped early (the call was cancelled): the stream's own clean-up runs.
@@ -114,7 +116,7 @@ export function createConnectInterceptor(
         })(),
       };
     } catch (err) {
-      throw mapped(err, rpc);
+      throw mapped(err, req.method);
     }
   };
 }

@@ -99,10 +99,8 @@ export function createHttpServer(options: HttpServerOptions): FastifyInstance {
   });
   fastify.addHook("onResponse", (req, reply, done) => {
     const route = req.routeOptions.url ?? "unmatched";
-    const labels = { method: req.method, route, status: String(reply.statusCode) };
-    const seconds = reply.elapsedTime / 1000;
     // One observation, which `http_requests_total` is read from too (`metrics.ts`).
-    metrics.httpDuration.observe(labels, seconds);
+    metrics.httpDuration.observeRequest(req.method, route, reply.statusCode, reply.elapsedTime / 1000);
     const facility = options.requestCounts && facilityOfRoute(route);
     if (facility) {
       // The caller the route authenticated (`rest-router.ts`), when it got that far.

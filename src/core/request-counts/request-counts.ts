@@ -99,6 +99,16 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
     return key;
   };
 
+  // Likewise the key of a day and app, made once per app and day: a new string per request was built and
+  // hashed on every call.
+  let appKeys = { day: "", byApp: new Map<string, string>() };
+  const appDayKey = (day: string, appId: string) => {
+    if (appKeys.day !== day) appKeys = { day, byApp: new Map() };
+    let key = appKeys.byApp.get(appId);
+    if (key === undefined) appKeys.byApp.set(appId, (key = `${day}|${appId}`));
+    return key;
+  };
+
   const add = (into: Tally, status: number) => {
     into.requests++;
     if (status >= 500) into.serverErrors++;
@@ -137,7 +147,7 @@ export function createRequestCounts(db: Db, logger: Logger, clock: () => number 
       add(b, status);
       if (appId) {
         const day = utcDayOf(now);
-        const appKey = `${day}|${appId}`;
+        const appKey = appDayKey(day, appId);
         let a = apps.get(appKey);
         if (!a) {
           a = { day, appId, requests: 0, clientErrors: 0, serverErrors: 0 };
