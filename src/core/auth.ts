@@ -25,6 +25,7 @@ import { PlatformError } from "./errors.ts";
 import { appFromRow, type AppRecord } from "./apps/apps.ts";
 import { createAppStore, type AppStore, type TokenRow } from "./apps/app-store.ts";
 import { createBatcher } from "./batcher.ts";
+import { createRefreshingCache } from "./refreshing-cache.ts";
 import type { Db } from "./database/index.ts";
 import { createOperatorStore, type OperatorRole } from "./operators/operator-store.ts";
 import { createSessionStore, type SessionStore } from "./operators/session-store.ts";
@@ -211,69 +212,32 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
   const cacheMs = options.cacheMs ?? 2000;
   const clock = options.clock ?? Date.now;
   const publicServices = new Set([...PUBLIC_SERVICES, ...(options.publicServices ?? [])]);
-  // The app's record is made once per lookup, not per request: a busy app's
-  // requests share it (it is read, never changed, downstream).
-  const cache = new Map<string, { row: TokenRow; app: AppRecord; until: number }>();
-  // Bumped by every invalidation, so a lookup that started before one cannot
-  // put what it read into the emptied cache.
-  let generation = 0;
-
-  /** Tokens being looked up again in the background (see `find`). */
-  const refreshing = new Set<string>();
-  /**
-   * The remembered lookup of `hash` while it is fresh. In the last half of its lifetime it is looked up
-   * again in the background: a token in steady use then never waits for its lookup (one request in a
-   * hundred of an app making 50 a second did, and on a busy database that wait was the app's slowest
-   * requests). The entry served is never older than its lifetime, as before; a refresh that finds the
-   * token gone forgets it at once. Both `find` and `authenticateNow` read through here.
-   */
-  const remembered = (hash: string): { row: TokenRow; app: AppRecord } | undefined => {
-    const hit = cache.get(hash);
-    const now = clock();
-    if (!hit || hit.until <= now) return undefined;
-    if (hit.until - now < cacheMs / 2 && !refreshing.has(hash)) {
-      refreshing.add(hash);
-      void load(hash)
-        .catch(() => undefined)
-        .finally(() => refreshing.delete(hash));
-    }
-    return hit;
-  };
-  const find = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> =>
-    remembered(hash) ?? load(hash);
-  const load = async (hash: string): Promise<{ row: TokenRow; app: AppRecord } | undefined> => {
-    const started = generation;
-    const row = await lookup(hash);
-    if (!row) {
-      cache.delete(hash);
-      return undefined;
-    }
-    options.onTokenLookedUp?.(row.token_id);
-    const found = { row, app: appFromRow(row), until: clock() + cacheMs };
-    if (cacheMs > 0 && started === generation) {
-      if (cache.size >= 10_000) cache.clear();
-      cache.set(hash, found);
-    }
-    return found;
-  };
-  const operatorCache = new Map<string, { identity: OperatorIdentity; until: number }>();
-  const findOperator = async (hash: string): Promise<OperatorIdentity | undefined> => {
-    const hit = operatorCache.get(hash);
-    if (hit && hit.until > clock()) return hit.identity;
-    const started = generation;
-    const row = await operators.lookupToken(hash);
-    if (!row) {
-      operatorCache.delete(hash);
-      return undefined;
-    }
-    options.onOperatorTokenLookedUp?.(row.tokenId);
-    const identity: OperatorIdentity = { id: row.operatorId, name: row.name, role: row.role };
-    if (cacheMs > 0 && started === generation) {
-      if (operatorCache.size >= 10_000) operatorCache.clear();
-      operatorCache.set(hash, { identity, until: clock() + cacheMs });
-    }
-    return identity;
-  };
+  // The app's record is made once per lookup, not per request: a busy app's requests share it (it is read,
+  // never changed, downstream). Only found tokens are remembered (an unknown one is looked up every time, and a
+  // background lookup that no longer finds one forgets it at once); both `authenticate` and `authenticateNow`
+  // read through here.
+  const tokens = createRefreshingCache<{ row: TokenRow; app: AppRecord } | undefined>({
+    lifetimeMs: cacheMs,
+    clock,
+    keeps: (found) => found !== undefined,
+    async read(hash) {
+      const row = await lookup(hash);
+      if (!row) return undefined;
+      options.onTokenLookedUp?.(row.token_id);
+      return { row, app: appFromRow(row) };
+    },
+  });
+  const operatorTokens = createRefreshingCache<OperatorIdentity | undefined>({
+    lifetimeMs: cacheMs,
+    clock,
+    keeps: (identity) => identity !== undefined,
+    async read(hash) {
+      const row = await operators.lookupToken(hash);
+      if (!row) return undefined;
+      options.onOperatorTokenLookedUp?.(row.tokenId);
+      return { id: row.operatorId, name: row.name, role: row.role };
+    },
+  });
   // Sessions are not remembered: a sign-out ends one at the next call, on every instance, and the
   // dashboard's few calls cost one indexed read each.
   const sessions = options.sessions;
@@ -318,12 +282,12 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
       if (serviceName === ADMIN_SERVICE) {
         if (isAdminToken(token)) return { kind: "admin", operator: OWNER };
         if (!token.startsWith(OPERATOR_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
-        const operator = await findOperator(hashToken(token));
+        const operator = await operatorTokens.get(hashToken(token));
         if (!operator) throw unauthenticated();
         return { kind: "admin", operator };
       }
       if (!token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) throw unauthenticated();
-      const found = await find(hashToken(token));
+      const found = await tokens.get(hashToken(token));
       if (!found) throw unauthenticated();
       const { row, app } = found;
       if (app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) {
@@ -337,15 +301,14 @@ export function createAuthenticator(options: AuthenticatorOptions): Authenticato
       if (serviceName === ADMIN_SERVICE) return undefined;
       const token = bearer(authorization);
       if (token === undefined || !token.startsWith(SERVICE_TOKEN_PREFIX) || token.length > 200) return undefined;
-      const hit = remembered(hashToken(token));
+      const hit = tokens.peek(hashToken(token));
       if (hit === undefined) return undefined;
       if (hit.app.status === "stopped" && !OPEN_WHEN_STOPPED.has(`${serviceName}/${method.name}`)) return undefined;
       return { kind: "app", app: hit.app, tokenId: hit.row.token_id };
     },
     invalidate() {
-      generation++;
-      cache.clear();
-      operatorCache.clear();
+      tokens.clear();
+      operatorTokens.clear();
     },
   };
 }

@@ -15,6 +15,7 @@ import type { AppRecord } from "../core/apps/apps.ts";
 import { NAME_PATTERN, NAME_RULE } from "../core/apps/apps.ts";
 import { invalidArgument } from "../core/errors.ts";
 import type { Tx } from "../core/database/index.ts";
+import { createRefreshingCache } from "../core/refreshing-cache.ts";
 import { MAX_LEASE_SECONDS } from "./queue-limits.ts";
 import {
   DROP_DEAD_LETTERS,
@@ -227,14 +228,6 @@ function applyChange(app: AppRecord, queue: string, current: StoredPolicy, chang
   return next;
 }
 
-/** A policy read (or being read), and when that read began. */
-interface CachedPolicy {
-  at: number;
-  policy: Promise<StoredPolicy | undefined>;
-  /** Being read again in the background. */
-  refreshing: boolean;
-}
-
 export interface QueuePolicies {
   /** The stored policy of a queue (cached for `POLICY_CACHE_MS`, read again in the background in its last half). */
   stored(appId: string, queue: string): Promise<StoredPolicy | undefined>;
@@ -244,39 +237,18 @@ export interface QueuePolicies {
 }
 
 export function createQueuePolicies(store: QueueStore, clock: () => number = Date.now): QueuePolicies {
-  const cache = new Map<string, CachedPolicy>();
-  /** Reads the policy and keeps it, as read at `at`. */
-  const read = (key: string, appId: string, queue: string, at: number): CachedPolicy => {
-    const entry: CachedPolicy = { at, policy: store.getPolicy(appId, queue), refreshing: false };
-    // A failed read is not kept.
-    entry.policy.catch(() => cache.get(key) === entry && cache.delete(key));
-    if (cache.size > 10_000) cache.clear();
-    cache.set(key, entry);
-    return entry;
-  };
-  const policies: QueuePolicies = {
-    stored(appId, queue) {
-      const key = `${appId}|${queue}`;
-      const now = clock();
-      const hit = cache.get(key);
-      if (!hit || now - hit.at >= POLICY_CACHE_MS) return read(key, appId, queue, now).policy;
-      // In the last half of its time, read again beside its callers: a queue in steady use then never waits for
-      // its policy (one consume in twenty of an app consuming ten times a second did, and under another app's
-      // flood that wait was among its slowest). Never served past its time, as before. The entry read replaces
-      // this one only when it is read and this one is still the queue's (a change made here meanwhile wins).
-      if (now - hit.at >= POLICY_CACHE_MS / 2 && !hit.refreshing) {
-        hit.refreshing = true;
-        const policy = store.getPolicy(appId, queue);
-        policy.then(
-          (stored) => {
-            if (cache.get(key) === hit) cache.set(key, { at: now, policy: Promise.resolve(stored), refreshing: false });
-          },
-          // Kept until its time ends; the next call after that reads it again.
-          () => undefined,
-        );
-      }
-      return hit.policy;
+  const cache = createRefreshingCache<StoredPolicy | undefined>({
+    lifetimeMs: POLICY_CACHE_MS,
+    clock,
+    read(key) {
+      const at = key.indexOf("|");
+      return store.getPolicy(key.slice(0, at), key.slice(at + 1));
     },
+  });
+  const policies: QueuePolicies = {
+    // A queue in steady use never waits for its policy: one consume in twenty of an app consuming ten times a
+    // second did, and under another app's flood that wait was among its slowest (the cache's last-half reads).
+    stored: (appId, queue) => cache.get(`${appId}|${queue}`),
     async get(app, queue) {
       return effectivePolicy(app, await policies.stored(app.id, queue));
     },
@@ -284,8 +256,7 @@ export function createQueuePolicies(store: QueueStore, clock: () => number = Dat
       const stored = await (tx ? createQueueStore(tx.db) : store).updatePolicy(app.id, queue, (current) =>
         applyChange(app, queue, current, change),
       );
-      const remember = () =>
-        cache.set(`${app.id}|${queue}`, { at: clock(), policy: Promise.resolve(stored), refreshing: false });
+      const remember = () => cache.set(`${app.id}|${queue}`, stored);
       if (tx) tx.afterCommit(remember);
       else remember();
       return effectivePolicy(app, stored);
