@@ -32,7 +32,7 @@ export interface FairGateOptions {
 interface Waiting {
   resolve: () => void;
   reject: (err: Error) => void;
-  /** When it began to wait (epoch ms), for the sweep that ends waits past `timeoutMs`. */
+  /** When it began to wait (`performance.now()`, which no change of the wall clock moves), for the sweep that ends waits past `timeoutMs`. */
   since: number;
 }
 
@@ -54,7 +54,7 @@ export function createFairGate(options: FairGateOptions): FairGate {
   const sweepEveryMs = timeoutMs === undefined ? 0 : Math.max(10, Math.min(250, timeoutMs / 10));
   let sweep: NodeJS.Timeout | undefined;
   const sweepNow = () => {
-    const now = Date.now();
+    const now = performance.now();
     for (const [key, queue] of queues) {
       // Each tenant's waiters are in arrival order: the expired ones are at its front.
       let expired = 0;
@@ -115,7 +115,7 @@ export function createFairGate(options: FairGateOptions): FairGate {
         return AT_ONCE;
       }
       return new Promise<void>((resolve, reject) => {
-        const waiter: Waiting = { resolve, reject, since: timeoutMs === undefined ? 0 : Date.now() };
+        const waiter: Waiting = { resolve, reject, since: timeoutMs === undefined ? 0 : performance.now() };
         if (timeoutMs !== undefined) sweep ??= setInterval(sweepNow, sweepEveryMs);
         let queue = queues.get(key);
         if (!queue) queues.set(key, (queue = []));

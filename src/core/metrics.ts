@@ -3,7 +3,7 @@
  * several servers in one process never share counters.
  */
 import client from "prom-client";
-import { RequestDurations } from "./request-durations.ts";
+import { createRequestDurations, type RequestDurations } from "./request-durations.ts";
 
 export interface Metrics {
   readonly registry: client.Registry;
@@ -93,7 +93,7 @@ export function createMetrics(): Metrics {
   });
   // Counted in plain numbers, read at a scrape (`request-durations.ts`): prom-client's own histogram costs
   // every request about a microsecond.
-  const httpDuration = new RequestDurations({
+  const httpDuration = createRequestDurations({
     name: "http_request_duration_seconds",
     help: "Time to answer a request, by route template and status.",
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],

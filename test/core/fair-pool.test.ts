@@ -8,7 +8,7 @@
  * backend.
  */
 import { sql } from "kysely";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { openDatabase, type Database } from "../../src/core/database/index.ts";
 import { createFairGate } from "../../src/core/fair-gate.ts";
 import { runAsTenant } from "../../src/core/tenant.ts";
@@ -50,6 +50,41 @@ describe("the fair gate", () => {
     expect(gate.stats().waiting).toBe(0);
     gate.release("a");
     await gate.acquire("b");
+  });
+});
+
+describe("the fair gate's timeouts", () => {
+  it("ends each wait past its timeout by one sweep, serves later waiters in turn, and stops sweeping once nobody waits", async () => {
+    vi.useFakeTimers({ toFake: ["setInterval", "clearInterval", "performance"] });
+    try {
+      const gate = createFairGate({
+        capacity: 1,
+        maxShare: 1,
+        timeoutMs: 50,
+        timeoutError: () => new Error("no place"),
+      });
+      await gate.acquire("holder");
+      const outcomes: string[] = [];
+      const wait = (tenant: string) =>
+        gate.acquire(tenant).then(
+          () => void outcomes.push(`${tenant} served`),
+          (err: Error) => void outcomes.push(`${tenant}: ${err.message}`),
+        );
+      void wait("a");
+      await vi.advanceTimersByTimeAsync(40);
+      const b = wait("b");
+      // At 60 ms: A's wait (since 0) passed its 50 ms at a sweep; B's (since 40) has not.
+      await vi.advanceTimersByTimeAsync(20);
+      expect(outcomes).toEqual(["a: no place"]);
+      expect(gate.stats().waiting).toBe(1);
+      gate.release("holder");
+      await b;
+      expect(outcomes).toEqual(["a: no place", "b served"]);
+      // Nobody waits: no sweep left running.
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 

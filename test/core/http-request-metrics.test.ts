@@ -73,4 +73,19 @@ describe("http_requests_total", () => {
     );
     expect(() => metrics.httpDuration.observeRequest("GET", "/v1/queues", 200, Number.NaN)).toThrow(TypeError);
   });
+
+  it("forgets every series at the registry's reset, as prom-client's histogram does, and counts anew after it", async () => {
+    const metrics = createMetrics();
+    metrics.httpDuration.observeRequest("GET", "/v1/queues", 200, 0.002);
+    expect(await metrics.registry.getSingleMetricAsString("http_request_duration_seconds")).toContain(
+      'http_request_duration_seconds_count{method="GET",route="/v1/queues",status="200"} 1',
+    );
+    metrics.registry.resetMetrics();
+    const reset = await metrics.registry.getSingleMetricAsString("http_request_duration_seconds");
+    expect(reset.split("\n").filter((l) => !l.startsWith("#") && l !== "")).toEqual([]);
+    metrics.httpDuration.observeRequest("GET", "/v1/queues", 200, 0.5);
+    expect(await metrics.registry.getSingleMetricAsString("http_request_duration_seconds")).toContain(
+      'http_request_duration_seconds_count{method="GET",route="/v1/queues",status="200"} 1',
+    );
+  });
 });
