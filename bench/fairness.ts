@@ -20,10 +20,13 @@
  * The last line of output is one JSON object:
  * {"put_p50_ratio","put_p99_ratio","list_p50_ratio","list_p99_ratio","consume_ack_p50_ratio",
  *  "consume_ack_p99_ratio","query_p50_ratio","query_p99_ratio","a_throttled_share","a_requests",
- *  "a_events_per_s","a_puts_per_s","rss_mb","peak_rss_mb","idle":{op:{p50,p99}},"flood":{op:{p50,p99}}}
+ *  "a_events_per_s","a_puts_per_s","rss_mb","peak_rss_mb","load_avg","idle":{op:{p50,p99}},"flood":{op:{p50,p99}}}
  * (ratios: B's latency under the flood over B's latency alone; the throttled share: the part
  * of A's calls answered 429). Goal on a quiet machine: every p99 ratio <= 2, every p50 ratio
- * <= 1.5, RSS <= 300 MB.
+ * <= 1.5, RSS <= 300 MB. `load_avg` is the machine's 1-minute load average at the start of each phase and at
+ * the end ([idle, flood, end]): on a machine shared with other work the ratios follow it, so a figure is read
+ * with it. BENCH_CHECKOUT serves another checkout's `src/` (e.g. an earlier commit exported with `git archive`,
+ * its `node_modules` linked to this one's), so that runs of two versions can be alternated in one window.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -219,7 +222,13 @@ async function main(): Promise<void> {
   };
 
   try {
-    const service = await startService({ databaseUrl: url.toString(), dataDir, adminToken, env: { MONGODB_URL: "" } });
+    const service = await startService({
+      databaseUrl: url.toString(),
+      dataDir,
+      adminToken,
+      env: { MONGODB_URL: "" },
+      checkout: process.env.BENCH_CHECKOUT,
+    });
     server = service.child;
     const base = service.url;
     const callAdmin = (rpc: string, body: unknown) => adminCall(base, adminToken, rpc, body);
@@ -246,6 +255,7 @@ async function main(): Promise<void> {
       throw new Error("B's visits were not logged");
     b.agent.destroy();
 
+    const loads = [os.loadavg()[0]];
     log(`1. app B alone for ${SECONDS} s (a round every ${ROUND_MS} ms)`);
     const idle = await paced(base, tokenB, SECONDS);
 
@@ -264,10 +274,12 @@ async function main(): Promise<void> {
     flooding.catch(() => undefined);
     // The flood first fills what it can (waiting consumes, streams) before B is measured.
     await new Promise((r) => setTimeout(r, SHORT ? 500 : 2000));
+    loads.push(os.loadavg()[0]);
     const floodStarted = performance.now();
     const underFlood = await paced(base, tokenB, SECONDS);
     const floodSeconds = (performance.now() - floodStarted) / 1000;
     const memory = await procStatus(server.pid!);
+    loads.push(os.loadavg()[0]);
     worker.postMessage("stop");
     const counts = await flooding;
     await worker.terminate();
@@ -286,7 +298,7 @@ async function main(): Promise<void> {
     }
     log(
       `   app A: ${counts.requests} calls, ${counts.refused} answered 429, ${counts.other} other failures; ` +
-        `RSS ${round(memory.rssMb, 1)} MB (peak ${round(memory.hwmMb, 1)} MB)`,
+        `RSS ${round(memory.rssMb, 1)} MB (peak ${round(memory.hwmMb, 1)} MB); load average ${loads.map((l) => round(l)).join(", ")}`,
     );
     log(
       `   app A by kind (calls/429): ${Object.entries(counts.byKind)
@@ -301,6 +313,7 @@ async function main(): Promise<void> {
       a_puts_per_s: Math.round(counts.puts / floodSeconds),
       rss_mb: round(memory.rssMb, 1),
       peak_rss_mb: round(memory.hwmMb, 1),
+      load_avg: loads.map((l) => round(l)),
       idle: before,
       flood: after,
     };
