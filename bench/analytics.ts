@@ -40,7 +40,7 @@ import os from "node:os";
 import path from "node:path";
 import pg from "pg";
 import { measureDataset } from "./analytics-dataset-queries.ts";
-import { adminCall, log, NO_RATE_LIMITS, startService } from "./support.ts";
+import { adminCall, createBenchDatabase, log, NO_RATE_LIMITS, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SHORT = process.env.BENCH_SHORT === "1";
@@ -114,14 +114,8 @@ async function main(): Promise<void> {
           },
           runs: RUNS,
         });
-  const dbName = `pb_bench_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const url = new URL(BASE_URL);
-  url.pathname = `/${dbName}`;
-  const databaseUrl = url.toString();
+  const database = await createBenchDatabase(BASE_URL);
+  const databaseUrl = database.url;
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-"));
   const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
 
@@ -129,10 +123,7 @@ async function main(): Promise<void> {
   const cleanup = async () => {
     server?.kill("SIGTERM");
     if (server && server.exitCode === null) await new Promise((r) => server!.once("exit", r));
-    const c = new pg.Client({ connectionString: BASE_URL });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await c.end();
+    await database.drop();
     await fs.rm(dataDir, { recursive: true, force: true });
   };
 
@@ -209,7 +200,7 @@ async function main(): Promise<void> {
       const cpuBefore = {
         server: await cpuSeconds(server!.pid!),
         postgres: await postgresCpuSeconds(),
-        backends: await backendCpuSeconds(databaseUrl, dbName),
+        backends: await backendCpuSeconds(databaseUrl, database.name),
         client: process.cpuUsage(),
       };
       const started = performance.now();
@@ -228,7 +219,7 @@ async function main(): Promise<void> {
       const clientCpu = process.cpuUsage(cpuBefore.client);
       const serverCpu = (await cpuSeconds(server!.pid!)) - cpuBefore.server;
       let backendCpu = 0;
-      for (const [pid, now] of await backendCpuSeconds(databaseUrl, dbName))
+      for (const [pid, now] of await backendCpuSeconds(databaseUrl, database.name))
         backendCpu += now - (cpuBefore.backends.get(pid) ?? 0);
       const perEvent = (seconds: number) => Math.round((seconds / recorded) * 1e7) / 10;
       log(

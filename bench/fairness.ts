@@ -34,11 +34,10 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import pg from "pg";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { adminCall, jsonClient, log, startService } from "./support.ts";
+import { adminCall, createBenchDatabase, jsonClient, log, startService } from "./support.ts";
 
 const SHORT = process.env.BENCH_SHORT === "1";
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -200,13 +199,7 @@ function flood(base: string, token: string, stop: AbortSignal): Promise<FloodCou
 }
 
 async function main(): Promise<void> {
-  const dbName = `pb_bench_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const url = new URL(BASE_URL);
-  url.pathname = `/${dbName}`;
+  const database = await createBenchDatabase(BASE_URL);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-"));
   const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
 
@@ -214,16 +207,13 @@ async function main(): Promise<void> {
   const cleanup = async () => {
     server?.kill("SIGTERM");
     if (server && server.exitCode === null) await new Promise((r) => server!.once("exit", r));
-    const c = new pg.Client({ connectionString: BASE_URL });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await c.end();
+    await database.drop();
     await fs.rm(dataDir, { recursive: true, force: true });
   };
 
   try {
     const service = await startService({
-      databaseUrl: url.toString(),
+      databaseUrl: database.url,
       dataDir,
       adminToken,
       env: { MONGODB_URL: "" },

@@ -29,10 +29,9 @@ import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import pg from "pg";
 import { OPERATIONS, startBaseline, target, type Protocol } from "./http.ts";
 import { runLoad } from "./http-load.ts";
-import { adminCall, log, NO_RATE_LIMITS, root, startService } from "./support.ts";
+import { adminCall, createBenchDatabase, log, NO_RATE_LIMITS, root, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const BASE_REF = process.env.BENCH_AB_BASE ?? "HEAD~1";
@@ -63,12 +62,9 @@ async function main(): Promise<void> {
   const archive = execFileSync("git", ["archive", BASE_REF], { cwd: root, maxBuffer: 1 << 30 });
   execFileSync("tar", ["-x", "-C", baseDir], { input: archive });
   await fs.symlink(path.join(root, "node_modules"), path.join(baseDir, "node_modules"));
-  const dbName = `pb_bench_http_ab_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(BASE_URL);
-  dbUrl.pathname = `/${dbName}`;
+  const database = await createBenchDatabase(BASE_URL, "pb_bench_http_ab");
+  const { name: dbName } = database;
+  const dbUrl = new URL(database.url);
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   // Instances on one database share its secrets key; each has its own data directory.
   const secretsKey = crypto.randomBytes(32).toString("base64");
@@ -173,8 +169,7 @@ async function main(): Promise<void> {
       child.kill("SIGTERM");
       await exited;
     }
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
+    await database.drop();
     for (const dir of [baseDir, ...dataDirs]) await fs.rm(dir, { recursive: true, force: true });
   }
 }

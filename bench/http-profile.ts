@@ -28,10 +28,9 @@ import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import pg from "pg";
 import { OPERATIONS, startBaseline, target, type Protocol } from "./http.ts";
 import { runLoad } from "./http-load.ts";
-import { adminCall, log, NO_RATE_LIMITS, startService } from "./support.ts";
+import { adminCall, createBenchDatabase, log, NO_RATE_LIMITS, startService } from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 4);
@@ -132,12 +131,8 @@ const TOP = Number(process.env.BENCH_PROFILE_TOP ?? 0);
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 
 async function main(): Promise<void> {
-  const dbName = `pb_bench_http_prof_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(BASE_URL);
-  dbUrl.pathname = `/${dbName}`;
+  const database = await createBenchDatabase(BASE_URL, "pb_bench_http_prof");
+  const dbUrl = new URL(database.url);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-prof-"));
   const profDir = process.env.BENCH_PROFILE_KEEP ?? (await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-cpu-")));
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
@@ -193,8 +188,7 @@ async function main(): Promise<void> {
       child.kill("SIGTERM");
       await exited;
     }
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
+    await database.drop();
     await fs.rm(dataDir, { recursive: true, force: true });
   }
   // One profile per process, named `CPU.<date>.<time>.<pid>.<n>.<n>.cpuprofile`.

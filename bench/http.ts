@@ -87,7 +87,16 @@ import { AnalyticsService } from "../gen/platform/analytics/v1/analytics_pb.js";
 import { InferenceService } from "../gen/platform/inference/v1/inference_pb.js";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
 import { runLoad, type LoadRequest, type LoadTarget } from "./http-load.ts";
-import { adminCall, freePort, log, NO_RATE_LIMITS, root, startCommandArgs, startService } from "./support.ts";
+import {
+  adminCall,
+  createBenchDatabase,
+  freePort,
+  log,
+  NO_RATE_LIMITS,
+  root,
+  startCommandArgs,
+  startService,
+} from "./support.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SHORT = process.env.BENCH_SHORT === "1";
@@ -329,12 +338,9 @@ async function stop(child: ChildProcess | undefined): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const dbName = `pb_bench_http_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(BASE_URL);
-  dbUrl.pathname = `/${dbName}`;
+  const database = await createBenchDatabase(BASE_URL, "pb_bench_http");
+  const { name: dbName } = database;
+  const dbUrl = new URL(database.url);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-http-"));
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   const pluginDirs: string[] = [];
@@ -371,7 +377,12 @@ async function main(): Promise<void> {
     );
     const listed = (await rest(url, token, "GET", "/v1/queues")) as { queues: unknown[] };
     if (listed.queues.length !== QUEUES) throw new Error(`expected ${QUEUES} queues, listed ${listed.queues.length}`);
-    await admin.query(`VACUUM ANALYZE`).catch(() => undefined);
+    // The seeded tables' statistics before anything is measured, in the benchmark's database (this ran on the
+    // server's own database before, which left the seeded tables to autovacuum's timing).
+    const seeded = new pg.Client({ connectionString: database.url });
+    await seeded.connect();
+    await seeded.query(`VACUUM ANALYZE`).catch(() => undefined);
+    await seeded.end();
     baseline = await startBaseline(dbUrl.toString(), app.id, writer.id, false);
     baselineH2c = await startBaseline(dbUrl.toString(), app.id, writer.id, true);
     const measuresPlugin = PLUGIN_COMPARE && GROUPS.some((g) => g.protocols.some((p) => RPC_PROTOCOLS.includes(p)));
@@ -497,8 +508,7 @@ async function main(): Promise<void> {
     await stop(baselineH2c?.child);
     await stop(pluginOnly?.child);
     await stop(service?.child);
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await admin.end();
+    await database.drop();
     for (const dir of [dataDir, ...pluginDirs]) await fs.rm(dir, { recursive: true, force: true });
   }
 }

@@ -21,7 +21,7 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import pg from "pg";
-import { adminCall, log, startService } from "./support.ts";
+import { adminCall, createBenchDatabase, log, startService } from "./support.ts";
 
 const SHORT = process.env.BENCH_SHORT === "1";
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -86,19 +86,13 @@ async function seed(db: pg.Client): Promise<{ leader: string; messages: number; 
 }
 
 async function main(): Promise<void> {
-  const dbName = `pb_bench_${crypto.randomBytes(4).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: BASE_URL });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const url = new URL(BASE_URL);
-  url.pathname = `/${dbName}`;
+  const database = await createBenchDatabase(BASE_URL);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-"));
   const adminToken = `pba_bench_${crypto.randomBytes(24).toString("base64url")}`;
   let server: ChildProcess | undefined;
-  const db = new pg.Client({ connectionString: url.toString() });
+  const db = new pg.Client({ connectionString: database.url });
   try {
-    const service = await startService({ databaseUrl: url.toString(), dataDir, adminToken, env: { MONGODB_URL: "" } });
+    const service = await startService({ databaseUrl: database.url, dataDir, adminToken, env: { MONGODB_URL: "" } });
     server = service.child;
     await db.connect();
     log(`seeding ${APPS} apps`);
@@ -134,10 +128,7 @@ async function main(): Promise<void> {
     await db.end().catch(() => {});
     server?.kill("SIGTERM");
     if (server && server.exitCode === null) await new Promise((r) => server!.once("exit", r));
-    const c = new pg.Client({ connectionString: BASE_URL });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-    await c.end();
+    await database.drop();
     await fs.rm(dataDir, { recursive: true, force: true });
   }
 }

@@ -51,7 +51,15 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import pg from "pg";
 import { PgBoss } from "pg-boss";
 import { QueueService } from "../gen/platform/queues/v1/queues_pb.js";
-import { adminCall, jsonClient, log, NO_RATE_LIMITS, restQueueLoad, startService } from "./support.ts";
+import {
+  adminCall,
+  createBenchDatabase,
+  jsonClient,
+  log,
+  NO_RATE_LIMITS,
+  restQueueLoad,
+  startService,
+} from "./support.ts";
 import { scheduleDrift } from "./schedule-drift.ts";
 
 const BASE_URL = process.env.BENCH_DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -524,12 +532,12 @@ async function transactionsNow(admin: pg.Client, dbName: string): Promise<number
 }
 
 async function main(): Promise<void> {
-  const dbName = `pb_bench_queues_${crypto.randomBytes(4).toString("hex")}`;
+  const database = await createBenchDatabase(BASE_URL, "pb_bench_queues");
+  const { name: dbName } = database;
+  const dbUrl = new URL(database.url);
+  // The statistics views (each backend's CPU, the database's transactions) read from the server's own database.
   const admin = new pg.Client({ connectionString: BASE_URL });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  const dbUrl = new URL(BASE_URL);
-  dbUrl.pathname = `/${dbName}`;
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-bench-queues-"));
   const adminToken = "pba_bench_" + crypto.randomBytes(24).toString("base64url");
   let child: ChildProcess | undefined;
@@ -723,8 +731,8 @@ async function main(): Promise<void> {
       child.kill("SIGTERM");
       await new Promise((r) => child!.once("exit", r));
     }
-    await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
     await admin.end();
+    await database.drop();
     await fs.rm(dataDir, { recursive: true, force: true });
   }
 }
