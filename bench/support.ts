@@ -3,13 +3,12 @@
  * (same node flags) in its own process, and admin calls to it.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import crypto from "node:crypto";
 import fs from "node:fs/promises";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import pg from "pg";
+import { createScratchDatabase, type ScratchDatabase } from "../test/support/scratch-database.ts";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -17,30 +16,11 @@ export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const log = (msg: string): void => void process.stderr.write(`${msg}\n`);
 
 /** A database of one benchmark run. */
-export interface BenchDatabase {
-  name: string;
-  url: string;
-  /** Removes it, with FORCE: a service the run started may still hold connections (a run that failed). */
-  drop(): Promise<void>;
-}
+export type BenchDatabase = ScratchDatabase;
 
 /** A fresh database for one run, named `prefix` and random hex, on the server of `baseUrl`. */
-export async function createBenchDatabase(baseUrl: string, prefix = "pb_bench"): Promise<BenchDatabase> {
-  const name = `${prefix}_${crypto.randomBytes(4).toString("hex")}`;
-  const onServer = async (statement: string) => {
-    const admin = new pg.Client({ connectionString: baseUrl });
-    await admin.connect();
-    try {
-      await admin.query(statement);
-    } finally {
-      await admin.end();
-    }
-  };
-  await onServer(`CREATE DATABASE ${name}`);
-  const url = new URL(baseUrl);
-  url.pathname = `/${name}`;
-  return { name, url: url.toString(), drop: () => onServer(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
-}
+export const createBenchDatabase = (baseUrl: string, prefix = "pb_bench"): Promise<BenchDatabase> =>
+  createScratchDatabase(baseUrl, prefix);
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {

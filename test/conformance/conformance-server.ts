@@ -13,7 +13,6 @@ import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
-import pg from "pg";
 import { loadConfig } from "../../src/core/config.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
@@ -24,6 +23,7 @@ import {
 } from "../../gen/test-only/connectrpc/conformance/v1/server_compat_pb.js";
 import { ConformanceService } from "../../gen/test-only/connectrpc/conformance/v1/service_pb.js";
 import { conformanceRegistry, createConformanceImpl } from "./conformance-service.ts";
+import { createScratchDatabase } from "../support/scratch-database.ts";
 
 /** Reads one message of the runner's framing (a 4-byte big-endian length, then the bytes) from stdin. */
 async function readRequest(): Promise<Uint8Array> {
@@ -38,29 +38,14 @@ async function readRequest(): Promise<Uint8Array> {
   return buffered.subarray(4, 4 + buffered.readUInt32BE(0));
 }
 
-async function createDatabase(base: string): Promise<{ url: string; drop(): Promise<void> }> {
-  const name = `pb_conformance_${crypto.randomBytes(6).toString("hex")}`;
-  const query = async (sql: string) => {
-    const client = new pg.Client({ connectionString: base });
-    await client.connect();
-    try {
-      await client.query(sql);
-    } finally {
-      await client.end();
-    }
-  };
-  await query(`CREATE DATABASE ${name}`);
-  const url = new URL(base);
-  url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
-}
-
 const request = fromBinary(ServerCompatRequestSchema, await readRequest());
 if (request.clientTlsCert.length > 0) throw new Error("TLS client certificates are not supported");
 const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), "pb-conformance-"));
 // On PostgreSQL when DATABASE_URL names one (a database of its own, dropped at the end): it starts in about a
 // second, the embedded database in several, and the runner gives a server 10 s to answer.
-const databaseUrl = process.env.DATABASE_URL ? await createDatabase(process.env.DATABASE_URL) : undefined;
+const databaseUrl = process.env.DATABASE_URL
+  ? await createScratchDatabase(process.env.DATABASE_URL, "pb_conformance")
+  : undefined;
 const env: Record<string, string> = {
   PORT: "0",
   HOST: "127.0.0.1",
@@ -92,9 +77,11 @@ const stop = async () => {
   // Calls the runner left open (a cancelled stream) must not hold the exit.
   const forced = setTimeout(() => process.exit(0), 2000);
   forced.unref();
+  // The database first (FORCE ends the server's connections to it): a slow close met the exit above before it
+  // was dropped, and every run left databases behind on the server.
+  await databaseUrl?.drop().catch(() => undefined);
   await server.close().catch(() => undefined);
   await fs.rm(dataDir, { recursive: true, force: true });
-  await databaseUrl?.drop().catch(() => undefined);
   process.exit(0);
 };
 process.once("SIGTERM", () => void stop());

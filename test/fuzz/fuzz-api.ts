@@ -16,7 +16,6 @@ import fs from "node:fs";
 import fsp from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import pg from "pg";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdminService } from "../../gen/platform/admin/v1/admin_pb.js";
@@ -24,6 +23,7 @@ import { loadConfig } from "../../src/core/config.ts";
 import { resolveDataDirSecrets } from "../../src/core/data-dir.ts";
 import { createLogger } from "../../src/core/logger.ts";
 import { createPlatformServer } from "../../src/platform-server.ts";
+import { createScratchDatabase } from "../support/scratch-database.ts";
 
 const root = path.resolve(import.meta.dirname, "../..");
 // Schemathesis and everything it pulls in, pinned: Hypothesis floats within Schemathesis's range, and a
@@ -46,26 +46,11 @@ function ensureSchemathesis(): string {
   return bin;
 }
 
-async function createDatabase(base: string): Promise<{ url: string; drop(): Promise<void> }> {
-  const name = `pb_fuzz_${crypto.randomBytes(6).toString("hex")}`;
-  const query = async (sql: string) => {
-    const client = new pg.Client({ connectionString: base });
-    await client.connect();
-    try {
-      await client.query(sql);
-    } finally {
-      await client.end();
-    }
-  };
-  await query(`CREATE DATABASE ${name}`);
-  const url = new URL(base);
-  url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
-}
-
 const schemathesis = ensureSchemathesis();
 const dataDir = await fsp.mkdtemp(path.join(os.tmpdir(), "pb-fuzz-"));
-const database = process.env.DATABASE_URL ? await createDatabase(process.env.DATABASE_URL) : undefined;
+const database = process.env.DATABASE_URL
+  ? await createScratchDatabase(process.env.DATABASE_URL, "pb_fuzz")
+  : undefined;
 const adminToken = "pba_fuzz_" + crypto.randomBytes(24).toString("base64url");
 const { config } = await resolveDataDirSecrets(
   loadConfig({

@@ -12,7 +12,7 @@ import https from "node:https";
 import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
-import pg from "pg";
+import { createScratchDatabase } from "./scratch-database.ts";
 import { afterAll, beforeAll, describe } from "vitest";
 import { ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
@@ -101,22 +101,13 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   if (!base) {
     return { url: undefined, dataDir, ...shared, drop: () => fs.rm(dataDir, { recursive: true, force: true }) };
   }
-  const name = `pb_test_${crypto.randomBytes(6).toString("hex")}`;
-  const admin = new pg.Client({ connectionString: base });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(base);
-  url.pathname = `/${name}`;
+  const database = await createScratchDatabase(base, "pb_test");
   return {
-    url: url.toString(),
+    url: database.url,
     dataDir,
     ...shared,
     async drop() {
-      const c = new pg.Client({ connectionString: base });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
+      await database.drop();
       await fs.rm(dataDir, { recursive: true, force: true });
     },
   };
