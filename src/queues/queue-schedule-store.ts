@@ -342,10 +342,13 @@ export function createScheduleStore(database: Db): ScheduleStore {
               ${textArray(plans.map((p) => notify(p.row.app_id, p.row.queue)))}
             ) WITH ORDINALITY AS k (app_id, queue, name, payload, puts, ttl, depth_below, missed, next_run, notify, ord)
           ), depth AS (
-            -- Each queue's lock (queue_depth takes it, as every put does) in one order, the same on every
-            -- instance, so two tickers never wait on each other in a circle; its count after the lock.
-            SELECT l.app_id, l.queue, queue_depth(l.app_id, l.queue) AS n, clock_timestamp() AS t
-            FROM (SELECT DISTINCT app_id, queue FROM src WHERE puts > 0 ORDER BY app_id, queue OFFSET 0) l
+            -- Each queue's lock (queue_depth_within takes it, as every put does) in one order, the same on
+            -- every instance, so two tickers never wait on each other in a circle; its count after the lock,
+            -- exact only when the row count leaves no room for all of the batch's ticks (as a put's: the
+            -- leased messages are not counted on every tick).
+            SELECT l.app_id, l.queue, queue_depth_within(l.app_id, l.queue, l.room) AS n, clock_timestamp() AS t
+            FROM (SELECT app_id, queue, (min(depth_below) - sum(puts))::int AS room FROM src WHERE puts > 0
+                  GROUP BY app_id, queue ORDER BY app_id, queue OFFSET 0) l
           ), msgs AS (
             -- A row per message, and one for a schedule that puts none (its row of the update below); rn,
             -- the message's place among those of its queue in this batch, says whether it fits under the cap.

@@ -127,4 +127,42 @@ describe("fireDue", () => {
     expect(on("gone").length).toBe(gone.fired);
     expect(gone.next_run_at!.getTime()).toBeGreaterThan(Date.now() - 1000);
   }, 60_000);
+
+  it("counts a queue's leased messages out of its cap, as a put does: a tick fits beside them", async () => {
+    const app = await t.createApp();
+    await t.admin.updateApp({ appId: app.id, limits: { maxQueueDepth: 3 } });
+    const db = t.server.deps.db;
+    // Three messages, all leased: the queue's row count (3) leaves no room for a tick, its depth (0) does.
+    for (let i = 0; i < 3; i++) {
+      const put = await t.request("POST", "/v1/queues/held", { token: app.token, body: { payload: i } });
+      expect(put.status).toBe(200);
+      const got = await t.request("POST", "/v1/queues/held/consume", { token: app.token, body: { leaseSeconds: 300 } });
+      expect(got.body.message.payload).toBe(i);
+    }
+    const res = await t.request("PUT", "/v1/queues/held/schedules/tick", {
+      token: app.token,
+      body: { cron: "0 0 1 1 *", payload: "tick" },
+    });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    // Two ticks due (a per-second schedule two seconds late, ending then).
+    await sql`
+      UPDATE queue_schedules SET cron = '* * * * * *', next_run_at = date_trunc('second', now()) - interval '1 second',
+        end_at = date_trunc('second', now())
+      WHERE app_id = ${app.id}`.execute(db);
+    const store = createScheduleStore(db);
+    for (let pass = 0; pass < 20; pass++) {
+      await store.fireDue(100, () => `test|${app.id}|x|0`);
+      const { rows } = await sql<{ n: number }>`
+        SELECT count(*)::int AS n FROM queue_schedules WHERE app_id = ${app.id} AND next_run_at IS NOT NULL`.execute(
+        db,
+      );
+      if (rows[0].n === 0) break;
+    }
+    const { rows } = await sql<{ fired: number; skipped_full: number }>`
+      SELECT fired::int, skipped_full::int FROM queue_schedules WHERE app_id = ${app.id}`.execute(db);
+    expect(rows).toEqual([{ fired: 2, skipped_full: 0 }]);
+    const { rows: stored } = await sql<{ n: number }>`
+      SELECT count(*)::int AS n FROM queue_messages WHERE app_id = ${app.id} AND queue = 'held'`.execute(db);
+    expect(stored[0].n).toBe(5);
+  }, 60_000);
 });
