@@ -31,13 +31,15 @@
  *    message is put, p50/p99 (`bench/schedule-drift.ts`). Runs before part 4, which ends the service.
  * 8. Ordered groups and priorities (see `orderBench`): part 1's REST load on a plain queue, then
  *    with every put in one of 1,000 groups (`groups_vs_plain`), then with priorities 0 to 9
- *    mixed (`priority_vs_plain`), each on a fresh queue of its own app.
+ *    mixed (`priority_vs_plain`), each on a fresh queue of its own app; then what a consume that finds
+ *    nothing costs behind a leased group head with BENCH_BLOCKED_BEHIND (20,000) messages behind it
+ *    (`group_blocked_claim_ms`), against one on an empty queue (`empty_claim_ms`).
  *
  * The last line of output is one JSON object:
  * {"msgs_per_s","pgboss_msgs_per_s","ratio_vs_pgboss","wake_p50_ms","wake_p99_ms","idle_xacts_per_s","idle_rss_mb",
  *  "stream_msgs_per_s","put_depth_ratio","list_ms_1m","rest_batch_msgs_per_s","stream_cross_instance_msgs_per_s",
  *  "rest_3_vs_1_instances","statements_per_msg_3_vs_1","statements_per_msg_3_vs_1_scaled","schedule_ticks_per_s","schedule_drift_p50_ms",
- *  "schedule_drift_p99_ms","groups_vs_plain","priority_vs_plain"}.
+ *  "schedule_drift_p99_ms","groups_vs_plain","priority_vs_plain","empty_claim_ms","group_blocked_claim_ms"}.
  */
 import type { ChildProcess } from "node:child_process";
 import crypto from "node:crypto";
@@ -228,7 +230,11 @@ async function fill(url: string, token: string, queue: string, n: number, parall
  */
 async function orderBench(url: string, adminToken: string): Promise<Record<string, number>> {
   const { app } = await adminCall(url, adminToken, "CreateApp", { name: "bench-order" });
-  await adminCall(url, adminToken, "UpdateApp", { appId: app.id, limits: NO_RATE_LIMITS });
+  // Room for the blocked group's backlog (`blockedGroupClaim`); the loads keep at most MAX_OUTSTANDING.
+  await adminCall(url, adminToken, "UpdateApp", {
+    appId: app.id,
+    limits: { maxQueueDepth: 1_000_000, ...NO_RATE_LIMITS },
+  });
   const { token } = await adminCall(url, adminToken, "IssueToken", { appId: app.id });
   const seconds = Math.min(SECONDS, 10) / 2;
   const load = {
@@ -254,7 +260,53 @@ async function orderBench(url: string, adminToken: string): Promise<Record<strin
   log(
     `8. REST put->consume->ack: ${round(plain, 0)} msgs/s plain, ${round(grouped, 0)} in 1,000 groups, ${round(prioritised, 0)} with priorities 0-9`,
   );
-  return { groups_vs_plain: round(grouped / plain), priority_vs_plain: round(prioritised / plain) };
+  const blocked = await blockedGroupClaim(url, token);
+  return {
+    groups_vs_plain: round(grouped / plain),
+    priority_vs_plain: round(prioritised / plain),
+    ...blocked,
+  };
+}
+
+/** Messages behind the leased head of the one group of `blockedGroupClaim`. */
+const BLOCKED_BEHIND = Number(process.env.BENCH_BLOCKED_BEHIND ?? 20_000);
+
+/**
+ * What a consume that finds nothing costs when the queue's only group has its head leased and
+ * `BLOCKED_BEHIND` messages behind it (`group_blocked_claim_ms`, the median of 5), against the same
+ * consume on an empty queue (`empty_claim_ms`): the claim reads every message behind the head to find
+ * none it may take (docs/queues.md "Ordered groups"), so the first grows with the backlog.
+ */
+async function blockedGroupClaim(url: string, token: string): Promise<Record<string, number>> {
+  const client = jsonClient(url, token, 4);
+  try {
+    for (let i = 0; i < BLOCKED_BEHIND + 1; i += 1000) {
+      const n = Math.min(1000, BLOCKED_BEHIND + 1 - i);
+      const messages = Array.from({ length: n }, (_, k) => ({ payload: { i: i + k }, groupKey: "one" }));
+      const res = await client.request("POST", "/v1/queues/order-blocked/batch", { messages });
+      if (res.status !== 200) throw new Error(`batch put: ${res.status} ${JSON.stringify(res.body)}`);
+    }
+    const head = await client.request("POST", "/v1/queues/order-blocked/consume", { leaseSeconds: 600 });
+    if (!head.body?.message) throw new Error("the group's head was not delivered");
+    const median = async (queue: string) => {
+      const times: number[] = [];
+      for (let k = 0; k < 5; k++) {
+        const started = performance.now();
+        const res = await client.request("POST", `/v1/queues/${queue}/consume`, { waitSeconds: 0 });
+        times.push(performance.now() - started);
+        if (res.body?.message) throw new Error(`${queue}: a consume got a message`);
+      }
+      return times.sort((a, b) => a - b)[2];
+    };
+    const empty = await median("order-empty");
+    const blocked = await median("order-blocked");
+    log(
+      `8b. a consume that finds nothing: ${round(empty)} ms on an empty queue, ${round(blocked)} ms with ${BLOCKED_BEHIND} messages behind a leased group head`,
+    );
+    return { empty_claim_ms: round(empty), group_blocked_claim_ms: round(blocked) };
+  } finally {
+    client.agent.destroy();
+  }
 }
 
 async function controlsBench(
@@ -568,6 +620,8 @@ async function main(): Promise<void> {
       schedule_drift_p50_ms: NaN,
       schedule_drift_p99_ms: NaN,
       groups_vs_plain: NaN,
+      empty_claim_ms: NaN,
+      group_blocked_claim_ms: NaN,
       priority_vs_plain: NaN,
     };
     log(`server RSS at start: ${round(await rssMb(service.child.pid!), 0)} MB`);
