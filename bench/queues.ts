@@ -198,14 +198,28 @@ async function putRate(url: string, token: string, queue: string, seconds: numbe
 }
 
 /** Fills `queue` with `n` small messages through REST batches of 1000, `parallel` at a time. */
-async function fill(url: string, token: string, queue: string, n: number, parallel = 4): Promise<void> {
+/** Puts `n` messages on `queue` in batches of up to 1000, `parallel` at once; all of one group when `groupKey` is given. */
+async function fill(
+  url: string,
+  token: string,
+  queue: string,
+  n: number,
+  parallel = 4,
+  groupKey?: string,
+): Promise<void> {
   const client = jsonClient(url, token, parallel + 2);
-  const messages = Array.from({ length: 1000 }, (_, i) => ({ payload: i }));
-  let left = Math.ceil(n / 1000);
+  const batch = (size: number) =>
+    Array.from({ length: size }, (_, i) => ({ payload: i, ...(groupKey !== undefined && { groupKey }) }));
+  const full = batch(1000);
+  let left = n;
   await Promise.all(
     Array.from({ length: parallel }, async () => {
-      while (left-- > 0) {
-        const res = await client.request("POST", `/v1/queues/${queue}/batch`, { messages });
+      while (left > 0) {
+        const size = Math.min(1000, left);
+        left -= size;
+        const res = await client.request("POST", `/v1/queues/${queue}/batch`, {
+          messages: size === full.length ? full : batch(size),
+        });
         if (res.status !== 200) throw new Error(`batch: ${res.status} ${JSON.stringify(res.body)}`);
       }
     }),
@@ -278,14 +292,9 @@ const BLOCKED_BEHIND = Number(process.env.BENCH_BLOCKED_BEHIND ?? 20_000);
  * none it may take (docs/queues.md "Ordered groups"), so the first grows with the backlog.
  */
 async function blockedGroupClaim(url: string, token: string): Promise<Record<string, number>> {
+  await fill(url, token, "order-blocked", BLOCKED_BEHIND + 1, 4, "one");
   const client = jsonClient(url, token, 4);
   try {
-    for (let i = 0; i < BLOCKED_BEHIND + 1; i += 1000) {
-      const n = Math.min(1000, BLOCKED_BEHIND + 1 - i);
-      const messages = Array.from({ length: n }, (_, k) => ({ payload: { i: i + k }, groupKey: "one" }));
-      const res = await client.request("POST", "/v1/queues/order-blocked/batch", { messages });
-      if (res.status !== 200) throw new Error(`batch put: ${res.status} ${JSON.stringify(res.body)}`);
-    }
     const head = await client.request("POST", "/v1/queues/order-blocked/consume", { leaseSeconds: 600 });
     if (!head.body?.message) throw new Error("the group's head was not delivered");
     const median = async (queue: string) => {
